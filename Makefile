@@ -1,0 +1,135 @@
+# sharp: in-network reduction, in software.
+#
+# One non-recursive Makefile: every directory contributes a module.mk that
+# appends to the variables below.  Objects never land in the source tree.
+#
+#   make [all]           build everything into $(O) (default: build/)
+#   make check           build and run every test suite
+#   make SAN=1 check     the same under AddressSanitizer + UBSan (O=build/san)
+#   make bench-reduce    reduction-engine throughput benchmark
+#   make install         PREFIX=/usr/local DESTDIR=
+#   make deps            install (or print how to install) build dependencies
+#   make format-check    clang-format conformance, as run by CI
+#   make V=1 ...         show full command lines
+
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+SAN ?= 0
+ifeq ($(SAN),1)
+O ?= build/san
+else
+O ?= build
+endif
+PREFIX ?= /usr/local
+DESTDIR ?=
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+CC ?= cc
+PKG_CONFIG ?= pkg-config
+TOP := $(CURDIR)
+
+# Flags -------------------------------------------------------------------
+OPT ?= -O2
+CPPFLAGS_BASE := -I$(TOP)/include -I$(TOP) -D_GNU_SOURCE
+CFLAGS_BASE := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -Wshadow \
+	-Wno-missing-field-initializers -fPIC -fvisibility=hidden \
+	-fno-strict-aliasing -MMD -MP
+LDFLAGS_BASE :=
+ifeq ($(SAN),1)
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+	-fno-omit-frame-pointer
+CFLAGS_BASE += $(SAN_FLAGS)
+LDFLAGS_BASE += $(SAN_FLAGS)
+endif
+ALL_CPPFLAGS = $(CPPFLAGS_BASE) $(CPPFLAGS)
+ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
+ALL_LDFLAGS = $(LDFLAGS_BASE) $(LDFLAGS)
+
+# Libraries found through pkg-config (after `make deps`).  Evaluated lazily so
+# that `make deps` itself works before they exist.
+pc_cflags = $(shell $(PKG_CONFIG) --cflags $(1) 2>/dev/null)
+pc_libs = $(shell $(PKG_CONFIG) --libs $(1) 2>/dev/null)
+LIBEV_LIBS := -lev
+JANSSON_LIBS = $(call pc_libs,jansson)
+INIH_LIBS = $(call pc_libs,inih)
+CMOCKA_LIBS = $(call pc_libs,cmocka)
+
+# Output layout -----------------------------------------------------------
+BINDIR := $(O)/bin
+LIBDIR := $(O)/lib
+OBJDIR := $(O)/obj
+TESTDIR := $(O)/tests
+
+# Variables that module.mk files append to.
+BINS :=
+LIBS :=
+TESTS :=
+TEST_SCRIPTS :=
+BENCHES :=
+CLEAN_EXTRA :=
+
+# Dependencies stamp: `all` and `check` make sure the system packages exist.
+DEPS_STAMP := $(O)/.deps-ok
+$(DEPS_STAMP): scripts/deps.sh
+	$(Q)bash scripts/deps.sh
+	$(Q)mkdir -p $(@D) && touch $@
+
+.PHONY: deps
+deps:
+	$(Q)bash scripts/deps.sh
+
+# Generic rules -------------------------------------------------------------
+# obj_of(src): where the object of a source lands.
+obj_of = $(patsubst %.c,$(OBJDIR)/%.o,$(1))
+
+$(OBJDIR)/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(CFLAGS_$(subst /,_,$*)) -c $< -o $@
+
+include common/module.mk
+include tests/module.mk
+include bench/module.mk
+
+.PHONY: all
+all: $(LIBS) $(BINS) $(TESTS)
+
+# Tests ---------------------------------------------------------------------
+.PHONY: check
+check: all
+	$(Q)bash tests/run-tests.sh $(TESTS) $(TEST_SCRIPTS)
+
+# Install -------------------------------------------------------------------
+.PHONY: install uninstall
+install: all
+	$(Q)install -d $(DESTDIR)$(PREFIX)/bin
+	$(Q)$(if $(BINS),install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/)
+
+uninstall:
+	$(Q)$(if $(BINS),rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(BINS))))
+
+# Formatting ----------------------------------------------------------------
+FORMAT_SRCS = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+.PHONY: format format-check
+format:
+	$(Q)clang-format -i $(FORMAT_SRCS)
+format-check:
+	$(Q)clang-format --dry-run --Werror $(FORMAT_SRCS) && echo "format-check: ok"
+
+# Demo (arrives with the MPI layer) ------------------------------------------
+.PHONY: demo
+demo: all
+	@echo "make demo: not yet - the local fabric and the MPI layer are still being built."
+	@echo "Built so far: the common core and the reduction engine; try 'make check' and 'make bench-reduce'."
+
+.PHONY: clean
+clean:
+	rm -rf $(O) $(CLEAN_EXTRA)
+
+-include $(shell find $(OBJDIR) -name '*.d' 2>/dev/null)

@@ -1,0 +1,13 @@
+# bench/: benchmarks (not tests): they print ratios measured side by side.
+
+BENCH_REDUCE := $(BINDIR)/bench_reduce
+BENCHES += $(BENCH_REDUCE)
+
+$(BENCH_REDUCE): $(OBJDIR)/bench/reduce.o $(COMMON_LIB)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(COMMON_LIB) -lm -lpthread
+
+.PHONY: bench-reduce
+bench-reduce: $(BENCH_REDUCE)
+	$(BENCH_REDUCE)

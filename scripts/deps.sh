@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install the Debian packages that building and testing sharp need.
+# As root: installs what is missing with apt-get.  Otherwise: prints the
+# exact command to run and fails.
+set -euo pipefail
+
+PKGS=(
+    gcc make pkg-config        # toolchain
+    libev-dev                  # event loop of every daemon
+    libjansson-dev             # control-plane message encoding (JSON)
+    libinih-dev                # configuration files (INI)
+    libcmocka-dev              # unit tests
+    clang-format               # make format-check
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+        missing+=("$p")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+
+cmd="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+    echo "deps: missing packages: ${missing[*]}" >&2
+    echo "deps: run as root: apt-get update && $cmd" >&2
+    exit 1
+fi
+
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

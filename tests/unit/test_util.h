@@ -1,0 +1,69 @@
+/* Helpers shared by the unit tests (header-only). */
+#ifndef SHP_TEST_UTIL_H
+#define SHP_TEST_UTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/log.h"
+
+/* Every warning or error a test logs is counted here; a test that does not
+ * expect any asserts the count stays 0 (see test_log_expect_none()). */
+static int test_log_warnings;
+static char test_log_last[1024];
+
+static void test_log_handler(int level, const char *err_id, const char *msg,
+                             void *arg)
+{
+    (void)arg;
+    if (level <= SHP_LOG_WARN) {
+        test_log_warnings++;
+        snprintf(test_log_last, sizeof(test_log_last), "%s%s%s", err_id ? err_id : "",
+                 err_id ? " " : "", msg);
+    }
+}
+
+static inline void test_log_capture(void)
+{
+    shp_log_set_level(SHP_LOG_INFO);
+    shp_log_set_handler(test_log_handler, NULL);
+    test_log_warnings = 0;
+    test_log_last[0] = '\0';
+}
+
+static inline int test_log_setup(void **state)
+{
+    (void)state;
+    test_log_capture();
+    return 0;
+}
+
+/* Fails the test if anything logged a warning or an error. */
+static inline int test_log_teardown(void **state)
+{
+    (void)state;
+    if (test_log_warnings != 0) {
+        print_error("unexpected warning/error logged: %s\n", test_log_last);
+        return -1;
+    }
+    return 0;
+}
+
+/* xorshift64*: deterministic test data from a seed. */
+static inline uint64_t test_rand(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+#endif
