@@ -5,6 +5,7 @@ COMMON_SRCS := \
 	common/log.c \
 	common/time.c \
 	common/reduce.c \
+	common/wire.c \
 	common/reduce_generic.c \
 	common/reduce_avx2.c \
 	common/reduce_avx512.c

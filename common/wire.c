@@ -1,0 +1,276 @@
+/* Packing, unpacking and validation of data-path messages (see wire.h). */
+#include "common/wire.h"
+
+#include <endian.h>
+#include <string.h>
+
+void shp_wire_hdr_pack(const shp_wire_hdr_t *hdr, void *buf)
+{
+    shp_wire_hdr_raw_t raw = {
+        .version = hdr->version,
+        .opcode = hdr->opcode,
+        .flags_be = htobe16(hdr->flags),
+        .tree_id_be = htobe16(hdr->tree_id),
+        .status_be = htobe16((uint16_t)hdr->status),
+        .group_id_be = htobe32(hdr->group_id),
+        .seq_be = htobe32(hdr->seq),
+        .dtype = hdr->dtype,
+        .op = hdr->op,
+        .tag_dtype = hdr->tag_dtype,
+        .reserved0 = 0,
+        .count_be = htobe32(hdr->count),
+        .payload_len_be = htobe32(hdr->payload_len),
+        .reserved1 = 0,
+    };
+
+    memcpy(buf, &raw, sizeof(raw));
+}
+
+void shp_wire_hdr_unpack(const void *buf, shp_wire_hdr_t *hdr)
+{
+    shp_wire_hdr_raw_t raw;
+
+    memcpy(&raw, buf, sizeof(raw));
+    hdr->version = raw.version;
+    hdr->opcode = raw.opcode;
+    hdr->flags = be16toh(raw.flags_be);
+    hdr->tree_id = be16toh(raw.tree_id_be);
+    hdr->status = (int16_t)be16toh(raw.status_be);
+    hdr->group_id = be32toh(raw.group_id_be);
+    hdr->seq = be32toh(raw.seq_be);
+    hdr->dtype = raw.dtype;
+    hdr->op = raw.op;
+    hdr->tag_dtype = raw.tag_dtype;
+    hdr->count = be32toh(raw.count_be);
+    hdr->payload_len = be32toh(raw.payload_len_be);
+}
+
+void shp_wire_join_pack(const shp_wire_join_t *join, void *buf)
+{
+    shp_wire_join_raw_t raw;
+
+    raw.job_id_be = htobe64(join->job_id);
+    memcpy(raw.job_key, join->job_key, sizeof(raw.job_key));
+    raw.child_index_be = htobe32(join->child_index);
+    raw.reserved = 0;
+    memcpy(buf, &raw, sizeof(raw));
+}
+
+void shp_wire_join_unpack(const void *buf, shp_wire_join_t *join)
+{
+    shp_wire_join_raw_t raw;
+
+    memcpy(&raw, buf, sizeof(raw));
+    join->job_id = be64toh(raw.job_id_be);
+    memcpy(join->job_key, raw.job_key, sizeof(join->job_key));
+    join->child_index = be32toh(raw.child_index_be);
+}
+
+void shp_wire_hdr_init_agg(shp_wire_hdr_t *hdr, shp_wire_opcode_t opcode,
+                           uint16_t tree_id, uint32_t group_id, uint32_t seq,
+                           const shp_reduce_desc_t *desc, uint32_t count)
+{
+    memset(hdr, 0, sizeof(*hdr));
+    hdr->version = SHP_WIRE_VERSION;
+    hdr->opcode = (uint8_t)opcode;
+    hdr->tree_id = tree_id;
+    hdr->group_id = group_id;
+    hdr->seq = seq;
+    hdr->dtype = (uint8_t)desc->dtype;
+    hdr->op = (uint8_t)desc->op;
+    hdr->tag_dtype = (uint8_t)desc->tag_dtype;
+    hdr->count = count;
+    hdr->payload_len = (uint32_t)(count * shp_reduce_elem_size(desc));
+}
+
+static const char *const shp_wire_opcode_names[SHP_WIRE_OP_LAST] = {
+    [SHP_WIRE_OP_AGG_REQ] = "agg_req",
+    [SHP_WIRE_OP_AGG_RESULT] = "agg_result",
+    [SHP_WIRE_OP_ERROR] = "error",
+    [SHP_WIRE_OP_RETRANS_REQ] = "retrans_req",
+    [SHP_WIRE_OP_GROUP_JOIN] = "group_join",
+    [SHP_WIRE_OP_GROUP_JOIN_ACK] = "group_join_ack",
+};
+
+const char *shp_wire_opcode_name(unsigned opcode)
+{
+    if (opcode == 0 || opcode >= SHP_WIRE_OP_LAST) {
+        return "unknown";
+    }
+    return shp_wire_opcode_names[opcode];
+}
+
+static shp_status_t shp_wire_reject(shp_status_t status, const char *reason,
+                                    const char **why)
+{
+    if (why != NULL) {
+        *why = reason;
+    }
+    return status;
+}
+
+/* What every header must satisfy, before its payload is even read. */
+static shp_status_t shp_wire_check_start(const shp_wire_hdr_t *hdr,
+                                         uint32_t max_payload,
+                                         const char **why)
+{
+    if (hdr->version != SHP_WIRE_VERSION) {
+        return shp_wire_reject(SHP_ERR_VERSION, "unknown protocol version",
+                               why);
+    }
+    if (hdr->opcode == 0 || hdr->opcode >= SHP_WIRE_OP_LAST) {
+        return shp_wire_reject(SHP_ERR_PROTO, "unknown opcode", why);
+    }
+    if (hdr->payload_len > max_payload) {
+        return shp_wire_reject(SHP_ERR_TOO_LARGE,
+                               "payload above the negotiated maximum", why);
+    }
+    return SHP_OK;
+}
+
+shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr, size_t msg_len,
+                               uint32_t max_payload, const char **why)
+{
+    shp_reduce_desc_t desc;
+    shp_status_t status;
+    size_t esize;
+
+    status = shp_wire_check_start(hdr, max_payload, why);
+    if (status != SHP_OK) {
+        return status;
+    }
+    if (msg_len != SHP_WIRE_HDR_LEN + (size_t)hdr->payload_len) {
+        return shp_wire_reject(SHP_ERR_PROTO,
+                               "message length does not match payload_len",
+                               why);
+    }
+    if (hdr->flags & ~SHP_WIRE_F_KNOWN) {
+        return shp_wire_reject(SHP_ERR_PROTO, "unknown flags", why);
+    }
+
+    switch (hdr->opcode) {
+    case SHP_WIRE_OP_AGG_REQ:
+    case SHP_WIRE_OP_AGG_RESULT:
+        if (hdr->flags & SHP_WIRE_F_BARRIER) {
+            if (hdr->count != 0 || hdr->payload_len != 0) {
+                return shp_wire_reject(SHP_ERR_PROTO,
+                                       "barrier with a payload", why);
+            }
+            return SHP_OK;
+        }
+        desc.dtype = hdr->dtype;
+        desc.op = hdr->op;
+        desc.tag_dtype = hdr->tag_dtype;
+        status = shp_reduce_desc_check(&desc, why);
+        if (status != SHP_OK) {
+            return status;
+        }
+        esize = shp_reduce_elem_size(&desc);
+        if ((uint64_t)hdr->count * esize != hdr->payload_len) {
+            return shp_wire_reject(SHP_ERR_PROTO,
+                                   "count x element size != payload_len", why);
+        }
+        return SHP_OK;
+    case SHP_WIRE_OP_ERROR:
+        if (hdr->status >= 0) {
+            return shp_wire_reject(SHP_ERR_PROTO,
+                                   "error message without an error status",
+                                   why);
+        }
+        if (hdr->count != 0 || hdr->payload_len > SHP_WIRE_ERR_MSG_MAX) {
+            return shp_wire_reject(SHP_ERR_PROTO, "error text too long", why);
+        }
+        return SHP_OK;
+    case SHP_WIRE_OP_RETRANS_REQ:
+        if (hdr->count != 0 || hdr->payload_len != 0) {
+            return shp_wire_reject(SHP_ERR_PROTO,
+                                   "retransmit request with a payload", why);
+        }
+        return SHP_OK;
+    case SHP_WIRE_OP_GROUP_JOIN:
+        if (hdr->payload_len != SHP_WIRE_JOIN_LEN) {
+            return shp_wire_reject(SHP_ERR_PROTO, "join of the wrong size",
+                                   why);
+        }
+        return SHP_OK;
+    case SHP_WIRE_OP_GROUP_JOIN_ACK:
+        if (hdr->count != 0 || hdr->payload_len != 0) {
+            return shp_wire_reject(SHP_ERR_PROTO, "join ack with a payload",
+                                   why);
+        }
+        return SHP_OK;
+    default:
+        return shp_wire_reject(SHP_ERR_PROTO, "unknown opcode", why);
+    }
+}
+
+shp_status_t shp_wire_frame_len(const void *buf, size_t avail,
+                                uint32_t max_payload, size_t *len)
+{
+    shp_wire_hdr_t hdr;
+    shp_status_t status;
+
+    if (avail < SHP_WIRE_HDR_LEN) {
+        return SHP_INPROGRESS;
+    }
+    shp_wire_hdr_unpack(buf, &hdr);
+    status = shp_wire_check_start(&hdr, max_payload, NULL);
+    if (status != SHP_OK) {
+        return status;
+    }
+    *len = SHP_WIRE_HDR_LEN + (size_t)hdr.payload_len;
+    return SHP_OK;
+}
+
+static void shp_wire_bswap(uint8_t *p, size_t size)
+{
+    uint16_t v16;
+    uint32_t v32;
+    uint64_t v64;
+
+    switch (size) {
+    case 2:
+        memcpy(&v16, p, 2);
+        v16 = __builtin_bswap16(v16);
+        memcpy(p, &v16, 2);
+        break;
+    case 4:
+        memcpy(&v32, p, 4);
+        v32 = __builtin_bswap32(v32);
+        memcpy(p, &v32, 4);
+        break;
+    case 8:
+        memcpy(&v64, p, 8);
+        v64 = __builtin_bswap64(v64);
+        memcpy(p, &v64, 8);
+        break;
+    default:
+        break;
+    }
+}
+
+void shp_wire_bswap_elems(const shp_reduce_desc_t *desc, void *buf,
+                          size_t count)
+{
+    size_t vs = shp_dtype_size(desc->dtype);
+    size_t ts = shp_op_is_loc(desc->op) ? shp_dtype_size(desc->tag_dtype) : 0;
+    uint8_t *p = buf;
+    size_t i;
+
+    for (i = 0; i < count; i++, p += vs + ts) {
+        shp_wire_bswap(p, vs);
+        shp_wire_bswap(p + vs, ts);
+    }
+}
+
+void shp_wire_payload_swap(const shp_reduce_desc_t *desc, void *buf,
+                           size_t count)
+{
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    shp_wire_bswap_elems(desc, buf, count);
+#else
+    (void)desc;
+    (void)buf;
+    (void)count;
+#endif
+}

@@ -1,0 +1,157 @@
+/*
+ * The data-path wire format: fixed binary headers between clients and
+ * aggregation nodes and between ANs.
+ *
+ * Every message is a 32-byte header followed by `payload_len` bytes of
+ * payload.  Header fields are big-endian (network order); reduction payloads
+ * are little-endian.  Packing and unpacking live in wire.c, nowhere else.
+ *
+ *  off size field
+ *    0  1   version      SHP_WIRE_VERSION
+ *    1  1   opcode       shp_wire_opcode_t
+ *    2  2   flags        SHP_WIRE_F_*
+ *    4  2   tree_id
+ *    6  2   status       int16 shp_status_t (ERROR, JOIN_ACK), else 0
+ *    8  4   group_id
+ *   12  4   seq          operation sequence number (per group)
+ *   16  1   dtype        shp_dtype_t
+ *   17  1   op           shp_op_t
+ *   18  1   tag_dtype    shp_dtype_t, MINLOC/MAXLOC only, else NULL
+ *   19  1   reserved     0 on send, ignored on receive
+ *   20  4   count        elements
+ *   24  4   payload_len  bytes after the header
+ *   28  4   reserved     0 on send, ignored on receive
+ *
+ * Version history (never reuse a retired value or bit):
+ *   1  first version.
+ */
+#ifndef SHP_COMMON_WIRE_H
+#define SHP_COMMON_WIRE_H
+
+#include "common/reduce.h"
+#include "common/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHP_WIRE_VERSION 1
+#define SHP_WIRE_HDR_LEN 32
+#define SHP_WIRE_JOIN_LEN 48
+#define SHP_WIRE_JOB_KEY_LEN 32
+#define SHP_WIRE_ERR_MSG_MAX 256
+
+typedef enum shp_wire_opcode {
+    SHP_WIRE_OP_AGG_REQ = 1,        /* child -> parent: payload to reduce */
+    SHP_WIRE_OP_AGG_RESULT = 2,     /* parent -> child / multicast: result */
+    SHP_WIRE_OP_ERROR = 3,          /* either way: status + text */
+    SHP_WIRE_OP_RETRANS_REQ = 4,    /* member -> AN: resend result `seq` */
+    SHP_WIRE_OP_GROUP_JOIN = 5,     /* child -> AN: join, with the job key */
+    SHP_WIRE_OP_GROUP_JOIN_ACK = 6, /* AN -> child: status of the join */
+    SHP_WIRE_OP_LAST
+} shp_wire_opcode_t;
+
+/* flags */
+#define SHP_WIRE_F_MCAST (1u << 0)   /* result sent by multicast */
+#define SHP_WIRE_F_RETRANS (1u << 1) /* result resent on request */
+#define SHP_WIRE_F_BARRIER (1u << 2) /* no payload: a barrier */
+#define SHP_WIRE_F_KNOWN (SHP_WIRE_F_MCAST | SHP_WIRE_F_RETRANS | SHP_WIRE_F_BARRIER)
+
+/* A header in host order, unpacked. */
+typedef struct shp_wire_hdr {
+    uint8_t version;
+    uint8_t opcode;
+    uint16_t flags;
+    uint16_t tree_id;
+    int16_t status;
+    uint32_t group_id;
+    uint32_t seq;
+    uint8_t dtype;
+    uint8_t op;
+    uint8_t tag_dtype;
+    uint32_t count;
+    uint32_t payload_len;
+} shp_wire_hdr_t;
+
+/* The header as it lies on the wire. */
+typedef struct __attribute__((packed)) shp_wire_hdr_raw {
+    uint8_t version;
+    uint8_t opcode;
+    uint16_t flags_be;
+    uint16_t tree_id_be;
+    uint16_t status_be;
+    uint32_t group_id_be;
+    uint32_t seq_be;
+    uint8_t dtype;
+    uint8_t op;
+    uint8_t tag_dtype;
+    uint8_t reserved0;
+    uint32_t count_be;
+    uint32_t payload_len_be;
+    uint32_t reserved1;
+} shp_wire_hdr_raw_t;
+_Static_assert(sizeof(shp_wire_hdr_raw_t) == SHP_WIRE_HDR_LEN,
+               "wire header is 32 bytes");
+
+/* GROUP_JOIN payload, unpacked. */
+typedef struct shp_wire_join {
+    uint64_t job_id;
+    uint8_t job_key[SHP_WIRE_JOB_KEY_LEN];
+    uint32_t child_index; /* this member's place among the AN's children */
+} shp_wire_join_t;
+
+typedef struct __attribute__((packed)) shp_wire_join_raw {
+    uint64_t job_id_be;
+    uint8_t job_key[SHP_WIRE_JOB_KEY_LEN];
+    uint32_t child_index_be;
+    uint32_t reserved;
+} shp_wire_join_raw_t;
+_Static_assert(sizeof(shp_wire_join_raw_t) == SHP_WIRE_JOIN_LEN,
+               "join payload is 48 bytes");
+
+/* Writes exactly SHP_WIRE_HDR_LEN bytes (reserved fields zero). */
+void shp_wire_hdr_pack(const shp_wire_hdr_t *hdr, void *buf);
+/* Reads SHP_WIRE_HDR_LEN bytes; never fails (validate after). */
+void shp_wire_hdr_unpack(const void *buf, shp_wire_hdr_t *hdr);
+
+void shp_wire_join_pack(const shp_wire_join_t *join, void *buf);
+void shp_wire_join_unpack(const void *buf, shp_wire_join_t *join);
+
+/* Fill a header for a reduction message (AGG_REQ / AGG_RESULT). */
+void shp_wire_hdr_init_agg(shp_wire_hdr_t *hdr, shp_wire_opcode_t opcode,
+                           uint16_t tree_id, uint32_t group_id, uint32_t seq,
+                           const shp_reduce_desc_t *desc, uint32_t count);
+
+/*
+ * Checks a received message: `msg_len` is the number of bytes it occupies
+ * (header + payload), `max_payload` the negotiated maximum.  Rejects an
+ * unknown version (SHP_ERR_VERSION) or opcode, a length mismatch, count x
+ * element size != payload_len, a dtype/op combination that makes no sense
+ * (SHP_ERR_UNSUPPORTED), a payload above the maximum (SHP_ERR_TOO_LARGE).
+ * The reason goes to *why if not NULL.
+ */
+SHP_WUR shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr,
+                                       size_t msg_len, uint32_t max_payload,
+                                       const char **why);
+
+/*
+ * For stream transports: given the first `avail` bytes of a stream, the
+ * total length of the next message.  SHP_INPROGRESS if fewer than
+ * SHP_WIRE_HDR_LEN bytes are there; an error if the header cannot start a
+ * valid message (bad version or opcode, payload above max_payload).
+ */
+SHP_WUR shp_status_t shp_wire_frame_len(const void *buf, size_t avail,
+                                        uint32_t max_payload, size_t *len);
+
+/* Convert `count` elements between host order and the little-endian wire
+ * order (the same operation both ways; nothing to do on little-endian
+ * hosts). */
+void shp_wire_payload_swap(const shp_reduce_desc_t *desc, void *buf,
+                           size_t count);
+/* Byte-swap every element unconditionally (what payload_swap does on a
+ * big-endian host). */
+void shp_wire_bswap_elems(const shp_reduce_desc_t *desc, void *buf,
+                          size_t count);
+
+const char *shp_wire_opcode_name(unsigned opcode);
+
+#endif
