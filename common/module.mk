@@ -6,6 +6,7 @@ COMMON_SRCS := \
 	common/time.c \
 	common/reduce.c \
 	common/wire.c \
+	common/config.c \
 	common/reduce_generic.c \
 	common/reduce_avx2.c \
 	common/reduce_avx512.c
