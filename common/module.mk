@@ -7,6 +7,9 @@ COMMON_SRCS := \
 	common/reduce.c \
 	common/wire.c \
 	common/config.c \
+	common/net.c \
+	common/conn.c \
+	common/ctl.c \
 	common/reduce_generic.c \
 	common/reduce_avx2.c \
 	common/reduce_avx512.c

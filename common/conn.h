@@ -1,0 +1,152 @@
+/*
+ * A framed, non-blocking stream connection on a libev loop.
+ *
+ * Framing is pluggable (frame_len): the control plane uses it with
+ * length-prefixed JSON frames (ctl.h), the data path with wire headers.
+ * Reads are batched (one read() may deliver many frames); writes are queued
+ * and flushed once before the loop sleeps (an ev_prepare watcher), or at
+ * once when the queue passes a high-water mark.  A keepalive timer closes
+ * the connection when nothing was received for `interval x misses` and asks
+ * the protocol to send something when the link was idle for `interval`.
+ *
+ * Lifetime: ops->on_close is called exactly once for every connection that
+ * was opened or connected, as its last callback; the owner may free the
+ * connection there.  If the owner calls shp_conn_close() from on_frame, the
+ * close completes (and on_close runs) when on_frame returns.
+ */
+#ifndef SHP_COMMON_CONN_H
+#define SHP_COMMON_CONN_H
+
+#include "common/net.h"
+#include "common/status.h"
+
+#include <ev.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct shp_conn shp_conn_t;
+
+typedef struct shp_conn_ops {
+    /* Length of the frame starting at buf (SHP_INPROGRESS: need more
+     * bytes; an error closes the connection with that status). */
+    shp_status_t (*frame_len)(shp_conn_t *conn, const void *buf, size_t avail,
+                              size_t *len);
+    void (*on_frame)(shp_conn_t *conn, const void *frame, size_t len);
+    void (*on_connect)(shp_conn_t *conn); /* may be NULL */
+    void (*on_close)(shp_conn_t *conn, shp_status_t reason);
+    void (*on_idle)(shp_conn_t *conn); /* send a keepalive; may be NULL */
+} shp_conn_ops_t;
+
+typedef enum shp_conn_state {
+    SHP_CONN_IDLE = 0,
+    SHP_CONN_CONNECTING,
+    SHP_CONN_OPEN,
+    SHP_CONN_CLOSED,
+} shp_conn_state_t;
+
+typedef struct shp_conn_stats {
+    uint64_t frames_in, frames_out, bytes_in, bytes_out, read_calls,
+        write_calls;
+} shp_conn_stats_t;
+
+struct shp_conn {
+    struct ev_loop *loop;
+    const shp_conn_ops_t *ops;
+    void *arg; /* the owner's */
+    int fd;
+    shp_conn_state_t state;
+    ev_io rio;
+    ev_io wio;
+    ev_prepare flush_w;
+    ev_timer ka_timer;
+    /* read side */
+    uint8_t *rbuf;
+    size_t rlen, rcap, max_frame;
+    /* write side */
+    uint8_t *wbuf;
+    size_t woff, wlen, wcap, max_queued;
+    /* keepalive */
+    double ka_interval;
+    unsigned ka_misses;
+    uint64_t last_rx_ns, last_tx_ns;
+    /* deferred close while dispatching frames */
+    int dispatching;
+    int close_pending;
+    shp_status_t close_reason;
+    shp_conn_stats_t stats;
+    char peer[64]; /* for log messages */
+};
+
+/* Queue limits (bytes). */
+#define SHP_CONN_HIGH_WATER (256 * 1024)
+#define SHP_CONN_DEFAULT_MAX_QUEUED (64u * 1024 * 1024)
+
+void shp_conn_init(shp_conn_t *conn, struct ev_loop *loop,
+                   const shp_conn_ops_t *ops, void *arg, size_t max_frame);
+
+/* Adopt a connected socket (accepted, or from socketpair()). */
+SHP_WUR shp_status_t shp_conn_open_fd(shp_conn_t *conn, int fd);
+
+/* Connect without blocking: on_connect when done, on_close(reason) if it
+ * fails.  Frames sent meanwhile are queued. */
+SHP_WUR shp_status_t shp_conn_connect(shp_conn_t *conn,
+                                      const shp_sockaddr_t *addr,
+                                      const shp_sockaddr_t *bind_addr);
+
+/* interval <= 0 disables. */
+void shp_conn_set_keepalive(shp_conn_t *conn, double interval_s,
+                            unsigned misses);
+
+/* Queue `a` then `b` (either may be empty) as one frame's bytes.
+ * SHP_ERR_NO_RESOURCE if the peer does not read and the queue is full;
+ * SHP_ERR_CLOSED after close. */
+SHP_WUR shp_status_t shp_conn_send(shp_conn_t *conn, const void *a,
+                                   size_t alen, const void *b, size_t blen);
+
+/* Write what is queued now (normally done before the loop sleeps). */
+void shp_conn_flush(shp_conn_t *conn);
+
+/* Close: stops watchers, closes the socket, frees buffers, then calls
+ * on_close(reason) (deferred while inside on_frame).  Idempotent. */
+void shp_conn_close(shp_conn_t *conn, shp_status_t reason);
+
+static inline int shp_conn_is_open(const shp_conn_t *conn)
+{
+    return conn->state == SHP_CONN_OPEN || conn->state == SHP_CONN_CONNECTING;
+}
+
+/* Accepting connections. */
+typedef struct shp_listener shp_listener_t;
+typedef void (*shp_accept_cb_t)(shp_listener_t *listener, int fd,
+                                const shp_sockaddr_t *peer);
+
+struct shp_listener {
+    struct ev_loop *loop;
+    int fd;
+    ev_io io;
+    ev_timer pause; /* out of descriptors: retry later */
+    shp_accept_cb_t on_accept;
+    void *arg;
+    shp_sockaddr_t addr; /* bound address (port filled in) */
+};
+
+SHP_WUR shp_status_t shp_listener_start(shp_listener_t *listener,
+                                        struct ev_loop *loop,
+                                        const shp_sockaddr_t *addr,
+                                        shp_accept_cb_t on_accept, void *arg);
+void shp_listener_stop(shp_listener_t *listener);
+
+/* SIGTERM/SIGINT -> on_stop, SIGHUP -> on_reload; SIGPIPE ignored. */
+typedef struct shp_signals {
+    ev_signal term, intr, hup;
+    void (*on_stop)(void *arg, int signum);
+    void (*on_reload)(void *arg);
+    void *arg;
+} shp_signals_t;
+
+void shp_signals_start(shp_signals_t *sig, struct ev_loop *loop,
+                       void (*on_stop)(void *arg, int signum),
+                       void (*on_reload)(void *arg), void *arg);
+void shp_signals_stop(shp_signals_t *sig, struct ev_loop *loop);
+
+#endif

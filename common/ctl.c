@@ -1,0 +1,346 @@
+/* Control-plane framing and JSON message codec (see ctl.h). */
+#include "common/ctl.h"
+
+#include <endian.h>
+#include <stdlib.h>
+#include <string.h>
+
+void shp_ctl_hdr_pack(uint8_t type, uint32_t length, void *buf)
+{
+    uint8_t *p = buf;
+    uint16_t magic = htobe16(SHP_CTL_MAGIC);
+    uint32_t len_be = htobe32(length);
+
+    memcpy(p, &magic, 2);
+    p[2] = SHP_CTL_VERSION;
+    p[3] = type;
+    memcpy(p + 4, &len_be, 4);
+}
+
+static shp_status_t shp_ctl_reject(shp_status_t status, const char *reason,
+                                   const char **why)
+{
+    if (why != NULL) {
+        *why = reason;
+    }
+    return status;
+}
+
+shp_status_t shp_ctl_hdr_unpack(const void *buf, uint8_t *type,
+                                uint32_t *length, const char **why)
+{
+    const uint8_t *p = buf;
+    uint16_t magic;
+    uint32_t len;
+
+    memcpy(&magic, p, 2);
+    memcpy(&len, p + 4, 4);
+    if (be16toh(magic) != SHP_CTL_MAGIC) {
+        return shp_ctl_reject(SHP_ERR_PROTO, "bad magic: not a sharp peer",
+                              why);
+    }
+    if (p[2] != SHP_CTL_VERSION) {
+        return shp_ctl_reject(SHP_ERR_VERSION,
+                              "unsupported control protocol version", why);
+    }
+    if (p[3] < SHP_CTL_FRAME_MSG || p[3] > SHP_CTL_FRAME_PONG) {
+        return shp_ctl_reject(SHP_ERR_PROTO, "unknown frame type", why);
+    }
+    len = be32toh(len);
+    if (len > SHP_CTL_MAX_FRAME - SHP_CTL_HDR_LEN) {
+        return shp_ctl_reject(SHP_ERR_TOO_LARGE, "frame too large", why);
+    }
+    if (p[3] != SHP_CTL_FRAME_MSG && len != 0) {
+        return shp_ctl_reject(SHP_ERR_PROTO, "ping/pong with a body", why);
+    }
+    *type = p[3];
+    *length = len;
+    return SHP_OK;
+}
+
+shp_status_t shp_ctl_frame_len(shp_conn_t *conn, const void *buf,
+                               size_t avail, size_t *len)
+{
+    uint32_t length;
+    uint8_t type;
+    shp_status_t status;
+
+    (void)conn;
+    if (avail < SHP_CTL_HDR_LEN) {
+        return SHP_INPROGRESS;
+    }
+    status = shp_ctl_hdr_unpack(buf, &type, &length, NULL);
+    if (status != SHP_OK) {
+        return status;
+    }
+    *len = SHP_CTL_HDR_LEN + (size_t)length;
+    return SHP_OK;
+}
+
+const char *shp_ctl_type(const json_t *msg)
+{
+    const char *type = json_string_value(json_object_get(msg, "type"));
+
+    return type ? type : "";
+}
+
+shp_status_t shp_ctl_encode(const json_t *msg, uint8_t **frame, size_t *len)
+{
+    size_t body;
+    uint8_t *buf;
+
+    if (!json_is_object(msg) ||
+        !json_is_string(json_object_get(msg, "type"))) {
+        return SHP_ERR_INVALID_PARAM;
+    }
+    body = json_dumpb(msg, NULL, 0, JSON_COMPACT);
+    if (body == 0 || body > SHP_CTL_MAX_FRAME - SHP_CTL_HDR_LEN) {
+        return body == 0 ? SHP_ERR_INVALID_PARAM : SHP_ERR_TOO_LARGE;
+    }
+    buf = malloc(SHP_CTL_HDR_LEN + body);
+    if (buf == NULL) {
+        return SHP_ERR_NO_MEMORY;
+    }
+    if (json_dumpb(msg, (char *)buf + SHP_CTL_HDR_LEN, body, JSON_COMPACT) !=
+        body) {
+        free(buf);
+        return SHP_ERR_INVALID_PARAM;
+    }
+    shp_ctl_hdr_pack(SHP_CTL_FRAME_MSG, (uint32_t)body, buf);
+    *frame = buf;
+    *len = SHP_CTL_HDR_LEN + body;
+    return SHP_OK;
+}
+
+shp_status_t shp_ctl_decode(const void *frame, size_t len, uint8_t *type,
+                            json_t **msg, const char **why)
+{
+    json_error_t jerr;
+    uint32_t length;
+    shp_status_t status;
+    json_t *obj;
+
+    if (len < SHP_CTL_HDR_LEN) {
+        return shp_ctl_reject(SHP_ERR_PROTO, "truncated frame", why);
+    }
+    status = shp_ctl_hdr_unpack(frame, type, &length, why);
+    if (status != SHP_OK) {
+        return status;
+    }
+    if ((size_t)length != len - SHP_CTL_HDR_LEN) {
+        return shp_ctl_reject(SHP_ERR_PROTO, "frame length mismatch", why);
+    }
+    if (*type != SHP_CTL_FRAME_MSG) {
+        *msg = NULL;
+        return SHP_OK;
+    }
+    /* JSON_DISALLOW_NULL not set: NUL bytes inside the body are refused
+     * by json_loadb as invalid UTF-8 / trailing data */
+    obj = json_loadb((const char *)frame + SHP_CTL_HDR_LEN, length,
+                     JSON_REJECT_DUPLICATES, &jerr);
+    if (obj == NULL) {
+        return shp_ctl_reject(SHP_ERR_PARSE, "body is not valid JSON", why);
+    }
+    if (!json_is_object(obj)) {
+        json_decref(obj);
+        return shp_ctl_reject(SHP_ERR_PROTO, "body is not a JSON object",
+                              why);
+    }
+    if (!json_is_string(json_object_get(obj, "type")) ||
+        json_string_length(json_object_get(obj, "type")) == 0) {
+        json_decref(obj);
+        return shp_ctl_reject(SHP_ERR_PROTO, "message without a \"type\"",
+                              why);
+    }
+    *msg = obj;
+    return SHP_OK;
+}
+
+shp_status_t shp_ctl_send(shp_conn_t *conn, const json_t *msg)
+{
+    shp_status_t status;
+    uint8_t *frame;
+    size_t len;
+
+    status = shp_ctl_encode(msg, &frame, &len);
+    if (status != SHP_OK) {
+        return status;
+    }
+    status = shp_conn_send(conn, frame, len, NULL, 0);
+    free(frame);
+    return status;
+}
+
+shp_status_t shp_ctl_send_frame(shp_conn_t *conn, uint8_t type)
+{
+    uint8_t hdr[SHP_CTL_HDR_LEN];
+
+    shp_ctl_hdr_pack(type, 0, hdr);
+    return shp_conn_send(conn, hdr, sizeof(hdr), NULL, 0);
+}
+
+/* Typed getters ------------------------------------------------------------ */
+
+static shp_status_t shp_json_member(const json_t *obj, const char *key,
+                                    json_t **out, const char **why)
+{
+    json_t *v = json_is_object(obj) ? json_object_get(obj, key) : NULL;
+
+    if (v == NULL) {
+        return shp_ctl_reject(SHP_ERR_PROTO, key, why);
+    }
+    *out = v;
+    return SHP_OK;
+}
+
+shp_status_t shp_json_get_str(const json_t *obj, const char *key,
+                              const char **out, const char **why)
+{
+    json_t *v;
+
+    if (shp_json_member(obj, key, &v, why) != SHP_OK || !json_is_string(v)) {
+        return shp_ctl_reject(SHP_ERR_PROTO, key, why);
+    }
+    *out = json_string_value(v);
+    return SHP_OK;
+}
+
+shp_status_t shp_json_get_u64(const json_t *obj, const char *key,
+                              uint64_t *out, const char **why)
+{
+    json_t *v;
+
+    /* jansson integers are signed 64-bit: u64 values above INT64_MAX
+     * travel as decimal strings */
+    if (shp_json_member(obj, key, &v, why) != SHP_OK) {
+        return SHP_ERR_PROTO;
+    }
+    if (json_is_integer(v) && json_integer_value(v) >= 0) {
+        *out = (uint64_t)json_integer_value(v);
+        return SHP_OK;
+    }
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        char *end;
+        unsigned long long u;
+        if (*s >= '0' && *s <= '9') {
+            u = strtoull(s, &end, 10);
+            if (*end == '\0') {
+                *out = u;
+                return SHP_OK;
+            }
+        }
+    }
+    return shp_ctl_reject(SHP_ERR_PROTO, key, why);
+}
+
+shp_status_t shp_json_get_int(const json_t *obj, const char *key, int64_t min,
+                              int64_t max, int64_t *out, const char **why)
+{
+    json_t *v;
+    json_int_t i;
+
+    if (shp_json_member(obj, key, &v, why) != SHP_OK || !json_is_integer(v)) {
+        return shp_ctl_reject(SHP_ERR_PROTO, key, why);
+    }
+    i = json_integer_value(v);
+    if (i < min || i > max) {
+        return shp_ctl_reject(SHP_ERR_PROTO, key, why);
+    }
+    *out = i;
+    return SHP_OK;
+}
+
+shp_status_t shp_json_get_bool(const json_t *obj, const char *key, int *out,
+                               const char **why)
+{
+    json_t *v;
+
+    if (shp_json_member(obj, key, &v, why) != SHP_OK || !json_is_boolean(v)) {
+        return shp_ctl_reject(SHP_ERR_PROTO, key, why);
+    }
+    *out = json_is_true(v);
+    return SHP_OK;
+}
+
+shp_status_t shp_json_get_array(const json_t *obj, const char *key,
+                                json_t **out, const char **why)
+{
+    json_t *v;
+
+    if (shp_json_member(obj, key, &v, why) != SHP_OK || !json_is_array(v)) {
+        return shp_ctl_reject(SHP_ERR_PROTO, key, why);
+    }
+    *out = v;
+    return SHP_OK;
+}
+
+shp_status_t shp_json_get_object(const json_t *obj, const char *key,
+                                 json_t **out, const char **why)
+{
+    json_t *v;
+
+    if (shp_json_member(obj, key, &v, why) != SHP_OK || !json_is_object(v)) {
+        return shp_ctl_reject(SHP_ERR_PROTO, key, why);
+    }
+    *out = v;
+    return SHP_OK;
+}
+
+static int shp_hex_val(char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+shp_status_t shp_json_get_hex(const json_t *obj, const char *key, void *out,
+                              size_t len, const char **why)
+{
+    uint8_t *o = out;
+    const char *s;
+    size_t i;
+
+    if (shp_json_get_str(obj, key, &s, why) != SHP_OK ||
+        strlen(s) != 2 * len) {
+        return shp_ctl_reject(SHP_ERR_PROTO, key, why);
+    }
+    for (i = 0; i < len; i++) {
+        int hi = shp_hex_val(s[2 * i]), lo = shp_hex_val(s[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            return shp_ctl_reject(SHP_ERR_PROTO, key, why);
+        }
+    }
+    for (i = 0; i < len; i++) {
+        o[i] = (uint8_t)(shp_hex_val(s[2 * i]) << 4 | shp_hex_val(s[2 * i + 1]));
+    }
+    return SHP_OK;
+}
+
+json_t *shp_json_hex(const void *data, size_t len)
+{
+    static const char digits[] = "0123456789abcdef";
+    const uint8_t *d = data;
+    char *s = malloc(2 * len + 1);
+    json_t *j;
+    size_t i;
+
+    if (s == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < len; i++) {
+        s[2 * i] = digits[d[i] >> 4];
+        s[2 * i + 1] = digits[d[i] & 15];
+    }
+    s[2 * len] = '\0';
+    j = json_string(s);
+    free(s);
+    return j;
+}

@@ -1,0 +1,85 @@
+/*
+ * Control-plane messages: length-prefixed, versioned frames carrying JSON
+ * objects (jansson), between sharpd, the AM, the ANs and sharpctl.
+ *
+ * Frame: an 8-byte header, then `length` bytes.
+ *   off size
+ *     0  2   magic 0x5348 ("SH"), big-endian
+ *     2  1   version SHP_CTL_VERSION
+ *     3  1   type: 1 message (JSON object), 2 ping, 3 pong
+ *     4  4   length, big-endian
+ * A message is a JSON object with a string member "type" naming it
+ * ("an_register", "group_add", ...) and, for requests, an integer "id" the
+ * answer echoes.  Decoders reject anything else with a status and a reason,
+ * never crash: not JSON, not an object, duplicate keys, no "type".
+ *
+ * Version history:
+ *   1  first version.
+ */
+#ifndef SHP_COMMON_CTL_H
+#define SHP_COMMON_CTL_H
+
+#include "common/conn.h"
+#include "common/status.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+#define SHP_CTL_MAGIC 0x5348u
+#define SHP_CTL_VERSION 1
+#define SHP_CTL_HDR_LEN 8
+#define SHP_CTL_MAX_FRAME (4u * 1024 * 1024)
+
+typedef enum shp_ctl_frame_type {
+    SHP_CTL_FRAME_MSG = 1,
+    SHP_CTL_FRAME_PING = 2,
+    SHP_CTL_FRAME_PONG = 3,
+} shp_ctl_frame_type_t;
+
+/* Header <-> bytes. */
+void shp_ctl_hdr_pack(uint8_t type, uint32_t length, void *buf);
+SHP_WUR shp_status_t shp_ctl_hdr_unpack(const void *buf, uint8_t *type,
+                                        uint32_t *length, const char **why);
+
+/* conn framing for control connections (shp_conn_ops_t.frame_len). */
+SHP_WUR shp_status_t shp_ctl_frame_len(shp_conn_t *conn, const void *buf,
+                                       size_t avail, size_t *len);
+
+/* Encode `msg` (a JSON object with a "type") into a newly allocated frame. */
+SHP_WUR shp_status_t shp_ctl_encode(const json_t *msg, uint8_t **frame,
+                                    size_t *len);
+
+/* Decode one whole frame.  For SHP_CTL_FRAME_MSG *msg gets a new reference
+ * (json_decref it); for ping/pong *msg is NULL. */
+SHP_WUR shp_status_t shp_ctl_decode(const void *frame, size_t len,
+                                    uint8_t *type, json_t **msg,
+                                    const char **why);
+
+/* Send a message / a bare ping or pong on a connection. */
+SHP_WUR shp_status_t shp_ctl_send(shp_conn_t *conn, const json_t *msg);
+SHP_WUR shp_status_t shp_ctl_send_frame(shp_conn_t *conn, uint8_t type);
+
+/* The message's "type" (never NULL after a successful decode). */
+const char *shp_ctl_type(const json_t *msg);
+
+/* Typed, checked access to members.  Missing or of the wrong type:
+ * SHP_ERR_PROTO, and *why (if not NULL) names the member. */
+SHP_WUR shp_status_t shp_json_get_str(const json_t *obj, const char *key,
+                                      const char **out, const char **why);
+SHP_WUR shp_status_t shp_json_get_u64(const json_t *obj, const char *key,
+                                      uint64_t *out, const char **why);
+SHP_WUR shp_status_t shp_json_get_int(const json_t *obj, const char *key,
+                                      int64_t min, int64_t max, int64_t *out,
+                                      const char **why);
+SHP_WUR shp_status_t shp_json_get_bool(const json_t *obj, const char *key,
+                                       int *out, const char **why);
+SHP_WUR shp_status_t shp_json_get_array(const json_t *obj, const char *key,
+                                        json_t **out, const char **why);
+SHP_WUR shp_status_t shp_json_get_object(const json_t *obj, const char *key,
+                                         json_t **out, const char **why);
+/* Fixed-length binary as lowercase hex (job keys, GUIDs). */
+SHP_WUR shp_status_t shp_json_get_hex(const json_t *obj, const char *key,
+                                      void *out, size_t len, const char **why);
+json_t *shp_json_hex(const void *data, size_t len);
+
+#endif

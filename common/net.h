@@ -1,0 +1,42 @@
+/* Socket addresses and non-blocking socket helpers. */
+#ifndef SHP_COMMON_NET_H
+#define SHP_COMMON_NET_H
+
+#include "common/status.h"
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+typedef struct shp_sockaddr {
+    struct sockaddr_storage ss;
+    socklen_t len;
+} shp_sockaddr_t;
+
+/*
+ * Parse "IPv4:port", "[IPv6]:port", "host:port" (resolved, numeric service)
+ * or "unix:/path" / "/path" (a Unix socket).  With `default_port` > 0 the
+ * port may be omitted.
+ */
+SHP_WUR shp_status_t shp_sockaddr_parse(const char *str, int default_port,
+                                        shp_sockaddr_t *addr);
+/* "127.0.0.1:7100", "[::1]:7100" or "unix:/run/x.sock". */
+const char *shp_sockaddr_str(const shp_sockaddr_t *addr, char *buf,
+                             size_t len);
+int shp_sockaddr_port(const shp_sockaddr_t *addr);
+
+int shp_fd_set_nonblock(int fd);
+
+/* A non-blocking listening socket (SO_REUSEADDR; unlinks a stale Unix
+ * socket path first).  *fd on success. */
+SHP_WUR shp_status_t shp_listen(const shp_sockaddr_t *addr, int backlog,
+                                int *fd);
+/* Start a non-blocking connect; SHP_INPROGRESS while it completes (wait
+ * for writability, then shp_connect_result()).  `bind_addr` may be NULL. */
+SHP_WUR shp_status_t shp_connect_start(const shp_sockaddr_t *addr,
+                                       const shp_sockaddr_t *bind_addr,
+                                       int *fd);
+SHP_WUR shp_status_t shp_connect_result(int fd);
+/* Low-latency options on a TCP socket (TCP_NODELAY); no-op on Unix. */
+void shp_sock_tune(int fd);
+
+#endif
