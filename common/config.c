@@ -174,9 +174,9 @@ static void shp_cfg_string_release(void *dst)
     *(char **)dst = NULL;
 }
 
-const shp_config_parser_t shp_cfg_string = {
-    "string", shp_cfg_string_parse, shp_cfg_string_format,
-    shp_cfg_string_release};
+const shp_config_parser_t shp_cfg_string = {"string", shp_cfg_string_parse,
+                                            shp_cfg_string_format,
+                                            shp_cfg_string_release};
 
 /* A number with an optional unit: returns the unit's multiplier. */
 static shp_status_t shp_cfg_parse_unit(const char *str, double *num,
@@ -202,11 +202,16 @@ static shp_status_t shp_cfg_size_parse(const char *str, void *dst,
     static const struct {
         const char *suffix;
         double mult;
-    } units[] = {{"", 1},          {"b", 1},
-                 {"k", 1024.0},    {"kb", 1024.0},
-                 {"kib", 1024.0},  {"m", 1048576.0},
-                 {"mb", 1048576.0}, {"mib", 1048576.0},
-                 {"g", 1073741824.0}, {"gb", 1073741824.0},
+    } units[] = {{"", 1},
+                 {"b", 1},
+                 {"k", 1024.0},
+                 {"kb", 1024.0},
+                 {"kib", 1024.0},
+                 {"m", 1048576.0},
+                 {"mb", 1048576.0},
+                 {"mib", 1048576.0},
+                 {"g", 1073741824.0},
+                 {"gb", 1073741824.0},
                  {"gib", 1073741824.0}};
     const char *unit;
     double v;
@@ -360,15 +365,15 @@ static shp_status_t shp_cfg_loglevel_parse(const char *str, void *dst,
     return SHP_OK;
 }
 
-static void shp_cfg_loglevel_format(const void *src, const void *arg,
-                                    char *buf, size_t len)
+static void shp_cfg_loglevel_format(const void *src, const void *arg, char *buf,
+                                    size_t len)
 {
     (void)arg;
     snprintf(buf, len, "%s", shp_log_level_name(*(const int *)src));
 }
 
-const shp_config_parser_t shp_cfg_loglevel = {
-    "level", shp_cfg_loglevel_parse, shp_cfg_loglevel_format, NULL};
+const shp_config_parser_t shp_cfg_loglevel = {"level", shp_cfg_loglevel_parse,
+                                              shp_cfg_loglevel_format, NULL};
 
 /* Tables ---------------------------------------------------------------------- */
 
@@ -393,8 +398,7 @@ static int shp_config_name_eq(const char *opt, const char *name, size_t len)
 }
 
 static const shp_config_opt_t *
-shp_config_find_n(const shp_config_table_t *table, const char *name,
-                  size_t len)
+shp_config_find_n(const shp_config_table_t *table, const char *name, size_t len)
 {
     const shp_config_opt_t *o;
 
@@ -534,11 +538,11 @@ shp_status_t shp_config_load_file(const shp_config_table_t *table, void *obj,
     }
     /* "path: msg" -> "path:line: msg" */
     if (inner.msg[0] != '\0' && !strncmp(inner.msg, path, strlen(path))) {
-        shp_config_errf(err, "%s:%d%s", path, line,
-                        inner.msg + strlen(path));
+        shp_config_errf(err, "%s:%d%s", path, line, inner.msg + strlen(path));
     } else {
-        shp_config_errf(err, "%s:%d: syntax error (expected 'name = value' "
-                             "or '[section]')",
+        shp_config_errf(err,
+                        "%s:%d: syntax error (expected 'name = value' "
+                        "or '[section]')",
                         path, line);
     }
     return ctx.status != SHP_OK ? ctx.status : SHP_ERR_PARSE;
@@ -565,8 +569,8 @@ shp_status_t shp_config_load_env(const shp_config_table_t *table, void *obj,
             continue;
         }
         o = shp_config_find_n(table, *envp + plen, (size_t)(eq - *envp) - plen);
-        snprintf(origin, sizeof(origin), "environment %.*s",
-                 (int)(eq - *envp), *envp);
+        snprintf(origin, sizeof(origin), "environment %.*s", (int)(eq - *envp),
+                 *envp);
         if (o == NULL) {
             shp_warn("%s: no such option, ignored", origin);
             continue;
@@ -588,8 +592,7 @@ static int shp_config_is_flag(const char *arg, const char *name)
 
 shp_status_t shp_config_load(const shp_config_table_t *table, void *obj,
                              int argc, char *const *argv, const char *usage,
-                             shp_config_action_t *action,
-                             shp_config_err_t *err)
+                             shp_config_action_t *action, shp_config_err_t *err)
 {
     const char *file = NULL;
     shp_config_action_t act = SHP_CONFIG_RUN;
@@ -734,8 +737,7 @@ void shp_config_dump(const shp_config_table_t *table, const void *obj,
                 }
                 fprintf(stream, ")");
             }
-            fprintf(stream, "\n# type: %s, default: %s\n",
-                    o->parser->type_name,
+            fprintf(stream, "\n# type: %s, default: %s\n", o->parser->type_name,
                     o->defval[0] != '\0' ? o->defval : "(empty)");
         }
         if (flags & SHP_CONFIG_DUMP_ENV) {
@@ -757,8 +759,9 @@ void shp_config_help(const shp_config_table_t *table, const char *usage,
     const shp_config_opt_t *o;
     char flag[64];
 
-    fprintf(stream, "%s\n\nOptions (also settable in the config file as "
-                    "'name = value' and in the environment as %s<NAME>):\n",
+    fprintf(stream,
+            "%s\n\nOptions (also settable in the config file as "
+            "'name = value' and in the environment as %s<NAME>):\n",
             usage, table->env_prefix);
     fprintf(stream, "  %-28s %s\n", "--config FILE",
             table->default_file ? "configuration file (default: see below)"

@@ -55,21 +55,21 @@ typedef struct shp_config_opt {
 } shp_config_opt_t;
 
 typedef struct shp_config_table {
-    const char *component;   /* "sharp_an": section name, help title */
-    const char *env_prefix;  /* "SHARP_AN_" */
-    const char *default_file; /* used when --config is not given and the
+    const char *component;        /* "sharp_an": section name, help title */
+    const char *env_prefix;       /* "SHARP_AN_" */
+    const char *default_file;     /* used when --config is not given and the
                                  file exists; may be NULL */
     const shp_config_opt_t *opts; /* ends with {NULL} */
 } shp_config_table_t;
 
-extern const shp_config_parser_t shp_cfg_int;    /* int, arg: range */
-extern const shp_config_parser_t shp_cfg_uint;   /* unsigned, arg: range */
-extern const shp_config_parser_t shp_cfg_bool;   /* int 0/1: yes/no/... */
-extern const shp_config_parser_t shp_cfg_string; /* char * (owned) */
-extern const shp_config_parser_t shp_cfg_size;   /* size_t, k/m/g suffix */
-extern const shp_config_parser_t shp_cfg_time;   /* int64 ms: 100ms 5s 2m */
-extern const shp_config_parser_t shp_cfg_double; /* double */
-extern const shp_config_parser_t shp_cfg_enum;   /* int index, arg: names */
+extern const shp_config_parser_t shp_cfg_int;      /* int, arg: range */
+extern const shp_config_parser_t shp_cfg_uint;     /* unsigned, arg: range */
+extern const shp_config_parser_t shp_cfg_bool;     /* int 0/1: yes/no/... */
+extern const shp_config_parser_t shp_cfg_string;   /* char * (owned) */
+extern const shp_config_parser_t shp_cfg_size;     /* size_t, k/m/g suffix */
+extern const shp_config_parser_t shp_cfg_time;     /* int64 ms: 100ms 5s 2m */
+extern const shp_config_parser_t shp_cfg_double;   /* double */
+extern const shp_config_parser_t shp_cfg_enum;     /* int index, arg: names */
 extern const shp_config_parser_t shp_cfg_loglevel; /* int SHP_LOG_* */
 
 /* Error text of the last failed load/set: "file:line: ...". */
@@ -83,10 +83,9 @@ SHP_WUR shp_status_t shp_config_defaults(const shp_config_table_t *table,
 
 /* Set one option by name; SHP_ERR_NOT_FOUND for an unknown name,
  * SHP_ERR_INVALID_PARAM for a bad value.  `origin` prefixes the error. */
-SHP_WUR shp_status_t shp_config_set(const shp_config_table_t *table,
-                                    void *obj, const char *name,
-                                    const char *value, const char *origin,
-                                    shp_config_err_t *err);
+SHP_WUR shp_status_t shp_config_set(const shp_config_table_t *table, void *obj,
+                                    const char *name, const char *value,
+                                    const char *origin, shp_config_err_t *err);
 
 /* Load an INI file: unknown keys, unknown sections and bad values are
  * errors, reported with their line number.  Lines before the bad one stay
@@ -103,10 +102,10 @@ SHP_WUR shp_status_t shp_config_load_env(const shp_config_table_t *table,
 
 /* What shp_config_load() found on the command line besides options. */
 typedef enum shp_config_action {
-    SHP_CONFIG_RUN = 0,  /* go on */
-    SHP_CONFIG_HELP,     /* --help was given: help printed, exit 0 */
-    SHP_CONFIG_DUMP,     /* --dump-config: dump printed, exit 0 */
-    SHP_CONFIG_VERSION,  /* --version */
+    SHP_CONFIG_RUN = 0, /* go on */
+    SHP_CONFIG_HELP,    /* --help was given: help printed, exit 0 */
+    SHP_CONFIG_DUMP,    /* --dump-config: dump printed, exit 0 */
+    SHP_CONFIG_VERSION, /* --version */
 } shp_config_action_t;
 
 /*
@@ -116,8 +115,8 @@ typedef enum shp_config_action {
  * --dump-config prints the resulting configuration.  Errors are reported in
  * *err; positional arguments are errors.
  */
-SHP_WUR shp_status_t shp_config_load(const shp_config_table_t *table,
-                                     void *obj, int argc, char *const *argv,
+SHP_WUR shp_status_t shp_config_load(const shp_config_table_t *table, void *obj,
+                                     int argc, char *const *argv,
                                      const char *usage,
                                      shp_config_action_t *action,
                                      shp_config_err_t *err);

@@ -186,8 +186,7 @@ void shp_conn_flush(shp_conn_t *conn)
     }
     status = shp_conn_do_write(conn);
     if (status < 0) {
-        shp_debug("write to %s failed: %s", conn->peer,
-                  shp_status_str(status));
+        shp_debug("write to %s failed: %s", conn->peer, shp_status_str(status));
         shp_conn_close(conn, status);
     }
 }
@@ -348,8 +347,7 @@ static void shp_conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
         conn->rcap = SHP_CONN_RBUF_MIN;
     }
     do {
-        n = recv(conn->fd, conn->rbuf + conn->rlen, conn->rcap - conn->rlen,
-                 0);
+        n = recv(conn->fd, conn->rbuf + conn->rlen, conn->rcap - conn->rlen, 0);
     } while (n < 0 && errno == EINTR);
     conn->stats.read_calls++;
     if (n == 0) {

@@ -100,8 +100,8 @@ void shp_conn_set_keepalive(shp_conn_t *conn, double interval_s,
 /* Queue `a` then `b` (either may be empty) as one frame's bytes.
  * SHP_ERR_NO_RESOURCE if the peer does not read and the queue is full;
  * SHP_ERR_CLOSED after close. */
-SHP_WUR shp_status_t shp_conn_send(shp_conn_t *conn, const void *a,
-                                   size_t alen, const void *b, size_t blen);
+SHP_WUR shp_status_t shp_conn_send(shp_conn_t *conn, const void *a, size_t alen,
+                                   const void *b, size_t blen);
 
 /* Write what is queued now (normally done before the loop sleeps). */
 void shp_conn_flush(shp_conn_t *conn);

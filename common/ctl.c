@@ -58,8 +58,8 @@ shp_status_t shp_ctl_hdr_unpack(const void *buf, uint8_t *type,
     return SHP_OK;
 }
 
-shp_status_t shp_ctl_frame_len(shp_conn_t *conn, const void *buf,
-                               size_t avail, size_t *len)
+shp_status_t shp_ctl_frame_len(shp_conn_t *conn, const void *buf, size_t avail,
+                               size_t *len)
 {
     uint32_t length;
     uint8_t type;
@@ -89,8 +89,7 @@ shp_status_t shp_ctl_encode(const json_t *msg, uint8_t **frame, size_t *len)
     size_t body;
     uint8_t *buf;
 
-    if (!json_is_object(msg) ||
-        !json_is_string(json_object_get(msg, "type"))) {
+    if (!json_is_object(msg) || !json_is_string(json_object_get(msg, "type"))) {
         return SHP_ERR_INVALID_PARAM;
     }
     body = json_dumpb(msg, NULL, 0, JSON_COMPACT);
@@ -143,14 +142,12 @@ shp_status_t shp_ctl_decode(const void *frame, size_t len, uint8_t *type,
     }
     if (!json_is_object(obj)) {
         json_decref(obj);
-        return shp_ctl_reject(SHP_ERR_PROTO, "body is not a JSON object",
-                              why);
+        return shp_ctl_reject(SHP_ERR_PROTO, "body is not a JSON object", why);
     }
     if (!json_is_string(json_object_get(obj, "type")) ||
         json_string_length(json_object_get(obj, "type")) == 0) {
         json_decref(obj);
-        return shp_ctl_reject(SHP_ERR_PROTO, "message without a \"type\"",
-                              why);
+        return shp_ctl_reject(SHP_ERR_PROTO, "message without a \"type\"", why);
     }
     *msg = obj;
     return SHP_OK;
@@ -205,8 +202,8 @@ shp_status_t shp_json_get_str(const json_t *obj, const char *key,
     return SHP_OK;
 }
 
-shp_status_t shp_json_get_u64(const json_t *obj, const char *key,
-                              uint64_t *out, const char **why)
+shp_status_t shp_json_get_u64(const json_t *obj, const char *key, uint64_t *out,
+                              const char **why)
 {
     json_t *v;
 
@@ -308,8 +305,7 @@ shp_status_t shp_json_get_hex(const json_t *obj, const char *key, void *out,
     const char *s;
     size_t i;
 
-    if (shp_json_get_str(obj, key, &s, why) != SHP_OK ||
-        strlen(s) != 2 * len) {
+    if (shp_json_get_str(obj, key, &s, why) != SHP_OK || strlen(s) != 2 * len) {
         return shp_ctl_reject(SHP_ERR_PROTO, key, why);
     }
     for (i = 0; i < len; i++) {
@@ -319,7 +315,8 @@ shp_status_t shp_json_get_hex(const json_t *obj, const char *key, void *out,
         }
     }
     for (i = 0; i < len; i++) {
-        o[i] = (uint8_t)(shp_hex_val(s[2 * i]) << 4 | shp_hex_val(s[2 * i + 1]));
+        o[i] =
+            (uint8_t)(shp_hex_val(s[2 * i]) << 4 | shp_hex_val(s[2 * i + 1]));
     }
     return SHP_OK;
 }

@@ -61,7 +61,7 @@ typedef struct shp_log_sparse {
  * 0 if it must be suppressed. */
 unsigned shp_log_sparse_check(shp_log_sparse_t *s, uint64_t interval_ms);
 
-#define shp_log(_level, _id, _fmt, ...)                                       \
+#define shp_log(_level, _id, _fmt, ...)                                        \
     do {                                                                       \
         if ((int)(_level) <= shp_log_level) {                                  \
             shp_log_write((_level), (_id), _fmt, ##__VA_ARGS__);               \

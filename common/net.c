@@ -92,8 +92,7 @@ shp_status_t shp_sockaddr_parse(const char *str, int default_port,
     return SHP_OK;
 }
 
-const char *shp_sockaddr_str(const shp_sockaddr_t *addr, char *buf,
-                             size_t len)
+const char *shp_sockaddr_str(const shp_sockaddr_t *addr, char *buf, size_t len)
 {
     char ip[INET6_ADDRSTRLEN];
 
@@ -125,12 +124,12 @@ const char *shp_sockaddr_str(const shp_sockaddr_t *addr, char *buf,
 int shp_sockaddr_port(const shp_sockaddr_t *addr)
 {
     if (addr->ss.ss_family == AF_INET) {
-        return ntohs(((const struct sockaddr_in *)(const void *)&addr->ss)
-                         ->sin_port);
+        return ntohs(
+            ((const struct sockaddr_in *)(const void *)&addr->ss)->sin_port);
     }
     if (addr->ss.ss_family == AF_INET6) {
-        return ntohs(((const struct sockaddr_in6 *)(const void *)&addr->ss)
-                         ->sin6_port);
+        return ntohs(
+            ((const struct sockaddr_in6 *)(const void *)&addr->ss)->sin6_port);
     }
     return -1;
 }

@@ -20,8 +20,7 @@ typedef struct shp_sockaddr {
 SHP_WUR shp_status_t shp_sockaddr_parse(const char *str, int default_port,
                                         shp_sockaddr_t *addr);
 /* "127.0.0.1:7100", "[::1]:7100" or "unix:/run/x.sock". */
-const char *shp_sockaddr_str(const shp_sockaddr_t *addr, char *buf,
-                             size_t len);
+const char *shp_sockaddr_str(const shp_sockaddr_t *addr, char *buf, size_t len);
 int shp_sockaddr_port(const shp_sockaddr_t *addr);
 
 int shp_fd_set_nonblock(int fd);

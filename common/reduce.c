@@ -17,12 +17,12 @@ static const struct {
     int is_float;
     int is_signed;
 } shp_dtype_info[SHP_DTYPE_LAST] = {
-    [SHP_DTYPE_U32] = {"u32", 4, 0, 0},  [SHP_DTYPE_I32] = {"i32", 4, 0, 1},
-    [SHP_DTYPE_U64] = {"u64", 8, 0, 0},  [SHP_DTYPE_I64] = {"i64", 8, 0, 1},
-    [SHP_DTYPE_F32] = {"f32", 4, 1, 1},  [SHP_DTYPE_F64] = {"f64", 8, 1, 1},
-    [SHP_DTYPE_U16] = {"u16", 2, 0, 0},  [SHP_DTYPE_I16] = {"i16", 2, 0, 1},
-    [SHP_DTYPE_F16] = {"f16", 2, 1, 1},  [SHP_DTYPE_BF16] = {"bf16", 2, 1, 1},
-    [SHP_DTYPE_U8] = {"u8", 1, 0, 0},    [SHP_DTYPE_I8] = {"i8", 1, 0, 1},
+    [SHP_DTYPE_U32] = {"u32", 4, 0, 0}, [SHP_DTYPE_I32] = {"i32", 4, 0, 1},
+    [SHP_DTYPE_U64] = {"u64", 8, 0, 0}, [SHP_DTYPE_I64] = {"i64", 8, 0, 1},
+    [SHP_DTYPE_F32] = {"f32", 4, 1, 1}, [SHP_DTYPE_F64] = {"f64", 8, 1, 1},
+    [SHP_DTYPE_U16] = {"u16", 2, 0, 0}, [SHP_DTYPE_I16] = {"i16", 2, 0, 1},
+    [SHP_DTYPE_F16] = {"f16", 2, 1, 1}, [SHP_DTYPE_BF16] = {"bf16", 2, 1, 1},
+    [SHP_DTYPE_U8] = {"u8", 1, 0, 0},   [SHP_DTYPE_I8] = {"i8", 1, 0, 1},
 };
 
 static const char *const shp_op_names[SHP_OP_LAST] = {
@@ -111,8 +111,8 @@ size_t shp_reduce_elem_size(const shp_reduce_desc_t *desc)
 
 /* Instruction-set dispatch --------------------------------------------- */
 
-static const shp_reduce_kernels_t *const shp_reduce_tables[SHP_REDUCE_ISA_LAST] =
-    {
+static const shp_reduce_kernels_t
+    *const shp_reduce_tables[SHP_REDUCE_ISA_LAST] = {
         [SHP_REDUCE_ISA_GENERIC] = &shp_reduce_kernels_generic,
         [SHP_REDUCE_ISA_AVX2] = &shp_reduce_kernels_avx2,
         [SHP_REDUCE_ISA_AVX512] = &shp_reduce_kernels_avx512,
@@ -131,8 +131,7 @@ const char *shp_reduce_isa_name(shp_reduce_isa_t isa)
 int shp_reduce_isa_supported(shp_reduce_isa_t isa)
 {
     switch (isa) {
-    case SHP_REDUCE_ISA_GENERIC:
-        return 1;
+    case SHP_REDUCE_ISA_GENERIC: return 1;
 #if defined(__x86_64__)
     case SHP_REDUCE_ISA_AVX2:
         __builtin_cpu_init();
@@ -145,8 +144,7 @@ int shp_reduce_isa_supported(shp_reduce_isa_t isa)
                __builtin_cpu_supports("avx512dq") &&
                __builtin_cpu_supports("f16c");
 #endif
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
@@ -271,12 +269,9 @@ static void shp_loc_load(shp_dtype_t dt, const uint8_t *p, shp_loc_val_t *v)
 static int shp_loc_cmp(const shp_loc_val_t *a, const shp_loc_val_t *b)
 {
     switch (a->kind) {
-    case 0:
-        return (a->i > b->i) - (a->i < b->i);
-    case 1:
-        return (a->u > b->u) - (a->u < b->u);
-    default:
-        return (a->f > b->f) - (a->f < b->f);
+    case 0: return (a->i > b->i) - (a->i < b->i);
+    case 1: return (a->u > b->u) - (a->u < b->u);
+    default: return (a->f > b->f) - (a->f < b->f);
     }
 }
 
@@ -359,10 +354,8 @@ shp_status_t shp_reduce_fold(const shp_reduce_desc_t *desc, void *dst,
     for (off = 0; off < count; off += blk) {
         len = count - off < blk ? count - off : blk;
         if (dst == srcs[0]) {
-            kern->k2[desc->dtype][desc->op](d + off * esize,
-                                            (const uint8_t *)srcs[1] +
-                                                off * esize,
-                                            len);
+            kern->k2[desc->dtype][desc->op](
+                d + off * esize, (const uint8_t *)srcs[1] + off * esize, len);
         } else {
             kern->k3[desc->dtype][desc->op](
                 d + off * esize, (const uint8_t *)srcs[0] + off * esize,
@@ -443,8 +436,7 @@ static void shp_fold_run(shp_fold_t *fold, unsigned end)
     }
 }
 
-shp_status_t shp_fold_add(shp_fold_t *fold, unsigned child,
-                          const void *payload)
+shp_status_t shp_fold_add(shp_fold_t *fold, unsigned child, const void *payload)
 {
     unsigned end;
 

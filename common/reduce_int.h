@@ -11,8 +11,7 @@
 typedef void (*shp_kern3_t)(void *restrict d, const void *restrict a,
                             const void *restrict b, size_t n);
 /* d[i] = d[i] op b[i]; d and b do not overlap. */
-typedef void (*shp_kern2_t)(void *restrict d, const void *restrict b,
-                            size_t n);
+typedef void (*shp_kern2_t)(void *restrict d, const void *restrict b, size_t n);
 
 /* One table per instruction set; MINLOC/MAXLOC slots are NULL (they are
  * folded by the scalar pair code in reduce.c). */

@@ -9,7 +9,10 @@ typedef struct {
     const char *str;
 } shp_status_desc_t;
 
-#define SHP_STATUS_DESC(_s, _str) {_s, #_s, _str}
+#define SHP_STATUS_DESC(_s, _str)                                              \
+    {                                                                          \
+        _s, #_s, _str                                                          \
+    }
 
 static const shp_status_desc_t shp_status_descs[] = {
     SHP_STATUS_DESC(SHP_OK, "success"),
@@ -87,60 +90,42 @@ int shp_status_is_valid(int value)
 shp_status_t shp_status_from_errno(int err)
 {
     switch (err) {
-    case 0:
-        return SHP_OK;
+    case 0: return SHP_OK;
     case ENOMEM:
-    case ENOBUFS:
-        return SHP_ERR_NO_MEMORY;
+    case ENOBUFS: return SHP_ERR_NO_MEMORY;
     case EINVAL:
-    case EBADF:
-        return SHP_ERR_INVALID_PARAM;
+    case EBADF: return SHP_ERR_INVALID_PARAM;
     case EOPNOTSUPP:
     case ENOSYS:
     case EAFNOSUPPORT:
-    case EPROTONOSUPPORT:
-        return SHP_ERR_UNSUPPORTED;
-    case ETIMEDOUT:
-        return SHP_ERR_TIMED_OUT;
+    case EPROTONOSUPPORT: return SHP_ERR_UNSUPPORTED;
+    case ETIMEDOUT: return SHP_ERR_TIMED_OUT;
     case EMFILE:
     case ENFILE:
-    case ENOSPC:
-        return SHP_ERR_NO_RESOURCE;
+    case ENOSPC: return SHP_ERR_NO_RESOURCE;
     case EBUSY:
-    case EADDRINUSE:
-        return SHP_ERR_BUSY;
+    case EADDRINUSE: return SHP_ERR_BUSY;
     case ENOENT:
     case ENODEV:
-    case ENXIO:
-        return SHP_ERR_NOT_FOUND;
-    case EEXIST:
-        return SHP_ERR_EXISTS;
+    case ENXIO: return SHP_ERR_NOT_FOUND;
+    case EEXIST: return SHP_ERR_EXISTS;
     case EPERM:
-    case EACCES:
-        return SHP_ERR_PERM;
-    case ECANCELED:
-        return SHP_ERR_CANCELED;
+    case EACCES: return SHP_ERR_PERM;
+    case ECANCELED: return SHP_ERR_CANCELED;
     case EAGAIN:
-    case EINTR:
-        return SHP_ERR_AGAIN;
-    case ECONNREFUSED:
-        return SHP_ERR_CONN_REFUSED;
+    case EINTR: return SHP_ERR_AGAIN;
+    case ECONNREFUSED: return SHP_ERR_CONN_REFUSED;
     case ECONNRESET:
     case ECONNABORTED:
-    case EPIPE:
-        return SHP_ERR_CONN_RESET;
+    case EPIPE: return SHP_ERR_CONN_RESET;
     case EHOSTUNREACH:
     case ENETUNREACH:
     case EADDRNOTAVAIL:
-    case ENETDOWN:
-        return SHP_ERR_UNREACHABLE;
+    case ENETDOWN: return SHP_ERR_UNREACHABLE;
     case EMSGSIZE:
-    case E2BIG:
-        return SHP_ERR_TOO_LARGE;
+    case E2BIG: return SHP_ERR_TOO_LARGE;
     case EPROTO:
-    case EBADMSG:
-        return SHP_ERR_PROTO;
-    default:
-        return SHP_ERR_IO;
+    case EBADMSG: return SHP_ERR_PROTO;
+    default: return SHP_ERR_IO;
     }
 }

@@ -31,9 +31,9 @@ static inline double shp_time_sec(void)
 /* A deadline `timeout_ms` from now; a negative timeout never expires. */
 static inline uint64_t shp_deadline_ms(int64_t timeout_ms)
 {
-    return timeout_ms < 0 ? UINT64_MAX
-                          : shp_time_ns() +
-                                (uint64_t)timeout_ms * SHP_NSEC_PER_MSEC;
+    return timeout_ms < 0
+               ? UINT64_MAX
+               : shp_time_ns() + (uint64_t)timeout_ms * SHP_NSEC_PER_MSEC;
 }
 
 static inline int shp_deadline_passed(uint64_t deadline_ns)

@@ -111,8 +111,7 @@ static shp_status_t shp_wire_reject(shp_status_t status, const char *reason,
 
 /* What every header must satisfy, before its payload is even read. */
 static shp_status_t shp_wire_check_start(const shp_wire_hdr_t *hdr,
-                                         uint32_t max_payload,
-                                         const char **why)
+                                         uint32_t max_payload, const char **why)
 {
     if (hdr->version != SHP_WIRE_VERSION) {
         return shp_wire_reject(SHP_ERR_VERSION, "unknown protocol version",
@@ -140,9 +139,8 @@ shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr, size_t msg_len,
         return status;
     }
     if (msg_len != SHP_WIRE_HDR_LEN + (size_t)hdr->payload_len) {
-        return shp_wire_reject(SHP_ERR_PROTO,
-                               "message length does not match payload_len",
-                               why);
+        return shp_wire_reject(
+            SHP_ERR_PROTO, "message length does not match payload_len", why);
     }
     if (hdr->flags & ~SHP_WIRE_F_KNOWN) {
         return shp_wire_reject(SHP_ERR_PROTO, "unknown flags", why);
@@ -153,8 +151,8 @@ shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr, size_t msg_len,
     case SHP_WIRE_OP_AGG_RESULT:
         if (hdr->flags & SHP_WIRE_F_BARRIER) {
             if (hdr->count != 0 || hdr->payload_len != 0) {
-                return shp_wire_reject(SHP_ERR_PROTO,
-                                       "barrier with a payload", why);
+                return shp_wire_reject(SHP_ERR_PROTO, "barrier with a payload",
+                                       why);
             }
             return SHP_OK;
         }
@@ -173,9 +171,8 @@ shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr, size_t msg_len,
         return SHP_OK;
     case SHP_WIRE_OP_ERROR:
         if (hdr->status >= 0) {
-            return shp_wire_reject(SHP_ERR_PROTO,
-                                   "error message without an error status",
-                                   why);
+            return shp_wire_reject(
+                SHP_ERR_PROTO, "error message without an error status", why);
         }
         if (hdr->count != 0 || hdr->payload_len > SHP_WIRE_ERR_MSG_MAX) {
             return shp_wire_reject(SHP_ERR_PROTO, "error text too long", why);
@@ -199,8 +196,7 @@ shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr, size_t msg_len,
                                    why);
         }
         return SHP_OK;
-    default:
-        return shp_wire_reject(SHP_ERR_PROTO, "unknown opcode", why);
+    default: return shp_wire_reject(SHP_ERR_PROTO, "unknown opcode", why);
     }
 }
 
@@ -244,8 +240,7 @@ static void shp_wire_bswap(uint8_t *p, size_t size)
         v64 = __builtin_bswap64(v64);
         memcpy(p, &v64, 8);
         break;
-    default:
-        break;
+    default: break;
     }
 }
 

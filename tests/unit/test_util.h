@@ -24,8 +24,8 @@ static void test_log_handler(int level, const char *err_id, const char *msg,
     (void)arg;
     if (level <= SHP_LOG_WARN) {
         test_log_warnings++;
-        snprintf(test_log_last, sizeof(test_log_last), "%s%s%s", err_id ? err_id : "",
-                 err_id ? " " : "", msg);
+        snprintf(test_log_last, sizeof(test_log_last), "%s%s%s",
+                 err_id ? err_id : "", err_id ? " " : "", msg);
     }
 }
 

@@ -104,7 +104,8 @@ static void test_parsers(void **state)
 
     (void)state;
     assert_int_equal(shp_config_defaults(&table, &c), SHP_OK);
-#define OK(_n, _v) assert_int_equal(shp_config_set(&table, &c, _n, _v, "t", &err), SHP_OK)
+#define OK(_n, _v)                                                             \
+    assert_int_equal(shp_config_set(&table, &c, _n, _v, "t", &err), SHP_OK)
 #define BAD(_n, _v)                                                            \
     assert_int_equal(shp_config_set(&table, &c, _n, _v, "t", &err),            \
                      SHP_ERR_INVALID_PARAM)
@@ -247,8 +248,8 @@ static void test_precedence(void **state)
 {
     const char *path = write_file("p.conf", "port = 1000\nosts = 10\n"
                                             "name = fromfile\n");
-    char *argv[] = {"prog", "--config", (char *)path, "--osts=30",
-                    "--name", "fromcli", "--mcast", NULL};
+    char *argv[] = {"prog",   "--config", (char *)path, "--osts=30",
+                    "--name", "fromcli",  "--mcast",    NULL};
     shp_config_action_t action;
     shp_config_err_t err;
     cfg_t c = {0};
@@ -261,11 +262,11 @@ static void test_precedence(void **state)
     unsetenv("SHPTEST_OSTS");
     unsetenv("SHPTEST_PORT");
     assert_int_equal(action, SHP_CONFIG_RUN);
-    assert_int_equal(c.port, 2000);            /* env beats file */
-    assert_int_equal(c.osts, 30);              /* cli beats env */
-    assert_string_equal(c.name, "fromcli");    /* cli beats file */
-    assert_int_equal(c.mcast, 1);              /* bare boolean flag */
-    assert_int_equal(c.payload, 256);          /* default */
+    assert_int_equal(c.port, 2000);         /* env beats file */
+    assert_int_equal(c.osts, 30);           /* cli beats env */
+    assert_string_equal(c.name, "fromcli"); /* cli beats file */
+    assert_int_equal(c.mcast, 1);           /* bare boolean flag */
+    assert_int_equal(c.payload, 256);       /* default */
     shp_config_release(&table, &c);
 }
 
@@ -311,7 +312,8 @@ static void test_dump_roundtrip(void **state)
 
     (void)state;
     assert_int_equal(shp_config_defaults(&table, &a), SHP_OK);
-    assert_int_equal(shp_config_set(&table, &a, "port", "9", "t", &err), SHP_OK);
+    assert_int_equal(shp_config_set(&table, &a, "port", "9", "t", &err),
+                     SHP_OK);
     assert_int_equal(shp_config_set(&table, &a, "name", "x y", "t", &err),
                      SHP_OK);
     assert_int_equal(shp_config_set(&table, &a, "payload", "3m", "t", &err),
@@ -357,7 +359,8 @@ static void test_dump_commented_is_default(void **state)
                     SHP_CONFIG_DUMP_DOC | SHP_CONFIG_DUMP_COMMENTED);
     fclose(f);
     assert_int_equal(shp_config_defaults(&table, &b), SHP_OK);
-    assert_int_equal(shp_config_set(&table, &b, "port", "1", "t", &err), SHP_OK);
+    assert_int_equal(shp_config_set(&table, &b, "port", "1", "t", &err),
+                     SHP_OK);
     assert_int_equal(shp_config_load_file(&table, &b, path, &err), SHP_OK);
     assert_int_equal(b.port, 1); /* nothing was set by the file */
     shp_config_release(&table, &a);

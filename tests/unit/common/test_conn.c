@@ -112,7 +112,7 @@ static int run_until(const int *flag, double secs)
 /* Run the loop while `_cond` holds, for at most `_secs`. */
 #define RUN_WHILE(_cond, _secs)                                                \
     do {                                                                       \
-        uint64_t end_ = shp_time_ns() + (uint64_t)((_secs) * 1e9);             \
+        uint64_t end_ = shp_time_ns() + (uint64_t)((_secs)*1e9);               \
         while ((_cond) && shp_time_ns() < end_) {                              \
             ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT);                           \
             usleep(100);                                                       \
@@ -428,9 +428,8 @@ static void test_listener_emfile(void **state)
     for (i = 0; i < 2; i++) {
         fds[i] = socket(AF_INET, SOCK_STREAM, 0);
         assert_true(fds[i] >= 0);
-        assert_int_equal(connect(fds[i], (struct sockaddr *)&l.addr.ss,
-                                 l.addr.len),
-                         0);
+        assert_int_equal(
+            connect(fds[i], (struct sockaddr *)&l.addr.ss, l.addr.len), 0);
     }
     probe = dup(0);
     nfd = probe;
@@ -484,8 +483,7 @@ static void test_sockaddr_parse(void **state)
                      SHP_ERR_INVALID_PARAM);
     assert_int_equal(shp_sockaddr_parse(":80", 0, &a), SHP_ERR_INVALID_PARAM);
     assert_int_equal(shp_sockaddr_parse("", 0, &a), SHP_ERR_INVALID_PARAM);
-    assert_int_equal(shp_sockaddr_parse("unix:", 0, &a),
-                     SHP_ERR_INVALID_PARAM);
+    assert_int_equal(shp_sockaddr_parse("unix:", 0, &a), SHP_ERR_INVALID_PARAM);
     assert_int_equal(shp_sockaddr_parse("no.such.host.invalid:1", 0, &a),
                      SHP_ERR_NOT_FOUND);
 }
@@ -494,12 +492,18 @@ int main(void)
 {
 #define T(_f) cmocka_unit_test_setup_teardown(_f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_many_small_batched), T(test_large_frame),
-        T(test_malformed_closes),   T(test_oversize_closes),
-        T(test_eof),                T(test_keepalive_dead_peer),
-        T(test_keepalive_alive_peer), T(test_close_inside_frame),
-        T(test_tcp_connect),        T(test_tcp_refused),
-        T(test_queue_limit),        T(test_listener_emfile),
+        T(test_many_small_batched),
+        T(test_large_frame),
+        T(test_malformed_closes),
+        T(test_oversize_closes),
+        T(test_eof),
+        T(test_keepalive_dead_peer),
+        T(test_keepalive_alive_peer),
+        T(test_close_inside_frame),
+        T(test_tcp_connect),
+        T(test_tcp_refused),
+        T(test_queue_limit),
+        T(test_listener_emfile),
         T(test_sockaddr_parse),
     };
     signal(SIGPIPE, SIG_IGN);

@@ -34,9 +34,9 @@ static void test_hdr_bytes(void **state)
 
 static void test_roundtrip(void **state)
 {
-    json_t *msg = json_pack("{s:s, s:I, s:[i,i], s:s}", "type", "group_add",
-                            "id", (json_int_t)7, "children", 1, 2, "name",
-                            "caf\xc3\xa9");
+    json_t *msg =
+        json_pack("{s:s, s:I, s:[i,i], s:s}", "type", "group_add", "id",
+                  (json_int_t)7, "children", 1, 2, "name", "caf\xc3\xa9");
     json_t *back = NULL;
     uint8_t *frame, type;
     size_t len;
@@ -136,11 +136,10 @@ static void test_ping(void **state)
 
 static void test_getters(void **state)
 {
-    json_t *o = json_pack("{s:s, s:I, s:I, s:b, s:[], s:{}, s:s, s:s, s:s}",
-                          "s", "str", "n", (json_int_t)42, "neg",
-                          (json_int_t)-1, "b", 1, "a", "o", "big",
-                          "18446744073709551615", "hex", "00ff10ab", "badhex",
-                          "zz");
+    json_t *o = json_pack(
+        "{s:s, s:I, s:I, s:b, s:[], s:{}, s:s, s:s, s:s}", "s", "str", "n",
+        (json_int_t)42, "neg", (json_int_t)-1, "b", 1, "a", "o", "big",
+        "18446744073709551615", "hex", "00ff10ab", "badhex", "zz");
     const char *s, *why;
     uint64_t u;
     int64_t i;
@@ -198,7 +197,8 @@ static void test_decode_random(void **state)
     for (i = 0; i < 20000; i++) {
         size_t n = test_rand(&seed) % 64;
         for (j = 0; j < (int)n; j++) {
-            buf[SHP_CTL_HDR_LEN + j] = (uint8_t)("{}\"type:x,1[]"[test_rand(&seed) % 13]);
+            buf[SHP_CTL_HDR_LEN + j] =
+                (uint8_t)("{}\"type:x,1[]"[test_rand(&seed) % 13]);
         }
         shp_ctl_hdr_pack(SHP_CTL_FRAME_MSG, (uint32_t)n, buf);
         if (shp_ctl_decode(buf, SHP_CTL_HDR_LEN + n, &type, &msg, NULL) ==

@@ -34,10 +34,26 @@ static long double ref_load(shp_dtype_t dt, const uint8_t *p)
     case SHP_DTYPE_I8: return *(int8_t *)b;
     case SHP_DTYPE_U16: memcpy(&h, b, 2); return h;
     case SHP_DTYPE_I16: memcpy(&h, b, 2); return (int16_t)h;
-    case SHP_DTYPE_U32: { uint32_t v; memcpy(&v, b, 4); return v; }
-    case SHP_DTYPE_I32: { int32_t v; memcpy(&v, b, 4); return v; }
-    case SHP_DTYPE_U64: { uint64_t v; memcpy(&v, b, 8); return v; }
-    case SHP_DTYPE_I64: { int64_t v; memcpy(&v, b, 8); return v; }
+    case SHP_DTYPE_U32: {
+        uint32_t v;
+        memcpy(&v, b, 4);
+        return v;
+    }
+    case SHP_DTYPE_I32: {
+        int32_t v;
+        memcpy(&v, b, 4);
+        return v;
+    }
+    case SHP_DTYPE_U64: {
+        uint64_t v;
+        memcpy(&v, b, 8);
+        return v;
+    }
+    case SHP_DTYPE_I64: {
+        int64_t v;
+        memcpy(&v, b, 8);
+        return v;
+    }
     case SHP_DTYPE_F32: memcpy(&f, b, 4); return f;
     case SHP_DTYPE_F64: memcpy(&d, b, 8); return d;
     case SHP_DTYPE_F16: memcpy(&hf, b, 2); return (float)hf;
@@ -80,8 +96,14 @@ static void ref_store(shp_dtype_t dt, long double v, uint8_t *p)
     uint16_t h;
 
     switch (dt) {
-    case SHP_DTYPE_F32: f = (float)v; memcpy(p, &f, 4); return;
-    case SHP_DTYPE_F64: d = (double)v; memcpy(p, &d, 8); return;
+    case SHP_DTYPE_F32:
+        f = (float)v;
+        memcpy(p, &f, 4);
+        return;
+    case SHP_DTYPE_F64:
+        d = (double)v;
+        memcpy(p, &d, 8);
+        return;
     case SHP_DTYPE_F16:
         hf = (_Float16)ref_round((double)v, 11, -24, 65504.0);
         memcpy(p, &hf, 2);
@@ -92,8 +114,7 @@ static void ref_store(shp_dtype_t dt, long double v, uint8_t *p)
         h = (uint16_t)(u >> 16);
         memcpy(p, &h, 2);
         return;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -208,18 +229,17 @@ static void ref_fold(const shp_reduce_desc_t *d, uint8_t *dst,
 
 static void fill_value(shp_dtype_t dt, uint8_t *p, uint64_t *seed, int nice)
 {
-    static const double specials[] = {0.0,     -0.0,     INFINITY, -INFINITY,
-                                      NAN,     1e-40,    -1e-42,   65504.0,
-                                      65520.0, 3.0e38,   -3.0e38,  1e20,
-                                      -1e20,   6.1e-5,   5.9e-8,   1.0};
+    static const double specials[] = {
+        0.0,     -0.0,   INFINITY, -INFINITY, NAN,   1e-40,  -1e-42, 65504.0,
+        65520.0, 3.0e38, -3.0e38,  1e20,      -1e20, 6.1e-5, 5.9e-8, 1.0};
     uint64_t r = test_rand(seed);
     double v;
 
     if (!shp_dtype_is_float(dt)) {
         if (r % 8 == 0) { /* extremes and zero */
-            static const uint64_t ext[] = {0, 1, ~0ull, 0x80ull, 0x7full,
-                                           0x8000ull, 0x7fffffffull,
-                                           0x8000000000000000ull};
+            static const uint64_t ext[] = {
+                0,       1,         ~0ull,         0x80ull,
+                0x7full, 0x8000ull, 0x7fffffffull, 0x8000000000000000ull};
             r = ext[(r >> 8) % 8];
         } else if (nice) {
             r %= 7;
@@ -234,9 +254,17 @@ static void fill_value(shp_dtype_t dt, uint8_t *p, uint64_t *seed, int nice)
             (nice ? 4.0 : 1000.0);
     }
     switch (dt) {
-    case SHP_DTYPE_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
+    case SHP_DTYPE_F32: {
+        float f = (float)v;
+        memcpy(p, &f, 4);
+        break;
+    }
     case SHP_DTYPE_F64: memcpy(p, &v, 8); break;
-    case SHP_DTYPE_F16: { _Float16 h = (_Float16)v; memcpy(p, &h, 2); break; }
+    case SHP_DTYPE_F16: {
+        _Float16 h = (_Float16)v;
+        memcpy(p, &h, 2);
+        break;
+    }
     default: {
         uint16_t h = shp_f32_to_bf16((float)v);
         memcpy(p, &h, 2);
@@ -321,8 +349,8 @@ static void test_combo(void **state)
                     got = gotmem + 3;
                     ref_fold(d, want, srcs, n, count);
 
-                    assert_int_equal(
-                        shp_reduce_fold(d, got, csrcs, n, count), SHP_OK);
+                    assert_int_equal(shp_reduce_fold(d, got, csrcs, n, count),
+                                     SHP_OK);
                     assert_same(d, got, want, count, shp_reduce_isa_name(isa));
 
                     /* in place: the destination is the first source */
@@ -431,9 +459,9 @@ static void test_half_rounding(void **state)
     assert_int_equal(shp_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);
     assert_int_equal(shp_f32_to_f16(65504.0f), 0x7bff);
     assert_int_equal(shp_f32_to_f16(65519.0f), 0x7bff);
-    assert_int_equal(shp_f32_to_f16(65520.0f), 0x7c00); /* rounds to inf */
-    assert_int_equal(shp_f32_to_f16(0x1p-24f), 0x0001);  /* min subnormal */
-    assert_int_equal(shp_f32_to_f16(0x1p-25f), 0x0000);  /* tie to even 0 */
+    assert_int_equal(shp_f32_to_f16(65520.0f), 0x7c00);   /* rounds to inf */
+    assert_int_equal(shp_f32_to_f16(0x1p-24f), 0x0001);   /* min subnormal */
+    assert_int_equal(shp_f32_to_f16(0x1p-25f), 0x0000);   /* tie to even 0 */
     assert_int_equal(shp_f32_to_f16(0x1.8p-24f), 0x0002); /* tie to even 2 */
     assert_int_equal(shp_f32_to_f16(-0.0f), 0x8000);
     assert_true(shp_f16_to_f32(0x0001) == 0x1p-24f);
@@ -483,8 +511,8 @@ static void check_permuted_determinism(shp_dtype_t dt)
 {
     enum { N = 16, COUNT = 64 };
     shp_reduce_desc_t d = {dt, SHP_OP_SUM, SHP_DTYPE_NULL};
-    static const double vals[] = {1e20, 1.0, -1e20, 3.0, 1e-3, -1.0, 7e19,
-                                  -7e19};
+    static const double vals[] = {1e20, 1.0,  -1e20, 3.0,
+                                  1e-3, -1.0, 7e19,  -7e19};
     size_t es = shp_dtype_size(dt);
     uint8_t child[N][COUNT * 8], in_order[COUNT * 8], acc[COUNT * 8];
     const void *srcs[N];
@@ -564,9 +592,9 @@ static void test_stream_fold_errors(void **state)
     shp_fold_t fold;
 
     (void)state;
-    assert_int_equal(shp_fold_init(&fold, &d, 1, &acc, 3, NULL, release_count,
-                                   &released),
-                     SHP_OK);
+    assert_int_equal(
+        shp_fold_init(&fold, &d, 1, &acc, 3, NULL, release_count, &released),
+        SHP_OK);
     assert_int_equal(shp_fold_add(&fold, 3, &a), SHP_ERR_INVALID_PARAM);
     assert_int_equal(shp_fold_add(&fold, 2, &c), SHP_INPROGRESS);
     assert_int_equal(shp_fold_add(&fold, 2, &c), SHP_ERR_EXISTS);
@@ -583,9 +611,9 @@ static void test_stream_fold_errors(void **state)
 
     /* cleanup releases what is still pending */
     released = 0;
-    assert_int_equal(shp_fold_init(&fold, &d, 1, &acc, 3, NULL, release_count,
-                                   &released),
-                     SHP_OK);
+    assert_int_equal(
+        shp_fold_init(&fold, &d, 1, &acc, 3, NULL, release_count, &released),
+        SHP_OK);
     assert_int_equal(shp_fold_add(&fold, 1, &b), SHP_INPROGRESS);
     assert_int_equal(shp_fold_add(&fold, 2, &c), SHP_INPROGRESS);
     shp_fold_cleanup(&fold);
@@ -662,9 +690,18 @@ static void test_minloc_ties(void **state)
     const void *srcs[3] = {a, b, c};
 
     (void)state;
-    v = 2.0; t = 7; memcpy(a, &v, 8); memcpy(a + 8, &t, 4);
-    v = 1.0; t = 9; memcpy(b, &v, 8); memcpy(b + 8, &t, 4);
-    v = 1.0; t = 3; memcpy(c, &v, 8); memcpy(c + 8, &t, 4);
+    v = 2.0;
+    t = 7;
+    memcpy(a, &v, 8);
+    memcpy(a + 8, &t, 4);
+    v = 1.0;
+    t = 9;
+    memcpy(b, &v, 8);
+    memcpy(b + 8, &t, 4);
+    v = 1.0;
+    t = 3;
+    memcpy(c, &v, 8);
+    memcpy(c + 8, &t, 4);
     assert_int_equal(shp_reduce_fold(&d, r, srcs, 3, 1), SHP_OK);
     memcpy(&v, r, 8);
     memcpy(&t, r + 8, 4);
@@ -713,11 +750,10 @@ int main(void)
             if (shp_reduce_desc_check(&c->desc, NULL) != SHP_OK) {
                 continue;
             }
-            snprintf(c->name, sizeof(c->name), "fold_%s_%s%s%s",
-                     shp_dtype_name(dt), shp_op_name(op),
-                     shp_op_is_loc(op) ? "_" : "",
-                     shp_op_is_loc(op) ? shp_dtype_name(c->desc.tag_dtype)
-                                       : "");
+            snprintf(
+                c->name, sizeof(c->name), "fold_%s_%s%s%s", shp_dtype_name(dt),
+                shp_op_name(op), shp_op_is_loc(op) ? "_" : "",
+                shp_op_is_loc(op) ? shp_dtype_name(c->desc.tag_dtype) : "");
             tests[n] = (struct CMUnitTest){c->name, test_combo, NULL, NULL, c};
             n++;
         }
