@@ -128,6 +128,9 @@ demo: all
 	@echo "make demo: not yet - the local fabric and the MPI layer are still being built."
 	@echo "Built so far: the common core and the reduction engine; try 'make check' and 'make bench-reduce'."
 
+# Objects of test programs are not intermediates to delete.
+.SECONDARY:
+
 .PHONY: clean
 clean:
 	rm -rf $(O) $(CLEAN_EXTRA)
