@@ -10,6 +10,10 @@ COMMON_SRCS := \
 	common/net.c \
 	common/conn.c \
 	common/ctl.c \
+	common/transport.c \
+	common/tp_tcp.c \
+	common/tp_udp.c \
+	common/tp_verbs.c \
 	common/reduce_generic.c \
 	common/reduce_avx2.c \
 	common/reduce_avx512.c

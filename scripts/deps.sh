@@ -10,6 +10,7 @@ PKGS=(
     libjansson-dev             # control-plane message encoding (JSON)
     libinih-dev                # configuration files (INI)
     libcmocka-dev              # unit tests
+    uthash-dev                 # hash tables (header-only)
     clang-format               # make format-check
 )
 

@@ -1,0 +1,241 @@
+/* The tcp transport: reliable, ordered connections, framed by wire headers,
+ * on shp_conn (batched reads, write queue flushed before the loop sleeps). */
+#include "common/conn.h"
+#include "common/log.h"
+#include "common/transport.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    shp_tp_ep_t base;
+    shp_conn_t conn;
+} shp_tcp_ep_t;
+
+typedef struct {
+    shp_listener_t listener;
+    int listening;
+    shp_tp_accept_cb_t on_accept;
+    char listen_addr[64];
+} shp_tcp_priv_t;
+
+#define shp_tcp_ep_of(_conn)                                                   \
+    ((shp_tcp_ep_t *)((char *)(_conn)-offsetof(shp_tcp_ep_t, conn)))
+
+static shp_status_t shp_tcp_frame_len(shp_conn_t *conn, const void *buf,
+                                      size_t avail, size_t *len)
+{
+    shp_tcp_ep_t *ep = shp_tcp_ep_of(conn);
+    shp_status_t status;
+
+    status = shp_wire_frame_len(buf, avail, ep->base.tp->max_payload, len);
+    if (status < 0) {
+        ep->base.tp->stats.malformed++;
+    }
+    return status;
+}
+
+static void shp_tcp_on_frame(shp_conn_t *conn, const void *frame, size_t len)
+{
+    shp_tcp_ep_t *ep = shp_tcp_ep_of(conn);
+    shp_status_t status;
+
+    status = shp_tp_deliver(&ep->base, frame, len);
+    if (status != SHP_OK) {
+        shp_conn_close(conn, status);
+    }
+}
+
+static void shp_tcp_on_connect(shp_conn_t *conn)
+{
+    shp_tcp_ep_t *ep = shp_tcp_ep_of(conn);
+
+    if (ep->base.cbs->on_connect != NULL) {
+        ep->base.cbs->on_connect(&ep->base);
+    }
+}
+
+static void shp_tcp_on_close(shp_conn_t *conn, shp_status_t reason)
+{
+    shp_tcp_ep_t *ep = shp_tcp_ep_of(conn);
+
+    if (ep->base.cbs != NULL && ep->base.cbs->on_close != NULL) {
+        ep->base.cbs->on_close(&ep->base, reason);
+    }
+    free(ep);
+}
+
+static const shp_conn_ops_t shp_tcp_conn_ops = {
+    .frame_len = shp_tcp_frame_len,
+    .on_frame = shp_tcp_on_frame,
+    .on_connect = shp_tcp_on_connect,
+    .on_close = shp_tcp_on_close,
+};
+
+static shp_tcp_ep_t *shp_tcp_ep_new(shp_tp_t *tp)
+{
+    shp_tcp_ep_t *ep = calloc(1, sizeof(*ep));
+
+    if (ep == NULL) {
+        return NULL;
+    }
+    ep->base.tp = tp;
+    shp_conn_init(&ep->conn, tp->loop, &shp_tcp_conn_ops, ep,
+                  SHP_WIRE_HDR_LEN + (size_t)tp->max_payload);
+    return ep;
+}
+
+static shp_status_t shp_tcp_init(shp_tp_t *tp)
+{
+    tp->priv = calloc(1, sizeof(shp_tcp_priv_t));
+    return tp->priv ? SHP_OK : SHP_ERR_NO_MEMORY;
+}
+
+static void shp_tcp_cleanup(shp_tp_t *tp)
+{
+    shp_tcp_priv_t *priv = tp->priv;
+
+    if (priv != NULL && priv->listening) {
+        shp_listener_stop(&priv->listener);
+    }
+    free(priv);
+    tp->priv = NULL;
+}
+
+static void shp_tcp_accept(shp_listener_t *l, int fd,
+                           const shp_sockaddr_t *peer)
+{
+    shp_tp_t *tp = l->arg;
+    shp_tcp_priv_t *priv = tp->priv;
+    shp_tcp_ep_t *ep = shp_tcp_ep_new(tp);
+
+    (void)peer;
+    if (ep == NULL || shp_conn_open_fd(&ep->conn, fd) != SHP_OK) {
+        shp_warn_sparse(1000, "cannot accept a connection: out of memory");
+        free(ep);
+        close(fd);
+        return;
+    }
+    snprintf(ep->base.peer, sizeof(ep->base.peer), "%s", ep->conn.peer);
+    priv->on_accept(tp, &ep->base);
+    if (ep->base.cbs == NULL) { /* refused by the owner */
+        shp_conn_close(&ep->conn, SHP_ERR_CANCELED);
+    }
+}
+
+static shp_status_t shp_tcp_listen(shp_tp_t *tp, const char *addr,
+                                   shp_tp_accept_cb_t on_accept)
+{
+    shp_tcp_priv_t *priv = tp->priv;
+    shp_sockaddr_t sa;
+    shp_status_t status;
+
+    status = shp_sockaddr_parse(addr, 0, &sa);
+    if (status != SHP_OK) {
+        return status;
+    }
+    status = shp_listener_start(&priv->listener, tp->loop, &sa,
+                                shp_tcp_accept, tp);
+    if (status != SHP_OK) {
+        return status;
+    }
+    priv->listening = 1;
+    priv->on_accept = on_accept;
+    shp_sockaddr_str(&priv->listener.addr, priv->listen_addr,
+                     sizeof(priv->listen_addr));
+    return SHP_OK;
+}
+
+static const char *shp_tcp_listen_addr(shp_tp_t *tp)
+{
+    shp_tcp_priv_t *priv = tp->priv;
+
+    return priv->listening ? priv->listen_addr : NULL;
+}
+
+static shp_status_t shp_tcp_connect(shp_tp_t *tp, const char *addr,
+                                    const shp_tp_ep_cbs_t *cbs, void *arg,
+                                    shp_tp_ep_t **ep_out)
+{
+    shp_sockaddr_t sa, local, *bind_addr = NULL;
+    shp_tcp_ep_t *ep;
+    shp_status_t status;
+
+    status = shp_sockaddr_parse(addr, 0, &sa);
+    if (status != SHP_OK) {
+        return status;
+    }
+    if (tp->local_ip[0] != '\0') {
+        char buf[80];
+        snprintf(buf, sizeof(buf), "%s:0", tp->local_ip);
+        if (shp_sockaddr_parse(buf, 0, &local) == SHP_OK &&
+            local.ss.ss_family == sa.ss.ss_family) {
+            bind_addr = &local;
+        }
+    }
+    ep = shp_tcp_ep_new(tp);
+    if (ep == NULL) {
+        return SHP_ERR_NO_MEMORY;
+    }
+    ep->base.cbs = cbs;
+    ep->base.arg = arg;
+    snprintf(ep->base.peer, sizeof(ep->base.peer), "%s", addr);
+    status = shp_conn_connect(&ep->conn, &sa, bind_addr);
+    if (status != SHP_OK) {
+        free(ep);
+        return status;
+    }
+    *ep_out = &ep->base;
+    return SHP_OK;
+}
+
+static shp_status_t shp_tcp_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
+                                 const void *payload)
+{
+    shp_tcp_ep_t *ep = (shp_tcp_ep_t *)base;
+    uint8_t raw[SHP_WIRE_HDR_LEN];
+    shp_status_t status;
+
+    shp_wire_hdr_pack(hdr, raw);
+    status = shp_conn_send(&ep->conn, raw, sizeof(raw), payload,
+                           hdr->payload_len);
+    if (status == SHP_OK) {
+        base->tp->stats.msgs_out++;
+        base->tp->stats.bytes_out += SHP_WIRE_HDR_LEN + hdr->payload_len;
+    }
+    return status;
+}
+
+static void shp_tcp_close(shp_tp_ep_t *base)
+{
+    shp_tcp_ep_t *ep = (shp_tcp_ep_t *)base;
+
+    shp_conn_close(&ep->conn, SHP_ERR_CANCELED);
+}
+
+static shp_status_t shp_tcp_no_mcast(shp_tp_t *tp, const char *group,
+                                     const shp_tp_ep_cbs_t *cbs, void *arg,
+                                     shp_tp_ep_t **ep)
+{
+    (void)tp;
+    (void)group;
+    (void)cbs;
+    (void)arg;
+    (void)ep;
+    return SHP_ERR_UNSUPPORTED;
+}
+
+const shp_tp_ops_t shp_tp_tcp_ops = {
+    .name = "tcp",
+    .init = shp_tcp_init,
+    .cleanup = shp_tcp_cleanup,
+    .listen = shp_tcp_listen,
+    .listen_addr = shp_tcp_listen_addr,
+    .connect = shp_tcp_connect,
+    .send = shp_tcp_send,
+    .close = shp_tcp_close,
+    .mcast_join = shp_tcp_no_mcast,
+    .mcast_sender = shp_tcp_no_mcast,
+};

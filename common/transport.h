@@ -1,0 +1,118 @@
+/*
+ * Data-path transports: one ops table, several providers.
+ *
+ *   tcp   reliable, ordered connections (the RC analogue)
+ *   udp   IPv4 multicast datagrams (the UD-multicast analogue), for results
+ *   verbs InfiniBand / RoCE (RC for the tree, UD multicast for results)
+ *
+ * Messages are a wire header (common/wire.h) and its payload.  Providers
+ * check every received message with shp_wire_validate() before delivering
+ * it; a malformed message closes a connection (or drops a datagram) and
+ * counts in stats.malformed.  Every slot of an ops table is set: what a
+ * provider does not support returns SHP_ERR_UNSUPPORTED.
+ *
+ * Endpoint lifetime: on_close is called exactly once for every endpoint
+ * (also after shp_tp_close(), deferred while inside on_msg); the provider
+ * frees the endpoint after on_close returns.
+ */
+#ifndef SHP_COMMON_TRANSPORT_H
+#define SHP_COMMON_TRANSPORT_H
+
+#include "common/status.h"
+#include "common/wire.h"
+
+#include <ev.h>
+#include <stdint.h>
+
+typedef struct shp_tp shp_tp_t;
+typedef struct shp_tp_ep shp_tp_ep_t;
+
+typedef struct shp_tp_ep_cbs {
+    void (*on_msg)(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
+                   const void *payload);
+    void (*on_connect)(shp_tp_ep_t *ep); /* may be NULL */
+    void (*on_close)(shp_tp_ep_t *ep, shp_status_t reason);
+} shp_tp_ep_cbs_t;
+
+struct shp_tp_ep {
+    shp_tp_t *tp;
+    const shp_tp_ep_cbs_t *cbs;
+    void *arg; /* the owner's */
+    char peer[64];
+};
+
+/* A new inbound endpoint; set ep->cbs and ep->arg before returning. */
+typedef void (*shp_tp_accept_cb_t)(shp_tp_t *tp, shp_tp_ep_t *ep);
+
+typedef struct shp_tp_stats {
+    uint64_t msgs_in, msgs_out, bytes_in, bytes_out;
+    uint64_t malformed;     /* refused by the validator */
+    uint64_t mcast_dropped; /* dropped on purpose (drop probability) */
+} shp_tp_stats_t;
+
+typedef struct shp_tp_ops {
+    const char *name;
+    shp_status_t (*init)(shp_tp_t *tp);
+    void (*cleanup)(shp_tp_t *tp);
+    /* accept reliable connections on "ip:port" (port 0: any) */
+    shp_status_t (*listen)(shp_tp_t *tp, const char *addr,
+                           shp_tp_accept_cb_t on_accept);
+    /* the address actually listened on ("127.0.0.2:41234") */
+    const char *(*listen_addr)(shp_tp_t *tp);
+    shp_status_t (*connect)(shp_tp_t *tp, const char *addr,
+                            const shp_tp_ep_cbs_t *cbs, void *arg,
+                            shp_tp_ep_t **ep);
+    shp_status_t (*send)(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
+                         const void *payload);
+    void (*close)(shp_tp_ep_t *ep);
+    /* receive datagrams sent to multicast "group:port" */
+    shp_status_t (*mcast_join)(shp_tp_t *tp, const char *group,
+                               const shp_tp_ep_cbs_t *cbs, void *arg,
+                               shp_tp_ep_t **ep);
+    /* an endpoint that sends to multicast "group:port" */
+    shp_status_t (*mcast_sender)(shp_tp_t *tp, const char *group,
+                                 const shp_tp_ep_cbs_t *cbs, void *arg,
+                                 shp_tp_ep_t **ep);
+} shp_tp_ops_t;
+
+struct shp_tp {
+    const shp_tp_ops_t *ops;
+    struct ev_loop *loop;
+    uint32_t max_payload; /* largest payload accepted */
+    char local_ip[64];    /* source address for connections and multicast */
+    double mcast_drop;    /* tests: drop this fraction of datagrams */
+    uint64_t drop_seed;
+    shp_tp_stats_t stats;
+    void *priv;
+};
+
+/* "tcp", "udp", "verbs"; NULL if unknown. */
+const shp_tp_ops_t *shp_tp_find(const char *name);
+
+/* Bind a provider to a loop.  `local_ip` may be NULL (any). */
+SHP_WUR shp_status_t shp_tp_init(shp_tp_t *tp, const shp_tp_ops_t *ops,
+                                 struct ev_loop *loop, uint32_t max_payload,
+                                 const char *local_ip);
+void shp_tp_cleanup(shp_tp_t *tp);
+
+static inline shp_status_t shp_tp_send(shp_tp_ep_t *ep,
+                                       const shp_wire_hdr_t *hdr,
+                                       const void *payload)
+{
+    return ep->tp->ops->send(ep, hdr, payload);
+}
+
+static inline void shp_tp_close(shp_tp_ep_t *ep)
+{
+    ep->tp->ops->close(ep);
+}
+
+/* For providers: validate and deliver a received message, or count and
+ * refuse it.  Returns the validator's status. */
+shp_status_t shp_tp_deliver(shp_tp_ep_t *ep, const void *msg, size_t len);
+
+extern const shp_tp_ops_t shp_tp_tcp_ops;
+extern const shp_tp_ops_t shp_tp_udp_ops;
+extern const shp_tp_ops_t shp_tp_verbs_ops;
+
+#endif
