@@ -94,6 +94,7 @@ $(OBJDIR)/%.o: %.c | $(DEPS_STAMP)
 	$(Q)$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(CFLAGS_$(subst /,_,$*)) -c $< -o $@
 
 include common/module.mk
+include an/module.mk
 include tests/module.mk
 include bench/module.mk
 

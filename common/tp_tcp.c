@@ -136,8 +136,8 @@ static shp_status_t shp_tcp_listen(shp_tp_t *tp, const char *addr,
     if (status != SHP_OK) {
         return status;
     }
-    status = shp_listener_start(&priv->listener, tp->loop, &sa,
-                                shp_tcp_accept, tp);
+    status =
+        shp_listener_start(&priv->listener, tp->loop, &sa, shp_tcp_accept, tp);
     if (status != SHP_OK) {
         return status;
     }
@@ -199,8 +199,8 @@ static shp_status_t shp_tcp_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
     shp_status_t status;
 
     shp_wire_hdr_pack(hdr, raw);
-    status = shp_conn_send(&ep->conn, raw, sizeof(raw), payload,
-                           hdr->payload_len);
+    status =
+        shp_conn_send(&ep->conn, raw, sizeof(raw), payload, hdr->payload_len);
     if (status == SHP_OK) {
         base->tp->stats.msgs_out++;
         base->tp->stats.bytes_out += SHP_WIRE_HDR_LEN + hdr->payload_len;

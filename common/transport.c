@@ -50,8 +50,8 @@ shp_status_t shp_tp_deliver(shp_tp_ep_t *ep, const void *msg, size_t len)
 
     if (len < SHP_WIRE_HDR_LEN) {
         ep->tp->stats.malformed++;
-        shp_warn_sparse(1000, "truncated message from %s (%zu bytes)",
-                        ep->peer, len);
+        shp_warn_sparse(1000, "truncated message from %s (%zu bytes)", ep->peer,
+                        len);
         return SHP_ERR_PROTO;
     }
     shp_wire_hdr_unpack(msg, &hdr);

@@ -95,9 +95,8 @@ SHP_WUR shp_status_t shp_tp_init(shp_tp_t *tp, const shp_tp_ops_t *ops,
                                  const char *local_ip);
 void shp_tp_cleanup(shp_tp_t *tp);
 
-static inline shp_status_t shp_tp_send(shp_tp_ep_t *ep,
-                                       const shp_wire_hdr_t *hdr,
-                                       const void *payload)
+static inline shp_status_t
+shp_tp_send(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr, const void *payload)
 {
     return ep->tp->ops->send(ep, hdr, payload);
 }

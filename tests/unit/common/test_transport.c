@@ -102,9 +102,8 @@ static void test_tcp_roundtrip(void **state)
     uint32_t i;
 
     (void)state;
-    assert_int_equal(shp_tp_init(&tp, shp_tp_find("tcp"), loop, 1024,
-                                 "127.0.0.1"),
-                     SHP_OK);
+    assert_int_equal(
+        shp_tp_init(&tp, shp_tp_find("tcp"), loop, 1024, "127.0.0.1"), SHP_OK);
     assert_int_equal(tp.ops->listen(&tp, "127.0.0.1:0", on_accept), SHP_OK);
     assert_non_null(tp.ops->listen_addr(&tp));
     assert_int_equal(
@@ -202,15 +201,14 @@ static void test_udp_mcast(void **state)
     int i;
 
     (void)state;
-    assert_int_equal(shp_tp_init(&tp, shp_tp_find("udp"), loop, 1024,
-                                 "127.0.0.1"),
-                     SHP_OK);
-    assert_int_equal(tp.ops->mcast_join(&tp, "239.77.1.1:17301", &rx_cbs, &r1,
-                                        &rx1),
-                     SHP_OK);
-    assert_int_equal(tp.ops->mcast_join(&tp, "239.77.1.1:17301", &rx_cbs, &r2,
-                                        &rx2),
-                     SHP_OK);
+    assert_int_equal(
+        shp_tp_init(&tp, shp_tp_find("udp"), loop, 1024, "127.0.0.1"), SHP_OK);
+    assert_int_equal(
+        tp.ops->mcast_join(&tp, "239.77.1.1:17301", &rx_cbs, &r1, &rx1),
+        SHP_OK);
+    assert_int_equal(
+        tp.ops->mcast_join(&tp, "239.77.1.1:17301", &rx_cbs, &r2, &rx2),
+        SHP_OK);
     assert_int_equal(
         tp.ops->mcast_sender(&tp, "239.77.1.1:17301", &rx_cbs, NULL, &tx),
         SHP_OK);
@@ -242,16 +240,15 @@ static void test_udp_isolated_groups(void **state)
     uint32_t v = 1;
 
     (void)state;
-    assert_int_equal(shp_tp_init(&tp, shp_tp_find("udp"), loop, 1024,
-                                 "127.0.0.1"),
-                     SHP_OK);
+    assert_int_equal(
+        shp_tp_init(&tp, shp_tp_find("udp"), loop, 1024, "127.0.0.1"), SHP_OK);
     /* same port, different groups: no cross delivery */
-    assert_int_equal(tp.ops->mcast_join(&tp, "239.77.1.2:17302", &rx_cbs, &r1,
-                                        &rx1),
-                     SHP_OK);
-    assert_int_equal(tp.ops->mcast_join(&tp, "239.77.1.3:17302", &rx_cbs, &r2,
-                                        &rx2),
-                     SHP_OK);
+    assert_int_equal(
+        tp.ops->mcast_join(&tp, "239.77.1.2:17302", &rx_cbs, &r1, &rx1),
+        SHP_OK);
+    assert_int_equal(
+        tp.ops->mcast_join(&tp, "239.77.1.3:17302", &rx_cbs, &r2, &rx2),
+        SHP_OK);
     assert_int_equal(
         tp.ops->mcast_sender(&tp, "239.77.1.2:17302", &rx_cbs, NULL, &tx),
         SHP_OK);
@@ -280,9 +277,8 @@ static void test_udp_drop(void **state)
     int i;
 
     (void)state;
-    assert_int_equal(shp_tp_init(&tp, shp_tp_find("udp"), loop, 1024,
-                                 "127.0.0.1"),
-                     SHP_OK);
+    assert_int_equal(
+        shp_tp_init(&tp, shp_tp_find("udp"), loop, 1024, "127.0.0.1"), SHP_OK);
     tp.mcast_drop = 0.2;
     assert_int_equal(
         tp.ops->mcast_join(&tp, "239.77.1.4:17303", &rx_cbs, &r, &rx), SHP_OK);
@@ -339,10 +335,10 @@ int main(void)
 {
 #define T(_f) cmocka_unit_test_setup_teardown(_f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_tcp_roundtrip),       T(test_tcp_malformed),
+        T(test_tcp_roundtrip),         T(test_tcp_malformed),
         T(test_tcp_payload_too_large), T(test_udp_mcast),
-        T(test_udp_isolated_groups), T(test_udp_drop),
-        T(test_udp_bad_group),       T(test_registry_and_stubs),
+        T(test_udp_isolated_groups),   T(test_udp_drop),
+        T(test_udp_bad_group),         T(test_registry_and_stubs),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests_name("transport", tests, NULL, NULL);

@@ -1,0 +1,1097 @@
+/*
+ * The aggregation node's data path: links, groups, operation slots, the
+ * fixed-order fold, result distribution, retransmits and faults.
+ *
+ * Operation slots: a group with a quota of `osts` outstanding operations has
+ * 2 x osts slots, slot = seq mod 2 x osts.  A child sends seq s only after
+ * it received the result of s - osts, so s - osts was produced at the top,
+ * so every child everywhere sent s - osts, so every member already holds
+ * the result of s - 2 x osts: the slot s reuses is free of any obligation
+ * (docs/an.md).  The same argument bounds the window: a valid s satisfies
+ * s < folded + osts, where `folded` counts the operations folded here.
+ */
+#include "an/an.h"
+
+#include "common/ctl.h"
+#include "common/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* seq arithmetic modulo 2^32 */
+static inline int32_t shp_seq_diff(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b);
+}
+
+static int shp_an_ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    volatile uint8_t d = 0;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        d |= a[i] ^ b[i];
+    }
+    return d == 0;
+}
+
+/* Links ---------------------------------------------------------------------- */
+
+static void shp_an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
+                               const void *payload);
+static void shp_an_link_on_close(shp_tp_ep_t *ep, shp_status_t reason);
+static void shp_an_link_on_connect(shp_tp_ep_t *ep);
+
+static const shp_tp_ep_cbs_t shp_an_link_cbs = {
+    .on_msg = shp_an_link_on_msg,
+    .on_connect = shp_an_link_on_connect,
+    .on_close = shp_an_link_on_close,
+};
+
+static shp_an_link_t *shp_an_link_new(shp_an_t *an)
+{
+    shp_an_link_t *l = calloc(1, sizeof(*l));
+
+    if (l != NULL) {
+        l->an = an;
+        l->next = an->links;
+        an->links = l;
+    }
+    return l;
+}
+
+static void shp_an_link_free(shp_an_link_t *l)
+{
+    shp_an_t *an = l->an;
+    shp_an_link_t **pp;
+
+    for (pp = &an->links; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == l) {
+            *pp = l->next;
+            break;
+        }
+    }
+    if (l->is_parent) {
+        HASH_DEL(an->parents, l);
+    }
+    free(l->groups);
+    free(l);
+}
+
+static shp_status_t shp_an_link_add_group(shp_an_link_t *l, uint32_t gid)
+{
+    unsigned i;
+
+    for (i = 0; i < l->ngroups; i++) {
+        if (l->groups[i] == gid) {
+            return SHP_OK;
+        }
+    }
+    if (l->ngroups == l->cap_groups) {
+        unsigned cap = l->cap_groups ? 2 * l->cap_groups : 8;
+        uint32_t *g = realloc(l->groups, cap * sizeof(*g));
+        if (g == NULL) {
+            return SHP_ERR_NO_MEMORY;
+        }
+        l->groups = g;
+        l->cap_groups = cap;
+    }
+    l->groups[l->ngroups++] = gid;
+    return SHP_OK;
+}
+
+static void shp_an_link_del_group(shp_an_link_t *l, uint32_t gid)
+{
+    unsigned i;
+
+    for (i = 0; i < l->ngroups; i++) {
+        if (l->groups[i] == gid) {
+            l->groups[i] = l->groups[--l->ngroups];
+            return;
+        }
+    }
+}
+
+static void shp_an_send(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                        const void *payload)
+{
+    shp_status_t status;
+
+    if (l == NULL || l->ep == NULL) {
+        return;
+    }
+    status = shp_tp_send(l->ep, hdr, payload);
+    if (status != SHP_OK) {
+        shp_warn_sparse(1000, "send to %s failed: %s", l->addr,
+                        shp_status_str(status));
+        shp_tp_close(l->ep); /* on_close fails its groups */
+    }
+}
+
+static void shp_an_send_error(shp_an_link_t *l, uint16_t tree_id,
+                              uint32_t group_id, uint32_t seq,
+                              shp_status_t status, const char *text)
+{
+    shp_wire_hdr_t h;
+    size_t len = text ? strlen(text) : 0;
+
+    if (len > SHP_WIRE_ERR_MSG_MAX) {
+        len = SHP_WIRE_ERR_MSG_MAX;
+    }
+    memset(&h, 0, sizeof(h));
+    h.version = SHP_WIRE_VERSION;
+    h.opcode = SHP_WIRE_OP_ERROR;
+    h.tree_id = tree_id;
+    h.group_id = group_id;
+    h.seq = seq;
+    h.status = (int16_t)status;
+    h.dtype = SHP_DTYPE_NULL;
+    h.op = SHP_OP_NULL;
+    h.tag_dtype = SHP_DTYPE_NULL;
+    h.payload_len = (uint32_t)len;
+    shp_an_send(l, &h, text);
+}
+
+/* Groups ----------------------------------------------------------------- */
+
+shp_an_group_t *shp_an_group_find(shp_an_t *an, uint32_t id)
+{
+    shp_an_group_t *g;
+
+    HASH_FIND(hh, an->groups, &id, sizeof(id), g);
+    return g;
+}
+
+/* Fail a group: every other link of it gets an error (so members fail
+ * their pending and later operations, and ANs pass it on), the AM is told.
+ * `from` (may be NULL) is the link the failure came from. */
+static void shp_an_group_fail(shp_an_group_t *g, shp_an_link_t *from,
+                              shp_status_t status, const char *reason)
+{
+    unsigned i;
+
+    if (g->failed) {
+        return;
+    }
+    g->failed = 1;
+    g->fail_status = status;
+    g->an->stats.groups_failed++;
+    shp_warn_id("AN0201", "group %u (job %llu) failed: %s", g->id,
+                (unsigned long long)g->job_id, reason);
+    for (i = 0; i < g->nchildren; i++) {
+        if (g->children[i].link != NULL && g->children[i].link != from) {
+            shp_an_send_error(g->children[i].link, g->tree_id, g->id, 0,
+                              status, reason);
+        }
+    }
+    if (g->parent != NULL && g->parent != from && g->parent_joined) {
+        shp_an_send_error(g->parent, g->tree_id, g->id, 0, status, reason);
+    }
+    shp_an_ctl_group_failed(g->an, g, reason);
+}
+
+static uint8_t *shp_an_buf_get(shp_an_group_t *g)
+{
+    if (g->nfree > 0) {
+        return g->free_bufs[--g->nfree];
+    }
+    return malloc(g->payload ? g->payload : 1);
+}
+
+static void shp_an_buf_put(shp_an_group_t *g, uint8_t *buf)
+{
+    if (g->nfree == g->cap_free) {
+        unsigned cap = g->cap_free ? 2 * g->cap_free : 16;
+        uint8_t **p = realloc(g->free_bufs, cap * sizeof(*p));
+        if (p == NULL) {
+            free(buf);
+            return;
+        }
+        g->free_bufs = p;
+        g->cap_free = cap;
+    }
+    g->free_bufs[g->nfree++] = buf;
+}
+
+static void shp_an_fold_release(void *arg, unsigned child, const void *payload)
+{
+    shp_an_slot_t *s = arg;
+    shp_an_group_t *g = s->group;
+
+    if (s->copies[child] != NULL && s->copies[child] == payload) {
+        shp_an_buf_put(g, s->copies[child]);
+        s->copies[child] = NULL;
+    }
+}
+
+static void shp_an_slot_reset(shp_an_group_t *g, shp_an_slot_t *s)
+{
+    unsigned i;
+
+    if (s->state == SHP_AN_SLOT_FOLD) {
+        shp_fold_cleanup(&s->fold);
+    }
+    for (i = 0; i < g->nchildren; i++) {
+        if (s->copies[i] != NULL) {
+            shp_an_buf_put(g, s->copies[i]);
+            s->copies[i] = NULL;
+        }
+        s->want[i] = 0;
+    }
+    s->state = SHP_AN_SLOT_FREE;
+    s->arrived = 0;
+}
+
+static void shp_an_group_free(shp_an_t *an, shp_an_group_t *g)
+{
+    unsigned i;
+
+    for (i = 0; i < g->nslots; i++) {
+        shp_an_slot_t *s = &g->slots[i];
+        if (s->copies != NULL && s->want != NULL) {
+            shp_an_slot_reset(g, s);
+        }
+        free(s->copies);
+        free(s->acc);
+        free(s->pending);
+        free(s->want);
+    }
+    for (i = 0; i < g->nfree; i++) {
+        free(g->free_bufs[i]);
+    }
+    for (i = 0; i < g->nchildren; i++) {
+        if (g->children[i].link != NULL) {
+            shp_an_link_del_group(g->children[i].link, g->id);
+        }
+    }
+    if (g->parent != NULL) {
+        shp_an_link_del_group(g->parent, g->id);
+    }
+    if (g->mcast_tx != NULL) {
+        shp_tp_close(g->mcast_tx);
+    }
+    ev_timer_stop(an->loop, &g->join_timer);
+    free(g->free_bufs);
+    free(g->slots);
+    free(g->children);
+    free(g);
+}
+
+static void shp_an_group_send_join(shp_an_group_t *g)
+{
+    uint8_t payload[SHP_WIRE_JOIN_LEN];
+    shp_wire_join_t join;
+    shp_wire_hdr_t h;
+
+    memset(&h, 0, sizeof(h));
+    h.version = SHP_WIRE_VERSION;
+    h.opcode = SHP_WIRE_OP_GROUP_JOIN;
+    h.tree_id = g->tree_id;
+    h.group_id = g->id;
+    h.dtype = SHP_DTYPE_NULL;
+    h.op = SHP_OP_NULL;
+    h.tag_dtype = SHP_DTYPE_NULL;
+    h.payload_len = SHP_WIRE_JOIN_LEN;
+    join.job_id = g->job_id;
+    memcpy(join.job_key, g->key, sizeof(join.job_key));
+    join.child_index = g->parent_index;
+    shp_wire_join_pack(&join, payload);
+    g->join_tries++;
+    shp_an_send(g->parent, &h, payload);
+}
+
+static void shp_an_join_timer_cb(struct ev_loop *loop, ev_timer *w,
+                                 int revents)
+{
+    shp_an_group_t *g = w->data;
+
+    (void)loop;
+    (void)revents;
+    if (g->parent != NULL && g->parent->connected && !g->parent_joined) {
+        shp_an_group_send_join(g);
+    }
+}
+
+/* The parent's answer to our join, or its loss. */
+static void shp_an_group_join_done(shp_an_group_t *g, shp_status_t status)
+{
+    double retry = 0.05;
+
+    if (status == SHP_ERR_GROUP_UNKNOWN &&
+        g->join_tries * retry * 1000 < (double)g->an->cfg.join_timeout_ms) {
+        /* the AM may still be configuring the parent: try again */
+        ev_timer_set(&g->join_timer, retry, 0.);
+        ev_timer_start(g->an->loop, &g->join_timer);
+        return;
+    }
+    if (status == SHP_OK) {
+        g->parent_joined = 1;
+    } else {
+        shp_an_group_fail(g, g->parent, status, "cannot join the parent AN");
+    }
+    if (g->add_req_id >= 0) {
+        shp_an_ctl_reply(g->an, "group_add_ack", g->add_req_id, status,
+                         status == SHP_OK ? NULL : shp_status_str(status));
+        g->add_req_id = -1;
+    }
+}
+
+static shp_an_link_t *shp_an_parent_link(shp_an_t *an, const char *addr,
+                                         uint16_t tree_id)
+{
+    shp_an_link_t *l;
+
+    HASH_FIND_STR(an->parents, addr, l);
+    if (l != NULL) {
+        return l;
+    }
+    l = shp_an_link_new(an);
+    if (l == NULL) {
+        return NULL;
+    }
+    l->is_parent = 1;
+    l->tree_id = tree_id;
+    snprintf(l->addr, sizeof(l->addr), "%s", addr);
+    if (an->tp.ops->connect(&an->tp, addr, &shp_an_link_cbs, l, &l->ep) !=
+        SHP_OK) {
+        shp_an_link_free(l);
+        return NULL;
+    }
+    HASH_ADD_STR(an->parents, addr, l);
+    return l;
+}
+
+static shp_status_t shp_an_reject(const char *reason, const char **why)
+{
+    *why = reason;
+    return SHP_ERR_INVALID_PARAM;
+}
+
+shp_status_t shp_an_tree_set(shp_an_t *an, const json_t *req,
+                             const char **why)
+{
+    const char *parent = "";
+    int64_t tree_id;
+    json_t *p;
+
+    if (shp_json_get_int(req, "tree_id", 0, SHP_AN_MAX_TREES - 1, &tree_id,
+                         why) != SHP_OK) {
+        return shp_an_reject("bad tree_id", why);
+    }
+    p = json_object_get(req, "parent");
+    if (p != NULL && !json_is_null(p)) {
+        if (!json_is_string(p)) {
+            return shp_an_reject("bad parent", why);
+        }
+        parent = json_string_value(p);
+    }
+    if (!an->trees[tree_id].configured) {
+        if (an->ntrees >= an->cfg.max_trees) {
+            *why = "tree limit reached";
+            return SHP_ERR_NO_RESOURCE;
+        }
+        an->ntrees++;
+    }
+    an->trees[tree_id].configured = 1;
+    snprintf(an->trees[tree_id].parent, sizeof(an->trees[tree_id].parent),
+             "%s", parent);
+    return SHP_OK;
+}
+
+static shp_status_t shp_an_group_alloc_slots(shp_an_group_t *g)
+{
+    unsigned i;
+
+    g->nslots = 2 * g->osts;
+    g->slots = calloc(g->nslots, sizeof(*g->slots));
+    if (g->slots == NULL) {
+        return SHP_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < g->nslots; i++) {
+        shp_an_slot_t *s = &g->slots[i];
+        s->group = g;
+        s->copies = calloc(g->nchildren, sizeof(*s->copies));
+        s->pending = calloc(g->nchildren, sizeof(*s->pending));
+        s->want = calloc(g->nchildren, 1);
+        s->acc = malloc(g->payload ? g->payload : 1);
+        if (s->copies == NULL || s->pending == NULL || s->want == NULL ||
+            s->acc == NULL) {
+            return SHP_ERR_NO_MEMORY;
+        }
+    }
+    return SHP_OK;
+}
+
+shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
+                              const char **why)
+{
+    int64_t gid, tree_id, osts, payload, pidx = 0;
+    const char *dist = "rc", *mcast = NULL, *kind;
+    json_t *children, *c;
+    shp_an_group_t *g;
+    uint64_t job_id;
+    int top = 1;
+    size_t i;
+
+    if (shp_json_get_int(req, "group_id", 0, UINT32_MAX, &gid, why) != SHP_OK ||
+        shp_json_get_int(req, "tree_id", 0, SHP_AN_MAX_TREES - 1, &tree_id,
+                         why) != SHP_OK ||
+        shp_json_get_u64(req, "job_id", &job_id, why) != SHP_OK ||
+        shp_json_get_int(req, "osts", 1, an->cfg.max_osts, &osts, why) !=
+            SHP_OK ||
+        shp_json_get_int(req, "payload", 0, (int64_t)an->cfg.max_payload,
+                         &payload, why) != SHP_OK ||
+        shp_json_get_array(req, "children", &children, why) != SHP_OK ||
+        shp_json_get_bool(req, "top", &top, why) != SHP_OK) {
+        return SHP_ERR_INVALID_PARAM; /* *why names the member */
+    }
+    if (!top && shp_json_get_int(req, "parent_index", 0, SHP_AN_MAX_CHILDREN,
+                                 &pidx, why) != SHP_OK) {
+        return SHP_ERR_INVALID_PARAM;
+    }
+    if (json_object_get(req, "dist") != NULL &&
+        shp_json_get_str(req, "dist", &dist, why) != SHP_OK) {
+        return SHP_ERR_INVALID_PARAM;
+    }
+    if (json_array_size(children) == 0 ||
+        json_array_size(children) > SHP_AN_MAX_CHILDREN) {
+        return shp_an_reject("a group needs 1 to 1024 children here", why);
+    }
+    if (!an->trees[tree_id].configured) {
+        return shp_an_reject("unknown tree", why);
+    }
+    if (!top && an->trees[tree_id].parent[0] == '\0') {
+        return shp_an_reject("not the top of the group, but the tree root",
+                             why);
+    }
+    if (shp_an_group_find(an, (uint32_t)gid) != NULL) {
+        *why = "group exists";
+        return SHP_ERR_EXISTS;
+    }
+    if (an->ngroups >= an->cfg.max_groups) {
+        *why = "group limit reached";
+        return SHP_ERR_NO_RESOURCE;
+    }
+
+    g = calloc(1, sizeof(*g));
+    if (g == NULL) {
+        return SHP_ERR_NO_MEMORY;
+    }
+    g->an = an;
+    g->id = (uint32_t)gid;
+    g->tree_id = (uint16_t)tree_id;
+    g->job_id = job_id;
+    g->osts = (unsigned)osts;
+    g->payload = (uint32_t)payload;
+    g->is_top = top;
+    g->parent_index = (uint32_t)pidx;
+    g->add_req_id = -1;
+    g->nchildren = (unsigned)json_array_size(children);
+    ev_timer_init(&g->join_timer, shp_an_join_timer_cb, 0.05, 0.);
+    g->join_timer.data = g;
+    g->dist = !strcmp(dist, "mcast") ? SHP_AN_DIST_MCAST
+              : !strcmp(dist, "both") ? SHP_AN_DIST_MCAST | SHP_AN_DIST_RC
+              : !strcmp(dist, "rc")   ? SHP_AN_DIST_RC
+                                      : 0;
+    if (g->dist == 0) {
+        free(g);
+        return shp_an_reject("dist must be rc, mcast or both", why);
+    }
+    if (shp_json_get_hex(req, "job_key", g->key, sizeof(g->key), why) !=
+        SHP_OK) {
+        free(g);
+        return SHP_ERR_INVALID_PARAM;
+    }
+    g->children = calloc(g->nchildren, sizeof(*g->children));
+    if (g->children == NULL || shp_an_group_alloc_slots(g) != SHP_OK) {
+        shp_an_group_free(an, g);
+        *why = "out of memory";
+        return SHP_ERR_NO_MEMORY;
+    }
+    json_array_foreach(children, i, c)
+    {
+        if (shp_json_get_str(c, "kind", &kind, why) != SHP_OK ||
+            (strcmp(kind, "an") && strcmp(kind, "member"))) {
+            shp_an_group_free(an, g);
+            return shp_an_reject("child kind must be an or member", why);
+        }
+        g->children[i].is_an = !strcmp(kind, "an");
+    }
+    if (g->is_top && (g->dist & SHP_AN_DIST_MCAST)) {
+        shp_status_t st;
+        if (shp_json_get_str(req, "mcast_addr", &mcast, why) != SHP_OK ||
+            !an->have_mcast) {
+            shp_an_group_free(an, g);
+            return shp_an_reject("multicast needs mcast_addr and a multicast "
+                                 "transport",
+                                 why);
+        }
+        snprintf(g->mcast_addr, sizeof(g->mcast_addr), "%s", mcast);
+        st = an->mcast_tp.ops->mcast_sender(&an->mcast_tp, mcast,
+                                            &shp_an_link_cbs, NULL,
+                                            &g->mcast_tx);
+        if (st != SHP_OK) {
+            shp_an_group_free(an, g);
+            *why = "cannot open the multicast sender";
+            return st;
+        }
+    }
+    HASH_ADD(hh, an->groups, id, sizeof(g->id), g);
+    an->ngroups++;
+
+    if (!g->is_top) {
+        g->parent = shp_an_parent_link(an, an->trees[tree_id].parent,
+                                       g->tree_id);
+        if (g->parent == NULL ||
+            shp_an_link_add_group(g->parent, g->id) != SHP_OK) {
+            HASH_DEL(an->groups, g);
+            an->ngroups--;
+            shp_an_group_free(an, g);
+            *why = "cannot reach the parent AN";
+            return SHP_ERR_UNREACHABLE;
+        }
+        g->add_req_id = req_id;
+        if (g->parent->connected) {
+            shp_an_group_send_join(g);
+        }
+        return SHP_INPROGRESS; /* answered when the parent answers */
+    }
+    return SHP_OK;
+}
+
+shp_status_t shp_an_group_remove(shp_an_t *an, uint32_t id)
+{
+    shp_an_group_t *g = shp_an_group_find(an, id);
+
+    if (g == NULL) {
+        return SHP_ERR_GROUP_UNKNOWN;
+    }
+    HASH_DEL(an->groups, g);
+    an->ngroups--;
+    if (g->add_req_id >= 0) {
+        shp_an_ctl_reply(an, "group_add_ack", g->add_req_id,
+                         SHP_ERR_CANCELED, "group removed");
+    }
+    shp_an_group_free(an, g);
+    return SHP_OK;
+}
+
+/* Results ------------------------------------------------------------------ */
+
+static void shp_an_result_hdr(const shp_an_group_t *g, const shp_an_slot_t *s,
+                              uint16_t flags, shp_wire_hdr_t *h)
+{
+    shp_wire_hdr_init_agg(h, SHP_WIRE_OP_AGG_RESULT, g->tree_id, g->id, s->seq,
+                          &s->desc, s->count);
+    h->flags = (uint16_t)(s->flags | flags);
+    h->payload_len = s->len;
+}
+
+/* The result of slot s is in s->acc: pass it down. */
+static void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s)
+{
+    shp_wire_hdr_t h;
+    unsigned i;
+
+    s->state = SHP_AN_SLOT_DONE;
+    g->an->stats.results++;
+    if (g->is_top && g->mcast_tx != NULL) {
+        shp_an_result_hdr(g, s, SHP_WIRE_F_MCAST, &h);
+        if (shp_tp_send(g->mcast_tx, &h, s->acc) == SHP_OK) {
+            g->an->stats.mcast_sent++;
+        }
+    }
+    for (i = 0; i < g->nchildren; i++) {
+        shp_an_child_t *c = &g->children[i];
+        /* ANs always get the result (their members may ask for it);
+         * members over RC unless multicast alone serves them */
+        if (c->is_an || (g->dist & SHP_AN_DIST_RC) || s->want[i]) {
+            shp_an_result_hdr(g, s, s->want[i] ? SHP_WIRE_F_RETRANS : 0, &h);
+            shp_an_send(c->link, &h, s->acc);
+        }
+        s->want[i] = 0;
+    }
+}
+
+static void shp_an_fold_done(shp_an_group_t *g, shp_an_slot_t *s)
+{
+    shp_wire_hdr_t h;
+
+    shp_fold_cleanup(&s->fold);
+    g->folded++;
+    g->ops++;
+    g->bytes += s->len;
+    g->an->stats.ops++;
+    if (g->is_top) {
+        shp_an_distribute(g, s);
+        return;
+    }
+    s->state = SHP_AN_SLOT_UP;
+    shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_REQ, g->tree_id, g->id, s->seq,
+                          &s->desc, s->count);
+    h.flags = s->flags;
+    h.payload_len = s->len;
+    shp_an_send(g->parent, &h, s->acc);
+}
+
+/* Operations -------------------------------------------------------------- */
+
+static void shp_an_op_error(shp_an_group_t *g, shp_an_link_t *l,
+                            const shp_wire_hdr_t *hdr, shp_status_t status,
+                            const char *reason)
+{
+    char text[160];
+
+    snprintf(text, sizeof(text), "operation %u: %s", hdr->seq, reason);
+    /* the operation cannot complete: the whole group fails, so that every
+     * member sees an error rather than a hang */
+    shp_an_group_fail(g, NULL, status, text);
+    (void)l;
+}
+
+static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                           const void *payload)
+{
+    shp_an_t *an = l->an;
+    shp_an_group_t *g = shp_an_group_find(an, hdr->group_id);
+    shp_reduce_desc_t desc = {hdr->dtype, hdr->op, hdr->tag_dtype};
+    shp_an_slot_t *s;
+    shp_status_t status;
+    unsigned ci;
+
+    if (g == NULL) {
+        an->stats.err_unknown_group++;
+        shp_an_send_error(l, hdr->tree_id, hdr->group_id, hdr->seq,
+                          SHP_ERR_GROUP_UNKNOWN, "unknown group");
+        return;
+    }
+    for (ci = 0; ci < g->nchildren && g->children[ci].link != l; ci++) {
+    }
+    if (ci == g->nchildren) {
+        an->stats.err_protocol++;
+        shp_an_send_error(l, hdr->tree_id, hdr->group_id, hdr->seq,
+                          SHP_ERR_PERM, "not joined to this group");
+        return;
+    }
+    if (g->failed) {
+        shp_an_send_error(l, g->tree_id, g->id, hdr->seq, g->fail_status,
+                          "group failed");
+        return;
+    }
+    if (hdr->seq != g->children[ci].next_seq) {
+        an->stats.err_seq_window++;
+        shp_an_op_error(g, l, hdr, SHP_ERR_SEQ_WINDOW,
+                        "sequence number out of order");
+        return;
+    }
+    if (shp_seq_diff(hdr->seq, g->folded) >= (int32_t)g->osts) {
+        an->stats.err_seq_window++;
+        shp_an_op_error(g, l, hdr, SHP_ERR_SEQ_WINDOW,
+                        "sequence number outside the quota window");
+        return;
+    }
+    if (hdr->payload_len > g->payload) {
+        an->stats.err_malformed++;
+        shp_an_op_error(g, l, hdr, SHP_ERR_TOO_LARGE,
+                        "payload above the group's size");
+        return;
+    }
+    s = &g->slots[hdr->seq % g->nslots];
+    if (s->state == SHP_AN_SLOT_FREE || s->seq != hdr->seq) {
+        /* first payload of this operation: (re)use the slot */
+        shp_an_slot_reset(g, s);
+        s->seq = hdr->seq;
+        s->flags = hdr->flags & SHP_WIRE_F_BARRIER;
+        s->desc = (hdr->flags & SHP_WIRE_F_BARRIER)
+                      ? (shp_reduce_desc_t){SHP_DTYPE_U8, SHP_OP_BOR,
+                                            SHP_DTYPE_NULL}
+                      : desc;
+        s->count = hdr->count;
+        s->len = hdr->payload_len;
+        status = shp_fold_init(&s->fold, &s->desc, s->count, s->acc,
+                               g->nchildren, s->pending, shp_an_fold_release,
+                               s);
+        if (status != SHP_OK) {
+            an->stats.err_mismatch++;
+            shp_an_op_error(g, l, hdr, status, "bad datatype or op");
+            return;
+        }
+        s->state = SHP_AN_SLOT_FOLD;
+    } else if (s->state != SHP_AN_SLOT_FOLD ||
+               (s->flags & SHP_WIRE_F_BARRIER) !=
+                   (hdr->flags & SHP_WIRE_F_BARRIER) ||
+               (!(s->flags & SHP_WIRE_F_BARRIER) &&
+                (s->desc.dtype != desc.dtype || s->desc.op != desc.op ||
+                 s->desc.tag_dtype != desc.tag_dtype)) ||
+               s->count != hdr->count) {
+        an->stats.err_mismatch++;
+        shp_an_op_error(g, l, hdr, SHP_ERR_MISMATCH,
+                        "datatype, op or count differs from the other "
+                        "members'");
+        return;
+    }
+
+    g->children[ci].next_seq++;
+    s->arrived++;
+    if (ci == s->fold.next) {
+        status = shp_fold_add(&s->fold, ci, payload);
+    } else {
+        /* early: keep a copy until the children before it arrive */
+        uint8_t *copy = shp_an_buf_get(g);
+        if (copy == NULL) {
+            shp_an_op_error(g, l, hdr, SHP_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
+        if (s->len > 0) {
+            memcpy(copy, payload, s->len);
+        }
+        s->copies[ci] = copy;
+        status = shp_fold_add(&s->fold, ci, copy);
+    }
+    if (status < 0) {
+        an->stats.err_protocol++;
+        shp_an_op_error(g, l, hdr, status, "duplicate payload");
+        return;
+    }
+    if (shp_fold_done(&s->fold)) {
+        shp_an_fold_done(g, s);
+    }
+}
+
+static void shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                              const void *payload)
+{
+    shp_an_group_t *g = shp_an_group_find(l->an, hdr->group_id);
+    shp_an_slot_t *s;
+
+    if (g == NULL || g->parent != l || g->failed) {
+        return; /* a late result of a removed or failed group */
+    }
+    s = &g->slots[hdr->seq % g->nslots];
+    if (s->seq != hdr->seq || s->state != SHP_AN_SLOT_UP) {
+        if (shp_seq_diff(hdr->seq, s->seq) < 0) {
+            return; /* older than the slot: nobody needs it any more */
+        }
+        l->an->stats.err_protocol++;
+        shp_an_group_fail(g, NULL, SHP_ERR_PROTO,
+                          "unexpected result from the parent AN");
+        return;
+    }
+    if (hdr->payload_len != s->len) {
+        l->an->stats.err_protocol++;
+        shp_an_group_fail(g, NULL, SHP_ERR_PROTO,
+                          "result of the wrong size from the parent AN");
+        return;
+    }
+    if (s->len > 0) {
+        memcpy(s->acc, payload, s->len);
+    }
+    shp_an_distribute(g, s);
+}
+
+static void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
+{
+    shp_an_group_t *g = shp_an_group_find(l->an, hdr->group_id);
+    shp_wire_hdr_t h;
+    shp_an_slot_t *s;
+    unsigned ci;
+
+    if (g == NULL) {
+        shp_an_send_error(l, hdr->tree_id, hdr->group_id, hdr->seq,
+                          SHP_ERR_GROUP_UNKNOWN, "unknown group");
+        return;
+    }
+    for (ci = 0; ci < g->nchildren && g->children[ci].link != l; ci++) {
+    }
+    if (ci == g->nchildren) {
+        shp_an_send_error(l, hdr->tree_id, hdr->group_id, hdr->seq,
+                          SHP_ERR_PERM, "not joined to this group");
+        return;
+    }
+    if (g->failed) {
+        shp_an_send_error(l, g->tree_id, g->id, hdr->seq, g->fail_status,
+                          "group failed");
+        return;
+    }
+    l->an->stats.retransmits++;
+    s = &g->slots[hdr->seq % g->nslots];
+    if (s->seq != hdr->seq || s->state == SHP_AN_SLOT_FREE) {
+        shp_an_send_error(l, g->tree_id, g->id, hdr->seq, SHP_ERR_SEQ_WINDOW,
+                          "result no longer held");
+        return;
+    }
+    if (s->state == SHP_AN_SLOT_DONE) {
+        shp_an_result_hdr(g, s, SHP_WIRE_F_RETRANS, &h);
+        shp_an_send(l, &h, s->acc);
+    } else {
+        s->want[ci] = 1; /* sent when the result arrives */
+    }
+}
+
+static void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                        const void *payload)
+{
+    shp_an_t *an = l->an;
+    shp_an_group_t *g = shp_an_group_find(an, hdr->group_id);
+    shp_status_t status = SHP_OK;
+    shp_wire_join_t join;
+    shp_wire_hdr_t ack;
+
+    shp_wire_join_unpack(payload, &join);
+    if (g == NULL) {
+        status = SHP_ERR_GROUP_UNKNOWN;
+        an->stats.err_unknown_group++;
+    } else if (join.job_id != g->job_id ||
+               !shp_an_ct_equal(join.job_key, g->key, sizeof(g->key))) {
+        status = SHP_ERR_BAD_KEY;
+        an->stats.err_bad_key++;
+        shp_warn_id("AN0101", "refused join of group %u from %s: wrong job "
+                              "key",
+                    hdr->group_id, l->addr);
+    } else if (join.child_index >= g->nchildren) {
+        status = SHP_ERR_INVALID_PARAM;
+    } else if (g->children[join.child_index].link != NULL &&
+               g->children[join.child_index].link != l) {
+        status = SHP_ERR_EXISTS;
+    } else if (g->failed) {
+        status = g->fail_status;
+    } else if (shp_an_link_add_group(l, g->id) != SHP_OK) {
+        status = SHP_ERR_NO_MEMORY;
+    }
+    if (status == SHP_OK) {
+        g->children[join.child_index].link = l;
+        an->stats.joins++;
+    } else {
+        an->stats.join_refused++;
+    }
+    memset(&ack, 0, sizeof(ack));
+    ack.version = SHP_WIRE_VERSION;
+    ack.opcode = SHP_WIRE_OP_GROUP_JOIN_ACK;
+    ack.tree_id = hdr->tree_id;
+    ack.group_id = hdr->group_id;
+    ack.status = (int16_t)status;
+    ack.dtype = SHP_DTYPE_NULL;
+    ack.op = SHP_OP_NULL;
+    ack.tag_dtype = SHP_DTYPE_NULL;
+    shp_an_send(l, &ack, NULL);
+}
+
+static void shp_an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
+                               const void *payload)
+{
+    shp_an_link_t *l = ep->arg;
+    shp_an_group_t *g;
+
+    if (l == NULL) {
+        return; /* a multicast sender: nothing arrives there */
+    }
+    switch (hdr->opcode) {
+    case SHP_WIRE_OP_AGG_REQ:
+        if (!l->is_parent) {
+            shp_an_agg_req(l, hdr, payload);
+            return;
+        }
+        break;
+    case SHP_WIRE_OP_AGG_RESULT:
+        if (l->is_parent) {
+            shp_an_agg_result(l, hdr, payload);
+            return;
+        }
+        break;
+    case SHP_WIRE_OP_RETRANS_REQ:
+        if (!l->is_parent) {
+            shp_an_retrans_req(l, hdr);
+            return;
+        }
+        break;
+    case SHP_WIRE_OP_GROUP_JOIN:
+        if (!l->is_parent) {
+            shp_an_join(l, hdr, payload);
+            return;
+        }
+        break;
+    case SHP_WIRE_OP_GROUP_JOIN_ACK:
+        g = shp_an_group_find(l->an, hdr->group_id);
+        if (l->is_parent && g != NULL && g->parent == l) {
+            shp_an_group_join_done(g, hdr->status);
+        }
+        return;
+    case SHP_WIRE_OP_ERROR:
+        g = shp_an_group_find(l->an, hdr->group_id);
+        if (g != NULL) {
+            char text[SHP_WIRE_ERR_MSG_MAX + 1];
+            snprintf(text, sizeof(text), "%.*s", (int)hdr->payload_len,
+                     (const char *)payload);
+            shp_an_group_fail(g, l, hdr->status,
+                              text[0] ? text : "error from a peer");
+        }
+        return;
+    default:
+        break;
+    }
+    l->an->stats.err_protocol++;
+    shp_warn_sparse(1000, "unexpected %s from %s: closing the link",
+                    shp_wire_opcode_name(hdr->opcode), l->addr);
+    shp_tp_close(ep);
+}
+
+static void shp_an_link_on_connect(shp_tp_ep_t *ep)
+{
+    shp_an_link_t *l = ep->arg;
+    shp_an_group_t *g;
+    unsigned i;
+
+    if (l == NULL) {
+        return;
+    }
+    l->connected = 1;
+    for (i = 0; i < l->ngroups; i++) {
+        g = shp_an_group_find(l->an, l->groups[i]);
+        if (g != NULL && g->parent == l && !g->parent_joined) {
+            shp_an_group_send_join(g);
+        }
+    }
+}
+
+static void shp_an_link_on_close(shp_tp_ep_t *ep, shp_status_t reason)
+{
+    shp_an_link_t *l = ep->arg;
+    shp_an_t *an;
+    char text[128];
+
+    if (l == NULL) {
+        return;
+    }
+    an = l->an;
+    l->ep = NULL;
+    if (!an->stopping) {
+        an->stats.links_lost += l->ngroups > 0;
+        snprintf(text, sizeof(text), "lost the %s link %s: %s",
+                 l->is_parent ? "parent" : "child", l->addr,
+                 shp_status_str(reason));
+        while (l->ngroups > 0) {
+            uint32_t gid = l->groups[--l->ngroups];
+            shp_an_group_t *g = shp_an_group_find(an, gid);
+            unsigned i;
+            if (g == NULL) {
+                continue;
+            }
+            for (i = 0; i < g->nchildren; i++) {
+                if (g->children[i].link == l) {
+                    g->children[i].link = NULL;
+                }
+            }
+            if (g->parent == l) {
+                g->parent = NULL;
+                if (g->add_req_id >= 0) {
+                    shp_an_group_join_done(g, SHP_ERR_UNREACHABLE);
+                }
+            }
+            shp_an_group_fail(g, l, SHP_ERR_GROUP_FAILED, text);
+        }
+    }
+    shp_an_link_free(l);
+}
+
+static void shp_an_on_accept(shp_tp_t *tp, shp_tp_ep_t *ep)
+{
+    shp_an_t *an = (shp_an_t *)((char *)tp - offsetof(shp_an_t, tp));
+    shp_an_link_t *l = shp_an_link_new(an);
+
+    if (l == NULL) {
+        return; /* ep->cbs stays NULL: the provider closes it */
+    }
+    l->ep = ep;
+    l->connected = 1;
+    snprintf(l->addr, sizeof(l->addr), "%s", ep->peer);
+    ep->cbs = &shp_an_link_cbs;
+    ep->arg = l;
+}
+
+/* Start / stop ------------------------------------------------------------ */
+
+shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop)
+{
+    const shp_tp_ops_t *ops = shp_tp_find(shp_an_transports[an->cfg.transport]);
+    const char *colon;
+    shp_status_t status;
+
+    an->loop = loop;
+    snprintf(an->local_ip, sizeof(an->local_ip), "%s", an->cfg.listen);
+    colon = strrchr(an->local_ip, ':');
+    if (colon != NULL) {
+        an->local_ip[colon - an->local_ip] = '\0';
+    }
+    status = shp_tp_init(&an->tp, ops, loop, (uint32_t)an->cfg.max_payload,
+                         an->local_ip);
+    if (status != SHP_OK) {
+        shp_error_id("AN0001", "transport %s: %s", ops->name,
+                     shp_status_str(status));
+        return status;
+    }
+    status = an->tp.ops->listen(&an->tp, an->cfg.listen, shp_an_on_accept);
+    if (status != SHP_OK) {
+        shp_error_id("AN0002", "cannot listen on %s: %s", an->cfg.listen,
+                     shp_status_str(status));
+        shp_tp_cleanup(&an->tp);
+        return status;
+    }
+    snprintf(an->data_addr, sizeof(an->data_addr), "%s",
+             an->tp.ops->listen_addr(&an->tp));
+    /* results by multicast: the transport's own, or udp beside tcp */
+    an->have_mcast =
+        shp_tp_init(&an->mcast_tp,
+                    ops == &shp_tp_tcp_ops ? &shp_tp_udp_ops : ops, loop,
+                    (uint32_t)an->cfg.max_payload, an->local_ip) == SHP_OK;
+    shp_info("aggregation node %s: data on %s (%s), multicast %s",
+             an->cfg.name, an->data_addr, ops->name,
+             an->have_mcast ? "available" : "unavailable");
+    return SHP_OK;
+}
+
+void shp_an_stop(shp_an_t *an)
+{
+    shp_an_group_t *g, *tmp;
+    shp_an_link_t *l;
+
+    an->stopping = 1;
+    HASH_ITER(hh, an->groups, g, tmp)
+    {
+        HASH_DEL(an->groups, g);
+        shp_an_group_free(an, g);
+    }
+    an->ngroups = 0;
+    while ((l = an->links) != NULL) {
+        if (l->ep != NULL) {
+            shp_tp_close(l->ep); /* frees the link */
+        } else {
+            shp_an_link_free(l);
+        }
+    }
+    if (an->have_mcast) {
+        shp_tp_cleanup(&an->mcast_tp);
+    }
+    shp_tp_cleanup(&an->tp);
+}
+
+json_t *shp_an_stats_json(const shp_an_t *an)
+{
+    const shp_an_stats_t *s = &an->stats;
+
+    return json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+        "s:I, s:I, s:I, s:I}",
+        "groups", (json_int_t)an->ngroups, "trees", (json_int_t)an->ntrees,
+        "ops", (json_int_t)s->ops, "results", (json_int_t)s->results,
+        "mcast_sent", (json_int_t)s->mcast_sent, "retransmits",
+        (json_int_t)s->retransmits, "joins", (json_int_t)s->joins,
+        "join_refused", (json_int_t)s->join_refused, "err_bad_key",
+        (json_int_t)s->err_bad_key, "err_unknown_group",
+        (json_int_t)s->err_unknown_group, "err_seq_window",
+        (json_int_t)s->err_seq_window, "err_mismatch",
+        (json_int_t)s->err_mismatch, "err_malformed",
+        (json_int_t)(s->err_malformed + an->tp.stats.malformed),
+        "err_protocol", (json_int_t)s->err_protocol, "groups_failed",
+        (json_int_t)s->groups_failed, "links_lost", (json_int_t)s->links_lost,
+        "bytes_in", (json_int_t)an->tp.stats.bytes_in);
+}

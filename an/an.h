@@ -1,0 +1,187 @@
+/*
+ * sharp_an: the aggregation node.
+ *
+ * Data path: children (clients or lower ANs) connect, join groups with the
+ * job key, and send one payload per operation; the AN folds them strictly in
+ * child order, sends the result to its parent, or at the top of the group
+ * distributes it down (RC) and/or by multicast.  Control path: a connection
+ * to the aggregation manager that registers this AN and configures trees and
+ * groups (an/an_ctl.c).  See docs/an.md.
+ */
+#ifndef SHP_AN_H
+#define SHP_AN_H
+
+#include "common/conn.h"
+#include "common/reduce.h"
+#include "common/transport.h"
+#include "common/wire.h"
+
+#include <ev.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <uthash.h>
+
+#define SHP_AN_MAX_TREES 64
+#define SHP_AN_MAX_GROUPS 1000
+#define SHP_AN_MAX_OSTS 256
+#define SHP_AN_MAX_CHILDREN 1024
+
+typedef struct shp_an_config {
+    char *name;
+    char *listen;
+    char *am;
+    int transport; /* index into shp_an_transports */
+    int log_level;
+    unsigned max_trees;
+    unsigned max_groups;
+    unsigned max_osts;
+    size_t max_payload;
+    int64_t am_keepalive_ms;
+    int64_t join_timeout_ms;
+} shp_an_config_t;
+
+extern const char *const shp_an_transports[];
+
+/* distribution of results at the top of a group */
+#define SHP_AN_DIST_RC 1
+#define SHP_AN_DIST_MCAST 2
+
+typedef struct shp_an shp_an_t;
+typedef struct shp_an_group shp_an_group_t;
+
+/* A data connection: to a child (accepted) or to a parent (connected). */
+typedef struct shp_an_link {
+    shp_an_t *an;
+    shp_tp_ep_t *ep;
+    int is_parent;
+    int connected;
+    uint16_t tree_id;
+    char addr[64];
+    uint32_t *groups; /* ids of the groups this link is part of */
+    unsigned ngroups, cap_groups;
+    struct shp_an_link *next; /* in an->links */
+    UT_hash_handle hh;        /* parents, by addr */
+} shp_an_link_t;
+
+typedef struct shp_an_child {
+    shp_an_link_t *link;
+    uint32_t next_seq; /* the next operation this child must send */
+    int is_an;
+} shp_an_child_t;
+
+enum {
+    SHP_AN_SLOT_FREE = 0,
+    SHP_AN_SLOT_FOLD, /* children's payloads arriving */
+    SHP_AN_SLOT_UP,   /* sent to the parent, waiting for the result */
+    SHP_AN_SLOT_DONE, /* result held (for retransmits) until reuse */
+};
+
+typedef struct shp_an_slot {
+    shp_an_group_t *group;
+    uint32_t seq;
+    int state;
+    uint16_t flags;
+    shp_reduce_desc_t desc;
+    uint32_t count, len;
+    unsigned arrived;
+    uint8_t *acc;
+    shp_fold_t fold;
+    const void **pending;
+    uint8_t **copies; /* [nchildren]: copies of early payloads */
+    uint8_t *want;    /* [nchildren]: asked for the result before it came */
+} shp_an_slot_t;
+
+struct shp_an_group {
+    UT_hash_handle hh;
+    uint32_t id;
+    uint16_t tree_id;
+    uint64_t job_id;
+    uint8_t key[SHP_WIRE_JOB_KEY_LEN];
+    unsigned nchildren;
+    shp_an_child_t *children;
+    int is_top;
+    uint32_t parent_index;
+    shp_an_link_t *parent;
+    int parent_joined;
+    int join_tries;
+    ev_timer join_timer;
+    int64_t add_req_id; /* AM request answered once the parent join is done */
+    int dist;
+    char mcast_addr[64];
+    shp_tp_ep_t *mcast_tx;
+    unsigned osts;
+    uint32_t payload;
+    uint32_t folded; /* operations fully folded here, in order */
+    unsigned nslots;
+    shp_an_slot_t *slots;
+    uint8_t **free_bufs; /* recycled payload copies */
+    unsigned nfree, cap_free;
+    int failed;
+    shp_status_t fail_status;
+    uint64_t ops, bytes;
+    shp_an_t *an;
+};
+
+typedef struct shp_an_tree {
+    int configured;
+    char parent[64]; /* "" = root */
+} shp_an_tree_t;
+
+typedef struct shp_an_stats {
+    uint64_t ops;             /* operations folded */
+    uint64_t results;         /* results distributed or forwarded */
+    uint64_t mcast_sent;
+    uint64_t retransmits;
+    uint64_t joins, join_refused;
+    uint64_t err_bad_key, err_unknown_group, err_seq_window, err_mismatch,
+        err_malformed, err_protocol;
+    uint64_t groups_failed;
+    uint64_t links_lost;
+} shp_an_stats_t;
+
+struct shp_an {
+    struct ev_loop *loop;
+    shp_an_config_t cfg;
+    shp_tp_t tp;       /* reliable transport */
+    shp_tp_t mcast_tp; /* multicast transport */
+    int have_mcast;
+    char data_addr[64];
+    char local_ip[64];
+    shp_an_group_t *groups; /* uthash by id */
+    unsigned ngroups;
+    shp_an_link_t *parents; /* uthash by addr */
+    shp_an_link_t *links;   /* every link */
+    shp_an_tree_t trees[SHP_AN_MAX_TREES];
+    unsigned ntrees;
+    shp_an_stats_t stats;
+    /* control connection to the AM */
+    shp_conn_t am;
+    int am_up;
+    int registered;
+    double am_backoff;
+    ev_timer am_timer;
+    int stopping;
+};
+
+/* an.c: the data path */
+SHP_WUR shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop);
+void shp_an_stop(shp_an_t *an);
+shp_an_group_t *shp_an_group_find(shp_an_t *an, uint32_t id);
+/* Create a group from an AM request; `why` explains a refusal. */
+SHP_WUR shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req,
+                                      int64_t req_id, const char **why);
+SHP_WUR shp_status_t shp_an_group_remove(shp_an_t *an, uint32_t id);
+SHP_WUR shp_status_t shp_an_tree_set(shp_an_t *an, const json_t *req,
+                                     const char **why);
+json_t *shp_an_stats_json(const shp_an_t *an);
+
+/* an_ctl.c: the control connection */
+void shp_an_ctl_start(shp_an_t *an);
+void shp_an_ctl_stop(shp_an_t *an);
+/* Tell the AM: a group failed / a pending group_add finished. */
+void shp_an_ctl_group_failed(shp_an_t *an, const shp_an_group_t *g,
+                             const char *reason);
+void shp_an_ctl_reply(shp_an_t *an, const char *type, int64_t id,
+                      shp_status_t status, const char *error);
+
+#endif

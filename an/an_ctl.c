@@ -1,0 +1,270 @@
+/*
+ * The aggregation node's control connection to the aggregation manager:
+ * register, then answer tree_config / group_add / group_remove / stats_req;
+ * report failed groups.  Reconnects with exponential backoff (0.1 s to 5 s)
+ * and registers again, listing the groups it still serves.
+ *
+ * Messages (JSON, common/ctl.h):
+ *   AN -> AM  an_register {name, data_addr, transport, mcast,
+ *                          caps {max_trees, max_groups, max_osts,
+ *                          max_payload}, groups [ids]}
+ *   AM -> AN  an_register_ack {status}
+ *   AM -> AN  tree_config {id, tree_id, parent: "ip:port" | null}
+ *   AN -> AM  tree_config_ack {id, status, error?}
+ *   AM -> AN  group_add {id, group_id, tree_id, job_id, job_key (hex),
+ *                        children [{kind: "member"|"an"}], top,
+ *                        parent_index, dist: rc|mcast|both, mcast_addr,
+ *                        osts, payload}
+ *   AN -> AM  group_add_ack {id, status, error?}   (a non-top AN answers
+ *                        once it has joined its parent)
+ *   AM -> AN  group_remove {id, group_id}  ->  group_remove_ack
+ *   AM -> AN  stats_req {id}               ->  stats {id, ...counters}
+ *   AN -> AM  group_failed {group_id, job_id, status, reason}
+ */
+#include "an/an.h"
+
+#include "common/ctl.h"
+#include "common/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define shp_an_of_conn(_c) ((shp_an_t *)((char *)(_c)-offsetof(shp_an_t, am)))
+
+static void shp_an_ctl_send(shp_an_t *an, json_t *msg)
+{
+    if (msg == NULL) {
+        return;
+    }
+    if (an->am_up && shp_ctl_send(&an->am, msg) != SHP_OK) {
+        shp_warn("cannot send %s to the aggregation manager",
+                 shp_ctl_type(msg));
+    }
+    json_decref(msg);
+}
+
+void shp_an_ctl_reply(shp_an_t *an, const char *type, int64_t id,
+                      shp_status_t status, const char *error)
+{
+    json_t *msg = json_pack("{s:s, s:I, s:i}", "type", type, "id",
+                            (json_int_t)id, "status", (int)status);
+
+    if (msg != NULL && error != NULL) {
+        json_object_set_new(msg, "error", json_string(error));
+    }
+    shp_an_ctl_send(an, msg);
+}
+
+void shp_an_ctl_group_failed(shp_an_t *an, const shp_an_group_t *g,
+                             const char *reason)
+{
+    char job[24];
+
+    /* job ids are u64: they travel as decimal strings */
+    snprintf(job, sizeof(job), "%llu", (unsigned long long)g->job_id);
+    shp_an_ctl_send(an, json_pack("{s:s, s:I, s:s, s:i, s:s}", "type",
+                                  "group_failed", "group_id",
+                                  (json_int_t)g->id, "job_id", job, "status",
+                                  (int)g->fail_status, "reason", reason));
+}
+
+static void shp_an_ctl_register(shp_an_t *an)
+{
+    json_t *groups = json_array(), *msg;
+    shp_an_group_t *g, *tmp;
+
+    HASH_ITER(hh, an->groups, g, tmp)
+    {
+        json_array_append_new(groups, json_integer(g->id));
+    }
+    msg = json_pack("{s:s, s:s, s:s, s:s, s:b, s:{s:i, s:i, s:i, s:I}, s:o}",
+                    "type", "an_register", "name", an->cfg.name, "data_addr",
+                    an->data_addr, "transport", an->tp.ops->name, "mcast",
+                    an->have_mcast, "caps", "max_trees",
+                    (int)an->cfg.max_trees, "max_groups",
+                    (int)an->cfg.max_groups, "max_osts", (int)an->cfg.max_osts,
+                    "max_payload", (json_int_t)an->cfg.max_payload, "groups",
+                    groups);
+    shp_an_ctl_send(an, msg);
+}
+
+static void shp_an_ctl_handle(shp_an_t *an, json_t *msg)
+{
+    const char *type = shp_ctl_type(msg), *why = "malformed request";
+    int64_t id = -1, gid;
+    shp_status_t status;
+
+    if (!strcmp(type, "an_register_ack")) {
+        int64_t st = -1;
+        if (shp_json_get_int(msg, "status", -32768, 32767, &st, NULL) ==
+                SHP_OK &&
+            st == 0) {
+            an->registered = 1;
+            an->am_backoff = 0.1;
+            shp_info("registered with the aggregation manager");
+        } else {
+            shp_error_id("AN0003", "the aggregation manager refused the "
+                                   "registration (status %lld)",
+                         (long long)st);
+        }
+        return;
+    }
+    if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL) != SHP_OK) {
+        shp_warn_id("AN0004", "request %s without an id: ignored", type);
+        return;
+    }
+    if (!strcmp(type, "tree_config")) {
+        status = shp_an_tree_set(an, msg, &why);
+        shp_an_ctl_reply(an, "tree_config_ack", id, status,
+                         status == SHP_OK ? NULL : why);
+    } else if (!strcmp(type, "group_add")) {
+        status = shp_an_group_add(an, msg, id, &why);
+        if (status != SHP_INPROGRESS) {
+            shp_an_ctl_reply(an, "group_add_ack", id, status,
+                             status == SHP_OK ? NULL : why);
+        }
+        if (status < 0) {
+            shp_warn_id("AN0005", "group_add refused: %s", why);
+        }
+    } else if (!strcmp(type, "group_remove")) {
+        status = shp_json_get_int(msg, "group_id", 0, UINT32_MAX, &gid, &why);
+        if (status == SHP_OK) {
+            status = shp_an_group_remove(an, (uint32_t)gid);
+        }
+        shp_an_ctl_reply(an, "group_remove_ack", id, status,
+                         status == SHP_OK ? NULL : shp_status_str(status));
+    } else if (!strcmp(type, "stats_req")) {
+        json_t *st = shp_an_stats_json(an);
+        json_object_set_new(st, "type", json_string("stats"));
+        json_object_set_new(st, "id", json_integer(id));
+        json_object_set_new(st, "name", json_string(an->cfg.name));
+        shp_an_ctl_send(an, st);
+    } else {
+        shp_an_ctl_reply(an, "error", id, SHP_ERR_UNSUPPORTED,
+                         "unknown request");
+    }
+}
+
+static void shp_an_ctl_frame(shp_conn_t *conn, const void *frame, size_t len)
+{
+    shp_an_t *an = shp_an_of_conn(conn);
+    const char *why = NULL;
+    json_t *msg = NULL;
+    shp_status_t status;
+    uint8_t type;
+
+    status = shp_ctl_decode(frame, len, &type, &msg, &why);
+    if (status != SHP_OK) {
+        shp_error_id("AN0006", "bad message from the aggregation manager: %s",
+                     why);
+        shp_conn_close(conn, status);
+        return;
+    }
+    if (type == SHP_CTL_FRAME_PING) {
+        if (shp_ctl_send_frame(conn, SHP_CTL_FRAME_PONG) != SHP_OK) {
+            shp_conn_close(conn, SHP_ERR_IO);
+        }
+        return;
+    }
+    if (msg != NULL) {
+        shp_an_ctl_handle(an, msg);
+        json_decref(msg);
+    }
+}
+
+static void shp_an_ctl_idle(shp_conn_t *conn)
+{
+    if (shp_ctl_send_frame(conn, SHP_CTL_FRAME_PING) != SHP_OK) {
+        shp_conn_close(conn, SHP_ERR_IO);
+    }
+}
+
+static void shp_an_ctl_connected(shp_conn_t *conn)
+{
+    shp_an_t *an = shp_an_of_conn(conn);
+
+    an->am_up = 1;
+    shp_info("connected to the aggregation manager at %s", an->cfg.am);
+    shp_an_ctl_register(an);
+}
+
+static void shp_an_ctl_schedule(shp_an_t *an)
+{
+    ev_timer_set(&an->am_timer, an->am_backoff, 0.);
+    ev_timer_start(an->loop, &an->am_timer);
+    an->am_backoff = an->am_backoff * 2 > 5.0 ? 5.0 : an->am_backoff * 2;
+}
+
+static void shp_an_ctl_closed(shp_conn_t *conn, shp_status_t reason)
+{
+    shp_an_t *an = shp_an_of_conn(conn);
+
+    if (an->am_up) {
+        shp_warn_id("AN0007", "lost the aggregation manager: %s; "
+                              "reconnecting",
+                    shp_status_str(reason));
+    }
+    an->am_up = 0;
+    an->registered = 0;
+    if (!an->stopping) {
+        shp_an_ctl_schedule(an);
+    }
+}
+
+static const shp_conn_ops_t shp_an_ctl_ops = {
+    .frame_len = shp_ctl_frame_len,
+    .on_frame = shp_an_ctl_frame,
+    .on_connect = shp_an_ctl_connected,
+    .on_close = shp_an_ctl_closed,
+    .on_idle = shp_an_ctl_idle,
+};
+
+static void shp_an_ctl_connect(shp_an_t *an)
+{
+    shp_sockaddr_t addr;
+    shp_status_t status;
+
+    status = shp_sockaddr_parse(an->cfg.am, 0, &addr);
+    if (status != SHP_OK) {
+        shp_error_id("AN0008", "bad aggregation manager address '%s'",
+                     an->cfg.am);
+        return;
+    }
+    shp_conn_init(&an->am, an->loop, &shp_an_ctl_ops, an, SHP_CTL_MAX_FRAME);
+    status = shp_conn_connect(&an->am, &addr, NULL);
+    if (status != SHP_OK) {
+        shp_an_ctl_schedule(an);
+        return;
+    }
+    shp_conn_set_keepalive(&an->am, (double)an->cfg.am_keepalive_ms / 1000.0,
+                           3);
+}
+
+static void shp_an_ctl_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    shp_an_ctl_connect(w->data);
+}
+
+void shp_an_ctl_start(shp_an_t *an)
+{
+    an->am_backoff = 0.1;
+    ev_timer_init(&an->am_timer, shp_an_ctl_timer_cb, 0., 0.);
+    an->am_timer.data = an;
+    if (an->cfg.am != NULL && an->cfg.am[0] != '\0') {
+        shp_an_ctl_connect(an);
+    } else {
+        shp_warn("no aggregation manager configured (--am): waiting for "
+                 "nothing");
+    }
+}
+
+void shp_an_ctl_stop(shp_an_t *an)
+{
+    ev_timer_stop(an->loop, &an->am_timer);
+    if (an->am.state == SHP_CONN_OPEN || an->am.state == SHP_CONN_CONNECTING) {
+        shp_conn_flush(&an->am);
+        shp_conn_close(&an->am, SHP_ERR_CANCELED);
+    }
+}

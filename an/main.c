@@ -1,0 +1,133 @@
+/* sharp_an: the aggregation node daemon. */
+#include "an/an.h"
+
+#include "common/config.h"
+#include "common/log.h"
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef SHP_VERSION
+#define SHP_VERSION "0.1.0"
+#endif
+
+const char *const shp_an_transports[] = {"tcp", "verbs", NULL};
+
+static const shp_config_range_t shp_an_trees_range = {1, SHP_AN_MAX_TREES};
+static const shp_config_range_t shp_an_groups_range = {1, 100000};
+static const shp_config_range_t shp_an_osts_range = {1, 65536};
+
+static const shp_config_opt_t shp_an_opts[] = {
+    {"name", "an0", "name of this aggregation node (the switch or host it "
+                    "stands for, as the AM knows it)",
+     offsetof(shp_an_config_t, name), &shp_cfg_string},
+    {"listen", "127.0.0.1:0", "ip:port children connect to (port 0: any)",
+     offsetof(shp_an_config_t, listen), &shp_cfg_string},
+    {"am", "", "ip:port of the aggregation manager",
+     offsetof(shp_an_config_t, am), &shp_cfg_string},
+    {"transport", "tcp", "data transport",
+     offsetof(shp_an_config_t, transport), &shp_cfg_enum, shp_an_transports},
+    {"log_level", "info", "log level",
+     offsetof(shp_an_config_t, log_level), &shp_cfg_loglevel},
+    {"max_trees", "64", "trees this AN takes part in, at most",
+     offsetof(shp_an_config_t, max_trees), &shp_cfg_uint,
+     &shp_an_trees_range},
+    {"max_groups", "1000", "groups this AN serves, at most",
+     offsetof(shp_an_config_t, max_groups), &shp_cfg_uint,
+     &shp_an_groups_range},
+    {"max_osts", "256", "outstanding operations per group, at most",
+     offsetof(shp_an_config_t, max_osts), &shp_cfg_uint, &shp_an_osts_range},
+    {"max_payload", "64k", "payload bytes per operation, at most",
+     offsetof(shp_an_config_t, max_payload), &shp_cfg_size},
+    {"am_keepalive", "2s", "keepalive interval of the AM connection",
+     offsetof(shp_an_config_t, am_keepalive_ms), &shp_cfg_time},
+    {"join_timeout", "5s", "how long to retry joining a parent AN that does "
+                           "not know a group yet",
+     offsetof(shp_an_config_t, join_timeout_ms), &shp_cfg_time},
+    {NULL}};
+
+static const shp_config_table_t shp_an_table = {
+    "sharp_an", "SHARP_AN_", "/etc/sharp/sharp_an.conf", shp_an_opts};
+
+static void shp_an_on_stop(void *arg, int signum)
+{
+    shp_an_t *an = arg;
+
+    shp_info("signal %d: shutting down", signum);
+    ev_break(an->loop, EVBREAK_ALL);
+}
+
+static void shp_an_on_reload(void *arg)
+{
+    shp_an_t *an = arg;
+    shp_an_config_t fresh = {0};
+    shp_config_action_t action;
+    shp_config_err_t err;
+    char *argv[] = {"sharp_an", NULL};
+
+    /* SIGHUP re-reads the log level from the file and environment */
+    if (shp_config_load(&shp_an_table, &fresh, 1, argv, "", &action, &err) ==
+        SHP_OK) {
+        shp_log_set_level(fresh.log_level);
+        an->cfg.log_level = fresh.log_level;
+        shp_info("reloaded: log level %s", shp_log_level_name(fresh.log_level));
+    } else {
+        shp_warn("reload failed: %s", err.msg);
+    }
+    shp_config_release(&shp_an_table, &fresh);
+}
+
+int main(int argc, char **argv)
+{
+    static shp_an_t an;
+    shp_config_action_t action;
+    shp_config_err_t err;
+    shp_signals_t sig;
+    struct ev_loop *loop;
+    int rc = 0;
+
+    shp_log_set_component("sharp_an");
+    if (shp_config_load(&shp_an_table, &an.cfg, argc, argv,
+                        "usage: sharp_an [--config FILE] [--OPTION VALUE ...]\n"
+                        "\n"
+                        "The aggregation node of sharp: reduces its children's "
+                        "data in a fixed order and\npasses it up the tree, or "
+                        "distributes results at the top of a group.",
+                        &action, &err) != SHP_OK) {
+        fprintf(stderr, "sharp_an: %s\n", err.msg);
+        shp_config_release(&shp_an_table, &an.cfg);
+        return 2;
+    }
+    if (action == SHP_CONFIG_VERSION) {
+        printf("sharp_an %s\n", SHP_VERSION);
+    }
+    if (action != SHP_CONFIG_RUN) {
+        shp_config_release(&shp_an_table, &an.cfg);
+        return 0;
+    }
+    shp_log_set_level(an.cfg.log_level);
+
+    loop = ev_default_loop(EVFLAG_AUTO);
+    if (shp_an_start(&an, loop) != SHP_OK) {
+        shp_config_release(&shp_an_table, &an.cfg);
+        return 1;
+    }
+    shp_signals_start(&sig, loop, shp_an_on_stop, shp_an_on_reload, &an);
+    shp_an_ctl_start(&an);
+    /* the address children use, for scripts and tests */
+    printf("sharp_an %s listening on %s\n", an.cfg.name, an.data_addr);
+    fflush(stdout);
+
+    ev_run(loop, 0);
+
+    an.stopping = 1;
+    shp_an_ctl_stop(&an);
+    shp_an_stop(&an);
+    shp_signals_stop(&sig, loop);
+    shp_config_release(&shp_an_table, &an.cfg);
+    shp_info("stopped");
+    return rc;
+}
