@@ -70,6 +70,7 @@ TESTDIR := $(O)/tests
 BINS :=
 LIBS :=
 TESTS :=
+TEST_HELPERS :=
 TEST_SCRIPTS :=
 BENCHES :=
 CLEAN_EXTRA :=
@@ -99,7 +100,7 @@ include tests/module.mk
 include bench/module.mk
 
 .PHONY: all
-all: $(LIBS) $(BINS) $(TESTS)
+all: $(LIBS) $(BINS) $(TESTS) $(TEST_HELPERS)
 
 # Tests ---------------------------------------------------------------------
 .PHONY: check

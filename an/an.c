@@ -180,8 +180,8 @@ static void shp_an_group_fail(shp_an_group_t *g, shp_an_link_t *from,
                 (unsigned long long)g->job_id, reason);
     for (i = 0; i < g->nchildren; i++) {
         if (g->children[i].link != NULL && g->children[i].link != from) {
-            shp_an_send_error(g->children[i].link, g->tree_id, g->id, 0,
-                              status, reason);
+            shp_an_send_error(g->children[i].link, g->tree_id, g->id, 0, status,
+                              reason);
         }
     }
     if (g->parent != NULL && g->parent != from && g->parent_joined) {
@@ -300,8 +300,7 @@ static void shp_an_group_send_join(shp_an_group_t *g)
     shp_an_send(g->parent, &h, payload);
 }
 
-static void shp_an_join_timer_cb(struct ev_loop *loop, ev_timer *w,
-                                 int revents)
+static void shp_an_join_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     shp_an_group_t *g = w->data;
 
@@ -367,8 +366,7 @@ static shp_status_t shp_an_reject(const char *reason, const char **why)
     return SHP_ERR_INVALID_PARAM;
 }
 
-shp_status_t shp_an_tree_set(shp_an_t *an, const json_t *req,
-                             const char **why)
+shp_status_t shp_an_tree_set(shp_an_t *an, const json_t *req, const char **why)
 {
     const char *parent = "";
     int64_t tree_id;
@@ -393,8 +391,8 @@ shp_status_t shp_an_tree_set(shp_an_t *an, const json_t *req,
         an->ntrees++;
     }
     an->trees[tree_id].configured = 1;
-    snprintf(an->trees[tree_id].parent, sizeof(an->trees[tree_id].parent),
-             "%s", parent);
+    snprintf(an->trees[tree_id].parent, sizeof(an->trees[tree_id].parent), "%s",
+             parent);
     return SHP_OK;
 }
 
@@ -489,7 +487,7 @@ shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
     g->nchildren = (unsigned)json_array_size(children);
     ev_timer_init(&g->join_timer, shp_an_join_timer_cb, 0.05, 0.);
     g->join_timer.data = g;
-    g->dist = !strcmp(dist, "mcast") ? SHP_AN_DIST_MCAST
+    g->dist = !strcmp(dist, "mcast")  ? SHP_AN_DIST_MCAST
               : !strcmp(dist, "both") ? SHP_AN_DIST_MCAST | SHP_AN_DIST_RC
               : !strcmp(dist, "rc")   ? SHP_AN_DIST_RC
                                       : 0;
@@ -527,9 +525,8 @@ shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
                                  why);
         }
         snprintf(g->mcast_addr, sizeof(g->mcast_addr), "%s", mcast);
-        st = an->mcast_tp.ops->mcast_sender(&an->mcast_tp, mcast,
-                                            &shp_an_link_cbs, NULL,
-                                            &g->mcast_tx);
+        st = an->mcast_tp.ops->mcast_sender(
+            &an->mcast_tp, mcast, &shp_an_link_cbs, NULL, &g->mcast_tx);
         if (st != SHP_OK) {
             shp_an_group_free(an, g);
             *why = "cannot open the multicast sender";
@@ -540,8 +537,8 @@ shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
     an->ngroups++;
 
     if (!g->is_top) {
-        g->parent = shp_an_parent_link(an, an->trees[tree_id].parent,
-                                       g->tree_id);
+        g->parent =
+            shp_an_parent_link(an, an->trees[tree_id].parent, g->tree_id);
         if (g->parent == NULL ||
             shp_an_link_add_group(g->parent, g->id) != SHP_OK) {
             HASH_DEL(an->groups, g);
@@ -569,8 +566,8 @@ shp_status_t shp_an_group_remove(shp_an_t *an, uint32_t id)
     HASH_DEL(an->groups, g);
     an->ngroups--;
     if (g->add_req_id >= 0) {
-        shp_an_ctl_reply(an, "group_add_ack", g->add_req_id,
-                         SHP_ERR_CANCELED, "group removed");
+        shp_an_ctl_reply(an, "group_add_ack", g->add_req_id, SHP_ERR_CANCELED,
+                         "group removed");
     }
     shp_an_group_free(an, g);
     return SHP_OK;
@@ -702,15 +699,15 @@ static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         shp_an_slot_reset(g, s);
         s->seq = hdr->seq;
         s->flags = hdr->flags & SHP_WIRE_F_BARRIER;
-        s->desc = (hdr->flags & SHP_WIRE_F_BARRIER)
-                      ? (shp_reduce_desc_t){SHP_DTYPE_U8, SHP_OP_BOR,
-                                            SHP_DTYPE_NULL}
-                      : desc;
+        s->desc =
+            (hdr->flags & SHP_WIRE_F_BARRIER)
+                ? (shp_reduce_desc_t){SHP_DTYPE_U8, SHP_OP_BOR, SHP_DTYPE_NULL}
+                : desc;
         s->count = hdr->count;
         s->len = hdr->payload_len;
-        status = shp_fold_init(&s->fold, &s->desc, s->count, s->acc,
-                               g->nchildren, s->pending, shp_an_fold_release,
-                               s);
+        status =
+            shp_fold_init(&s->fold, &s->desc, s->count, s->acc, g->nchildren,
+                          s->pending, shp_an_fold_release, s);
         if (status != SHP_OK) {
             an->stats.err_mismatch++;
             shp_an_op_error(g, l, hdr, status, "bad datatype or op");
@@ -845,8 +842,9 @@ static void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                !shp_an_ct_equal(join.job_key, g->key, sizeof(g->key))) {
         status = SHP_ERR_BAD_KEY;
         an->stats.err_bad_key++;
-        shp_warn_id("AN0101", "refused join of group %u from %s: wrong job "
-                              "key",
+        shp_warn_id("AN0101",
+                    "refused join of group %u from %s: wrong job "
+                    "key",
                     hdr->group_id, l->addr);
     } else if (join.child_index >= g->nchildren) {
         status = SHP_ERR_INVALID_PARAM;
@@ -926,8 +924,7 @@ static void shp_an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
                               text[0] ? text : "error from a peer");
         }
         return;
-    default:
-        break;
+    default: break;
     }
     l->an->stats.err_protocol++;
     shp_warn_sparse(1000, "unexpected %s from %s: closing the link",
@@ -1043,8 +1040,8 @@ shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop)
         shp_tp_init(&an->mcast_tp,
                     ops == &shp_tp_tcp_ops ? &shp_tp_udp_ops : ops, loop,
                     (uint32_t)an->cfg.max_payload, an->local_ip) == SHP_OK;
-    shp_info("aggregation node %s: data on %s (%s), multicast %s",
-             an->cfg.name, an->data_addr, ops->name,
+    shp_info("aggregation node %s: data on %s (%s), multicast %s", an->cfg.name,
+             an->data_addr, ops->name,
              an->have_mcast ? "available" : "unavailable");
     return SHP_OK;
 }
@@ -1090,8 +1087,8 @@ json_t *shp_an_stats_json(const shp_an_t *an)
         (json_int_t)s->err_unknown_group, "err_seq_window",
         (json_int_t)s->err_seq_window, "err_mismatch",
         (json_int_t)s->err_mismatch, "err_malformed",
-        (json_int_t)(s->err_malformed + an->tp.stats.malformed),
-        "err_protocol", (json_int_t)s->err_protocol, "groups_failed",
+        (json_int_t)(s->err_malformed + an->tp.stats.malformed), "err_protocol",
+        (json_int_t)s->err_protocol, "groups_failed",
         (json_int_t)s->groups_failed, "links_lost", (json_int_t)s->links_lost,
         "bytes_in", (json_int_t)an->tp.stats.bytes_in);
 }

@@ -128,8 +128,8 @@ typedef struct shp_an_tree {
 } shp_an_tree_t;
 
 typedef struct shp_an_stats {
-    uint64_t ops;             /* operations folded */
-    uint64_t results;         /* results distributed or forwarded */
+    uint64_t ops;     /* operations folded */
+    uint64_t results; /* results distributed or forwarded */
     uint64_t mcast_sent;
     uint64_t retransmits;
     uint64_t joins, join_refused;

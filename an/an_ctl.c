@@ -63,9 +63,9 @@ void shp_an_ctl_group_failed(shp_an_t *an, const shp_an_group_t *g,
     /* job ids are u64: they travel as decimal strings */
     snprintf(job, sizeof(job), "%llu", (unsigned long long)g->job_id);
     shp_an_ctl_send(an, json_pack("{s:s, s:I, s:s, s:i, s:s}", "type",
-                                  "group_failed", "group_id",
-                                  (json_int_t)g->id, "job_id", job, "status",
-                                  (int)g->fail_status, "reason", reason));
+                                  "group_failed", "group_id", (json_int_t)g->id,
+                                  "job_id", job, "status", (int)g->fail_status,
+                                  "reason", reason));
 }
 
 static void shp_an_ctl_register(shp_an_t *an)
@@ -80,11 +80,10 @@ static void shp_an_ctl_register(shp_an_t *an)
     msg = json_pack("{s:s, s:s, s:s, s:s, s:b, s:{s:i, s:i, s:i, s:I}, s:o}",
                     "type", "an_register", "name", an->cfg.name, "data_addr",
                     an->data_addr, "transport", an->tp.ops->name, "mcast",
-                    an->have_mcast, "caps", "max_trees",
-                    (int)an->cfg.max_trees, "max_groups",
-                    (int)an->cfg.max_groups, "max_osts", (int)an->cfg.max_osts,
-                    "max_payload", (json_int_t)an->cfg.max_payload, "groups",
-                    groups);
+                    an->have_mcast, "caps", "max_trees", (int)an->cfg.max_trees,
+                    "max_groups", (int)an->cfg.max_groups, "max_osts",
+                    (int)an->cfg.max_osts, "max_payload",
+                    (json_int_t)an->cfg.max_payload, "groups", groups);
     shp_an_ctl_send(an, msg);
 }
 
@@ -103,8 +102,9 @@ static void shp_an_ctl_handle(shp_an_t *an, json_t *msg)
             an->am_backoff = 0.1;
             shp_info("registered with the aggregation manager");
         } else {
-            shp_error_id("AN0003", "the aggregation manager refused the "
-                                   "registration (status %lld)",
+            shp_error_id("AN0003",
+                         "the aggregation manager refused the "
+                         "registration (status %lld)",
                          (long long)st);
         }
         return;
@@ -200,8 +200,9 @@ static void shp_an_ctl_closed(shp_conn_t *conn, shp_status_t reason)
     shp_an_t *an = shp_an_of_conn(conn);
 
     if (an->am_up) {
-        shp_warn_id("AN0007", "lost the aggregation manager: %s; "
-                              "reconnecting",
+        shp_warn_id("AN0007",
+                    "lost the aggregation manager: %s; "
+                    "reconnecting",
                     shp_status_str(reason));
     }
     an->am_up = 0;

@@ -21,20 +21,20 @@ static const shp_config_range_t shp_an_groups_range = {1, 100000};
 static const shp_config_range_t shp_an_osts_range = {1, 65536};
 
 static const shp_config_opt_t shp_an_opts[] = {
-    {"name", "an0", "name of this aggregation node (the switch or host it "
-                    "stands for, as the AM knows it)",
+    {"name", "an0",
+     "name of this aggregation node (the switch or host it "
+     "stands for, as the AM knows it)",
      offsetof(shp_an_config_t, name), &shp_cfg_string},
     {"listen", "127.0.0.1:0", "ip:port children connect to (port 0: any)",
      offsetof(shp_an_config_t, listen), &shp_cfg_string},
     {"am", "", "ip:port of the aggregation manager",
      offsetof(shp_an_config_t, am), &shp_cfg_string},
-    {"transport", "tcp", "data transport",
-     offsetof(shp_an_config_t, transport), &shp_cfg_enum, shp_an_transports},
-    {"log_level", "info", "log level",
-     offsetof(shp_an_config_t, log_level), &shp_cfg_loglevel},
+    {"transport", "tcp", "data transport", offsetof(shp_an_config_t, transport),
+     &shp_cfg_enum, shp_an_transports},
+    {"log_level", "info", "log level", offsetof(shp_an_config_t, log_level),
+     &shp_cfg_loglevel},
     {"max_trees", "64", "trees this AN takes part in, at most",
-     offsetof(shp_an_config_t, max_trees), &shp_cfg_uint,
-     &shp_an_trees_range},
+     offsetof(shp_an_config_t, max_trees), &shp_cfg_uint, &shp_an_trees_range},
     {"max_groups", "1000", "groups this AN serves, at most",
      offsetof(shp_an_config_t, max_groups), &shp_cfg_uint,
      &shp_an_groups_range},
@@ -44,8 +44,9 @@ static const shp_config_opt_t shp_an_opts[] = {
      offsetof(shp_an_config_t, max_payload), &shp_cfg_size},
     {"am_keepalive", "2s", "keepalive interval of the AM connection",
      offsetof(shp_an_config_t, am_keepalive_ms), &shp_cfg_time},
-    {"join_timeout", "5s", "how long to retry joining a parent AN that does "
-                           "not know a group yet",
+    {"join_timeout", "5s",
+     "how long to retry joining a parent AN that does "
+     "not know a group yet",
      offsetof(shp_an_config_t, join_timeout_ms), &shp_cfg_time},
     {NULL}};
 

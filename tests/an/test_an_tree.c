@@ -1,0 +1,777 @@
+/*
+ * The aggregation node in a 2-level tree of real processes on loopback:
+ * 4 leaf sharp_an x 4 members + 1 root.  This program plays the aggregation
+ * manager over the AN control protocol, starts the ANs and the members
+ * (tests/an/an_member.c) and checks what happens:
+ *   every dtype x op, 0 to several fragments; determinism under random
+ *   delays; multicast distribution with 5% loss; two jobs on one tree;
+ *   wrong keys and malformed input; kill -9 of a leaf or of the root.
+ */
+#include "../unit/test_util.h"
+
+#include "common/conn.h"
+#include "common/ctl.h"
+#include "common/time.h"
+#include "common/wire.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NLEAF 4
+#define PER_LEAF 4
+#define NANS (NLEAF + 1)
+#define NMEMBERS (NLEAF * PER_LEAF)
+
+typedef struct {
+    shp_conn_t conn;
+    int open;
+    int an; /* index, -1 until registered */
+} am_peer_t;
+
+typedef struct {
+    pid_t pid;
+    char name[16];
+    char ip[32];
+    char data_addr[64];
+    am_peer_t *peer;
+    int registrations;
+} an_proc_t;
+
+static struct ev_loop *loop;
+static shp_listener_t am_listener;
+static char am_addr[64];
+static an_proc_t ans[NANS];
+static am_peer_t peers[64];
+static int npeers;
+static char bindir[400], logdir[400];
+static int64_t next_id = 1;
+static struct {
+    int64_t id;
+    int status;
+    json_t *msg;
+} replies[256];
+static int nreplies;
+static int groups_failed;
+static int done_pipe[2] = {-1, -1};
+
+/* --- the fake AM ------------------------------------------------------------ */
+
+static void am_send(am_peer_t *p, json_t *msg)
+{
+    assert_int_equal(shp_ctl_send(&p->conn, msg), SHP_OK);
+    json_decref(msg);
+}
+
+static void am_frame(shp_conn_t *conn, const void *frame, size_t len)
+{
+    am_peer_t *p = conn->arg;
+    json_t *msg = NULL;
+    const char *type, *name, *addr;
+    uint8_t ftype;
+    int64_t id, st;
+    int i;
+
+    assert_int_equal(shp_ctl_decode(frame, len, &ftype, &msg, NULL), SHP_OK);
+    if (ftype == SHP_CTL_FRAME_PING) {
+        assert_int_equal(shp_ctl_send_frame(conn, SHP_CTL_FRAME_PONG), SHP_OK);
+        return;
+    }
+    if (msg == NULL) {
+        return;
+    }
+    type = shp_ctl_type(msg);
+    if (!strcmp(type, "an_register")) {
+        assert_int_equal(shp_json_get_str(msg, "name", &name, NULL), SHP_OK);
+        assert_int_equal(shp_json_get_str(msg, "data_addr", &addr, NULL),
+                         SHP_OK);
+        for (i = 0; i < NANS; i++) {
+            if (!strcmp(ans[i].name, name)) {
+                snprintf(ans[i].data_addr, sizeof(ans[i].data_addr), "%s",
+                         addr);
+                ans[i].peer = p;
+                ans[i].registrations++;
+                p->an = i;
+            }
+        }
+        am_send(p, json_pack("{s:s, s:i}", "type", "an_register_ack",
+                             "status", 0));
+    } else if (!strcmp(type, "group_failed")) {
+        groups_failed++;
+    } else if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL) ==
+               SHP_OK) {
+        st = 0;
+        if (json_object_get(msg, "status") != NULL) {
+            assert_int_equal(
+                shp_json_get_int(msg, "status", -32768, 32767, &st, NULL),
+                SHP_OK);
+        }
+        assert_true(nreplies < 256);
+        replies[nreplies].id = id;
+        replies[nreplies].status = (int)st;
+        replies[nreplies].msg = json_incref(msg);
+        nreplies++;
+    }
+    json_decref(msg);
+}
+
+static void am_close(shp_conn_t *conn, shp_status_t reason)
+{
+    am_peer_t *p = conn->arg;
+    int i;
+
+    (void)reason;
+    p->open = 0;
+    for (i = 0; i < NANS; i++) {
+        if (ans[i].peer == p) {
+            ans[i].peer = NULL;
+        }
+    }
+}
+
+static const shp_conn_ops_t am_ops = {
+    .frame_len = shp_ctl_frame_len,
+    .on_frame = am_frame,
+    .on_close = am_close,
+};
+
+static void am_accept(shp_listener_t *l, int fd, const shp_sockaddr_t *peer)
+{
+    am_peer_t *p = NULL;
+    int i;
+
+    (void)l;
+    (void)peer;
+    for (i = 0; i < npeers; i++) {
+        if (!peers[i].open) {
+            p = &peers[i];
+        }
+    }
+    if (p == NULL) {
+        assert_true(npeers < 64);
+        p = &peers[npeers++];
+    }
+    memset(p, 0, sizeof(*p));
+    p->an = -1;
+    p->open = 1;
+    shp_conn_init(&p->conn, loop, &am_ops, p, SHP_CTL_MAX_FRAME);
+    assert_int_equal(shp_conn_open_fd(&p->conn, fd), SHP_OK);
+}
+
+static void run_for(double secs)
+{
+    uint64_t end = shp_time_ns() + (uint64_t)(secs * 1e9);
+
+    while (shp_time_ns() < end) {
+        ev_run(loop, EVRUN_NOWAIT);
+        usleep(500);
+    }
+}
+
+#define RUN_WHILE(_cond, _secs)                                                \
+    do {                                                                       \
+        uint64_t end_ = shp_time_ns() + (uint64_t)((_secs)*1e9);               \
+        while ((_cond) && shp_time_ns() < end_) {                              \
+            ev_run(loop, EVRUN_NOWAIT);                                        \
+            usleep(500);                                                       \
+        }                                                                      \
+    } while (0)
+
+/* Send a request to AN i and wait for its answer; returns the reply and
+ * its status. */
+static json_t *am_call(int i, json_t *msg, int *status)
+{
+    int64_t id = next_id++;
+    uint64_t end;
+    int r;
+
+    json_object_set_new(msg, "id", json_integer(id));
+    assert_non_null(ans[i].peer);
+    am_send(ans[i].peer, msg);
+    end = shp_time_ns() + 10 * SHP_NSEC_PER_SEC;
+    while (shp_time_ns() < end) {
+        for (r = 0; r < nreplies; r++) {
+            if (replies[r].id == id) {
+                *status = replies[r].status;
+                return replies[r].msg;
+            }
+        }
+        ev_run(loop, EVRUN_NOWAIT);
+        usleep(200);
+    }
+    fail_msg("AN %s did not answer request %lld", ans[i].name, (long long)id);
+    return NULL;
+}
+
+static int am_call_status(int i, json_t *msg)
+{
+    int status;
+
+    am_call(i, msg, &status);
+    return status;
+}
+
+/* --- processes ---------------------------------------------------------- */
+
+static pid_t spawn(char *const argv[], const char *log)
+{
+    pid_t pid = fork();
+
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void start_an(int i)
+{
+    char exe[600], listen[64], log[600];
+    char *argv[] = {exe,        "--name",      ans[i].name, "--listen",
+                    listen,     "--am",        am_addr,     "--log-level",
+                    "info",     "--am-keepalive", "1s",     NULL};
+
+    snprintf(exe, sizeof(exe), "%s/sharp_an", bindir);
+    snprintf(listen, sizeof(listen), "%s:0", ans[i].ip);
+    snprintf(log, sizeof(log), "%s/%s.log", logdir, ans[i].name);
+    ans[i].pid = spawn(argv, log);
+}
+
+static void start_fabric(void)
+{
+    shp_sockaddr_t a;
+    int i, ok;
+
+    loop = ev_loop_new(EVFLAG_AUTO);
+    if (done_pipe[0] < 0) {
+        assert_int_equal(pipe(done_pipe), 0);
+        fcntl(done_pipe[0], F_SETFL, O_NONBLOCK);
+    }
+    memset(ans, 0, sizeof(ans));
+    memset(peers, 0, sizeof(peers));
+    npeers = 0;
+    nreplies = 0;
+    groups_failed = 0;
+    assert_int_equal(shp_sockaddr_parse("127.0.0.1:0", 0, &a), SHP_OK);
+    assert_int_equal(shp_listener_start(&am_listener, loop, &a, am_accept,
+                                        NULL),
+                     SHP_OK);
+    shp_sockaddr_str(&am_listener.addr, am_addr, sizeof(am_addr));
+    for (i = 0; i < NANS; i++) {
+        snprintf(ans[i].name, sizeof(ans[i].name), i ? "leaf%d" : "root", i);
+        snprintf(ans[i].ip, sizeof(ans[i].ip), "127.0.1.%d", i + 1);
+        start_an(i);
+    }
+    {
+        uint64_t end = shp_time_ns() + 10 * SHP_NSEC_PER_SEC;
+        do {
+            for (ok = 1, i = 0; i < NANS; i++) {
+                ok &= ans[i].registrations > 0;
+            }
+            ev_run(loop, EVRUN_NOWAIT);
+            usleep(500);
+        } while (!ok && shp_time_ns() < end);
+    }
+    assert_true(ok);
+    /* tree 1: the root over the four leaves */
+    for (i = 0; i < NANS; i++) {
+        json_t *m = json_pack("{s:s, s:i}", "type", "tree_config", "tree_id", 1);
+        json_object_set_new(m, "parent", i ? json_string(ans[0].data_addr)
+                                           : json_null());
+        assert_int_equal(am_call_status(i, m), 0);
+    }
+}
+
+static int stop_fabric(void)
+{
+    int i, bad = 0;
+
+    for (i = 0; i < NANS; i++) {
+        if (ans[i].pid > 0) {
+            int st;
+            kill(ans[i].pid, SIGTERM);
+            waitpid(ans[i].pid, &st, 0);
+            ans[i].pid = 0;
+            /* a clean shutdown; under SAN=1 also no leak, no bad access */
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                print_error("sharp_an %s did not stop cleanly (status 0x%x, "
+                            "see %s/%s.log)\n",
+                            ans[i].name, st, logdir, ans[i].name);
+                bad = 1;
+            }
+        }
+    }
+    for (i = 0; i < npeers; i++) {
+        if (peers[i].open) {
+            shp_conn_close(&peers[i].conn, SHP_OK);
+        }
+    }
+    for (i = 0; i < nreplies; i++) {
+        json_decref(replies[i].msg);
+    }
+    nreplies = 0;
+    shp_listener_stop(&am_listener);
+    ev_loop_destroy(loop);
+    return bad ? -1 : 0;
+}
+
+static const char *key_a =
+    "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+static const char *key_b =
+    "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+
+typedef struct {
+    uint32_t gid;
+    uint64_t job;
+    const char *key, *dist, *mcast;
+    unsigned osts, payload;
+} group_t;
+
+static void create_group(const group_t *g)
+{
+    json_t *children;
+    char job[24];
+    int i, j;
+
+    snprintf(job, sizeof(job), "%llu", (unsigned long long)g->job);
+    /* top first: the leaves join it */
+    children = json_array();
+    for (j = 0; j < NLEAF; j++) {
+        json_array_append_new(children, json_pack("{s:s}", "kind", "an"));
+    }
+    assert_int_equal(
+        am_call_status(0, json_pack("{s:s, s:I, s:i, s:s, s:s, s:o, s:b, s:s, "
+                                    "s:s, s:i, s:i}",
+                                    "type", "group_add", "group_id",
+                                    (json_int_t)g->gid, "tree_id", 1, "job_id",
+                                    job, "job_key", g->key, "children",
+                                    children, "top", 1, "dist", g->dist,
+                                    "mcast_addr", g->mcast ? g->mcast : "",
+                                    "osts", g->osts, "payload", g->payload)),
+        0);
+    for (i = 1; i < NANS; i++) {
+        children = json_array();
+        for (j = 0; j < PER_LEAF; j++) {
+            json_array_append_new(children,
+                                  json_pack("{s:s}", "kind", "member"));
+        }
+        assert_int_equal(
+            am_call_status(i, json_pack("{s:s, s:I, s:i, s:s, s:s, s:o, s:b, "
+                                        "s:i, s:s, s:i, s:i}",
+                                        "type", "group_add", "group_id",
+                                        (json_int_t)g->gid, "tree_id", 1,
+                                        "job_id", job, "job_key", g->key,
+                                        "children", children, "top", 0,
+                                        "parent_index", i - 1, "dist", g->dist,
+                                        "osts", g->osts, "payload",
+                                        g->payload)),
+            0);
+    }
+}
+
+/* Start member `rank` of group g with a plan; extra args may follow. */
+static pid_t start_member(const group_t *g, int rank, const char *plan,
+                          const char *const *extra, const char *key_override)
+{
+    char exe[600], grp[16], job[24], child[16], rk[16], osts[16], payload[16],
+        local[32], log[600], done_fd[12];
+    char *argv[48];
+    int n = 0;
+
+    snprintf(exe, sizeof(exe), "%s/../tests/an/an_member", bindir);
+    snprintf(grp, sizeof(grp), "%u", g->gid);
+    snprintf(job, sizeof(job), "%llu", (unsigned long long)g->job);
+    snprintf(child, sizeof(child), "%d", rank % PER_LEAF);
+    snprintf(rk, sizeof(rk), "%d", rank);
+    snprintf(osts, sizeof(osts), "%u", g->osts);
+    snprintf(payload, sizeof(payload), "%u", g->payload);
+    snprintf(local, sizeof(local), "127.0.2.%d", rank + 1);
+    snprintf(done_fd, sizeof(done_fd), "%d", done_pipe[1]);
+    snprintf(log, sizeof(log), "%s/member-%u-%d.log", logdir, g->gid, rank);
+    argv[n++] = exe;
+    argv[n++] = "--leaf";
+    argv[n++] = ans[1 + rank / PER_LEAF].data_addr;
+    argv[n++] = "--group";
+    argv[n++] = grp;
+    argv[n++] = "--tree";
+    argv[n++] = "1";
+    argv[n++] = "--job";
+    argv[n++] = job;
+    argv[n++] = "--key";
+    argv[n++] = (char *)(key_override ? key_override : g->key);
+    argv[n++] = "--child";
+    argv[n++] = child;
+    argv[n++] = "--rank";
+    argv[n++] = rk;
+    argv[n++] = "--leaves";
+    argv[n++] = "4";
+    argv[n++] = "--per-leaf";
+    argv[n++] = "4";
+    argv[n++] = "--osts";
+    argv[n++] = osts;
+    argv[n++] = "--payload";
+    argv[n++] = payload;
+    argv[n++] = "--plan";
+    argv[n++] = (char *)plan;
+    argv[n++] = "--local";
+    argv[n++] = local;
+    if (g->mcast != NULL && strcmp(g->dist, "rc")) {
+        argv[n++] = "--mcast";
+        argv[n++] = (char *)g->mcast;
+    }
+    argv[n++] = "--done-fd";
+    argv[n++] = done_fd;
+    while (extra != NULL && *extra != NULL && n < 46) {
+        argv[n++] = (char *)*extra++;
+    }
+    argv[n] = NULL;
+    return spawn(argv, log);
+}
+
+/* Wait for processes, keeping the fake AM responsive.  A member that
+ * finished says so on the done pipe and waits; when every process has
+ * either finished or exited, the finished ones are released (SIGTERM, exit
+ * 0).  Exit codes go to codes[]; -1 for one still running at the deadline
+ * (then killed). */
+static void wait_all(pid_t *pids, int n, int *codes, double secs)
+{
+    uint64_t end = shp_time_ns() + (uint64_t)(secs * 1e9);
+    int exited = 0, done = 0, i, st;
+    char buf[64];
+    ssize_t r;
+
+    for (i = 0; i < n; i++) {
+        codes[i] = -1;
+    }
+    while (exited + done < n && shp_time_ns() < end) {
+        for (i = 0; i < n; i++) {
+            if (codes[i] == -1 && waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+                codes[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+                exited++;
+            }
+        }
+        while ((r = read(done_pipe[0], buf, sizeof(buf))) > 0) {
+            done += (int)r;
+        }
+        ev_run(loop, EVRUN_NOWAIT);
+        usleep(1000);
+    }
+    for (i = 0; i < n; i++) {
+        if (codes[i] == -1) {
+            kill(pids[i], SIGTERM);
+        }
+    }
+    end = shp_time_ns() + 5 * SHP_NSEC_PER_SEC;
+    for (i = 0; i < n; i++) {
+        while (codes[i] == -1 && shp_time_ns() < end) {
+            if (waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+                codes[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            } else {
+                usleep(1000);
+            }
+        }
+        if (codes[i] == -1) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], &st, 0);
+        }
+    }
+    while (read(done_pipe[0], buf, sizeof(buf)) > 0) {
+    }
+}
+
+static void run_members(const group_t *g, const char *plan,
+                        const char *const *extra, int want_code, double secs)
+{
+    pid_t pids[NMEMBERS];
+    int codes[NMEMBERS], i;
+
+    for (i = 0; i < NMEMBERS; i++) {
+        pids[i] = start_member(g, i, plan, extra, NULL);
+    }
+    wait_all(pids, NMEMBERS, codes, secs);
+    for (i = 0; i < NMEMBERS; i++) {
+        if (codes[i] != want_code) {
+            fail_msg("member %d of group %u exited %d, want %d (logs in %s)",
+                     i, g->gid, codes[i], want_code, logdir);
+        }
+    }
+}
+
+static json_t *an_stats(int i)
+{
+    int status;
+
+    return am_call(i, json_pack("{s:s}", "type", "stats_req"), &status);
+}
+
+static int64_t stat_of(json_t *st, const char *key)
+{
+    return json_integer_value(json_object_get(st, key));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    start_fabric();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return stop_fabric();
+}
+
+/* --- the tests -------------------------------------------------------------- */
+
+static void test_all_dtypes_ops(void **state)
+{
+    group_t g = {1, 7, key_a, "rc", NULL, 8, 256};
+    json_t *st;
+    int64_t ops = 0;
+    int i;
+
+    (void)state;
+    create_group(&g);
+    run_members(&g, "dtypes", NULL, 0, 120);
+    for (i = 0; i < NANS; i++) {
+        st = an_stats(i);
+        ops += stat_of(st, "ops");
+        assert_int_equal(stat_of(st, "err_mismatch"), 0);
+        assert_int_equal(stat_of(st, "err_seq_window"), 0);
+        assert_int_equal(stat_of(st, "err_protocol"), 0);
+    }
+    assert_true(ops > 5 * 900); /* every AN folded every operation */
+}
+
+static void test_determinism(void **state)
+{
+    group_t g = {2, 7, key_a, "rc", NULL, 4, 256};
+
+    (void)state;
+    create_group(&g);
+    /* 100 rounds of adversarial f32/f64 sums with random delays before each
+     * send: every result must equal the fixed-order fold bit for bit */
+    run_members(&g, "determinism", NULL, 0, 120);
+}
+
+static void test_mcast_loss(void **state)
+{
+    static const char *const extra[] = {"--drop", "0.05", "--ops", "10000",
+                                        NULL};
+    group_t g = {3, 7, key_a, "mcast", "239.77.3.1:17400", 16, 256};
+    int64_t retrans = 0, mcast = 0;
+    int i;
+
+    (void)state;
+    create_group(&g);
+    /* 5% of datagrams dropped at every member: lost results come back over
+     * RC on request, so all 10000 operations still end right */
+    run_members(&g, "stream", extra, 0, 180);
+    for (i = 0; i < NANS; i++) {
+        json_t *st = an_stats(i);
+        retrans += stat_of(st, "retransmits");
+        mcast += stat_of(st, "mcast_sent");
+    }
+    assert_int_equal(mcast, 10000); /* the root multicast every result */
+    assert_true(retrans > 0);       /* and losses were recovered */
+}
+
+static void test_two_jobs(void **state)
+{
+    static const char *const extra[] = {"--ops", "2000", NULL};
+    group_t a = {4, 100, key_a, "rc", NULL, 8, 256};
+    group_t b = {5, 200, key_b, "both", "239.77.5.1:17401", 8, 256};
+    pid_t pids[2 * NMEMBERS + 1];
+    int codes[2 * NMEMBERS + 1], i;
+    int64_t bad_key = 0;
+
+    (void)state;
+    create_group(&a);
+    create_group(&b);
+    for (i = 0; i < NMEMBERS; i++) {
+        pids[i] = start_member(&a, i, "stream", extra, NULL);
+        pids[NMEMBERS + i] = start_member(&b, i, "stream", extra, NULL);
+    }
+    /* a process of job B tries group A's slot with B's key */
+    pids[2 * NMEMBERS] = start_member(&a, 0, "stream", extra, key_b);
+    wait_all(pids, 2 * NMEMBERS + 1, codes, 180);
+    for (i = 0; i < 2 * NMEMBERS; i++) {
+        if (codes[i] != 0) {
+            fail_msg("member %d of job %s exited %d (logs in %s)",
+                     i % NMEMBERS, i < NMEMBERS ? "A" : "B", codes[i], logdir);
+        }
+    }
+    assert_int_equal(codes[2 * NMEMBERS], 3); /* refused */
+    for (i = 1; i < NANS; i++) {
+        bad_key += stat_of(an_stats(i), "err_bad_key");
+    }
+    assert_int_equal(bad_key, 1);
+}
+
+static void test_bad_input(void **state)
+{
+    static const char *const extra[] = {"--ops", "200", NULL};
+    group_t g = {6, 7, key_a, "rc", NULL, 8, 256};
+    shp_sockaddr_t sa;
+    uint8_t raw[SHP_WIRE_HDR_LEN + 4];
+    shp_wire_hdr_t h;
+    char buf[64];
+    int fd;
+
+    (void)state;
+    create_group(&g);
+    /* a header that lies about its payload: the connection is dropped */
+    assert_int_equal(shp_sockaddr_parse(ans[1].data_addr, 0, &sa), SHP_OK);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa.ss, sa.len), 0);
+    memset(&h, 0, sizeof(h));
+    h.version = SHP_WIRE_VERSION;
+    h.opcode = SHP_WIRE_OP_AGG_REQ;
+    h.group_id = 6;
+    h.dtype = SHP_DTYPE_F32;
+    h.op = SHP_OP_BXOR; /* bitwise op on floats */
+    h.tag_dtype = SHP_DTYPE_NULL;
+    h.count = 1;
+    h.payload_len = 4;
+    shp_wire_hdr_pack(&h, raw);
+    assert_int_equal(write(fd, raw, sizeof(raw)), (ssize_t)sizeof(raw));
+    RUN_WHILE(1, 0.2);
+    assert_int_equal(read(fd, buf, sizeof(buf)), 0); /* closed on us */
+    close(fd);
+    /* a sender that never joined cannot touch the group */
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa.ss, sa.len), 0);
+    h.op = SHP_OP_SUM;
+    shp_wire_hdr_pack(&h, raw);
+    assert_int_equal(write(fd, raw, sizeof(raw)), (ssize_t)sizeof(raw));
+    RUN_WHILE(1, 0.2);
+    assert_int_equal(read(fd, raw, SHP_WIRE_HDR_LEN), SHP_WIRE_HDR_LEN);
+    shp_wire_hdr_unpack(raw, &h);
+    assert_int_equal(h.opcode, SHP_WIRE_OP_ERROR);
+    assert_int_equal(h.status, SHP_ERR_PERM);
+    close(fd);
+    assert_true(stat_of(an_stats(1), "err_malformed") >= 1);
+    /* the group, the AN and everybody else are untouched */
+    assert_int_equal(groups_failed, 0);
+    run_members(&g, "stream", extra, 0, 60);
+}
+
+static void test_mismatch_fails_group(void **state)
+{
+    static const char *const extra[] = {"--ops", "200", NULL};
+    static const char *const odd[] = {"--ops", "200", "--seed", "1", NULL};
+    group_t g = {7, 7, key_a, "rc", NULL, 8, 256};
+    group_t h = {8, 7, key_a, "rc", NULL, 8, 256};
+    pid_t pids[NMEMBERS];
+    int codes[NMEMBERS], i;
+
+    (void)state;
+    create_group(&g);
+    create_group(&h);
+    /* member 5 sends i32 max where the others send u32 sums: every member
+     * of the group gets an error, nobody hangs */
+    for (i = 0; i < NMEMBERS; i++) {
+        pids[i] = start_member(&g, i, i == 5 ? "mismatch" : "stream",
+                               i == 5 ? odd : extra, NULL);
+    }
+    wait_all(pids, NMEMBERS, codes, 30);
+    for (i = 0; i < NMEMBERS; i++) {
+        if (codes[i] != 3) {
+            fail_msg("member %d exited %d, want 3 (an error)", i, codes[i]);
+        }
+    }
+    assert_true(groups_failed >= 1);
+    /* another group on the same ANs still works */
+    run_members(&h, "stream", extra, 0, 60);
+}
+
+/* kill -9 AN `victim` while the members stream: all of them must get an
+ * error within 5 s. */
+static void kill_during_stream(int victim)
+{
+    group_t g = {9, 7, key_a, "both", "239.77.9.1:17402", 8, 256};
+    static const char *const extra[] = {"--timeout", "30", NULL};
+    pid_t pids[NMEMBERS];
+    int codes[NMEMBERS], i, st;
+    uint64_t t0;
+    double secs;
+
+    create_group(&g);
+    for (i = 0; i < NMEMBERS; i++) {
+        pids[i] = start_member(&g, i, "stream", extra, NULL);
+    }
+    run_for(0.5);
+    t0 = shp_time_ns();
+    kill(ans[victim].pid, SIGKILL);
+    waitpid(ans[victim].pid, &st, 0);
+    ans[victim].pid = 0;
+    wait_all(pids, NMEMBERS, codes, 10);
+    secs = (double)(shp_time_ns() - t0) / 1e9;
+    for (i = 0; i < NMEMBERS; i++) {
+        if (codes[i] != 3) {
+            fail_msg("member %d exited %d after the kill, want 3 (an error)",
+                     i, codes[i]);
+        }
+    }
+    assert_true(secs < 5.0);
+    /* the survivors told the AM */
+    RUN_WHILE(groups_failed == 0, 2);
+    assert_true(groups_failed >= 1);
+    /* a restarted AN registers again */
+    start_an(victim);
+    RUN_WHILE(ans[victim].registrations < 2, 10);
+    assert_int_equal(ans[victim].registrations, 2);
+}
+
+static void test_kill_leaf(void **state)
+{
+    (void)state;
+    kill_during_stream(2);
+}
+
+static void test_kill_root(void **state)
+{
+    (void)state;
+    kill_during_stream(0);
+}
+
+int main(int argc, char **argv)
+{
+#define T(_f) cmocka_unit_test_setup_teardown(_f, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_all_dtypes_ops), T(test_determinism), T(test_mcast_loss),
+        T(test_two_jobs),       T(test_bad_input),   T(test_mismatch_fails_group),
+        T(test_kill_leaf),      T(test_kill_root),
+    };
+    char self[300];
+    ssize_t n;
+    char *slash;
+
+    (void)argc;
+    (void)argv;
+    signal(SIGPIPE, SIG_IGN);
+    n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    assert_true(n > 0);
+    self[n] = '\0';
+    slash = strrchr(self, '/');
+    *slash = '\0';
+    /* build/tests/an -> build/bin */
+    snprintf(bindir, sizeof(bindir), "%s/../../bin", self);
+    snprintf(logdir, sizeof(logdir), "%s/logs", self);
+    mkdir(logdir, 0755);
+    shp_log_set_level(SHP_LOG_ERROR);
+    return cmocka_run_group_tests_name("an_tree", tests, NULL, NULL);
+}
