@@ -117,7 +117,7 @@ uninstall:
 	$(Q)$(if $(BINS),rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(BINS))))
 
 # Formatting ----------------------------------------------------------------
-FORMAT_SRCS = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+FORMAT_SRCS = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' 2>/dev/null)
 .PHONY: format format-check
 format:
 	$(Q)clang-format -i $(FORMAT_SRCS)

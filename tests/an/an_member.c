@@ -77,7 +77,7 @@ static uint64_t mix(uint64_t x)
 /* The value element i of op k has at member `rank`. */
 static void gen(const op_t *op, long k, unsigned rank, uint8_t *buf)
 {
-    static const double adversarial[] = {1e20, 1.0, -1e20, 3.0, 1e-3,
+    static const double adversarial[] = {1e20, 1.0,  -1e20, 3.0, 1e-3,
                                          -1.0, 7e19, -7e19, 0.5, 1e16};
     size_t vs = shp_dtype_size(op->desc.dtype);
     size_t es = shp_reduce_elem_size(&op->desc);
@@ -159,8 +159,7 @@ static void expected(const op_t *op, long k, uint8_t *out)
         srcs[l] = out + (size_t)l * bytes;
     }
     if (o.leaves > 1 &&
-        shp_reduce_fold(&op->desc, out, srcs, o.leaves, op->count) !=
-            SHP_OK) {
+        shp_reduce_fold(&op->desc, out, srcs, o.leaves, op->count) != SHP_OK) {
         exit(2);
     }
 }
@@ -253,7 +252,8 @@ static void on_result(const shp_wire_hdr_t *hdr, const void *payload)
         return; /* not ours, or a duplicate (RC and multicast both) */
     }
     op = &ops[k];
-    bytes = op->barrier ? 0 : (size_t)op->count * shp_reduce_elem_size(&op->desc);
+    bytes =
+        op->barrier ? 0 : (size_t)op->count * shp_reduce_elem_size(&op->desc);
     if (hdr->payload_len != bytes) {
         fprintf(stderr, "member %u: op %ld: result of %u bytes, want %zu\n",
                 o.rank, k, hdr->payload_len, bytes);
@@ -296,17 +296,14 @@ static void on_msg(shp_tp_ep_t *e, const shp_wire_hdr_t *hdr,
             pump();
         }
         break;
-    case SHP_WIRE_OP_AGG_RESULT:
-        on_result(hdr, payload);
-        break;
+    case SHP_WIRE_OP_AGG_RESULT: on_result(hdr, payload); break;
     case SHP_WIRE_OP_ERROR:
         printf("member %u: error %s: %.*s\n", o.rank,
                shp_status_name(hdr->status), (int)hdr->payload_len,
                (const char *)payload);
         finish(3);
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -404,9 +401,8 @@ static void build_plan(void)
         int dt, op;
         for (dt = 0; dt < SHP_DTYPE_LAST; dt++) {
             for (op = 0; op < SHP_OP_LAST; op++) {
-                shp_reduce_desc_t d = {dt, op,
-                                       shp_op_is_loc(op) ? SHP_DTYPE_I32
-                                                         : SHP_DTYPE_NULL};
+                shp_reduce_desc_t d = {
+                    dt, op, shp_op_is_loc(op) ? SHP_DTYPE_I32 : SHP_DTYPE_NULL};
                 size_t es = shp_reduce_elem_size(&d);
                 uint32_t per = es ? (uint32_t)(o.payload / es) : 0;
                 uint32_t counts[] = {0, 1, 13, per, 3 * per + 5};
@@ -447,10 +443,9 @@ static void build_plan(void)
         free(ops);
         ops = calloc((size_t)n + 1, sizeof(*ops));
         for (k = 0; k < n; k++) {
-            ops[k].desc = (shp_reduce_desc_t){odd ? SHP_DTYPE_I32
-                                                  : SHP_DTYPE_U32,
-                                              odd ? SHP_OP_MAX : SHP_OP_SUM,
-                                              SHP_DTYPE_NULL};
+            ops[k].desc = (shp_reduce_desc_t){
+                odd ? SHP_DTYPE_I32 : SHP_DTYPE_U32,
+                odd ? SHP_OP_MAX : SHP_OP_SUM, SHP_DTYPE_NULL};
             ops[k].count = 4;
         }
     }
@@ -460,13 +455,16 @@ static void build_plan(void)
 int main(int argc, char **argv)
 {
     static const struct option lopts[] = {
-        {"leaf", 1, 0, 'l'},    {"group", 1, 0, 'g'},  {"tree", 1, 0, 't'},
-        {"job", 1, 0, 'j'},     {"key", 1, 0, 'k'},    {"child", 1, 0, 'c'},
-        {"rank", 1, 0, 'r'},    {"leaves", 1, 0, 'L'}, {"per-leaf", 1, 0, 'P'},
-        {"osts", 1, 0, 'o'},    {"payload", 1, 0, 'p'}, {"plan", 1, 0, 'x'},
-        {"mcast", 1, 0, 'm'},   {"drop", 1, 0, 'd'},   {"ops", 1, 0, 'n'},
-        {"timeout", 1, 0, 'T'}, {"local", 1, 0, 'i'},  {"seed", 1, 0, 's'},
-        {"done-fd", 1, 0, 'D'}, {0, 0, 0, 0}};
+        {"leaf", 1, 0, 'l'},     {"group", 1, 0, 'g'},
+        {"tree", 1, 0, 't'},     {"job", 1, 0, 'j'},
+        {"key", 1, 0, 'k'},      {"child", 1, 0, 'c'},
+        {"rank", 1, 0, 'r'},     {"leaves", 1, 0, 'L'},
+        {"per-leaf", 1, 0, 'P'}, {"osts", 1, 0, 'o'},
+        {"payload", 1, 0, 'p'},  {"plan", 1, 0, 'x'},
+        {"mcast", 1, 0, 'm'},    {"drop", 1, 0, 'd'},
+        {"ops", 1, 0, 'n'},      {"timeout", 1, 0, 'T'},
+        {"local", 1, 0, 'i'},    {"seed", 1, 0, 's'},
+        {"done-fd", 1, 0, 'D'},  {0, 0, 0, 0}};
     ev_signal term;
     ev_timer tick;
     size_t maxbytes;

@@ -99,12 +99,11 @@ static void am_frame(shp_conn_t *conn, const void *frame, size_t len)
                 p->an = i;
             }
         }
-        am_send(p, json_pack("{s:s, s:i}", "type", "an_register_ack",
-                             "status", 0));
+        am_send(
+            p, json_pack("{s:s, s:i}", "type", "an_register_ack", "status", 0));
     } else if (!strcmp(type, "group_failed")) {
         groups_failed++;
-    } else if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL) ==
-               SHP_OK) {
+    } else if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL) == SHP_OK) {
         st = 0;
         if (json_object_get(msg, "status") != NULL) {
             assert_int_equal(
@@ -239,9 +238,9 @@ static pid_t spawn(char *const argv[], const char *log)
 static void start_an(int i)
 {
     char exe[600], listen[64], log[600];
-    char *argv[] = {exe,        "--name",      ans[i].name, "--listen",
-                    listen,     "--am",        am_addr,     "--log-level",
-                    "info",     "--am-keepalive", "1s",     NULL};
+    char *argv[] = {exe,    "--name",         ans[i].name, "--listen",
+                    listen, "--am",           am_addr,     "--log-level",
+                    "info", "--am-keepalive", "1s",        NULL};
 
     snprintf(exe, sizeof(exe), "%s/sharp_an", bindir);
     snprintf(listen, sizeof(listen), "%s:0", ans[i].ip);
@@ -265,9 +264,8 @@ static void start_fabric(void)
     nreplies = 0;
     groups_failed = 0;
     assert_int_equal(shp_sockaddr_parse("127.0.0.1:0", 0, &a), SHP_OK);
-    assert_int_equal(shp_listener_start(&am_listener, loop, &a, am_accept,
-                                        NULL),
-                     SHP_OK);
+    assert_int_equal(
+        shp_listener_start(&am_listener, loop, &a, am_accept, NULL), SHP_OK);
     shp_sockaddr_str(&am_listener.addr, am_addr, sizeof(am_addr));
     for (i = 0; i < NANS; i++) {
         snprintf(ans[i].name, sizeof(ans[i].name), i ? "leaf%d" : "root", i);
@@ -287,9 +285,10 @@ static void start_fabric(void)
     assert_true(ok);
     /* tree 1: the root over the four leaves */
     for (i = 0; i < NANS; i++) {
-        json_t *m = json_pack("{s:s, s:i}", "type", "tree_config", "tree_id", 1);
-        json_object_set_new(m, "parent", i ? json_string(ans[0].data_addr)
-                                           : json_null());
+        json_t *m =
+            json_pack("{s:s, s:i}", "type", "tree_config", "tree_id", 1);
+        json_object_set_new(m, "parent",
+                            i ? json_string(ans[0].data_addr) : json_null());
         assert_int_equal(am_call_status(i, m), 0);
     }
 }
@@ -368,15 +367,14 @@ static void create_group(const group_t *g)
                                   json_pack("{s:s}", "kind", "member"));
         }
         assert_int_equal(
-            am_call_status(i, json_pack("{s:s, s:I, s:i, s:s, s:s, s:o, s:b, "
-                                        "s:i, s:s, s:i, s:i}",
-                                        "type", "group_add", "group_id",
-                                        (json_int_t)g->gid, "tree_id", 1,
-                                        "job_id", job, "job_key", g->key,
-                                        "children", children, "top", 0,
-                                        "parent_index", i - 1, "dist", g->dist,
-                                        "osts", g->osts, "payload",
-                                        g->payload)),
+            am_call_status(
+                i, json_pack("{s:s, s:I, s:i, s:s, s:s, s:o, s:b, "
+                             "s:i, s:s, s:i, s:i}",
+                             "type", "group_add", "group_id",
+                             (json_int_t)g->gid, "tree_id", 1, "job_id", job,
+                             "job_key", g->key, "children", children, "top", 0,
+                             "parent_index", i - 1, "dist", g->dist, "osts",
+                             g->osts, "payload", g->payload)),
             0);
     }
 }
@@ -503,8 +501,8 @@ static void run_members(const group_t *g, const char *plan,
     wait_all(pids, NMEMBERS, codes, secs);
     for (i = 0; i < NMEMBERS; i++) {
         if (codes[i] != want_code) {
-            fail_msg("member %d of group %u exited %d, want %d (logs in %s)",
-                     i, g->gid, codes[i], want_code, logdir);
+            fail_msg("member %d of group %u exited %d, want %d (logs in %s)", i,
+                     g->gid, codes[i], want_code, logdir);
         }
     }
 }
@@ -610,8 +608,8 @@ static void test_two_jobs(void **state)
     wait_all(pids, 2 * NMEMBERS + 1, codes, 180);
     for (i = 0; i < 2 * NMEMBERS; i++) {
         if (codes[i] != 0) {
-            fail_msg("member %d of job %s exited %d (logs in %s)",
-                     i % NMEMBERS, i < NMEMBERS ? "A" : "B", codes[i], logdir);
+            fail_msg("member %d of job %s exited %d (logs in %s)", i % NMEMBERS,
+                     i < NMEMBERS ? "A" : "B", codes[i], logdir);
         }
     }
     assert_int_equal(codes[2 * NMEMBERS], 3); /* refused */
@@ -722,8 +720,8 @@ static void kill_during_stream(int victim)
     secs = (double)(shp_time_ns() - t0) / 1e9;
     for (i = 0; i < NMEMBERS; i++) {
         if (codes[i] != 3) {
-            fail_msg("member %d exited %d after the kill, want 3 (an error)",
-                     i, codes[i]);
+            fail_msg("member %d exited %d after the kill, want 3 (an error)", i,
+                     codes[i]);
         }
     }
     assert_true(secs < 5.0);
@@ -752,8 +750,9 @@ int main(int argc, char **argv)
 {
 #define T(_f) cmocka_unit_test_setup_teardown(_f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_all_dtypes_ops), T(test_determinism), T(test_mcast_loss),
-        T(test_two_jobs),       T(test_bad_input),   T(test_mismatch_fails_group),
+        T(test_all_dtypes_ops), T(test_determinism),
+        T(test_mcast_loss),     T(test_two_jobs),
+        T(test_bad_input),      T(test_mismatch_fails_group),
         T(test_kill_leaf),      T(test_kill_root),
     };
     char self[300];
