@@ -646,21 +646,22 @@ static void shp_an_op_error(shp_an_group_t *g, shp_an_link_t *l,
     (void)l;
 }
 
-static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
-                           const void *payload)
+/* The group and child index of a member's request, or NULL after
+ * answering an unknown group, an unjoined sender or a failed group with an
+ * error. */
+static shp_an_group_t *shp_an_request_group(shp_an_link_t *l,
+                                            const shp_wire_hdr_t *hdr,
+                                            unsigned *child)
 {
     shp_an_t *an = l->an;
     shp_an_group_t *g = shp_an_group_find(an, hdr->group_id);
-    shp_reduce_desc_t desc = {hdr->dtype, hdr->op, hdr->tag_dtype};
-    shp_an_slot_t *s;
-    shp_status_t status;
     unsigned ci;
 
     if (g == NULL) {
         an->stats.err_unknown_group++;
         shp_an_send_error(l, hdr->tree_id, hdr->group_id, hdr->seq,
                           SHP_ERR_GROUP_UNKNOWN, "unknown group");
-        return;
+        return NULL;
     }
     for (ci = 0; ci < g->nchildren && g->children[ci].link != l; ci++) {
     }
@@ -668,11 +669,29 @@ static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         an->stats.err_protocol++;
         shp_an_send_error(l, hdr->tree_id, hdr->group_id, hdr->seq,
                           SHP_ERR_PERM, "not joined to this group");
-        return;
+        return NULL;
     }
     if (g->failed) {
         shp_an_send_error(l, g->tree_id, g->id, hdr->seq, g->fail_status,
                           "group failed");
+        return NULL;
+    }
+    *child = ci;
+    return g;
+}
+
+static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                           const void *payload)
+{
+    shp_an_t *an = l->an;
+    shp_reduce_desc_t desc = {hdr->dtype, hdr->op, hdr->tag_dtype};
+    shp_an_group_t *g;
+    shp_an_slot_t *s;
+    shp_status_t status;
+    unsigned ci;
+
+    g = shp_an_request_group(l, hdr, &ci);
+    if (g == NULL) {
         return;
     }
     if (hdr->seq != g->children[ci].next_seq) {
@@ -788,26 +807,13 @@ static void shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
 
 static void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
 {
-    shp_an_group_t *g = shp_an_group_find(l->an, hdr->group_id);
     shp_wire_hdr_t h;
+    shp_an_group_t *g;
     shp_an_slot_t *s;
     unsigned ci;
 
+    g = shp_an_request_group(l, hdr, &ci);
     if (g == NULL) {
-        shp_an_send_error(l, hdr->tree_id, hdr->group_id, hdr->seq,
-                          SHP_ERR_GROUP_UNKNOWN, "unknown group");
-        return;
-    }
-    for (ci = 0; ci < g->nchildren && g->children[ci].link != l; ci++) {
-    }
-    if (ci == g->nchildren) {
-        shp_an_send_error(l, hdr->tree_id, hdr->group_id, hdr->seq,
-                          SHP_ERR_PERM, "not joined to this group");
-        return;
-    }
-    if (g->failed) {
-        shp_an_send_error(l, g->tree_id, g->id, hdr->seq, g->fail_status,
-                          "group failed");
         return;
     }
     l->an->stats.retransmits++;

@@ -139,6 +139,28 @@ static void shp_udp_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     }
 }
 
+/* An endpoint around a bound socket; closes the socket on failure. */
+static shp_udp_ep_t *shp_udp_ep_new(shp_tp_t *tp, int fd, const char *group,
+                                    const shp_tp_ep_cbs_t *cbs, void *arg,
+                                    int is_sender)
+{
+    shp_udp_ep_t *ep = calloc(1, sizeof(*ep));
+
+    if (ep == NULL ||
+        (!is_sender && (ep->buf = malloc(SHP_UDP_MAX_DGRAM)) == NULL)) {
+        free(ep);
+        close(fd);
+        return NULL;
+    }
+    ep->base.tp = tp;
+    ep->base.cbs = cbs;
+    ep->base.arg = arg;
+    snprintf(ep->base.peer, sizeof(ep->base.peer), "mcast %s", group);
+    ep->fd = fd;
+    ep->is_sender = is_sender;
+    return ep;
+}
+
 static shp_status_t shp_udp_mcast_join(shp_tp_t *tp, const char *group,
                                        const shp_tp_ep_cbs_t *cbs, void *arg,
                                        shp_tp_ep_t **ep_out)
@@ -171,17 +193,10 @@ static shp_status_t shp_udp_mcast_join(shp_tp_t *tp, const char *group,
         close(fd);
         return status;
     }
-    ep = calloc(1, sizeof(*ep));
-    if (ep == NULL || (ep->buf = malloc(SHP_UDP_MAX_DGRAM)) == NULL) {
-        free(ep);
-        close(fd);
+    ep = shp_udp_ep_new(tp, fd, group, cbs, arg, 0);
+    if (ep == NULL) {
         return SHP_ERR_NO_MEMORY;
     }
-    ep->base.tp = tp;
-    ep->base.cbs = cbs;
-    ep->base.arg = arg;
-    snprintf(ep->base.peer, sizeof(ep->base.peer), "mcast %s", group);
-    ep->fd = fd;
     ev_io_init(&ep->io, shp_udp_read_cb, fd, EV_READ);
     ep->io.data = ep;
     ev_io_start(tp->loop, &ep->io);
@@ -223,17 +238,10 @@ static shp_status_t shp_udp_mcast_sender(shp_tp_t *tp, const char *group,
         close(fd);
         return status;
     }
-    ep = calloc(1, sizeof(*ep));
+    ep = shp_udp_ep_new(tp, fd, group, cbs, arg, 1);
     if (ep == NULL) {
-        close(fd);
         return SHP_ERR_NO_MEMORY;
     }
-    ep->base.tp = tp;
-    ep->base.cbs = cbs;
-    ep->base.arg = arg;
-    snprintf(ep->base.peer, sizeof(ep->base.peer), "mcast %s", group);
-    ep->fd = fd;
-    ep->is_sender = 1;
     *ep_out = &ep->base;
     return SHP_OK;
 }
