@@ -215,18 +215,6 @@ static void shp_tcp_close(shp_tp_ep_t *base)
     shp_conn_close(&ep->conn, SHP_ERR_CANCELED);
 }
 
-static shp_status_t shp_tcp_no_mcast(shp_tp_t *tp, const char *group,
-                                     const shp_tp_ep_cbs_t *cbs, void *arg,
-                                     shp_tp_ep_t **ep)
-{
-    (void)tp;
-    (void)group;
-    (void)cbs;
-    (void)arg;
-    (void)ep;
-    return SHP_ERR_UNSUPPORTED;
-}
-
 const shp_tp_ops_t shp_tp_tcp_ops = {
     .name = "tcp",
     .init = shp_tcp_init,
@@ -236,6 +224,6 @@ const shp_tp_ops_t shp_tp_tcp_ops = {
     .connect = shp_tcp_connect,
     .send = shp_tcp_send,
     .close = shp_tcp_close,
-    .mcast_join = shp_tcp_no_mcast,
-    .mcast_sender = shp_tcp_no_mcast,
+    .mcast_join = shp_tp_stub_ep,
+    .mcast_sender = shp_tp_stub_ep,
 };

@@ -38,11 +38,6 @@ static shp_status_t shp_udp_init(shp_tp_t *tp)
     return SHP_OK;
 }
 
-static void shp_udp_cleanup(shp_tp_t *tp)
-{
-    (void)tp;
-}
-
 /* "group:port" -> sockaddr_in; the group must be IPv4 multicast. */
 static shp_status_t shp_udp_group(const char *group, struct sockaddr_in *sin)
 {
@@ -279,40 +274,13 @@ static shp_status_t shp_udp_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
     return SHP_OK;
 }
 
-static shp_status_t shp_udp_listen(shp_tp_t *tp, const char *addr,
-                                   shp_tp_accept_cb_t on_accept)
-{
-    (void)tp;
-    (void)addr;
-    (void)on_accept;
-    return SHP_ERR_UNSUPPORTED;
-}
-
-static const char *shp_udp_listen_addr(shp_tp_t *tp)
-{
-    (void)tp;
-    return NULL;
-}
-
-static shp_status_t shp_udp_connect(shp_tp_t *tp, const char *addr,
-                                    const shp_tp_ep_cbs_t *cbs, void *arg,
-                                    shp_tp_ep_t **ep)
-{
-    (void)tp;
-    (void)addr;
-    (void)cbs;
-    (void)arg;
-    (void)ep;
-    return SHP_ERR_UNSUPPORTED;
-}
-
 const shp_tp_ops_t shp_tp_udp_ops = {
     .name = "udp",
     .init = shp_udp_init,
-    .cleanup = shp_udp_cleanup,
-    .listen = shp_udp_listen,
-    .listen_addr = shp_udp_listen_addr,
-    .connect = shp_udp_connect,
+    .cleanup = shp_tp_stub_cleanup, /* nothing held per provider */
+    .listen = shp_tp_stub_listen,
+    .listen_addr = shp_tp_stub_listen_addr,
+    .connect = shp_tp_stub_ep,
     .send = shp_udp_send,
     .close = shp_udp_close,
     .mcast_join = shp_udp_mcast_join,

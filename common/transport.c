@@ -67,3 +67,57 @@ shp_status_t shp_tp_deliver(shp_tp_ep_t *ep, const void *msg, size_t len)
     ep->cbs->on_msg(ep, &hdr, (const uint8_t *)msg + SHP_WIRE_HDR_LEN);
     return SHP_OK;
 }
+
+/* Stubs of unsupported slots ---------------------------------------------- */
+
+shp_status_t shp_tp_stub_init(shp_tp_t *tp)
+{
+    (void)tp;
+    return SHP_ERR_UNSUPPORTED;
+}
+
+void shp_tp_stub_cleanup(shp_tp_t *tp)
+{
+    (void)tp;
+}
+
+shp_status_t shp_tp_stub_listen(shp_tp_t *tp, const char *addr,
+                                shp_tp_accept_cb_t on_accept)
+{
+    (void)tp;
+    (void)addr;
+    (void)on_accept;
+    return SHP_ERR_UNSUPPORTED;
+}
+
+const char *shp_tp_stub_listen_addr(shp_tp_t *tp)
+{
+    (void)tp;
+    return NULL;
+}
+
+shp_status_t shp_tp_stub_ep(shp_tp_t *tp, const char *addr,
+                            const shp_tp_ep_cbs_t *cbs, void *arg,
+                            shp_tp_ep_t **ep)
+{
+    (void)tp;
+    (void)addr;
+    (void)cbs;
+    (void)arg;
+    (void)ep;
+    return SHP_ERR_UNSUPPORTED;
+}
+
+shp_status_t shp_tp_stub_send(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
+                              const void *payload)
+{
+    (void)ep;
+    (void)hdr;
+    (void)payload;
+    return SHP_ERR_UNSUPPORTED;
+}
+
+void shp_tp_stub_close(shp_tp_ep_t *ep)
+{
+    (void)ep;
+}

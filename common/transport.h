@@ -110,6 +110,20 @@ static inline void shp_tp_close(shp_tp_ep_t *ep)
  * refuse it.  Returns the validator's status. */
 shp_status_t shp_tp_deliver(shp_tp_ep_t *ep, const void *msg, size_t len);
 
+/* Stubs for the slots a provider does not support: they answer
+ * SHP_ERR_UNSUPPORTED (or NULL / nothing), so no slot is ever NULL. */
+shp_status_t shp_tp_stub_init(shp_tp_t *tp);
+void shp_tp_stub_cleanup(shp_tp_t *tp);
+shp_status_t shp_tp_stub_listen(shp_tp_t *tp, const char *addr,
+                                shp_tp_accept_cb_t on_accept);
+const char *shp_tp_stub_listen_addr(shp_tp_t *tp);
+shp_status_t shp_tp_stub_ep(shp_tp_t *tp, const char *addr,
+                            const shp_tp_ep_cbs_t *cbs, void *arg,
+                            shp_tp_ep_t **ep);
+shp_status_t shp_tp_stub_send(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
+                              const void *payload);
+void shp_tp_stub_close(shp_tp_ep_t *ep);
+
 extern const shp_tp_ops_t shp_tp_tcp_ops;
 extern const shp_tp_ops_t shp_tp_udp_ops;
 extern const shp_tp_ops_t shp_tp_verbs_ops;
