@@ -633,9 +633,8 @@ static void shp_an_fold_done(shp_an_group_t *g, shp_an_slot_t *s)
 
 /* Operations -------------------------------------------------------------- */
 
-static void shp_an_op_error(shp_an_group_t *g, shp_an_link_t *l,
-                            const shp_wire_hdr_t *hdr, shp_status_t status,
-                            const char *reason)
+static void shp_an_op_error(shp_an_group_t *g, const shp_wire_hdr_t *hdr,
+                            shp_status_t status, const char *reason)
 {
     char text[160];
 
@@ -643,7 +642,6 @@ static void shp_an_op_error(shp_an_group_t *g, shp_an_link_t *l,
     /* the operation cannot complete: the whole group fails, so that every
      * member sees an error rather than a hang */
     shp_an_group_fail(g, NULL, status, text);
-    (void)l;
 }
 
 /* The group and child index of a member's request, or NULL after
@@ -696,19 +694,19 @@ static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     }
     if (hdr->seq != g->children[ci].next_seq) {
         an->stats.err_seq_window++;
-        shp_an_op_error(g, l, hdr, SHP_ERR_SEQ_WINDOW,
+        shp_an_op_error(g, hdr, SHP_ERR_SEQ_WINDOW,
                         "sequence number out of order");
         return;
     }
     if (shp_seq_diff(hdr->seq, g->folded) >= (int32_t)g->osts) {
         an->stats.err_seq_window++;
-        shp_an_op_error(g, l, hdr, SHP_ERR_SEQ_WINDOW,
+        shp_an_op_error(g, hdr, SHP_ERR_SEQ_WINDOW,
                         "sequence number outside the quota window");
         return;
     }
     if (hdr->payload_len > g->payload) {
         an->stats.err_malformed++;
-        shp_an_op_error(g, l, hdr, SHP_ERR_TOO_LARGE,
+        shp_an_op_error(g, hdr, SHP_ERR_TOO_LARGE,
                         "payload above the group's size");
         return;
     }
@@ -729,7 +727,7 @@ static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                           s->pending, shp_an_fold_release, s);
         if (status != SHP_OK) {
             an->stats.err_mismatch++;
-            shp_an_op_error(g, l, hdr, status, "bad datatype or op");
+            shp_an_op_error(g, hdr, status, "bad datatype or op");
             return;
         }
         s->state = SHP_AN_SLOT_FOLD;
@@ -741,7 +739,7 @@ static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                  s->desc.tag_dtype != desc.tag_dtype)) ||
                s->count != hdr->count) {
         an->stats.err_mismatch++;
-        shp_an_op_error(g, l, hdr, SHP_ERR_MISMATCH,
+        shp_an_op_error(g, hdr, SHP_ERR_MISMATCH,
                         "datatype, op or count differs from the other "
                         "members'");
         return;
@@ -755,7 +753,7 @@ static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         /* early: keep a copy until the children before it arrive */
         uint8_t *copy = shp_an_buf_get(g);
         if (copy == NULL) {
-            shp_an_op_error(g, l, hdr, SHP_ERR_NO_MEMORY, "out of memory");
+            shp_an_op_error(g, hdr, SHP_ERR_NO_MEMORY, "out of memory");
             return;
         }
         if (s->len > 0) {
@@ -766,7 +764,7 @@ static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     }
     if (status < 0) {
         an->stats.err_protocol++;
-        shp_an_op_error(g, l, hdr, status, "duplicate payload");
+        shp_an_op_error(g, hdr, status, "duplicate payload");
         return;
     }
     if (shp_fold_done(&s->fold)) {

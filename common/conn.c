@@ -462,12 +462,13 @@ shp_status_t shp_listener_start(shp_listener_t *l, struct ev_loop *loop,
     l->loop = loop;
     l->on_accept = on_accept;
     l->arg = arg;
-    l->addr.len = sizeof(l->addr.ss);
-    if (getsockname(l->fd, (struct sockaddr *)&l->addr.ss, &l->addr.len) < 0) {
-        l->addr = *addr;
-    }
-    if (addr->ss.ss_family == AF_UNIX) {
-        l->addr = *addr;
+    l->addr = *addr;
+    if (addr->ss.ss_family != AF_UNIX) { /* learn the port of ip:0 */
+        l->addr.len = sizeof(l->addr.ss);
+        if (getsockname(l->fd, (struct sockaddr *)&l->addr.ss, &l->addr.len) <
+            0) {
+            l->addr = *addr;
+        }
     }
     ev_io_init(&l->io, shp_listener_cb, l->fd, EV_READ);
     ev_timer_init(&l->pause, shp_listener_resume_cb, 0.1, 0.);
