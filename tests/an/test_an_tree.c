@@ -162,25 +162,6 @@ static void am_accept(shp_listener_t *l, int fd, const shp_sockaddr_t *peer)
     assert_int_equal(shp_conn_open_fd(&p->conn, fd), SHP_OK);
 }
 
-static void run_for(double secs)
-{
-    uint64_t end = shp_time_ns() + (uint64_t)(secs * 1e9);
-
-    while (shp_time_ns() < end) {
-        ev_run(loop, EVRUN_NOWAIT);
-        usleep(500);
-    }
-}
-
-#define RUN_WHILE(_cond, _secs)                                                \
-    do {                                                                       \
-        uint64_t end_ = shp_time_ns() + (uint64_t)((_secs)*1e9);               \
-        while ((_cond) && shp_time_ns() < end_) {                              \
-            ev_run(loop, EVRUN_NOWAIT);                                        \
-            usleep(500);                                                       \
-        }                                                                      \
-    } while (0)
-
 /* Send a request to AN i and wait for its answer; returns the reply and
  * its status. */
 static json_t *am_call(int i, json_t *msg, int *status)
@@ -646,7 +627,7 @@ static void test_bad_input(void **state)
     h.payload_len = 4;
     shp_wire_hdr_pack(&h, raw);
     assert_int_equal(write(fd, raw, sizeof(raw)), (ssize_t)sizeof(raw));
-    RUN_WHILE(1, 0.2);
+    TEST_RUN_WHILE(loop, 1, 0.2);
     assert_int_equal(read(fd, buf, sizeof(buf)), 0); /* closed on us */
     close(fd);
     /* a sender that never joined cannot touch the group */
@@ -655,7 +636,7 @@ static void test_bad_input(void **state)
     h.op = SHP_OP_SUM;
     shp_wire_hdr_pack(&h, raw);
     assert_int_equal(write(fd, raw, sizeof(raw)), (ssize_t)sizeof(raw));
-    RUN_WHILE(1, 0.2);
+    TEST_RUN_WHILE(loop, 1, 0.2);
     assert_int_equal(read(fd, raw, SHP_WIRE_HDR_LEN), SHP_WIRE_HDR_LEN);
     shp_wire_hdr_unpack(raw, &h);
     assert_int_equal(h.opcode, SHP_WIRE_OP_ERROR);
@@ -711,7 +692,7 @@ static void kill_during_stream(int victim)
     for (i = 0; i < NMEMBERS; i++) {
         pids[i] = start_member(&g, i, "stream", extra, NULL);
     }
-    run_for(0.5);
+    TEST_RUN_WHILE(loop, 1, 0.5);
     t0 = shp_time_ns();
     kill(ans[victim].pid, SIGKILL);
     waitpid(ans[victim].pid, &st, 0);
@@ -726,11 +707,11 @@ static void kill_during_stream(int victim)
     }
     assert_true(secs < 5.0);
     /* the survivors told the AM */
-    RUN_WHILE(groups_failed == 0, 2);
+    TEST_RUN_WHILE(loop, groups_failed == 0, 2);
     assert_true(groups_failed >= 1);
     /* a restarted AN registers again */
     start_an(victim);
-    RUN_WHILE(ans[victim].registrations < 2, 10);
+    TEST_RUN_WHILE(loop, ans[victim].registrations < 2, 10);
     assert_int_equal(ans[victim].registrations, 2);
 }
 

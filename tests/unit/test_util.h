@@ -10,8 +10,11 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <ev.h>
+#include <unistd.h>
 
 #include "common/log.h"
+#include "common/time.h"
 
 /* Every warning or error a test logs is counted here; a test that does not
  * expect any asserts the count stays 0 (see test_log_expect_none()). */
@@ -54,6 +57,16 @@ static inline int test_log_teardown(void **state)
     }
     return 0;
 }
+
+/* Run `_loop` without blocking while `_cond` holds, for at most `_secs`. */
+#define TEST_RUN_WHILE(_loop, _cond, _secs)                                    \
+    do {                                                                       \
+        uint64_t end_ = shp_time_ns() + (uint64_t)((_secs)*1e9);               \
+        while ((_cond) && shp_time_ns() < end_) {                              \
+            ev_run((_loop), EVRUN_NOWAIT);                                     \
+            usleep(200);                                                       \
+        }                                                                      \
+    } while (0)
 
 /* xorshift64*: deterministic test data from a seed. */
 static inline uint64_t test_rand(uint64_t *s)

@@ -98,26 +98,9 @@ static const shp_conn_ops_t peer_ops = {
 /* Run the loop until *flag is non-zero or `secs` pass; returns *flag. */
 static int run_until(const int *flag, double secs)
 {
-    uint64_t end = shp_time_ns() + (uint64_t)(secs * 1e9);
-
-    while (!*flag && shp_time_ns() < end) {
-        ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT);
-        if (!*flag) {
-            usleep(200);
-        }
-    }
+    TEST_RUN_WHILE(loop, !*flag, secs);
     return *flag;
 }
-
-/* Run the loop while `_cond` holds, for at most `_secs`. */
-#define RUN_WHILE(_cond, _secs)                                                \
-    do {                                                                       \
-        uint64_t end_ = shp_time_ns() + (uint64_t)((_secs)*1e9);               \
-        while ((_cond) && shp_time_ns() < end_) {                              \
-            ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT);                           \
-            usleep(100);                                                       \
-        }                                                                      \
-    } while (0)
 
 static void pair(peer_t *a, peer_t *b, size_t max_frame)
 {
@@ -169,7 +152,7 @@ static void test_many_small_batched(void **state)
     for (; i < N; i++) {
         send_n(&a, i);
     }
-    RUN_WHILE(b.msgs < N && !a.closes && !b.closes, 10);
+    TEST_RUN_WHILE(loop, b.msgs < N && !a.closes && !b.closes, 10);
     assert_int_equal(b.msgs, N);
     assert_int_equal(b.bad_order, 0);
     /* batched: far fewer syscalls than messages each way */
@@ -197,7 +180,7 @@ static void test_large_frame(void **state)
     send_n(&a, 0);
     json_decref(m);
     free(s);
-    RUN_WHILE(b.msgs < 2 && !a.closes && !b.closes, 10);
+    TEST_RUN_WHILE(loop, b.msgs < 2 && !a.closes && !b.closes, 10);
     assert_int_equal(b.msgs, 2);
     assert_int_equal(b.big_len, big);
     assert_true(a.conn.stats.write_calls > 1 || b.conn.stats.read_calls > 1);
@@ -290,14 +273,13 @@ static void test_keepalive_dead_peer(void **state)
 static void test_keepalive_alive_peer(void **state)
 {
     peer_t a, b;
-    int never = 0;
 
     (void)state;
     pair(&a, &b, SHP_CTL_MAX_FRAME);
     a.answer_pings = b.answer_pings = 1;
     shp_conn_set_keepalive(&a.conn, 0.1, 3);
     shp_conn_set_keepalive(&b.conn, 0.1, 3);
-    run_until(&never, 1.0);
+    TEST_RUN_WHILE(loop, 1, 1.0);
     assert_int_equal(a.closes + b.closes, 0);
     assert_true(a.pings + a.pongs > 0);
     assert_true(b.pings + b.pongs > 0);
@@ -438,16 +420,13 @@ static void test_listener_emfile(void **state)
     low = old;
     low.rlim_cur = (rlim_t)nfd; /* the next descriptor is one too many */
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
-    {
-        int never = 0;
-        run_until(&never, 0.3);
-    }
+    TEST_RUN_WHILE(loop, 1, 0.3);
     assert_int_equal(s.accepted, 0);
     assert_false(ev_is_active(&l.io)); /* paused, not spinning */
     assert_int_equal(test_log_warnings, 1);
     test_log_warnings = 0;
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
-    RUN_WHILE(s.accepted < 2, 2); /* resumes by itself */
+    TEST_RUN_WHILE(loop, s.accepted < 2, 2); /* resumes by itself */
     assert_int_equal(s.accepted, 2);
     for (i = 0; i < 2; i++) {
         shp_conn_close(&s.peers[i].conn, SHP_OK);
