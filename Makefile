@@ -89,6 +89,15 @@ deps:
 # obj_of(src): where the object of a source lands.
 obj_of = $(patsubst %.c,$(OBJDIR)/%.o,$(1))
 
+# $(call link_prog,EXTRA_LIBS): the recipe that links $@ from its object
+# prerequisites, the common library and the libraries that one needs.
+COMMON_LDLIBS = $(JANSSON_LIBS) $(INIH_LIBS) $(LIBEV_LIBS) -lm -lpthread
+define link_prog
+@mkdir -p $(@D)
+@$(if $(Q),echo "  LD      $@")
+$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(COMMON_LIB) $(COMMON_LDLIBS) $(1)
+endef
+
 $(OBJDIR)/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")

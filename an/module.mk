@@ -5,7 +5,4 @@ SHARP_AN := $(BINDIR)/sharp_an
 BINS += $(SHARP_AN)
 
 $(SHARP_AN): $(call obj_of,$(AN_SRCS)) $(COMMON_LIB)
-	@mkdir -p $(@D)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(call obj_of,$(AN_SRCS)) $(COMMON_LIB) \
-		$(JANSSON_LIBS) $(INIH_LIBS) $(LIBEV_LIBS) -lm -lpthread
+	$(call link_prog)

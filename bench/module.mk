@@ -4,9 +4,7 @@ BENCH_REDUCE := $(BINDIR)/bench_reduce
 BENCHES += $(BENCH_REDUCE)
 
 $(BENCH_REDUCE): $(OBJDIR)/bench/reduce.o $(COMMON_LIB)
-	@mkdir -p $(@D)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(COMMON_LIB) -lm -lpthread
+	$(call link_prog)
 
 .PHONY: bench-reduce
 bench-reduce: $(BENCH_REDUCE)

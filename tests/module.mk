@@ -5,10 +5,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(TESTDIR)/unit/%,$(UNIT_TEST_SRCS))
 TESTS += $(UNIT_TESTS)
 
 $(TESTDIR)/unit/%: $(OBJDIR)/tests/unit/%.o $(COMMON_LIB)
-	@mkdir -p $(@D)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(COMMON_LIB) $(JANSSON_LIBS) \
-		$(INIH_LIBS) $(LIBEV_LIBS) $(CMOCKA_LIBS) -lm -lpthread
+	$(call link_prog,$(CMOCKA_LIBS))
 
 # Integration tests of the aggregation node: real processes on loopback.
 AN_MEMBER := $(TESTDIR)/an/an_member
@@ -17,14 +14,8 @@ TEST_HELPERS += $(AN_MEMBER)
 TESTS += $(AN_TREE_TEST)
 
 $(AN_MEMBER): $(OBJDIR)/tests/an/an_member.o $(COMMON_LIB)
-	@mkdir -p $(@D)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(COMMON_LIB) $(JANSSON_LIBS) \
-		$(LIBEV_LIBS) -lm -lpthread
+	$(call link_prog)
 
 $(AN_TREE_TEST): $(OBJDIR)/tests/an/test_an_tree.o $(COMMON_LIB) \
 		$(AN_MEMBER) $(SHARP_AN)
-	@mkdir -p $(@D)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(COMMON_LIB) $(JANSSON_LIBS) \
-		$(LIBEV_LIBS) $(CMOCKA_LIBS) -lm -lpthread
+	$(call link_prog,$(CMOCKA_LIBS))
