@@ -138,16 +138,8 @@ static void shp_an_send_error(shp_an_link_t *l, uint16_t tree_id,
     if (len > SHP_WIRE_ERR_MSG_MAX) {
         len = SHP_WIRE_ERR_MSG_MAX;
     }
-    memset(&h, 0, sizeof(h));
-    h.version = SHP_WIRE_VERSION;
-    h.opcode = SHP_WIRE_OP_ERROR;
-    h.tree_id = tree_id;
-    h.group_id = group_id;
-    h.seq = seq;
+    shp_wire_hdr_init(&h, SHP_WIRE_OP_ERROR, tree_id, group_id, seq);
     h.status = (int16_t)status;
-    h.dtype = SHP_DTYPE_NULL;
-    h.op = SHP_OP_NULL;
-    h.tag_dtype = SHP_DTYPE_NULL;
     h.payload_len = (uint32_t)len;
     shp_an_send(l, &h, text);
 }
@@ -283,14 +275,7 @@ static void shp_an_group_send_join(shp_an_group_t *g)
     shp_wire_join_t join;
     shp_wire_hdr_t h;
 
-    memset(&h, 0, sizeof(h));
-    h.version = SHP_WIRE_VERSION;
-    h.opcode = SHP_WIRE_OP_GROUP_JOIN;
-    h.tree_id = g->tree_id;
-    h.group_id = g->id;
-    h.dtype = SHP_DTYPE_NULL;
-    h.op = SHP_OP_NULL;
-    h.tag_dtype = SHP_DTYPE_NULL;
+    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN, g->tree_id, g->id, 0);
     h.payload_len = SHP_WIRE_JOIN_LEN;
     join.job_id = g->job_id;
     memcpy(join.job_key, g->key, sizeof(join.job_key));
@@ -866,15 +851,9 @@ static void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     } else {
         an->stats.join_refused++;
     }
-    memset(&ack, 0, sizeof(ack));
-    ack.version = SHP_WIRE_VERSION;
-    ack.opcode = SHP_WIRE_OP_GROUP_JOIN_ACK;
-    ack.tree_id = hdr->tree_id;
-    ack.group_id = hdr->group_id;
+    shp_wire_hdr_init(&ack, SHP_WIRE_OP_GROUP_JOIN_ACK, hdr->tree_id,
+                      hdr->group_id, 0);
     ack.status = (int16_t)status;
-    ack.dtype = SHP_DTYPE_NULL;
-    ack.op = SHP_OP_NULL;
-    ack.tag_dtype = SHP_DTYPE_NULL;
     shp_an_send(l, &ack, NULL);
 }
 

@@ -66,9 +66,8 @@ void shp_wire_join_unpack(const void *buf, shp_wire_join_t *join)
     join->child_index = be32toh(raw.child_index_be);
 }
 
-void shp_wire_hdr_init_agg(shp_wire_hdr_t *hdr, shp_wire_opcode_t opcode,
-                           uint16_t tree_id, uint32_t group_id, uint32_t seq,
-                           const shp_reduce_desc_t *desc, uint32_t count)
+void shp_wire_hdr_init(shp_wire_hdr_t *hdr, shp_wire_opcode_t opcode,
+                       uint16_t tree_id, uint32_t group_id, uint32_t seq)
 {
     memset(hdr, 0, sizeof(*hdr));
     hdr->version = SHP_WIRE_VERSION;
@@ -76,6 +75,16 @@ void shp_wire_hdr_init_agg(shp_wire_hdr_t *hdr, shp_wire_opcode_t opcode,
     hdr->tree_id = tree_id;
     hdr->group_id = group_id;
     hdr->seq = seq;
+    hdr->dtype = SHP_DTYPE_NULL;
+    hdr->op = SHP_OP_NULL;
+    hdr->tag_dtype = SHP_DTYPE_NULL;
+}
+
+void shp_wire_hdr_init_agg(shp_wire_hdr_t *hdr, shp_wire_opcode_t opcode,
+                           uint16_t tree_id, uint32_t group_id, uint32_t seq,
+                           const shp_reduce_desc_t *desc, uint32_t count)
+{
+    shp_wire_hdr_init(hdr, opcode, tree_id, group_id, seq);
     hdr->dtype = (uint8_t)desc->dtype;
     hdr->op = (uint8_t)desc->op;
     hdr->tag_dtype = (uint8_t)desc->tag_dtype;

@@ -117,6 +117,11 @@ void shp_wire_hdr_unpack(const void *buf, shp_wire_hdr_t *hdr);
 void shp_wire_join_pack(const shp_wire_join_t *join, void *buf);
 void shp_wire_join_unpack(const void *buf, shp_wire_join_t *join);
 
+/* Fill a header with no reduction in it (join, join ack, error, retransmit
+ * request, barrier): dtype, op and tag type NULL, everything else zero. */
+void shp_wire_hdr_init(shp_wire_hdr_t *hdr, shp_wire_opcode_t opcode,
+                       uint16_t tree_id, uint32_t group_id, uint32_t seq);
+
 /* Fill a header for a reduction message (AGG_REQ / AGG_RESULT). */
 void shp_wire_hdr_init_agg(shp_wire_hdr_t *hdr, shp_wire_opcode_t opcode,
                            uint16_t tree_id, uint32_t group_id, uint32_t seq,

@@ -197,17 +197,9 @@ static void send_op(long k)
     shp_wire_hdr_t h;
 
     if (op->barrier) {
-        shp_reduce_desc_t d = {SHP_DTYPE_NULL, SHP_OP_NULL, SHP_DTYPE_NULL};
-        memset(&h, 0, sizeof(h));
-        h.version = SHP_WIRE_VERSION;
-        h.opcode = SHP_WIRE_OP_AGG_REQ;
-        h.tree_id = o.tree;
-        h.group_id = o.group;
-        h.seq = (uint32_t)k;
+        shp_wire_hdr_init(&h, SHP_WIRE_OP_AGG_REQ, o.tree, o.group,
+                          (uint32_t)k);
         h.flags = SHP_WIRE_F_BARRIER;
-        h.dtype = (uint8_t)d.dtype;
-        h.op = (uint8_t)d.op;
-        h.tag_dtype = (uint8_t)d.tag_dtype;
     } else {
         shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_REQ, o.tree, o.group,
                               (uint32_t)k, &op->desc, op->count);
@@ -314,14 +306,7 @@ static void on_connect(shp_tp_ep_t *e)
     shp_wire_hdr_t h;
 
     connected = 1;
-    memset(&h, 0, sizeof(h));
-    h.version = SHP_WIRE_VERSION;
-    h.opcode = SHP_WIRE_OP_GROUP_JOIN;
-    h.tree_id = o.tree;
-    h.group_id = o.group;
-    h.dtype = SHP_DTYPE_NULL;
-    h.op = SHP_OP_NULL;
-    h.tag_dtype = SHP_DTYPE_NULL;
+    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN, o.tree, o.group, 0);
     h.payload_len = SHP_WIRE_JOIN_LEN;
     join.job_id = o.job;
     memcpy(join.job_key, o.key, 32);
@@ -366,15 +351,8 @@ static void tick_cb(struct ev_loop *l, ev_timer *w, int revents)
                 (k < next_send - 1 || ops[next_send - 1].done ||
                  now - op->sent_ns > 50 * SHP_NSEC_PER_MSEC)) {
                 shp_wire_hdr_t h;
-                memset(&h, 0, sizeof(h));
-                h.version = SHP_WIRE_VERSION;
-                h.opcode = SHP_WIRE_OP_RETRANS_REQ;
-                h.tree_id = o.tree;
-                h.group_id = o.group;
-                h.seq = (uint32_t)k;
-                h.dtype = SHP_DTYPE_NULL;
-                h.op = SHP_OP_NULL;
-                h.tag_dtype = SHP_DTYPE_NULL;
+                shp_wire_hdr_init(&h, SHP_WIRE_OP_RETRANS_REQ, o.tree, o.group,
+                                  (uint32_t)k);
                 op->sent_ns = now; /* ask at most every 20 ms */
                 retrans_sent++;
                 if (ep != NULL && shp_tp_send(ep, &h, NULL) != SHP_OK) {

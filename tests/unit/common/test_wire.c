@@ -129,6 +129,29 @@ static void test_init_agg(void **state)
                      SHP_OK);
 }
 
+static void test_init_plain(void **state)
+{
+    shp_wire_hdr_t h;
+
+    (void)state;
+    memset(&h, 0xa5, sizeof(h));
+    shp_wire_hdr_init(&h, SHP_WIRE_OP_RETRANS_REQ, 3, 44, 55);
+    assert_int_equal(h.version, SHP_WIRE_VERSION);
+    assert_int_equal(h.opcode, SHP_WIRE_OP_RETRANS_REQ);
+    assert_int_equal(h.tree_id, 3);
+    assert_int_equal(h.group_id, 44);
+    assert_int_equal(h.seq, 55);
+    assert_int_equal(h.flags, 0);
+    assert_int_equal(h.status, 0);
+    assert_int_equal(h.dtype, SHP_DTYPE_NULL);
+    assert_int_equal(h.op, SHP_OP_NULL);
+    assert_int_equal(h.tag_dtype, SHP_DTYPE_NULL);
+    assert_int_equal(h.count, 0);
+    assert_int_equal(h.payload_len, 0);
+    assert_int_equal(shp_wire_validate(&h, SHP_WIRE_HDR_LEN, 256, NULL),
+                     SHP_OK);
+}
+
 #define REJECT(_h, _len, _max, _status, _substr)                               \
     do {                                                                       \
         const char *why_ = NULL;                                               \
@@ -373,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_hdr_reserved_ignored),
         cmocka_unit_test(test_join_pack_bytes),
         cmocka_unit_test(test_init_agg),
+        cmocka_unit_test(test_init_plain),
         cmocka_unit_test(test_validate_accepts),
         cmocka_unit_test(test_validate_version),
         cmocka_unit_test(test_validate_opcode),
