@@ -264,7 +264,7 @@ void shp_an_ctl_start(shp_an_t *an)
 void shp_an_ctl_stop(shp_an_t *an)
 {
     ev_timer_stop(an->loop, &an->am_timer);
-    if (an->am.state == SHP_CONN_OPEN || an->am.state == SHP_CONN_CONNECTING) {
+    if (shp_conn_is_open(&an->am)) {
         shp_conn_flush(&an->am);
         shp_conn_close(&an->am, SHP_ERR_CANCELED);
     }

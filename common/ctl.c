@@ -133,8 +133,8 @@ shp_status_t shp_ctl_decode(const void *frame, size_t len, uint8_t *type,
         *msg = NULL;
         return SHP_OK;
     }
-    /* JSON_DISALLOW_NULL not set: NUL bytes inside the body are refused
-     * by json_loadb as invalid UTF-8 / trailing data */
+    /* without JSON_ALLOW_NUL, "\u0000" in a string is refused; a raw NUL
+     * byte is invalid JSON anyway */
     obj = json_loadb((const char *)frame + SHP_CTL_HDR_LEN, length,
                      JSON_REJECT_DUPLICATES, &jerr);
     if (obj == NULL) {
