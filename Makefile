@@ -89,13 +89,14 @@ deps:
 # obj_of(src): where the object of a source lands.
 obj_of = $(patsubst %.c,$(OBJDIR)/%.o,$(1))
 
-# $(call link_prog,EXTRA_LIBS): the recipe that links $@ from its object
-# prerequisites, the common library and the libraries that one needs.
+# $(call link_prog,EXTRA_LIBS): the recipe that links $@ from its object and
+# project-library prerequisites, the common library and what that needs.
 COMMON_LDLIBS = $(JANSSON_LIBS) $(INIH_LIBS) $(LIBEV_LIBS) -lm -lpthread
 define link_prog
 @mkdir -p $(@D)
 @$(if $(Q),echo "  LD      $@")
-$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(COMMON_LIB) $(COMMON_LDLIBS) $(1)
+$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) \
+	$(filter-out $(COMMON_LIB),$(filter %.a,$^)) $(COMMON_LIB) $(COMMON_LDLIBS) $(1)
 endef
 
 $(OBJDIR)/%.o: %.c | $(DEPS_STAMP)
@@ -105,6 +106,7 @@ $(OBJDIR)/%.o: %.c | $(DEPS_STAMP)
 
 include common/module.mk
 include an/module.mk
+include am/module.mk
 include tests/module.mk
 include bench/module.mk
 

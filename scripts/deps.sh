@@ -12,6 +12,9 @@ PKGS=(
     libcmocka-dev              # unit tests
     uthash-dev                 # hash tables (header-only)
     clang-format               # make format-check
+    libsodium-dev              # cluster-secret authentication (HMAC)
+    libopensm-dev              # the AM's OpenSM plugin
+    opensm infiniband-diags ibsim-utils  # simulated fabrics in the tests
 )
 
 missing=()

@@ -4,7 +4,7 @@ UNIT_TEST_SRCS := $(wildcard tests/unit/*/test_*.c)
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(TESTDIR)/unit/%,$(UNIT_TEST_SRCS))
 TESTS += $(UNIT_TESTS)
 
-$(TESTDIR)/unit/%: $(OBJDIR)/tests/unit/%.o $(COMMON_LIB)
+$(TESTDIR)/unit/%: $(OBJDIR)/tests/unit/%.o $(AM_LIB) $(COMMON_LIB)
 	$(call link_prog,$(CMOCKA_LIBS))
 
 # Integration tests of the aggregation node: real processes on loopback.
@@ -19,3 +19,6 @@ $(AN_MEMBER): $(OBJDIR)/tests/an/an_member.o $(COMMON_LIB)
 $(AN_TREE_TEST): $(OBJDIR)/tests/an/test_an_tree.o $(COMMON_LIB) \
 		$(AN_MEMBER) $(SHARP_AN)
 	$(call link_prog,$(CMOCKA_LIBS))
+
+# Topology: live ibsim fabrics against the stored captures.
+TEST_SCRIPTS += tests/topo/test_ibsim.sh

@@ -1,0 +1,17 @@
+# am/: sharp_am, the aggregation manager, and sharp-topo.
+
+# Everything but the mains, as a library the tests link too.
+AM_LIB_SRCS := am/topo.c am/topo_gen.c
+AM_LIB := $(LIBDIR)/libshp_am.a
+LIBS += $(AM_LIB)
+
+$(AM_LIB): $(call obj_of,$(AM_LIB_SRCS))
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+SHARP_TOPO := $(BINDIR)/sharp-topo
+BINS += $(SHARP_TOPO)
+
+$(SHARP_TOPO): $(OBJDIR)/am/topo_main.o $(AM_LIB) $(COMMON_LIB)
+	$(call link_prog)
