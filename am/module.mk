@@ -1,7 +1,7 @@
 # am/: sharp_am, the aggregation manager, and sharp-topo.
 
 # Everything but the mains, as a library the tests link too.
-AM_LIB_SRCS := am/topo.c am/topo_gen.c
+AM_LIB_SRCS := am/topo.c am/topo_gen.c am/trees.c
 AM_LIB := $(LIBDIR)/libshp_am.a
 LIBS += $(AM_LIB)
 

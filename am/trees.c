@@ -1,0 +1,557 @@
+/* Aggregation trees and group plans; the algorithms are described in
+ * trees.h and docs/am.md. */
+#include "am/trees.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The AN graph in CSR form over AN positions 0..nan-1. */
+typedef struct an_graph {
+    int nan;
+    int *node;  /* [nan] topology node of each AN */
+    int *pos;   /* [topology nodes] AN position or -1 */
+    int *off;   /* [nan + 1] */
+    int *adj;   /* neighbours, ascending */
+    int *hosts; /* [nan] hosts whose leaf AN it is */
+} an_graph_t;
+
+static void graph_free(an_graph_t *g)
+{
+    free(g->node);
+    free(g->pos);
+    free(g->off);
+    free(g->adj);
+    free(g->hosts);
+}
+
+static int is_transit(const shp_topo_t *topo, const shp_an_set_t *ans, int n)
+{
+    return !ans->is_an[n] && shp_topo_node(topo, n)->type != SHP_NODE_CA;
+}
+
+/* Nearest AN of a CA: breadth-first from its ports through switches that
+ * host no AN; the first found at the smallest distance wins (port order). */
+static int nearest_an(const shp_topo_t *topo, const shp_an_set_t *ans, int h,
+                      int *queue, int *seen, int stamp)
+{
+    if (ans->is_an[h])
+        return h;
+    int qh = 0, qt = 0;
+    queue[qt++] = h;
+    seen[h] = stamp;
+    while (qh < qt) {
+        int v = queue[qh++];
+        const shp_topo_node_t *n = shp_topo_node(topo, v);
+        for (int p = 1; p <= n->nports; p++) {
+            int w = n->ports[p].peer;
+            if (w < 0 || seen[w] == stamp)
+                continue;
+            seen[w] = stamp;
+            if (ans->is_an[w])
+                return w;
+            if (is_transit(topo, ans, w))
+                queue[qt++] = w;
+        }
+    }
+    return -1;
+}
+
+shp_status_t shp_leaf_ans(const shp_topo_t *topo, const shp_an_set_t *ans,
+                          int *leaf)
+{
+    int n = (int)shp_topo_count(topo);
+    int *queue = malloc(sizeof(int) * (size_t)n);
+    int *seen = calloc((size_t)n, sizeof(int));
+    if (!queue || !seen) {
+        free(queue);
+        free(seen);
+        return SHP_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < n; i++)
+        leaf[i] = shp_topo_node(topo, i)->type == SHP_NODE_CA
+                      ? nearest_an(topo, ans, i, queue, seen, i + 1)
+                      : -1;
+    free(queue);
+    free(seen);
+    return SHP_OK;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static shp_status_t graph_build(const shp_topo_t *topo, const shp_an_set_t *ans,
+                                an_graph_t *g)
+{
+    int n = (int)shp_topo_count(topo);
+    memset(g, 0, sizeof(*g));
+    g->pos = malloc(sizeof(int) * (size_t)n);
+    int *queue = malloc(sizeof(int) * (size_t)n);
+    int *seen = calloc((size_t)n, sizeof(int));
+    int *leaf = malloc(sizeof(int) * (size_t)n);
+    size_t cap = 1024, len = 0;
+    g->adj = malloc(sizeof(int) * cap);
+    if (!g->pos || !queue || !seen || !leaf || !g->adj)
+        goto nomem;
+    for (int i = 0; i < n; i++)
+        g->pos[i] = ans->is_an[i] ? g->nan++ : -1;
+    g->node = malloc(sizeof(int) * ((size_t)g->nan + 1));
+    g->off = malloc(sizeof(int) * ((size_t)g->nan + 1));
+    g->hosts = calloc((size_t)g->nan + 1, sizeof(int));
+    if (!g->node || !g->off || !g->hosts)
+        goto nomem;
+    for (int i = 0; i < n; i++)
+        if (g->pos[i] >= 0)
+            g->node[g->pos[i]] = i;
+
+    int stamp = 0;
+    for (int a = 0; a < g->nan; a++) {
+        g->off[a] = (int)len;
+        int qh = 0, qt = 0;
+        queue[qt++] = g->node[a];
+        seen[g->node[a]] = ++stamp;
+        while (qh < qt) {
+            const shp_topo_node_t *nd = shp_topo_node(topo, queue[qh++]);
+            for (int p = 1; p <= nd->nports; p++) {
+                int w = nd->ports[p].peer;
+                if (w < 0 || seen[w] == stamp)
+                    continue;
+                seen[w] = stamp;
+                if (ans->is_an[w]) {
+                    if (len == cap) {
+                        cap *= 2;
+                        int *na = realloc(g->adj, sizeof(int) * cap);
+                        if (!na)
+                            goto nomem;
+                        g->adj = na;
+                    }
+                    g->adj[len++] = g->pos[w];
+                } else if (is_transit(topo, ans, w)) {
+                    queue[qt++] = w;
+                }
+            }
+        }
+        qsort(g->adj + g->off[a], len - (size_t)g->off[a], sizeof(int),
+              cmp_int);
+    }
+    g->off[g->nan] = (int)len;
+
+    shp_status_t st = shp_leaf_ans(topo, ans, leaf);
+    if (st != SHP_OK)
+        goto nomem;
+    for (int i = 0; i < n; i++)
+        if (leaf[i] >= 0)
+            g->hosts[g->pos[leaf[i]]]++;
+    free(queue);
+    free(seen);
+    free(leaf);
+    return SHP_OK;
+nomem:
+    free(queue);
+    free(seen);
+    free(leaf);
+    graph_free(g);
+    return SHP_ERR_NO_MEMORY;
+}
+
+/* Root ranking: leaf ANs not reached (fewest first), eccentricity over the
+ * leaf ANs (smallest first), GUID. */
+typedef struct root_rank {
+    int an;
+    int unreached;
+    int ecc;
+    uint64_t guid;
+} root_rank_t;
+
+static int cmp_rank(const void *a, const void *b)
+{
+    const root_rank_t *x = a, *y = b;
+    if (x->unreached != y->unreached)
+        return x->unreached < y->unreached ? -1 : 1;
+    if (x->ecc != y->ecc)
+        return x->ecc < y->ecc ? -1 : 1;
+    return (x->guid > y->guid) - (x->guid < y->guid);
+}
+
+static void bfs_dist(const an_graph_t *g, int src, int *dist, int *queue)
+{
+    for (int i = 0; i < g->nan; i++)
+        dist[i] = -1;
+    int qh = 0, qt = 0;
+    dist[src] = 0;
+    queue[qt++] = src;
+    while (qh < qt) {
+        int v = queue[qh++];
+        for (int k = g->off[v]; k < g->off[v + 1]; k++) {
+            int w = g->adj[k];
+            if (dist[w] < 0) {
+                dist[w] = dist[v] + 1;
+                queue[qt++] = w;
+            }
+        }
+    }
+}
+
+/* One tree from AN position `root`.  lvl, par, nch, order are scratch
+ * arrays of nan entries. */
+static shp_status_t grow_tree(const an_graph_t *g, const shp_an_set_t *ans,
+                              int root, int radix, shp_tree_t *t, int *lvl,
+                              int *par, int *nch, int *order, int *pending)
+{
+    int nan = g->nan;
+    for (int i = 0; i < nan; i++) {
+        lvl[i] = -1;
+        par[i] = -1;
+        nch[i] = 0;
+    }
+    int norder = 0, npend = 0;
+    lvl[root] = 0;
+    order[norder++] = root;
+    int cur_start = 0, level = 0;
+    while (cur_start < norder) {
+        int cur_end = norder;
+        /* candidates: neighbours of this level not placed, then waiting */
+        int ncand = 0;
+        int *cand = pending + npend; /* after the waiting ones */
+        for (int i = cur_start; i < cur_end; i++) {
+            int v = order[i];
+            for (int k = g->off[v]; k < g->off[v + 1]; k++) {
+                int w = g->adj[k];
+                if (lvl[w] != -1 || (ans->cap && ans->cap[g->node[w]] <= 0))
+                    continue;
+                lvl[w] = -2; /* queued */
+                cand[ncand++] = w;
+            }
+        }
+        int total = npend + ncand;
+        npend = 0;
+        for (int i = 0; i < total; i++) {
+            int w = pending[i];
+            int best = -1;
+            for (int k = g->off[w]; k < g->off[w + 1]; k++) {
+                int p = g->adj[k];
+                if (lvl[p] != level || nch[p] >= radix)
+                    continue;
+                if (best < 0 || nch[p] < nch[best])
+                    best = p;
+            }
+            if (best < 0) {
+                pending[npend++] = w; /* compacts in place: npend <= i */
+                continue;
+            }
+            lvl[w] = level + 1;
+            par[w] = best;
+            nch[best]++;
+            order[norder++] = w;
+        }
+        cur_start = cur_end;
+        level++;
+    }
+
+    /* prune branches without hosts: reverse BFS order */
+    char *keep = calloc((size_t)nan, 1);
+    int *tpos = malloc(sizeof(int) * (size_t)nan);
+    if (!keep || !tpos) {
+        free(keep);
+        free(tpos);
+        return SHP_ERR_NO_MEMORY;
+    }
+    for (int i = norder - 1; i >= 0; i--) {
+        int v = order[i];
+        if (g->hosts[v] > 0)
+            keep[v] = 1;
+        if (keep[v] && par[v] >= 0)
+            keep[par[v]] = 1;
+    }
+    int n = 0;
+    for (int i = 0; i < norder; i++)
+        n += keep[order[i]];
+    memset(t, 0, sizeof(*t));
+    t->root = g->node[root];
+    if (n == 0) {
+        free(keep);
+        free(tpos);
+        return SHP_OK;
+    }
+    t->node = malloc(sizeof(int) * (size_t)n);
+    t->parent = malloc(sizeof(int) * (size_t)n);
+    t->nchild = calloc((size_t)n, sizeof(int));
+    if (!t->node || !t->parent || !t->nchild) {
+        free(keep);
+        free(tpos);
+        shp_tree_free(t);
+        return SHP_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < norder; i++) {
+        int v = order[i];
+        if (!keep[v])
+            continue;
+        int p = par[v] >= 0 ? tpos[par[v]] : -1;
+        tpos[v] = t->n;
+        t->node[t->n] = g->node[v];
+        t->parent[t->n] = p;
+        if (p >= 0)
+            t->nchild[p]++;
+        if (lvl[v] > t->depth)
+            t->depth = lvl[v];
+        t->nhosts += g->hosts[v];
+        t->n++;
+    }
+    free(keep);
+    free(tpos);
+    return SHP_OK;
+}
+
+shp_status_t shp_trees_build(const shp_topo_t *topo, const shp_an_set_t *ans,
+                             const shp_tree_opts_t *opts, const int *skip_roots,
+                             int nskip, shp_tree_t **trees_out, int *ntrees_out)
+{
+    *trees_out = NULL;
+    *ntrees_out = 0;
+    if (opts->max_trees < 1 || opts->radix < 1)
+        return SHP_ERR_INVALID_PARAM;
+    an_graph_t g;
+    shp_status_t st = graph_build(topo, ans, &g);
+    if (st != SHP_OK)
+        return st;
+    int nan = g.nan;
+    size_t sz = sizeof(int) * ((size_t)nan + 1);
+    int *dist = malloc(sz), *queue = malloc(sz), *lvl = malloc(sz),
+        *par = malloc(sz), *nch = malloc(sz), *order = malloc(sz),
+        *pending = malloc(2 * sz);
+    root_rank_t *rank = malloc(sizeof(*rank) * ((size_t)nan + 1));
+    shp_tree_t *trees = calloc((size_t)opts->max_trees, sizeof(*trees));
+    int ntrees = 0;
+    if (!dist || !queue || !lvl || !par || !nch || !order || !pending ||
+        !rank || !trees) {
+        st = SHP_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (int a = 0; a < nan; a++) {
+        bfs_dist(&g, a, dist, queue);
+        rank[a] = (root_rank_t){.an = a,
+                                .guid = shp_topo_node(topo, g.node[a])->guid};
+        for (int b = 0; b < nan; b++) {
+            if (g.hosts[b] == 0)
+                continue;
+            if (dist[b] < 0)
+                rank[a].unreached++;
+            else if (dist[b] > rank[a].ecc)
+                rank[a].ecc = dist[b];
+        }
+    }
+    qsort(rank, (size_t)nan, sizeof(*rank), cmp_rank);
+    /* only the best class of roots: in a fat-tree the spines (or cores),
+     * never a leaf */
+    for (int r = 0; r < nan && ntrees < opts->max_trees; r++) {
+        if (rank[r].unreached != rank[0].unreached ||
+            rank[r].ecc != rank[0].ecc)
+            break;
+        int root = rank[r].an, skip = 0;
+        for (int k = 0; k < nskip; k++)
+            skip |= skip_roots[k] == g.node[root];
+        if (skip || (ans->cap && ans->cap[g.node[root]] <= 0))
+            continue;
+        shp_tree_t t;
+        st = grow_tree(&g, ans, root, opts->radix, &t, lvl, par, nch, order,
+                       pending);
+        if (st != SHP_OK)
+            goto out;
+        if (t.n == 0 || t.nhosts == 0) {
+            shp_tree_free(&t);
+            continue;
+        }
+        if (ans->cap)
+            for (int i = 0; i < t.n; i++)
+                ((int *)ans->cap)[t.node[i]]--;
+        trees[ntrees++] = t;
+    }
+out:
+    free(dist);
+    free(queue);
+    free(lvl);
+    free(par);
+    free(nch);
+    free(order);
+    free(pending);
+    free(rank);
+    graph_free(&g);
+    if (st != SHP_OK) {
+        shp_trees_free(trees, ntrees);
+        return st;
+    }
+    *trees_out = trees;
+    *ntrees_out = ntrees;
+    return SHP_OK;
+}
+
+void shp_tree_free(shp_tree_t *t)
+{
+    if (!t)
+        return;
+    free(t->node);
+    free(t->parent);
+    free(t->nchild);
+    t->node = t->parent = t->nchild = NULL;
+    t->n = 0;
+}
+
+void shp_trees_free(shp_tree_t *trees, int ntrees)
+{
+    for (int i = 0; i < ntrees; i++)
+        shp_tree_free(&trees[i]);
+    free(trees);
+}
+
+int shp_tree_pos(const shp_tree_t *tree, int node)
+{
+    for (int i = 0; i < tree->n; i++)
+        if (tree->node[i] == node)
+            return i;
+    return -1;
+}
+
+/* Group plans ------------------------------------------------------------ */
+
+typedef struct sort_child {
+    int key; /* lowest rank below */
+    shp_group_child_t c;
+} sort_child_t;
+
+static int cmp_child(const void *a, const void *b)
+{
+    const sort_child_t *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    /* a member before an AN whose lowest rank is the same: cannot happen
+     * (a rank lives in one place), kept for a total order */
+    return x->c.is_an - y->c.is_an;
+}
+
+void shp_group_plan_free(shp_group_plan_t *plan)
+{
+    if (!plan)
+        return;
+    for (int i = 0; i < plan->nans; i++)
+        free(plan->ans[i].children);
+    free(plan->ans);
+    free(plan->member_an);
+    free(plan->member_index);
+    memset(plan, 0, sizeof(*plan));
+}
+
+shp_status_t shp_group_plan(const shp_tree_t *tree, const int *leaf,
+                            const int *members, int nmembers,
+                            shp_group_plan_t *plan)
+{
+    memset(plan, 0, sizeof(*plan));
+    if (nmembers < 1)
+        return SHP_ERR_INVALID_PARAM;
+    int n = tree->n;
+    int *mpos = malloc(sizeof(int) * (size_t)nmembers);
+    int *minrank = malloc(sizeof(int) * (size_t)n);
+    int *direct = calloc((size_t)n, sizeof(int));
+    int *subch = calloc((size_t)n, sizeof(int));
+    int *gidx = malloc(sizeof(int) * (size_t)n); /* tree pos -> ans[] */
+    int *queue = malloc(sizeof(int) * (size_t)n);
+    sort_child_t *tmp = NULL;
+    shp_status_t st = SHP_OK;
+    if (!mpos || !minrank || !direct || !subch || !gidx || !queue) {
+        st = SHP_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        minrank[i] = INT_MAX;
+        gidx[i] = -1;
+    }
+    for (int r = 0; r < nmembers; r++) {
+        int l = members[r] >= 0 ? leaf[members[r]] : -1;
+        int p = l >= 0 ? shp_tree_pos(tree, l) : -1;
+        if (p < 0) {
+            st = SHP_ERR_NO_TREE;
+            goto out;
+        }
+        mpos[r] = p;
+        direct[p]++;
+        /* ranks ascend: the first to reach a node sets its lowest rank */
+        for (int v = p; v >= 0 && minrank[v] == INT_MAX; v = tree->parent[v]) {
+            minrank[v] = r;
+            if (tree->parent[v] >= 0)
+                subch[tree->parent[v]]++;
+        }
+    }
+    /* trim: descend while one child and no members of its own */
+    int top = 0;
+    while (direct[top] == 0 && subch[top] == 1) {
+        int next = -1;
+        for (int i = 0; i < n && next < 0; i++)
+            if (tree->parent[i] == top && minrank[i] != INT_MAX)
+                next = i;
+        top = next;
+    }
+    /* breadth-first from the top over marked nodes */
+    int qh = 0, qt = 0;
+    queue[qt++] = top;
+    gidx[top] = 0;
+    while (qh < qt) {
+        int v = queue[qh++];
+        for (int i = v + 1; i < n; i++)
+            if (tree->parent[i] == v && minrank[i] != INT_MAX) {
+                gidx[i] = qt;
+                queue[qt++] = i;
+            }
+    }
+    plan->nans = qt;
+    plan->nmembers = nmembers;
+    plan->ans = calloc((size_t)qt, sizeof(*plan->ans));
+    plan->member_an = malloc(sizeof(int) * (size_t)nmembers);
+    plan->member_index = malloc(sizeof(int) * (size_t)nmembers);
+    tmp = malloc(sizeof(*tmp) * ((size_t)nmembers + (size_t)qt));
+    if (!plan->ans || !plan->member_an || !plan->member_index || !tmp) {
+        st = SHP_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (int a = 0; a < qt; a++) {
+        int v = queue[a];
+        shp_group_an_t *ga = &plan->ans[a];
+        ga->node = tree->node[v];
+        ga->parent = a == 0 ? -1 : gidx[tree->parent[v]];
+        int k = 0;
+        for (int r = 0; r < nmembers; r++)
+            if (mpos[r] == v)
+                tmp[k++] = (sort_child_t){r, {0, r}};
+        for (int b = a + 1; b < qt; b++)
+            if (tree->parent[queue[b]] == v)
+                tmp[k++] = (sort_child_t){minrank[queue[b]], {1, b}};
+        qsort(tmp, (size_t)k, sizeof(*tmp), cmp_child);
+        ga->nchildren = k;
+        ga->children = malloc(sizeof(*ga->children) * (size_t)k);
+        if (!ga->children) {
+            st = SHP_ERR_NO_MEMORY;
+            goto out;
+        }
+        for (int i = 0; i < k; i++) {
+            ga->children[i] = tmp[i].c;
+            if (tmp[i].c.is_an) {
+                plan->ans[tmp[i].c.index].parent_index = i;
+            } else {
+                plan->member_an[tmp[i].c.index] = a;
+                plan->member_index[tmp[i].c.index] = i;
+            }
+        }
+    }
+out:
+    free(mpos);
+    free(minrank);
+    free(direct);
+    free(subch);
+    free(gidx);
+    free(queue);
+    free(tmp);
+    if (st != SHP_OK)
+        shp_group_plan_free(plan);
+    return st;
+}
