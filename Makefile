@@ -59,6 +59,7 @@ LIBEV_LIBS := -lev
 JANSSON_LIBS = $(call pc_libs,jansson)
 INIH_LIBS = $(call pc_libs,inih)
 CMOCKA_LIBS = $(call pc_libs,cmocka)
+SODIUM_LIBS = $(call pc_libs,libsodium)
 
 # Output layout -----------------------------------------------------------
 BINDIR := $(O)/bin
@@ -91,7 +92,8 @@ obj_of = $(patsubst %.c,$(OBJDIR)/%.o,$(1))
 
 # $(call link_prog,EXTRA_LIBS): the recipe that links $@ from its object and
 # project-library prerequisites, the common library and what that needs.
-COMMON_LDLIBS = $(JANSSON_LIBS) $(INIH_LIBS) $(LIBEV_LIBS) -lm -lpthread
+COMMON_LDLIBS = $(JANSSON_LIBS) $(INIH_LIBS) $(SODIUM_LIBS) $(LIBEV_LIBS) -lm \
+	-lpthread
 define link_prog
 @mkdir -p $(@D)
 @$(if $(Q),echo "  LD      $@")

@@ -11,6 +11,7 @@
 #ifndef SHP_AN_H
 #define SHP_AN_H
 
+#include "common/auth.h"
 #include "common/conn.h"
 #include "common/reduce.h"
 #include "common/transport.h"
@@ -38,6 +39,7 @@ typedef struct shp_an_config {
     size_t max_payload;
     int64_t am_keepalive_ms;
     int64_t join_timeout_ms;
+    char *secret_file;
 } shp_an_config_t;
 
 extern const char *const shp_an_transports[];
@@ -157,7 +159,10 @@ struct shp_an {
     /* control connection to the AM */
     shp_conn_t am;
     int am_up;
+    int authenticated; /* the AM proved the cluster secret, we answered */
     int registered;
+    shp_auth_key_t key;
+    shp_auth_client_t auth;
     double am_backoff;
     ev_timer am_timer;
     int stopping;

@@ -4,6 +4,9 @@
  * report failed groups.  Reconnects with exponential backoff (0.1 s to 5 s)
  * and registers again, listing the groups it still serves.
  *
+ * The connection first proves the cluster secret (common/auth.h: hello,
+ * challenge, auth); the AN registers only once the AM has proved it too.
+ *
  * Messages (JSON, common/ctl.h):
  *   AN -> AM  an_register {name, data_addr, transport, mcast,
  *                          caps {max_trees, max_groups, max_osts,
@@ -93,6 +96,21 @@ static void shp_an_ctl_handle(shp_an_t *an, json_t *msg)
     int64_t id = -1, gid;
     shp_status_t status;
 
+    if (!an->authenticated) {
+        json_t *answer = NULL;
+        status =
+            shp_auth_client_answer(&an->auth, &an->key, msg, &answer, &why);
+        if (status != SHP_OK) {
+            shp_error_id("AN0009", "refusing the aggregation manager at %s: %s",
+                         an->cfg.am, why);
+            shp_conn_close(&an->am, status);
+            return;
+        }
+        an->authenticated = 1;
+        shp_an_ctl_send(an, answer);
+        shp_an_ctl_register(an);
+        return;
+    }
     if (!strcmp(type, "an_register_ack")) {
         int64_t st = -1;
         if (shp_json_get_int(msg, "status", -32768, 32767, &st, NULL) ==
@@ -184,8 +202,9 @@ static void shp_an_ctl_connected(shp_conn_t *conn)
     shp_an_t *an = shp_an_of_conn(conn);
 
     an->am_up = 1;
+    an->authenticated = 0;
     shp_info("connected to the aggregation manager at %s", an->cfg.am);
-    shp_an_ctl_register(an);
+    shp_an_ctl_send(an, shp_auth_client_hello(&an->auth, "an", an->cfg.name));
 }
 
 static void shp_an_ctl_schedule(shp_an_t *an)
@@ -206,6 +225,7 @@ static void shp_an_ctl_closed(shp_conn_t *conn, shp_status_t reason)
                     shp_status_str(reason));
     }
     an->am_up = 0;
+    an->authenticated = 0;
     an->registered = 0;
     if (!an->stopping) {
         shp_an_ctl_schedule(an);

@@ -48,6 +48,9 @@ static const shp_config_opt_t shp_an_opts[] = {
      "how long to retry joining a parent AN that does "
      "not know a group yet",
      offsetof(shp_an_config_t, join_timeout_ms), &shp_cfg_time},
+    {"secret_file", "/etc/sharp/secret",
+     "cluster secret shared with the AM (mode 0600)",
+     offsetof(shp_an_config_t, secret_file), &shp_cfg_string},
     {NULL}};
 
 static const shp_config_table_t shp_an_table = {
@@ -110,6 +113,17 @@ int main(int argc, char **argv)
         return 0;
     }
     shp_log_set_level(an.cfg.log_level);
+
+    if (an.cfg.am[0] != '\0') {
+        char kerr[512];
+        if (shp_auth_init() != SHP_OK ||
+            shp_auth_key_load(an.cfg.secret_file, &an.key, kerr,
+                              sizeof(kerr)) != SHP_OK) {
+            fprintf(stderr, "sharp_an: %s\n", kerr);
+            shp_config_release(&shp_an_table, &an.cfg);
+            return 1;
+        }
+    }
 
     loop = ev_default_loop(EVFLAG_AUTO);
     if (shp_an_start(&an, loop) != SHP_OK) {

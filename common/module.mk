@@ -10,6 +10,7 @@ COMMON_SRCS := \
 	common/net.c \
 	common/conn.c \
 	common/ctl.c \
+	common/auth.c \
 	common/transport.c \
 	common/tp_tcp.c \
 	common/tp_udp.c \

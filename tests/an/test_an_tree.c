@@ -10,6 +10,7 @@
 #include "../unit/test_util.h"
 
 #include "common/conn.h"
+#include "common/auth.h"
 #include "common/ctl.h"
 #include "common/time.h"
 #include "common/wire.h"
@@ -32,6 +33,7 @@ typedef struct {
     shp_conn_t conn;
     int open;
     int an; /* index, -1 until registered */
+    shp_auth_server_t auth;
 } am_peer_t;
 
 typedef struct {
@@ -49,7 +51,8 @@ static char am_addr[64];
 static an_proc_t ans[NANS];
 static am_peer_t peers[64];
 static int npeers;
-static char bindir[400], logdir[400];
+static char bindir[400], logdir[400], secret_file[450];
+static shp_auth_key_t am_key;
 static int64_t next_id = 1;
 static struct {
     int64_t id;
@@ -86,6 +89,22 @@ static void am_frame(shp_conn_t *conn, const void *frame, size_t len)
         return;
     }
     type = shp_ctl_type(msg);
+    if (p->auth.state < 2) {
+        /* the AM's side of the cluster-secret handshake */
+        json_t *chal = NULL;
+        const char *why;
+        if (p->auth.state == 0) {
+            assert_int_equal(
+                shp_auth_server_hello(&p->auth, &am_key, msg, &chal, &why),
+                SHP_OK);
+            am_send(p, chal);
+        } else {
+            assert_int_equal(
+                shp_auth_server_verify(&p->auth, &am_key, msg, &why), SHP_OK);
+        }
+        json_decref(msg);
+        return;
+    }
     if (!strcmp(type, "an_register")) {
         assert_int_equal(shp_json_get_str(msg, "name", &name, NULL), SHP_OK);
         assert_int_equal(shp_json_get_str(msg, "data_addr", &addr, NULL),
@@ -219,9 +238,10 @@ static pid_t spawn(char *const argv[], const char *log)
 static void start_an(int i)
 {
     char exe[600], listen[64], log[600];
-    char *argv[] = {exe,    "--name",         ans[i].name, "--listen",
-                    listen, "--am",           am_addr,     "--log-level",
-                    "info", "--am-keepalive", "1s",        NULL};
+    char *argv[] = {
+        exe,    "--name",        ans[i].name,   "--listen", listen,
+        "--am", am_addr,         "--log-level", "info",     "--am-keepalive",
+        "1s",   "--secret-file", secret_file,   NULL};
 
     snprintf(exe, sizeof(exe), "%s/sharp_an", bindir);
     snprintf(listen, sizeof(listen), "%s:0", ans[i].ip);
@@ -752,6 +772,19 @@ int main(int argc, char **argv)
     snprintf(bindir, sizeof(bindir), "%s/../../bin", self);
     snprintf(logdir, sizeof(logdir), "%s/logs", self);
     mkdir(logdir, 0755);
+    /* the cluster secret the ANs and this fake AM share */
+    snprintf(secret_file, sizeof(secret_file), "%s/secret", logdir);
+    {
+        FILE *f = fopen(secret_file, "w");
+        char err[256];
+        assert_non_null(f);
+        fputs("test-cluster-secret-0123456789\n", f);
+        fclose(f);
+        assert_int_equal(chmod(secret_file, 0600), 0);
+        assert_int_equal(shp_auth_init(), SHP_OK);
+        assert_int_equal(
+            shp_auth_key_load(secret_file, &am_key, err, sizeof(err)), SHP_OK);
+    }
     shp_log_set_level(SHP_LOG_ERROR);
     return cmocka_run_group_tests_name("an_tree", tests, NULL, NULL);
 }

@@ -1,0 +1,194 @@
+/* Cluster-secret authentication: see auth.h for the protocol. */
+#include "common/auth.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/ctl.h"
+
+shp_status_t shp_auth_init(void)
+{
+    return sodium_init() < 0 ? SHP_ERR_NO_RESOURCE : SHP_OK;
+}
+
+void shp_auth_key_from_bytes(const void *secret, size_t len,
+                             shp_auth_key_t *key)
+{
+    static const uint8_t ctx[] = "sharp cluster secret v1";
+    crypto_generichash(key->k, sizeof(key->k), secret, len, ctx,
+                       sizeof(ctx) - 1);
+}
+
+shp_status_t shp_auth_key_load(const char *path, shp_auth_key_t *key, char *err,
+                               size_t errlen)
+{
+    uint8_t buf[4096];
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "cluster secret %s: %s", path, strerror(e));
+        return shp_status_from_errno(e);
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(err, errlen, "cluster secret %s: not a regular file", path);
+        return SHP_ERR_INVALID_PARAM;
+    }
+    if (st.st_mode & 077) {
+        close(fd);
+        snprintf(err, errlen,
+                 "cluster secret %s: mode %04o lets others read it; "
+                 "chmod 600 it",
+                 path, (unsigned)(st.st_mode & 07777));
+        return SHP_ERR_PERM;
+    }
+    ssize_t n = read(fd, buf, sizeof(buf));
+    close(fd);
+    if (n < 0) {
+        snprintf(err, errlen, "cluster secret %s: %s", path, strerror(errno));
+        return SHP_ERR_IO;
+    }
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' ||
+                     buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+        n--;
+    if (n < 16) {
+        snprintf(err, errlen,
+                 "cluster secret %s: empty or shorter than 16 bytes", path);
+        return SHP_ERR_INVALID_PARAM;
+    }
+    shp_auth_key_from_bytes(buf, (size_t)n, key);
+    sodium_memzero(buf, sizeof(buf));
+    return SHP_OK;
+}
+
+void shp_auth_random(void *buf, size_t len)
+{
+    randombytes_buf(buf, len);
+}
+
+static void proof(const shp_auth_key_t *key, const char *label,
+                  const uint8_t *n1, const uint8_t *n2, const char *role,
+                  const char *name, uint8_t out[crypto_auth_hmacsha256_BYTES])
+{
+    crypto_auth_hmacsha256_state st;
+    crypto_auth_hmacsha256_init(&st, key->k, sizeof(key->k));
+    crypto_auth_hmacsha256_update(&st, (const uint8_t *)label,
+                                  strlen(label) + 1);
+    crypto_auth_hmacsha256_update(&st, n1, SHP_AUTH_NONCE_LEN);
+    crypto_auth_hmacsha256_update(&st, n2, SHP_AUTH_NONCE_LEN);
+    crypto_auth_hmacsha256_update(&st, (const uint8_t *)role, strlen(role) + 1);
+    crypto_auth_hmacsha256_update(&st, (const uint8_t *)name, strlen(name));
+    crypto_auth_hmacsha256_final(&st, out);
+}
+
+static json_t *hex(const uint8_t *b, size_t len)
+{
+    char s[2 * 64 + 1];
+    sodium_bin2hex(s, sizeof(s), b, len);
+    return json_string(s);
+}
+
+static shp_status_t get_bytes(const json_t *msg, const char *key, uint8_t *out,
+                              size_t len, const char **why)
+{
+    const char *s;
+    size_t got;
+    if (shp_json_get_str(msg, key, &s, why) != SHP_OK || strlen(s) != 2 * len ||
+        sodium_hex2bin(out, len, s, strlen(s), NULL, &got, NULL) != 0 ||
+        got != len) {
+        *why = "malformed authentication message";
+        return SHP_ERR_PROTO;
+    }
+    return SHP_OK;
+}
+
+json_t *shp_auth_client_hello(shp_auth_client_t *c, const char *role,
+                              const char *name)
+{
+    snprintf(c->role, sizeof(c->role), "%s", role);
+    snprintf(c->name, sizeof(c->name), "%s", name);
+    randombytes_buf(c->nonce, sizeof(c->nonce));
+    return json_pack("{s:s, s:s, s:s, s:o}", "type", "hello", "role", c->role,
+                     "name", c->name, "nonce", hex(c->nonce, sizeof(c->nonce)));
+}
+
+shp_status_t shp_auth_client_answer(const shp_auth_client_t *c,
+                                    const shp_auth_key_t *key,
+                                    const json_t *challenge, json_t **auth,
+                                    const char **why)
+{
+    uint8_t snonce[SHP_AUTH_NONCE_LEN], got[32], want[32];
+    if (strcmp(shp_ctl_type(challenge), "challenge") != 0) {
+        *why = "expected a challenge";
+        return SHP_ERR_PROTO;
+    }
+    if (get_bytes(challenge, "nonce", snonce, sizeof(snonce), why) ||
+        get_bytes(challenge, "proof", got, sizeof(got), why))
+        return SHP_ERR_PROTO;
+    proof(key, "sharp-am", c->nonce, snonce, c->role, c->name, want);
+    if (crypto_verify_32(got, want) != 0) {
+        *why = "the aggregation manager does not know the cluster secret";
+        return SHP_ERR_AUTH;
+    }
+    proof(key, "sharp-peer", snonce, c->nonce, c->role, c->name, want);
+    *auth = json_pack("{s:s, s:o}", "type", "auth", "proof",
+                      hex(want, sizeof(want)));
+    return *auth ? SHP_OK : SHP_ERR_NO_MEMORY;
+}
+
+shp_status_t shp_auth_server_hello(shp_auth_server_t *s,
+                                   const shp_auth_key_t *key,
+                                   const json_t *hello, json_t **challenge,
+                                   const char **why)
+{
+    const char *role, *name;
+    uint8_t p[32];
+    if (s->state != 0 || strcmp(shp_ctl_type(hello), "hello") != 0) {
+        *why = "expected hello";
+        return SHP_ERR_AUTH;
+    }
+    if (shp_json_get_str(hello, "role", &role, why) != SHP_OK ||
+        shp_json_get_str(hello, "name", &name, why) != SHP_OK ||
+        strlen(role) >= sizeof(s->role) || strlen(name) >= sizeof(s->name) ||
+        get_bytes(hello, "nonce", s->cnonce, sizeof(s->cnonce), why)) {
+        *why = "malformed hello";
+        return SHP_ERR_PROTO;
+    }
+    snprintf(s->role, sizeof(s->role), "%s", role);
+    snprintf(s->name, sizeof(s->name), "%s", name);
+    randombytes_buf(s->snonce, sizeof(s->snonce));
+    proof(key, "sharp-am", s->cnonce, s->snonce, s->role, s->name, p);
+    *challenge = json_pack("{s:s, s:o, s:o}", "type", "challenge", "nonce",
+                           hex(s->snonce, sizeof(s->snonce)), "proof",
+                           hex(p, sizeof(p)));
+    if (!*challenge)
+        return SHP_ERR_NO_MEMORY;
+    s->state = 1;
+    return SHP_OK;
+}
+
+shp_status_t shp_auth_server_verify(shp_auth_server_t *s,
+                                    const shp_auth_key_t *key,
+                                    const json_t *auth, const char **why)
+{
+    uint8_t got[32], want[32];
+    if (s->state != 1 || strcmp(shp_ctl_type(auth), "auth") != 0) {
+        *why = "expected auth";
+        return SHP_ERR_AUTH;
+    }
+    if (get_bytes(auth, "proof", got, sizeof(got), why))
+        return SHP_ERR_PROTO;
+    proof(key, "sharp-peer", s->snonce, s->cnonce, s->role, s->name, want);
+    if (crypto_verify_32(got, want) != 0) {
+        *why = "wrong cluster secret";
+        return SHP_ERR_AUTH;
+    }
+    s->state = 2;
+    return SHP_OK;
+}

@@ -1,0 +1,84 @@
+/*
+ * Cluster-secret authentication of control connections (AM <-> AN, AM <->
+ * sharpd), with libsodium's HMAC-SHA-256.
+ *
+ * The secret is a root-only file (mode 0600 or stricter); its contents are
+ * hashed (BLAKE2b) into a 32-byte key.  Mutual challenge-response, neither
+ * side sends the secret:
+ *
+ *   client -> AM  hello     {role, name, nonce}
+ *   AM -> client  challenge {nonce, proof}   proof = HMAC(key, "sharp-am" |
+ *                                            client nonce | AM nonce | role |
+ *                                            0 | name)
+ *   client -> AM  auth      {proof}          proof = HMAC(key, "sharp-peer" |
+ *                                            AM nonce | client nonce | role |
+ *                                            0 | name)
+ *
+ * Nonces are 32 random bytes; everything travels as hex.  The client checks
+ * the AM's proof before it answers, so a false AM learns nothing useful and
+ * is refused; the AM refuses (and logs) a client whose proof is wrong and
+ * accepts nothing else from it before a valid proof.
+ */
+#ifndef SHP_COMMON_AUTH_H
+#define SHP_COMMON_AUTH_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+#define SHP_AUTH_KEY_LEN 32
+#define SHP_AUTH_NONCE_LEN 32
+
+typedef struct shp_auth_key {
+    uint8_t k[SHP_AUTH_KEY_LEN];
+} shp_auth_key_t;
+
+/* libsodium initialisation; call before anything else here (idempotent). */
+SHP_WUR shp_status_t shp_auth_init(void);
+
+/* Reads the secret file.  Refuses a file that is not regular, is empty, or
+ * can be read or written by group or others (SHP_ERR_PERM), with the reason
+ * in err. */
+SHP_WUR shp_status_t shp_auth_key_load(const char *path, shp_auth_key_t *key,
+                                       char *err, size_t errlen);
+void shp_auth_key_from_bytes(const void *secret, size_t len,
+                             shp_auth_key_t *key);
+
+/* Fills buf with random bytes from the OS's source (getrandom). */
+void shp_auth_random(void *buf, size_t len);
+
+typedef struct shp_auth_client {
+    uint8_t nonce[SHP_AUTH_NONCE_LEN];
+    char role[16];
+    char name[128];
+} shp_auth_client_t;
+
+/* The hello message (a new reference). */
+json_t *shp_auth_client_hello(shp_auth_client_t *c, const char *role,
+                              const char *name);
+/* Checks the AM's challenge; on success *auth is the answer to send. */
+SHP_WUR shp_status_t shp_auth_client_answer(const shp_auth_client_t *c,
+                                            const shp_auth_key_t *key,
+                                            const json_t *challenge,
+                                            json_t **auth, const char **why);
+
+typedef struct shp_auth_server {
+    uint8_t cnonce[SHP_AUTH_NONCE_LEN], snonce[SHP_AUTH_NONCE_LEN];
+    char role[16];
+    char name[128];
+    int state; /* 0 wait hello, 1 wait auth, 2 authenticated */
+} shp_auth_server_t;
+
+SHP_WUR shp_status_t shp_auth_server_hello(shp_auth_server_t *s,
+                                           const shp_auth_key_t *key,
+                                           const json_t *hello,
+                                           json_t **challenge,
+                                           const char **why);
+SHP_WUR shp_status_t shp_auth_server_verify(shp_auth_server_t *s,
+                                            const shp_auth_key_t *key,
+                                            const json_t *auth,
+                                            const char **why);
+
+#endif

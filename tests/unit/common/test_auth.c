@@ -1,0 +1,171 @@
+/* Cluster-secret authentication: key files, the handshake, and every way it
+ * must refuse. */
+#include "../test_util.h"
+
+#include "common/auth.h"
+#include "common/ctl.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+
+static char dir[] = "/tmp/shp-auth-XXXXXX";
+
+static const char *write_secret(const char *name, const char *text, int mode)
+{
+    static char path[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    assert_int_equal(chmod(path, (mode_t)mode), 0);
+    return path;
+}
+
+static void test_key_files(void **state)
+{
+    (void)state;
+    shp_auth_key_t a, b;
+    char err[256];
+    assert_non_null(mkdtemp(dir));
+    const char *p = write_secret("ok", "0123456789abcdef-secret\n", 0600);
+    assert_int_equal(shp_auth_key_load(p, &a, err, sizeof(err)), SHP_OK);
+    /* trailing whitespace does not change the key */
+    p = write_secret("ok2", "0123456789abcdef-secret", 0400);
+    assert_int_equal(shp_auth_key_load(p, &b, err, sizeof(err)), SHP_OK);
+    assert_memory_equal(a.k, b.k, sizeof(a.k));
+
+    p = write_secret("open", "0123456789abcdef-secret\n", 0644);
+    assert_int_equal(shp_auth_key_load(p, &b, err, sizeof(err)), SHP_ERR_PERM);
+    assert_non_null(strstr(err, "chmod 600"));
+    p = write_secret("short", "tiny\n", 0600);
+    assert_int_equal(shp_auth_key_load(p, &b, err, sizeof(err)),
+                     SHP_ERR_INVALID_PARAM);
+    assert_non_null(strstr(err, "shorter than 16"));
+    assert_int_equal(
+        shp_auth_key_load("/nonexistent/secret", &b, err, sizeof(err)),
+        SHP_ERR_NOT_FOUND);
+    assert_non_null(strstr(err, "/nonexistent/secret"));
+    assert_int_equal(shp_auth_key_load(dir, &b, err, sizeof(err)),
+                     SHP_ERR_INVALID_PARAM);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* One full handshake; returns the status of the step that failed (or OK). */
+static shp_status_t handshake(const shp_auth_key_t *ck,
+                              const shp_auth_key_t *sk, int *step)
+{
+    shp_auth_client_t c;
+    shp_auth_server_t s = {0};
+    json_t *hello = shp_auth_client_hello(&c, "an", "leaf01"), *chal = NULL,
+           *auth = NULL;
+    const char *why = NULL;
+    shp_status_t st = shp_auth_server_hello(&s, sk, hello, &chal, &why);
+    *step = 1;
+    if (st == SHP_OK) {
+        *step = 2;
+        st = shp_auth_client_answer(&c, ck, chal, &auth, &why);
+    }
+    if (st == SHP_OK) {
+        *step = 3;
+        st = shp_auth_server_verify(&s, sk, auth, &why);
+    }
+    if (st == SHP_OK)
+        assert_int_equal(s.state, 2);
+    json_decref(hello);
+    json_decref(chal);
+    json_decref(auth);
+    return st;
+}
+
+static void test_handshake(void **state)
+{
+    (void)state;
+    shp_auth_key_t k1, k2;
+    shp_auth_key_from_bytes("secret-one-0123456789", 21, &k1);
+    shp_auth_key_from_bytes("secret-two-0123456789", 21, &k2);
+    int step;
+    assert_int_equal(handshake(&k1, &k1, &step), SHP_OK);
+    /* a client with the wrong secret sees that the AM is not its AM */
+    assert_int_equal(handshake(&k2, &k1, &step), SHP_ERR_AUTH);
+    assert_int_equal(step, 2);
+}
+
+static void test_server_refusals(void **state)
+{
+    (void)state;
+    shp_auth_key_t k, bad;
+    shp_auth_key_from_bytes("secret-one-0123456789", 21, &k);
+    shp_auth_key_from_bytes("secret-two-0123456789", 21, &bad);
+    const char *why;
+    shp_auth_client_t c;
+    shp_auth_server_t s = {0};
+    json_t *chal = NULL, *auth = NULL, *hello;
+
+    /* anything before hello */
+    json_t *reg = json_pack("{s:s}", "type", "an_register");
+    assert_int_equal(shp_auth_server_hello(&s, &k, reg, &chal, &why),
+                     SHP_ERR_AUTH);
+    assert_int_equal(shp_auth_server_verify(&s, &k, reg, &why), SHP_ERR_AUTH);
+    json_decref(reg);
+
+    /* malformed nonce */
+    hello = json_pack("{s:s, s:s, s:s, s:s}", "type", "hello", "role", "an",
+                      "name", "x", "nonce", "abcd");
+    assert_int_equal(shp_auth_server_hello(&s, &k, hello, &chal, &why),
+                     SHP_ERR_PROTO);
+    json_decref(hello);
+
+    /* a proof computed with the wrong key (as a client without the secret
+     * would have to guess) */
+    hello = shp_auth_client_hello(&c, "sharpd", "n00001");
+    assert_int_equal(shp_auth_server_hello(&s, &k, hello, &chal, &why), SHP_OK);
+    shp_auth_client_t forged = c;
+    /* the forger answers with its own key: its check of the AM fails, so
+     * build the proof by answering a challenge it signed itself */
+    shp_auth_server_t fake = {0};
+    json_t *fchal;
+    assert_int_equal(shp_auth_server_hello(&fake, &bad, hello, &fchal, &why),
+                     SHP_OK);
+    /* graft the real AM's nonce into the forger's view */
+    json_object_set(fchal, "nonce", json_object_get(chal, "nonce"));
+    assert_int_equal(shp_auth_client_answer(&forged, &bad, fchal, &auth, &why),
+                     SHP_ERR_AUTH);
+    json_decref(fchal);
+    /* a replayed proof from another session */
+    auth = json_pack("{s:s, s:s}", "type", "auth", "proof",
+                     "00000000000000000000000000000000"
+                     "00000000000000000000000000000000");
+    assert_int_equal(shp_auth_server_verify(&s, &k, auth, &why), SHP_ERR_AUTH);
+    assert_string_equal(why, "wrong cluster secret");
+    assert_int_equal(s.state, 1);
+    json_decref(auth);
+    json_decref(hello);
+    json_decref(chal);
+
+    /* a valid proof for another name is refused */
+    shp_auth_server_t s2 = {0};
+    hello = shp_auth_client_hello(&c, "an", "leaf01");
+    assert_int_equal(shp_auth_server_hello(&s2, &k, hello, &chal, &why),
+                     SHP_OK);
+    shp_auth_client_t other = c;
+    snprintf(other.name, sizeof(other.name), "leaf02");
+    /* the client checks the AM's proof over its own name: mismatch */
+    assert_int_equal(shp_auth_client_answer(&other, &k, chal, &auth, &why),
+                     SHP_ERR_AUTH);
+    json_decref(hello);
+    json_decref(chal);
+}
+
+int main(void)
+{
+    assert_int_equal(shp_auth_init(), SHP_OK);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_key_files),
+        cmocka_unit_test(test_handshake),
+        cmocka_unit_test(test_server_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
