@@ -1,7 +1,7 @@
 # am/: sharp_am, the aggregation manager, and sharp-topo.
 
 # Everything but the mains, as a library the tests link too.
-AM_LIB_SRCS := am/topo.c am/topo_gen.c am/trees.c
+AM_LIB_SRCS := am/topo.c am/topo_gen.c am/trees.c am/am.c am/am_admin.c
 AM_LIB := $(LIBDIR)/libshp_am.a
 LIBS += $(AM_LIB)
 
@@ -14,4 +14,10 @@ SHARP_TOPO := $(BINDIR)/sharp-topo
 BINS += $(SHARP_TOPO)
 
 $(SHARP_TOPO): $(OBJDIR)/am/topo_main.o $(AM_LIB) $(COMMON_LIB)
+	$(call link_prog)
+
+SHARP_AM := $(BINDIR)/sharp_am
+BINS += $(SHARP_AM)
+
+$(SHARP_AM): $(OBJDIR)/am/main.o $(AM_LIB) $(COMMON_LIB)
 	$(call link_prog)

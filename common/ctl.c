@@ -341,3 +341,19 @@ json_t *shp_json_hex(const void *data, size_t len)
     free(s);
     return j;
 }
+
+const char *shp_json_opt_str(const json_t *obj, const char *key,
+                             const char *dflt)
+{
+    const char *v;
+
+    return shp_json_get_str(obj, key, &v, NULL) == SHP_OK ? v : dflt;
+}
+
+int64_t shp_json_opt_int(const json_t *obj, const char *key, int64_t min,
+                         int64_t max, int64_t dflt)
+{
+    int64_t v;
+
+    return shp_json_get_int(obj, key, min, max, &v, NULL) == SHP_OK ? v : dflt;
+}

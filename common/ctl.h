@@ -82,4 +82,10 @@ SHP_WUR shp_status_t shp_json_get_hex(const json_t *obj, const char *key,
                                       void *out, size_t len, const char **why);
 json_t *shp_json_hex(const void *data, size_t len);
 
+/* Optional members: the value, or dflt when absent or of the wrong kind. */
+const char *shp_json_opt_str(const json_t *obj, const char *key,
+                             const char *dflt);
+int64_t shp_json_opt_int(const json_t *obj, const char *key, int64_t min,
+                         int64_t max, int64_t dflt);
+
 #endif

@@ -1,0 +1,161 @@
+/*
+ * sharp_am: the aggregation manager.  One per fabric.  Holds the topology,
+ * the registered ANs, the trees, the admitted jobs and their groups; talks
+ * to ANs and sharpds over authenticated TCP control connections and to
+ * sharpctl over a root-only Unix socket.  See docs/am.md.
+ */
+#ifndef SHP_AM_AM_H
+#define SHP_AM_AM_H
+
+#include <ev.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uthash.h>
+
+#include "am/topo.h"
+#include "am/trees.h"
+#include "common/auth.h"
+#include "common/conn.h"
+#include "common/status.h"
+
+#define SHP_AM_MAX_TREE_ID 64 /* tree ids 0..63: the AN's tree table */
+
+typedef struct shp_am_config {
+    char *listen;
+    char *admin_socket;
+    char *admin_group;
+    char *topology;
+    char *an_hosts;
+    char *secret_file;
+    int log_level;
+    unsigned max_trees;
+    unsigned radix;
+    unsigned max_jobs;
+    unsigned job_max_groups;
+    unsigned group_osts;
+    size_t group_payload;
+    int dist; /* index into shp_am_dists */
+    char *mcast_prefix;
+    unsigned mcast_port;
+    int64_t keepalive_ms;
+    int64_t group_timeout_ms;
+    int64_t tree_settle_ms;
+} shp_am_config_t;
+
+extern const char *const shp_am_dists[];
+
+typedef struct shp_am shp_am_t;
+typedef struct shp_am_peer shp_am_peer_t;
+typedef struct shp_am_group shp_am_group_t;
+typedef struct shp_am_job shp_am_job_t;
+
+typedef enum { AM_PEER_NEW, AM_PEER_AN, AM_PEER_SHARPD, AM_PEER_ADMIN } am_role_t;
+
+struct shp_am_peer {
+    shp_conn_t conn;
+    shp_am_t *am;
+    am_role_t role;
+    shp_auth_server_t auth;
+    int an;       /* AN index for role AN, else -1 */
+    char host[128]; /* sharpd: its host */
+    uid_t uid;    /* admin: SO_PEERCRED */
+    gid_t gid;
+    shp_am_peer_t *next;
+};
+
+typedef struct shp_am_an {
+    char name[128];
+    int node;     /* topology node */
+    char data_addr[64];
+    int up;
+    shp_am_peer_t *peer;
+    unsigned max_trees, max_groups, max_osts;
+    uint64_t max_payload;
+    int ntrees, ngroups;
+    uint64_t registrations;
+} shp_am_an_t;
+
+typedef struct shp_am_tree {
+    int used;
+    int up;
+    shp_tree_t t;
+    int ngroups;
+} shp_am_tree_t;
+
+enum { AM_GROUP_CONFIGURING, AM_GROUP_UP };
+
+struct shp_am_group {
+    uint32_t id;
+    shp_am_t *am;
+    shp_am_job_t *job;
+    int tree;
+    int state;
+    shp_group_plan_t plan;
+    int *an_of;       /* [plan.nans] AN index */
+    char *acked;      /* [plan.nans] */
+    int nacked;
+    int dist;         /* 1 rc, 2 mcast, 3 both */
+    char mcast_addr[64];
+    unsigned osts;
+    uint32_t payload;
+    /* the pending group_create */
+    shp_am_peer_t *req_peer;
+    int64_t req_id;
+    ev_timer timer;
+    UT_hash_handle hh;     /* am->groups by id */
+    shp_am_group_t *jnext; /* job's list */
+};
+
+struct shp_am_job {
+    uint64_t id;
+    uid_t uid;
+    uint8_t key[32];
+    int nhosts;
+    int *hosts;          /* topology nodes */
+    char **attached;     /* [nhosts] non-NULL: host names whose sharpd has
+                            local processes of the job */
+    unsigned max_groups, osts;
+    uint32_t payload;
+    int ngroups;
+    shp_am_group_t *groups;
+    UT_hash_handle hh;
+};
+
+struct shp_am {
+    shp_am_config_t cfg;
+    struct ev_loop *loop;
+    shp_auth_key_t key;
+    shp_topo_t *topo;
+    uint8_t *an_expected; /* [topology nodes] may host an AN */
+    int *leaf;            /* [topology nodes] leaf AN node of hosts */
+    shp_am_an_t *ans;
+    int nans, capans;
+    shp_am_tree_t trees[SHP_AM_MAX_TREE_ID];
+    shp_am_job_t *jobs;
+    shp_am_group_t *groups;
+    uint32_t next_group;
+    int64_t next_req;
+    shp_listener_t listener, admin;
+    shp_am_peer_t *peers;
+    ev_timer settle;
+    char listen_addr[64];
+    struct {
+        uint64_t jobs_begun, jobs_refused, groups_created, groups_failed,
+            groups_revoked, auth_failures, tree_builds;
+    } stats;
+};
+
+SHP_WUR shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop,
+                                  char *err, size_t errlen);
+void shp_am_stop(shp_am_t *am);
+
+/* Admin requests (am_admin.c): answers one message from sharpctl. */
+json_t *shp_am_admin(shp_am_t *am, shp_am_peer_t *peer, const json_t *req);
+
+/* Shared with am_admin.c */
+void shp_am_job_end(shp_am_t *am, shp_am_job_t *job, shp_status_t why,
+                    const char *reason);
+const char *shp_am_an_name(const shp_am_t *am, int node);
+
+#endif

@@ -1,0 +1,247 @@
+/*
+ * The AM's admin interface (for sharpctl): a Unix socket; each request is
+ * checked against the caller's SO_PEERCRED (root, or the configured admin
+ * group).  Requests and replies are JSON control messages; a reply has the
+ * type "<request>_reply", the request's id, a status and the data.
+ *
+ *   ans                 every AN: name, guid, data address, state, trees, groups
+ *   trees               every tree: id, root, ANs, depth, hosts, groups
+ *   tree {tree_id}      one tree: its ANs with their parents and levels
+ *   jobs                every job: id, uid, hosts, groups, quotas
+ *   groups {job_id?}    groups (of one job): tree, state, ANs, members
+ *   job_kill {job_id}   end a job now; its processes are told
+ *   stats               counters
+ *   topology            what the AM's topology holds
+ */
+#include "am/am.h"
+
+#include <grp.h>
+#include <inttypes.h>
+#include <string.h>
+
+#include "common/ctl.h"
+#include "common/log.h"
+
+static json_t *guid_json(uint64_t g)
+{
+    char s[24];
+    snprintf(s, sizeof(s), "0x%016" PRIx64, g);
+    return json_string(s);
+}
+
+static json_t *u64_json(uint64_t v)
+{
+    char s[24];
+    snprintf(s, sizeof(s), "%" PRIu64, v);
+    return json_string(s);
+}
+
+static int allowed(shp_am_t *am, shp_am_peer_t *p)
+{
+    if (p->uid == 0)
+        return 1;
+    if (!am->cfg.admin_group[0])
+        return 0;
+    struct group *gr = getgrnam(am->cfg.admin_group);
+    if (!gr)
+        return 0;
+    if (p->gid == gr->gr_gid)
+        return 1;
+    return 0;
+}
+
+static json_t *list_ans(shp_am_t *am)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < am->nans; i++) {
+        shp_am_an_t *an = &am->ans[i];
+        json_array_append_new(
+            a, json_pack("{s:s, s:o, s:s, s:s, s:i, s:i, s:I}", "name",
+                         an->name,
+                         "guid", guid_json(shp_topo_node(am->topo, an->node)->guid),
+                         "addr", an->data_addr, "state", an->up ? "up" : "down",
+                         "trees", an->ntrees, "groups", an->ngroups,
+                         "registrations", (json_int_t)an->registrations));
+    }
+    return a;
+}
+
+static json_t *list_trees(shp_am_t *am)
+{
+    json_t *a = json_array();
+    for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++) {
+        shp_am_tree_t *tr = &am->trees[t];
+        if (!tr->used)
+            continue;
+        json_array_append_new(
+            a, json_pack("{s:i, s:s, s:i, s:i, s:i, s:i, s:s}", "id", t,
+                         "root", shp_am_an_name(am, tr->t.root), "ans",
+                         tr->t.n, "depth", tr->t.depth, "hosts", tr->t.nhosts,
+                         "groups", tr->ngroups, "state",
+                         tr->up ? "up" : "down"));
+    }
+    return a;
+}
+
+static json_t *one_tree(shp_am_t *am, const json_t *req, shp_status_t *st)
+{
+    int64_t t;
+    if (shp_json_get_int(req, "tree_id", 0, SHP_AM_MAX_TREE_ID - 1, &t, NULL) ||
+        !am->trees[t].used) {
+        *st = SHP_ERR_NOT_FOUND;
+        return NULL;
+    }
+    shp_tree_t *tr = &am->trees[t].t;
+    int *level = calloc((size_t)tr->n, sizeof(int));
+    json_t *nodes = json_array();
+    for (int i = 0; i < tr->n; i++) {
+        if (level && tr->parent[i] >= 0)
+            level[i] = level[tr->parent[i]] + 1;
+        json_array_append_new(
+            nodes,
+            json_pack("{s:s, s:o, s:i, s:i}", "name",
+                      shp_am_an_name(am, tr->node[i]), "parent",
+                      tr->parent[i] < 0
+                          ? json_null()
+                          : json_string(shp_am_an_name(
+                                am, tr->node[tr->parent[i]])),
+                      "level", level ? level[i] : 0, "children", tr->nchild[i]));
+    }
+    free(level);
+    return json_pack("{s:i, s:s, s:i, s:i, s:o}", "id", (int)t, "root",
+                     shp_am_an_name(am, tr->root), "depth", tr->depth,
+                     "hosts", tr->nhosts, "nodes", nodes);
+}
+
+static json_t *list_jobs(shp_am_t *am)
+{
+    json_t *a = json_array();
+    shp_am_job_t *j, *tmp;
+    HASH_ITER(hh, am->jobs, j, tmp)
+    {
+        json_t *hosts = json_array(), *att = json_array();
+        for (int h = 0; h < j->nhosts; h++) {
+            json_array_append_new(
+                hosts, json_string(shp_topo_node(am->topo, j->hosts[h])->host));
+            if (j->attached[h])
+                json_array_append_new(att, json_string(j->attached[h]));
+        }
+        json_array_append_new(
+            a, json_pack("{s:o, s:i, s:o, s:o, s:i, s:i, s:i, s:I}", "job_id",
+                         u64_json(j->id), "uid", (int)j->uid, "hosts", hosts,
+                         "attached", att, "groups", j->ngroups, "max_groups",
+                         (int)j->max_groups, "osts", (int)j->osts, "payload",
+                         (json_int_t)j->payload));
+    }
+    return a;
+}
+
+static json_t *list_groups(shp_am_t *am, const json_t *req)
+{
+    uint64_t only = 0;
+    int filter = shp_json_get_u64(req, "job_id", &only, NULL) == SHP_OK;
+    json_t *a = json_array();
+    shp_am_group_t *g, *tmp;
+    HASH_ITER(hh, am->groups, g, tmp)
+    {
+        if (filter && g->job->id != only)
+            continue;
+        json_t *ans = json_array();
+        for (int i = 0; i < g->plan.nans; i++) {
+            shp_group_an_t *ga = &g->plan.ans[i];
+            json_array_append_new(
+                ans, json_pack("{s:s, s:o, s:i, s:b}", "name",
+                               am->ans[g->an_of[i]].name, "parent",
+                               ga->parent < 0
+                                   ? json_null()
+                                   : json_string(
+                                         am->ans[g->an_of[ga->parent]].name),
+                               "children", ga->nchildren, "top", i == 0));
+        }
+        json_array_append_new(
+            a, json_pack("{s:I, s:o, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:I}",
+                         "group_id", (json_int_t)g->id, "job_id",
+                         u64_json(g->job->id), "tree_id", g->tree, "state",
+                         g->state == AM_GROUP_UP ? "up" : "configuring",
+                         "members", g->plan.nmembers, "ans", ans, "dist",
+                         shp_am_dists[g->dist - 1], "mcast_addr",
+                         g->mcast_addr, "osts", (int)g->osts, "payload",
+                         (json_int_t)g->payload));
+    }
+    return a;
+}
+
+json_t *shp_am_admin(shp_am_t *am, shp_am_peer_t *p, const json_t *req)
+{
+    const char *type = shp_ctl_type(req);
+    int64_t id = shp_json_opt_int(req, "id", 0, INT64_MAX, 0);
+    char rtype[64];
+    snprintf(rtype, sizeof(rtype), "%.50s_reply", type);
+    json_t *r = json_pack("{s:s, s:I}", "type", rtype, "id", (json_int_t)id);
+    shp_status_t st = SHP_OK;
+    const char *error = NULL;
+
+    if (!allowed(am, p)) {
+        st = SHP_ERR_PERM;
+        error = "the admin interface is for root and the admin group";
+        shp_warn_id("AM0105", "admin request %s from uid %u refused", type,
+                    (unsigned)p->uid);
+    } else if (!strcmp(type, "ans")) {
+        json_object_set_new(r, "ans", list_ans(am));
+    } else if (!strcmp(type, "trees")) {
+        json_object_set_new(r, "trees", list_trees(am));
+    } else if (!strcmp(type, "tree")) {
+        json_t *t = one_tree(am, req, &st);
+        if (t)
+            json_object_set_new(r, "tree", t);
+        else
+            error = "no such tree";
+    } else if (!strcmp(type, "jobs")) {
+        json_object_set_new(r, "jobs", list_jobs(am));
+    } else if (!strcmp(type, "groups")) {
+        json_object_set_new(r, "groups", list_groups(am, req));
+    } else if (!strcmp(type, "job_kill")) {
+        uint64_t jid;
+        shp_am_job_t *j = NULL;
+        if (shp_json_get_u64(req, "job_id", &jid, NULL) == SHP_OK)
+            HASH_FIND(hh, am->jobs, &jid, sizeof(jid), j);
+        if (j) {
+            shp_info("job %" PRIu64 " killed by uid %u", jid,
+                     (unsigned)p->uid);
+            shp_am_job_end(am, j, SHP_ERR_JOB_KILLED,
+                           "killed by the administrator");
+        } else {
+            st = SHP_ERR_JOB_UNKNOWN;
+            error = "no such job";
+        }
+    } else if (!strcmp(type, "stats")) {
+        json_object_set_new(
+            r, "stats",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "jobs",
+                      (json_int_t)HASH_COUNT(am->jobs), "groups",
+                      (json_int_t)HASH_COUNT(am->groups), "jobs_begun",
+                      (json_int_t)am->stats.jobs_begun, "jobs_refused",
+                      (json_int_t)am->stats.jobs_refused, "groups_created",
+                      (json_int_t)am->stats.groups_created, "groups_failed",
+                      (json_int_t)am->stats.groups_failed, "groups_revoked",
+                      (json_int_t)am->stats.groups_revoked, "auth_failures",
+                      (json_int_t)am->stats.auth_failures, "tree_builds",
+                      (json_int_t)am->stats.tree_builds));
+    } else if (!strcmp(type, "topology")) {
+        json_object_set_new(
+            r, "topology",
+            json_pack("{s:s, s:I, s:I, s:I}", "file", am->cfg.topology,
+                      "switches",
+                      (json_int_t)shp_topo_count_type(am->topo, SHP_NODE_SWITCH),
+                      "hosts",
+                      (json_int_t)shp_topo_count_type(am->topo, SHP_NODE_CA),
+                      "links", (json_int_t)shp_topo_links(am->topo)));
+    } else {
+        st = SHP_ERR_UNSUPPORTED;
+        error = "unknown request";
+    }
+    json_object_set_new(r, "status", json_integer(st));
+    if (error)
+        json_object_set_new(r, "error", json_string(error));
+    return r;
+}

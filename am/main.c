@@ -1,0 +1,137 @@
+/* sharp_am: options, signals and the event loop. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "am/am.h"
+#include "common/config.h"
+#include "common/log.h"
+
+#ifndef SHP_VERSION
+#define SHP_VERSION "0.1.0"
+#endif
+
+static const shp_config_range_t trees_range = {1, SHP_AM_MAX_TREE_ID};
+static const shp_config_range_t radix_range = {1, 4096};
+static const shp_config_range_t count_range = {1, 1000000};
+static const shp_config_range_t port_range = {1024, 45000};
+
+static const shp_config_opt_t am_opts[] = {
+    {"listen", "0.0.0.0:6126", "ip:port for ANs and sharpds",
+     offsetof(shp_am_config_t, listen), &shp_cfg_string},
+    {"admin_socket", "/run/sharp/am.sock",
+     "Unix socket of the admin interface (sharpctl); empty: none",
+     offsetof(shp_am_config_t, admin_socket), &shp_cfg_string},
+    {"admin_group", "",
+     "group whose members may use the admin interface besides root",
+     offsetof(shp_am_config_t, admin_group), &shp_cfg_string},
+    {"topology", "/etc/sharp/topology.ibnd",
+     "fabric topology (ibnetdiscover output)",
+     offsetof(shp_am_config_t, topology), &shp_cfg_string},
+    {"an_hosts", "",
+     "hosts (CA names) that run an AN, comma separated; every switch "
+     "hosts one",
+     offsetof(shp_am_config_t, an_hosts), &shp_cfg_string},
+    {"secret_file", "/etc/sharp/secret",
+     "cluster secret shared with ANs and sharpds (mode 0600)",
+     offsetof(shp_am_config_t, secret_file), &shp_cfg_string},
+    {"log_level", "info", "log level", offsetof(shp_am_config_t, log_level),
+     &shp_cfg_loglevel},
+    {"max_trees", "8", "aggregation trees to build",
+     offsetof(shp_am_config_t, max_trees), &shp_cfg_uint, &trees_range},
+    {"radix", "64", "AN children per AN in a tree, at most",
+     offsetof(shp_am_config_t, radix), &shp_cfg_uint, &radix_range},
+    {"max_jobs", "1024", "jobs admitted at once, at most",
+     offsetof(shp_am_config_t, max_jobs), &shp_cfg_uint, &count_range},
+    {"job_max_groups", "16", "groups per job, at most",
+     offsetof(shp_am_config_t, job_max_groups), &shp_cfg_uint, &count_range},
+    {"group_osts", "16", "outstanding operations per group (quota)",
+     offsetof(shp_am_config_t, group_osts), &shp_cfg_uint, &count_range},
+    {"group_payload", "4k", "payload bytes per operation (quota)",
+     offsetof(shp_am_config_t, group_payload), &shp_cfg_size},
+    {"dist", "rc", "default result distribution: rc, mcast or both",
+     offsetof(shp_am_config_t, dist), &shp_cfg_enum, shp_am_dists},
+    {"mcast_prefix", "239.77",
+     "first two octets of the groups' multicast addresses",
+     offsetof(shp_am_config_t, mcast_prefix), &shp_cfg_string},
+    {"mcast_port", "20000", "first UDP port of the groups' multicast",
+     offsetof(shp_am_config_t, mcast_port), &shp_cfg_uint, &port_range},
+    {"keepalive", "2s", "keepalive interval of control connections",
+     offsetof(shp_am_config_t, keepalive_ms), &shp_cfg_time},
+    {"group_timeout", "10s", "how long ANs have to confirm a new group",
+     offsetof(shp_am_config_t, group_timeout_ms), &shp_cfg_time},
+    {"tree_settle", "200ms",
+     "quiet time after ANs come or go before trees are rebuilt",
+     offsetof(shp_am_config_t, tree_settle_ms), &shp_cfg_time},
+    {NULL}};
+
+static const shp_config_table_t am_table = {
+    "sharp_am", "SHARP_AM_", "/etc/sharp/sharp_am.conf", am_opts};
+
+static void on_stop(void *arg, int signum)
+{
+    shp_am_t *am = arg;
+    shp_info("signal %d: shutting down", signum);
+    ev_break(am->loop, EVBREAK_ALL);
+}
+
+static void on_reload(void *arg)
+{
+    shp_am_t *am = arg;
+    shp_am_config_t fresh = {0};
+    shp_config_action_t action;
+    shp_config_err_t err;
+    char *argv[] = {"sharp_am", NULL};
+    if (shp_config_load(&am_table, &fresh, 1, argv, "", &action, &err) ==
+        SHP_OK) {
+        shp_log_set_level(fresh.log_level);
+        am->cfg.log_level = fresh.log_level;
+        shp_info("reloaded: log level %s", shp_log_level_name(fresh.log_level));
+    } else {
+        shp_warn("reload failed: %s", err.msg);
+    }
+    shp_config_release(&am_table, &fresh);
+}
+
+int main(int argc, char **argv)
+{
+    static shp_am_t am;
+    shp_config_action_t action;
+    shp_config_err_t err;
+    shp_signals_t sig;
+    char msg[600];
+
+    shp_log_set_component("sharp_am");
+    if (shp_config_load(&am_table, &am.cfg, argc, argv,
+                        "usage: sharp_am [--config FILE] [--OPTION VALUE ...]\n"
+                        "\n"
+                        "The aggregation manager of sharp: reads the fabric "
+                        "topology, builds aggregation\ntrees over the "
+                        "registered ANs, admits jobs and creates their groups.",
+                        &action, &err) != SHP_OK) {
+        fprintf(stderr, "sharp_am: %s\n", err.msg);
+        shp_config_release(&am_table, &am.cfg);
+        return 2;
+    }
+    if (action == SHP_CONFIG_VERSION)
+        printf("sharp_am %s\n", SHP_VERSION);
+    if (action != SHP_CONFIG_RUN) {
+        shp_config_release(&am_table, &am.cfg);
+        return 0;
+    }
+    shp_log_set_level(am.cfg.log_level);
+    struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    if (shp_am_start(&am, loop, msg, sizeof(msg)) != SHP_OK) {
+        fprintf(stderr, "sharp_am: %s\n", msg);
+        shp_config_release(&am_table, &am.cfg);
+        return 1;
+    }
+    shp_signals_start(&sig, loop, on_stop, on_reload, &am);
+    printf("sharp_am listening on %s\n", am.listen_addr);
+    fflush(stdout);
+    ev_run(loop, 0);
+    shp_am_stop(&am);
+    shp_signals_stop(&sig, loop);
+    shp_config_release(&am_table, &am.cfg);
+    shp_info("stopped");
+    return 0;
+}
