@@ -109,6 +109,7 @@ $(OBJDIR)/%.o: %.c | $(DEPS_STAMP)
 include common/module.mk
 include an/module.mk
 include am/module.mk
+include sharpd/module.mk
 include tests/module.mk
 include bench/module.mk
 

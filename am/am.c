@@ -30,7 +30,8 @@ static void am_send(shp_am_peer_t *p, json_t *msg)
 {
     if (!msg)
         return;
-    if (p && shp_conn_is_open(&p->conn) && shp_ctl_send(&p->conn, msg) != SHP_OK)
+    if (p && shp_conn_is_open(&p->conn) &&
+        shp_ctl_send(&p->conn, msg) != SHP_OK)
         shp_warn("cannot send %s to %s", shp_ctl_type(msg), p->conn.peer);
     json_decref(msg);
 }
@@ -38,8 +39,8 @@ static void am_send(shp_am_peer_t *p, json_t *msg)
 static json_t *reply(const char *type, int64_t id, shp_status_t st,
                      const char *error)
 {
-    json_t *m = json_pack("{s:s, s:I, s:i}", "type", type, "id",
-                          (json_int_t)id, "status", (int)st);
+    json_t *m = json_pack("{s:s, s:I, s:i}", "type", type, "id", (json_int_t)id,
+                          "status", (int)st);
     if (m && error)
         json_object_set_new(m, "error", json_string(error));
     return m;
@@ -76,6 +77,8 @@ static shp_am_peer_t *sharpd_of_host(shp_am_t *am, const char *host)
     return NULL;
 }
 
+static void trees_schedule(shp_am_t *am);
+
 /* Groups ------------------------------------------------------------------ */
 
 static void group_free(shp_am_t *am, shp_am_group_t *g)
@@ -89,8 +92,9 @@ static void group_free(shp_am_t *am, shp_am_group_t *g)
             break;
         }
     j->ngroups--;
-    if (am->trees[g->tree].used)
-        am->trees[g->tree].ngroups--;
+    shp_am_tree_t *tr = &am->trees[g->tree];
+    if (tr->used && --tr->ngroups == 0 && !tr->up)
+        trees_schedule(am); /* a down tree is replaced once empty */
     for (int i = 0; i < g->plan.nans; i++)
         if (g->an_of[i] >= 0)
             am->ans[g->an_of[i]].ngroups--;
@@ -137,20 +141,19 @@ static void group_revoke(shp_am_t *am, shp_am_group_t *g, shp_status_t st,
     group_remove_from_ans(am, g);
     if (g->state == AM_GROUP_CONFIGURING) {
         am->stats.groups_failed++;
-        shp_warn_id("AM0301", "group %" PRIu32 " of job %" PRIu64
-                              " not created: %s",
+        shp_warn_id("AM0301",
+                    "group %" PRIu32 " of job %" PRIu64 " not created: %s",
                     g->id, g->job->id, reason);
         am_send(g->req_peer, reply("group_create_ack", g->req_id, st, reason));
     } else {
         am->stats.groups_revoked++;
-        shp_warn_id("AM0302", "group %" PRIu32 " of job %" PRIu64
-                              " revoked: %s",
-                    g->id, g->job->id, reason);
-        json_t *m = json_pack("{s:s, s:o, s:I, s:i, s:s}", "type",
-                              "group_revoked", "job_id",
-                              job_id_json(g->job->id), "group_id",
-                              (json_int_t)g->id, "status", (int)st, "reason",
-                              reason);
+        shp_warn_id("AM0302",
+                    "group %" PRIu32 " of job %" PRIu64 " revoked: %s", g->id,
+                    g->job->id, reason);
+        json_t *m =
+            json_pack("{s:s, s:o, s:I, s:i, s:s}", "type", "group_revoked",
+                      "job_id", job_id_json(g->job->id), "group_id",
+                      (json_int_t)g->id, "status", (int)st, "reason", reason);
         job_notify(am, g->job, m);
     }
     group_free(am, g);
@@ -162,10 +165,10 @@ static json_t *group_descriptor(shp_am_t *am, shp_am_group_t *g)
     for (int r = 0; r < g->plan.nmembers; r++) {
         int a = g->plan.member_an[r];
         json_array_append_new(
-            members, json_pack("{s:s, s:s, s:i}", "an",
-                               am->ans[g->an_of[a]].name, "addr",
-                               am->ans[g->an_of[a]].data_addr, "child_index",
-                               g->plan.member_index[r]));
+            members,
+            json_pack("{s:s, s:s, s:i}", "an", am->ans[g->an_of[a]].name,
+                      "addr", am->ans[g->an_of[a]].data_addr, "child_index",
+                      g->plan.member_index[r]));
     }
     json_t *ans = json_array();
     for (int i = 0; i < g->plan.nans; i++)
@@ -261,10 +264,10 @@ static void send_tree_config(shp_am_t *am, int t)
                 : json_string(
                       am->ans[an_of_node(am, tr->t.node[tr->t.parent[i]])]
                           .data_addr);
-        am_send(an->peer, json_pack("{s:s, s:I, s:i, s:o}", "type",
-                                    "tree_config", "id",
-                                    (json_int_t)am->next_req++, "tree_id", t,
-                                    "parent", parent));
+        am_send(an->peer,
+                json_pack("{s:s, s:I, s:i, s:o}", "type", "tree_config", "id",
+                          (json_int_t)am->next_req++, "tree_id", t, "parent",
+                          parent));
     }
 }
 
@@ -356,6 +359,8 @@ static void trees_schedule(shp_am_t *am)
 
 /* ANs --------------------------------------------------------------------- */
 
+/* An AN is gone: the groups through it are revoked (and only those); the
+ * trees through it take no new groups and are rebuilt once empty. */
 static void an_lost(shp_am_t *am, int a, const char *why)
 {
     shp_am_an_t *an = &am->ans[a];
@@ -364,9 +369,18 @@ static void an_lost(shp_am_t *am, int a, const char *why)
     an->peer = NULL;
     snprintf(reason, sizeof(reason), "AN %s lost: %s", an->name, why);
     shp_warn_id("AM0201", "%s", reason);
+    shp_am_group_t *g, *tmp;
+    HASH_ITER(hh, am->groups, g, tmp)
+    {
+        for (int i = 0; i < g->plan.nans; i++)
+            if (g->an_of[i] == a) {
+                group_revoke(am, g, SHP_ERR_TREE_DOWN, reason);
+                break;
+            }
+    }
     for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++)
         if (am->trees[t].used && shp_tree_pos(&am->trees[t].t, an->node) >= 0)
-            tree_down(am, t, reason);
+            am->trees[t].up = 0;
     trees_schedule(am);
 }
 
@@ -397,11 +411,13 @@ static void an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     int node = shp_topo_find(am->topo, name);
     if (node < 0 || !am->an_expected[node]) {
         char e[300];
-        snprintf(e, sizeof(e), "%s is neither a switch nor a configured AN "
-                               "host of the topology",
+        snprintf(e, sizeof(e),
+                 "%s is neither a switch nor a configured AN "
+                 "host of the topology",
                  name);
         shp_error_id("AM0102", "refusing AN: %s", e);
         am_send(p, reply("an_register_ack", 0, SHP_ERR_NOT_FOUND, e));
+        shp_conn_flush(&p->conn);
         shp_conn_close(&p->conn, SHP_ERR_NOT_FOUND);
         return;
     }
@@ -474,9 +490,8 @@ static void an_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
             char why[400];
             snprintf(why, sizeof(why), "AN %s: %s", am->ans[p->an].name,
                      reason);
-            group_revoke(am, g, st < 0 ? (shp_status_t)st
-                                       : SHP_ERR_GROUP_FAILED,
-                         why);
+            group_revoke(am, g,
+                         st < 0 ? (shp_status_t)st : SHP_ERR_GROUP_FAILED, why);
         }
         return;
     }
@@ -518,9 +533,9 @@ void shp_am_job_end(shp_am_t *am, shp_am_job_t *j, shp_status_t why,
         }
     }
     if (why != SHP_OK) {
-        json_t *m = json_pack("{s:s, s:o, s:i, s:s}", "type", "job_killed",
-                              "job_id", job_id_json(j->id), "status", (int)why,
-                              "reason", reason);
+        json_t *m =
+            json_pack("{s:s, s:o, s:i, s:s}", "type", "job_killed", "job_id",
+                      job_id_json(j->id), "status", (int)why, "reason", reason);
         job_notify(am, j, m);
     }
     shp_info("job %" PRIu64 " ended%s%s", j->id, why ? ": " : "",
@@ -551,8 +566,10 @@ static shp_status_t hosts_resolve(shp_am_t *am, const json_t *arr, int **out,
         const char *h = json_string_value(v);
         int node = h ? shp_topo_find(am->topo, h) : -1;
         if (node < 0 || shp_topo_node(am->topo, node)->type != SHP_NODE_CA) {
-            snprintf(why, whylen, "unknown host \"%s\"", h ? h : "(not a "
-                                                                 "string)");
+            snprintf(why, whylen, "unknown host \"%s\"",
+                     h ? h
+                       : "(not a "
+                         "string)");
             free(nodes);
             return SHP_ERR_NOT_FOUND;
         }
@@ -755,7 +772,8 @@ static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         return;
     json_t *members;
     const char *w;
-    const char *dist = shp_json_opt_str(msg, "dist", shp_am_dists[am->cfg.dist]);
+    const char *dist =
+        shp_json_opt_str(msg, "dist", shp_am_dists[am->cfg.dist]);
     char why[300];
     if (shp_json_get_array(msg, "members", &members, &w)) {
         am_send(p, reply(ack, id, SHP_ERR_PROTO, "members required"));
@@ -770,8 +788,9 @@ static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         return;
     }
     if ((unsigned)j->ngroups >= j->max_groups) {
-        snprintf(why, sizeof(why), "job %" PRIu64 " has its maximum of %u "
-                                   "groups",
+        snprintf(why, sizeof(why),
+                 "job %" PRIu64 " has its maximum of %u "
+                 "groups",
                  j->id, j->max_groups);
         am_send(p, reply(ack, id, SHP_ERR_QUOTA, why));
         return;
@@ -782,8 +801,9 @@ static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         for (int k = 0; k < n && st == SHP_OK; k++)
             if (job_host_index(am, j, shp_topo_node(am->topo, nodes[k])->host) <
                 0) {
-                snprintf(why, sizeof(why), "member %s is not a host of job "
-                                           "%" PRIu64,
+                snprintf(why, sizeof(why),
+                         "member %s is not a host of job "
+                         "%" PRIu64,
                          shp_topo_node(am->topo, nodes[k])->host, j->id);
                 st = SHP_ERR_INVALID_PARAM;
                 free(nodes);
@@ -898,9 +918,9 @@ static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
             "s:I}",
             "type", "group_add", "id", (json_int_t)g->id << 20 | i, "group_id",
             (json_int_t)g->id, "tree_id", best, "job_id", job_id_json(j->id),
-            "job_key", key, "children", children, "top", i == 0,
-            "parent_index", ga->parent_index, "dist", shp_am_dists[d],
-            "mcast_addr", g->mcast_addr, "osts", (int)g->osts, "payload",
+            "job_key", key, "children", children, "top", i == 0, "parent_index",
+            ga->parent_index, "dist", shp_am_dists[d], "mcast_addr",
+            g->mcast_addr, "osts", (int)g->osts, "payload",
             (json_int_t)g->payload);
         am_send(am->ans[g->an_of[i]].peer, m);
     }
@@ -953,6 +973,7 @@ static void sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         snprintf(e, sizeof(e), "host %s is not in the topology", host);
         shp_error_id("AM0103", "refusing sharpd: %s", e);
         am_send(p, reply("sharpd_register_ack", 0, SHP_ERR_NOT_FOUND, e));
+        shp_conn_flush(&p->conn);
         shp_conn_close(&p->conn, SHP_ERR_NOT_FOUND);
         return;
     }
@@ -961,8 +982,8 @@ static void sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         shp_conn_close(&old->conn, SHP_ERR_EXISTS); /* replaced */
     p->role = AM_PEER_SHARPD;
     snprintf(p->host, sizeof(p->host), "%s", host);
-    am_send(p, json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status",
-                         0));
+    am_send(
+        p, json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status", 0));
     shp_info("sharpd of host %s registered", host);
     /* jobs this AM still knows are attached again; others were lost with an
      * earlier AM and the sharpd is told they are gone */
@@ -1062,9 +1083,10 @@ static void peer_frame(shp_conn_t *conn, const void *frame, size_t len)
         if (st != SHP_OK) {
             am->stats.auth_failures++;
             shp_error_id("AM0101", "refusing %s (%s %s): %s", conn->peer,
-                         p->auth.role[0] ? p->auth.role : "peer",
-                         p->auth.name, why);
+                         p->auth.role[0] ? p->auth.role : "peer", p->auth.name,
+                         why);
             am_send(p, reply("auth_failed", 0, st, why));
+            shp_conn_flush(conn);
             shp_conn_close(conn, st);
         } else if (chal) {
             am_send(p, chal);

@@ -50,23 +50,28 @@ typedef struct shp_am_peer shp_am_peer_t;
 typedef struct shp_am_group shp_am_group_t;
 typedef struct shp_am_job shp_am_job_t;
 
-typedef enum { AM_PEER_NEW, AM_PEER_AN, AM_PEER_SHARPD, AM_PEER_ADMIN } am_role_t;
+typedef enum {
+    AM_PEER_NEW,
+    AM_PEER_AN,
+    AM_PEER_SHARPD,
+    AM_PEER_ADMIN
+} am_role_t;
 
 struct shp_am_peer {
     shp_conn_t conn;
     shp_am_t *am;
     am_role_t role;
     shp_auth_server_t auth;
-    int an;       /* AN index for role AN, else -1 */
+    int an;         /* AN index for role AN, else -1 */
     char host[128]; /* sharpd: its host */
-    uid_t uid;    /* admin: SO_PEERCRED */
+    uid_t uid;      /* admin: SO_PEERCRED */
     gid_t gid;
     shp_am_peer_t *next;
 };
 
 typedef struct shp_am_an {
     char name[128];
-    int node;     /* topology node */
+    int node; /* topology node */
     char data_addr[64];
     int up;
     shp_am_peer_t *peer;
@@ -92,10 +97,10 @@ struct shp_am_group {
     int tree;
     int state;
     shp_group_plan_t plan;
-    int *an_of;       /* [plan.nans] AN index */
-    char *acked;      /* [plan.nans] */
+    int *an_of;  /* [plan.nans] AN index */
+    char *acked; /* [plan.nans] */
     int nacked;
-    int dist;         /* 1 rc, 2 mcast, 3 both */
+    int dist; /* 1 rc, 2 mcast, 3 both */
     char mcast_addr[64];
     unsigned osts;
     uint32_t payload;
@@ -112,8 +117,8 @@ struct shp_am_job {
     uid_t uid;
     uint8_t key[32];
     int nhosts;
-    int *hosts;          /* topology nodes */
-    char **attached;     /* [nhosts] non-NULL: host names whose sharpd has
+    int *hosts;      /* topology nodes */
+    char **attached; /* [nhosts] non-NULL: host names whose sharpd has
                             local processes of the job */
     unsigned max_groups, osts;
     uint32_t payload;
@@ -146,8 +151,8 @@ struct shp_am {
     } stats;
 };
 
-SHP_WUR shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop,
-                                  char *err, size_t errlen);
+SHP_WUR shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop, char *err,
+                                  size_t errlen);
 void shp_am_stop(shp_am_t *am);
 
 /* Admin requests (am_admin.c): answers one message from sharpctl. */

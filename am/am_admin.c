@@ -57,8 +57,8 @@ static json_t *list_ans(shp_am_t *am)
         shp_am_an_t *an = &am->ans[i];
         json_array_append_new(
             a, json_pack("{s:s, s:o, s:s, s:s, s:i, s:i, s:I}", "name",
-                         an->name,
-                         "guid", guid_json(shp_topo_node(am->topo, an->node)->guid),
+                         an->name, "guid",
+                         guid_json(shp_topo_node(am->topo, an->node)->guid),
                          "addr", an->data_addr, "state", an->up ? "up" : "down",
                          "trees", an->ntrees, "groups", an->ngroups,
                          "registrations", (json_int_t)an->registrations));
@@ -74,11 +74,10 @@ static json_t *list_trees(shp_am_t *am)
         if (!tr->used)
             continue;
         json_array_append_new(
-            a, json_pack("{s:i, s:s, s:i, s:i, s:i, s:i, s:s}", "id", t,
-                         "root", shp_am_an_name(am, tr->t.root), "ans",
-                         tr->t.n, "depth", tr->t.depth, "hosts", tr->t.nhosts,
-                         "groups", tr->ngroups, "state",
-                         tr->up ? "up" : "down"));
+            a, json_pack("{s:i, s:s, s:i, s:i, s:i, s:i, s:s}", "id", t, "root",
+                         shp_am_an_name(am, tr->t.root), "ans", tr->t.n,
+                         "depth", tr->t.depth, "hosts", tr->t.nhosts, "groups",
+                         tr->ngroups, "state", tr->up ? "up" : "down"));
     }
     return a;
 }
@@ -99,18 +98,18 @@ static json_t *one_tree(shp_am_t *am, const json_t *req, shp_status_t *st)
             level[i] = level[tr->parent[i]] + 1;
         json_array_append_new(
             nodes,
-            json_pack("{s:s, s:o, s:i, s:i}", "name",
-                      shp_am_an_name(am, tr->node[i]), "parent",
-                      tr->parent[i] < 0
-                          ? json_null()
-                          : json_string(shp_am_an_name(
-                                am, tr->node[tr->parent[i]])),
-                      "level", level ? level[i] : 0, "children", tr->nchild[i]));
+            json_pack(
+                "{s:s, s:o, s:i, s:i}", "name", shp_am_an_name(am, tr->node[i]),
+                "parent",
+                tr->parent[i] < 0
+                    ? json_null()
+                    : json_string(shp_am_an_name(am, tr->node[tr->parent[i]])),
+                "level", level ? level[i] : 0, "children", tr->nchild[i]));
     }
     free(level);
     return json_pack("{s:i, s:s, s:i, s:i, s:o}", "id", (int)t, "root",
-                     shp_am_an_name(am, tr->root), "depth", tr->depth,
-                     "hosts", tr->nhosts, "nodes", nodes);
+                     shp_am_an_name(am, tr->root), "depth", tr->depth, "hosts",
+                     tr->nhosts, "nodes", nodes);
 }
 
 static json_t *list_jobs(shp_am_t *am)
@@ -150,23 +149,23 @@ static json_t *list_groups(shp_am_t *am, const json_t *req)
         for (int i = 0; i < g->plan.nans; i++) {
             shp_group_an_t *ga = &g->plan.ans[i];
             json_array_append_new(
-                ans, json_pack("{s:s, s:o, s:i, s:b}", "name",
-                               am->ans[g->an_of[i]].name, "parent",
-                               ga->parent < 0
-                                   ? json_null()
-                                   : json_string(
-                                         am->ans[g->an_of[ga->parent]].name),
-                               "children", ga->nchildren, "top", i == 0));
+                ans,
+                json_pack("{s:s, s:o, s:i, s:b}", "name",
+                          am->ans[g->an_of[i]].name, "parent",
+                          ga->parent < 0
+                              ? json_null()
+                              : json_string(am->ans[g->an_of[ga->parent]].name),
+                          "children", ga->nchildren, "top", i == 0));
         }
         json_array_append_new(
-            a, json_pack("{s:I, s:o, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:I}",
-                         "group_id", (json_int_t)g->id, "job_id",
-                         u64_json(g->job->id), "tree_id", g->tree, "state",
-                         g->state == AM_GROUP_UP ? "up" : "configuring",
-                         "members", g->plan.nmembers, "ans", ans, "dist",
-                         shp_am_dists[g->dist - 1], "mcast_addr",
-                         g->mcast_addr, "osts", (int)g->osts, "payload",
-                         (json_int_t)g->payload));
+            a,
+            json_pack("{s:I, s:o, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:I}",
+                      "group_id", (json_int_t)g->id, "job_id",
+                      u64_json(g->job->id), "tree_id", g->tree, "state",
+                      g->state == AM_GROUP_UP ? "up" : "configuring", "members",
+                      g->plan.nmembers, "ans", ans, "dist",
+                      shp_am_dists[g->dist - 1], "mcast_addr", g->mcast_addr,
+                      "osts", (int)g->osts, "payload", (json_int_t)g->payload));
     }
     return a;
 }
@@ -206,8 +205,7 @@ json_t *shp_am_admin(shp_am_t *am, shp_am_peer_t *p, const json_t *req)
         if (shp_json_get_u64(req, "job_id", &jid, NULL) == SHP_OK)
             HASH_FIND(hh, am->jobs, &jid, sizeof(jid), j);
         if (j) {
-            shp_info("job %" PRIu64 " killed by uid %u", jid,
-                     (unsigned)p->uid);
+            shp_info("job %" PRIu64 " killed by uid %u", jid, (unsigned)p->uid);
             shp_am_job_end(am, j, SHP_ERR_JOB_KILLED,
                            "killed by the administrator");
         } else {
@@ -230,12 +228,11 @@ json_t *shp_am_admin(shp_am_t *am, shp_am_peer_t *p, const json_t *req)
     } else if (!strcmp(type, "topology")) {
         json_object_set_new(
             r, "topology",
-            json_pack("{s:s, s:I, s:I, s:I}", "file", am->cfg.topology,
-                      "switches",
-                      (json_int_t)shp_topo_count_type(am->topo, SHP_NODE_SWITCH),
-                      "hosts",
-                      (json_int_t)shp_topo_count_type(am->topo, SHP_NODE_CA),
-                      "links", (json_int_t)shp_topo_links(am->topo)));
+            json_pack(
+                "{s:s, s:I, s:I, s:I}", "file", am->cfg.topology, "switches",
+                (json_int_t)shp_topo_count_type(am->topo, SHP_NODE_SWITCH),
+                "hosts", (json_int_t)shp_topo_count_type(am->topo, SHP_NODE_CA),
+                "links", (json_int_t)shp_topo_links(am->topo)));
     } else {
         st = SHP_ERR_UNSUPPORTED;
         error = "unknown request";

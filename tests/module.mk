@@ -22,3 +22,11 @@ $(AN_TREE_TEST): $(OBJDIR)/tests/an/test_an_tree.o $(COMMON_LIB) \
 
 # Topology: live ibsim fabrics against the stored captures.
 TEST_SCRIPTS += tests/topo/test_ibsim.sh
+
+# The control plane end to end: sharp_am, sharp_an, sharpd, real processes.
+AM_TEST := $(TESTDIR)/am/test_am
+TESTS += $(AM_TEST)
+
+$(AM_TEST): $(OBJDIR)/tests/am/test_am.o $(COMMON_LIB) $(SHARP_AM) \
+		$(SHARP_AN) $(SHARPD) $(SHARP_TOPO) $(AN_MEMBER)
+	$(call link_prog,$(CMOCKA_LIBS))

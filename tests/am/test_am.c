@@ -1,0 +1,896 @@
+/*
+ * The control plane end to end, with real processes: sharp_am over a
+ * generated 2-level fat-tree (2 spines, 4 leaves, 8 hosts), a sharp_an per
+ * switch on 127.0.1.x, sharpds for four hosts, and this test as the local
+ * processes (blocking clients of the sharpds' Unix sockets) and as the admin
+ * (the AM's admin socket).
+ *
+ * Covers: job begin/attach/end, group create (trimmed sub-tree, descriptor)
+ * and a real allreduce through it (tests/an/an_member), group destroy, uid
+ * enforcement (a client running as nobody), refusals, a wrong cluster
+ * secret, kill -9 of an AN (only the groups through it are revoked), and an
+ * AM restart (ANs and sharpds come back, stale state is cleared).
+ */
+#include "../unit/test_util.h"
+
+#include "common/auth.h"
+#include "common/ctl.h"
+#include "common/net.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NSW 6
+#define NSD 4
+
+static const char *sw_names[NSW] = {"spine01", "spine02", "leaf01",
+                                    "leaf02",  "leaf03",  "leaf04"};
+static const char *sd_hosts[NSD] = {"n00001", "n00003", "n00005", "n00006"};
+static pid_t am_pid, an_pid[NSW], sd_pid[NSD];
+static char bindir[400], testdir[400], dir[512], am_addr[64], secret[600];
+
+/* --- processes ------------------------------------------------------------ */
+
+static pid_t spawn(char *const argv[], const char *log)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void path(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", dir, name);
+}
+
+static void start_am(const char *listen)
+{
+    char exe[500], topo[600], sock[600], log[600];
+    snprintf(exe, sizeof(exe), "%s/sharp_am", bindir);
+    path(topo, sizeof(topo), "topo.ibnd");
+    path(sock, sizeof(sock), "am.sock");
+    path(log, sizeof(log), "am.log");
+    char *argv[] = {exe,
+                    "--topology",
+                    topo,
+                    "--listen",
+                    (char *)listen,
+                    "--admin-socket",
+                    sock,
+                    "--secret-file",
+                    secret,
+                    "--keepalive",
+                    "1s",
+                    "--tree-settle",
+                    "100ms",
+                    "--group-timeout",
+                    "5s",
+                    NULL};
+    am_pid = spawn(argv, log);
+    /* the address it listens on */
+    char line[256];
+    for (int i = 0; i < 200; i++) {
+        FILE *f = fopen(log, "r");
+        while (f && fgets(line, sizeof(line), f))
+            if (sscanf(line, "sharp_am listening on %63s", am_addr) == 1) {
+                fclose(f);
+                return;
+            }
+        if (f)
+            fclose(f);
+        usleep(25000);
+    }
+    fail_msg("sharp_am did not start (see %s)", log);
+}
+
+static void start_an(int i, const char *key_file)
+{
+    char exe[500], listen[64], log[600];
+    snprintf(exe, sizeof(exe), "%s/sharp_an", bindir);
+    snprintf(listen, sizeof(listen), "127.0.1.%d:0", i + 1);
+    snprintf(log, sizeof(log), "%s/an-%s.log", dir, sw_names[i]);
+    char *argv[] = {exe,
+                    "--name",
+                    (char *)sw_names[i],
+                    "--listen",
+                    listen,
+                    "--am",
+                    am_addr,
+                    "--secret-file",
+                    (char *)key_file,
+                    "--am-keepalive",
+                    "1s",
+                    NULL};
+    an_pid[i] = spawn(argv, log);
+}
+
+static pid_t start_sharpd(const char *host, const char *key_file)
+{
+    char exe[500], sock[600], log[600];
+    snprintf(exe, sizeof(exe), "%s/sharpd", bindir);
+    snprintf(sock, sizeof(sock), "%s/sd-%s.sock", dir, host);
+    snprintf(log, sizeof(log), "%s/sd-%s.log", dir, host);
+    char *argv[] = {
+        exe,     "--host",        (char *)host,     "--socket",    sock, "--am",
+        am_addr, "--secret-file", (char *)key_file, "--keepalive", "1s", NULL};
+    return spawn(argv, log);
+}
+
+static int stop(pid_t pid)
+{
+    int st;
+    if (pid <= 0)
+        return 0;
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 400; i++) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+
+/* --- blocking control clients --------------------------------------------- */
+
+typedef struct client {
+    int fd;
+    json_t *notices; /* messages that answered no request */
+    int64_t next_id;
+} client_t;
+
+static int connect_unix(const char *p)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(p) >= sizeof(sa.sun_path))
+        fail_msg("socket path too long: %s", p);
+    memcpy(sa.sun_path, p, strlen(p) + 1);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static client_t *client_open(const char *sockname)
+{
+    char p[600];
+    path(p, sizeof(p), sockname);
+    int fd = -1;
+    for (int i = 0; i < 100 && fd < 0; i++) {
+        fd = connect_unix(p);
+        if (fd < 0)
+            usleep(20000);
+    }
+    if (fd < 0)
+        fail_msg("cannot connect to %s", p);
+    client_t *c = calloc(1, sizeof(*c));
+    c->fd = fd;
+    c->notices = json_array();
+    c->next_id = 1;
+    return c;
+}
+
+static void client_close(client_t *c)
+{
+    close(c->fd);
+    json_decref(c->notices);
+    free(c);
+}
+
+static int read_full(int fd, void *buf, size_t len, int ms)
+{
+    size_t got = 0;
+    while (got < len) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, ms) <= 0)
+            return -1;
+        ssize_t n = read(fd, (char *)buf + got, len - got);
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+/* The next message, or NULL after ms or on EOF. */
+static json_t *client_read(client_t *c, int ms)
+{
+    uint8_t hdr[SHP_CTL_HDR_LEN], type;
+    uint32_t len;
+    if (read_full(c->fd, hdr, sizeof(hdr), ms))
+        return NULL;
+    assert_int_equal(shp_ctl_hdr_unpack(hdr, &type, &len, NULL), SHP_OK);
+    uint8_t *frame = malloc(sizeof(hdr) + len);
+    memcpy(frame, hdr, sizeof(hdr));
+    if (read_full(c->fd, frame + sizeof(hdr), len, ms)) {
+        free(frame);
+        return NULL;
+    }
+    json_t *msg = NULL;
+    assert_int_equal(
+        shp_ctl_decode(frame, sizeof(hdr) + len, &type, &msg, NULL), SHP_OK);
+    free(frame);
+    return msg;
+}
+
+static void client_send(client_t *c, json_t *msg)
+{
+    uint8_t *frame;
+    size_t len;
+    assert_int_equal(shp_ctl_encode(msg, &frame, &len), SHP_OK);
+    assert_int_equal(write(c->fd, frame, len), (ssize_t)len);
+    free(frame);
+    json_decref(msg);
+}
+
+/* Sends msg with a fresh id; returns the reply (new reference). */
+static json_t *call(client_t *c, json_t *msg)
+{
+    int64_t id = c->next_id++;
+    json_object_set_new(msg, "id", json_integer(id));
+    client_send(c, msg);
+    for (;;) {
+        json_t *r = client_read(c, 15000);
+        if (!r)
+            fail_msg("no answer to request %lld", (long long)id);
+        if (json_integer_value(json_object_get(r, "id")) == id &&
+            json_object_get(r, "status"))
+            return r;
+        json_array_append_new(c->notices, r);
+    }
+}
+
+static int status_of(const json_t *r)
+{
+    return (int)json_integer_value(json_object_get(r, "status"));
+}
+
+static int call_status(client_t *c, json_t *msg)
+{
+    json_t *r = call(c, msg);
+    int st = status_of(r);
+    json_decref(r);
+    return st;
+}
+
+/* Waits for a notice of `type` (and group_id if >= 0). */
+static json_t *wait_notice(client_t *c, const char *type, int64_t gid, int ms)
+{
+    uint64_t end = shp_time_ns() + (uint64_t)ms * 1000000u;
+    for (;;) {
+        size_t i;
+        json_t *n;
+        json_array_foreach(c->notices, i, n)
+        {
+            if (!strcmp(shp_ctl_type(n), type) &&
+                (gid < 0 ||
+                 json_integer_value(json_object_get(n, "group_id")) == gid)) {
+                json_incref(n);
+                json_array_remove(c->notices, i);
+                return n;
+            }
+        }
+        uint64_t now = shp_time_ns();
+        if (now >= end)
+            return NULL;
+        json_t *r = client_read(c, (int)((end - now) / 1000000u) + 1);
+        if (!r)
+            return NULL;
+        json_array_append_new(c->notices, r);
+    }
+}
+
+static json_t *admin(const char *type)
+{
+    client_t *a = client_open("am.sock");
+    json_t *r = call(a, json_pack("{s:s}", "type", type));
+    client_close(a);
+    assert_int_equal(status_of(r), 0);
+    return r;
+}
+
+static int ans_up(void)
+{
+    json_t *r = admin("ans"), *v;
+    size_t i;
+    int up = 0;
+    json_array_foreach(json_object_get(r, "ans"), i, v)
+    {
+        up += !strcmp(json_string_value(json_object_get(v, "state")), "up");
+    }
+    json_decref(r);
+    return up;
+}
+
+static int count_of(const char *type, const char *key)
+{
+    json_t *r = admin(type);
+    int n = (int)json_array_size(json_object_get(r, key));
+    json_decref(r);
+    return n;
+}
+
+static const char *an_addr(const char *name, char *buf, size_t len)
+{
+    json_t *r = admin("ans"), *v;
+    size_t i;
+    buf[0] = '\0';
+    json_array_foreach(json_object_get(r, "ans"), i, v)
+    {
+        if (!strcmp(json_string_value(json_object_get(v, "name")), name))
+            snprintf(buf, len, "%s",
+                     json_string_value(json_object_get(v, "addr")));
+    }
+    json_decref(r);
+    return buf;
+}
+
+/* the fabric is ready when every AN is up, two trees exist and the sharpds
+ * answer */
+static void wait_ready(int nans)
+{
+    for (int i = 0; i < 400; i++) {
+        if (ans_up() == nans && count_of("trees", "trees") == 2)
+            return;
+        usleep(25000);
+    }
+    fail_msg("fabric not ready: %d ANs up (logs in %s)", ans_up(), dir);
+}
+
+static json_t *job_begin_json(uint64_t job, const char *const *hosts, int n)
+{
+    json_t *h = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(h, json_string(hosts[i]));
+    char s[24];
+    snprintf(s, sizeof(s), "%llu", (unsigned long long)job);
+    return json_pack("{s:s, s:s, s:o}", "type", "job_begin", "job_id", s,
+                     "hosts", h);
+}
+
+static json_t *job_msg(const char *type, uint64_t job)
+{
+    char s[24];
+    snprintf(s, sizeof(s), "%llu", (unsigned long long)job);
+    return json_pack("{s:s, s:s}", "type", type, "job_id", s);
+}
+
+static json_t *group_create(client_t *c, uint64_t job,
+                            const char *const *members, int n)
+{
+    json_t *msg = job_msg("group_create", job), *m = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(m, json_string(members[i]));
+    json_object_set_new(msg, "members", m);
+    return call(c, msg);
+}
+
+static int64_t group_id(const json_t *r)
+{
+    return json_integer_value(
+        json_object_get(json_object_get(r, "group"), "group_id"));
+}
+
+/* --- setup ------------------------------------------------------------------ */
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof(dir), "%s/am-XXXXXX", testdir);
+    assert_non_null(mkdtemp(dir));
+    chmod(dir, 0755); /* the uid test's client runs as nobody */
+    path(secret, sizeof(secret), "secret");
+    FILE *f = fopen(secret, "w");
+    fputs("am-test-cluster-secret-0123456789\n", f);
+    fclose(f);
+    chmod(secret, 0600);
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd),
+             "%s/sharp-topo fat-tree --levels 2 --radix 4 --hosts 8 > "
+             "%s/topo.ibnd",
+             bindir, dir);
+    assert_int_equal(system(cmd), 0);
+    start_am("127.0.0.1:0");
+    for (int i = 0; i < NSW; i++)
+        start_an(i, secret);
+    for (int i = 0; i < NSD; i++)
+        sd_pid[i] = start_sharpd(sd_hosts[i], secret);
+    wait_ready(NSW);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    int bad = 0;
+    for (int i = 0; i < NSD; i++)
+        bad |= stop(sd_pid[i]) != 0;
+    for (int i = 0; i < NSW; i++)
+        bad |= stop(an_pid[i]) != 0;
+    bad |= stop(am_pid) != 0;
+    if (bad)
+        fprintf(stderr, "a daemon did not exit cleanly; logs in %s\n", dir);
+    return bad ? -1 : 0;
+}
+
+/* --- tests ------------------------------------------------------------------ */
+
+static pid_t start_member(const json_t *group, int rank, int nmembers)
+{
+    json_t *m = json_array_get(json_object_get(group, "members"), rank);
+    char exe[500], gid[16], tree[16], child[16], r[16], leaves[16], osts[16],
+        payload[16], log[600];
+    snprintf(exe, sizeof(exe), "%s/../tests/an/an_member", bindir);
+    snprintf(gid, sizeof(gid), "%lld",
+             (long long)json_integer_value(json_object_get(group, "group_id")));
+    snprintf(tree, sizeof(tree), "%lld",
+             (long long)json_integer_value(json_object_get(group, "tree_id")));
+    snprintf(child, sizeof(child), "%lld",
+             (long long)json_integer_value(json_object_get(m, "child_index")));
+    snprintf(r, sizeof(r), "%d", rank);
+    snprintf(leaves, sizeof(leaves), "%d", nmembers);
+    snprintf(osts, sizeof(osts), "%lld",
+             (long long)json_integer_value(json_object_get(group, "osts")));
+    snprintf(payload, sizeof(payload), "%lld",
+             (long long)json_integer_value(json_object_get(group, "payload")));
+    snprintf(log, sizeof(log), "%s/member-%d.log", dir, rank);
+    char *argv[] = {
+        exe,
+        "--leaf",
+        (char *)json_string_value(json_object_get(m, "addr")),
+        "--group",
+        gid,
+        "--tree",
+        tree,
+        "--job",
+        (char *)json_string_value(json_object_get(group, "job_id")),
+        "--key",
+        (char *)json_string_value(json_object_get(group, "job_key")),
+        "--child",
+        child,
+        "--rank",
+        r,
+        "--leaves",
+        leaves,
+        "--per-leaf",
+        "1",
+        "--osts",
+        osts,
+        "--payload",
+        payload,
+        "--plan",
+        "stream",
+        "--ops",
+        "300",
+        "--timeout",
+        "20",
+        NULL};
+    return spawn(argv, log);
+}
+
+static void test_job_and_group(void **state)
+{
+    (void)state;
+    client_t *a = client_open("sd-n00001.sock"),
+             *b = client_open("sd-n00003.sock"),
+             *c = client_open("sd-n00005.sock");
+    static const char *hosts[] = {"n00001", "n00003", "n00005"};
+    json_t *r = call(a, job_begin_json(42, hosts, 3));
+    assert_int_equal(status_of(r), 0);
+    const char *key = json_string_value(json_object_get(r, "job_key"));
+    assert_int_equal(strlen(key), 64);
+    char keep[65];
+    snprintf(keep, sizeof(keep), "%s", key);
+    json_decref(r);
+
+    r = call(b, job_msg("job_attach", 42));
+    assert_int_equal(status_of(r), 0);
+    assert_string_equal(json_string_value(json_object_get(r, "job_key")), keep);
+    json_decref(r);
+    assert_int_equal(call_status(c, job_msg("job_attach", 42)), 0);
+
+    /* a group over one host of each of three leaves: the spine is the top */
+    r = group_create(a, 42, hosts, 3);
+    assert_int_equal(status_of(r), 0);
+    json_t *g = json_object_get(r, "group");
+    json_t *ans = json_object_get(g, "ans");
+    assert_int_equal(json_array_size(ans), 4);
+    assert_true(
+        strncmp(json_string_value(json_array_get(ans, 0)), "spine", 5) == 0);
+    char addr[64];
+    for (int i = 0; i < 3; i++) {
+        json_t *m = json_array_get(json_object_get(g, "members"), i);
+        char leaf[16];
+        snprintf(leaf, sizeof(leaf), "leaf0%d", i + 1);
+        assert_string_equal(json_string_value(json_object_get(m, "an")), leaf);
+        assert_string_equal(json_string_value(json_object_get(m, "addr")),
+                            an_addr(leaf, addr, sizeof(addr)));
+        assert_int_equal(json_integer_value(json_object_get(m, "child_index")),
+                         0);
+    }
+    assert_string_equal(json_string_value(json_object_get(g, "job_key")), keep);
+
+    /* the admin view */
+    json_t *gl = admin("groups");
+    json_t *g0 = json_array_get(json_object_get(gl, "groups"), 0);
+    assert_int_equal(json_array_size(json_object_get(gl, "groups")), 1);
+    assert_string_equal(json_string_value(json_object_get(g0, "state")), "up");
+    assert_int_equal(json_integer_value(json_object_get(g0, "members")), 3);
+    json_decref(gl);
+
+    /* members on one leaf: trimmed to that leaf */
+    static const char *same[] = {"n00005", "n00005"};
+    json_t *r2 = group_create(c, 42, same, 2);
+    assert_int_equal(status_of(r2), 0);
+    ans = json_object_get(json_object_get(r2, "group"), "ans");
+    assert_int_equal(json_array_size(ans), 1);
+    assert_string_equal(json_string_value(json_array_get(ans, 0)), "leaf03");
+
+    /* the ANs really hold the group: 300 sums through it, checked */
+    pid_t pids[3];
+    for (int i = 0; i < 3; i++)
+        pids[i] = start_member(g, i, 3);
+    for (int i = 0; i < 3; i++) {
+        int st;
+        assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("member %d failed (logs in %s)", i, dir);
+    }
+
+    /* members leaving close their links: the AN fails the group and every
+     * process of the job hears of it */
+    json_t *n = wait_notice(b, "group_revoked", group_id(r), 10000);
+    assert_non_null(n);
+    assert_non_null(strstr(json_string_value(json_object_get(n, "reason")),
+                           "lost the child link"));
+    json_decref(n);
+
+    /* destroy what is left, end the job: nothing left */
+    json_t *d = job_msg("group_destroy", 42);
+    json_object_set_new(d, "group_id", json_integer(group_id(r)));
+    assert_int_equal(call_status(b, d), SHP_ERR_GROUP_UNKNOWN);
+    d = job_msg("group_destroy", 42);
+    json_object_set_new(d, "group_id", json_integer(group_id(r2)));
+    assert_int_equal(call_status(c, d), 0);
+    d = job_msg("group_destroy", 42);
+    json_object_set_new(d, "group_id", json_integer(group_id(r2)));
+    assert_int_equal(call_status(c, d), SHP_ERR_GROUP_UNKNOWN);
+    n = wait_notice(a, "group_revoked", group_id(r2), 100);
+    assert_null(n); /* a destroyed group is not "revoked" */
+    assert_int_equal(count_of("groups", "groups"), 0);
+    assert_int_equal(call_status(a, job_msg("job_end", 42)), 0);
+    assert_int_equal(count_of("jobs", "jobs"), 0);
+    json_decref(r);
+    json_decref(r2);
+    client_close(a);
+    client_close(b);
+    client_close(c);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    client_t *a = client_open("sd-n00001.sock");
+    static const char *bad[] = {"n00001", "nosuchhost"};
+    json_t *r = call(a, job_begin_json(7, bad, 2));
+    assert_int_equal(status_of(r), SHP_ERR_JOB_REFUSED);
+    assert_non_null(strstr(json_string_value(json_object_get(r, "error")),
+                           "unknown host \"nosuchhost\""));
+    json_decref(r);
+    static const char *ok[] = {"n00001", "n00003"};
+    assert_int_equal(call_status(a, job_begin_json(7, ok, 2)), 0);
+    assert_int_equal(call_status(a, job_begin_json(7, ok, 2)),
+                     SHP_ERR_JOB_REFUSED);
+    static const char *outside[] = {"n00001", "n00008"};
+    r = group_create(a, 7, outside, 2);
+    assert_int_equal(status_of(r), SHP_ERR_INVALID_PARAM);
+    assert_non_null(strstr(json_string_value(json_object_get(r, "error")),
+                           "not a host of job 7"));
+    json_decref(r);
+    assert_int_equal(call_status(a, job_msg("job_end", 999)),
+                     SHP_ERR_JOB_UNKNOWN);
+    json_t *m = json_pack("{s:s, s:i}", "type", "frobnicate", "job_id", 7);
+    assert_int_equal(call_status(a, m), SHP_ERR_UNSUPPORTED);
+    /* a client that exits without job_end: the job goes with it */
+    client_close(a);
+    for (int i = 0; i < 200 && count_of("jobs", "jobs") > 0; i++)
+        usleep(20000);
+    assert_int_equal(count_of("jobs", "jobs"), 0);
+}
+
+/* As nobody: may not touch root's job; root may touch anybody's. */
+static void test_uid_enforcement(void **state)
+{
+    (void)state;
+    client_t *root = client_open("sd-n00001.sock");
+    static const char *hosts[] = {"n00001", "n00003"};
+    assert_int_equal(call_status(root, job_begin_json(50, hosts, 2)), 0);
+    int pipefd[2], gofd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    assert_int_equal(pipe(gofd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgid(65534) || setuid(65534))
+            _exit(90);
+        client_t *c = client_open("sd-n00003.sock");
+        int st = call_status(c, job_msg("job_attach", 50));
+        int st2 = call_status(c, job_begin_json(51, hosts, 2));
+        int res[2] = {st, st2};
+        if (write(pipefd[1], res, sizeof(res)) != sizeof(res))
+            _exit(91);
+        /* stay until told, so that job 51 keeps a process */
+        char x;
+        if (read(gofd[0], &x, 1) < 0)
+            _exit(92);
+        client_close(c);
+        _exit(0);
+    }
+    int res[2];
+    assert_int_equal(read(pipefd[0], res, sizeof(res)), sizeof(res));
+    assert_int_equal(res[0], SHP_ERR_PERM);
+    assert_int_equal(res[1], 0);
+    /* root may attach to nobody's job */
+    client_t *r3 = client_open("sd-n00003.sock");
+    assert_int_equal(call_status(r3, job_msg("job_attach", 51)), 0);
+    json_t *jobs = admin("jobs"), *j;
+    size_t i;
+    int seen = 0;
+    json_array_foreach(json_object_get(jobs, "jobs"), i, j)
+    {
+        if (!strcmp(json_string_value(json_object_get(j, "job_id")), "51")) {
+            assert_int_equal(json_integer_value(json_object_get(j, "uid")),
+                             65534);
+            seen = 1;
+        }
+    }
+    assert_true(seen);
+    json_decref(jobs);
+    assert_int_equal(write(gofd[1], "x", 1), 1);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_int_equal(call_status(r3, job_msg("job_end", 51)), 0);
+    assert_int_equal(call_status(root, job_msg("job_end", 50)), 0);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    close(gofd[0]);
+    close(gofd[1]);
+    client_close(r3);
+    client_close(root);
+
+    /* the admin socket is not for nobody (mode 0660 root:root) */
+    pid = fork();
+    if (pid == 0) {
+        char p[600];
+        if (setgid(65534) || setuid(65534))
+            _exit(90);
+        path(p, sizeof(p), "am.sock");
+        _exit(connect_unix(p) < 0 && errno == EACCES ? 0 : 1);
+    }
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static void test_wrong_secret(void **state)
+{
+    (void)state;
+    char bad[600];
+    path(bad, sizeof(bad), "bad-secret");
+    FILE *f = fopen(bad, "w");
+    fputs("not-the-cluster-secret-987654321\n", f);
+    fclose(f);
+    chmod(bad, 0600);
+    /* a sharpd with the wrong secret: it finds the AM is not its AM */
+    pid_t pid = start_sharpd("n00008", bad);
+    char log[600], line[512];
+    snprintf(log, sizeof(log), "%s/sd-n00008.log", dir);
+    int refused = 0;
+    for (int i = 0; i < 200 && !refused; i++) {
+        usleep(25000);
+        FILE *lf = fopen(log, "r");
+        while (lf && fgets(line, sizeof(line), lf))
+            refused |= strstr(line, "SD0001") != NULL;
+        if (lf)
+            fclose(lf);
+    }
+    assert_true(refused);
+    assert_int_equal(stop(pid), 0);
+
+    /* a raw peer that cannot prove the secret: the AM refuses it */
+    shp_sockaddr_t sa;
+    assert_int_equal(shp_sockaddr_parse(am_addr, 0, &sa), SHP_OK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa.ss, sa.len), 0);
+    client_t raw = {.fd = fd, .notices = json_array()};
+    shp_auth_client_t ac;
+    client_send(&raw, shp_auth_client_hello(&ac, "an", "leaf04"));
+    json_t *chal = client_read(&raw, 5000);
+    assert_non_null(chal);
+    assert_string_equal(shp_ctl_type(chal), "challenge");
+    json_decref(chal);
+    client_send(&raw, json_pack("{s:s, s:s}", "type", "auth", "proof",
+                                "0000000000000000000000000000000000000000000000"
+                                "000000000000000000"));
+    json_t *no = client_read(&raw, 5000);
+    assert_non_null(no);
+    assert_string_equal(shp_ctl_type(no), "auth_failed");
+    assert_int_equal(status_of(no), SHP_ERR_AUTH);
+    json_decref(no);
+    assert_null(client_read(&raw, 5000)); /* and closed */
+    close(fd);
+    json_decref(raw.notices);
+    json_t *st = admin("stats");
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(st, "stats"), "auth_failures")),
+                     1);
+    json_decref(st);
+    assert_int_equal(ans_up(), NSW);
+}
+
+static void test_kill_an(void **state)
+{
+    (void)state;
+    client_t *a = client_open("sd-n00001.sock"),
+             *b = client_open("sd-n00003.sock"),
+             *c = client_open("sd-n00005.sock");
+    static const char *hosts[] = {"n00001", "n00003", "n00005"};
+    assert_int_equal(call_status(a, job_begin_json(60, hosts, 3)), 0);
+    assert_int_equal(call_status(b, job_msg("job_attach", 60)), 0);
+    assert_int_equal(call_status(c, job_msg("job_attach", 60)), 0);
+    static const char *via3[] = {"n00001", "n00005"};
+    static const char *not3[] = {"n00001", "n00003"};
+    json_t *g1 = group_create(a, 60, via3, 2),
+           *g2 = group_create(a, 60, not3, 2);
+    assert_int_equal(status_of(g1), 0);
+    assert_int_equal(status_of(g2), 0);
+
+    kill(an_pid[4], SIGKILL); /* leaf03 */
+    waitpid(an_pid[4], NULL, 0);
+    an_pid[4] = 0;
+    /* revoked by whoever notices first: the AM (AN lost) or the spine (its
+     * child link to leaf03 lost) */
+    json_t *n = wait_notice(a, "group_revoked", group_id(g1), 10000);
+    assert_non_null(n);
+    json_decref(n);
+    /* every process of the job hears it, and only about g1 */
+    n = wait_notice(b, "group_revoked", group_id(g1), 5000);
+    assert_non_null(n);
+    json_decref(n);
+    assert_null(wait_notice(a, "group_revoked", group_id(g2), 500));
+    json_t *gl = admin("groups");
+    assert_int_equal(json_array_size(json_object_get(gl, "groups")), 1);
+    assert_int_equal(
+        json_integer_value(json_object_get(
+            json_array_get(json_object_get(gl, "groups"), 0), "group_id")),
+        group_id(g2));
+    json_decref(gl);
+    /* new groups avoid the dead AN: its switch still forwards, so n00005
+     * hangs off a spine on the rebuilt tree */
+    json_t *r = NULL;
+    for (int i = 0; i < 100; i++) {
+        json_decref(r);
+        r = group_create(a, 60, via3, 2);
+        if (status_of(r) == 0)
+            break;
+        usleep(20000);
+    }
+    assert_int_equal(status_of(r), 0);
+    json_t *ans = json_object_get(json_object_get(r, "group"), "ans"), *v;
+    size_t k;
+    json_array_foreach(ans, k, v)
+    {
+        assert_string_not_equal(json_string_value(v), "leaf03");
+    }
+    json_t *d0 = job_msg("group_destroy", 60);
+    json_object_set_new(d0, "group_id", json_integer(group_id(r)));
+    assert_int_equal(call_status(a, d0), 0);
+    json_decref(r);
+
+    /* leaf03 back: once g2 is gone the trees are rebuilt with it */
+    start_an(4, secret);
+    json_t *d = job_msg("group_destroy", 60);
+    json_object_set_new(d, "group_id", json_integer(group_id(g2)));
+    assert_int_equal(call_status(a, d), 0);
+    wait_ready(NSW);
+    r = group_create(a, 60, via3, 2);
+    assert_int_equal(status_of(r), 0);
+    json_decref(r);
+    assert_int_equal(call_status(a, job_msg("job_end", 60)), 0);
+    json_decref(g1);
+    json_decref(g2);
+    client_close(a);
+    client_close(b);
+    client_close(c);
+}
+
+static void test_am_restart(void **state)
+{
+    (void)state;
+    client_t *a = client_open("sd-n00001.sock");
+    static const char *hosts[] = {"n00001", "n00003"};
+    assert_int_equal(call_status(a, job_begin_json(70, hosts, 2)), 0);
+    json_t *g = group_create(a, 70, hosts, 2);
+    assert_int_equal(status_of(g), 0);
+
+    char listen[64];
+    snprintf(listen, sizeof(listen), "%s", am_addr);
+    kill(am_pid, SIGKILL);
+    waitpid(am_pid, NULL, 0);
+    /* the sharpd reports the group gone at once */
+    json_t *n = wait_notice(a, "group_revoked", group_id(g), 5000);
+    assert_non_null(n);
+    json_decref(n);
+
+    start_am(listen);
+    wait_ready(NSW);
+    /* the new AM does not know job 70: its processes are told */
+    n = wait_notice(a, "job_killed", -1, 10000);
+    assert_non_null(n);
+    json_decref(n);
+    /* nothing stale: no group on any AN, no job */
+    json_t *r = admin("ans"), *v;
+    size_t i;
+    json_array_foreach(json_object_get(r, "ans"), i, v)
+    {
+        assert_int_equal(json_integer_value(json_object_get(v, "groups")), 0);
+    }
+    json_decref(r);
+    assert_int_equal(count_of("jobs", "jobs"), 0);
+    /* and work goes on */
+    assert_int_equal(call_status(a, job_begin_json(71, hosts, 2)), 0);
+    json_t *g2 = group_create(a, 71, hosts, 2);
+    assert_int_equal(status_of(g2), 0);
+    assert_int_equal(call_status(a, job_msg("job_end", 71)), 0);
+    json_decref(g);
+    json_decref(g2);
+    client_close(a);
+}
+
+int main(void)
+{
+    char self[300];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    assert_true(n > 0);
+    self[n] = '\0';
+    *strrchr(self, '/') = '\0';
+    snprintf(bindir, sizeof(bindir), "%s/../../bin", self);
+    snprintf(testdir, sizeof(testdir), "%s", self);
+    signal(SIGPIPE, SIG_IGN);
+    shp_log_set_level(SHP_LOG_ERROR);
+    assert_int_equal(shp_auth_init(), SHP_OK);
+    if (geteuid() != 0) {
+        printf("SKIP: the uid tests need root (setuid to nobody)\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_job_and_group),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_uid_enforcement),
+        cmocka_unit_test(test_wrong_secret),
+        cmocka_unit_test(test_kill_an),
+        cmocka_unit_test(test_am_restart),
+    };
+    return cmocka_run_group_tests_name("am", tests, setup, teardown);
+}
