@@ -505,6 +505,15 @@ static shp_status_t resolve_links(parser_t *p)
             shp_topo_link(p->topo, l->node, l->port, e->idx, l->peer_port);
         if (st == SHP_ERR_EXISTS) {
             const shp_topo_port_t *pp = &peer->ports[l->peer_port];
+            if (pp->peer < 0) {
+                /* our own port is taken: the other end named it first */
+                pp = &p->topo->nodes[l->node].ports[l->port];
+                return perr(p,
+                            "port %d links to \"%s\"[%d], but \"%s\"[%d] "
+                            "links to it",
+                            l->port, l->peer_id, l->peer_port,
+                            p->topo->nodes[pp->peer].id, pp->peer_port);
+            }
             return perr(p,
                         "port %d links to \"%s\"[%d], but that port links "
                         "to \"%s\"[%d]",

@@ -152,7 +152,12 @@ static void test_malformed(void **state)
     expect_parse_error(SW1 "[1]\t\"H-9\"[1]\n" CA1,
                        "f:3: port 1 links to \"H-9\", which the file does not");
     expect_parse_error(SW1 "[1]\t\"H-2\"[1]\n" CA1 "[1]\t\"S-1\"[2]\n",
-                       "but that port links to");
+                       "f:6: port 1 links to \"S-1\"[2], but \"S-1\"[1] links "
+                       "to it");
+    expect_parse_error(SW1 "[1]\t\"H-2\"[1]\n[2]\t\"H-2\"[1]\n" CA1
+                           "[1]\t\"S-1\"[1]\n",
+                       "f:4: port 2 links to \"H-2\"[1], but that port links "
+                       "to \"S-1\"[1]");
     expect_parse_error(SW1 "[1]\t\"H-2\"[3]\n" CA1, "which has 1 ports");
     expect_parse_error(SW1 SW1, "f:4: node \"S-1\" (guid 0x0000000000000010) "
                                 "defined twice");
