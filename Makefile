@@ -114,7 +114,7 @@ include tests/module.mk
 include bench/module.mk
 
 .PHONY: all
-all: $(LIBS) $(BINS) $(TESTS) $(TEST_HELPERS)
+all: $(LIBS) $(BINS) $(TESTS) $(TEST_HELPERS) $(BENCHES)
 
 # Tests ---------------------------------------------------------------------
 .PHONY: check

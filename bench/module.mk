@@ -9,3 +9,13 @@ $(BENCH_REDUCE): $(OBJDIR)/bench/reduce.o $(COMMON_LIB)
 .PHONY: bench-reduce
 bench-reduce: $(BENCH_REDUCE)
 	$(BENCH_REDUCE)
+
+BENCH_AM := $(BINDIR)/bench_am
+BENCHES += $(BENCH_AM)
+
+$(BENCH_AM): $(OBJDIR)/bench/am.o $(AM_LIB) $(COMMON_LIB)
+	$(call link_prog)
+
+.PHONY: bench-am
+bench-am: $(BENCH_AM)
+	$(BENCH_AM)
