@@ -516,6 +516,16 @@ static shp_am_job_t *job_find(shp_am_t *am, uint64_t id)
     return j;
 }
 
+static void job_free(shp_am_t *am, shp_am_job_t *j)
+{
+    HASH_DEL(am->jobs, j);
+    for (int h = 0; h < j->nhosts; h++)
+        free(j->attached[h]);
+    free(j->attached);
+    free(j->hosts);
+    free(j);
+}
+
 void shp_am_job_end(shp_am_t *am, shp_am_job_t *j, shp_status_t why,
                     const char *reason)
 {
@@ -540,12 +550,7 @@ void shp_am_job_end(shp_am_t *am, shp_am_job_t *j, shp_status_t why,
     }
     shp_info("job %" PRIu64 " ended%s%s", j->id, why ? ": " : "",
              why ? reason : "");
-    HASH_DEL(am->jobs, j);
-    for (int h = 0; h < j->nhosts; h++)
-        free(j->attached[h]);
-    free(j->attached);
-    free(j->hosts);
-    free(j);
+    job_free(am, j);
 }
 
 /* Host names -> topology CA nodes; refuses unknown hosts precisely. */
@@ -1057,19 +1062,10 @@ static void peer_frame(shp_conn_t *conn, const void *frame, size_t len)
 {
     shp_am_peer_t *p = conn->arg;
     shp_am_t *am = p->am;
-    json_t *msg = NULL;
-    const char *why = NULL;
-    uint8_t ftype;
-    if (shp_ctl_decode(frame, len, &ftype, &msg, &why) != SHP_OK) {
+    const char *why;
+    json_t *msg = shp_ctl_recv(conn, frame, len, &why);
+    if (why)
         shp_warn_id("AM0104", "bad message from %s: %s", conn->peer, why);
-        shp_conn_close(conn, SHP_ERR_PROTO);
-        return;
-    }
-    if (ftype == SHP_CTL_FRAME_PING) {
-        if (shp_ctl_send_frame(conn, SHP_CTL_FRAME_PONG) != SHP_OK)
-            shp_conn_close(conn, SHP_ERR_IO);
-        return;
-    }
     if (!msg)
         return;
     if (p->role == AM_PEER_ADMIN) {
@@ -1294,12 +1290,7 @@ void shp_am_stop(shp_am_t *am)
     {
         while (j->groups)
             group_free(am, j->groups);
-        HASH_DEL(am->jobs, j);
-        for (int h = 0; h < j->nhosts; h++)
-            free(j->attached[h]);
-        free(j->attached);
-        free(j->hosts);
-        free(j);
+        job_free(am, j);
     }
     while (am->peers) {
         shp_am_peer_t *p = am->peers;

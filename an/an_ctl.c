@@ -166,23 +166,12 @@ static void shp_an_ctl_handle(shp_an_t *an, json_t *msg)
 static void shp_an_ctl_frame(shp_conn_t *conn, const void *frame, size_t len)
 {
     shp_an_t *an = shp_an_of_conn(conn);
-    const char *why = NULL;
-    json_t *msg = NULL;
-    shp_status_t status;
-    uint8_t type;
+    const char *why;
+    json_t *msg = shp_ctl_recv(conn, frame, len, &why);
 
-    status = shp_ctl_decode(frame, len, &type, &msg, &why);
-    if (status != SHP_OK) {
+    if (why != NULL) {
         shp_error_id("AN0006", "bad message from the aggregation manager: %s",
                      why);
-        shp_conn_close(conn, status);
-        return;
-    }
-    if (type == SHP_CTL_FRAME_PING) {
-        if (shp_ctl_send_frame(conn, SHP_CTL_FRAME_PONG) != SHP_OK) {
-            shp_conn_close(conn, SHP_ERR_IO);
-        }
-        return;
     }
     if (msg != NULL) {
         shp_an_ctl_handle(an, msg);

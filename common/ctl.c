@@ -357,3 +357,21 @@ int64_t shp_json_opt_int(const json_t *obj, const char *key, int64_t min,
 
     return shp_json_get_int(obj, key, min, max, &v, NULL) == SHP_OK ? v : dflt;
 }
+
+json_t *shp_ctl_recv(shp_conn_t *conn, const void *frame, size_t len,
+                     const char **why)
+{
+    json_t *msg = NULL;
+    uint8_t type;
+
+    *why = NULL;
+    if (shp_ctl_decode(frame, len, &type, &msg, why) != SHP_OK) {
+        shp_conn_close(conn, SHP_ERR_PROTO);
+        return NULL;
+    }
+    if (type == SHP_CTL_FRAME_PING &&
+        shp_ctl_send_frame(conn, SHP_CTL_FRAME_PONG) != SHP_OK) {
+        shp_conn_close(conn, SHP_ERR_IO);
+    }
+    return msg;
+}

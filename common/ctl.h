@@ -55,6 +55,13 @@ SHP_WUR shp_status_t shp_ctl_decode(const void *frame, size_t len,
                                     uint8_t *type, json_t **msg,
                                     const char **why);
 
+/* For on_frame callbacks: decodes a frame, answers a ping, and returns the
+ * message (a new reference) or NULL.  A bad frame closes the connection
+ * (SHP_ERR_PROTO) and sets *why; a ping, pong or failed pong leaves *why
+ * NULL. */
+json_t *shp_ctl_recv(shp_conn_t *conn, const void *frame, size_t len,
+                     const char **why);
+
 /* Send a message / a bare ping or pong on a connection. */
 SHP_WUR shp_status_t shp_ctl_send(shp_conn_t *conn, const json_t *msg);
 SHP_WUR shp_status_t shp_ctl_send_frame(shp_conn_t *conn, uint8_t type);

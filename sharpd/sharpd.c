@@ -266,19 +266,10 @@ static void am_handle(json_t *msg)
 
 static void am_frame(shp_conn_t *conn, const void *frame, size_t len)
 {
-    json_t *msg = NULL;
-    const char *why = NULL;
-    uint8_t ft;
-    if (shp_ctl_decode(frame, len, &ft, &msg, &why) != SHP_OK) {
+    const char *why;
+    json_t *msg = shp_ctl_recv(conn, frame, len, &why);
+    if (why)
         shp_error("bad message from the aggregation manager: %s", why);
-        shp_conn_close(conn, SHP_ERR_PROTO);
-        return;
-    }
-    if (ft == SHP_CTL_FRAME_PING) {
-        if (shp_ctl_send_frame(conn, SHP_CTL_FRAME_PONG) != SHP_OK)
-            shp_conn_close(conn, SHP_ERR_IO);
-        return;
-    }
     if (msg) {
         am_handle(msg);
         json_decref(msg);
@@ -440,19 +431,10 @@ static void track_group(const json_t *reply)
 static void client_frame(shp_conn_t *conn, const void *frame, size_t len)
 {
     client_t *c = conn->arg;
-    json_t *msg = NULL;
-    const char *why = NULL;
-    uint8_t ft;
-    if (shp_ctl_decode(frame, len, &ft, &msg, &why) != SHP_OK) {
+    const char *why;
+    json_t *msg = shp_ctl_recv(conn, frame, len, &why);
+    if (why)
         shp_warn_id("SD0101", "bad message from pid %d: %s", (int)c->pid, why);
-        shp_conn_close(conn, SHP_ERR_PROTO);
-        return;
-    }
-    if (ft == SHP_CTL_FRAME_PING) {
-        if (shp_ctl_send_frame(conn, SHP_CTL_FRAME_PONG) != SHP_OK)
-            shp_conn_close(conn, SHP_ERR_IO);
-        return;
-    }
     if (msg) {
         client_request(c, msg);
         json_decref(msg);

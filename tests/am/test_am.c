@@ -39,23 +39,6 @@ static char bindir[400], testdir[400], dir[512], am_addr[64], secret[600];
 
 /* --- processes ------------------------------------------------------------ */
 
-static pid_t spawn(char *const argv[], const char *log)
-{
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
-}
-
 static void path(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s/%s", dir, name);
@@ -84,7 +67,7 @@ static void start_am(const char *listen)
                     "--group-timeout",
                     "5s",
                     NULL};
-    am_pid = spawn(argv, log);
+    am_pid = test_spawn(argv, log);
     /* the address it listens on */
     char line[256];
     for (int i = 0; i < 200; i++) {
@@ -119,7 +102,7 @@ static void start_an(int i, const char *key_file)
                     "--am-keepalive",
                     "1s",
                     NULL};
-    an_pid[i] = spawn(argv, log);
+    an_pid[i] = test_spawn(argv, log);
 }
 
 static pid_t start_sharpd(const char *host, const char *key_file)
@@ -131,7 +114,7 @@ static pid_t start_sharpd(const char *host, const char *key_file)
     char *argv[] = {
         exe,     "--host",        (char *)host,     "--socket",    sock, "--am",
         am_addr, "--secret-file", (char *)key_file, "--keepalive", "1s", NULL};
-    return spawn(argv, log);
+    return test_spawn(argv, log);
 }
 
 static int stop(pid_t pid)
@@ -487,7 +470,7 @@ static pid_t start_member(const json_t *group, int rank, int nmembers)
         "--timeout",
         "20",
         NULL};
-    return spawn(argv, log);
+    return test_spawn(argv, log);
 }
 
 static void test_job_and_group(void **state)

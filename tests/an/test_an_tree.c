@@ -217,24 +217,6 @@ static int am_call_status(int i, json_t *msg)
 
 /* --- processes ---------------------------------------------------------- */
 
-static pid_t spawn(char *const argv[], const char *log)
-{
-    pid_t pid = fork();
-
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
-}
-
 static void start_an(int i)
 {
     char exe[600], listen[64], log[600];
@@ -246,7 +228,7 @@ static void start_an(int i)
     snprintf(exe, sizeof(exe), "%s/sharp_an", bindir);
     snprintf(listen, sizeof(listen), "%s:0", ans[i].ip);
     snprintf(log, sizeof(log), "%s/%s.log", logdir, ans[i].name);
-    ans[i].pid = spawn(argv, log);
+    ans[i].pid = test_spawn(argv, log);
 }
 
 static void start_fabric(void)
@@ -436,7 +418,7 @@ static pid_t start_member(const group_t *g, int rank, const char *plan,
         argv[n++] = (char *)*extra++;
     }
     argv[n] = NULL;
-    return spawn(argv, log);
+    return test_spawn(argv, log);
 }
 
 /* Wait for processes, keeping the fake AM responsive.  A member that

@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 #include <ev.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -77,6 +78,25 @@ static inline uint64_t test_rand(uint64_t *s)
     x ^= x >> 27;
     *s = x;
     return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* Starts argv[0] with stdout and stderr appended to `log`. */
+static inline pid_t test_spawn(char *const argv[], const char *log)
+{
+    pid_t pid = fork();
+
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
 }
 
 #endif
