@@ -1016,8 +1016,23 @@ shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop)
         shp_tp_cleanup(&an->tp);
         return status;
     }
-    snprintf(an->data_addr, sizeof(an->data_addr), "%s",
-             an->tp.ops->listen_addr(&an->tp));
+    {
+        const char *la = an->tp.ops->listen_addr(&an->tp);
+        const char *port = strrchr(la, ':');
+        if (an->cfg.advertise[0] != '\0' && port != NULL) {
+            snprintf(an->data_addr, sizeof(an->data_addr), "%s%s",
+                     an->cfg.advertise, port);
+        } else if (!strncmp(la, "0.0.0.0:", 8) || !strncmp(la, "[::]:", 5)) {
+            shp_error_id("AN0010",
+                         "listening on every address (%s): set --advertise "
+                         "to the address children should connect to",
+                         la);
+            shp_tp_cleanup(&an->tp);
+            return SHP_ERR_INVALID_PARAM;
+        } else {
+            snprintf(an->data_addr, sizeof(an->data_addr), "%s", la);
+        }
+    }
     /* results by multicast: the transport's own, or udp beside tcp */
     an->have_mcast =
         shp_tp_init(&an->mcast_tp,

@@ -40,6 +40,7 @@ typedef struct shp_an_config {
     int64_t am_keepalive_ms;
     int64_t join_timeout_ms;
     char *secret_file;
+    char *advertise;
 } shp_an_config_t;
 
 extern const char *const shp_an_transports[];

@@ -48,6 +48,10 @@ static const shp_config_opt_t shp_an_opts[] = {
      "how long to retry joining a parent AN that does "
      "not know a group yet",
      offsetof(shp_an_config_t, join_timeout_ms), &shp_cfg_time},
+    {"advertise", "",
+     "address children and the AM are told to use (default: the listen "
+     "address; required when listening on 0.0.0.0)",
+     offsetof(shp_an_config_t, advertise), &shp_cfg_string},
     {"secret_file", "/etc/sharp/secret",
      "cluster secret shared with the AM (mode 0600)",
      offsetof(shp_an_config_t, secret_file), &shp_cfg_string},

@@ -330,12 +330,24 @@ static const char *an_addr(const char *name, char *buf, size_t len)
     return buf;
 }
 
-/* the fabric is ready when every AN is up, two trees exist and the sharpds
- * answer */
+static int trees_up(void)
+{
+    json_t *r = admin("trees"), *v;
+    size_t i;
+    int up = 0;
+    json_array_foreach(json_object_get(r, "trees"), i, v)
+    {
+        up += !strcmp(json_string_value(json_object_get(v, "state")), "up");
+    }
+    json_decref(r);
+    return up;
+}
+
+/* the fabric is ready when every AN is up and both trees are up */
 static void wait_ready(int nans)
 {
     for (int i = 0; i < 400; i++) {
-        if (ans_up() == nans && count_of("trees", "trees") == 2)
+        if (ans_up() == nans && trees_up() == 2)
             return;
         usleep(25000);
     }
@@ -676,6 +688,42 @@ static void test_uid_enforcement(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* An AN listening on every address must be told what to advertise; the
+ * AM then hands that address to members. */
+static void test_an_advertise(void **state)
+{
+    (void)state;
+    char exe[500], log[600], line[256];
+    snprintf(exe, sizeof(exe), "%s/sharp_an", bindir);
+    path(log, sizeof(log), "an-wild.log");
+    char *argv[] = {exe, "--name", "leaf04", "--listen", "0.0.0.0:0", NULL};
+    pid_t pid = test_spawn(argv, log);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(WEXITSTATUS(st), 1);
+    FILE *f = fopen(log, "r");
+    int said = 0;
+    while (f && fgets(line, sizeof(line), f))
+        said |= strstr(line, "AN0010") && strstr(line, "--advertise");
+    if (f)
+        fclose(f);
+    assert_true(said);
+
+    /* leaf04 again, on every address, advertising 127.0.1.6 */
+    stop(an_pid[5]);
+    for (int i = 0; i < 200 && ans_up() != NSW - 1; i++)
+        usleep(20000);
+    char *argv2[] = {exe,         "--name",        "leaf04",    "--listen",
+                     "0.0.0.0:0", "--advertise",   "127.0.1.6", "--am",
+                     am_addr,     "--secret-file", secret,      NULL};
+    path(log, sizeof(log), "an-leaf04.log");
+    an_pid[5] = test_spawn(argv2, log);
+    wait_ready(NSW);
+    char addr[64];
+    an_addr("leaf04", addr, sizeof(addr));
+    assert_true(strncmp(addr, "127.0.1.6:", 10) == 0);
+}
+
 static void test_wrong_secret(void **state)
 {
     (void)state;
@@ -871,6 +919,7 @@ int main(void)
         cmocka_unit_test(test_job_and_group),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_uid_enforcement),
+        cmocka_unit_test(test_an_advertise),
         cmocka_unit_test(test_wrong_secret),
         cmocka_unit_test(test_kill_an),
         cmocka_unit_test(test_am_restart),
