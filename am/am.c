@@ -36,23 +36,6 @@ static void am_send(shp_am_peer_t *p, json_t *msg)
     json_decref(msg);
 }
 
-static json_t *reply(const char *type, int64_t id, shp_status_t st,
-                     const char *error)
-{
-    json_t *m = json_pack("{s:s, s:I, s:i}", "type", type, "id", (json_int_t)id,
-                          "status", (int)st);
-    if (m && error)
-        json_object_set_new(m, "error", json_string(error));
-    return m;
-}
-
-static json_t *job_id_json(uint64_t id)
-{
-    char s[24];
-    snprintf(s, sizeof(s), "%" PRIu64, id);
-    return json_string(s);
-}
-
 const char *shp_am_an_name(const shp_am_t *am, int node)
 {
     for (int i = 0; i < am->nans; i++)
@@ -80,6 +63,13 @@ static shp_am_peer_t *sharpd_of_host(shp_am_t *am, const char *host)
 static void trees_schedule(shp_am_t *am);
 
 /* Groups ------------------------------------------------------------------ */
+
+static shp_am_group_t *group_find(shp_am_t *am, uint32_t id)
+{
+    shp_am_group_t *g;
+    HASH_FIND(hh, am->groups, &id, sizeof(id), g);
+    return g;
+}
 
 static void group_free(shp_am_t *am, shp_am_group_t *g)
 {
@@ -113,8 +103,11 @@ static void job_notify(shp_am_t *am, shp_am_job_t *j, json_t *msg)
         /* a host listed twice is told once */
         int dup = 0;
         for (int k = 0; k < h; k++)
-            dup |= j->attached[k] && !strcmp(j->attached[k], j->attached[h]);
-        shp_am_peer_t *p = dup ? NULL : sharpd_of_host(am, j->attached[h]);
+            dup |= j->attached[k] && j->hosts[k] == j->hosts[h];
+        shp_am_peer_t *p =
+            dup ? NULL
+                : sharpd_of_host(am,
+                                 shp_topo_node(am->topo, j->hosts[h])->host);
         if (p)
             am_send(p, json_incref(msg));
     }
@@ -144,7 +137,8 @@ static void group_revoke(shp_am_t *am, shp_am_group_t *g, shp_status_t st,
         shp_warn_id("AM0301",
                     "group %" PRIu32 " of job %" PRIu64 " not created: %s",
                     g->id, g->job->id, reason);
-        am_send(g->req_peer, reply("group_create_ack", g->req_id, st, reason));
+        am_send(g->req_peer,
+                shp_ctl_reply("group_create_ack", g->req_id, st, reason));
     } else {
         am->stats.groups_revoked++;
         shp_warn_id("AM0302",
@@ -152,7 +146,7 @@ static void group_revoke(shp_am_t *am, shp_am_group_t *g, shp_status_t st,
                     g->job->id, reason);
         json_t *m =
             json_pack("{s:s, s:o, s:I, s:i, s:s}", "type", "group_revoked",
-                      "job_id", job_id_json(g->job->id), "group_id",
+                      "job_id", shp_json_u64(g->job->id), "group_id",
                       (json_int_t)g->id, "status", (int)st, "reason", reason);
         job_notify(am, g->job, m);
     }
@@ -175,7 +169,7 @@ static json_t *group_descriptor(shp_am_t *am, shp_am_group_t *g)
         json_array_append_new(ans, json_string(am->ans[g->an_of[i]].name));
     return json_pack("{s:I, s:i, s:o, s:o, s:s, s:s, s:i, s:I, s:o, s:o}",
                      "group_id", (json_int_t)g->id, "tree_id", g->tree,
-                     "job_id", job_id_json(g->job->id), "job_key",
+                     "job_id", shp_json_u64(g->job->id), "job_key",
                      shp_json_hex(g->job->key, sizeof(g->job->key)), "dist",
                      shp_am_dists[g->dist - 1], "mcast_addr", g->mcast_addr,
                      "osts", (int)g->osts, "payload", (json_int_t)g->payload,
@@ -202,10 +196,8 @@ static void group_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 static void group_ack(shp_am_t *am, int64_t id, shp_status_t st,
                       const char *error, int from_an)
 {
-    uint32_t gid = (uint32_t)(id >> 20);
     int pos = (int)(id & 0xfffff);
-    shp_am_group_t *g;
-    HASH_FIND(hh, am->groups, &gid, sizeof(gid), g);
+    shp_am_group_t *g = group_find(am, (uint32_t)(id >> 20));
     if (!g || g->state != AM_GROUP_CONFIGURING || pos >= g->plan.nans ||
         g->an_of[pos] != from_an || g->acked[pos])
         return; /* late answer for a group already settled */
@@ -225,7 +217,7 @@ static void group_ack(shp_am_t *am, int64_t id, shp_status_t st,
     shp_info("group %" PRIu32 " of job %" PRIu64 " up on tree %d (%d members, "
              "%d ANs)",
              g->id, g->job->id, g->tree, g->plan.nmembers, g->plan.nans);
-    json_t *m = reply("group_create_ack", g->req_id, SHP_OK, NULL);
+    json_t *m = shp_ctl_reply("group_create_ack", g->req_id, SHP_OK, NULL);
     json_object_set_new(m, "group", group_descriptor(am, g));
     am_send(g->req_peer, m);
     g->req_peer = NULL;
@@ -233,17 +225,10 @@ static void group_ack(shp_am_t *am, int64_t id, shp_status_t st,
 
 /* Trees ------------------------------------------------------------------- */
 
-static void tree_down(shp_am_t *am, int t, const char *reason)
+/* Forget a tree that carries no group. */
+static void tree_drop(shp_am_t *am, int t)
 {
     shp_am_tree_t *tr = &am->trees[t];
-    if (!tr->used)
-        return;
-    shp_am_group_t *g, *tmp;
-    HASH_ITER(hh, am->groups, g, tmp)
-    {
-        if (g->tree == t)
-            group_revoke(am, g, SHP_ERR_TREE_DOWN, reason);
-    }
     for (int i = 0; i < tr->t.n; i++) {
         int a = an_of_node(am, tr->t.node[i]);
         if (a >= 0)
@@ -300,7 +285,7 @@ static void trees_rebuild(shp_am_t *am)
                 cap[tr->t.node[i]]--;
             kept++;
         } else {
-            tree_down(am, t, "tree rebuilt");
+            tree_drop(am, t);
         }
     }
     shp_an_set_t set = {is_an, cap};
@@ -398,13 +383,14 @@ static void an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         shp_json_get_int(caps, "max_payload", 1, INT64_MAX, &mp, &why) ||
         shp_json_get_array(msg, "groups", &groups, &why) ||
         strlen(addr) >= sizeof(am->ans[0].data_addr)) {
-        am_send(p, reply("an_register_ack", 0, SHP_ERR_PROTO, why));
+        am_send(p, shp_ctl_reply("an_register_ack", 0, SHP_ERR_PROTO, why));
         shp_conn_close(&p->conn, SHP_ERR_PROTO);
         return;
     }
     if (strcmp(name, p->auth.name) != 0) {
-        am_send(p, reply("an_register_ack", 0, SHP_ERR_AUTH,
-                         "registers under another name than it proved"));
+        am_send(p,
+                shp_ctl_reply("an_register_ack", 0, SHP_ERR_AUTH,
+                              "registers under another name than it proved"));
         shp_conn_close(&p->conn, SHP_ERR_AUTH);
         return;
     }
@@ -416,15 +402,15 @@ static void an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
                  "host of the topology",
                  name);
         shp_error_id("AM0102", "refusing AN: %s", e);
-        am_send(p, reply("an_register_ack", 0, SHP_ERR_NOT_FOUND, e));
+        am_send(p, shp_ctl_reply("an_register_ack", 0, SHP_ERR_NOT_FOUND, e));
         shp_conn_flush(&p->conn);
         shp_conn_close(&p->conn, SHP_ERR_NOT_FOUND);
         return;
     }
     int a = an_of_node(am, node);
     if (a >= 0 && am->ans[a].up) {
-        am_send(p, reply("an_register_ack", 0, SHP_ERR_EXISTS,
-                         "an AN of that node is already registered"));
+        am_send(p, shp_ctl_reply("an_register_ack", 0, SHP_ERR_EXISTS,
+                                 "an AN of that node is already registered"));
         shp_conn_close(&p->conn, SHP_ERR_EXISTS);
         return;
     }
@@ -483,9 +469,7 @@ static void an_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         if (shp_json_get_int(msg, "group_id", 0, UINT32_MAX, &gid, NULL))
             return;
         st = shp_json_opt_int(msg, "status", -32768, 32767, 0);
-        uint32_t g32 = (uint32_t)gid;
-        shp_am_group_t *g;
-        HASH_FIND(hh, am->groups, &g32, sizeof(g32), g);
+        shp_am_group_t *g = group_find(am, (uint32_t)gid);
         if (g) {
             char why[400];
             snprintf(why, sizeof(why), "AN %s: %s", am->ans[p->an].name,
@@ -516,11 +500,22 @@ static shp_am_job_t *job_find(shp_am_t *am, uint64_t id)
     return j;
 }
 
+/* Where `host` is a host of the job, its sharpd now has processes of it;
+ * returns how many of the job's host entries are that host (0: none). */
+static int job_attach_host(shp_am_t *am, shp_am_job_t *j, const char *host)
+{
+    int n = 0;
+    for (int k = 0; k < j->nhosts; k++)
+        if (!strcmp(shp_topo_node(am->topo, j->hosts[k])->host, host)) {
+            j->attached[k] = 1;
+            n++;
+        }
+    return n;
+}
+
 static void job_free(shp_am_t *am, shp_am_job_t *j)
 {
     HASH_DEL(am->jobs, j);
-    for (int h = 0; h < j->nhosts; h++)
-        free(j->attached[h]);
     free(j->attached);
     free(j->hosts);
     free(j);
@@ -535,17 +530,18 @@ void shp_am_job_end(shp_am_t *am, shp_am_job_t *j, shp_status_t why,
             /* orderly end: the ANs forget, nobody needs telling */
             group_remove_from_ans(am, g);
             if (g->state == AM_GROUP_CONFIGURING)
-                am_send(g->req_peer, reply("group_create_ack", g->req_id,
-                                           SHP_ERR_JOB_UNKNOWN, "job ended"));
+                am_send(g->req_peer,
+                        shp_ctl_reply("group_create_ack", g->req_id,
+                                      SHP_ERR_JOB_UNKNOWN, "job ended"));
             group_free(am, g);
         } else {
             group_revoke(am, g, why, reason);
         }
     }
     if (why != SHP_OK) {
-        json_t *m =
-            json_pack("{s:s, s:o, s:i, s:s}", "type", "job_killed", "job_id",
-                      job_id_json(j->id), "status", (int)why, "reason", reason);
+        json_t *m = json_pack("{s:s, s:o, s:i, s:s}", "type", "job_killed",
+                              "job_id", shp_json_u64(j->id), "status", (int)why,
+                              "reason", reason);
         job_notify(am, j, m);
     }
     shp_info("job %" PRIu64 " ended%s%s", j->id, why ? ": " : "",
@@ -601,7 +597,7 @@ static void job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     if (shp_json_get_u64(msg, "job_id", &job_id, &w) ||
         shp_json_get_u64(msg, "uid", &uid, &w) ||
         shp_json_get_array(msg, "hosts", &hosts, &w)) {
-        am_send(p, reply("job_begin_ack", id, SHP_ERR_PROTO, why));
+        am_send(p, shp_ctl_reply("job_begin_ack", id, SHP_ERR_PROTO, why));
         return;
     }
     shp_status_t st;
@@ -636,16 +632,18 @@ static void job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         free(nodes);
         am->stats.jobs_refused++;
         shp_warn_id("AM0401", "job %" PRIu64 " refused: %s", job_id, why);
-        am_send(p, reply("job_begin_ack", id, SHP_ERR_JOB_REFUSED, why));
+        am_send(p,
+                shp_ctl_reply("job_begin_ack", id, SHP_ERR_JOB_REFUSED, why));
         return;
     }
     shp_am_job_t *j = calloc(1, sizeof(*j));
-    char **att = calloc((size_t)n, sizeof(char *));
+    uint8_t *att = calloc((size_t)n, 1);
     if (!j || !att) {
         free(j);
         free(att);
         free(nodes);
-        am_send(p, reply("job_begin_ack", id, SHP_ERR_NO_MEMORY, "no memory"));
+        am_send(p, shp_ctl_reply("job_begin_ack", id, SHP_ERR_NO_MEMORY,
+                                 "no memory"));
         return;
     }
     j->id = job_id;
@@ -670,17 +668,14 @@ static void job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
             (uint32_t)v < j->payload)
             j->payload = (uint32_t)v;
     }
-    for (int k = 0; k < n; k++)
-        if (!strcmp(shp_topo_node(am->topo, nodes[k])->host, p->host) &&
-            !(att[k] = strdup(p->host)))
-            break;
+    job_attach_host(am, j, p->host);
     HASH_ADD(hh, am->jobs, id, sizeof(j->id), j);
     am->stats.jobs_begun++;
     shp_info("job %" PRIu64 " (uid %u, %d hosts) admitted: %u groups, %u "
              "osts, %u bytes",
              j->id, (unsigned)j->uid, n, j->max_groups, j->osts, j->payload);
-    json_t *m = reply("job_begin_ack", id, SHP_OK, NULL);
-    json_object_set_new(m, "job_id", job_id_json(j->id));
+    json_t *m = shp_ctl_reply("job_begin_ack", id, SHP_OK, NULL);
+    json_object_set_new(m, "job_id", shp_json_u64(j->id));
     json_object_set_new(m, "job_key", shp_json_hex(j->key, sizeof(j->key)));
     json_object_set_new(m, "max_groups", json_integer(j->max_groups));
     json_object_set_new(m, "osts", json_integer(j->osts));
@@ -696,12 +691,13 @@ static shp_am_job_t *job_for(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     const char *w;
     if (shp_json_get_u64(msg, "job_id", &job_id, &w) ||
         shp_json_get_u64(msg, "uid", &uid, &w)) {
-        am_send(p, reply(ack, id, SHP_ERR_PROTO, "job_id and uid required"));
+        am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PROTO,
+                                 "job_id and uid required"));
         return NULL;
     }
     shp_am_job_t *j = job_find(am, job_id);
     if (!j) {
-        am_send(p, reply(ack, id, SHP_ERR_JOB_UNKNOWN, "no such job"));
+        am_send(p, shp_ctl_reply(ack, id, SHP_ERR_JOB_UNKNOWN, "no such job"));
         return NULL;
     }
     if (uid != 0 && uid != j->uid) {
@@ -709,18 +705,10 @@ static shp_am_job_t *job_for(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         snprintf(why, sizeof(why), "job %" PRIu64 " belongs to uid %u", j->id,
                  (unsigned)j->uid);
         shp_warn_id("AM0402", "uid %" PRIu64 " on %s: %s", uid, p->host, why);
-        am_send(p, reply(ack, id, SHP_ERR_PERM, why));
+        am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PERM, why));
         return NULL;
     }
     return j;
-}
-
-static int job_host_index(shp_am_t *am, shp_am_job_t *j, const char *host)
-{
-    for (int k = 0; k < j->nhosts; k++)
-        if (!strcmp(shp_topo_node(am->topo, j->hosts[k])->host, host))
-            return k;
-    return -1;
 }
 
 static void job_attach(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
@@ -729,20 +717,13 @@ static void job_attach(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     shp_am_job_t *j = job_for(am, p, msg, "job_attach_ack", id);
     if (!j)
         return;
-    int attached = 0;
-    for (int k = 0; k < j->nhosts; k++)
-        if (!strcmp(shp_topo_node(am->topo, j->hosts[k])->host, p->host)) {
-            if (!j->attached[k])
-                j->attached[k] = strdup(p->host);
-            attached = 1;
-        }
-    if (!attached) {
-        am_send(p, reply("job_attach_ack", id, SHP_ERR_PERM,
-                         "this host is not one of the job's hosts"));
+    if (!job_attach_host(am, j, p->host)) {
+        am_send(p, shp_ctl_reply("job_attach_ack", id, SHP_ERR_PERM,
+                                 "this host is not one of the job's hosts"));
         return;
     }
-    json_t *m = reply("job_attach_ack", id, SHP_OK, NULL);
-    json_object_set_new(m, "job_id", job_id_json(j->id));
+    json_t *m = shp_ctl_reply("job_attach_ack", id, SHP_OK, NULL);
+    json_object_set_new(m, "job_id", shp_json_u64(j->id));
     json_object_set_new(m, "job_key", shp_json_hex(j->key, sizeof(j->key)));
     am_send(p, m);
 }
@@ -753,12 +734,12 @@ static void job_detach_host(shp_am_t *am, shp_am_job_t *j, const char *host,
 {
     int any = 0, was = 0;
     for (int k = 0; k < j->nhosts; k++) {
-        if (j->attached[k] && !strcmp(j->attached[k], host)) {
-            free(j->attached[k]);
-            j->attached[k] = NULL;
+        if (j->attached[k] &&
+            !strcmp(shp_topo_node(am->topo, j->hosts[k])->host, host)) {
+            j->attached[k] = 0;
             was = 1;
         }
-        any |= j->attached[k] != NULL;
+        any |= j->attached[k];
     }
     if (!was)
         return;
@@ -781,15 +762,15 @@ static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         shp_json_opt_str(msg, "dist", shp_am_dists[am->cfg.dist]);
     char why[300];
     if (shp_json_get_array(msg, "members", &members, &w)) {
-        am_send(p, reply(ack, id, SHP_ERR_PROTO, "members required"));
+        am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PROTO, "members required"));
         return;
     }
     int d = 0;
     while (shp_am_dists[d] && strcmp(shp_am_dists[d], dist))
         d++;
     if (!shp_am_dists[d]) {
-        am_send(p, reply(ack, id, SHP_ERR_INVALID_PARAM,
-                         "dist must be rc, mcast or both"));
+        am_send(p, shp_ctl_reply(ack, id, SHP_ERR_INVALID_PARAM,
+                                 "dist must be rc, mcast or both"));
         return;
     }
     if ((unsigned)j->ngroups >= j->max_groups) {
@@ -797,24 +778,25 @@ static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
                  "job %" PRIu64 " has its maximum of %u "
                  "groups",
                  j->id, j->max_groups);
-        am_send(p, reply(ack, id, SHP_ERR_QUOTA, why));
+        am_send(p, shp_ctl_reply(ack, id, SHP_ERR_QUOTA, why));
         return;
     }
     int *nodes, n;
     shp_status_t st = hosts_resolve(am, members, &nodes, &n, why, sizeof(why));
-    if (st == SHP_OK)
-        for (int k = 0; k < n && st == SHP_OK; k++)
-            if (job_host_index(am, j, shp_topo_node(am->topo, nodes[k])->host) <
-                0) {
-                snprintf(why, sizeof(why),
-                         "member %s is not a host of job "
-                         "%" PRIu64,
-                         shp_topo_node(am->topo, nodes[k])->host, j->id);
-                st = SHP_ERR_INVALID_PARAM;
-                free(nodes);
-            }
+    for (int k = 0; st == SHP_OK && k < n; k++) {
+        int in_job = 0;
+        for (int h = 0; h < j->nhosts && !in_job; h++)
+            in_job = j->hosts[h] == nodes[k];
+        if (!in_job) {
+            snprintf(why, sizeof(why),
+                     "member %s is not a host of job %" PRIu64,
+                     shp_topo_node(am->topo, nodes[k])->host, j->id);
+            st = SHP_ERR_INVALID_PARAM;
+            free(nodes);
+        }
+    }
     if (st != SHP_OK) {
-        am_send(p, reply(ack, id, st, why));
+        am_send(p, shp_ctl_reply(ack, id, st, why));
         return;
     }
     /* the least-loaded tree that spans the members, with room on its ANs */
@@ -849,7 +831,7 @@ static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     }
     free(nodes);
     if (best < 0) {
-        am_send(p, reply(ack, id, st, why));
+        am_send(p, shp_ctl_reply(ack, id, st, why));
         return;
     }
     shp_am_group_t *g = calloc(1, sizeof(*g));
@@ -864,18 +846,14 @@ static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         }
         free(g);
         shp_group_plan_free(&bp);
-        am_send(p, reply(ack, id, SHP_ERR_NO_MEMORY, "no memory"));
+        am_send(p, shp_ctl_reply(ack, id, SHP_ERR_NO_MEMORY, "no memory"));
         return;
     }
     do {
         g->id = am->next_group++;
         if (am->next_group >= (1u << 24))
             am->next_group = 1;
-    } while (({
-        shp_am_group_t *x;
-        HASH_FIND(hh, am->groups, &g->id, sizeof(g->id), x);
-        x != NULL;
-    }));
+    } while (group_find(am, g->id));
     g->am = am;
     g->job = j;
     g->tree = best;
@@ -922,7 +900,7 @@ static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
             "{s:s, s:I, s:I, s:i, s:o, s:s, s:o, s:b, s:i, s:s, s:s, s:i, "
             "s:I}",
             "type", "group_add", "id", (json_int_t)g->id << 20 | i, "group_id",
-            (json_int_t)g->id, "tree_id", best, "job_id", job_id_json(j->id),
+            (json_int_t)g->id, "tree_id", best, "job_id", shp_json_u64(j->id),
             "job_key", key, "children", children, "top", i == 0, "parent_index",
             ga->parent_index, "dist", shp_am_dists[d], "mcast_addr",
             g->mcast_addr, "osts", (int)g->osts, "payload",
@@ -939,24 +917,22 @@ static void group_destroy(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     if (!j)
         return;
     if (shp_json_get_int(msg, "group_id", 0, UINT32_MAX, &gid, NULL)) {
-        am_send(p, reply("group_destroy_ack", id, SHP_ERR_PROTO,
-                         "group_id required"));
+        am_send(p, shp_ctl_reply("group_destroy_ack", id, SHP_ERR_PROTO,
+                                 "group_id required"));
         return;
     }
-    uint32_t g32 = (uint32_t)gid;
-    shp_am_group_t *g;
-    HASH_FIND(hh, am->groups, &g32, sizeof(g32), g);
+    shp_am_group_t *g = group_find(am, (uint32_t)gid);
     if (!g || g->job != j) {
-        am_send(p, reply("group_destroy_ack", id, SHP_ERR_GROUP_UNKNOWN,
-                         "no such group in this job"));
+        am_send(p, shp_ctl_reply("group_destroy_ack", id, SHP_ERR_GROUP_UNKNOWN,
+                                 "no such group in this job"));
         return;
     }
     if (g->state == AM_GROUP_CONFIGURING)
-        am_send(g->req_peer, reply("group_create_ack", g->req_id,
-                                   SHP_ERR_CANCELED, "destroyed"));
+        am_send(g->req_peer, shp_ctl_reply("group_create_ack", g->req_id,
+                                           SHP_ERR_CANCELED, "destroyed"));
     group_remove_from_ans(am, g);
     group_free(am, g);
-    am_send(p, reply("group_destroy_ack", id, SHP_OK, NULL));
+    am_send(p, shp_ctl_reply("group_destroy_ack", id, SHP_OK, NULL));
 }
 
 /* A sharpd (re)registers: it announces the jobs it has processes of. */
@@ -967,8 +943,8 @@ static void sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     if (shp_json_get_str(msg, "host", &host, &w) ||
         shp_json_get_array(msg, "jobs", &jobs, &w) ||
         strcmp(host, p->auth.name) != 0) {
-        am_send(p, reply("sharpd_register_ack", 0, SHP_ERR_PROTO,
-                         "malformed sharpd_register"));
+        am_send(p, shp_ctl_reply("sharpd_register_ack", 0, SHP_ERR_PROTO,
+                                 "malformed sharpd_register"));
         shp_conn_close(&p->conn, SHP_ERR_PROTO);
         return;
     }
@@ -977,7 +953,8 @@ static void sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         char e[300];
         snprintf(e, sizeof(e), "host %s is not in the topology", host);
         shp_error_id("AM0103", "refusing sharpd: %s", e);
-        am_send(p, reply("sharpd_register_ack", 0, SHP_ERR_NOT_FOUND, e));
+        am_send(p,
+                shp_ctl_reply("sharpd_register_ack", 0, SHP_ERR_NOT_FOUND, e));
         shp_conn_flush(&p->conn);
         shp_conn_close(&p->conn, SHP_ERR_NOT_FOUND);
         return;
@@ -1000,15 +977,9 @@ static void sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         if (shp_json_get_u64(v, "job_id", &jid, &w))
             continue;
         shp_am_job_t *j = job_find(am, jid);
-        int k = j ? job_host_index(am, j, host) : -1;
-        if (k >= 0) {
-            for (int h = 0; h < j->nhosts; h++)
-                if (!j->attached[h] &&
-                    !strcmp(shp_topo_node(am->topo, j->hosts[h])->host, host))
-                    j->attached[h] = strdup(host);
-        } else {
+        if (!j || !job_attach_host(am, j, host)) {
             am_send(p, json_pack("{s:s, s:o, s:i, s:s}", "type", "job_killed",
-                                 "job_id", job_id_json(jid), "status",
+                                 "job_id", shp_json_u64(jid), "status",
                                  (int)SHP_ERR_JOB_UNKNOWN, "reason",
                                  "the aggregation manager restarted and "
                                  "does not know the job"));
@@ -1034,7 +1005,8 @@ static void sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         return;
     }
     if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL)) {
-        am_send(p, reply("error", 0, SHP_ERR_PROTO, "request without an id"));
+        am_send(p, shp_ctl_reply("error", 0, SHP_ERR_PROTO,
+                                 "request without an id"));
         return;
     }
     if (!strcmp(type, "job_begin")) {
@@ -1045,14 +1017,15 @@ static void sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         shp_am_job_t *j = job_for(am, p, msg, "job_end_ack", id);
         if (j) {
             shp_am_job_end(am, j, SHP_OK, "ended");
-            am_send(p, reply("job_end_ack", id, SHP_OK, NULL));
+            am_send(p, shp_ctl_reply("job_end_ack", id, SHP_OK, NULL));
         }
     } else if (!strcmp(type, "group_create")) {
         group_create(am, p, msg, id);
     } else if (!strcmp(type, "group_destroy")) {
         group_destroy(am, p, msg, id);
     } else {
-        am_send(p, reply("error", id, SHP_ERR_UNSUPPORTED, "unknown request"));
+        am_send(p, shp_ctl_reply("error", id, SHP_ERR_UNSUPPORTED,
+                                 "unknown request"));
     }
 }
 
@@ -1081,7 +1054,7 @@ static void peer_frame(shp_conn_t *conn, const void *frame, size_t len)
             shp_error_id("AM0101", "refusing %s (%s %s): %s", conn->peer,
                          p->auth.role[0] ? p->auth.role : "peer", p->auth.name,
                          why);
-            am_send(p, reply("auth_failed", 0, st, why));
+            am_send(p, shp_ctl_reply("auth_failed", 0, st, why));
             shp_conn_flush(conn);
             shp_conn_close(conn, st);
         } else if (chal) {
@@ -1136,17 +1109,11 @@ static void peer_close(shp_conn_t *conn, shp_status_t reason)
     free(p);
 }
 
-static void peer_idle(shp_conn_t *conn)
-{
-    if (shp_ctl_send_frame(conn, SHP_CTL_FRAME_PING) != SHP_OK)
-        shp_conn_close(conn, SHP_ERR_IO);
-}
-
 static const shp_conn_ops_t peer_ops = {
     .frame_len = shp_ctl_frame_len,
     .on_frame = peer_frame,
     .on_close = peer_close,
-    .on_idle = peer_idle,
+    .on_idle = shp_ctl_on_idle,
 };
 
 static shp_am_peer_t *peer_new(shp_am_t *am, int fd, am_role_t role)
@@ -1283,8 +1250,8 @@ void shp_am_stop(shp_am_t *am)
     shp_listener_stop(&am->listener);
     if (am->cfg.admin_socket[0])
         shp_listener_stop(&am->admin);
-    /* closing peers runs their on_close, which revokes nothing: jobs are
-     * freed below without notifications */
+    /* jobs and groups go first, without notifications; then the peers,
+     * with fault handling off */
     shp_am_job_t *j, *jt;
     HASH_ITER(hh, am->jobs, j, jt)
     {

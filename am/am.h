@@ -117,9 +117,9 @@ struct shp_am_job {
     uid_t uid;
     uint8_t key[32];
     int nhosts;
-    int *hosts;      /* topology nodes */
-    char **attached; /* [nhosts] non-NULL: host names whose sharpd has
-                            local processes of the job */
+    int *hosts;        /* topology nodes */
+    uint8_t *attached; /* [nhosts] the host's sharpd has processes of
+                            the job */
     unsigned max_groups, osts;
     uint32_t payload;
     int ngroups;

@@ -29,13 +29,6 @@ static json_t *guid_json(uint64_t g)
     return json_string(s);
 }
 
-static json_t *u64_json(uint64_t v)
-{
-    char s[24];
-    snprintf(s, sizeof(s), "%" PRIu64, v);
-    return json_string(s);
-}
-
 static int allowed(shp_am_t *am, shp_am_peer_t *p)
 {
     if (p->uid == 0)
@@ -123,14 +116,16 @@ static json_t *list_jobs(shp_am_t *am)
             json_array_append_new(
                 hosts, json_string(shp_topo_node(am->topo, j->hosts[h])->host));
             if (j->attached[h])
-                json_array_append_new(att, json_string(j->attached[h]));
+                json_array_append_new(
+                    att,
+                    json_string(shp_topo_node(am->topo, j->hosts[h])->host));
         }
         json_array_append_new(
             a, json_pack("{s:o, s:i, s:o, s:o, s:i, s:i, s:i, s:I}", "job_id",
-                         u64_json(j->id), "uid", (int)j->uid, "hosts", hosts,
-                         "attached", att, "groups", j->ngroups, "max_groups",
-                         (int)j->max_groups, "osts", (int)j->osts, "payload",
-                         (json_int_t)j->payload));
+                         shp_json_u64(j->id), "uid", (int)j->uid, "hosts",
+                         hosts, "attached", att, "groups", j->ngroups,
+                         "max_groups", (int)j->max_groups, "osts", (int)j->osts,
+                         "payload", (json_int_t)j->payload));
     }
     return a;
 }
@@ -161,7 +156,7 @@ static json_t *list_groups(shp_am_t *am, const json_t *req)
             a,
             json_pack("{s:I, s:o, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:I}",
                       "group_id", (json_int_t)g->id, "job_id",
-                      u64_json(g->job->id), "tree_id", g->tree, "state",
+                      shp_json_u64(g->job->id), "tree_id", g->tree, "state",
                       g->state == AM_GROUP_UP ? "up" : "configuring", "members",
                       g->plan.nmembers, "ans", ans, "dist",
                       shp_am_dists[g->dist - 1], "mcast_addr", g->mcast_addr,

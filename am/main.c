@@ -76,20 +76,10 @@ static void on_stop(void *arg, int signum)
 
 static void on_reload(void *arg)
 {
-    shp_am_t *am = arg;
     shp_am_config_t fresh = {0};
-    shp_config_action_t action;
-    shp_config_err_t err;
-    char *argv[] = {"sharp_am", NULL};
-    if (shp_config_load(&am_table, &fresh, 1, argv, "", &action, &err) ==
-        SHP_OK) {
-        shp_log_set_level(fresh.log_level);
-        am->cfg.log_level = fresh.log_level;
-        shp_info("reloaded: log level %s", shp_log_level_name(fresh.log_level));
-    } else {
-        shp_warn("reload failed: %s", err.msg);
-    }
-    shp_config_release(&am_table, &fresh);
+    (void)arg;
+    shp_config_reload_log_level(&am_table, &fresh,
+                                offsetof(shp_am_config_t, log_level));
 }
 
 int main(int argc, char **argv)

@@ -49,26 +49,17 @@ static void shp_an_ctl_send(shp_an_t *an, json_t *msg)
 void shp_an_ctl_reply(shp_an_t *an, const char *type, int64_t id,
                       shp_status_t status, const char *error)
 {
-    json_t *msg = json_pack("{s:s, s:I, s:i}", "type", type, "id",
-                            (json_int_t)id, "status", (int)status);
-
-    if (msg != NULL && error != NULL) {
-        json_object_set_new(msg, "error", json_string(error));
-    }
-    shp_an_ctl_send(an, msg);
+    shp_an_ctl_send(an, shp_ctl_reply(type, id, status, error));
 }
 
 void shp_an_ctl_group_failed(shp_an_t *an, const shp_an_group_t *g,
                              const char *reason)
 {
-    char job[24];
-
     /* job ids are u64: they travel as decimal strings */
-    snprintf(job, sizeof(job), "%llu", (unsigned long long)g->job_id);
-    shp_an_ctl_send(an, json_pack("{s:s, s:I, s:s, s:i, s:s}", "type",
+    shp_an_ctl_send(an, json_pack("{s:s, s:I, s:o, s:i, s:s}", "type",
                                   "group_failed", "group_id", (json_int_t)g->id,
-                                  "job_id", job, "status", (int)g->fail_status,
-                                  "reason", reason));
+                                  "job_id", shp_json_u64(g->job_id), "status",
+                                  (int)g->fail_status, "reason", reason));
 }
 
 static void shp_an_ctl_register(shp_an_t *an)
@@ -179,13 +170,6 @@ static void shp_an_ctl_frame(shp_conn_t *conn, const void *frame, size_t len)
     }
 }
 
-static void shp_an_ctl_idle(shp_conn_t *conn)
-{
-    if (shp_ctl_send_frame(conn, SHP_CTL_FRAME_PING) != SHP_OK) {
-        shp_conn_close(conn, SHP_ERR_IO);
-    }
-}
-
 static void shp_an_ctl_connected(shp_conn_t *conn)
 {
     shp_an_t *an = shp_an_of_conn(conn);
@@ -226,7 +210,7 @@ static const shp_conn_ops_t shp_an_ctl_ops = {
     .on_frame = shp_an_ctl_frame,
     .on_connect = shp_an_ctl_connected,
     .on_close = shp_an_ctl_closed,
-    .on_idle = shp_an_ctl_idle,
+    .on_idle = shp_ctl_on_idle,
 };
 
 static void shp_an_ctl_connect(shp_an_t *an)

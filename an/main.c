@@ -70,22 +70,12 @@ static void shp_an_on_stop(void *arg, int signum)
 
 static void shp_an_on_reload(void *arg)
 {
-    shp_an_t *an = arg;
     shp_an_config_t fresh = {0};
-    shp_config_action_t action;
-    shp_config_err_t err;
-    char *argv[] = {"sharp_an", NULL};
 
+    (void)arg;
     /* SIGHUP re-reads the log level from the file and environment */
-    if (shp_config_load(&shp_an_table, &fresh, 1, argv, "", &action, &err) ==
-        SHP_OK) {
-        shp_log_set_level(fresh.log_level);
-        an->cfg.log_level = fresh.log_level;
-        shp_info("reloaded: log level %s", shp_log_level_name(fresh.log_level));
-    } else {
-        shp_warn("reload failed: %s", err.msg);
-    }
-    shp_config_release(&shp_an_table, &fresh);
+    shp_config_reload_log_level(&shp_an_table, &fresh,
+                                offsetof(shp_an_config_t, log_level));
 }
 
 int main(int argc, char **argv)

@@ -801,3 +801,20 @@ void shp_config_release(const shp_config_table_t *table, void *obj)
         }
     }
 }
+
+void shp_config_reload_log_level(const shp_config_table_t *table, void *scratch,
+                                 size_t level_offset)
+{
+    char *argv[] = {(char *)table->component, NULL};
+    shp_config_action_t action;
+    shp_config_err_t err;
+
+    if (shp_config_load(table, scratch, 1, argv, "", &action, &err) == SHP_OK) {
+        int level = *(int *)((char *)scratch + level_offset);
+        shp_log_set_level(level);
+        shp_info("reloaded: log level %s", shp_log_level_name(level));
+    } else {
+        shp_warn("reload failed: %s", err.msg);
+    }
+    shp_config_release(table, scratch);
+}

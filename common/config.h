@@ -137,6 +137,12 @@ void shp_config_help(const shp_config_table_t *table, const char *usage,
 /* Free what the parsers allocated (strings). */
 void shp_config_release(const shp_config_table_t *table, void *obj);
 
+/* SIGHUP for a daemon: re-reads the file and environment into `scratch` (a
+ * zeroed object of the table's type), applies the log level found at
+ * `level_offset`, logs the outcome and releases `scratch`. */
+void shp_config_reload_log_level(const shp_config_table_t *table, void *scratch,
+                                 size_t level_offset);
+
 /* Find an option by name ('-' matches '_'); NULL if none. */
 const shp_config_opt_t *shp_config_find(const shp_config_table_t *table,
                                         const char *name);

@@ -2,6 +2,8 @@
 #include "common/ctl.h"
 
 #include <endian.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -374,4 +376,31 @@ json_t *shp_ctl_recv(shp_conn_t *conn, const void *frame, size_t len,
         shp_conn_close(conn, SHP_ERR_IO);
     }
     return msg;
+}
+
+json_t *shp_json_u64(uint64_t v)
+{
+    char s[24];
+
+    snprintf(s, sizeof(s), "%" PRIu64, v);
+    return json_string(s);
+}
+
+json_t *shp_ctl_reply(const char *type, int64_t id, shp_status_t status,
+                      const char *error)
+{
+    json_t *m = json_pack("{s:s, s:I, s:i}", "type", type, "id", (json_int_t)id,
+                          "status", (int)status);
+
+    if (m != NULL && error != NULL) {
+        json_object_set_new(m, "error", json_string(error));
+    }
+    return m;
+}
+
+void shp_ctl_on_idle(shp_conn_t *conn)
+{
+    if (shp_ctl_send_frame(conn, SHP_CTL_FRAME_PING) != SHP_OK) {
+        shp_conn_close(conn, SHP_ERR_IO);
+    }
 }

@@ -89,6 +89,17 @@ SHP_WUR shp_status_t shp_json_get_hex(const json_t *obj, const char *key,
                                       void *out, size_t len, const char **why);
 json_t *shp_json_hex(const void *data, size_t len);
 
+/* A u64 as the decimal string shp_json_get_u64 reads (jansson integers
+ * are signed). */
+json_t *shp_json_u64(uint64_t v);
+
+/* A reply {type, id, status, error?} (a new reference; error may be NULL). */
+json_t *shp_ctl_reply(const char *type, int64_t id, shp_status_t status,
+                      const char *error);
+
+/* on_idle of control connections: a ping, or close if it cannot be sent. */
+void shp_ctl_on_idle(shp_conn_t *conn);
+
 /* Optional members: the value, or dflt when absent or of the wrong kind. */
 const char *shp_json_opt_str(const json_t *obj, const char *key,
                              const char *dflt);

@@ -113,11 +113,7 @@ static json_t *ack(const char *req_type, int64_t id, shp_status_t st,
 {
     char type[48];
     snprintf(type, sizeof(type), "%.32s_ack", req_type);
-    json_t *m = json_pack("{s:s, s:I, s:i}", "type", type, "id", (json_int_t)id,
-                          "status", (int)st);
-    if (m && error)
-        json_object_set_new(m, "error", json_string(error));
-    return m;
+    return shp_ctl_reply(type, id, st, error);
 }
 
 static job_t *job_get(uint64_t id)
@@ -189,10 +185,9 @@ static void am_register(void)
     job_t *j, *tmp;
     HASH_ITER(hh, d.jobs, j, tmp)
     {
-        char s[24];
-        snprintf(s, sizeof(s), "%" PRIu64, j->id);
-        json_array_append_new(
-            jobs, json_pack("{s:s, s:i}", "job_id", s, "uid", (int)j->uid));
+        json_array_append_new(jobs, json_pack("{s:o, s:i}", "job_id",
+                                              shp_json_u64(j->id), "uid",
+                                              (int)j->uid));
     }
     send_msg(&d.am, json_pack("{s:s, s:s, s:o}", "type", "sharpd_register",
                               "host", d.cfg.host, "jobs", jobs));
@@ -309,13 +304,11 @@ static void am_closed(shp_conn_t *conn, shp_status_t reason)
     HASH_ITER(hh, d.jobs, j, jt)
     {
         for (int g = 0; g < j->ngroups; g++) {
-            char s[24];
-            snprintf(s, sizeof(s), "%" PRIu64, j->id);
-            json_t *m =
-                json_pack("{s:s, s:s, s:I, s:i, s:s}", "type", "group_revoked",
-                          "job_id", s, "group_id", (json_int_t)j->groups[g],
-                          "status", (int)SHP_ERR_GROUP_REVOKED, "reason",
-                          "lost the aggregation manager");
+            json_t *m = json_pack(
+                "{s:s, s:o, s:I, s:i, s:s}", "type", "group_revoked", "job_id",
+                shp_json_u64(j->id), "group_id", (json_int_t)j->groups[g],
+                "status", (int)SHP_ERR_GROUP_REVOKED, "reason",
+                "lost the aggregation manager");
             notify_job(j->id, m);
             json_decref(m);
         }
@@ -324,18 +317,12 @@ static void am_closed(shp_conn_t *conn, shp_status_t reason)
     am_schedule();
 }
 
-static void am_idle(shp_conn_t *conn)
-{
-    if (shp_ctl_send_frame(conn, SHP_CTL_FRAME_PING) != SHP_OK)
-        shp_conn_close(conn, SHP_ERR_IO);
-}
-
 static const shp_conn_ops_t am_ops = {
     .frame_len = shp_ctl_frame_len,
     .on_frame = am_frame,
     .on_connect = am_connected,
     .on_close = am_closed,
-    .on_idle = am_idle,
+    .on_idle = shp_ctl_on_idle,
 };
 
 static void am_connect(void)
@@ -459,13 +446,11 @@ static void client_closed(shp_conn_t *conn, shp_status_t reason)
     for (int i = 0; i < c->njobs; i++) {
         job_t *j = job_get(c->jobs[i]);
         if (j && --j->nclients == 0 && !d.stopping) {
-            char s[24];
-            snprintf(s, sizeof(s), "%" PRIu64, j->id);
-            shp_info("job %s: its last process here (pid %d) is gone", s,
-                     (int)c->pid);
+            shp_info("job %" PRIu64 ": its last process here (pid %d) is gone",
+                     j->id, (int)c->pid);
             if (d.am_state == 2)
-                send_msg(&d.am, json_pack("{s:s, s:s}", "type", "job_detach",
-                                          "job_id", s));
+                send_msg(&d.am, json_pack("{s:s, s:o}", "type", "job_detach",
+                                          "job_id", shp_json_u64(j->id)));
             HASH_DEL(d.jobs, j);
             free(j);
         }
@@ -536,16 +521,9 @@ static void on_stop(void *arg, int signum)
 
 static void on_reload(void *arg)
 {
-    (void)arg;
     cfg_t fresh = {0};
-    shp_config_action_t action;
-    shp_config_err_t err;
-    char *argv[] = {"sharpd", NULL};
-    if (shp_config_load(&table, &fresh, 1, argv, "", &action, &err) == SHP_OK) {
-        shp_log_set_level(fresh.log_level);
-        shp_info("reloaded: log level %s", shp_log_level_name(fresh.log_level));
-    }
-    shp_config_release(&table, &fresh);
+    (void)arg;
+    shp_config_reload_log_level(&table, &fresh, offsetof(cfg_t, log_level));
 }
 
 int main(int argc, char **argv)

@@ -294,17 +294,23 @@ static json_t *admin(const char *type)
     return r;
 }
 
-static int ans_up(void)
+/* entries of an admin listing whose state is "up" */
+static int count_up(const char *type)
 {
-    json_t *r = admin("ans"), *v;
+    json_t *r = admin(type), *v;
     size_t i;
     int up = 0;
-    json_array_foreach(json_object_get(r, "ans"), i, v)
+    json_array_foreach(json_object_get(r, type), i, v)
     {
         up += !strcmp(json_string_value(json_object_get(v, "state")), "up");
     }
     json_decref(r);
     return up;
+}
+
+static int ans_up(void)
+{
+    return count_up("ans");
 }
 
 static int count_of(const char *type, const char *key)
@@ -332,15 +338,7 @@ static const char *an_addr(const char *name, char *buf, size_t len)
 
 static int trees_up(void)
 {
-    json_t *r = admin("trees"), *v;
-    size_t i;
-    int up = 0;
-    json_array_foreach(json_object_get(r, "trees"), i, v)
-    {
-        up += !strcmp(json_string_value(json_object_get(v, "state")), "up");
-    }
-    json_decref(r);
-    return up;
+    return count_up("trees");
 }
 
 /* the fabric is ready when every AN is up and both trees are up */
