@@ -430,8 +430,14 @@ static int teardown(void **state)
 
 /* --- tests ------------------------------------------------------------------ */
 
-static pid_t start_member(const json_t *group, int rank, int nmembers)
+/* Members report success on done_fd and stay (keeping the group whole)
+ * until every one has: a member that left early would fail the group under
+ * the others. */
+static pid_t start_member(const json_t *group, int rank, int nmembers,
+                          int done_fd)
 {
+    char done[12];
+    snprintf(done, sizeof(done), "%d", done_fd);
     json_t *m = json_array_get(json_object_get(group, "members"), rank);
     char exe[500], gid[16], tree[16], child[16], r[16], leaves[16], osts[16],
         payload[16], log[600];
@@ -477,6 +483,8 @@ static pid_t start_member(const json_t *group, int rank, int nmembers)
         "stream",
         "--ops",
         "300",
+        "--done-fd",
+        done,
         "--timeout",
         "20",
         NULL};
@@ -543,14 +551,34 @@ static void test_job_and_group(void **state)
 
     /* the ANs really hold the group: 300 sums through it, checked */
     pid_t pids[3];
+    int done[2], ndone = 0, st, codes[3] = {-1, -1, -1}, early = 0;
+    assert_int_equal(pipe(done), 0);
     for (int i = 0; i < 3; i++)
-        pids[i] = start_member(g, i, 3);
-    for (int i = 0; i < 3; i++) {
-        int st;
-        assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-            fail_msg("member %d failed (logs in %s)", i, dir);
+        pids[i] = start_member(g, i, 3, done[1]);
+    close(done[1]);
+    uint64_t end = shp_time_ns() + 60 * SHP_NSEC_PER_SEC;
+    while (ndone < 3 && !early && shp_time_ns() < end) {
+        char byte;
+        struct pollfd pf = {done[0], POLLIN, 0};
+        if (poll(&pf, 1, 100) == 1 && read(done[0], &byte, 1) == 1)
+            ndone++;
+        for (int i = 0; i < 3; i++)
+            if (codes[i] < 0 && waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+                codes[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+                early = 1; /* a member gave up before the barrier */
+            }
     }
+    close(done[0]);
+    for (int i = 0; i < 3; i++) {
+        if (codes[i] < 0) {
+            kill(pids[i], SIGTERM);
+            assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+            codes[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+        }
+        if (codes[i] != 0)
+            fail_msg("member %d exited %d (logs in %s)", i, codes[i], dir);
+    }
+    assert_int_equal(ndone, 3);
 
     /* members leaving close their links: the AN fails the group and every
      * process of the job hears of it */
