@@ -110,6 +110,7 @@ include common/module.mk
 include an/module.mk
 include am/module.mk
 include sharpd/module.mk
+include libsharp/module.mk
 include tests/module.mk
 include bench/module.mk
 

@@ -2,6 +2,7 @@
  * sharp-topo: fabric topology files for the aggregation manager.
  *
  *   sharp-topo check FILE          parse an ibnetdiscover dump, print a summary
+ *   sharp-topo list FILE           one line per node: switch|host|router NAME GUID
  *   sharp-topo diff FILE1 FILE2    exit 0 if both describe the same fabric
  *   sharp-topo fat-tree [--levels 2|3] --radix R --hosts N [--ibsim]
  *                                  write a synthetic fat-tree to stdout
@@ -23,6 +24,11 @@ static void usage(FILE *f)
             "Commands:\n"
             "  check FILE            parse FILE; print switches, hosts and "
             "links\n"
+            "  list FILE             one line per node: \"switch NAME GUID\", "
+            "\"host NAME\n"
+            "                        GUID\" or \"router NAME GUID\" (NAME: "
+            "the switch's\n"
+            "                        description, the host name of a CA)\n"
             "  diff FILE1 FILE2      exit 0 if both describe the same fabric "
             "(GUIDs,\n"
             "                        types, descriptions, links), else print "
@@ -116,6 +122,22 @@ int main(int argc, char **argv)
                shp_topo_count_type(t, SHP_NODE_ROUTER), shp_topo_links(t));
         shp_topo_free(t);
         return 0;
+    }
+    if (!strcmp(cmd, "list") && argc == 3) {
+        static const char *const kind[] = {[SHP_NODE_SWITCH] = "switch",
+                                           [SHP_NODE_CA] = "host",
+                                           [SHP_NODE_ROUTER] = "router"};
+        shp_topo_t *t;
+        if (load(argv[2], &t))
+            return 1;
+        for (size_t i = 0; i < shp_topo_count(t); i++) {
+            const shp_topo_node_t *n = shp_topo_node(t, (int)i);
+            const char *name = n->type == SHP_NODE_CA ? n->host : n->desc;
+            printf("%s %s 0x%016llx\n", kind[n->type],
+                   name && *name ? name : n->id, (unsigned long long)n->guid);
+        }
+        shp_topo_free(t);
+        return fflush(stdout) == 0 ? 0 : 1;
     }
     if (!strcmp(cmd, "diff") && argc == 4) {
         shp_topo_t *a, *b;

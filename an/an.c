@@ -677,6 +677,14 @@ static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     if (g == NULL) {
         return;
     }
+    for (unsigned k = 0; k < g->nchildren; k++) {
+        if (g->children[k].left &&
+            shp_seq_diff(hdr->seq, g->children[k].next_seq) >= 0) {
+            shp_an_op_error(g, hdr, SHP_ERR_GROUP_FAILED,
+                            "a member has left the group");
+            return;
+        }
+    }
     if (hdr->seq != g->children[ci].next_seq) {
         an->stats.err_seq_window++;
         shp_an_op_error(g, hdr, SHP_ERR_SEQ_WINDOW,
@@ -847,6 +855,7 @@ static void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     }
     if (status == SHP_OK) {
         g->children[join.child_index].link = l;
+        g->children[join.child_index].left = 0;
         an->stats.joins++;
     } else {
         an->stats.join_refused++;
@@ -854,6 +863,28 @@ static void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     shp_wire_hdr_init(&ack, SHP_WIRE_OP_GROUP_JOIN_ACK, hdr->tree_id,
                       hdr->group_id, 0);
     ack.status = (int16_t)status;
+    shp_an_send(l, &ack, NULL);
+}
+
+/* A member leaves cleanly (its communicator is being destroyed): its link
+ * closing no longer fails the group, but an operation that would need it
+ * does (nothing may wait for a member that is gone). */
+static void shp_an_leave(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
+{
+    unsigned ci;
+    shp_an_group_t *g = shp_an_request_group(l, hdr, &ci);
+
+    if (g == NULL) {
+        return;
+    }
+    g->children[ci].left = 1;
+    g->children[ci].link = NULL;
+    shp_an_link_del_group(l, g->id);
+    /* the echo tells the member that nothing more of this group follows:
+     * it may close without losing anything in flight */
+    shp_wire_hdr_t ack;
+    shp_wire_hdr_init(&ack, SHP_WIRE_OP_GROUP_LEAVE, g->tree_id, g->id,
+                      hdr->seq);
     shp_an_send(l, &ack, NULL);
 }
 
@@ -888,6 +919,12 @@ static void shp_an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
     case SHP_WIRE_OP_GROUP_JOIN:
         if (!l->is_parent) {
             shp_an_join(l, hdr, payload);
+            return;
+        }
+        break;
+    case SHP_WIRE_OP_GROUP_LEAVE:
+        if (!l->is_parent) {
+            shp_an_leave(l, hdr);
             return;
         }
         break;

@@ -70,6 +70,7 @@ typedef struct shp_an_child {
     shp_an_link_t *link;
     uint32_t next_seq; /* the next operation this child must send */
     int is_an;
+    int left; /* the member left the group cleanly (group_leave) */
 } shp_an_child_t;
 
 enum {

@@ -212,6 +212,11 @@ static void shp_tcp_close(shp_tp_ep_t *base)
 {
     shp_tcp_ep_t *ep = (shp_tcp_ep_t *)base;
 
+    /* what was queued (a last error, a leave) goes out first, if the
+     * socket takes it now */
+    if (ep->conn.state == SHP_CONN_OPEN) {
+        shp_conn_flush(&ep->conn);
+    }
     shp_conn_close(&ep->conn, SHP_ERR_CANCELED);
 }
 

@@ -99,6 +99,7 @@ static const char *const shp_wire_opcode_names[SHP_WIRE_OP_LAST] = {
     [SHP_WIRE_OP_RETRANS_REQ] = "retrans_req",
     [SHP_WIRE_OP_GROUP_JOIN] = "group_join",
     [SHP_WIRE_OP_GROUP_JOIN_ACK] = "group_join_ack",
+    [SHP_WIRE_OP_GROUP_LEAVE] = "group_leave",
 };
 
 const char *shp_wire_opcode_name(unsigned opcode)
@@ -203,6 +204,11 @@ shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr, size_t msg_len,
         if (hdr->count != 0 || hdr->payload_len != 0) {
             return shp_wire_reject(SHP_ERR_PROTO, "join ack with a payload",
                                    why);
+        }
+        return SHP_OK;
+    case SHP_WIRE_OP_GROUP_LEAVE:
+        if (hdr->count != 0 || hdr->payload_len != 0) {
+            return shp_wire_reject(SHP_ERR_PROTO, "leave with a payload", why);
         }
         return SHP_OK;
     default: return shp_wire_reject(SHP_ERR_PROTO, "unknown opcode", why);

@@ -23,7 +23,8 @@
  *   28  4   reserved     0 on send, ignored on receive
  *
  * Version history (never reuse a retired value or bit):
- *   1  first version.
+ *   1  first version (opcode 7, group_leave, added compatibly: an AN
+ *      that does not know it closes the link, as before).
  */
 #ifndef SHP_COMMON_WIRE_H
 #define SHP_COMMON_WIRE_H
@@ -47,6 +48,7 @@ typedef enum shp_wire_opcode {
     SHP_WIRE_OP_RETRANS_REQ = 4,    /* member -> AN: resend result `seq` */
     SHP_WIRE_OP_GROUP_JOIN = 5,     /* child -> AN: join, with the job key */
     SHP_WIRE_OP_GROUP_JOIN_ACK = 6, /* AN -> child: status of the join */
+    SHP_WIRE_OP_GROUP_LEAVE = 7,    /* member -> AN: leaving, cleanly */
     SHP_WIRE_OP_LAST
 } shp_wire_opcode_t;
 

@@ -6,7 +6,8 @@
  * with SO_PEERCRED (never from what they say), stamps their uid on every
  * request and relays it to the AM over an authenticated TCP connection:
  *
- *   client -> sharpd  job_begin {id, job_id, hosts, req?}   job_attach {id,
+ *   client -> sharpd  hello {id} -> hello_ack {host, am_up}
+ *                     job_begin {id, job_id, hosts, req?}   job_attach {id,
  *                     job_id}   job_end {id, job_id}   group_create {id,
  *                     job_id, members, dist?}   group_destroy {id, job_id,
  *                     group_id}
@@ -363,6 +364,14 @@ static void client_request(client_t *c, json_t *msg)
     if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL) != SHP_OK) {
         send_msg(&c->conn,
                  ack("error", 0, SHP_ERR_PROTO, "request without an id"));
+        return;
+    }
+    if (!strcmp(type, "hello")) {
+        /* who am I: the host name the AM knows this host by */
+        json_t *r = ack("hello", id, SHP_OK, NULL);
+        json_object_set_new(r, "host", json_string(d.cfg.host));
+        json_object_set_new(r, "am_up", json_boolean(d.am_state == 2));
+        send_msg(&c->conn, r);
         return;
     }
     int k = 0;

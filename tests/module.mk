@@ -30,3 +30,12 @@ TESTS += $(AM_TEST)
 $(AM_TEST): $(OBJDIR)/tests/am/test_am.o $(COMMON_LIB) $(SHARP_AM) \
 		$(SHARP_AN) $(SHARPD) $(SHARP_TOPO) $(AN_MEMBER)
 	$(call link_prog,$(CMOCKA_LIBS))
+
+# libsharp_coll end to end over a sharp-fabric (links the shared library).
+COLL_TEST := $(TESTDIR)/coll/test_coll
+COLL_LINK = -L$(LIBDIR) -lsharp_coll -Wl,-rpath,$(abspath $(LIBDIR))
+TESTS += $(COLL_TEST)
+
+$(COLL_TEST): $(OBJDIR)/tests/coll/test_coll.o $(COLL_SO) $(COMMON_LIB) \
+		$(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
+	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS))

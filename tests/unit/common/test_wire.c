@@ -295,6 +295,13 @@ static void test_validate_control_opcodes(void **state)
     h.payload_len = 4;
     REJECT(h, SHP_WIRE_HDR_LEN + 4, 256, SHP_ERR_PROTO, "payload");
 
+    h.opcode = SHP_WIRE_OP_GROUP_LEAVE;
+    h.payload_len = 0;
+    assert_int_equal(shp_wire_validate(&h, SHP_WIRE_HDR_LEN, 256, NULL),
+                     SHP_OK);
+    h.payload_len = 4;
+    REJECT(h, SHP_WIRE_HDR_LEN + 4, 256, SHP_ERR_PROTO, "leave with");
+
     h.opcode = SHP_WIRE_OP_GROUP_JOIN;
     h.payload_len = SHP_WIRE_JOIN_LEN;
     assert_int_equal(

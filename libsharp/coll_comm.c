@@ -1,0 +1,1014 @@
+/*
+ * libsharp_coll: communicators and collectives.
+ *
+ * Every collective is a stream of bytes cut into fragments of at most the
+ * group's payload per operation; each fragment is one aggregation operation
+ * (one sequence number) on the tree, at most `depth` of them in flight.
+ * What differs between collectives is only which bytes of the stream a
+ * member contributes (the rest are zeros) and which bytes of the result it
+ * keeps:
+ *
+ *   allreduce       sends [0, n), keeps [0, n)
+ *   reduce          sends [0, n), keeps [0, n) at the root, nothing elsewhere
+ *   reduce-scatter  sends [0, size x n), keeps block [rank x n, (rank+1) x n)
+ *   bcast           the root sends [0, n) (others zeros), BOR on bytes
+ *   allgather       rank r sends [r x n, (r+1) x n) (zeros elsewhere), BOR
+ *   barrier         one operation without payload
+ *
+ * A fragment's result comes back over RC or by multicast (whichever first;
+ * a missing one is asked for again after retrans_timeout).  A failed group
+ * (an error from the AN, a lost connection, a revocation by the manager, a
+ * timeout) fails every pending and later operation of the communicator.
+ */
+#include "libsharp/coll_int.h"
+
+#include "common/ctl.h"
+#include "common/log.h"
+#include "common/time.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Failing ---------------------------------------------------------------- */
+
+static void req_finish(coll_req_t *r, int status)
+{
+    if (!r->complete) {
+        r->complete = 1;
+        r->status = status;
+        if (status != SHARP_COLL_SUCCESS) {
+            r->comm->ctx->stats.errors++;
+        }
+    }
+}
+
+void coll_comm_fail(coll_comm_t *comm, shp_status_t st, const char *why)
+{
+    if (comm->failed != SHP_OK) {
+        return;
+    }
+    comm->failed = st;
+    if (!comm->destroying) {
+        shp_error("group %u: %s (%s): pending and later operations fail",
+                  comm->group_id, why, shp_status_str(st));
+    }
+    for (unsigned i = 0; i < comm->osts; i++) {
+        if (comm->win[i].busy) {
+            req_finish(comm->win[i].req, SHARP_COLL_ERROR);
+            comm->win[i].busy = 0;
+        }
+    }
+    for (coll_req_t *r = comm->queue; r != NULL; r = r->next) {
+        req_finish(r, SHARP_COLL_ERROR);
+    }
+    comm->queue = comm->queue_tail = NULL;
+    if (comm->ep != NULL) {
+        shp_tp_close(comm->ep);
+    }
+}
+
+/* Sending -------------------------------------------------------------------- */
+
+static void send_frag(coll_comm_t *comm, coll_req_t *r)
+{
+    coll_frag_t *f = &comm->win[comm->next_seq % comm->osts];
+    shp_wire_hdr_t h;
+    size_t off = r->sent * (size_t)r->per_frag * r->es;
+    size_t left = r->total - off;
+    uint32_t count = r->barrier ? 0 : (uint32_t)(left / r->es);
+    const void *payload = NULL;
+
+    if (count > r->per_frag) {
+        count = r->per_frag;
+    }
+    size_t len = (size_t)count * r->es;
+    if (r->barrier) {
+        shp_wire_hdr_init(&h, SHP_WIRE_OP_AGG_REQ, comm->tree_id,
+                          comm->group_id, comm->next_seq);
+        h.flags = SHP_WIRE_F_BARRIER;
+    } else {
+        shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_REQ, comm->tree_id,
+                              comm->group_id, comm->next_seq, &r->desc, count);
+        if (off >= r->s_lo && off + len <= r->s_hi) {
+            payload = r->src + (off - r->s_lo); /* straight from the user */
+        } else {
+            /* zeros, and what overlaps the member's own bytes */
+            size_t lo = off > r->s_lo ? off : r->s_lo;
+            size_t hi = off + len < r->s_hi ? off + len : r->s_hi;
+            memset(comm->stage, 0, len);
+            if (lo < hi) {
+                memcpy(comm->stage + (lo - off), r->src + (lo - r->s_lo),
+                       hi - lo);
+            }
+            payload = comm->stage;
+        }
+    }
+    *f = (coll_frag_t){.req = r, .off = off, .count = count, .busy = 1};
+    f->sent_ns = f->asked_ns = shp_time_ns();
+    r->sent++;
+    comm->next_seq++;
+    comm->ctx->stats.frags++;
+    if (shp_tp_send(comm->ep, &h, payload) != SHP_OK) {
+        coll_comm_fail(comm, SHP_ERR_CONN_RESET, "cannot send to the leaf AN");
+    }
+}
+
+static void pump(coll_comm_t *comm)
+{
+    while (comm->failed == SHP_OK && comm->queue != NULL &&
+           comm->next_seq - comm->done_seq < comm->depth) {
+        coll_req_t *r = comm->queue;
+        send_frag(comm, r);
+        if (r->sent == r->nfrags && comm->queue == r) {
+            comm->queue = r->next;
+            if (comm->queue == NULL) {
+                comm->queue_tail = NULL;
+            }
+        }
+    }
+    if (comm->next_seq != comm->done_seq) {
+        coll_arm_tick(comm->ctx);
+    }
+}
+
+/* Receiving ------------------------------------------------------------------ */
+
+static void on_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
+                      const void *payload)
+{
+    uint32_t seq = hdr->seq;
+    coll_frag_t *f = &comm->win[seq % comm->osts];
+
+    if (seq - comm->done_seq >= comm->next_seq - comm->done_seq || !f->busy ||
+        f->done) {
+        return; /* a duplicate (RC and multicast), or not ours */
+    }
+    coll_req_t *r = f->req;
+    size_t len = r->barrier ? 0 : (size_t)f->count * r->es;
+    if (hdr->payload_len != len) {
+        coll_comm_fail(comm, SHP_ERR_PROTO, "a result of the wrong size");
+        return;
+    }
+    size_t lo = f->off > r->r_lo ? f->off : r->r_lo;
+    size_t hi = f->off + len < r->r_hi ? f->off + len : r->r_hi;
+    if (lo < hi) {
+        memcpy(r->dst + (lo - r->r_lo),
+               (const uint8_t *)payload + (lo - f->off), hi - lo);
+    }
+    if (hdr->flags & SHP_WIRE_F_MCAST) {
+        comm->ctx->stats.mcast_results++;
+    } else {
+        comm->ctx->stats.rc_results++;
+    }
+    f->done = 1;
+    if (++r->done == r->nfrags) {
+        req_finish(r, SHARP_COLL_SUCCESS);
+    }
+    while (comm->done_seq != comm->next_seq &&
+           comm->win[comm->done_seq % comm->osts].done) {
+        comm->win[comm->done_seq % comm->osts].busy = 0;
+        comm->done_seq++;
+    }
+    pump(comm);
+}
+
+static void on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
+                   const void *payload)
+{
+    coll_comm_t *comm = ep->arg;
+
+    if (comm == NULL || hdr->group_id != comm->group_id) {
+        return;
+    }
+    switch (hdr->opcode) {
+    case SHP_WIRE_OP_GROUP_JOIN_ACK:
+        if (comm->join_status == SHP_INPROGRESS) {
+            comm->join_status = hdr->status;
+        }
+        break;
+    case SHP_WIRE_OP_GROUP_LEAVE: comm->left = 1; break;
+    case SHP_WIRE_OP_AGG_RESULT:
+        if (comm->failed == SHP_OK) {
+            on_result(comm, hdr, payload);
+        }
+        break;
+    case SHP_WIRE_OP_ERROR: {
+        char why[SHP_WIRE_ERR_MSG_MAX + 32];
+        snprintf(why, sizeof(why), "the aggregation node says: %.*s",
+                 (int)hdr->payload_len, (const char *)payload);
+        if (comm->join_status == SHP_INPROGRESS) {
+            comm->join_status = hdr->status ? hdr->status : SHP_ERR_PROTO;
+        }
+        coll_comm_fail(comm, hdr->status ? hdr->status : SHP_ERR_GROUP_FAILED,
+                       why);
+        break;
+    }
+    default: break;
+    }
+}
+
+static void on_connect(shp_tp_ep_t *ep)
+{
+    coll_comm_t *comm = ep->arg;
+    uint8_t payload[SHP_WIRE_JOIN_LEN];
+    shp_wire_join_t join = {.job_id = comm->ctx->job_id,
+                            .child_index = comm->child};
+    shp_wire_hdr_t h;
+
+    memcpy(join.job_key, comm->ctx->job_key, sizeof(join.job_key));
+    shp_wire_join_pack(&join, payload);
+    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN, comm->tree_id, comm->group_id,
+                      0);
+    h.payload_len = SHP_WIRE_JOIN_LEN;
+    if (shp_tp_send(ep, &h, payload) != SHP_OK) {
+        comm->join_status = SHP_ERR_CONN_RESET;
+    }
+}
+
+static void on_close(shp_tp_ep_t *ep, shp_status_t reason)
+{
+    coll_comm_t *comm = ep->arg;
+
+    if (comm == NULL) {
+        return;
+    }
+    if (ep == comm->mep) {
+        comm->mep = NULL;
+        return;
+    }
+    comm->ep = NULL;
+    if (comm->join_status == SHP_INPROGRESS) {
+        comm->join_status = reason != SHP_OK ? reason : SHP_ERR_CONN_RESET;
+    }
+    coll_comm_fail(comm, reason != SHP_OK ? reason : SHP_ERR_CONN_RESET,
+                   "lost the leaf aggregation node");
+}
+
+static const shp_tp_ep_cbs_t ep_cbs = {on_msg, on_connect, on_close};
+
+void coll_comm_tick(coll_comm_t *comm, uint64_t now)
+{
+    coll_ctx_t *ctx = comm->ctx;
+    uint64_t rt = (uint64_t)ctx->cfg.retrans_ms * SHP_NSEC_PER_MSEC;
+
+    if (comm->failed != SHP_OK) {
+        return;
+    }
+    for (uint32_t s = comm->done_seq; s != comm->next_seq; s++) {
+        coll_frag_t *f = &comm->win[s % comm->osts];
+        if (!f->busy || f->done) {
+            continue;
+        }
+        if (ctx->cfg.coll_timeout_ms > 0 &&
+            now - f->sent_ns >
+                (uint64_t)ctx->cfg.coll_timeout_ms * SHP_NSEC_PER_MSEC) {
+            coll_comm_fail(comm, SHP_ERR_TIMED_OUT,
+                           "an operation made no progress for coll_timeout");
+            return;
+        }
+        /* only with multicast can a result go missing */
+        if (comm->mep != NULL && now - f->asked_ns > rt) {
+            shp_wire_hdr_t h;
+            shp_wire_hdr_init(&h, SHP_WIRE_OP_RETRANS_REQ, comm->tree_id,
+                              comm->group_id, s);
+            f->asked_ns = now;
+            ctx->stats.retrans++;
+            if (shp_tp_send(comm->ep, &h, NULL) != SHP_OK) {
+                coll_comm_fail(comm, SHP_ERR_CONN_RESET,
+                               "cannot send to the leaf AN");
+                return;
+            }
+        }
+    }
+}
+
+int coll_comm_busy(const coll_comm_t *comm)
+{
+    return comm->failed == SHP_OK && comm->next_seq != comm->done_seq;
+}
+
+/* Communicators --------------------------------------------------------------- */
+
+/* rank 0: the group over every member's host, as JSON text for the others */
+static int group_create(coll_ctx_t *ctx, const char *hosts, int size,
+                        char **text)
+{
+    json_t *members = json_array();
+    shp_status_t st;
+
+    for (int i = 0; i < size; i++) {
+        json_array_append_new(
+            members, json_stringn(hosts + (size_t)i * SHP_HOST_MAX,
+                                  strnlen(hosts + (size_t)i * SHP_HOST_MAX,
+                                          SHP_HOST_MAX)));
+    }
+    json_t *msg = json_pack("{s:s, s:o, s:o}", "type", "group_create", "job_id",
+                            shp_json_u64(ctx->job_id), "members", members);
+    if (!ctx->cfg.enable_mcast_target) {
+        json_object_set_new(msg, "dist", json_string("rc"));
+    } else if (ctx->cfg.group_is_target) {
+        json_object_set_new(msg, "dist", json_string("mcast"));
+    }
+    json_t *r = coll_sd_call(ctx, msg, &st);
+    json_t *g = r ? json_object_get(r, "group") : NULL;
+    if (r == NULL || st != SHP_OK || g == NULL) {
+        shp_error("cannot create a group of %d: %s", size,
+                  r ? shp_json_opt_str(r, "error", shp_status_str(st))
+                    : shp_status_str(st));
+        json_decref(r);
+        return coll_status_to_sharp(st, SHARP_COLL_EGROUP_ALLOC);
+    }
+    *text = json_dumps(g, JSON_COMPACT);
+    json_decref(r);
+    return *text ? SHARP_COLL_SUCCESS : SHARP_COLL_ENOMEM;
+}
+
+/* every member: its place in the group */
+static int group_parse(coll_comm_t *comm, const char *text)
+{
+    json_t *g = json_loads(text, 0, NULL), *members, *me;
+    const char *addr, *dist, *maddr;
+    uint64_t gid;
+    int64_t tree, osts, payload, child;
+    int rc = SHARP_COLL_EGROUP_ALLOC;
+
+    if (g != NULL && shp_json_get_u64(g, "group_id", &gid, NULL) == SHP_OK &&
+        shp_json_get_int(g, "tree_id", 0, 65535, &tree, NULL) == SHP_OK &&
+        shp_json_get_int(g, "osts", 1, 4096, &osts, NULL) == SHP_OK &&
+        shp_json_get_int(g, "payload", 1, 1 << 24, &payload, NULL) == SHP_OK &&
+        shp_json_get_str(g, "dist", &dist, NULL) == SHP_OK &&
+        shp_json_get_array(g, "members", &members, NULL) == SHP_OK &&
+        json_array_size(members) == (size_t)comm->size &&
+        (me = json_array_get(members, (size_t)comm->rank)) != NULL &&
+        shp_json_get_str(me, "addr", &addr, NULL) == SHP_OK &&
+        shp_json_get_int(me, "child_index", 0, 1 << 20, &child, NULL) ==
+            SHP_OK &&
+        strlen(addr) < sizeof(comm->leaf)) {
+        maddr = shp_json_opt_str(g, "mcast_addr", "");
+        comm->group_id = (uint32_t)gid;
+        comm->tree_id = (uint16_t)tree;
+        comm->osts = (unsigned)osts;
+        comm->payload = (uint32_t)payload;
+        comm->child = (unsigned)child;
+        snprintf(comm->leaf, sizeof(comm->leaf), "%s", addr);
+        snprintf(comm->mcast_addr, sizeof(comm->mcast_addr), "%s", maddr);
+        comm->mcast = strcmp(dist, "rc") != 0 && maddr[0] != '\0';
+        rc = SHARP_COLL_SUCCESS;
+    }
+    json_decref(g);
+    return rc;
+}
+
+static int tp_ready(coll_ctx_t *ctx, shp_tp_t *tp, int *up,
+                    const shp_tp_ops_t *ops)
+{
+    const char *ip = ctx->cfg.local_ip[0] ? ctx->cfg.local_ip : NULL;
+    if (*up) {
+        return SHARP_COLL_SUCCESS;
+    }
+    /* the largest payload an AN may send: its limit (64 KiB by default) */
+    if (shp_tp_init(tp, ops, ctx->loop, 1u << 20, ip) != SHP_OK) {
+        return SHARP_COLL_ECONN_TREE;
+    }
+    *up = 1;
+    return SHARP_COLL_SUCCESS;
+}
+
+/* connect to the leaf AN and join; multicast too if offered */
+static int group_join(coll_comm_t *comm)
+{
+    coll_ctx_t *ctx = comm->ctx;
+    uint64_t deadline =
+        shp_time_ns() + (uint64_t)ctx->cfg.connect_timeout_ms * 1000000u;
+
+    comm->depth =
+        ctx->cfg.pipeline_depth && ctx->cfg.pipeline_depth < comm->osts
+            ? ctx->cfg.pipeline_depth
+            : comm->osts;
+    comm->win = calloc(comm->osts, sizeof(*comm->win));
+    comm->stage = malloc(comm->payload);
+    if (comm->win == NULL || comm->stage == NULL) {
+        return SHARP_COLL_ENOMEM;
+    }
+    if (tp_ready(ctx, &ctx->tp, &ctx->tp_up, &shp_tp_tcp_ops) !=
+        SHARP_COLL_SUCCESS) {
+        return SHARP_COLL_ECONN_TREE;
+    }
+    if (comm->mcast && ctx->cfg.enable_mcast_target) {
+        if (tp_ready(ctx, &ctx->utp, &ctx->utp_up, &shp_tp_udp_ops) !=
+                SHARP_COLL_SUCCESS ||
+            ctx->utp.ops->mcast_join(&ctx->utp, comm->mcast_addr, &ep_cbs, comm,
+                                     &comm->mep) != SHP_OK) {
+            shp_error("group %u: cannot join multicast %s", comm->group_id,
+                      comm->mcast_addr);
+            return SHARP_COLL_EGROUP_MCAST;
+        }
+    }
+    comm->join_status = SHP_INPROGRESS;
+    if (ctx->tp.ops->connect(&ctx->tp, comm->leaf, &ep_cbs, comm, &comm->ep) !=
+        SHP_OK) {
+        shp_error("group %u: cannot connect to the leaf AN at %s",
+                  comm->group_id, comm->leaf);
+        comm->ep = NULL;
+        return SHARP_COLL_ECONN_TREE;
+    }
+    while (comm->join_status == SHP_INPROGRESS && shp_time_ns() < deadline) {
+        coll_progress_once(ctx, 1);
+    }
+    if (comm->join_status != SHP_OK) {
+        shp_error("group %u: joining at %s failed: %s", comm->group_id,
+                  comm->leaf,
+                  comm->join_status == SHP_INPROGRESS
+                      ? "no answer"
+                      : shp_status_str(comm->join_status));
+        return comm->ep == NULL ? SHARP_COLL_ECONN_TREE
+                                : SHARP_COLL_EGROUP_JOIN;
+    }
+    return SHARP_COLL_SUCCESS;
+}
+
+static void comm_unlink(coll_comm_t *comm)
+{
+    for (coll_comm_t **pp = &comm->ctx->comms; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == comm) {
+            *pp = comm->next;
+            break;
+        }
+    }
+}
+
+static void comm_free(coll_comm_t *comm)
+{
+    shp_tp_ep_t *ep = comm->ep, *mep = comm->mep;
+
+    comm->destroying = 1;
+    comm_unlink(comm); /* no notification may find it from here on */
+    comm->ep = comm->mep = NULL;
+    if (ep != NULL) {
+        ep->arg = NULL;
+        shp_tp_close(ep);
+    }
+    if (mep != NULL) {
+        mep->arg = NULL;
+        shp_tp_close(mep);
+    }
+    free(comm->win);
+    free(comm->stage);
+    free(comm);
+}
+
+static void group_destroy(coll_ctx_t *ctx, uint32_t gid)
+{
+    shp_status_t st;
+    json_decref(coll_sd_call(
+        ctx,
+        json_pack("{s:s, s:o, s:I}", "type", "group_destroy", "job_id",
+                  shp_json_u64(ctx->job_id), "group_id", (json_int_t)gid),
+        &st));
+}
+
+SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
+                                 struct sharp_coll_comm_init_spec *spec,
+                                 struct sharp_coll_comm **out)
+{
+    coll_comm_t *comm;
+    char *hosts = NULL, *text = NULL;
+    int32_t hdr[2] = {SHARP_COLL_SUCCESS, 0};
+    int rc;
+
+    if (ctx == NULL || spec == NULL || out == NULL || spec->size <= 0 ||
+        spec->rank < 0 || spec->rank >= spec->size) {
+        return SHARP_COLL_EINVAL;
+    }
+    *out = NULL;
+    coll_lock(ctx);
+    comm = calloc(1, sizeof(*comm));
+    if (comm == NULL) {
+        hdr[0] = SHARP_COLL_ENOMEM;
+    } else {
+        comm->ctx = ctx;
+        comm->rank = spec->rank;
+        comm->size = spec->size;
+    }
+    if (ctx->job_failed != SHP_OK) {
+        hdr[0] = SHARP_COLL_EJOB_CREATE;
+    }
+    /* every member's host to rank 0, which creates the group */
+    char mine[SHP_HOST_MAX] = {0};
+    snprintf(mine, sizeof(mine), "%s", ctx->host);
+    if (spec->rank == 0) {
+        hosts = calloc((size_t)spec->size, SHP_HOST_MAX);
+        if (hosts == NULL) {
+            hdr[0] = SHARP_COLL_ENOMEM;
+        }
+    }
+    rc = coll_oob_gather(ctx, spec->oob_ctx, 0, mine, hosts ? hosts : mine,
+                         SHP_HOST_MAX);
+    if (rc != SHARP_COLL_SUCCESS) {
+        hdr[0] = rc;
+    }
+    if (spec->rank == 0 && hdr[0] == SHARP_COLL_SUCCESS) {
+        hdr[0] = group_create(ctx, hosts, spec->size, &text);
+        hdr[1] = text ? (int32_t)strlen(text) + 1 : 0;
+    }
+    free(hosts);
+    if (coll_oob_bcast(ctx, spec->oob_ctx, hdr, sizeof(hdr), 0) !=
+        SHARP_COLL_SUCCESS) {
+        hdr[0] = SHARP_COLL_EOOB;
+        hdr[1] = 0;
+    }
+    if (hdr[1] > 0) {
+        if (spec->rank != 0) {
+            text = calloc(1, (size_t)hdr[1]);
+        }
+        /* everyone takes part in the bcast, even without memory */
+        char dummy;
+        if (coll_oob_bcast(ctx, spec->oob_ctx, text ? text : &dummy,
+                           text ? hdr[1] : 1, 0) != SHARP_COLL_SUCCESS ||
+            text == NULL) {
+            hdr[0] = text ? SHARP_COLL_EOOB : SHARP_COLL_ENOMEM;
+        } else {
+            text[hdr[1] - 1] = '\0';
+        }
+    }
+    rc = hdr[0];
+    if (rc == SHARP_COLL_SUCCESS && comm != NULL) {
+        rc = group_parse(comm, text);
+        if (rc == SHARP_COLL_SUCCESS) {
+            comm->next = ctx->comms;
+            ctx->comms = comm;
+            rc = group_join(comm);
+        }
+    }
+    free(text);
+    if (hdr[0] != SHARP_COLL_EOOB) {
+        int all = coll_agree(ctx, spec->oob_ctx, spec->rank, spec->size, rc);
+        rc = rc != SHARP_COLL_SUCCESS ? rc : all;
+    }
+    if (rc != SHARP_COLL_SUCCESS) {
+        if (comm != NULL) {
+            if (spec->rank == 0 && comm->group_id != 0) {
+                group_destroy(ctx, comm->group_id);
+            }
+            comm_free(comm);
+        }
+        coll_unlock(ctx);
+        return rc;
+    }
+    shp_log(SHP_LOG_INFO, NULL,
+            "group %u: rank %d of %d, tree %u, leaf AN %s child %u, %u "
+            "OSTs x %u bytes%s",
+            comm->group_id, comm->rank, comm->size, comm->tree_id, comm->leaf,
+            comm->child, comm->osts, comm->payload,
+            comm->mep ? ", multicast results" : "");
+    *out = comm;
+    coll_unlock(ctx);
+    return SHARP_COLL_SUCCESS;
+}
+
+static int wait_req(coll_req_t *r);
+static int post(coll_comm_t *comm, coll_req_t *r, void **handle);
+
+SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
+{
+    if (comm == NULL) {
+        return SHARP_COLL_EINVAL;
+    }
+    coll_ctx_t *ctx = comm->ctx;
+    coll_lock(ctx);
+    comm->destroying = 1;
+    /* a barrier first: every member's operations are complete before any
+     * leaves */
+    if (comm->failed == SHP_OK) {
+        coll_req_t *r = calloc(1, sizeof(*r));
+        if (r != NULL) {
+            r->barrier = 1;
+            r->nfrags = 1;
+            r->es = 1;
+            void *h = r;
+            if (post(comm, r, &h) == SHARP_COLL_SUCCESS) {
+                (void)wait_req(r);
+            }
+        }
+    }
+    /* leave cleanly: our link closing must not fail the group for members
+     * still finishing */
+    if (comm->failed == SHP_OK && comm->ep != NULL) {
+        shp_wire_hdr_t h;
+        uint64_t end = shp_time_ns() + (uint64_t)ctx->cfg.connect_timeout_ms *
+                                           SHP_NSEC_PER_MSEC;
+        shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_LEAVE, comm->tree_id,
+                          comm->group_id, comm->next_seq);
+        if (shp_tp_send(comm->ep, &h, NULL) == SHP_OK) {
+            while (!comm->left && comm->failed == SHP_OK &&
+                   shp_time_ns() < end) {
+                coll_progress_once(ctx, 1);
+            }
+        }
+    }
+    uint32_t gid = comm->group_id;
+    int rank = comm->rank;
+    comm_free(comm);
+    if (rank == 0 && ctx->sd_up && ctx->job_failed == SHP_OK) {
+        group_destroy(ctx, gid);
+    }
+    coll_unlock(ctx);
+    return SHARP_COLL_SUCCESS;
+}
+
+/* Requests ------------------------------------------------------------------- */
+
+static int post(coll_comm_t *comm, coll_req_t *r, void **handle)
+{
+    r->comm = comm;
+    if (comm->failed != SHP_OK) {
+        free(r);
+        return SHARP_COLL_ERROR;
+    }
+    if (!r->barrier && r->es > comm->payload) {
+        free(r);
+        return SHARP_COLL_EINVAL;
+    }
+    comm->ctx->stats.ops++;
+    comm->ctx->stats.bytes += r->total;
+    if (!r->barrier) {
+        r->per_frag = (uint32_t)(comm->payload / r->es);
+        r->nfrags = (r->total / r->es + r->per_frag - 1) / r->per_frag;
+    }
+    if (r->nfrags == 0) {
+        req_finish(r, SHARP_COLL_SUCCESS); /* nothing to reduce */
+    } else {
+        if (comm->queue_tail != NULL) {
+            comm->queue_tail->next = r;
+        } else {
+            comm->queue = r;
+        }
+        comm->queue_tail = r;
+        pump(comm);
+    }
+    *handle = r;
+    return SHARP_COLL_SUCCESS;
+}
+
+static int wait_req(coll_req_t *r)
+{
+    coll_ctx_t *ctx = r->comm->ctx;
+    while (!r->complete) {
+        coll_progress_once(ctx, 1);
+    }
+    int st = r->status;
+    free(r);
+    return st;
+}
+
+/* a buffer descriptor's contiguous pointer (IOV: only one entry) */
+static int desc_ptr(const struct sharp_coll_data_desc *d, void **ptr,
+                    size_t *len)
+{
+    if (d->mem_type != SHARP_MEM_TYPE_HOST) {
+        return SHARP_COLL_ENOT_SUPP;
+    }
+    if (d->type == SHARP_DATA_BUFFER) {
+        *ptr = d->buffer.ptr;
+        *len = d->buffer.length;
+        return SHARP_COLL_SUCCESS;
+    }
+    if (d->type == SHARP_DATA_IOV && d->iov.count == 1 &&
+        d->iov.vector != NULL) {
+        *ptr = d->iov.vector[0].ptr;
+        *len = d->iov.vector[0].length;
+        return SHARP_COLL_SUCCESS;
+    }
+    return SHARP_COLL_ENOT_SUPP;
+}
+
+/* a reduction request from a reduce spec: kind 0 allreduce, 1 reduce,
+ * 2 reduce-scatter */
+static int reduce_req(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
+                      int kind, coll_req_t **out)
+{
+    void *sp, *rp;
+    size_t sl, rl;
+    int rc;
+
+    if (spec == NULL || (unsigned)spec->dtype >= SHARP_DTYPE_NULL ||
+        (unsigned)spec->op >= SHARP_OP_NULL) {
+        return SHARP_COLL_EINVAL;
+    }
+    shp_reduce_desc_t d = {(shp_dtype_t)spec->dtype, (shp_op_t)spec->op,
+                           SHP_DTYPE_NULL};
+    if (spec->op == SHARP_OP_MAXLOC || spec->op == SHARP_OP_MINLOC) {
+        if ((unsigned)spec->tag_dtype >= SHARP_DTYPE_NULL) {
+            return SHARP_COLL_EINVAL;
+        }
+        d.tag_dtype = (shp_dtype_t)spec->tag_dtype;
+    }
+    if (shp_reduce_desc_check(&d, NULL) != SHP_OK) {
+        return SHARP_COLL_ENOT_SUPP;
+    }
+    if (kind == 1 && (spec->root < 0 || spec->root >= comm->size)) {
+        return SHARP_COLL_EINVAL;
+    }
+    if ((rc = desc_ptr(&spec->sbuf_desc, &sp, &sl)) != SHARP_COLL_SUCCESS) {
+        return rc;
+    }
+    int keep = kind != 1 || spec->root == comm->rank;
+    rp = NULL;
+    rl = 0;
+    if (keep &&
+        (rc = desc_ptr(&spec->rbuf_desc, &rp, &rl)) != SHARP_COLL_SUCCESS) {
+        return rc;
+    }
+    coll_req_t *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        return SHARP_COLL_ENOMEM;
+    }
+    r->desc = d;
+    r->es = shp_reduce_elem_size(&d);
+    size_t n = spec->length * r->es;
+    r->total = kind == 2 ? n * (size_t)comm->size : n;
+    if ((spec->length > 0 && (sp == NULL || (keep && rp == NULL))) ||
+        (kind == 2 && r->total / (size_t)comm->size != n)) {
+        free(r);
+        return SHARP_COLL_EINVAL;
+    }
+    r->src = sp;
+    r->s_lo = 0;
+    r->s_hi = r->total;
+    r->dst = rp;
+    if (kind == 2) {
+        r->r_lo = (size_t)comm->rank * n;
+        r->r_hi = r->r_lo + n;
+    } else {
+        r->r_lo = 0;
+        r->r_hi = keep ? n : 0;
+    }
+    *out = r;
+    return SHARP_COLL_SUCCESS;
+}
+
+static int run(coll_comm_t *comm, coll_req_t *r, int rc, void **handle)
+{
+    void *h = NULL;
+    if (rc != SHARP_COLL_SUCCESS) {
+        return rc;
+    }
+    rc = post(comm, r, &h);
+    if (rc != SHARP_COLL_SUCCESS) {
+        return rc;
+    }
+    if (handle != NULL) {
+        *handle = h;
+        return SHARP_COLL_SUCCESS;
+    }
+    return wait_req(h);
+}
+
+static int do_reduce(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
+                     int kind, void **handle)
+{
+    coll_req_t *r = NULL;
+    if (comm == NULL) {
+        return SHARP_COLL_EINVAL;
+    }
+    coll_lock(comm->ctx);
+    int rc = reduce_req(comm, spec, kind, &r);
+    rc = run(comm, r, rc, handle);
+    coll_unlock(comm->ctx);
+    return rc;
+}
+
+SHP_API int sharp_coll_do_allreduce(struct sharp_coll_comm *comm,
+                                    struct sharp_coll_reduce_spec *spec)
+{
+    return do_reduce(comm, spec, 0, NULL);
+}
+
+SHP_API int sharp_coll_do_allreduce_nb(struct sharp_coll_comm *comm,
+                                       struct sharp_coll_reduce_spec *spec,
+                                       void **handle)
+{
+    return handle ? do_reduce(comm, spec, 0, handle) : SHARP_COLL_EINVAL;
+}
+
+SHP_API int sharp_coll_do_reduce(struct sharp_coll_comm *comm,
+                                 struct sharp_coll_reduce_spec *spec)
+{
+    return do_reduce(comm, spec, 1, NULL);
+}
+
+SHP_API int sharp_coll_do_reduce_nb(struct sharp_coll_comm *comm,
+                                    struct sharp_coll_reduce_spec *spec,
+                                    void **handle)
+{
+    return handle ? do_reduce(comm, spec, 1, handle) : SHARP_COLL_EINVAL;
+}
+
+SHP_API int sharp_coll_do_reduce_scatter(struct sharp_coll_comm *comm,
+                                         struct sharp_coll_reduce_spec *spec)
+{
+    return do_reduce(comm, spec, 2, NULL);
+}
+
+SHP_API int sharp_coll_do_reduce_scatter_nb(struct sharp_coll_comm *comm,
+                                            struct sharp_coll_reduce_spec *spec,
+                                            void **handle)
+{
+    return handle ? do_reduce(comm, spec, 2, handle) : SHARP_COLL_EINVAL;
+}
+
+/* bytes moved by BOR: bcast and allgather */
+static int bytes_req(coll_comm_t *comm, void *src, size_t s_lo, size_t s_hi,
+                     void *dst, size_t total, coll_req_t **out)
+{
+    coll_req_t *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        return SHARP_COLL_ENOMEM;
+    }
+    r->desc = (shp_reduce_desc_t){SHP_DTYPE_U8, SHP_OP_BOR, SHP_DTYPE_NULL};
+    r->es = 1;
+    r->total = total;
+    r->src = src;
+    r->s_lo = s_lo;
+    r->s_hi = s_hi;
+    r->dst = dst;
+    r->r_lo = 0;
+    r->r_hi = dst ? total : 0;
+    (void)comm;
+    *out = r;
+    return SHARP_COLL_SUCCESS;
+}
+
+static int do_bcast(coll_comm_t *comm, struct sharp_coll_bcast_spec *spec,
+                    void **handle)
+{
+    coll_req_t *r = NULL;
+    void *p;
+    size_t len;
+    int rc;
+
+    if (comm == NULL || spec == NULL || spec->root < 0 ||
+        spec->root >= comm->size) {
+        return SHARP_COLL_EINVAL;
+    }
+    if ((rc = desc_ptr(&spec->buf_desc, &p, &len)) != SHARP_COLL_SUCCESS) {
+        return rc;
+    }
+    if (spec->size > 0 && p == NULL) {
+        return SHARP_COLL_EINVAL;
+    }
+    int root = spec->root == comm->rank;
+    coll_lock(comm->ctx);
+    /* the root's own buffer is the source and stays as it is */
+    rc = bytes_req(comm, p, 0, root ? spec->size : 0, root ? NULL : p,
+                   spec->size, &r);
+    rc = run(comm, r, rc, handle);
+    coll_unlock(comm->ctx);
+    return rc;
+}
+
+SHP_API int sharp_coll_do_bcast(struct sharp_coll_comm *comm,
+                                struct sharp_coll_bcast_spec *spec)
+{
+    return do_bcast(comm, spec, NULL);
+}
+
+SHP_API int sharp_coll_do_bcast_nb(struct sharp_coll_comm *comm,
+                                   struct sharp_coll_bcast_spec *spec,
+                                   void **handle)
+{
+    return handle ? do_bcast(comm, spec, handle) : SHARP_COLL_EINVAL;
+}
+
+static int do_allgather(coll_comm_t *comm, struct sharp_coll_gather_spec *spec,
+                        void **handle)
+{
+    coll_req_t *r = NULL;
+    void *sp, *rp;
+    size_t n, rl;
+    int rc;
+
+    if (comm == NULL || spec == NULL) {
+        return SHARP_COLL_EINVAL;
+    }
+    /* the length comes from the send buffer (size may be garbage) */
+    if ((rc = desc_ptr(&spec->sbuf_desc, &sp, &n)) != SHARP_COLL_SUCCESS ||
+        (rc = desc_ptr(&spec->rbuf_desc, &rp, &rl)) != SHARP_COLL_SUCCESS) {
+        return rc;
+    }
+    size_t total = n * (size_t)comm->size;
+    if (n > 0 && (sp == NULL || rp == NULL || total / (size_t)comm->size != n ||
+                  rl < total)) {
+        return SHARP_COLL_EINVAL;
+    }
+    size_t lo = (size_t)comm->rank * n;
+    coll_lock(comm->ctx);
+    rc = bytes_req(comm, sp, lo, lo + n, rp, total, &r);
+    rc = run(comm, r, rc, handle);
+    coll_unlock(comm->ctx);
+    return rc;
+}
+
+SHP_API int sharp_coll_do_allgather(struct sharp_coll_comm *comm,
+                                    struct sharp_coll_gather_spec *spec)
+{
+    return do_allgather(comm, spec, NULL);
+}
+
+SHP_API int sharp_coll_do_allgather_nb(struct sharp_coll_comm *comm,
+                                       struct sharp_coll_gather_spec *spec,
+                                       void **handle)
+{
+    return handle ? do_allgather(comm, spec, handle) : SHARP_COLL_EINVAL;
+}
+
+static int do_barrier(coll_comm_t *comm, void **handle)
+{
+    if (comm == NULL) {
+        return SHARP_COLL_EINVAL;
+    }
+    coll_lock(comm->ctx);
+    coll_req_t *r = calloc(1, sizeof(*r));
+    int rc = SHARP_COLL_ENOMEM;
+    if (r != NULL) {
+        r->barrier = 1;
+        r->nfrags = 1;
+        r->es = 1;
+        rc = run(comm, r, SHARP_COLL_SUCCESS, handle);
+    }
+    coll_unlock(comm->ctx);
+    return rc;
+}
+
+SHP_API int sharp_coll_do_barrier(struct sharp_coll_comm *comm)
+{
+    return do_barrier(comm, NULL);
+}
+
+SHP_API int sharp_coll_do_barrier_nb(struct sharp_coll_comm *comm,
+                                     void **handle)
+{
+    return handle ? do_barrier(comm, handle) : SHARP_COLL_EINVAL;
+}
+
+SHP_API int sharp_coll_req_test(void *handle)
+{
+    coll_req_t *r = handle;
+    if (r == NULL) {
+        return 1;
+    }
+    coll_lock(r->comm->ctx);
+    if (!r->complete) {
+        coll_progress_once(r->comm->ctx, 0);
+    }
+    int done = r->complete;
+    coll_unlock(r->comm->ctx);
+    return done;
+}
+
+SHP_API int sharp_coll_req_wait(void *handle)
+{
+    coll_req_t *r = handle;
+    if (r == NULL) {
+        return SHARP_COLL_EINVAL;
+    }
+    coll_ctx_t *ctx = r->comm->ctx;
+    if (ctx->mt) {
+        /* let other threads in between turns of the loop */
+        for (;;) {
+            coll_lock(ctx);
+            if (r->complete) {
+                break;
+            }
+            coll_progress_once(ctx, 0);
+            int done = r->complete;
+            coll_unlock(ctx);
+            if (!done) {
+                sched_yield();
+            }
+        }
+        int st = r->status;
+        free(r);
+        coll_unlock(ctx);
+        return st;
+    }
+    return wait_req(r);
+}
+
+SHP_API int sharp_coll_req_free(void *handle)
+{
+    coll_req_t *r = handle;
+    if (r == NULL) {
+        return SHARP_COLL_EINVAL;
+    }
+    coll_ctx_t *ctx = r->comm->ctx;
+    coll_lock(ctx);
+    /* a request still in flight is waited for: its fragments hold it */
+    while (!r->complete) {
+        coll_progress_once(ctx, 1);
+    }
+    free(r);
+    coll_unlock(ctx);
+    return SHARP_COLL_SUCCESS;
+}

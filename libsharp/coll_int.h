@@ -1,0 +1,148 @@
+/*
+ * libsharp_coll internals: the context (the link to the local sharpd, the
+ * job, configuration, statistics) and communicators (a group on a tree, the
+ * data connection to the leaf AN, the window of operations in flight).
+ *
+ * One libev loop per context drives everything; blocking calls run it until
+ * what they wait for is done, sleeping on the sockets (or polling, with
+ * SHARP_COLL_POLLING).  Nothing runs in the background: progress happens
+ * inside library calls (and sharp_coll_progress()).
+ */
+#ifndef SHP_LIBSHARP_COLL_INT_H
+#define SHP_LIBSHARP_COLL_INT_H
+
+#include <sharp/api/sharp_coll.h>
+
+#include "common/conn.h"
+#include "common/reduce.h"
+#include "common/transport.h"
+
+#include <jansson.h>
+#include <pthread.h>
+
+#define SHP_API __attribute__((visibility("default")))
+#define SHP_HOST_MAX 64
+
+typedef struct coll_cfg {
+    int log_level;
+    char *sharpd_socket;
+    char *local_ip;
+    unsigned quota_osts;     /* 0: what the AM grants */
+    size_t quota_payload;    /* 0: what the AM grants */
+    unsigned quota_groups;   /* 0: what the AM grants */
+    unsigned pipeline_depth; /* 0: the group's OST quota */
+    int enable_mcast_target; /* take results by multicast when offered */
+    int group_is_target;     /* ask for multicast-only results */
+    int enable_sat;          /* accepted; streaming is not separate here */
+    int lock_on_comm_init;   /* accepted */
+    int polling;             /* spin instead of sleeping in waits */
+    unsigned poll_batch;     /* loop iterations per progress call */
+    int64_t retrans_ms;      /* ask again for a result after this */
+    int64_t coll_timeout_ms; /* -1: wait forever */
+    int64_t ctl_timeout_ms;  /* requests to sharpd */
+    int64_t connect_timeout_ms;
+} coll_cfg_t;
+
+typedef struct coll_stats {
+    uint64_t ops, bytes, frags, retrans, errors, mcast_results, rc_results;
+} coll_stats_t;
+
+typedef struct coll_req coll_req_t;
+typedef struct sharp_coll_comm coll_comm_t;
+typedef struct sharp_coll_context coll_ctx_t;
+
+struct sharp_coll_context {
+    coll_cfg_t cfg;
+    struct sharp_coll_init_spec spec;
+    struct ev_loop *loop;
+    shp_conn_t sd; /* the local sharpd */
+    int sd_up;
+    int sd_connected;
+    char host[SHP_HOST_MAX];
+    uint64_t job_id;
+    uint8_t job_key[32];
+    int job_ok;
+    shp_status_t job_failed; /* job_killed, sharpd lost */
+    unsigned osts, max_groups;
+    size_t payload;
+    int64_t next_id;
+    int64_t want_id; /* the request a blocking call waits for */
+    json_t *reply;
+    shp_tp_t tp, utp;
+    int tp_up, utp_up;
+    coll_comm_t *comms;
+    ev_timer tick;
+    pthread_mutex_t lock;
+    int mt;
+    coll_stats_t stats;
+};
+
+/* an operation fragment in flight */
+typedef struct coll_frag {
+    coll_req_t *req;
+    size_t off; /* bytes into the request's stream */
+    uint32_t count;
+    int busy, done;
+    uint64_t sent_ns, asked_ns;
+} coll_frag_t;
+
+struct sharp_coll_comm {
+    coll_ctx_t *ctx;
+    coll_comm_t *next;
+    int rank, size;
+    uint32_t group_id;
+    uint16_t tree_id;
+    unsigned osts, depth;
+    uint32_t payload;
+    int mcast;
+    char leaf[64], mcast_addr[64];
+    unsigned child;
+    shp_tp_ep_t *ep, *mep;
+    int join_status; /* SHP_INPROGRESS until the ack */
+    int left;        /* the AN confirmed our group_leave */
+    shp_status_t failed;
+    int destroying;
+    coll_frag_t *win; /* osts entries, seq % osts */
+    uint32_t next_seq, done_seq;
+    coll_req_t *queue, *queue_tail; /* with fragments not yet sent */
+    uint8_t *stage;
+};
+
+/* one collective call */
+struct coll_req {
+    coll_comm_t *comm;
+    coll_req_t *next;
+    shp_reduce_desc_t desc;
+    size_t es, total;  /* element size, bytes of the whole stream */
+    uint32_t per_frag; /* elements per fragment */
+    size_t nfrags, sent, done;
+    int barrier;
+    const uint8_t *src; /* bytes [s_lo, s_hi) of the stream come from src */
+    size_t s_lo, s_hi;
+    uint8_t *dst; /* bytes [r_lo, r_hi) of the result land in dst */
+    size_t r_lo, r_hi;
+    int complete;
+    int status; /* SHARP_COLL_* */
+};
+
+/* context (coll_ctx.c) */
+void coll_lock(coll_ctx_t *ctx);
+void coll_unlock(coll_ctx_t *ctx);
+/* run the loop once: sleep on the sockets (or poll), call progress_func */
+void coll_progress_once(coll_ctx_t *ctx, int may_block);
+/* a request to sharpd and its answer (NULL: none; *st says why) */
+json_t *coll_sd_call(coll_ctx_t *ctx, json_t *msg, shp_status_t *st);
+int coll_oob_gather(coll_ctx_t *ctx, void *oob, int root, void *sbuf,
+                    void *rbuf, int len);
+int coll_oob_bcast(coll_ctx_t *ctx, void *oob, void *buf, int len, int root);
+/* every member's status -> the worst, known to all (EOOB on oob failure) */
+int coll_agree(coll_ctx_t *ctx, void *oob, int rank, int size, int status);
+int coll_status_to_sharp(shp_status_t st, int dflt);
+void coll_arm_tick(coll_ctx_t *ctx);
+
+/* communicators (coll_comm.c) */
+void coll_comm_fail(coll_comm_t *comm, shp_status_t st, const char *why);
+void coll_comm_tick(coll_comm_t *comm, uint64_t now);
+int coll_comm_busy(const coll_comm_t *comm);
+
+#endif

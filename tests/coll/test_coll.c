@@ -1,0 +1,656 @@
+/*
+ * libsharp_coll end to end: `sharp-fabric up` brings a 2-level fat-tree of
+ * 6 switches and 8 hosts up on 127.12.x.y (sharp_am, 6 sharp_an, 8 sharpd);
+ * members are forked processes, each the process of one host, using the
+ * installed API (<sharp/api/sharp.h>, libsharp_coll.so) with out-of-band
+ * collectives served by the test driver (oob_hub.h).
+ *
+ * Members check every result themselves against a local reference (data
+ * chosen so that every order of folding gives the same bits, except in the
+ * repeatability test, which compares members and runs with each other).
+ */
+#include "tests/unit/test_util.h"
+
+#include <sharp/api/sharp.h>
+
+#include "common/reduce.h"
+#include "tests/coll/oob_hub.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#define NHOST 8
+
+static char bindir[512], dir[256];
+static char hosts[NHOST][16];
+
+static int sh(const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* the rank's process: its host's sharpd and address */
+static void become_host(int host)
+{
+    char v[400];
+    snprintf(v, sizeof(v), "%s/hosts/%s.sock", dir, hosts[host]);
+    setenv("SHARP_COLL_SHARPD_SOCKET", v, 1);
+    snprintf(v, sizeof(v), "127.12.64.%d", host + 1);
+    setenv("SHARP_COLL_LOCAL_IP", v, 1);
+}
+
+static hub_oob_t world_oob;
+static struct sharp_coll_context *ctx;
+static struct sharp_coll_comm *world;
+
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "rank %d: line %d: ", world_oob.rank, __LINE__);   \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                               \
+            return 1;                                                          \
+        }                                                                      \
+    } while (0)
+
+static int member_init(int rank, int size, uint64_t job)
+{
+    struct sharp_coll_init_spec s = {0};
+    world_oob = (hub_oob_t){1, rank, size};
+    s.job_id = job;
+    s.world_rank = rank;
+    s.world_size = size;
+    s.world_local_rank = 0;
+    s.config = sharp_coll_default_config;
+    s.config.coll_timeout = 20000;
+    s.oob_colls.bcast = hub_bcast;
+    s.oob_colls.barrier = hub_barrier;
+    s.oob_colls.gather = hub_gather;
+    s.oob_ctx = &world_oob;
+    return sharp_coll_init(&s, &ctx);
+}
+
+static int comm_of(hub_oob_t *oob, struct sharp_coll_comm **c)
+{
+    struct sharp_coll_comm_init_spec cs = {
+        .rank = oob->rank, .size = oob->size, .oob_ctx = oob};
+    return sharp_coll_comm_init(ctx, &cs, c);
+}
+
+static struct sharp_coll_data_desc buf_desc(void *p, size_t len)
+{
+    struct sharp_coll_data_desc d;
+    memset(&d, 0, sizeof(d));
+    d.type = SHARP_DATA_BUFFER;
+    d.mem_type = SHARP_MEM_TYPE_HOST;
+    d.buffer.ptr = p;
+    d.buffer.length = len;
+    return d;
+}
+
+/* value i of rank r in an exact-arithmetic test */
+static int64_t val(int r, size_t i, uint64_t salt)
+{
+    uint64_t s = (salt + 1) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)r << 32) ^ i;
+    return (int64_t)(test_rand(&s) % 64) - 16;
+}
+
+static void store(enum sharp_datatype dt, void *buf, size_t i, int64_t v)
+{
+    switch (dt) {
+    case SHARP_DTYPE_UNSIGNED: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case SHARP_DTYPE_INT: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case SHARP_DTYPE_UNSIGNED_LONG: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+    case SHARP_DTYPE_LONG: ((int64_t *)buf)[i] = v; break;
+    case SHARP_DTYPE_FLOAT: ((float *)buf)[i] = (float)v; break;
+    case SHARP_DTYPE_DOUBLE: ((double *)buf)[i] = (double)v; break;
+    case SHARP_DTYPE_UNSIGNED_SHORT: ((uint16_t *)buf)[i] = (uint16_t)v; break;
+    case SHARP_DTYPE_SHORT: ((int16_t *)buf)[i] = (int16_t)v; break;
+    case SHARP_DTYPE_FLOAT_SHORT:
+        ((uint16_t *)buf)[i] = shp_f32_to_f16((float)v);
+        break;
+    case SHARP_DTYPE_BFLOAT16:
+        ((uint16_t *)buf)[i] = shp_f32_to_bf16((float)v);
+        break;
+    case SHARP_DTYPE_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    default: ((int8_t *)buf)[i] = (int8_t)v; break;
+    }
+}
+
+/* reference: fold every rank's data in rank order with the engine (the
+ * data are small integers: every order gives the same bits) */
+static int reference(shp_reduce_desc_t *d, size_t n, int size, uint64_t salt,
+                     void *out)
+{
+    size_t es = shp_reduce_elem_size(d), vs = shp_dtype_size(d->dtype);
+    uint8_t *all = calloc((size_t)size, n * es + 1);
+    const void *src[64];
+    for (int r = 0; r < size; r++) {
+        uint8_t *b = all + (size_t)r * n * es;
+        for (size_t i = 0; i < n; i++) {
+            int64_t v = val(r, i, salt);
+            if (d->op == SHP_OP_PROD) {
+                v = v % 2 ? -1 : (v % 3 ? 1 : 2);
+            }
+            uint8_t tmp[16];
+            store((enum sharp_datatype)d->dtype, tmp, 0, v);
+            memcpy(b + i * es, tmp, vs);
+            if (shp_op_is_loc(d->op)) {
+                int32_t tag = r;
+                memcpy(b + i * es + vs, &tag, 4);
+            }
+        }
+        src[r] = b;
+    }
+    shp_status_t st = shp_reduce_fold(d, out, src, (unsigned)size, n);
+    free(all);
+    return st == SHP_OK ? 0 : -1;
+}
+
+static void my_data(shp_reduce_desc_t *d, size_t n, int rank, uint64_t salt,
+                    void *buf)
+{
+    size_t es = shp_reduce_elem_size(d), vs = shp_dtype_size(d->dtype);
+    for (size_t i = 0; i < n; i++) {
+        int64_t v = val(rank, i, salt);
+        if (d->op == SHP_OP_PROD) {
+            v = v % 2 ? -1 : (v % 3 ? 1 : 2);
+        }
+        uint8_t tmp[16];
+        store((enum sharp_datatype)d->dtype, tmp, 0, v);
+        memcpy((uint8_t *)buf + i * es, tmp, vs);
+        if (shp_op_is_loc(d->op)) {
+            int32_t tag = rank;
+            memcpy((uint8_t *)buf + i * es + vs, &tag, 4);
+        }
+    }
+}
+
+static int allreduce_check(struct sharp_coll_comm *c, int rank, int size,
+                           enum sharp_datatype dt, enum sharp_reduce_op op,
+                           size_t n, uint64_t salt, int in_place)
+{
+    shp_reduce_desc_t d = {(shp_dtype_t)dt, (shp_op_t)op,
+                           shp_op_is_loc((shp_op_t)op) ? SHP_DTYPE_I32
+                                                       : SHP_DTYPE_NULL};
+    size_t es = shp_reduce_elem_size(&d);
+    uint8_t *s = calloc(1, n * es + 1), *r = calloc(1, n * es + 1),
+            *want = calloc(1, n * es + 1);
+    struct sharp_coll_reduce_spec sp;
+    memset(&sp, 0x5a, sizeof(sp)); /* fields allreduce does not read */
+    my_data(&d, n, rank, salt, s);
+    if (reference(&d, n, size, salt, want) != 0) {
+        return -1;
+    }
+    sp.sbuf_desc = buf_desc(s, n * es);
+    sp.rbuf_desc = buf_desc(in_place ? s : r, n * es);
+    sp.dtype = dt;
+    sp.op = op;
+    sp.length = n;
+    sp.tag_dtype = SHARP_DTYPE_INT;
+    sp.aggr_mode = SHARP_AGGREGATION_NONE;
+    int rc = sharp_coll_do_allreduce(c, &sp);
+    int bad =
+        rc != SHARP_COLL_SUCCESS || memcmp(in_place ? s : r, want, n * es) != 0;
+    if (bad) {
+        fprintf(stderr, "rank %d: allreduce dtype %d op %d n %zu: %s\n", rank,
+                dt, op, n, rc ? sharp_coll_strerror(rc) : "wrong result");
+    }
+    free(s);
+    free(r);
+    free(want);
+    return bad;
+}
+
+/* Scenarios ------------------------------------------------------------------ */
+
+/* every collective of the API on the world and on a sub-communicator */
+static int m_collectives(int rank, void *arg)
+{
+    int size = NHOST;
+    (void)arg;
+    become_host(rank);
+    CHECK(member_init(rank, size, 1001) == SHARP_COLL_SUCCESS, "init");
+
+    struct sharp_coll_caps caps;
+    CHECK(sharp_coll_caps_query(ctx, &caps) == 0, "caps");
+    CHECK(caps.support_mask.dtypes & (1 << SHARP_DTYPE_INT8), "int8 cap");
+    CHECK(caps.support_mask.dtypes & (1 << SHARP_DTYPE_BFLOAT16), "bf16 cap");
+    CHECK(caps.support_mask.reduce_ops & (1 << SHARP_OP_MINLOC), "minloc");
+    CHECK(!(caps.support_mask.feature_mask & SHARP_FEATURE_SAT), "no SAT");
+    CHECK(caps.resources.user_data_per_ost > 0 && caps.resources.max_osts > 0,
+          "quotas %d %d", caps.resources.user_data_per_ost,
+          caps.resources.max_osts);
+    size_t payload = (size_t)caps.resources.user_data_per_ost;
+
+    CHECK(comm_of(&world_oob, &world) == SHARP_COLL_SUCCESS, "comm_init");
+
+    /* every dtype x op: small, exactly one fragment, several fragments */
+    for (int dt = 0; dt < SHARP_DTYPE_NULL; dt++) {
+        for (int op = 0; op < SHARP_OP_NULL; op++) {
+            shp_reduce_desc_t d = {
+                (shp_dtype_t)dt, (shp_op_t)op,
+                shp_op_is_loc((shp_op_t)op) ? SHP_DTYPE_I32 : SHP_DTYPE_NULL};
+            if (shp_reduce_desc_check(&d, NULL) != SHP_OK) {
+                continue;
+            }
+            size_t per = payload / shp_reduce_elem_size(&d);
+            size_t ns[] = {1, 7, per, 3 * per + 5};
+            for (int k = 0; k < 4; k++) {
+                CHECK(allreduce_check(world, rank, size, dt, op, ns[k],
+                                      (uint64_t)(dt * 100 + op * 7 + k),
+                                      k == 1) == 0,
+                      "allreduce");
+            }
+        }
+    }
+    /* a large pipelined allreduce (1 MiB of int32) and a zero-length one */
+    CHECK(allreduce_check(world, rank, size, SHARP_DTYPE_INT, SHARP_OP_SUM,
+                          1 << 18, 77, 0) == 0,
+          "1 MiB");
+    CHECK(allreduce_check(world, rank, size, SHARP_DTYPE_INT, SHARP_OP_SUM, 0,
+                          78, 0) == 0,
+          "zero length");
+    CHECK(sharp_coll_do_barrier(world) == SHARP_COLL_SUCCESS, "barrier");
+
+    /* reduce: the result only at the root; others' rbuf untouched */
+    {
+        int32_t s[100], r[100], want[100];
+        struct sharp_coll_reduce_spec sp;
+        memset(&sp, 0, sizeof(sp));
+        for (int i = 0; i < 100; i++) {
+            s[i] = rank * 1000 + i;
+            r[i] = -7;
+            want[i] = 0;
+            for (int k = 0; k < size; k++) {
+                want[i] += k * 1000 + i;
+            }
+        }
+        sp.root = 3;
+        sp.sbuf_desc = buf_desc(s, sizeof(s));
+        sp.rbuf_desc = buf_desc(r, sizeof(r));
+        sp.dtype = SHARP_DTYPE_INT;
+        sp.op = SHARP_OP_SUM;
+        sp.length = 100;
+        CHECK(sharp_coll_do_reduce(world, &sp) == 0, "reduce");
+        if (rank == 3) {
+            CHECK(!memcmp(r, want, sizeof(r)), "reduce result");
+        } else {
+            CHECK(r[0] == -7 && r[99] == -7, "reduce wrote a non-root");
+        }
+    }
+    /* bcast from rank 5, 10000 bytes (several fragments) */
+    {
+        uint8_t b[10000];
+        for (int i = 0; i < 10000; i++) {
+            b[i] = rank == 5 ? (uint8_t)(i * 7 + 1) : 0xee;
+        }
+        struct sharp_coll_bcast_spec bs = {
+            .root = 5, .buf_desc = buf_desc(b, sizeof(b)), .size = sizeof(b)};
+        CHECK(sharp_coll_do_bcast(world, &bs) == 0, "bcast");
+        for (int i = 0; i < 10000; i++) {
+            CHECK(b[i] == (uint8_t)(i * 7 + 1), "bcast byte %d", i);
+        }
+    }
+    /* reduce-scatter: 300 int64 per rank */
+    {
+        size_t n = 300;
+        int64_t *s = calloc(n * size, 8), *r = calloc(n, 8);
+        for (size_t i = 0; i < n * size; i++) {
+            s[i] = (int64_t)(i * 3) - rank;
+        }
+        struct sharp_coll_reduce_spec sp;
+        memset(&sp, 0, sizeof(sp));
+        sp.sbuf_desc = buf_desc(s, n * size * 8);
+        sp.rbuf_desc = buf_desc(r, n * 8);
+        sp.dtype = SHARP_DTYPE_LONG;
+        sp.op = SHARP_OP_SUM;
+        sp.length = n;
+        CHECK(sharp_coll_do_reduce_scatter(world, &sp) == 0, "reduce_scatter");
+        for (size_t i = 0; i < n; i++) {
+            int64_t g =
+                (int64_t)((rank * n + i) * 3) * size - size * (size - 1) / 2;
+            CHECK(r[i] == g, "reduce_scatter %zu: %lld want %lld", i,
+                  (long long)r[i], (long long)g);
+        }
+        free(s);
+        free(r);
+    }
+    /* allgather: 333 bytes per rank (size comes from the send buffer) */
+    {
+        uint8_t s[333], r[333 * NHOST];
+        for (int i = 0; i < 333; i++) {
+            s[i] = (uint8_t)(rank * 31 + i);
+        }
+        struct sharp_coll_gather_spec gs;
+        memset(&gs, 0x77, sizeof(gs));
+        gs.sbuf_desc = buf_desc(s, sizeof(s));
+        gs.rbuf_desc = buf_desc(r, sizeof(r));
+        gs.dtype = SHARP_DTYPE_INT8;
+        CHECK(sharp_coll_do_allgather(world, &gs) == 0, "allgather");
+        for (int k = 0; k < size; k++) {
+            for (int i = 0; i < 333; i++) {
+                CHECK(r[k * 333 + i] == (uint8_t)(k * 31 + i),
+                      "allgather %d/%d", k, i);
+            }
+        }
+    }
+    /* non-blocking: 6 allreduces and a barrier outstanding at once,
+     * registered buffers, completed out of order */
+    {
+        int32_t s[6][2000], r[6][2000];
+        void *h[7], *mr;
+        CHECK(sharp_coll_reg_mr(ctx, s, sizeof(s), &mr) == 0, "reg_mr");
+        for (int k = 0; k < 6; k++) {
+            struct sharp_coll_reduce_spec sp;
+            memset(&sp, 0, sizeof(sp));
+            for (int i = 0; i < 2000; i++) {
+                s[k][i] = (rank + 1) * (k + 1) + i;
+            }
+            sp.sbuf_desc = buf_desc(s[k], sizeof(s[k]));
+            sp.sbuf_desc.buffer.mem_handle = mr;
+            sp.rbuf_desc = buf_desc(r[k], sizeof(r[k]));
+            sp.dtype = SHARP_DTYPE_INT;
+            sp.op = k % 2 ? SHARP_OP_MAX : SHARP_OP_SUM;
+            sp.length = 2000;
+            CHECK(sharp_coll_do_allreduce_nb(world, &sp, &h[k]) == 0, "nb");
+        }
+        CHECK(sharp_coll_do_barrier_nb(world, &h[6]) == 0, "barrier_nb");
+        CHECK(sharp_coll_req_wait(h[6]) == 0, "wait barrier");
+        for (int k = 5; k >= 0; k--) {
+            while (!sharp_coll_req_test(h[k])) {
+            }
+            CHECK(sharp_coll_req_wait(h[k]) == 0, "wait %d", k);
+            for (int i = 0; i < 2000; i++) {
+                int32_t w = k % 2 ? size * (k + 1) + i
+                                  : (k + 1) * size * (size + 1) / 2 + size * i;
+                CHECK(r[k][i] == w, "nb %d[%d]: %d want %d", k, i, r[k][i], w);
+            }
+        }
+        CHECK(sharp_coll_dereg_mr(ctx, mr) == 0, "dereg_mr");
+    }
+    /* a sub-communicator of the odd ranks, used alongside the world */
+    {
+        hub_oob_t odd = {2, rank / 2, size / 2};
+        struct sharp_coll_comm *c = NULL;
+        if (rank % 2) {
+            CHECK(comm_of(&odd, &c) == 0, "odd comm_init");
+            int64_t v = rank, out = 0;
+            struct sharp_coll_reduce_spec sp;
+            memset(&sp, 0, sizeof(sp));
+            sp.sbuf_desc = buf_desc(&v, 8);
+            sp.rbuf_desc = buf_desc(&out, 8);
+            sp.dtype = SHARP_DTYPE_LONG;
+            sp.op = SHARP_OP_SUM;
+            sp.length = 1;
+            CHECK(sharp_coll_do_allreduce(c, &sp) == 0, "odd allreduce");
+            CHECK(out == 1 + 3 + 5 + 7, "odd sum %lld", (long long)out);
+        }
+        CHECK(allreduce_check(world, rank, size, SHARP_DTYPE_DOUBLE,
+                              SHARP_OP_MIN, 50, 5, 0) == 0,
+              "world after sub");
+        if (c != NULL) {
+            CHECK(sharp_coll_comm_destroy(c) == 0, "odd destroy");
+        }
+    }
+    CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
+    /* a second communicator after the first is gone */
+    CHECK(comm_of(&world_oob, &world) == 0, "comm_init again");
+    CHECK(sharp_coll_do_barrier(world) == 0, "barrier again");
+    CHECK(sharp_coll_comm_destroy(world) == 0, "destroy again");
+    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    return 0;
+}
+
+static void run_members(int (*fn)(int, void *), void *arg, int n, int want_ok)
+{
+    hub_t h = {0};
+    for (int r = 0; r < n; r++) {
+        assert_true(hub_spawn(&h, fn, r, arg) >= 0);
+    }
+    assert_int_equal(hub_run(&h, 100), want_ok);
+}
+
+static void test_collectives(void **state)
+{
+    (void)state;
+    run_members(m_collectives, NULL, NHOST, NHOST);
+}
+
+/* floating-point sums are bitwise repeatable: every member gets the same
+ * bits, and the same bits on every repetition, whatever the arrival order */
+static int m_repeatable(int rank, void *arg)
+{
+    int size = NHOST;
+    (void)arg;
+    become_host(rank);
+    CHECK(member_init(rank, size, 1002) == 0, "init");
+    CHECK(comm_of(&world_oob, &world) == 0, "comm_init");
+    enum { N = 4096 };
+    static double s[N], r[N], first[N];
+    uint64_t seed = (uint64_t)rank * 7919 + 1;
+    for (int i = 0; i < N; i++) {
+        double m = (double)(test_rand(&seed) % 2000000) - 1e6;
+        s[i] = m * (i % 3 ? 1e-8 : 1e12);
+    }
+    for (int round = 0; round < 20; round++) {
+        struct sharp_coll_reduce_spec sp;
+        memset(&sp, 0, sizeof(sp));
+        sp.sbuf_desc = buf_desc(s, sizeof(s));
+        sp.rbuf_desc = buf_desc(r, sizeof(r));
+        sp.dtype = SHARP_DTYPE_DOUBLE;
+        sp.op = SHARP_OP_SUM;
+        sp.length = N;
+        /* arrival order varies: members start at different times */
+        usleep((useconds_t)((rank * 37 + round * 101) % 5) * 1000);
+        CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "allreduce");
+        if (round == 0) {
+            memcpy(first, r, sizeof(r));
+        } else {
+            CHECK(!memcmp(first, r, sizeof(r)), "round %d differs", round);
+        }
+    }
+    /* every member has the same bits: allgather a checksum and compare */
+    uint64_t sum = 0, all[NHOST];
+    for (int i = 0; i < N; i++) {
+        uint64_t b;
+        memcpy(&b, &first[i], 8);
+        sum = sum * 1000003 ^ b;
+    }
+    struct sharp_coll_gather_spec gs;
+    memset(&gs, 0, sizeof(gs));
+    gs.sbuf_desc = buf_desc(&sum, 8);
+    gs.rbuf_desc = buf_desc(all, sizeof(all));
+    CHECK(sharp_coll_do_allgather(world, &gs) == 0, "allgather");
+    for (int k = 0; k < size; k++) {
+        CHECK(all[k] == sum, "member %d has other bits", k);
+    }
+    CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
+    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    return 0;
+}
+
+static void test_repeatable(void **state)
+{
+    (void)state;
+    run_members(m_repeatable, NULL, NHOST, NHOST);
+}
+
+/* no sharpd: every rank gets ESESS_INIT, quickly, none hangs */
+static int m_no_sharpd(int rank, void *arg)
+{
+    (void)arg;
+    become_host(rank);
+    if (rank == 2) {
+        setenv("SHARP_COLL_SHARPD_SOCKET", "/nonexistent/sharpd.sock", 1);
+    }
+    setenv("SHARP_COLL_LOG_LEVEL", "0", 1);
+    uint64_t t0 = shp_time_ns();
+    int rc = member_init(rank, 4, 1003);
+    CHECK(rc == SHARP_COLL_ESESS_INIT, "init said %d (%s)", rc,
+          sharp_coll_strerror(rc));
+    CHECK(shp_time_ns() - t0 < 3 * SHP_NSEC_PER_SEC, "slow refusal");
+    return 0;
+}
+
+static void test_no_sharpd(void **state)
+{
+    (void)state;
+    run_members(m_no_sharpd, NULL, 4, 4);
+}
+
+/* an AN killed under a stream of operations: every member sees an error
+ * (pending or later), none hangs, and no result is wrong */
+static int m_an_killed(int rank, void *arg)
+{
+    int size = 4;
+    (void)arg;
+    setenv("SHARP_COLL_LOG_LEVEL", "0", 1);
+    become_host(rank * 2); /* n00001, n00003, n00005, n00007: 4 leaves */
+    CHECK(member_init(rank, size, 1004) == 0, "init");
+    CHECK(comm_of(&world_oob, &world) == 0, "comm_init");
+    int failed = 0;
+    for (int k = 0; k < 100000 && !failed; k++) {
+        int32_t s[64], r[64];
+        for (int i = 0; i < 64; i++) {
+            s[i] = rank + k + i;
+        }
+        struct sharp_coll_reduce_spec sp;
+        memset(&sp, 0, sizeof(sp));
+        sp.sbuf_desc = buf_desc(s, sizeof(s));
+        sp.rbuf_desc = buf_desc(r, sizeof(r));
+        sp.dtype = SHARP_DTYPE_INT;
+        sp.op = SHARP_OP_SUM;
+        sp.length = 64;
+        int rc = sharp_coll_do_allreduce(world, &sp);
+        if (rc != SHARP_COLL_SUCCESS) {
+            failed = 1;
+            break;
+        }
+        for (int i = 0; i < 64; i++) {
+            CHECK(r[i] == 6 + 4 * (k + i), "op %d: wrong result", k);
+        }
+        if (k == 200 && rank == 0) {
+            /* tell the driver: go and kill */
+            int32_t one = 1;
+            CHECK(write(*(int *)arg, &one, 4) == 4, "signal driver");
+        }
+    }
+    CHECK(failed, "no error after the AN died");
+    /* later operations fail at once */
+    CHECK(sharp_coll_do_barrier(world) != SHARP_COLL_SUCCESS, "later op");
+    CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
+    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    return 0;
+}
+
+static void test_an_killed(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    hub_t h = {0};
+    for (int r = 0; r < 4; r++) {
+        assert_true(hub_spawn(&h, m_an_killed, r, &p[1]) >= 0);
+    }
+    close(p[1]);
+    /* when rank 0 says so, kill -9 the AN of leaf03 (n00005's leaf) */
+    int32_t go = 0;
+    pid_t killer = fork();
+    if (killer == 0) {
+        if (read(p[0], &go, 4) == 4) {
+            _exit(sh("kill -9 $(awk '$1==\"an\" && $2==\"leaf03\" {print $4}' "
+                     "%s/pids)",
+                     dir) != 0);
+        }
+        _exit(3);
+    }
+    close(p[0]);
+    assert_int_equal(hub_run(&h, 60), 4);
+    int st;
+    assert_int_equal(waitpid(killer, &st, 0), killer);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_print_config(void **state)
+{
+    (void)state;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    setenv("SHARP_COLL_PIPELINE_DEPTH", "3", 1);
+    assert_int_equal(sharp_coll_print_config(f,
+                                             SHARP_COLL_CONFIG_PRINT_CONFIG |
+                                                 SHARP_COLL_CONFIG_PRINT_DOC,
+                                             "test"),
+                     0);
+    fclose(f);
+    unsetenv("SHARP_COLL_PIPELINE_DEPTH");
+    assert_non_null(strstr(buf, "SHARP_COLL_LOG_LEVEL="));
+    assert_non_null(strstr(buf, "SHARP_COLL_PIPELINE_DEPTH=3"));
+    assert_non_null(strstr(buf, "SHARP_COLL_ENABLE_MCAST_TARGET="));
+    assert_non_null(strstr(buf, "outstanding operations"));
+    free(buf);
+    assert_string_equal(sharp_coll_strerror(SHARP_COLL_ESESS_INIT),
+                        "Cannot reach the local sharpd");
+    assert_string_equal(sharp_coll_strerror(12345), "Unknown error");
+    assert_int_equal(SHARP_API, (3 << 24) | (6 << 16));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    char topo[400];
+    snprintf(topo, sizeof(topo), "%s/ft.ibnd", dir);
+    mkdir(dir, 0700);
+    if (sh("%s/sharp-topo fat-tree --radix 4 --hosts %d > %s", bindir, NHOST,
+           topo) != 0 ||
+        sh("%s/sharp-fabric --dir %s up %s --net 127.12 >/dev/null", bindir,
+           dir, topo) != 0) {
+        return -1;
+    }
+    for (int i = 0; i < NHOST; i++) {
+        snprintf(hosts[i], sizeof(hosts[i]), "n%05d", i + 1);
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    sh("%s/sharp-fabric --dir %s down >/dev/null", bindir, dir);
+    if (getenv("KEEP_LOGS") == NULL) {
+        sh("rm -rf %s", dir);
+    }
+    return 0;
+}
+
+int main(void)
+{
+    char self[400];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) {
+        return 1;
+    }
+    self[n] = '\0';
+    *strrchr(self, '/') = '\0';
+    snprintf(bindir, sizeof(bindir), "%s/../../bin", self);
+    snprintf(dir, sizeof(dir), "/tmp/sharp-test-coll.%d", (int)getpid());
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_print_config),
+        cmocka_unit_test(test_collectives),
+        cmocka_unit_test(test_repeatable),
+        cmocka_unit_test(test_no_sharpd),
+        /* last: it takes an AN away */
+        cmocka_unit_test(test_an_killed),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
