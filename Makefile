@@ -111,6 +111,7 @@ include an/module.mk
 include am/module.mk
 include sharpd/module.mk
 include libsharp/module.mk
+include mpi-coll/module.mk
 include tests/module.mk
 include bench/module.mk
 
@@ -120,7 +121,7 @@ all: $(LIBS) $(BINS) $(TESTS) $(TEST_HELPERS) $(BENCHES)
 # Tests ---------------------------------------------------------------------
 .PHONY: check
 check: all
-	$(Q)bash tests/run-tests.sh $(TESTS) $(TEST_SCRIPTS)
+	$(Q)O=$(O) SAN=$(SAN) bash tests/run-tests.sh $(TESTS) $(TEST_SCRIPTS)
 
 # Install -------------------------------------------------------------------
 .PHONY: install uninstall
@@ -139,11 +140,10 @@ format:
 format-check:
 	$(Q)clang-format --dry-run --Werror $(FORMAT_SRCS) && echo "format-check: ok"
 
-# Demo (arrives with the MPI layer) ------------------------------------------
+# Demo ------------------------------------------------------------------------
 .PHONY: demo
 demo: all
-	@echo "make demo: not yet - the local fabric and the MPI layer are still being built."
-	@echo "Built so far: the common core and the reduction engine; try 'make check' and 'make bench-reduce'."
+	$(Q)bash scripts/demo.sh $(O)
 
 # Objects of test programs are not intermediates to delete.
 .SECONDARY:

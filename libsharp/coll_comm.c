@@ -587,7 +587,21 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
             r->nfrags = 1;
             r->es = 1;
             void *h = r;
+            /* bounded: a member that never comes must not hang the others
+             * (their groups are going anyway) */
+            uint64_t end =
+                shp_time_ns() +
+                2 * (uint64_t)ctx->cfg.connect_timeout_ms * SHP_NSEC_PER_MSEC;
             if (post(comm, r, &h) == SHARP_COLL_SUCCESS) {
+                while (!r->complete && shp_time_ns() < end) {
+                    coll_progress_once(ctx, 1);
+                }
+                if (!r->complete) {
+                    shp_warn("group %u: not every member came to destroy it",
+                             comm->group_id);
+                    coll_comm_fail(comm, SHP_ERR_TIMED_OUT,
+                                   "destroy barrier timed out");
+                }
                 (void)wait_req(r);
             }
         }

@@ -145,16 +145,16 @@ void coll_progress_once(coll_ctx_t *ctx, int may_block)
 {
     if (!may_block || ctx->cfg.polling) {
         ev_run(ctx->loop, EVRUN_NOWAIT);
-    } else if (ctx->spec.progress_func != NULL || ctx->mt) {
-        /* the caller's progress (or other threads) must not wait on us
-         * for long: sleep at most a millisecond */
+    } else {
+        /* sleep on the sockets, but not for long: callers check deadlines
+         * between turns, and the caller's progress function (or other
+         * threads) must not wait on us for more than a millisecond */
         ev_timer wake;
-        ev_timer_init(&wake, wake_cb, 0.001, 0.);
+        double s = ctx->spec.progress_func != NULL || ctx->mt ? 0.001 : 0.05;
+        ev_timer_init(&wake, wake_cb, s, 0.);
         ev_timer_start(ctx->loop, &wake);
         ev_run(ctx->loop, EVRUN_ONCE);
         ev_timer_stop(ctx->loop, &wake);
-    } else {
-        ev_run(ctx->loop, EVRUN_ONCE);
     }
     if (ctx->spec.progress_func != NULL) {
         ctx->spec.progress_func();

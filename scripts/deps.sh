@@ -15,6 +15,9 @@ PKGS=(
     libsodium-dev              # cluster-secret authentication (HMAC)
     libopensm-dev              # the AM's OpenSM plugin
     opensm infiniband-diags ibsim-utils  # simulated fabrics in the tests
+    openmpi-bin libopenmpi-dev # libsharp_mpi for Open MPI, make demo
+    mpich libmpich-dev         # libsharp_mpi for MPICH
+    libevent-dev               # libsharp_mpi_ompi links libevent first
 )
 
 missing=()

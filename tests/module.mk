@@ -39,3 +39,6 @@ TESTS += $(COLL_TEST)
 $(COLL_TEST): $(OBJDIR)/tests/coll/test_coll.o $(COLL_SO) $(COMMON_LIB) \
 		$(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
 	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS))
+
+# libsharp_mpi under Open MPI and MPICH through a sharp-fabric.
+TEST_SCRIPTS += tests/mpi/test_mpi.sh

@@ -1,0 +1,42 @@
+# mpi-coll/: libsharp_mpi, built once per MPI from one source, and the demo
+# program (an ordinary MPI program) for each.
+
+MPICC_OMPI ?= mpicc.openmpi
+MPICC_MPICH ?= mpicc.mpich
+SHARP_MPI_SRC := mpi-coll/sharp_mpi.c
+SHARP_MPI_OMPI := $(LIBDIR)/libsharp_mpi_ompi.so
+SHARP_MPI_MPICH := $(LIBDIR)/libsharp_mpi_mpich.so
+MPI_DEMO_OMPI := $(BINDIR)/sharp_mpi_demo_ompi
+MPI_DEMO_MPICH := $(BINDIR)/sharp_mpi_demo_mpich
+LIBS += $(SHARP_MPI_OMPI) $(SHARP_MPI_MPICH)
+BINS += $(MPI_DEMO_OMPI) $(MPI_DEMO_MPICH)
+
+# No sanitizers here: these are preloaded into MPI programs that are not.
+MPI_CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -fPIC \
+	-fvisibility=hidden -I$(TOP)/include
+# libev exports libevent-compatible event_* names; Open MPI uses libevent:
+# libevent must come first in the global scope or Open MPI's event_add
+# would bind to libev's (a crash in MPI_Init).
+MPI_OMPI_LIBS := -Wl,--no-as-needed -levent_core -Wl,--as-needed
+
+$(SHARP_MPI_OMPI): $(SHARP_MPI_SRC) $(COLL_SO) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -shared -Wl,-soname,$(@F) -o $@ $< \
+		$(MPI_OMPI_LIBS) -L$(LIBDIR) -lsharp_coll
+
+$(SHARP_MPI_MPICH): $(SHARP_MPI_SRC) $(COLL_SO) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -shared -Wl,-soname,$(@F) -o $@ $< \
+		-L$(LIBDIR) -lsharp_coll
+
+$(MPI_DEMO_OMPI): mpi-coll/sharp_mpi_demo.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
+
+$(MPI_DEMO_MPICH): mpi-coll/sharp_mpi_demo.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
