@@ -112,6 +112,7 @@ include am/module.mk
 include sharpd/module.mk
 include libsharp/module.mk
 include mpi-coll/module.mk
+include cli/module.mk
 include tests/module.mk
 include bench/module.mk
 
@@ -124,13 +125,56 @@ check: all
 	$(Q)O=$(O) SAN=$(SAN) bash tests/run-tests.sh $(TESTS) $(TEST_SCRIPTS)
 
 # Install -------------------------------------------------------------------
+# PREFIX: binaries, libraries, headers, pkg-config, units, docs.  The
+# daemons read /etc/sharp (SYSCONFDIR) wherever they are installed.
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+DOCDIR ?= $(PREFIX)/share/doc/sharp
+VERSION := 0.1.0
+INST_BINS := $(filter-out $(MPI_DEMO_OMPI) $(MPI_DEMO_MPICH),$(BINS))
+DAEMON_CONFS := sharp_am sharp_an sharpd
+UNITS := sharp_am.service sharpd.service sharp_an@.service
+subst_paths = sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
+	-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@PREFIX@|$(PREFIX)|g' \
+	-e 's|@VERSION@|$(VERSION)|g'
+
 .PHONY: install uninstall
 install: all
-	$(Q)install -d $(DESTDIR)$(PREFIX)/bin
-	$(Q)$(if $(BINS),install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/)
+	$(Q)install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+		$(DESTDIR)$(PREFIX)/include/sharp/api $(DESTDIR)$(UNITDIR) \
+		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/sharp
+	$(Q)install -m 0755 $(INST_BINS) $(DESTDIR)$(PREFIX)/bin/
+	$(Q)install -m 0755 $(MPI_DEMO_OMPI) $(MPI_DEMO_MPICH) $(DESTDIR)$(DOCDIR)/
+	$(Q)install -m 0644 include/sharp/api/*.h $(DESTDIR)$(PREFIX)/include/sharp/api/
+	$(Q)install -m 0755 $(LIBDIR)/$(COLL_SONAME).0.0 $(DESTDIR)$(PREFIX)/lib/
+	$(Q)ln -sf $(COLL_SONAME).0.0 $(DESTDIR)$(PREFIX)/lib/$(COLL_SONAME)
+	$(Q)ln -sf $(COLL_SONAME) $(DESTDIR)$(PREFIX)/lib/libsharp_coll.so
+	$(Q)install -m 0644 $(COLL_A) $(DESTDIR)$(PREFIX)/lib/
+	$(Q)install -m 0755 $(SHARP_MPI_OMPI) $(SHARP_MPI_MPICH) $(DESTDIR)$(PREFIX)/lib/
+	$(Q)$(subst_paths) dist/sharp_coll.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sharp_coll.pc
+	$(Q)for u in $(UNITS); do \
+	    $(subst_paths) "dist/systemd/$$u.in" > "$(DESTDIR)$(UNITDIR)/$$u"; done
+	$(Q)install -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+	$(Q)for b in $(INST_BINS); do n=$$(basename $$b); \
+	    "$$b" --help > "$(DESTDIR)$(DOCDIR)/$$n.txt" 2>&1 || true; done
+	$(Q)# every option, commented, with its default and doc; never overwrite
+	$(Q)for d in $(DAEMON_CONFS); do f="$(DESTDIR)$(SYSCONFDIR)/sharp/$$d.conf"; \
+	    [ -e "$$f" ] && { echo "install: keeping $$f"; continue; }; \
+	    { echo "# $$d configuration: every option with its default (commented)."; \
+	      echo "# Precedence: default < this file < SHARP_* environment < flags."; \
+	      echo; env -i $(BINDIR)/$$d --dump-config --config /dev/null | \
+	      sed -e 's/^\([a-z_][a-z_0-9]* = \)/# \1/'; } > "$$f"; done
+	$(Q)f="$(DESTDIR)$(SYSCONFDIR)/sharp/secret"; [ -e "$$f" ] || \
+	    (umask 077 && head -c 32 /dev/urandom | base64 > "$$f" && \
+	     echo "install: created the cluster secret $$f (mode 0600): copy it to every node")
 
 uninstall:
-	$(Q)$(if $(BINS),rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(BINS))))
+	$(Q)rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(INST_BINS)))
+	$(Q)rm -f $(DESTDIR)$(PREFIX)/lib/libsharp_coll.* $(DESTDIR)$(PREFIX)/lib/libsharp_mpi_*.so \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig/sharp_coll.pc
+	$(Q)rm -rf $(DESTDIR)$(PREFIX)/include/sharp $(DESTDIR)$(DOCDIR)
+	$(Q)rm -f $(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS))
+	$(Q)echo "uninstall: $(SYSCONFDIR)/sharp (configuration, secret) left in place"
 
 # Formatting ----------------------------------------------------------------
 FORMAT_SRCS = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' 2>/dev/null)

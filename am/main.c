@@ -91,6 +91,7 @@ int main(int argc, char **argv)
     char msg[600];
 
     shp_log_set_component("sharp_am");
+    shp_log_detect_journal();
     if (shp_config_load(&am_table, &am.cfg, argc, argv,
                         "usage: sharp_am [--config FILE] [--OPTION VALUE ...]\n"
                         "\n"

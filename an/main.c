@@ -88,6 +88,7 @@ int main(int argc, char **argv)
     int rc = 0;
 
     shp_log_set_component("sharp_an");
+    shp_log_detect_journal();
     if (shp_config_load(&shp_an_table, &an.cfg, argc, argv,
                         "usage: sharp_an [--config FILE] [--OPTION VALUE ...]\n"
                         "\n"

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -56,6 +58,23 @@ void shp_log_set_handler(shp_log_handler_t handler, void *arg)
 void shp_log_set_journal(int enable)
 {
     shp_log_journal = enable;
+}
+
+int shp_log_detect_journal(void)
+{
+    /* systemd sets JOURNAL_STREAM=dev:inode of the stream it connected
+     * stderr to; anything else (a terminal, a file) keeps time stamps */
+    const char *js = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+
+    if (js != NULL && sscanf(js, "%llu:%llu", &dev, &ino) == 2 &&
+        fstat(STDERR_FILENO, &st) == 0 &&
+        (unsigned long long)st.st_dev == dev &&
+        (unsigned long long)st.st_ino == ino) {
+        shp_log_journal = 1;
+    }
+    return shp_log_journal;
 }
 
 int shp_log_level_parse(const char *str)

@@ -43,6 +43,9 @@ void shp_log_set_stream(FILE *stream);
 void shp_log_set_handler(shp_log_handler_t handler, void *arg);
 /* Prefix lines with "<N>" syslog priorities for the systemd journal. */
 void shp_log_set_journal(int enable);
+/* Journal format when stderr is systemd's journal stream (JOURNAL_STREAM
+ * names it); returns whether it is on. */
+int shp_log_detect_journal(void);
 
 /* Parse "error", "warn", "3", ...; returns -2 if not a level. */
 int shp_log_level_parse(const char *str);

@@ -18,6 +18,7 @@ PKGS=(
     openmpi-bin libopenmpi-dev # libsharp_mpi for Open MPI, make demo
     mpich libmpich-dev         # libsharp_mpi for MPICH
     libevent-dev               # libsharp_mpi_ompi links libevent first
+    jq graphviz                # the sharpctl test: --json checks, --png
 )
 
 missing=()

@@ -543,6 +543,7 @@ int main(int argc, char **argv)
     char kerr[512];
 
     shp_log_set_component("sharpd");
+    shp_log_detect_journal();
     if (shp_config_load(&table, &d.cfg, argc, argv,
                         "usage: sharpd [--config FILE] [--OPTION VALUE ...]\n"
                         "\n"

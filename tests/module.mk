@@ -42,3 +42,9 @@ $(COLL_TEST): $(OBJDIR)/tests/coll/test_coll.o $(COLL_SO) $(COMMON_LIB) \
 
 # libsharp_mpi under Open MPI and MPICH through a sharp-fabric.
 TEST_SCRIPTS += tests/mpi/test_mpi.sh
+
+# sharpctl against a running fabric.
+TEST_SCRIPTS += tests/cli/test_sharpctl.sh
+
+# make install into a temporary prefix, a client via pkg-config, units.
+TEST_SCRIPTS += tests/install/test_install.sh

@@ -4,6 +4,7 @@
 #include "common/status.h"
 #include "common/time.h"
 
+#include <sys/stat.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -114,6 +115,28 @@ static void test_log_preserves_errno(void **state)
     fclose(f);
 }
 
+/* the journal format only when stderr is the stream JOURNAL_STREAM names */
+static void test_log_detect_journal(void **state)
+{
+    struct stat st;
+    char js[64];
+
+    (void)state;
+    assert_int_equal(fstat(STDERR_FILENO, &st), 0);
+    unsetenv("JOURNAL_STREAM");
+    assert_int_equal(shp_log_detect_journal(), 0);
+    snprintf(js, sizeof(js), "%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino + 1);
+    setenv("JOURNAL_STREAM", js, 1);
+    assert_int_equal(shp_log_detect_journal(), 0);
+    snprintf(js, sizeof(js), "%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+    setenv("JOURNAL_STREAM", js, 1);
+    assert_int_equal(shp_log_detect_journal(), 1);
+    shp_log_set_journal(0);
+    unsetenv("JOURNAL_STREAM");
+}
+
 static void test_log_parse(void **state)
 {
     (void)state;
@@ -185,6 +208,7 @@ int main(void)
         cmocka_unit_test(test_status_from_errno),
         cmocka_unit_test(test_log_levels),
         cmocka_unit_test(test_log_preserves_errno),
+        cmocka_unit_test(test_log_detect_journal),
         cmocka_unit_test(test_log_parse),
         cmocka_unit_test(test_log_sparse),
         cmocka_unit_test(test_sparse_counts_suppressed),

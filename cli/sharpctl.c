@@ -1,0 +1,616 @@
+/*
+ * sharpctl: the administrator's view of a sharp fabric, through the
+ * aggregation manager's admin socket (JSON requests, common/ctl.h frames).
+ *
+ * Exit status: 0 ok, 1 the AM answered with an error, 2 usage, 3 the AM
+ * cannot be reached (the message names the socket).
+ */
+#include "am/topo.h"
+#include "common/ctl.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#ifndef SHP_VERSION
+#define SHP_VERSION "0.1.0"
+#endif
+
+enum { EXIT_AM = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
+
+static const char *sock_path = "/run/sharp/am.sock";
+static int as_json;
+
+static const char usage_text[] =
+    "Usage: sharpctl [--socket PATH] [--json] COMMAND ...\n"
+    "\n"
+    "Look at and steer a sharp fabric through the aggregation manager.\n"
+    "\n"
+    "Commands:\n"
+    "  ans                         aggregation nodes: name, address, state,\n"
+    "                              trees, groups\n"
+    "  trees                       trees: id, root, ANs, depth, hosts, "
+    "groups,\n"
+    "                              state\n"
+    "  tree show ID [--dot] [--png FILE]\n"
+    "                              one tree, indented; as Graphviz; rendered\n"
+    "  groups [--job J]            groups (of one job)\n"
+    "  jobs                        jobs: id, uid, hosts, groups, quotas\n"
+    "  job kill J                  end job J now (its processes are told)\n"
+    "  topology show               what the manager's topology holds\n"
+    "  topology generate fat-tree [--levels 2|3] --radix R --hosts N\n"
+    "                              a synthetic fabric in ibnetdiscover "
+    "format\n"
+    "  stats                       the manager's counters\n"
+    "  config dump                 every option of sharp_am, sharp_an and\n"
+    "                              sharpd with its default and doc\n"
+    "  version                     this program's version\n"
+    "\n"
+    "Options:\n"
+    "  --socket PATH   the manager's admin socket (default "
+    "/run/sharp/am.sock,\n"
+    "                  or $SHARPCTL_SOCKET)\n"
+    "  --json          machine-readable output (stable field names)\n"
+    "  --help          this text (also after any command)\n"
+    "\n"
+    "Exit status: 0 ok, 1 error from the manager, 2 usage, 3 cannot reach "
+    "the\n"
+    "manager.\n";
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "sharpctl: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry 'sharpctl --help'.\n");
+    return EXIT_USAGE;
+}
+
+/* The admin socket ------------------------------------------------------- */
+
+static int read_full(int fd, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* one request, its reply (NULL and an exit code in *rc on failure) */
+static json_t *call(json_t *req, int *rc)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    uint8_t *frame = NULL, hdr[SHP_CTL_HDR_LEN];
+    size_t len;
+    json_t *reply = NULL;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    json_object_set_new(req, "id", json_integer(1));
+    if (strlen(sock_path) >= sizeof(sa.sun_path)) {
+        fprintf(stderr, "sharpctl: socket path too long: %s\n", sock_path);
+        *rc = EXIT_USAGE;
+        goto out;
+    }
+    strcpy(sa.sun_path, sock_path);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        fprintf(stderr,
+                "sharpctl: cannot reach the aggregation manager at %s: %s\n",
+                sock_path, strerror(errno));
+        *rc = EXIT_UNREACHABLE;
+        goto out;
+    }
+    if (shp_ctl_encode(req, &frame, &len) != SHP_OK ||
+        write(fd, frame, len) != (ssize_t)len) {
+        fprintf(stderr, "sharpctl: cannot send to %s\n", sock_path);
+        *rc = EXIT_UNREACHABLE;
+        goto out;
+    }
+    for (;;) { /* skip pings */
+        uint8_t type;
+        uint32_t blen;
+        const char *why;
+        if (read_full(fd, hdr, sizeof(hdr)) != 0 ||
+            shp_ctl_hdr_unpack(hdr, &type, &blen, &why) != SHP_OK ||
+            blen > SHP_CTL_MAX_FRAME) {
+            fprintf(stderr, "sharpctl: no answer from %s\n", sock_path);
+            *rc = EXIT_UNREACHABLE;
+            goto out;
+        }
+        uint8_t *body = malloc(SHP_CTL_HDR_LEN + (size_t)blen);
+        if (body == NULL || read_full(fd, body + SHP_CTL_HDR_LEN, blen) != 0) {
+            free(body);
+            *rc = EXIT_UNREACHABLE;
+            goto out;
+        }
+        memcpy(body, hdr, sizeof(hdr));
+        shp_status_t st =
+            shp_ctl_decode(body, SHP_CTL_HDR_LEN + blen, &type, &reply, &why);
+        free(body);
+        if (st != SHP_OK) {
+            fprintf(stderr, "sharpctl: bad answer from %s: %s\n", sock_path,
+                    why);
+            *rc = EXIT_AM;
+            goto out;
+        }
+        if (reply != NULL) {
+            break;
+        }
+    }
+    int64_t status =
+        shp_json_opt_int(reply, "status", INT32_MIN, INT32_MAX, SHP_ERR_PROTO);
+    if (status != 0) {
+        fprintf(stderr, "sharpctl: %s: %s (%s)\n", shp_ctl_type(req),
+                shp_json_opt_str(reply, "error", "failed"),
+                shp_status_name((shp_status_t)status));
+        json_decref(reply);
+        reply = NULL;
+        *rc = EXIT_AM;
+    }
+out:
+    free(frame);
+    if (fd >= 0) {
+        close(fd);
+    }
+    json_decref(req);
+    return reply;
+}
+
+static void print_json(const json_t *v)
+{
+    char *s = json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (s != NULL) {
+        puts(s);
+        free(s);
+    }
+}
+
+/* a member as text for a table cell */
+static void cell(const json_t *v, char *buf, size_t len)
+{
+    if (json_is_string(v)) {
+        snprintf(buf, len, "%s", json_string_value(v));
+    } else if (json_is_integer(v)) {
+        snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    } else if (json_is_boolean(v)) {
+        snprintf(buf, len, "%s", json_is_true(v) ? "yes" : "no");
+    } else if (json_is_array(v)) {
+        size_t i, off = 0;
+        buf[0] = '\0';
+        for (i = 0; i < json_array_size(v) && off + 1 < len; i++) {
+            const json_t *e = json_array_get(v, i);
+            const char *s = json_is_string(e)
+                                ? json_string_value(e)
+                                : json_string_value(json_object_get(e, "name"));
+            int n = snprintf(buf + off, len - off, "%s%s", i ? "," : "",
+                             s ? s : "?");
+            off += n > 0 ? (size_t)n : 0;
+        }
+        if (off + 1 >= len && len > 4) {
+            strcpy(buf + len - 4, "...");
+        }
+    } else if (json_is_null(v) || v == NULL) {
+        snprintf(buf, len, "-");
+    } else {
+        snprintf(buf, len, "?");
+    }
+}
+
+/* an aligned table of `rows` (objects) over `keys`, headed by `heads` */
+static void table(const json_t *rows, const char *const *keys,
+                  const char *const *heads, size_t maxw)
+{
+    size_t nk = 0, w[16] = {0}, r;
+    char buf[256];
+
+    while (keys[nk] != NULL && nk < 16) {
+        w[nk] = strlen(heads[nk]);
+        nk++;
+    }
+    for (r = 0; r < json_array_size(rows); r++) {
+        for (size_t k = 0; k < nk; k++) {
+            cell(json_object_get(json_array_get(rows, r), keys[k]), buf,
+                 maxw + 1);
+            w[k] = strlen(buf) > w[k] ? strlen(buf) : w[k];
+        }
+    }
+    for (size_t k = 0; k < nk; k++) {
+        printf("%-*s%s", k + 1 < nk ? (int)w[k] : 0, heads[k],
+               k + 1 < nk ? "  " : "\n");
+    }
+    for (r = 0; r < json_array_size(rows); r++) {
+        for (size_t k = 0; k < nk; k++) {
+            cell(json_object_get(json_array_get(rows, r), keys[k]), buf,
+                 maxw + 1);
+            printf("%-*s%s", k + 1 < nk ? (int)w[k] : 0, buf,
+                   k + 1 < nk ? "  " : "\n");
+        }
+    }
+}
+
+/* Commands ----------------------------------------------------------------- */
+
+static int listing(const char *type, const char *member,
+                   const char *const *keys, const char *const *heads,
+                   json_t *req)
+{
+    int rc = 0;
+    json_t *r = call(req ? req : json_pack("{s:s}", "type", type), &rc);
+    if (r == NULL) {
+        return rc;
+    }
+    json_t *rows = json_object_get(r, member);
+    if (as_json) {
+        print_json(rows);
+    } else if (json_array_size(rows) == 0) {
+        printf("no %s\n", member);
+    } else {
+        table(rows, keys, heads, 24);
+    }
+    json_decref(r);
+    return 0;
+}
+
+static int cmd_ans(void)
+{
+    static const char *const k[] = {"name",   "addr",          "state", "trees",
+                                    "groups", "registrations", NULL};
+    static const char *const h[] = {"NAME",  "ADDRESS", "STATE",
+                                    "TREES", "GROUPS",  "REGISTRATIONS"};
+    return listing("ans", "ans", k, h, NULL);
+}
+
+static int cmd_trees(void)
+{
+    static const char *const k[] = {"id",    "root",   "ans",   "depth",
+                                    "hosts", "groups", "state", NULL};
+    static const char *const h[] = {"ID",    "ROOT",   "ANS",  "DEPTH",
+                                    "HOSTS", "GROUPS", "STATE"};
+    return listing("trees", "trees", k, h, NULL);
+}
+
+static int cmd_jobs(void)
+{
+    static const char *const k[] = {"job_id", "uid",     "hosts", "groups",
+                                    "osts",   "payload", NULL};
+    static const char *const h[] = {"JOB",    "UID",  "HOSTS",
+                                    "GROUPS", "OSTS", "PAYLOAD"};
+    return listing("jobs", "jobs", k, h, NULL);
+}
+
+static int cmd_groups(int argc, char **argv)
+{
+    static const char *const k[] = {"group_id", "job_id", "tree_id", "state",
+                                    "members",  "dist",   "ans",     NULL};
+    static const char *const h[] = {"GROUP",   "JOB",  "TREE", "STATE",
+                                    "MEMBERS", "DIST", "ANS"};
+    json_t *req = json_pack("{s:s}", "type", "groups");
+    if (argc == 3 && !strcmp(argv[1], "--job")) {
+        char *end;
+        unsigned long long j = strtoull(argv[2], &end, 0);
+        if (*end != '\0' || end == argv[2]) {
+            json_decref(req);
+            return usage_error("bad job id \"%s\"", argv[2]);
+        }
+        json_object_set_new(req, "job_id", shp_json_u64(j));
+    } else if (argc != 1) {
+        json_decref(req);
+        return usage_error("usage: %s", "groups [--job J]");
+    }
+    return listing("groups", "groups", k, h, req);
+}
+
+static int cmd_job(int argc, char **argv)
+{
+    char *end;
+    if (argc != 3 || strcmp(argv[1], "kill") != 0) {
+        return usage_error("usage: %s", "job kill J");
+    }
+    unsigned long long j = strtoull(argv[2], &end, 0);
+    if (*end != '\0' || end == argv[2]) {
+        return usage_error("bad job id \"%s\"", argv[2]);
+    }
+    int rc = 0;
+    json_t *r = call(
+        json_pack("{s:s, s:o}", "type", "job_kill", "job_id", shp_json_u64(j)),
+        &rc);
+    if (r == NULL) {
+        return rc;
+    }
+    if (as_json) {
+        print_json(r);
+    } else {
+        printf("job %llu killed\n", j);
+    }
+    json_decref(r);
+    return 0;
+}
+
+static void tree_text(const json_t *nodes, const char *parent, int depth)
+{
+    for (size_t i = 0; i < json_array_size(nodes); i++) {
+        const json_t *n = json_array_get(nodes, i);
+        const char *p = json_string_value(json_object_get(n, "parent"));
+        const char *name = json_string_value(json_object_get(n, "name"));
+        if ((parent == NULL) != (p == NULL) ||
+            (parent != NULL && strcmp(parent, p) != 0) || name == NULL) {
+            continue;
+        }
+        printf("%*s%s\n", 2 * depth, "", name);
+        if (depth < 64) {
+            tree_text(nodes, name, depth + 1);
+        }
+    }
+}
+
+static void tree_dot(FILE *f, const json_t *t)
+{
+    const json_t *nodes = json_object_get(t, "nodes");
+    fprintf(f, "digraph tree_%" JSON_INTEGER_FORMAT " {\n  rankdir=TB;\n",
+            json_integer_value(json_object_get(t, "id")));
+    for (size_t i = 0; i < json_array_size(nodes); i++) {
+        const json_t *n = json_array_get(nodes, i);
+        const char *p = json_string_value(json_object_get(n, "parent"));
+        const char *name = json_string_value(json_object_get(n, "name"));
+        fprintf(f, "  \"%s\";\n", name ? name : "?");
+        if (p != NULL) {
+            fprintf(f, "  \"%s\" -> \"%s\";\n", p, name ? name : "?");
+        }
+    }
+    fprintf(f, "}\n");
+}
+
+static int cmd_tree(int argc, char **argv)
+{
+    int dot = 0, rc = 0;
+    const char *png = NULL;
+    char *end;
+    if (argc < 3 || strcmp(argv[1], "show") != 0) {
+        return usage_error("usage: %s", "tree show ID [--dot] [--png FILE]");
+    }
+    long id = strtol(argv[2], &end, 10);
+    if (*end != '\0' || end == argv[2] || id < 0) {
+        return usage_error("bad tree id \"%s\"", argv[2]);
+    }
+    for (int a = 3; a < argc; a++) {
+        if (!strcmp(argv[a], "--dot")) {
+            dot = 1;
+        } else if (!strcmp(argv[a], "--png") && a + 1 < argc) {
+            png = argv[++a];
+        } else {
+            return usage_error("unknown option \"%s\"", argv[a]);
+        }
+    }
+    json_t *r =
+        call(json_pack("{s:s, s:i}", "type", "tree", "tree_id", (int)id), &rc);
+    if (r == NULL) {
+        return rc;
+    }
+    json_t *t = json_object_get(r, "tree");
+    if (png != NULL) {
+        char cmd[1200];
+        if (system("command -v dot >/dev/null 2>&1") != 0) {
+            fprintf(stderr, "sharpctl: --png needs Graphviz's dot, which is "
+                            "not installed (use --dot)\n");
+            json_decref(r);
+            return EXIT_USAGE;
+        }
+        snprintf(cmd, sizeof(cmd), "dot -Tpng -o '%s'", png);
+        FILE *f = popen(cmd, "w");
+        if (f == NULL) {
+            json_decref(r);
+            return EXIT_AM;
+        }
+        tree_dot(f, t);
+        rc = pclose(f) == 0 ? 0 : EXIT_AM;
+        if (rc == 0 && !as_json) {
+            printf("tree %ld written to %s\n", id, png);
+        }
+    } else if (dot) {
+        tree_dot(stdout, t);
+    } else if (as_json) {
+        print_json(t);
+    } else {
+        printf("tree %ld: root %s, depth %" JSON_INTEGER_FORMAT
+               ", %" JSON_INTEGER_FORMAT " hosts\n",
+               id, shp_json_opt_str(t, "root", "?"),
+               json_integer_value(json_object_get(t, "depth")),
+               json_integer_value(json_object_get(t, "hosts")));
+        tree_text(json_object_get(t, "nodes"), NULL, 1);
+    }
+    json_decref(r);
+    return rc;
+}
+
+static int cmd_object(const char *type)
+{
+    int rc = 0;
+    json_t *r = call(json_pack("{s:s}", "type", type), &rc);
+    if (r == NULL) {
+        return rc;
+    }
+    json_t *o = json_object_get(r, type);
+    if (as_json) {
+        print_json(o);
+    } else {
+        const char *key;
+        json_t *v;
+        char buf[256];
+        json_object_foreach(o, key, v)
+        {
+            cell(v, buf, sizeof(buf));
+            printf("%-16s %s\n", key, buf);
+        }
+    }
+    json_decref(r);
+    return 0;
+}
+
+static int cmd_topology(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "show")) {
+        return cmd_object("topology");
+    }
+    if (argc >= 3 && !strcmp(argv[1], "generate") &&
+        !strcmp(argv[2], "fat-tree")) {
+        shp_fat_tree_spec_t spec = {.levels = 2, .radix = 8, .hosts = 0};
+        for (int a = 3; a < argc; a++) {
+            char *end;
+            long v = a + 1 < argc ? strtol(argv[a + 1], &end, 10) : -1;
+            if (a + 1 >= argc || *end != '\0' || v <= 0 || v > 1 << 24) {
+                return usage_error("bad or missing value for %s", argv[a]);
+            }
+            if (!strcmp(argv[a], "--levels")) {
+                spec.levels = (int)v;
+            } else if (!strcmp(argv[a], "--radix")) {
+                spec.radix = (int)v;
+            } else if (!strcmp(argv[a], "--hosts")) {
+                spec.hosts = (int)v;
+            } else {
+                return usage_error("unknown option \"%s\"", argv[a]);
+            }
+            a++;
+        }
+        if (spec.hosts == 0) {
+            spec.hosts = spec.radix * spec.radix / 2;
+        }
+        shp_topo_t *t;
+        char err[256];
+        if (shp_topo_fat_tree(&spec, &t, err, sizeof(err)) != SHP_OK) {
+            fprintf(stderr, "sharpctl: %s\n", err);
+            return EXIT_USAGE;
+        }
+        shp_topo_write(t, stdout, 0);
+        shp_topo_free(t);
+        return fflush(stdout) == 0 ? 0 : EXIT_AM;
+    }
+    return usage_error("usage: %s",
+                       "topology show | topology generate fat-tree ...");
+}
+
+/* every daemon's --dump-config, from the binaries next to this one or on
+ * the PATH */
+static int cmd_config(int argc, char **argv, const char *self)
+{
+    static const char *const daemons[] = {"sharp_am", "sharp_an", "sharpd"};
+    char dir[512], cmd[1200];
+    int rc = 0;
+
+    if (argc != 2 || strcmp(argv[1], "dump") != 0) {
+        return usage_error("usage: %s", "config dump");
+    }
+    ssize_t n = readlink("/proc/self/exe", dir, sizeof(dir) - 1);
+    dir[n > 0 ? n : 0] = '\0';
+    char *slash = strrchr(dir, '/');
+    if (slash != NULL) {
+        *slash = '\0';
+    }
+    (void)self;
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof(cmd),
+                 "if [ -x '%s/%s' ]; then exec '%s/%s' --dump-config "
+                 "--config /dev/null; else exec %s --dump-config --config "
+                 "/dev/null; fi",
+                 dir, daemons[i], dir, daemons[i], daemons[i]);
+        printf("# ---- %s ----\n", daemons[i]);
+        fflush(stdout);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "sharpctl: cannot run %s --dump-config\n",
+                    daemons[i]);
+            rc = EXIT_AM;
+        }
+    }
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"socket", required_argument, 0, 's'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"version", no_argument, 0, 'V'},
+                                         {0, 0, 0, 0}};
+    int c;
+
+    if (getenv("SHARPCTL_SOCKET") != NULL) {
+        sock_path = getenv("SHARPCTL_SOCKET");
+    }
+    /* options anywhere before the command's own arguments */
+    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': sock_path = optarg; break;
+        case 'j': as_json = 1; break;
+        case 'h': fputs(usage_text, stdout); return 0;
+        case 'V': printf("sharpctl %s\n", SHP_VERSION); return 0;
+        default: fputs(usage_text, stderr); return EXIT_USAGE;
+        }
+    }
+    argc -= optind;
+    argv += optind;
+    if (argc < 1) {
+        fputs(usage_text, stderr);
+        return EXIT_USAGE;
+    }
+    /* trailing --json / --help after the command */
+    for (int a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "--json")) {
+            as_json = 1;
+            memmove(&argv[a], &argv[a + 1], (size_t)(argc - a) * sizeof(*argv));
+            argc--;
+            a--;
+        } else if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+    }
+    const char *cmd = argv[0];
+    if (!strcmp(cmd, "ans") && argc == 1) {
+        return cmd_ans();
+    }
+    if (!strcmp(cmd, "trees") && argc == 1) {
+        return cmd_trees();
+    }
+    if (!strcmp(cmd, "tree")) {
+        return cmd_tree(argc, argv);
+    }
+    if (!strcmp(cmd, "groups")) {
+        return cmd_groups(argc, argv);
+    }
+    if (!strcmp(cmd, "jobs") && argc == 1) {
+        return cmd_jobs();
+    }
+    if (!strcmp(cmd, "job")) {
+        return cmd_job(argc, argv);
+    }
+    if (!strcmp(cmd, "topology")) {
+        return cmd_topology(argc, argv);
+    }
+    if (!strcmp(cmd, "stats") && argc == 1) {
+        return cmd_object("stats");
+    }
+    if (!strcmp(cmd, "config")) {
+        return cmd_config(argc, argv, argv[0]);
+    }
+    if (!strcmp(cmd, "version") && argc == 1) {
+        if (as_json) {
+            printf("{\"version\": \"%s\"}\n", SHP_VERSION);
+        } else {
+            printf("sharpctl %s\n", SHP_VERSION);
+        }
+        return 0;
+    }
+    return usage_error("unknown command or arguments: \"%s\"", cmd);
+}

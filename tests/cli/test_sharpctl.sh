@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# sharpctl against a running sharp-fabric: every subcommand, --json parsed
+# with jq and checked, exit codes (manager unreachable, unknown job, usage),
+# --dot accepted by Graphviz.  With a live MPI job (not under SAN=1: the MPI
+# layer is preloaded into uninstrumented programs) jobs and groups are
+# checked too, and job kill ends it.
+set -u
+O=${O:-build}
+BIN=$(cd "$O/bin" && pwd)
+LIB=$(cd "$O/lib" && pwd)
+DIR=$(mktemp -d /tmp/sharp-test-ctl.XXXXXX)
+fabric() { "$BIN/sharp-fabric" --dir "$DIR/fabric" "$@"; }
+ctl() { "$BIN/sharpctl" --socket "$DIR/fabric/am.sock" "$@"; }
+job=
+cleanup() {
+    [ -n "$job" ] && kill "$job" 2>/dev/null
+    fabric down >/dev/null 2>&1
+    [ -n "${KEEP_LOGS:-}" ] || rm -rf "$DIR"
+}
+trap cleanup EXIT
+fails=0
+check() { # DESCRIPTION COMMAND...
+    local d=$1
+    shift
+    if "$@"; then echo "ok   $d"; else echo "FAIL $d"; fails=$((fails + 1)); fi
+}
+
+"$BIN/sharp-topo" fat-tree --radix 4 --hosts 8 >"$DIR/ft.ibnd"
+fabric up "$DIR/ft.ibnd" --net 127.15 >/dev/null || { echo "fabric up failed"; exit 1; }
+
+check "ans --json: 6 ANs, all up" \
+    test "$(ctl ans --json | jq '[.[] | select(.state == "up")] | length')" = 6
+check "ans: a header and 6 rows within 80 columns" \
+    bash -c "out=\$($(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock ans) &&
+             [ \$(echo \"\$out\" | wc -l) = 7 ] &&
+             [ \$(echo \"\$out\" | awk '{ if (length > m) m = length } END { print m }') -le 80 ]"
+check "trees --json: 2 trees rooted at the spines, 8 hosts each" \
+    test "$(ctl --json trees | jq -c '[.[] | .root] | sort')" = '["spine01","spine02"]'
+check "tree show 0: the root and 4 leaves, indented" \
+    test "$(ctl tree show 0 | grep -c '^    leaf')" = 4
+check "tree show 0 --json: 5 nodes" \
+    test "$(ctl tree show 0 --json | jq '.nodes | length')" = 5
+if command -v dot >/dev/null; then
+    check "tree show 0 --dot: dot accepts it" \
+        bash -c "$(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock tree show 0 --dot | dot -Tsvg >/dev/null"
+    check "tree show 0 --png: a PNG" \
+        bash -c "$(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock tree show 0 --png $DIR/t.png >/dev/null && head -c 8 $DIR/t.png | grep -q PNG"
+fi
+check "topology show --json: 6 switches, 8 hosts" \
+    test "$(ctl topology show --json | jq -c '[.switches, .hosts]')" = "[6,8]"
+check "stats --json: counters" \
+    test "$(ctl stats --json | jq '.tree_builds >= 1')" = true
+check "topology generate fat-tree: parses" \
+    bash -c "$(printf %q "$BIN/sharpctl") topology generate fat-tree --radix 4 --hosts 8 >$DIR/g.ibnd && $(printf %q "$BIN/sharp-topo") diff $DIR/g.ibnd $DIR/ft.ibnd >/dev/null"
+check "config dump: every daemon's options with docs" \
+    bash -c "out=\$($(printf %q "$BIN/sharpctl") config dump) && echo \"\$out\" | grep -q '^admin_socket = ' &&
+             echo \"\$out\" | grep -q '^# ---- sharpd' && echo \"\$out\" | grep -q '^secret_file = '"
+check "version" bash -c "$(printf %q "$BIN/sharpctl") version | grep -q '^sharpctl '"
+ctl job kill 12345 2>/dev/null
+check "job kill of an unknown job: exit 1" test $? = 1
+"$BIN/sharpctl" --socket "$DIR/nonexistent.sock" ans 2>"$DIR/err"
+rc=$?
+check "manager unreachable: exit 3, the socket named" \
+    bash -c "[ $rc = 3 ] && grep -q nonexistent.sock $DIR/err"
+ctl frobnicate 2>/dev/null
+check "unknown command: exit 2" test $? = 2
+ctl tree show x 2>/dev/null
+check "bad tree id: exit 2" test $? = 2
+ctl tree show 9 2>/dev/null
+check "no such tree: exit 1" test $? = 1
+check "--help" bash -c "$(printf %q "$BIN/sharpctl") trees --help | grep -q 'Exit status'"
+check "empty lists" test "$(ctl jobs)" = "no jobs"
+
+if [ "${SAN:-0}" != 1 ]; then
+    # a live job: 4 ranks looping allreduces for up to 60 s
+    SHARP_FABRIC_DIR="$DIR/fabric" timeout 90 mpirun.openmpi --allow-run-as-root \
+        --oversubscribe --mca mpi_yield_when_idle 1 -np 4 -x LD_LIBRARY_PATH="$LIB" \
+        -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_FABRIC_DIR \
+        -x SHARP_COLL_LOG_LEVEL=0 "$BIN/sharp-fabric" rank -- \
+        "$BIN/sharp_mpi_demo_ompi" --loop 60 >"$DIR/job.out" 2>&1 &
+    job=$!
+    for _ in $(seq 100); do
+        [ "$(ctl groups --json | jq 'length')" -ge 1 ] 2>/dev/null && break
+        sleep 0.1
+    done
+    jid=$(ctl jobs --json | jq -r '.[0].job_id')
+    check "jobs --json: the job, 4 hosts" \
+        test "$(ctl jobs --json | jq '.[0].hosts | length')" = 4
+    check "groups --job J --json: its world group of 4 members" \
+        test "$(ctl groups --job "$jid" --json | jq '[.[] | select(.members == 4)] | length >= 1')" = true
+    check "groups: a table" bash -c "$(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock groups | grep -q '^GROUP'"
+    check "job kill J: exit 0" ctl job kill "$jid"
+    wait "$job"
+    rc=$?
+    job=
+    check "the killed job ends with an error, not a hang" test $rc != 0 -a $rc != 124
+    check "no jobs left" test "$(ctl jobs --json | jq 'length')" = 0
+fi
+[ $fails -eq 0 ]
