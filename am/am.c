@@ -271,7 +271,7 @@ static void trees_rebuild(shp_am_t *am)
         return;
     }
     for (int i = 0; i < am->nans; i++)
-        if (am->ans[i].up) {
+        if (am->ans[i].up && am->ans[i].node >= 0) {
             is_an[am->ans[i].node] = 1;
             cap[am->ans[i].node] = (int)am->ans[i].max_trees;
         }
@@ -1193,6 +1193,88 @@ static shp_status_t mark_an_hosts(shp_am_t *am, char *err, size_t errlen)
         am->an_expected[node] = 1;
     }
     free(list);
+    return SHP_OK;
+}
+
+/* A new topology while the AM runs (sharpctl topology load).  Refused while
+ * jobs run (their hosts and groups are tied to the old one); otherwise the
+ * trees are dropped, ANs and sharpds that the new fabric no longer has are
+ * disconnected (and refused when they come back), the others keep their
+ * connections, and trees are built anew.  A file that does not parse
+ * changes nothing. */
+shp_status_t shp_am_topology_load(shp_am_t *am, const char *path, char *err,
+                                  size_t errlen)
+{
+    unsigned njobs = HASH_COUNT(am->jobs);
+    if (njobs > 0) {
+        snprintf(err, errlen,
+                 "%u job%s running: end them first (sharpctl jobs), the new "
+                 "topology would move their hosts",
+                 njobs, njobs == 1 ? " is" : "s are");
+        return SHP_ERR_BUSY;
+    }
+    char *newpath = strdup(path);
+    shp_topo_t *nt = NULL;
+    shp_status_t st;
+    if (!newpath)
+        return SHP_ERR_NO_MEMORY;
+    if ((st = shp_topo_load(path, &nt, err, errlen)) != SHP_OK) {
+        free(newpath);
+        return st;
+    }
+    /* the AN hosts must exist in the new fabric too */
+    shp_topo_t *ot = am->topo;
+    uint8_t *oe = am->an_expected;
+    int *ol = am->leaf;
+    am->topo = nt;
+    am->an_expected = NULL;
+    am->leaf = NULL;
+    st = mark_an_hosts(am, err, errlen);
+    uint8_t *ne = am->an_expected;
+    int *nl = am->leaf;
+    am->topo = ot;
+    am->an_expected = oe;
+    am->leaf = ol;
+    if (st != SHP_OK) {
+        free(ne);
+        free(nl);
+        shp_topo_free(nt);
+        free(newpath);
+        return st;
+    }
+    /* no jobs, so no groups: every tree goes */
+    for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++)
+        if (am->trees[t].used)
+            tree_drop(am, t);
+    /* who is not in the new fabric goes now, under the old topology */
+    for (int a = 0; a < am->nans; a++) {
+        int node = shp_topo_find(nt, am->ans[a].name);
+        if ((node < 0 || !ne[node]) && am->ans[a].peer)
+            shp_conn_close(&am->ans[a].peer->conn, SHP_ERR_NOT_FOUND);
+    }
+    for (shp_am_peer_t *p = am->peers, *next; p; p = next) {
+        next = p->next;
+        int node = p->role == AM_PEER_SHARPD ? shp_topo_find(nt, p->host) : 0;
+        if (node < 0 || (p->role == AM_PEER_SHARPD &&
+                         shp_topo_node(nt, node)->type != SHP_NODE_CA))
+            shp_conn_close(&p->conn, SHP_ERR_NOT_FOUND);
+    }
+    am->topo = nt;
+    am->an_expected = ne;
+    am->leaf = nl;
+    for (int a = 0; a < am->nans; a++) {
+        int node = shp_topo_find(nt, am->ans[a].name);
+        am->ans[a].node = node >= 0 && ne[node] ? node : -1;
+    }
+    shp_topo_free(ot);
+    free(oe);
+    free(ol);
+    free(am->cfg.topology);
+    am->cfg.topology = newpath;
+    shp_info("topology %s loaded: %zu switches, %zu hosts, %zu links", path,
+             shp_topo_count_type(nt, SHP_NODE_SWITCH),
+             shp_topo_count_type(nt, SHP_NODE_CA), shp_topo_links(nt));
+    trees_rebuild(am);
     return SHP_OK;
 }
 

@@ -154,6 +154,9 @@ struct shp_am {
 SHP_WUR shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop, char *err,
                                   size_t errlen);
 void shp_am_stop(shp_am_t *am);
+/* Replace the topology (no jobs may run); err says why not. */
+SHP_WUR shp_status_t shp_am_topology_load(shp_am_t *am, const char *path,
+                                          char *err, size_t errlen);
 
 /* Admin requests (am_admin.c): answers one message from sharpctl. */
 json_t *shp_am_admin(shp_am_t *am, shp_am_peer_t *peer, const json_t *req);

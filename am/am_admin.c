@@ -12,6 +12,7 @@
  *   job_kill {job_id}   end a job now; its processes are told
  *   stats               counters
  *   topology            what the AM's topology holds
+ *   topology_load {file}  replace it (refused while jobs run)
  */
 #include "am/am.h"
 
@@ -48,6 +49,8 @@ static json_t *list_ans(shp_am_t *am)
     json_t *a = json_array();
     for (int i = 0; i < am->nans; i++) {
         shp_am_an_t *an = &am->ans[i];
+        if (an->node < 0)
+            continue; /* no longer in the topology */
         json_array_append_new(
             a, json_pack("{s:s, s:o, s:s, s:s, s:i, s:i, s:I}", "name",
                          an->name, "guid",
@@ -220,6 +223,18 @@ json_t *shp_am_admin(shp_am_t *am, shp_am_peer_t *p, const json_t *req)
                       (json_int_t)am->stats.groups_revoked, "auth_failures",
                       (json_int_t)am->stats.auth_failures, "tree_builds",
                       (json_int_t)am->stats.tree_builds));
+    } else if (!strcmp(type, "topology_load")) {
+        const char *file;
+        static char why[512];
+        if (shp_json_get_str(req, "file", &file, NULL) != SHP_OK) {
+            st = SHP_ERR_PROTO;
+            error = "file required";
+        } else if ((st = shp_am_topology_load(am, file, why, sizeof(why))) !=
+                   SHP_OK) {
+            error = why;
+        } else {
+            shp_info("topology %s loaded by uid %u", file, (unsigned)p->uid);
+        }
     } else if (!strcmp(type, "topology")) {
         json_object_set_new(
             r, "topology",

@@ -44,6 +44,10 @@ static const char usage_text[] =
     "  jobs                        jobs: id, uid, hosts, groups, quotas\n"
     "  job kill J                  end job J now (its processes are told)\n"
     "  topology show               what the manager's topology holds\n"
+    "  topology load FILE          replace it with FILE (ibnetdiscover "
+    "format;\n"
+    "                              refused while jobs run; the manager reads\n"
+    "                              FILE itself)\n"
     "  topology generate fat-tree [--levels 2|3] --radix R --hosts N\n"
     "                              a synthetic fabric in ibnetdiscover "
     "format\n"
@@ -464,6 +468,24 @@ static int cmd_topology(int argc, char **argv)
     if (argc == 2 && !strcmp(argv[1], "show")) {
         return cmd_object("topology");
     }
+    if (argc == 3 && !strcmp(argv[1], "load")) {
+        char *abs = realpath(argv[2], NULL);
+        int rc = 0;
+        if (abs == NULL) {
+            fprintf(stderr, "sharpctl: %s: %s\n", argv[2], strerror(errno));
+            return EXIT_USAGE;
+        }
+        json_t *r = call(
+            json_pack("{s:s, s:s}", "type", "topology_load", "file", abs), &rc);
+        if (r != NULL && !as_json) {
+            printf("topology %s loaded\n", abs);
+        } else if (r != NULL) {
+            print_json(r);
+        }
+        json_decref(r);
+        free(abs);
+        return rc;
+    }
     if (argc >= 3 && !strcmp(argv[1], "generate") &&
         !strcmp(argv[2], "fat-tree")) {
         shp_fat_tree_spec_t spec = {.levels = 2, .radix = 8, .hosts = 0};
@@ -497,8 +519,8 @@ static int cmd_topology(int argc, char **argv)
         shp_topo_free(t);
         return fflush(stdout) == 0 ? 0 : EXIT_AM;
     }
-    return usage_error("usage: %s",
-                       "topology show | topology generate fat-tree ...");
+    return usage_error("usage: %s", "topology show | topology load FILE | "
+                                    "topology generate fat-tree ...");
 }
 
 /* every daemon's --dump-config, from the binaries next to this one or on

@@ -71,6 +71,27 @@ check "no such tree: exit 1" test $? = 1
 check "--help" bash -c "$(printf %q "$BIN/sharpctl") trees --help | grep -q 'Exit status'"
 check "empty lists" test "$(ctl jobs)" = "no jobs"
 
+# topology load: a smaller fabric, a broken file, the original again
+"$BIN/sharp-topo" fat-tree --radix 4 --hosts 6 >"$DIR/ft6.ibnd"
+check "topology load: 6 hosts" ctl topology load "$DIR/ft6.ibnd"
+check "topology show: the new file, 6 hosts" \
+    test "$(ctl topology show --json | jq -c '[.hosts, (.file | endswith("ft6.ibnd"))]')" = "[6,true]"
+check "trees rebuilt over the new fabric" \
+    test "$(ctl trees --json | jq '[.[] | .hosts] | max')" = 6
+sed 's/^switch\(.*\)"leaf02"/switch\1leaf02/' "$DIR/ft.ibnd" >"$DIR/bad.ibnd"
+echo 'Switch 4 "S-garbage' >>"$DIR/bad.ibnd"
+ctl topology load "$DIR/bad.ibnd" 2>"$DIR/err"
+rc=$?
+check "a broken file: exit 1, file:line named, nothing changed" \
+    bash -c "[ $rc = 1 ] && grep -q 'bad.ibnd:[0-9]' $DIR/err &&
+             [ \$($(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock topology show --json | jq .hosts) = 6 ]"
+check "topology load: back to 8 hosts" ctl topology load "$DIR/ft.ibnd"
+for _ in $(seq 50); do # the two dropped sharpds come back (backoff)
+    [ "$(ctl trees --json | jq '[.[] | .hosts] | max')" = 8 ] && break
+    sleep 0.1
+done
+check "trees span 8 hosts again" test "$(ctl trees --json | jq '[.[] | .hosts] | max')" = 8
+
 if [ "${SAN:-0}" != 1 ]; then
     # a live job: 4 ranks looping allreduces for up to 60 s
     SHARP_FABRIC_DIR="$DIR/fabric" timeout 90 mpirun.openmpi --allow-run-as-root \
@@ -89,6 +110,10 @@ if [ "${SAN:-0}" != 1 ]; then
     check "groups --job J --json: its world group of 4 members" \
         test "$(ctl groups --job "$jid" --json | jq '[.[] | select(.members == 4)] | length >= 1')" = true
     check "groups: a table" bash -c "$(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock groups | grep -q '^GROUP'"
+    ctl topology load "$DIR/ft.ibnd" 2>"$DIR/err"
+    rc=$?
+    check "topology load while a job runs: refused (exit 1)" \
+        bash -c "[ $rc = 1 ] && grep -q 'running' $DIR/err"
     check "job kill J: exit 0" ctl job kill "$jid"
     wait "$job"
     rc=$?
