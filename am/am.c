@@ -18,6 +18,7 @@
 
 #include "common/ctl.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "common/net.h"
 
 const char *const shp_am_dists[] = {"rc", "mcast", "both", NULL};
@@ -459,6 +460,43 @@ static void an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     trees_schedule(am);
 }
 
+/* An AN's counters: operations per second since the last answer, and
+ * every error it counts. */
+static void an_stats(shp_am_an_t *an, const json_t *msg)
+{
+    static const char *const errs[] = {
+        "err_bad_key",   "err_unknown_group", "err_seq_window", "err_mismatch",
+        "err_malformed", "err_protocol",      "groups_failed",  NULL};
+    uint64_t now = shp_time_ns();
+    uint64_t ops = (uint64_t)shp_json_opt_int(msg, "ops", 0, INT64_MAX, 0);
+    uint64_t e = 0;
+    for (int i = 0; errs[i]; i++)
+        e += (uint64_t)shp_json_opt_int(msg, errs[i], 0, INT64_MAX, 0);
+    if (an->stats_ns && now > an->stats_ns && ops >= an->ops)
+        an->ops_rate =
+            (double)(ops - an->ops) * 1e9 / (double)(now - an->stats_ns);
+    an->ops = ops;
+    an->errors = e;
+    an->stats_ns = now;
+    json_decref(an->counters);
+    an->counters = json_deep_copy(msg);
+    json_object_del(an->counters, "type");
+    json_object_del(an->counters, "id");
+    json_object_del(an->counters, "status");
+}
+
+static void stats_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    shp_am_t *am = w->data;
+    (void)loop;
+    (void)revents;
+    for (int a = 0; a < am->nans; a++)
+        if (am->ans[a].up && am->ans[a].peer)
+            am_send(am->ans[a].peer,
+                    json_pack("{s:s, s:I}", "type", "stats_req", "id",
+                              (json_int_t)am->next_req++));
+}
+
 static void an_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
 {
     const char *type = shp_ctl_type(msg);
@@ -485,6 +523,8 @@ static void an_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     const char *error = shp_json_opt_str(msg, "error", NULL);
     if (!strcmp(type, "group_add_ack") && id < REQ_MISC_BASE) {
         group_ack(am, id, (shp_status_t)st, error, p->an);
+    } else if (!strcmp(type, "stats") && st == 0) {
+        an_stats(&am->ans[p->an], msg);
     } else if (st != 0) {
         shp_warn("AN %s answered %s with %s: %s", am->ans[p->an].name, type,
                  shp_status_str((shp_status_t)st), error ? error : "");
@@ -1319,6 +1359,12 @@ shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop, char *err,
     }
     ev_timer_init(&am->settle, settle_cb, 0., 0.);
     am->settle.data = am;
+    if (am->cfg.stats_interval_ms > 0) {
+        double iv = (double)am->cfg.stats_interval_ms / 1000.0;
+        ev_timer_init(&am->stats_timer, stats_cb, iv, iv);
+        am->stats_timer.data = am;
+        ev_timer_start(loop, &am->stats_timer);
+    }
     shp_info("topology %s: %zu switches, %zu hosts, %zu links",
              am->cfg.topology, shp_topo_count_type(am->topo, SHP_NODE_SWITCH),
              shp_topo_count_type(am->topo, SHP_NODE_CA),
@@ -1329,6 +1375,7 @@ shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop, char *err,
 void shp_am_stop(shp_am_t *am)
 {
     ev_timer_stop(am->loop, &am->settle);
+    ev_timer_stop(am->loop, &am->stats_timer);
     shp_listener_stop(&am->listener);
     if (am->cfg.admin_socket[0])
         shp_listener_stop(&am->admin);
@@ -1349,6 +1396,8 @@ void shp_am_stop(shp_am_t *am)
     }
     for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++)
         shp_tree_free(&am->trees[t].t);
+    for (int a = 0; a < am->nans; a++)
+        json_decref(am->ans[a].counters);
     free(am->ans);
     free(am->an_expected);
     free(am->leaf);

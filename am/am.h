@@ -41,6 +41,7 @@ typedef struct shp_am_config {
     int64_t keepalive_ms;
     int64_t group_timeout_ms;
     int64_t tree_settle_ms;
+    int64_t stats_interval_ms;
 } shp_am_config_t;
 
 extern const char *const shp_am_dists[];
@@ -79,6 +80,10 @@ typedef struct shp_am_an {
     uint64_t max_payload;
     int ntrees, ngroups;
     uint64_t registrations;
+    /* from the AN's stats, polled every stats_interval */
+    uint64_t ops, errors, stats_ns;
+    double ops_rate;
+    json_t *counters; /* the AN's last stats message */
 } shp_am_an_t;
 
 typedef struct shp_am_tree {
@@ -144,6 +149,7 @@ struct shp_am {
     shp_listener_t listener, admin;
     shp_am_peer_t *peers;
     ev_timer settle;
+    ev_timer stats_timer;
     char listen_addr[64];
     struct {
         uint64_t jobs_begun, jobs_refused, groups_created, groups_failed,

@@ -4,7 +4,8 @@
  * group).  Requests and replies are JSON control messages; a reply has the
  * type "<request>_reply", the request's id, a status and the data.
  *
- *   ans                 every AN: name, guid, data address, state, trees, groups
+ *   ans                 every AN: name, guid, data address, state, trees,
+ *                       groups, ops/s and errors (from its polled counters)
  *   trees               every tree: id, root, ANs, depth, hosts, groups
  *   tree {tree_id}      one tree: its ANs with their parents and levels
  *   jobs                every job: id, uid, hosts, groups, quotas
@@ -52,12 +53,18 @@ static json_t *list_ans(shp_am_t *am)
         if (an->node < 0)
             continue; /* no longer in the topology */
         json_array_append_new(
-            a, json_pack("{s:s, s:o, s:s, s:s, s:i, s:i, s:I}", "name",
-                         an->name, "guid",
-                         guid_json(shp_topo_node(am->topo, an->node)->guid),
-                         "addr", an->data_addr, "state", an->up ? "up" : "down",
-                         "trees", an->ntrees, "groups", an->ngroups,
-                         "registrations", (json_int_t)an->registrations));
+            a,
+            json_pack("{s:s, s:o, s:s, s:s, s:i, s:i, s:I, s:f, s:I, s:I}",
+                      "name", an->name, "guid",
+                      guid_json(shp_topo_node(am->topo, an->node)->guid),
+                      "addr", an->data_addr, "state", an->up ? "up" : "down",
+                      "trees", an->ntrees, "groups", an->ngroups,
+                      "registrations", (json_int_t)an->registrations,
+                      "ops_per_s", an->up ? an->ops_rate : 0.0, "ops",
+                      (json_int_t)an->ops, "errors", (json_int_t)an->errors));
+        if (an->counters)
+            json_object_set(json_array_get(a, json_array_size(a) - 1),
+                            "counters", an->counters);
     }
     return a;
 }

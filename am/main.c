@@ -62,6 +62,10 @@ static const shp_config_opt_t am_opts[] = {
     {"tree_settle", "200ms",
      "quiet time after ANs come or go before trees are rebuilt",
      offsetof(shp_am_config_t, tree_settle_ms), &shp_cfg_time},
+    {"stats_interval", "5s",
+     "how often ANs are asked for their counters (sharpctl ans: ops/s, "
+     "errors); 0: never",
+     offsetof(shp_am_config_t, stats_interval_ms), &shp_cfg_time},
     {NULL}};
 
 static const shp_config_table_t am_table = {

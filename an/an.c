@@ -834,7 +834,7 @@ static void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     shp_wire_join_unpack(payload, &join);
     if (g == NULL) {
         status = SHP_ERR_GROUP_UNKNOWN;
-        an->stats.err_unknown_group++;
+        an->stats.join_early++;
     } else if (join.job_id != g->job_id ||
                !shp_an_ct_equal(join.job_key, g->key, sizeof(g->key))) {
         status = SHP_ERR_BAD_KEY;
@@ -1112,14 +1112,14 @@ json_t *shp_an_stats_json(const shp_an_t *an)
 
     return json_pack(
         "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-        "s:I, s:I, s:I, s:I}",
+        "s:I, s:I, s:I, s:I, s:I}",
         "groups", (json_int_t)an->ngroups, "trees", (json_int_t)an->ntrees,
-        "ops", (json_int_t)s->ops, "results", (json_int_t)s->results,
-        "mcast_sent", (json_int_t)s->mcast_sent, "retransmits",
-        (json_int_t)s->retransmits, "joins", (json_int_t)s->joins,
-        "join_refused", (json_int_t)s->join_refused, "err_bad_key",
-        (json_int_t)s->err_bad_key, "err_unknown_group",
-        (json_int_t)s->err_unknown_group, "err_seq_window",
+        "join_early", (json_int_t)s->join_early, "ops", (json_int_t)s->ops,
+        "results", (json_int_t)s->results, "mcast_sent",
+        (json_int_t)s->mcast_sent, "retransmits", (json_int_t)s->retransmits,
+        "joins", (json_int_t)s->joins, "join_refused",
+        (json_int_t)s->join_refused, "err_bad_key", (json_int_t)s->err_bad_key,
+        "err_unknown_group", (json_int_t)s->err_unknown_group, "err_seq_window",
         (json_int_t)s->err_seq_window, "err_mismatch",
         (json_int_t)s->err_mismatch, "err_malformed",
         (json_int_t)(s->err_malformed + an->tp.stats.malformed), "err_protocol",

@@ -137,6 +137,8 @@ typedef struct shp_an_stats {
     uint64_t mcast_sent;
     uint64_t retransmits;
     uint64_t joins, join_refused;
+    uint64_t join_early; /* a child AN asked before the group was here (it
+                            retries: part of setting a group up) */
     uint64_t err_bad_key, err_unknown_group, err_seq_window, err_mismatch,
         err_malformed, err_protocol;
     uint64_t groups_failed;

@@ -34,7 +34,7 @@ static const char usage_text[] =
     "\n"
     "Commands:\n"
     "  ans                         aggregation nodes: name, address, state,\n"
-    "                              trees, groups\n"
+    "                              trees, groups, ops/s, errors\n"
     "  trees                       trees: id, root, ANs, depth, hosts, "
     "groups,\n"
     "                              state\n"
@@ -187,6 +187,8 @@ static void cell(const json_t *v, char *buf, size_t len)
 {
     if (json_is_string(v)) {
         snprintf(buf, len, "%s", json_string_value(v));
+    } else if (json_is_real(v)) {
+        snprintf(buf, len, "%.1f", json_real_value(v));
     } else if (json_is_integer(v)) {
         snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
     } else if (json_is_boolean(v)) {
@@ -270,10 +272,10 @@ static int listing(const char *type, const char *member,
 
 static int cmd_ans(void)
 {
-    static const char *const k[] = {"name",   "addr",          "state", "trees",
-                                    "groups", "registrations", NULL};
-    static const char *const h[] = {"NAME",  "ADDRESS", "STATE",
-                                    "TREES", "GROUPS",  "REGISTRATIONS"};
+    static const char *const k[] = {"name",   "addr",      "state",  "trees",
+                                    "groups", "ops_per_s", "errors", NULL};
+    static const char *const h[] = {"NAME",   "ADDRESS", "STATE", "TREES",
+                                    "GROUPS", "OPS/S",   "ERRORS"};
     return listing("ans", "ans", k, h, NULL);
 }
 

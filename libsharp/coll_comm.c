@@ -567,51 +567,54 @@ SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
     return SHARP_COLL_SUCCESS;
 }
 
-static int wait_req(coll_req_t *r);
 static int post(coll_comm_t *comm, coll_req_t *r, void **handle);
 
+/*
+ * Destroying a group: every member sends a last barrier and leaves at once
+ * (group_leave, echoed by its leaf AN: from then on its link closing is not
+ * a failure).  Only rank 0 waits for the barrier's result: it comes once
+ * every member has sent its barrier, i.e. once every member is done with
+ * every earlier operation (they are complete when destroy is called), so
+ * rank 0 may then remove the group at the manager without cutting off a
+ * result still on its way to someone.  (Waiting for the barrier everywhere
+ * and then removing it would race with the result's last hops.)
+ */
 SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
 {
     if (comm == NULL) {
         return SHARP_COLL_EINVAL;
     }
     coll_ctx_t *ctx = comm->ctx;
+    uint64_t wait_ns =
+        (uint64_t)ctx->cfg.connect_timeout_ms * SHP_NSEC_PER_MSEC;
+    coll_req_t *r = NULL;
     coll_lock(ctx);
     comm->destroying = 1;
-    /* a barrier first: every member's operations are complete before any
-     * leaves */
-    if (comm->failed == SHP_OK) {
-        coll_req_t *r = calloc(1, sizeof(*r));
-        if (r != NULL) {
-            r->barrier = 1;
-            r->nfrags = 1;
-            r->es = 1;
-            void *h = r;
-            /* bounded: a member that never comes must not hang the others
-             * (their groups are going anyway) */
-            uint64_t end =
-                shp_time_ns() +
-                2 * (uint64_t)ctx->cfg.connect_timeout_ms * SHP_NSEC_PER_MSEC;
-            if (post(comm, r, &h) == SHARP_COLL_SUCCESS) {
-                while (!r->complete && shp_time_ns() < end) {
-                    coll_progress_once(ctx, 1);
-                }
-                if (!r->complete) {
-                    shp_warn("group %u: not every member came to destroy it",
-                             comm->group_id);
-                    coll_comm_fail(comm, SHP_ERR_TIMED_OUT,
-                                   "destroy barrier timed out");
-                }
-                (void)wait_req(r);
-            }
+    if (comm->failed == SHP_OK && (r = calloc(1, sizeof(*r))) != NULL) {
+        void *h = r;
+        r->barrier = 1;
+        r->nfrags = 1;
+        r->es = 1;
+        if (post(comm, r, &h) != SHARP_COLL_SUCCESS) {
+            r = NULL; /* post freed it */
         }
     }
-    /* leave cleanly: our link closing must not fail the group for members
-     * still finishing */
+    if (r != NULL && comm->rank == 0) {
+        /* bounded: a member that never comes must not hang the others */
+        uint64_t end = shp_time_ns() + 2 * wait_ns;
+        while (!r->complete && shp_time_ns() < end) {
+            coll_progress_once(ctx, 1);
+        }
+        if (!r->complete) {
+            shp_warn("group %u: not every member came to destroy it",
+                     comm->group_id);
+            coll_comm_fail(comm, SHP_ERR_TIMED_OUT,
+                           "destroy barrier timed out");
+        }
+    }
     if (comm->failed == SHP_OK && comm->ep != NULL) {
         shp_wire_hdr_t h;
-        uint64_t end = shp_time_ns() + (uint64_t)ctx->cfg.connect_timeout_ms *
-                                           SHP_NSEC_PER_MSEC;
+        uint64_t end = shp_time_ns() + wait_ns;
         shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_LEAVE, comm->tree_id,
                           comm->group_id, comm->next_seq);
         if (shp_tp_send(comm->ep, &h, NULL) == SHP_OK) {
@@ -623,7 +626,8 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
     }
     uint32_t gid = comm->group_id;
     int rank = comm->rank;
-    comm_free(comm);
+    comm_free(comm); /* the barrier's slot goes with it */
+    free(r);
     if (rank == 0 && ctx->sd_up && ctx->job_failed == SHP_OK) {
         group_destroy(ctx, gid);
     }

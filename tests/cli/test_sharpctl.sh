@@ -26,6 +26,7 @@ check() { # DESCRIPTION COMMAND...
 }
 
 "$BIN/sharp-topo" fat-tree --radix 4 --hosts 8 >"$DIR/ft.ibnd"
+export SHARP_AM_STATS_INTERVAL=300ms # the manager polls AN counters often
 fabric up "$DIR/ft.ibnd" --net 127.15 >/dev/null || { echo "fabric up failed"; exit 1; }
 
 check "ans --json: 6 ANs, all up" \
@@ -105,6 +106,9 @@ if [ "${SAN:-0}" != 1 ]; then
         sleep 0.1
     done
     jid=$(ctl jobs --json | jq -r '.[0].job_id')
+    sleep 1 # two rounds of AN counters
+    check "ans --json: operations per second while the job runs" \
+        test "$(ctl ans --json | jq '[.[] | .ops_per_s] | max > 0')" = true
     check "jobs --json: the job, 4 hosts" \
         test "$(ctl jobs --json | jq '.[0].hosts | length')" = 4
     check "groups --job J --json: its world group of 4 members" \
