@@ -67,6 +67,47 @@ static const char usage_text[] =
     "the\n"
     "manager.\n";
 
+/* per-command help: `sharpctl COMMAND --help` */
+static const struct {
+    const char *cmd, *text;
+} cmd_help[] = {
+    {"ans", "Usage: sharpctl ans [--json]\n\nEvery aggregation node the "
+            "manager knows: name, data address, state (up/down),\ntrees and "
+            "groups through it, operations per second and errors (from its\n"
+            "counters, polled every stats_interval). --json adds the guid, "
+            "the raw\ncounters and the number of registrations.\n"},
+    {"trees", "Usage: sharpctl trees [--json]\n\nEvery aggregation tree: "
+              "id, root AN, number of ANs, depth, hosts it spans,\ngroups on "
+              "it, state (down: an AN of it is lost; rebuilt once empty).\n"},
+    {"tree", "Usage: sharpctl tree show ID [--dot | --png FILE] [--json]\n\n"
+             "One tree: its ANs indented under their parents; --dot writes "
+             "Graphviz,\n--png renders it with dot (Graphviz must be "
+             "installed).\n"},
+    {"groups", "Usage: sharpctl groups [--job J] [--json]\n\nGroups (of job "
+               "J): id, job, tree, state, members, ANs; --json adds\nthe "
+               "distribution, multicast address, quotas and each AN's parent."
+               "\n"},
+    {"jobs", "Usage: sharpctl jobs [--json]\n\nJobs: id, uid, hosts, groups, "
+             "OSTs and payload per group.\n"},
+    {"job", "Usage: sharpctl job kill J\n\nEnd job J now: its groups are "
+            "removed and its processes told (their\noperations fail with an "
+            "error). Exit 1 if there is no such job.\n"},
+    {"topology",
+     "Usage: sharpctl topology show [--json]\n"
+     "       sharpctl topology load FILE\n"
+     "       sharpctl topology generate fat-tree [--levels 2|3] --radix R "
+     "--hosts N\n\nshow: the manager's topology (file, switches, hosts, "
+     "links). load: replace\nit with FILE (ibnetdiscover format; the manager "
+     "reads FILE itself; refused\nwhile jobs run; a file that does not parse "
+     "changes nothing). generate: a\nsynthetic fat-tree on stdout.\n"},
+    {"stats", "Usage: sharpctl stats [--json]\n\nThe manager's counters: "
+              "jobs, groups, refusals, failures, tree builds.\n"},
+    {"config", "Usage: sharpctl config dump\n\nEvery option of sharp_am, "
+               "sharp_an and sharpd with its default and doc, as\nthe "
+               "configuration files take them.\n"},
+    {"version", "Usage: sharpctl version [--json]\n"},
+};
+
 static int usage_error(const char *fmt, const char *arg)
 {
     fprintf(stderr, "sharpctl: ");
@@ -300,9 +341,9 @@ static int cmd_jobs(void)
 static int cmd_groups(int argc, char **argv)
 {
     static const char *const k[] = {"group_id", "job_id", "tree_id", "state",
-                                    "members",  "dist",   "ans",     NULL};
-    static const char *const h[] = {"GROUP",   "JOB",  "TREE", "STATE",
-                                    "MEMBERS", "DIST", "ANS"};
+                                    "members",  "ans",    NULL};
+    static const char *const h[] = {"GROUP", "JOB",     "TREE",
+                                    "STATE", "MEMBERS", "ANS"};
     json_t *req = json_pack("{s:s}", "type", "groups");
     if (argc == 3 && !strcmp(argv[1], "--job")) {
         char *end;
@@ -596,6 +637,13 @@ int main(int argc, char **argv)
             argc--;
             a--;
         } else if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
+            for (size_t k = 0; k < sizeof(cmd_help) / sizeof(cmd_help[0]);
+                 k++) {
+                if (!strcmp(cmd_help[k].cmd, argv[0])) {
+                    fputs(cmd_help[k].text, stdout);
+                    return 0;
+                }
+            }
             fputs(usage_text, stdout);
             return 0;
         }

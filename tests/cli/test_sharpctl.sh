@@ -69,7 +69,10 @@ ctl tree show x 2>/dev/null
 check "bad tree id: exit 2" test $? = 2
 ctl tree show 9 2>/dev/null
 check "no such tree: exit 1" test $? = 1
-check "--help" bash -c "$(printf %q "$BIN/sharpctl") trees --help | grep -q 'Exit status'"
+check "--help" bash -c "$(printf %q "$BIN/sharpctl") --help | grep -q 'Exit status'"
+for c in ans trees tree groups jobs job topology stats config version; do
+    check "$c --help" bash -c "$(printf %q "$BIN/sharpctl") $c --help | grep -q '^Usage: sharpctl $c'"
+done
 check "empty lists" test "$(ctl jobs)" = "no jobs"
 
 # topology load: a smaller fabric, a broken file, the original again
@@ -113,7 +116,10 @@ if [ "${SAN:-0}" != 1 ]; then
         test "$(ctl jobs --json | jq '.[0].hosts | length')" = 4
     check "groups --job J --json: its world group of 4 members" \
         test "$(ctl groups --job "$jid" --json | jq '[.[] | select(.members == 4)] | length >= 1')" = true
-    check "groups: a table" bash -c "$(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock groups | grep -q '^GROUP'"
+    check "groups: a table within 80 columns" \
+        bash -c "out=\$($(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock groups) &&
+                 echo \"\$out\" | grep -q '^GROUP' &&
+                 [ \$(echo \"\$out\" | awk '{ if (length > m) m = length } END { print m }') -le 80 ]"
     ctl topology load "$DIR/ft.ibnd" 2>"$DIR/err"
     rc=$?
     check "topology load while a job runs: refused (exit 1)" \
