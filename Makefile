@@ -150,7 +150,8 @@ install: all
 	$(Q)ln -sf $(COLL_SONAME).0.0 $(DESTDIR)$(PREFIX)/lib/$(COLL_SONAME)
 	$(Q)ln -sf $(COLL_SONAME) $(DESTDIR)$(PREFIX)/lib/libsharp_coll.so
 	$(Q)install -m 0644 $(COLL_A) $(DESTDIR)$(PREFIX)/lib/
-	$(Q)install -m 0755 $(SHARP_MPI_OMPI) $(SHARP_MPI_MPICH) $(DESTDIR)$(PREFIX)/lib/
+	$(Q)install -m 0755 $(SHARP_MPI_OMPI) $(SHARP_MPI_MPICH) $(OSM_PLUGIN) \
+		$(DESTDIR)$(PREFIX)/lib/
 	$(Q)$(subst_paths) dist/sharp_coll.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sharp_coll.pc
 	$(Q)for u in $(UNITS); do \
 	    $(subst_paths) "dist/systemd/$$u.in" > "$(DESTDIR)$(UNITDIR)/$$u"; done
@@ -171,6 +172,7 @@ install: all
 uninstall:
 	$(Q)rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(INST_BINS)))
 	$(Q)rm -f $(DESTDIR)$(PREFIX)/lib/libsharp_coll.* $(DESTDIR)$(PREFIX)/lib/libsharp_mpi_*.so \
+		$(DESTDIR)$(PREFIX)/lib/libosm_sharp.so \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/sharp_coll.pc
 	$(Q)rm -rf $(DESTDIR)$(PREFIX)/include/sharp $(DESTDIR)$(DOCDIR)
 	$(Q)rm -f $(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS))

@@ -21,3 +21,15 @@ BINS += $(SHARP_AM)
 
 $(SHARP_AM): $(OBJDIR)/am/main.o $(AM_LIB) $(COMMON_LIB)
 	$(call link_prog)
+
+# The OpenSM event plugin (loaded by opensm as lib<event_plugin_name>.so):
+# built against the installed OpenSM headers, which OpenSM checks.
+OSM_PLUGIN := $(LIBDIR)/libosm_sharp.so
+LIBS += $(OSM_PLUGIN)
+CFLAGS_am_osm_osm_sharp := -I/usr/include/infiniband
+
+$(OSM_PLUGIN): $(OBJDIR)/am/osm/osm_sharp.o $(AM_LIB) $(COMMON_LIB)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -o $@ $< $(AM_LIB) $(COMMON_LIB) \
+		$(COMMON_LDLIBS)

@@ -13,7 +13,7 @@ PKGS=(
     uthash-dev                 # hash tables (header-only)
     clang-format               # make format-check
     libsodium-dev              # cluster-secret authentication (HMAC)
-    libopensm-dev              # the AM's OpenSM plugin
+    libopensm-dev libibumad-dev  # the AM's OpenSM plugin (its headers need umad.h)
     opensm infiniband-diags ibsim-utils  # simulated fabrics in the tests
     openmpi-bin libopenmpi-dev # libsharp_mpi for Open MPI, make demo
     mpich libmpich-dev         # libsharp_mpi for MPICH

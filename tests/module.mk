@@ -21,7 +21,7 @@ $(AN_TREE_TEST): $(OBJDIR)/tests/an/test_an_tree.o $(COMMON_LIB) \
 	$(call link_prog,$(CMOCKA_LIBS))
 
 # Topology: live ibsim fabrics against the stored captures.
-TEST_SCRIPTS += tests/topo/test_ibsim.sh
+TEST_SCRIPTS += tests/topo/test_ibsim.sh tests/topo/test_osm_plugin.sh
 
 # The control plane end to end: sharp_am, sharp_an, sharpd, real processes.
 AM_TEST := $(TESTDIR)/am/test_am

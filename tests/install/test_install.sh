@@ -24,6 +24,7 @@ for f in bin/sharp_am bin/sharp_an bin/sharpd bin/sharpctl bin/sharp-topo \
     bin/sharp-fabric include/sharp/api/sharp.h include/sharp/api/sharp_coll.h \
     include/sharp/api/version.h lib/libsharp_coll.so lib/libsharp_coll.so.1 \
     lib/libsharp_coll.a lib/libsharp_mpi_ompi.so lib/libsharp_mpi_mpich.so \
+    lib/libosm_sharp.so \
     lib/pkgconfig/sharp_coll.pc lib/systemd/system/sharp_am.service \
     lib/systemd/system/sharpd.service "lib/systemd/system/sharp_an@.service" \
     share/doc/sharp/README.md share/doc/sharp/sharpctl.txt; do
