@@ -14,6 +14,7 @@
 
 #include "common/ctl.h"
 #include "common/log.h"
+#include "common/time.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -281,7 +282,9 @@ static void shp_an_group_send_join(shp_an_group_t *g)
     memcpy(join.job_key, g->key, sizeof(join.job_key));
     join.child_index = g->parent_index;
     shp_wire_join_pack(&join, payload);
-    g->join_tries++;
+    if (g->join_tries++ == 0) {
+        g->join_start_ns = shp_time_ns();
+    }
     shp_an_send(g->parent, &h, payload);
 }
 
@@ -299,10 +302,18 @@ static void shp_an_join_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 /* The parent's answer to our join, or its loss. */
 static void shp_an_group_join_done(shp_an_group_t *g, shp_status_t status)
 {
-    double retry = 0.05;
+    /* the AM configures every AN of a group at once, so the parent usually
+     * learns of it within a millisecond or two: retry soon, then back off
+     * (1, 2, 4 ... 50 ms) */
+    int shift = g->join_tries < 7 ? g->join_tries - 1 : 6;
+    double retry = 0.001 * (double)(1 << (shift > 0 ? shift : 0));
+    uint64_t waited = shp_time_ns() - g->join_start_ns;
 
+    if (retry > 0.05) {
+        retry = 0.05;
+    }
     if (status == SHP_ERR_GROUP_UNKNOWN &&
-        g->join_tries * retry * 1000 < (double)g->an->cfg.join_timeout_ms) {
+        waited < (uint64_t)g->an->cfg.join_timeout_ms * SHP_NSEC_PER_MSEC) {
         /* the AM may still be configuring the parent: try again */
         ev_timer_set(&g->join_timer, retry, 0.);
         ev_timer_start(g->an->loop, &g->join_timer);

@@ -108,6 +108,7 @@ struct shp_an_group {
     shp_an_link_t *parent;
     int parent_joined;
     int join_tries;
+    uint64_t join_start_ns; /* first join sent to the parent */
     ev_timer join_timer;
     int64_t add_req_id; /* AM request answered once the parent join is done */
     int dist;

@@ -10,6 +10,12 @@ $(BENCH_REDUCE): $(OBJDIR)/bench/reduce.o $(COMMON_LIB)
 bench-reduce: $(BENCH_REDUCE)
 	$(BENCH_REDUCE)
 
+BENCH_GROUP := $(BINDIR)/bench_group_create
+BENCHES += $(BENCH_GROUP)
+
+$(BENCH_GROUP): $(OBJDIR)/bench/group_create.o $(AM_LIB) $(COMMON_LIB)
+	$(call link_prog)
+
 BENCH_AM := $(BINDIR)/bench_am
 BENCHES += $(BENCH_AM)
 
@@ -17,5 +23,6 @@ $(BENCH_AM): $(OBJDIR)/bench/am.o $(AM_LIB) $(COMMON_LIB)
 	$(call link_prog)
 
 .PHONY: bench-am
-bench-am: $(BENCH_AM)
+bench-am: $(BENCH_AM) $(BENCH_GROUP) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
+	$(BENCH_GROUP)
 	$(BENCH_AM)

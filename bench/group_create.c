@@ -1,0 +1,356 @@
+/*
+ * bench_group_create: the full group-create round trip for 1000 members.
+ *
+ * A 2-level fat-tree of radix 48 (48 leaves, 24 spines, 1000 hosts) runs
+ * as real processes on loopback: sharp_am, one sharp_an per switch (72) and
+ * one sharpd.  A client asks sharpd for a job over the 1000 hosts, then
+ * creates and destroys a 1000-member group 20 times: sharpd -> AM (plan)
+ * -> group_add to every AN of the sub-tree -> non-top ANs join their
+ * parents -> every AN confirms -> AM -> sharpd -> client.  Printed side by
+ * side: the planning alone (the same plan computed in this process), and
+ * the whole round trip.  Every process shares this machine's cores.
+ *
+ * Last line: RESULT am_group_create_1k_ms=<median ms> am_group_plan_1k_ms=<ms>
+ */
+#include "am/topo.h"
+#include "am/trees.h"
+#include "common/ctl.h"
+#include "common/time.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define HOSTS 1000
+#define RADIX 48
+#define ROUNDS 20
+
+static char bindir[512], dir[64];
+static pid_t pids[256];
+static int npids;
+
+static void spawn(char *const argv[], const char *log)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        FILE *f = freopen(log, "a", stdout);
+        (void)f;
+        dup2(1, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    pids[npids++] = p;
+}
+
+static void cleanup(void)
+{
+    for (int i = 0; i < npids; i++) {
+        kill(pids[i], SIGTERM);
+    }
+    for (int i = 0; i < npids; i++) {
+        waitpid(pids[i], NULL, 0);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "cannot remove %s\n", dir);
+    }
+}
+
+static int read_full(int fd, void *b, size_t n)
+{
+    uint8_t *p = b;
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r <= 0) {
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int sock_open(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        return -1;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+        return fd;
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    return -1;
+}
+
+/* one request on a connected socket, its reply (NULL on failure) */
+static json_t *call(int fd, json_t *req)
+{
+    static int64_t id;
+    uint8_t *frame, hdr[SHP_CTL_HDR_LEN];
+    size_t len;
+    json_object_set_new(req, "id", json_integer(++id));
+    if (shp_ctl_encode(req, &frame, &len) != SHP_OK ||
+        write(fd, frame, len) != (ssize_t)len) {
+        json_decref(req);
+        return NULL;
+    }
+    free(frame);
+    json_decref(req);
+    for (;;) {
+        uint8_t type;
+        uint32_t blen;
+        const char *why;
+        json_t *m = NULL;
+        if (read_full(fd, hdr, sizeof(hdr)) ||
+            shp_ctl_hdr_unpack(hdr, &type, &blen, &why) != SHP_OK) {
+            return NULL;
+        }
+        uint8_t *b = malloc(SHP_CTL_HDR_LEN + blen);
+        memcpy(b, hdr, sizeof(hdr));
+        if (read_full(fd, b + SHP_CTL_HDR_LEN, blen) ||
+            shp_ctl_decode(b, SHP_CTL_HDR_LEN + blen, &type, &m, &why) !=
+                SHP_OK) {
+            free(b);
+            return NULL;
+        }
+        free(b);
+        if (m != NULL && shp_json_opt_int(m, "id", 0, INT64_MAX, -1) == id) {
+            return m;
+        }
+        json_decref(m); /* pings, notifications */
+    }
+}
+
+static int status_of(const json_t *r)
+{
+    return r ? (int)shp_json_opt_int(r, "status", -32768, 32767, -1) : -1;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(void)
+{
+    char self[512], topo_path[128], secret[128], sock[128], sd_sock[128];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) {
+        return 1;
+    }
+    self[n] = '\0';
+    *strrchr(self, '/') = '\0';
+    snprintf(bindir, sizeof(bindir), "%s", self);
+    snprintf(dir, sizeof(dir), "/tmp/sharp-bench-gc.%d", (int)getpid());
+    if (mkdir(dir, 0700) != 0) {
+        perror(dir);
+        return 1;
+    }
+    atexit(cleanup);
+    signal(SIGPIPE, SIG_IGN);
+
+    /* the fabric, and the plan alone, in this process */
+    shp_fat_tree_spec_t spec = {2, RADIX, HOSTS};
+    shp_topo_t *t;
+    char err[256];
+    if (shp_topo_fat_tree(&spec, &t, err, sizeof(err)) != SHP_OK) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    snprintf(topo_path, sizeof(topo_path), "%s/ft.ibnd", dir);
+    FILE *f = fopen(topo_path, "w");
+    shp_topo_write(t, f, 0);
+    fclose(f);
+    size_t nn = shp_topo_count(t);
+    uint8_t *is_an = calloc(nn, 1);
+    int *cap = calloc(nn, sizeof(int)), *leaf = calloc(nn, sizeof(int));
+    int nsw = 0;
+    for (size_t i = 0; i < nn; i++) {
+        if (shp_topo_node(t, (int)i)->type == SHP_NODE_SWITCH) {
+            is_an[i] = 1;
+            cap[i] = 64;
+            nsw++;
+        }
+    }
+    shp_an_set_t set = {is_an, cap};
+    shp_tree_opts_t o = {.max_trees = 8, .radix = 64};
+    shp_tree_t *trees;
+    int ntrees;
+    int members[HOSTS];
+    for (int h = 0; h < HOSTS; h++) {
+        char name[16];
+        snprintf(name, sizeof(name), "n%05d", h + 1);
+        members[h] = shp_topo_find(t, name);
+    }
+    double plan_ms = 0;
+    if (shp_leaf_ans(t, &set, leaf) != SHP_OK ||
+        shp_trees_build(t, &set, &o, NULL, 0, &trees, &ntrees) != SHP_OK ||
+        ntrees < 1) {
+        fprintf(stderr, "tree build failed\n");
+        return 1;
+    }
+    {
+        uint64_t t0 = shp_time_ns();
+        for (int r = 0; r < ROUNDS; r++) {
+            shp_group_plan_t plan;
+            if (shp_group_plan(&trees[0], leaf, members, HOSTS, &plan) !=
+                SHP_OK) {
+                fprintf(stderr, "plan failed\n");
+                return 1;
+            }
+            shp_group_plan_free(&plan);
+        }
+        plan_ms = (double)(shp_time_ns() - t0) / 1e6 / ROUNDS;
+    }
+
+    /* the processes */
+    snprintf(secret, sizeof(secret), "%s/secret", dir);
+    snprintf(sock, sizeof(sock), "%s/am.sock", dir);
+    snprintf(sd_sock, sizeof(sd_sock), "%s/sd.sock", dir);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd),
+             "umask 077 && head -c 32 /dev/urandom | base64 > %s", secret);
+    if (system(cmd) != 0) {
+        return 1;
+    }
+    char exe[600], log[128];
+    snprintf(exe, sizeof(exe), "%s/sharp_am", bindir);
+    snprintf(log, sizeof(log), "%s/am.log", dir);
+    char *am_argv[] = {exe,
+                       "--topology",
+                       topo_path,
+                       "--listen",
+                       "127.17.0.1:6126",
+                       "--admin-socket",
+                       sock,
+                       "--secret-file",
+                       secret,
+                       "--log-level",
+                       "warn",
+                       "--tree-settle",
+                       "100ms",
+                       NULL};
+    spawn(am_argv, log);
+    usleep(300000);
+    int k = 0;
+    for (size_t i = 0; i < nn; i++) {
+        const shp_topo_node_t *nd = shp_topo_node(t, (int)i);
+        if (nd->type != SHP_NODE_SWITCH) {
+            continue;
+        }
+        char an_exe[600], listen[64], name[128];
+        snprintf(an_exe, sizeof(an_exe), "%s/sharp_an", bindir);
+        snprintf(listen, sizeof(listen), "127.17.%d.%d:0", 1 + k / 250,
+                 1 + k % 250);
+        snprintf(name, sizeof(name), "%s", nd->desc);
+        snprintf(log, sizeof(log), "%s/an.log", dir);
+        char *an_argv[] = {an_exe,
+                           "--name",
+                           name,
+                           "--listen",
+                           listen,
+                           "--am",
+                           "127.17.0.1:6126",
+                           "--secret-file",
+                           secret,
+                           "--log-level",
+                           "warn",
+                           NULL};
+        spawn(an_argv, log);
+        k++;
+    }
+    snprintf(exe, sizeof(exe), "%s/sharpd", bindir);
+    snprintf(log, sizeof(log), "%s/sd.log", dir);
+    char *sd_argv[] = {exe,
+                       "--host",
+                       "n00001",
+                       "--socket",
+                       sd_sock,
+                       "--am",
+                       "127.17.0.1:6126",
+                       "--secret-file",
+                       secret,
+                       "--log-level",
+                       "warn",
+                       NULL};
+    spawn(sd_argv, log);
+
+    /* every AN up and trees built, then the job (retried while trees
+     * settle) */
+    int fd = -1;
+    json_t *hosts = json_array();
+    for (int h = 0; h < HOSTS; h++) {
+        char name[16];
+        snprintf(name, sizeof(name), "n%05d", h + 1);
+        json_array_append_new(hosts, json_string(name));
+    }
+    int ok = 0;
+    for (int tries = 0; tries < 300 && !ok; tries++) {
+        usleep(100000);
+        if (fd < 0) {
+            fd = sock_open(sd_sock);
+            continue;
+        }
+        json_t *r =
+            call(fd, json_pack("{s:s, s:o, s:O}", "type", "job_begin", "job_id",
+                               shp_json_u64(1), "hosts", hosts));
+        ok = status_of(r) == 0;
+        json_decref(r);
+    }
+    if (!ok) {
+        fprintf(stderr, "the fabric did not come up (see %s)\n", dir);
+        return 1;
+    }
+    double ms[ROUNDS];
+    int nans = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        uint64_t t0 = shp_time_ns();
+        json_t *g =
+            call(fd, json_pack("{s:s, s:o, s:O}", "type", "group_create",
+                               "job_id", shp_json_u64(1), "members", hosts));
+        ms[r] = (double)(shp_time_ns() - t0) / 1e6;
+        json_t *grp = json_object_get(g, "group");
+        if (status_of(g) != 0 || grp == NULL) {
+            fprintf(stderr, "group_create failed: %s\n",
+                    shp_json_opt_str(g, "error", "?"));
+            return 1;
+        }
+        nans = (int)json_array_size(json_object_get(grp, "ans"));
+        int64_t gid = shp_json_opt_int(grp, "group_id", 0, INT64_MAX, 0);
+        json_decref(g);
+        json_t *d = call(
+            fd, json_pack("{s:s, s:o, s:I}", "type", "group_destroy", "job_id",
+                          shp_json_u64(1), "group_id", (json_int_t)gid));
+        json_decref(d);
+    }
+    qsort(ms, ROUNDS, sizeof(ms[0]), cmp);
+    printf("fabric: 2-level fat-tree radix %d, %d switches (one sharp_an "
+           "each), %d hosts; all processes on this machine\n",
+           RADIX, nsw, HOSTS);
+    printf("group of %d members over %d ANs, %d rounds:\n", HOSTS, nans,
+           ROUNDS);
+    printf("  planning alone (in process)      %8.3f ms\n", plan_ms);
+    printf("  full round trip (client..ANs..)  %8.3f ms median, %.3f min, "
+           "%.3f max\n",
+           ms[ROUNDS / 2], ms[0], ms[ROUNDS - 1]);
+    printf("  round trip / planning            %8.1fx\n",
+           ms[ROUNDS / 2] / plan_ms);
+    printf("RESULT am_group_create_1k_ms=%.3f am_group_plan_1k_ms=%.3f\n",
+           ms[ROUNDS / 2], plan_ms);
+    json_decref(hosts);
+    close(fd);
+    return 0;
+}
