@@ -34,7 +34,8 @@ static const char usage_text[] =
     "\n"
     "Commands:\n"
     "  ans                         aggregation nodes: name, address, state,\n"
-    "                              trees, groups, ops/s, errors\n"
+    "                              trees, groups, operations (total, per\n"
+    "                              second), errors\n"
     "  trees                       trees: id, root, ANs, depth, hosts, "
     "groups,\n"
     "                              state\n"
@@ -313,10 +314,11 @@ static int listing(const char *type, const char *member,
 
 static int cmd_ans(void)
 {
-    static const char *const k[] = {"name",   "addr",      "state",  "trees",
-                                    "groups", "ops_per_s", "errors", NULL};
+    static const char *const k[] = {"name",      "addr",   "state",
+                                    "trees",     "groups", "ops",
+                                    "ops_per_s", "errors", NULL};
     static const char *const h[] = {"NAME",   "ADDRESS", "STATE", "TREES",
-                                    "GROUPS", "OPS/S",   "ERRORS"};
+                                    "GROUPS", "OPS",     "OPS/S", "ERRORS"};
     return listing("ans", "ans", k, h, NULL);
 }
 

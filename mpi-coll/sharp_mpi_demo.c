@@ -183,6 +183,22 @@ again:;
         MPI_Barrier(MPI_COMM_WORLD);
     double t_bar = (MPI_Wtime() - t0) / iters;
 
+    /* a latency table: MPI_Allreduce (double sum) by message size */
+    static const int sizes[] = {8, 64, 1024, 8192, 65536, 1 << 20};
+    double lat[6];
+    for (int s = 0; s < 6; s++) {
+        int n = sizes[s] / 8, it = sizes[s] >= 65536 ? 10 : 100;
+        double *a = calloc((size_t)n, 8), *b = calloc((size_t)n, 8);
+        MPI_Allreduce(a, b, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); /* warm */
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = MPI_Wtime();
+        for (int i = 0; i < it; i++)
+            MPI_Allreduce(a, b, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        lat[s] = (MPI_Wtime() - t0) / it;
+        free(a);
+        free(b);
+    }
+
     int total = 0;
     MPI_Allreduce(&errors, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0 && !quiet) {
@@ -191,6 +207,11 @@ again:;
         printf("sharp_mpi_demo: 8-byte MPI_Allreduce %.1f us, MPI_Barrier "
                "%.1f us (mean of %d, this machine, oversubscribed)\n",
                t_ar * 1e6, t_bar * 1e6, iters);
+        printf("sharp_mpi_demo: MPI_Allreduce latency, double sum, %d ranks\n"
+               "    bytes      us\n",
+               size);
+        for (int s = 0; s < 6; s++)
+            printf("  %7d %9.1f\n", sizes[s], lat[s] * 1e6);
     }
     MPI_Finalize();
     return total ? 1 : 0;

@@ -12,13 +12,20 @@ mkdir -p "$DIR"
 fabric() { "$BIN/sharp-fabric" --dir "$DIR/fabric" "$@"; }
 trap 'fabric down >/dev/null 2>&1 || true' EXIT
 
-echo "== topology: sharp-topo fat-tree --radix 4 --hosts 8"
-"$BIN/sharp-topo" fat-tree --radix 4 --hosts 8 >"$DIR/fat-tree.ibnd"
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+echo "== topology: examples/fat-tree-2l.ibnd (ibnetdiscover format)"
+cp "$SRC/examples/fat-tree-2l.ibnd" "$DIR/fat-tree.ibnd"
 "$BIN/sharp-topo" check "$DIR/fat-tree.ibnd"
 echo "== sharp-fabric up: sharp_am, a sharp_an per switch, a sharpd per host"
 fabric down >/dev/null 2>&1 || true
+export SHARP_AM_STATS_INTERVAL=1s # AN counters for sharpctl ans, below
 fabric up "$DIR/fat-tree.ibnd" --net 127.14
 fabric status | sed 's/^/   /'
+echo
+echo "== the aggregation trees the manager built (sharpctl trees; tree show 0)"
+CTL=("$BIN/sharpctl" --socket "$DIR/fabric/am.sock")
+"${CTL[@]}" trees | sed 's/^/   /'
+"${CTL[@]}" tree show 0 | sed 's/^/   /'
 
 MPIRUN=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$NP"
         --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp)
@@ -27,6 +34,10 @@ echo "== $NP ranks, one per host, MPI collectives offloaded (LD_PRELOAD=libsharp
 "${MPIRUN[@]}" -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$BIN/sharp_mpi_demo_ompi"
+echo
+echo "== what the aggregation nodes did (sharpctl ans)"
+sleep 1.5 # the manager polls AN counters every second here
+"${CTL[@]}" ans | sed 's/^/   /'
 echo
 echo "== the same program on plain Open MPI (shared memory on this one machine)"
 "${MPIRUN[@]}" "$BIN/sharp_mpi_demo_ompi"
