@@ -4,8 +4,8 @@
  * driver plays the hub: it collects one request from every member of a set
  * (a tag and a size), then answers all of them (gather: the root gets every
  * member's bytes in rank order; bcast: everyone gets the root's; barrier).
- * A member that dies fails every collective still waiting (status -1), as
- * a broken MPI would.  Header-only.
+ * A member that dies fails the collectives still waiting in every set it
+ * took part in (status -1), as a broken MPI would.  Header-only.
  */
 #ifndef SHP_TEST_OOB_HUB_H
 #define SHP_TEST_OOB_HUB_H
@@ -94,6 +94,7 @@ typedef struct hub_member {
     int waiting;
     hub_req_t req;
     uint8_t *data;
+    int tags[32], ntags; /* the sets it took part in */
 } hub_member_t;
 
 typedef struct hub {
@@ -218,15 +219,24 @@ static int hub_run(hub_t *h, double secs)
                 continue;
             }
             if (m->waiting || hub_io(m->fd, &m->req, sizeof(m->req), 0) != 0) {
-                /* gone (or talking out of turn): every waiter fails */
+                /* gone (or talking out of turn): its sets' waiters fail */
                 close(m->fd);
                 m->fd = -1;
                 for (int i = 0; i < h->n; i++) {
-                    if (h->m[i].waiting) {
-                        hub_answer(&h->m[i], -1, NULL, 0);
+                    for (int t = 0; h->m[i].waiting && t < m->ntags; t++) {
+                        if (h->m[i].req.tag == m->tags[t]) {
+                            hub_answer(&h->m[i], -1, NULL, 0);
+                        }
                     }
                 }
                 continue;
+            }
+            int known = 0;
+            for (int t = 0; t < m->ntags; t++) {
+                known |= m->tags[t] == m->req.tag;
+            }
+            if (!known && m->ntags < 32) {
+                m->tags[m->ntags++] = m->req.tag;
             }
             int dlen = m->req.op == HUB_GATHER || (m->req.op == HUB_BCAST &&
                                                    m->req.rank == m->req.root)
