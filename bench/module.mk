@@ -26,3 +26,14 @@ $(BENCH_AM): $(OBJDIR)/bench/am.o $(AM_LIB) $(COMMON_LIB)
 bench-am: $(BENCH_AM) $(BENCH_GROUP) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
 	$(BENCH_GROUP)
 	$(BENCH_AM)
+
+# libsharp_coll latency through a local fabric, next to a TCP round trip.
+BENCH_COLL := $(BINDIR)/bench_coll
+BENCHES += $(BENCH_COLL)
+
+$(BENCH_COLL): $(OBJDIR)/bench/coll.o $(COLL_SO) $(COMMON_LIB)
+	$(call link_prog,$(COLL_LINK))
+
+.PHONY: bench-coll
+bench-coll: $(BENCH_COLL) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
+	$(BENCH_COLL) examples/fat-tree-2l.ibnd
