@@ -40,3 +40,18 @@ $(MPI_DEMO_MPICH): mpi-coll/sharp_mpi_demo.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
+
+# The MPI test program (tests/mpi), for each MPI.
+MPI_CHECK_OMPI := $(TESTDIR)/mpi/mpi_check_ompi
+MPI_CHECK_MPICH := $(TESTDIR)/mpi/mpi_check_mpich
+TEST_HELPERS += $(MPI_CHECK_OMPI) $(MPI_CHECK_MPICH)
+
+$(MPI_CHECK_OMPI): tests/mpi/mpi_check.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
+
+$(MPI_CHECK_MPICH): tests/mpi/mpi_check.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<

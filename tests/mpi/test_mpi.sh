@@ -21,6 +21,7 @@ DIR=$(mktemp -d /tmp/sharp-test-mpi.XXXXXX)
 fabric() { "$BIN/sharp-fabric" --dir "$DIR/fabric" "$@"; }
 cleanup() {
     fabric down >/dev/null 2>&1
+    "$BIN/sharp-fabric" --dir "$DIR/fabric4" down >/dev/null 2>&1
     [ -n "${KEEP_LOGS:-}" ] || rm -rf "$DIR"
 }
 trap cleanup EXIT
@@ -62,6 +63,52 @@ if [ $rc -eq 0 ] && grep -q "every result right" "$DIR/mpich.out" && [ "${n:-0}"
     ok "MPICH, 2 ranks: results right, $n allreduces offloaded"
 else
     bad "MPICH, 2 ranks (exit $rc)"; cat "$DIR/mpich.out"
+fi
+
+# 2b. every op x type, every root, bcasts, barrier order, communicator
+# loops: Open MPI 8 ranks (holding at the end: only the world's group may
+# be left at the manager), MPICH 2 ranks
+"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+    -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_check_ompi" --hold "$DIR/hold" \
+    >"$DIR/check.out" 2>&1 &
+job=$!
+for _ in $(seq 600); do [ -e "$DIR/hold" ] && break; sleep 0.1; done
+groups=$("$BIN/sharpctl" --socket "$DIR/fabric/am.sock" --json groups | grep -c '"group_id"')
+rm -f "$DIR/hold"
+wait $job
+rc=$?
+n=$(offloaded MPI_Reduce "$DIR/check.out")
+if [ $rc -eq 0 ] && grep -q "every check passed" "$DIR/check.out" && [ "${n:-0}" -gt 1000 ] &&
+    [ "$groups" = 1 ]; then
+    ok "Open MPI mpi_check, 8 ranks: every op x type and root right, $n reduces offloaded, 30 communicators freed (1 group left: the world's)"
+else
+    bad "Open MPI mpi_check (exit $rc, $groups groups at the manager mid-run)"; tail -30 "$DIR/check.out"
+fi
+"${MPICH[@]}" -n 2 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so" \
+    -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_check_mpich" >"$DIR/check-mpich.out" 2>&1
+rc=$?
+n=$(offloaded MPI_Allreduce "$DIR/check-mpich.out")
+if [ $rc -eq 0 ] && grep -q "every check passed" "$DIR/check-mpich.out" && [ "${n:-0}" -gt 500 ]; then
+    ok "MPICH mpi_check, 2 ranks: every check passed, $n allreduces offloaded"
+else
+    bad "MPICH mpi_check (exit $rc)"; tail -30 "$DIR/check-mpich.out"
+fi
+
+# 2c. two processes per host (8 ranks on a 4-host fabric)
+"$BIN/sharp-topo" fat-tree --radix 4 --hosts 4 >"$DIR/ft4.ibnd"
+"$BIN/sharp-fabric" --dir "$DIR/fabric4" up "$DIR/ft4.ibnd" --net 127.19 >/dev/null
+"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+    -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_check_ompi" >"$DIR/ppn2.out" 2>&1
+rc=$?
+"$BIN/sharp-fabric" --dir "$DIR/fabric4" down >/dev/null
+n=$(offloaded MPI_Allreduce "$DIR/ppn2.out")
+if [ $rc -eq 0 ] && grep -q "every check passed" "$DIR/ppn2.out" && [ "${n:-0}" -gt 1000 ]; then
+    ok "ppn 2 (8 ranks, 4 hosts): every check passed, $n allreduces offloaded"
+else
+    bad "ppn 2 (exit $rc)"; tail -30 "$DIR/ppn2.out"
 fi
 
 # 3. no sharpd: plain MPI, one line of notice, right results
