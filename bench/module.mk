@@ -37,3 +37,16 @@ $(BENCH_COLL): $(OBJDIR)/bench/coll.o $(COLL_SO) $(COMMON_LIB)
 .PHONY: bench-coll
 bench-coll: $(BENCH_COLL) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
 	$(BENCH_COLL) examples/fat-tree-2l.ibnd
+
+# MPI latency: sharp vs Open MPI over TCP and shared memory (bench/mpi.sh).
+BENCH_MPI_LAT := $(BINDIR)/bench_mpi_lat
+BENCHES += $(BENCH_MPI_LAT)
+
+$(BENCH_MPI_LAT): bench/mpi_lat.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
+
+.PHONY: bench-mpi
+bench-mpi: $(BENCH_MPI_LAT) $(SHARP_MPI_OMPI) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
+	$(Q)bash bench/mpi.sh $(O)
