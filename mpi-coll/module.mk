@@ -13,23 +13,25 @@ BINS += $(MPI_DEMO_OMPI) $(MPI_DEMO_MPICH)
 
 # No sanitizers here: these are preloaded into MPI programs that are not.
 MPI_CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -fPIC \
-	-fvisibility=hidden -I$(TOP)/include
+	-fvisibility=hidden -I$(TOP)/include -I$(TOP) -D_GNU_SOURCE
+# the node-local fold uses the reduction engine (hidden inside the library)
+MPI_LIB_COMMON = $(COMMON_LIB) -lm
 # libev exports libevent-compatible event_* names; Open MPI uses libevent:
 # libevent must come first in the global scope or Open MPI's event_add
 # would bind to libev's (a crash in MPI_Init).
 MPI_OMPI_LIBS := -Wl,--no-as-needed -levent_core -Wl,--as-needed
 
-$(SHARP_MPI_OMPI): $(SHARP_MPI_SRC) $(COLL_SO) | $(DEPS_STAMP)
+$(SHARP_MPI_OMPI): $(SHARP_MPI_SRC) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -shared -Wl,-soname,$(@F) -o $@ $< \
-		$(MPI_OMPI_LIBS) -L$(LIBDIR) -lsharp_coll
+		$(MPI_OMPI_LIBS) -L$(LIBDIR) -lsharp_coll $(MPI_LIB_COMMON)
 
-$(SHARP_MPI_MPICH): $(SHARP_MPI_SRC) $(COLL_SO) | $(DEPS_STAMP)
+$(SHARP_MPI_MPICH): $(SHARP_MPI_SRC) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -shared -Wl,-soname,$(@F) -o $@ $< \
-		-L$(LIBDIR) -lsharp_coll
+		-L$(LIBDIR) -lsharp_coll $(MPI_LIB_COMMON)
 
 $(MPI_DEMO_OMPI): mpi-coll/sharp_mpi_demo.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)

@@ -9,6 +9,11 @@
  *   MPI_Finalize                 groups destroyed, job ended, report
  *   collectives                  offloaded when eligible, else PMPI
  *
+ * With several ranks per node only one leader per node is a member: the
+ * node's data are gathered and folded at the leader (the same reduction
+ * engine as the ANs), the leaders go through sharp, the result is
+ * broadcast in the node (SHARP_MPI_NODE_AGGR, default on: measured faster).
+ *
  * A communicator's sharp group is created lazily, on its first eligible
  * collective (every rank decides alike: the decision depends only on what
  * MPI requires to be equal across ranks), and destroyed when the
@@ -33,6 +38,8 @@
 #include <mpi.h>
 #include <sharp/api/sharp.h>
 
+#include "common/reduce.h"
+
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,7 +54,7 @@
 /* Settings ------------------------------------------------------------------ */
 
 static struct {
-    int enable, verbose, min_ranks;
+    int enable, verbose, min_ranks, node_aggr;
     long max_bytes;
     int allreduce, reduce, barrier, bcast;
 } cfg;
@@ -79,6 +86,7 @@ static void cfg_load(void)
     cfg.enable = (int)env_long("SHARP_MPI_ENABLE", 1);
     cfg.verbose = (int)env_long("SHARP_MPI_VERBOSE", 0);
     cfg.min_ranks = (int)env_long("SHARP_MPI_MIN_RANKS", 2);
+    cfg.node_aggr = (int)env_long("SHARP_MPI_NODE_AGGR", 1);
     cfg.max_bytes = env_long("SHARP_MPI_MAX_BYTES", 64L << 20);
     cfg.allreduce = (int)env_long("SHARP_MPI_ALLREDUCE", 1);
     cfg.reduce = (int)env_long("SHARP_MPI_REDUCE", 1);
@@ -104,9 +112,13 @@ static struct {
 } g = {.keyval = MPI_KEYVAL_INVALID};
 
 typedef struct comm_state {
-    struct sharp_coll_comm *sc; /* NULL: PMPI only */
-    MPI_Comm oob;
-    int rank, size;
+    struct sharp_coll_comm *sc; /* this rank's group (hier: leaders only) */
+    int use;                    /* offload here (the same on every rank) */
+    int hier;                   /* node-local aggregation, one leader a node */
+    MPI_Comm oob, node, leaders;
+    int rank, size, node_rank, node_size;
+    int *node_of;      /* [size] the leader (rank in `leaders`) of each node */
+    int *rank_in_node; /* [size] */
     struct comm_state *next, **prev; /* every live state, for finalize */
 } comm_state_t;
 
@@ -163,6 +175,14 @@ static int comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
     if (s->oob != MPI_COMM_NULL) {
         PMPI_Comm_free(&s->oob);
     }
+    if (s->node != MPI_COMM_NULL) {
+        PMPI_Comm_free(&s->node);
+    }
+    if (s->leaders != MPI_COMM_NULL) {
+        PMPI_Comm_free(&s->leaders);
+    }
+    free(s->node_of);
+    free(s->rank_in_node);
     if (s->prev != NULL) {
         *s->prev = s->next;
         if (s->next != NULL) {
@@ -301,8 +321,95 @@ API int MPI_Finalize(void)
 
 static void fail(MPI_Comm comm, const char *what, int rc);
 
-/* The communicator's sharp group, created on first use; NULL: use PMPI. */
-static struct sharp_coll_comm *comm_sharp(MPI_Comm comm)
+/* The node this rank runs on, as a communicator: the ranks of one host of
+ * the fabric (SHARP_FABRIC_HOST, set by sharp-fabric) or of one shared-
+ * memory node. */
+static void split_node(comm_state_t *s, MPI_Comm comm)
+{
+    const char *host = getenv("SHARP_FABRIC_HOST");
+    if (host != NULL && *host) {
+        unsigned h = 5381;
+        for (const char *c = host; *c; c++) {
+            h = h * 33 + (unsigned char)*c;
+        }
+        PMPI_Comm_split(comm, (int)(h & 0x7fffffff), s->rank, &s->node);
+    } else {
+        PMPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, s->rank, MPI_INFO_NULL,
+                             &s->node);
+    }
+    PMPI_Comm_rank(s->node, &s->node_rank);
+    PMPI_Comm_size(s->node, &s->node_size);
+}
+
+/* Set up a communicator: one sharp group over every rank, or, with several
+ * ranks on a node, over one leader per node (node-local aggregation).  All
+ * ranks reach the same answer. */
+static void comm_setup(comm_state_t *s, MPI_Comm comm)
+{
+    int rc, maxn = 1;
+    if (cfg.node_aggr) {
+        split_node(s, comm);
+        PMPI_Allreduce(&s->node_size, &maxn, 1, MPI_INT, MPI_MAX, comm);
+    }
+    if (maxn <= 1) { /* one rank per node: every rank a member */
+        if (s->node != MPI_COMM_NULL) {
+            PMPI_Comm_free(&s->node);
+        }
+        PMPI_Comm_dup(comm, &s->oob);
+        struct sharp_coll_comm_init_spec cs = {
+            .rank = s->rank, .size = s->size, .oob_ctx = &s->oob};
+        rc = sharp_coll_comm_init(g.ctx, &cs, &s->sc);
+    } else {
+        int me[2], lrank = -1, lsize = 0;
+        s->hier = 1;
+        PMPI_Comm_split(comm, s->node_rank == 0 ? 0 : MPI_UNDEFINED, s->rank,
+                        &s->leaders);
+        if (s->leaders != MPI_COMM_NULL) {
+            PMPI_Comm_rank(s->leaders, &lrank);
+            PMPI_Comm_size(s->leaders, &lsize);
+        }
+        PMPI_Bcast(&lrank, 1, MPI_INT, 0, s->node);
+        me[0] = lrank;
+        me[1] = s->node_rank;
+        int *all = malloc(sizeof(int) * 2 * (size_t)s->size);
+        s->node_of = malloc(sizeof(int) * (size_t)s->size);
+        s->rank_in_node = malloc(sizeof(int) * (size_t)s->size);
+        if (all == NULL || s->node_of == NULL || s->rank_in_node == NULL) {
+            fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+        }
+        PMPI_Allgather(me, 2, MPI_INT, all, 2, MPI_INT, comm);
+        for (int r = 0; r < s->size; r++) {
+            s->node_of[r] = all[2 * r];
+            s->rank_in_node[r] = all[2 * r + 1];
+        }
+        free(all);
+        rc = SHARP_COLL_SUCCESS;
+        if (s->leaders != MPI_COMM_NULL) {
+            PMPI_Comm_dup(s->leaders, &s->oob);
+            struct sharp_coll_comm_init_spec cs = {
+                .rank = lrank, .size = lsize, .oob_ctx = &s->oob};
+            rc = lsize >= 2 ? sharp_coll_comm_init(g.ctx, &cs, &s->sc)
+                            : SHARP_COLL_ENOT_SUPP; /* one node */
+        }
+        PMPI_Bcast(&rc, 1, MPI_INT, 0, s->node);
+    }
+    s->use = rc == SHARP_COLL_SUCCESS;
+    if (!s->use) {
+        s->sc = NULL;
+        if (s->rank == 0) {
+            note(1,
+                 "no sharp group for a communicator of %d (%s): plain MPI "
+                 "there",
+                 s->size, sharp_coll_strerror(rc));
+        }
+    } else if (s->rank == 0) {
+        note(2, "sharp group for a communicator of %d%s", s->size,
+             s->hier ? " (one member per node)" : "");
+    }
+}
+
+/* The communicator's state, set up on first use; NULL: use PMPI. */
+static comm_state_t *comm_sharp(MPI_Comm comm)
 {
     comm_state_t *s;
     int found = 0, inter = 0;
@@ -312,33 +419,19 @@ static struct sharp_coll_comm *comm_sharp(MPI_Comm comm)
     }
     PMPI_Comm_get_attr(comm, g.keyval, &s, &found);
     if (found) {
-        return s->sc;
+        return s->use ? s : NULL;
     }
     s = calloc(1, sizeof(*s));
     if (s == NULL) {
         /* the other ranks go on to create the group: abort, not hang */
         fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
     }
-    s->oob = MPI_COMM_NULL;
+    s->oob = s->node = s->leaders = MPI_COMM_NULL;
     PMPI_Comm_test_inter(comm, &inter);
     PMPI_Comm_rank(comm, &s->rank);
     PMPI_Comm_size(comm, &s->size);
     if (!inter && s->size >= cfg.min_ranks) {
-        PMPI_Comm_dup(comm, &s->oob);
-        struct sharp_coll_comm_init_spec cs = {
-            .rank = s->rank, .size = s->size, .oob_ctx = &s->oob};
-        int rc = sharp_coll_comm_init(g.ctx, &cs, &s->sc);
-        if (rc != SHARP_COLL_SUCCESS) {
-            s->sc = NULL;
-            if (s->rank == 0) {
-                note(1,
-                     "no sharp group for a communicator of %d (%s): "
-                     "plain MPI there",
-                     s->size, sharp_coll_strerror(rc));
-            }
-        } else {
-            note(2, "sharp group for a communicator of %d", s->size);
-        }
+        comm_setup(s, comm);
     }
     s->next = states;
     s->prev = &states;
@@ -347,7 +440,7 @@ static struct sharp_coll_comm *comm_sharp(MPI_Comm comm)
     }
     states = s;
     PMPI_Comm_set_attr(comm, g.keyval, s);
-    return s->sc;
+    return s->use ? s : NULL;
 }
 
 /* predefined datatype -> sharp dtype (-1: not offloaded); *loc: a MINLOC /
@@ -463,6 +556,36 @@ static void loc_unpack(const void *in, void *out, size_t n, size_t vs,
     }
 }
 
+/* Node-local fold (leaders): every node member's elements, in node-rank
+ * order, with the same engine the aggregation nodes use, so the result
+ * does not depend on the MPI library's own reduction (Open MPI 4.1.4's
+ * 8-bit sums are wrong on overflow). */
+static void node_fold(comm_state_t *s, const shp_reduce_desc_t *d,
+                      const char *all, size_t stride, size_t n, size_t vs,
+                      int padded, char *out, MPI_Comm comm)
+{
+    size_t es = shp_reduce_elem_size(d), ext = padded ? stride : es;
+    const void **srcs = malloc(sizeof(void *) * (size_t)s->node_size);
+    char *packed = padded ? malloc((size_t)s->node_size * n * es + 1) : NULL;
+    if (srcs == NULL || (padded && packed == NULL)) {
+        fail(comm, "node-local aggregation", SHARP_COLL_ENOMEM);
+    }
+    for (int k = 0; k < s->node_size; k++) {
+        const char *in = all + (size_t)k * n * ext;
+        if (padded) {
+            loc_pack(in, packed + (size_t)k * n * es, n, vs, stride);
+            srcs[k] = packed + (size_t)k * n * es;
+        } else {
+            srcs[k] = in;
+        }
+    }
+    if (shp_reduce_fold(d, out, srcs, (unsigned)s->node_size, n) != SHP_OK) {
+        fail(comm, "node-local aggregation", SHARP_COLL_ENOT_SUPP);
+    }
+    free(srcs);
+    free(packed);
+}
+
 /* allreduce (root < 0) or reduce; 1 if offloaded */
 static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                       MPI_Op op, int root, MPI_Comm comm, int *ret)
@@ -480,57 +603,99 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     if ((long)count * tsize > cfg.max_bytes) {
         return 0;
     }
-    struct sharp_coll_comm *sc = comm_sharp(comm);
-    if (sc == NULL) {
+    comm_state_t *st = comm_sharp(comm);
+    if (st == NULL) {
         return 0;
     }
-    int me;
-    PMPI_Comm_rank(comm, &me);
-    int keep = root < 0 || root == me;
+    shp_reduce_desc_t d = {(shp_dtype_t)sdt, (shp_op_t)sop, (shp_dtype_t)tag};
+    if (shp_reduce_desc_check(&d, NULL) != SHP_OK) {
+        return 0; /* e.g. a bitwise op on floats: MPI says it is an error */
+    }
+    int keep = root < 0 || root == st->rank;
     if (sbuf == MPI_IN_PLACE) {
         sbuf = rbuf;
     }
+    MPI_Aint lb, extent;
+    PMPI_Type_get_extent(dt, &lb, &extent);
     size_t n = (size_t)count, bytes = n * (size_t)tsize;
-    void *s = (void *)sbuf, *r = keep ? rbuf : NULL;
-    char *ps = NULL, *pr = NULL;
-    size_t vs = 0, stride = 0;
-    if (padded) {
-        MPI_Aint lb, extent; /* the C struct's stride, padding included */
-        PMPI_Type_get_extent(dt, &lb, &extent);
-        stride = (size_t)extent;
-        vs = sdt == SHARP_DTYPE_DOUBLE ? sizeof(double) : sizeof(long);
-        ps = malloc(n * (vs + 4));
-        pr = malloc(n * (vs + 4));
-        if (ps == NULL || pr == NULL) {
-            /* every rank must take the same path: abort rather than
-             * diverge */
-            fail(comm, coll_names[kind], SHARP_COLL_ENOMEM);
-        }
-        loc_pack(sbuf, ps, n, vs, stride);
-        s = ps;
-        r = pr;
-    }
+    size_t stride = (size_t)extent, ubytes = n * stride; /* user layout */
+    size_t vs =
+        padded ? (sdt == SHARP_DTYPE_DOUBLE ? sizeof(double) : sizeof(long))
+               : 0;
+    size_t pbytes = n * shp_reduce_elem_size(&d); /* wire layout */
+    char *ps = NULL, *pr = NULL, *all = NULL, *tmp = NULL;
     struct sharp_coll_reduce_spec spec;
     memset(&spec, 0, sizeof(spec));
-    spec.root = root < 0 ? 0 : root;
-    spec.sbuf_desc = desc_of(s, padded ? n * (vs + 4) : bytes);
-    spec.rbuf_desc = desc_of(r, padded ? n * (vs + 4) : bytes);
     spec.dtype = (enum sharp_datatype)sdt;
     spec.tag_dtype = tag;
     spec.op = (enum sharp_reduce_op)sop;
     spec.length = n;
-    int rc = root < 0 ? sharp_coll_do_allreduce(sc, &spec)
-                      : sharp_coll_do_reduce(sc, &spec);
-    if (rc != SHARP_COLL_SUCCESS) {
-        fail(comm, coll_names[kind], rc);
-    }
-    if (padded) {
-        if (keep) {
+    int rc = SHARP_COLL_SUCCESS;
+
+    if (st->hier) {
+        /* members -> node leader (gather, fold), leaders through sharp,
+         * leader -> members (bcast); a reduce is an allreduce whose result
+         * only the root keeps */
+        if (st->node_rank == 0) {
+            all = malloc((size_t)st->node_size * ubytes);
+            pr = malloc(pbytes + 1);
+            if (all == NULL || pr == NULL) {
+                fail(comm, coll_names[kind], SHARP_COLL_ENOMEM);
+            }
+        }
+        PMPI_Gather(sbuf, (int)ubytes, MPI_BYTE, all, (int)ubytes, MPI_BYTE, 0,
+                    st->node);
+        if (st->node_rank == 0) {
+            node_fold(st, &d, all, stride, n, vs, padded, pr, comm);
+            spec.sbuf_desc = desc_of(pr, pbytes);
+            spec.rbuf_desc = desc_of(pr, pbytes);
+            rc = sharp_coll_do_allreduce(st->sc, &spec);
+        }
+        PMPI_Bcast(&rc, 1, MPI_INT, 0, st->node);
+        if (rc != SHARP_COLL_SUCCESS) {
+            fail(comm, coll_names[kind], rc);
+        }
+        char *out = keep ? rbuf : (tmp = malloc(ubytes + 1));
+        if (out == NULL) {
+            fail(comm, coll_names[kind], SHARP_COLL_ENOMEM);
+        }
+        if (st->node_rank == 0) {
+            if (padded) {
+                loc_unpack(pr, out, n, vs, stride);
+            } else {
+                memcpy(out, pr, bytes);
+            }
+        }
+        PMPI_Bcast(out, (int)ubytes, MPI_BYTE, 0, st->node);
+    } else {
+        void *sp = (void *)sbuf, *rp = keep ? rbuf : NULL;
+        if (padded) {
+            ps = malloc(pbytes + 1);
+            pr = malloc(pbytes + 1);
+            if (ps == NULL || pr == NULL) {
+                /* every rank must take the same path: abort, not diverge */
+                fail(comm, coll_names[kind], SHARP_COLL_ENOMEM);
+            }
+            loc_pack(sbuf, ps, n, vs, stride);
+            sp = ps;
+            rp = pr;
+        }
+        spec.root = root < 0 ? 0 : root;
+        spec.sbuf_desc = desc_of(sp, pbytes);
+        spec.rbuf_desc = desc_of(rp, pbytes);
+        rc = root < 0 ? sharp_coll_do_allreduce(st->sc, &spec)
+                      : sharp_coll_do_reduce(st->sc, &spec);
+        if (rc != SHARP_COLL_SUCCESS) {
+            fail(comm, coll_names[kind], rc);
+        }
+        if (padded && keep) {
             loc_unpack(pr, rbuf, n, vs, stride);
         }
-        free(ps);
-        free(pr);
     }
+    free(ps);
+    free(pr);
+    free(all);
+    free(tmp);
     g.calls[kind][0]++;
     g.bytes[kind][0] += bytes;
     *ret = MPI_SUCCESS;
@@ -576,9 +741,18 @@ API int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 
 API int MPI_Barrier(MPI_Comm comm)
 {
-    struct sharp_coll_comm *sc = cfg.barrier ? comm_sharp(comm) : NULL;
-    if (sc != NULL) {
-        int rc = sharp_coll_do_barrier(sc);
+    comm_state_t *st = cfg.barrier ? comm_sharp(comm) : NULL;
+    if (st != NULL) {
+        int rc = SHARP_COLL_SUCCESS;
+        if (st->hier) { /* the node in, the leaders, the node out */
+            PMPI_Barrier(st->node);
+            if (st->node_rank == 0) {
+                rc = sharp_coll_do_barrier(st->sc);
+            }
+            PMPI_Bcast(&rc, 1, MPI_INT, 0, st->node);
+        } else {
+            rc = sharp_coll_do_barrier(st->sc);
+        }
         if (rc != SHARP_COLL_SUCCESS) {
             fail(comm, "MPI_Barrier", rc);
         }
@@ -599,14 +773,35 @@ API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
     PMPI_Type_get_envelope(dt, &ni, &na, &nd, &comb);
     if (cfg.bcast && comb == MPI_COMBINER_NAMED && count > 0 &&
         bytes <= cfg.max_bytes) {
-        struct sharp_coll_comm *sc = comm_sharp(comm);
-        if (sc != NULL) {
+        comm_state_t *st = comm_sharp(comm);
+        if (st != NULL) {
             struct sharp_coll_bcast_spec bs;
+            int rc = SHARP_COLL_SUCCESS;
             memset(&bs, 0, sizeof(bs));
-            bs.root = root;
             bs.buf_desc = desc_of(buf, (size_t)bytes);
             bs.size = (size_t)bytes;
-            int rc = sharp_coll_do_bcast(sc, &bs);
+            if (st->hier) {
+                /* the root's node first, then the leaders, then the other
+                 * nodes */
+                int lroot = st->node_of[root];
+                int in_root_node = st->node_of[st->rank] == lroot;
+                if (in_root_node && st->rank_in_node[root] != 0) {
+                    PMPI_Bcast(buf, (int)bytes, MPI_BYTE,
+                               st->rank_in_node[root], st->node);
+                }
+                if (st->node_rank == 0) {
+                    bs.root = lroot;
+                    rc = sharp_coll_do_bcast(st->sc, &bs);
+                }
+                PMPI_Bcast(&rc, 1, MPI_INT, 0, st->node);
+                if (rc == SHARP_COLL_SUCCESS &&
+                    !(in_root_node && st->rank_in_node[root] != 0)) {
+                    PMPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, st->node);
+                }
+            } else {
+                bs.root = root;
+                rc = sharp_coll_do_bcast(st->sc, &bs);
+            }
             if (rc != SHARP_COLL_SUCCESS) {
                 fail(comm, "MPI_Bcast", rc);
             }

@@ -99,17 +99,21 @@ fi
 # 2c. two processes per host (8 ranks on a 4-host fabric)
 "$BIN/sharp-topo" fat-tree --radix 4 --hosts 4 >"$DIR/ft4.ibnd"
 "$BIN/sharp-fabric" --dir "$DIR/fabric4" up "$DIR/ft4.ibnd" --net 127.19 >/dev/null
-"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
-    -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
-    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_check_ompi" >"$DIR/ppn2.out" 2>&1
-rc=$?
+for aggr in 1 0; do
+    "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+        -x SHARP_MPI_VERBOSE=2 -x SHARP_MPI_NODE_AGGR=$aggr -x SHARP_FABRIC_DIR="$DIR/fabric4" \
+        "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_check_ompi" >"$DIR/ppn2.out" 2>&1
+    rc=$?
+    n=$(offloaded MPI_Allreduce "$DIR/ppn2.out")
+    pernode=$(grep -c "one member per node" "$DIR/ppn2.out")
+    if [ $rc -eq 0 ] && grep -q "every check passed" "$DIR/ppn2.out" && [ "${n:-0}" -gt 1000 ] &&
+        { { [ $aggr = 1 ] && [ "$pernode" -gt 0 ]; } || { [ $aggr = 0 ] && [ "$pernode" = 0 ]; }; }; then
+        ok "ppn 2 (8 ranks, 4 hosts), NODE_AGGR=$aggr: every check passed, $n allreduces offloaded"
+    else
+        bad "ppn 2, NODE_AGGR=$aggr (exit $rc)"; tail -30 "$DIR/ppn2.out"
+    fi
+done
 "$BIN/sharp-fabric" --dir "$DIR/fabric4" down >/dev/null
-n=$(offloaded MPI_Allreduce "$DIR/ppn2.out")
-if [ $rc -eq 0 ] && grep -q "every check passed" "$DIR/ppn2.out" && [ "${n:-0}" -gt 1000 ]; then
-    ok "ppn 2 (8 ranks, 4 hosts): every check passed, $n allreduces offloaded"
-else
-    bad "ppn 2 (exit $rc)"; tail -30 "$DIR/ppn2.out"
-fi
 
 # 3. no sharpd: plain MPI, one line of notice, right results
 "${OMPI[@]}" -np 4 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
