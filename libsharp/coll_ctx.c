@@ -200,11 +200,12 @@ static void sd_frame(shp_conn_t *conn, const void *frame, size_t len)
     const char *type = shp_ctl_type(msg);
     uint64_t jid = 0, gid = 0;
     if (!strcmp(type, "group_revoked")) {
+        int all = json_is_true(json_object_get(msg, "all"));
         if (shp_json_get_u64(msg, "job_id", &jid, NULL) == SHP_OK &&
-            shp_json_get_u64(msg, "group_id", &gid, NULL) == SHP_OK &&
+            (all || shp_json_get_u64(msg, "group_id", &gid, NULL) == SHP_OK) &&
             jid == ctx->job_id) {
             for (coll_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-                if (c->group_id == gid) {
+                if (all || c->group_id == gid) {
                     coll_comm_fail(c, SHP_ERR_GROUP_REVOKED,
                                    shp_json_opt_str(msg, "reason", "revoked"));
                 }

@@ -19,6 +19,7 @@ PKGS=(
     mpich libmpich-dev         # libsharp_mpi for MPICH
     libevent-dev               # libsharp_mpi_ompi links libevent first
     jq graphviz                # the sharpctl test: --json checks, --png
+    iproute2 nftables          # sharp-fabric --netns: namespaces, loss
 )
 
 missing=()

@@ -13,7 +13,8 @@
  *                     group_id}
  *   sharpd -> client  <request>_ack {id, status, error?, ...the AM's answer}
  *                     group_revoked / job_killed {job_id, ...} for the jobs
- *                     the client takes part in
+ *                     the client takes part in (group_revoked with "all":
+ *                     true when sharpd lost the AM: every group of the job)
  *
  * When the last local process of a job exits without job_end, sharpd tells
  * the AM (job_detach), which revokes the job's groups.  It reconnects to a
@@ -300,10 +301,17 @@ static void am_closed(shp_conn_t *conn, shp_status_t reason)
                          "lost the aggregation manager"));
         free(p);
     }
-    /* a restarted AM has none of the groups: their processes learn now */
+    /* a restarted AM has none of the groups: their processes learn now
+     * (every group of the job, also those created through other hosts) */
     job_t *j, *jt;
     HASH_ITER(hh, d.jobs, j, jt)
     {
+        json_t *all = json_pack("{s:s, s:o, s:b, s:i, s:s}", "type",
+                                "group_revoked", "job_id", shp_json_u64(j->id),
+                                "all", 1, "status", (int)SHP_ERR_GROUP_REVOKED,
+                                "reason", "lost the aggregation manager");
+        notify_job(j->id, all);
+        json_decref(all);
         for (int g = 0; g < j->ngroups; g++) {
             json_t *m = json_pack(
                 "{s:s, s:o, s:I, s:i, s:s}", "type", "group_revoked", "job_id",
