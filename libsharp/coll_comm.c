@@ -39,7 +39,24 @@ static void req_finish(coll_req_t *r, int status)
         r->status = status;
         if (status != SHARP_COLL_SUCCESS) {
             r->comm->ctx->stats.errors++;
+        } else if (r->dst_iov.buf != NULL) { /* an IOV result */
+            size_t off = 0;
+            for (unsigned i = 0; i < r->dst_iov.n; i++) {
+                memcpy(r->dst_iov.v[i].ptr, r->dst_iov.buf + off,
+                       r->dst_iov.v[i].length);
+                off += r->dst_iov.v[i].length;
+            }
         }
+    }
+}
+
+/* a request and the buffers it owns */
+static void req_release(coll_req_t *r)
+{
+    if (r != NULL) {
+        free(r->src_iov.buf);
+        free(r->dst_iov.buf);
+        free(r);
     }
 }
 
@@ -627,7 +644,7 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
     uint32_t gid = comm->group_id;
     int rank = comm->rank;
     comm_free(comm); /* the barrier's slot goes with it */
-    free(r);
+    req_release(r);
     if (rank == 0 && ctx->sd_up && ctx->job_failed == SHP_OK) {
         group_destroy(ctx, gid);
     }
@@ -641,11 +658,11 @@ static int post(coll_comm_t *comm, coll_req_t *r, void **handle)
 {
     r->comm = comm;
     if (comm->failed != SHP_OK) {
-        free(r);
+        req_release(r);
         return SHARP_COLL_ERROR;
     }
     if (!r->barrier && r->es > comm->payload) {
-        free(r);
+        req_release(r);
         return SHARP_COLL_EINVAL;
     }
     comm->ctx->stats.ops++;
@@ -676,13 +693,16 @@ static int wait_req(coll_req_t *r)
         coll_progress_once(ctx, 1);
     }
     int st = r->status;
-    free(r);
+    req_release(r);
     return st;
 }
 
 /* a buffer descriptor's contiguous pointer (IOV: only one entry) */
+/* A buffer descriptor as one contiguous range.  An IOV of several entries
+ * is gathered into a buffer of our own (`in`: copied in now) and, for a
+ * result, scattered back when the operation completes. */
 static int desc_ptr(const struct sharp_coll_data_desc *d, void **ptr,
-                    size_t *len)
+                    size_t *len, coll_iov_t *own, int in)
 {
     if (d->mem_type != SHARP_MEM_TYPE_HOST) {
         return SHARP_COLL_ENOT_SUPP;
@@ -692,13 +712,35 @@ static int desc_ptr(const struct sharp_coll_data_desc *d, void **ptr,
         *len = d->buffer.length;
         return SHARP_COLL_SUCCESS;
     }
-    if (d->type == SHARP_DATA_IOV && d->iov.count == 1 &&
-        d->iov.vector != NULL) {
+    if (d->type != SHARP_DATA_IOV || d->iov.vector == NULL ||
+        d->iov.count == 0 || d->iov.count > SHARP_COLL_DATA_MAX_IOV) {
+        return SHARP_COLL_EINVAL;
+    }
+    if (d->iov.count == 1) {
         *ptr = d->iov.vector[0].ptr;
         *len = d->iov.vector[0].length;
         return SHARP_COLL_SUCCESS;
     }
-    return SHARP_COLL_ENOT_SUPP;
+    size_t total = 0, off = 0;
+    for (unsigned i = 0; i < d->iov.count; i++) {
+        if (d->iov.vector[i].ptr == NULL && d->iov.vector[i].length > 0) {
+            return SHARP_COLL_EINVAL;
+        }
+        total += d->iov.vector[i].length;
+    }
+    own->buf = malloc(total + 1);
+    if (own->buf == NULL) {
+        return SHARP_COLL_ENOMEM;
+    }
+    own->n = d->iov.count;
+    memcpy(own->v, d->iov.vector, sizeof(own->v[0]) * own->n);
+    for (unsigned i = 0; in && i < own->n; i++) {
+        memcpy(own->buf + off, own->v[i].ptr, own->v[i].length);
+        off += own->v[i].length;
+    }
+    *ptr = own->buf;
+    *len = total;
+    return SHARP_COLL_SUCCESS;
 }
 
 /* a reduction request from a reduce spec: kind 0 allreduce, 1 reduce,
@@ -728,27 +770,29 @@ static int reduce_req(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
     if (kind == 1 && (spec->root < 0 || spec->root >= comm->size)) {
         return SHARP_COLL_EINVAL;
     }
-    if ((rc = desc_ptr(&spec->sbuf_desc, &sp, &sl)) != SHARP_COLL_SUCCESS) {
-        return rc;
+    coll_req_t *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        return SHARP_COLL_ENOMEM;
     }
     int keep = kind != 1 || spec->root == comm->rank;
     rp = NULL;
     rl = 0;
-    if (keep &&
-        (rc = desc_ptr(&spec->rbuf_desc, &rp, &rl)) != SHARP_COLL_SUCCESS) {
+    if ((rc = desc_ptr(&spec->sbuf_desc, &sp, &sl, &r->src_iov, 1)) !=
+            SHARP_COLL_SUCCESS ||
+        (keep && (rc = desc_ptr(&spec->rbuf_desc, &rp, &rl, &r->dst_iov, 0)) !=
+                     SHARP_COLL_SUCCESS)) {
+        req_release(r);
         return rc;
-    }
-    coll_req_t *r = calloc(1, sizeof(*r));
-    if (r == NULL) {
-        return SHARP_COLL_ENOMEM;
     }
     r->desc = d;
     r->es = shp_reduce_elem_size(&d);
     size_t n = spec->length * r->es;
     r->total = kind == 2 ? n * (size_t)comm->size : n;
     if ((spec->length > 0 && (sp == NULL || (keep && rp == NULL))) ||
-        (kind == 2 && r->total / (size_t)comm->size != n)) {
-        free(r);
+        (kind == 2 && r->total / (size_t)comm->size != n) ||
+        (r->src_iov.buf && sl < r->total) ||
+        (r->dst_iov.buf && rl < (kind == 2 ? n : r->total))) {
+        req_release(r);
         return SHARP_COLL_EINVAL;
     }
     r->src = sp;
@@ -836,14 +880,10 @@ SHP_API int sharp_coll_do_reduce_scatter_nb(struct sharp_coll_comm *comm,
     return handle ? do_reduce(comm, spec, 2, handle) : SHARP_COLL_EINVAL;
 }
 
-/* bytes moved by BOR: bcast and allgather */
+/* bytes moved by BOR: bcast and allgather (r allocated by the caller) */
 static int bytes_req(coll_comm_t *comm, void *src, size_t s_lo, size_t s_hi,
-                     void *dst, size_t total, coll_req_t **out)
+                     void *dst, size_t total, coll_req_t *r)
 {
-    coll_req_t *r = calloc(1, sizeof(*r));
-    if (r == NULL) {
-        return SHARP_COLL_ENOMEM;
-    }
     r->desc = (shp_reduce_desc_t){SHP_DTYPE_U8, SHP_OP_BOR, SHP_DTYPE_NULL};
     r->es = 1;
     r->total = total;
@@ -854,7 +894,6 @@ static int bytes_req(coll_comm_t *comm, void *src, size_t s_lo, size_t s_hi,
     r->r_lo = 0;
     r->r_hi = dst ? total : 0;
     (void)comm;
-    *out = r;
     return SHARP_COLL_SUCCESS;
 }
 
@@ -870,17 +909,26 @@ static int do_bcast(coll_comm_t *comm, struct sharp_coll_bcast_spec *spec,
         spec->root >= comm->size) {
         return SHARP_COLL_EINVAL;
     }
-    if ((rc = desc_ptr(&spec->buf_desc, &p, &len)) != SHARP_COLL_SUCCESS) {
+    int root = spec->root == comm->rank;
+    if ((r = calloc(1, sizeof(*r))) == NULL) {
+        return SHARP_COLL_ENOMEM;
+    }
+    /* the root's buffer is the source (an IOV gathered), the others' the
+     * destination (an IOV scattered at the end) */
+    if ((rc = desc_ptr(&spec->buf_desc, &p, &len,
+                       root ? &r->src_iov : &r->dst_iov, root)) !=
+        SHARP_COLL_SUCCESS) {
+        req_release(r);
         return rc;
     }
-    if (spec->size > 0 && p == NULL) {
+    if (spec->size > 0 && (p == NULL || ((r->src_iov.buf || r->dst_iov.buf) &&
+                                         len < spec->size))) {
+        req_release(r);
         return SHARP_COLL_EINVAL;
     }
-    int root = spec->root == comm->rank;
     coll_lock(comm->ctx);
-    /* the root's own buffer is the source and stays as it is */
     rc = bytes_req(comm, p, 0, root ? spec->size : 0, root ? NULL : p,
-                   spec->size, &r);
+                   spec->size, r);
     rc = run(comm, r, rc, handle);
     coll_unlock(comm->ctx);
     return rc;
@@ -910,19 +958,26 @@ static int do_allgather(coll_comm_t *comm, struct sharp_coll_gather_spec *spec,
     if (comm == NULL || spec == NULL) {
         return SHARP_COLL_EINVAL;
     }
+    if ((r = calloc(1, sizeof(*r))) == NULL) {
+        return SHARP_COLL_ENOMEM;
+    }
     /* the length comes from the send buffer (size may be garbage) */
-    if ((rc = desc_ptr(&spec->sbuf_desc, &sp, &n)) != SHARP_COLL_SUCCESS ||
-        (rc = desc_ptr(&spec->rbuf_desc, &rp, &rl)) != SHARP_COLL_SUCCESS) {
+    if ((rc = desc_ptr(&spec->sbuf_desc, &sp, &n, &r->src_iov, 1)) !=
+            SHARP_COLL_SUCCESS ||
+        (rc = desc_ptr(&spec->rbuf_desc, &rp, &rl, &r->dst_iov, 0)) !=
+            SHARP_COLL_SUCCESS) {
+        req_release(r);
         return rc;
     }
     size_t total = n * (size_t)comm->size;
     if (n > 0 && (sp == NULL || rp == NULL || total / (size_t)comm->size != n ||
                   rl < total)) {
+        req_release(r);
         return SHARP_COLL_EINVAL;
     }
     size_t lo = (size_t)comm->rank * n;
     coll_lock(comm->ctx);
-    rc = bytes_req(comm, sp, lo, lo + n, rp, total, &r);
+    rc = bytes_req(comm, sp, lo, lo + n, rp, total, r);
     rc = run(comm, r, rc, handle);
     coll_unlock(comm->ctx);
     return rc;
@@ -1007,7 +1062,7 @@ SHP_API int sharp_coll_req_wait(void *handle)
             }
         }
         int st = r->status;
-        free(r);
+        req_release(r);
         coll_unlock(ctx);
         return st;
     }
@@ -1026,7 +1081,7 @@ SHP_API int sharp_coll_req_free(void *handle)
     while (!r->complete) {
         coll_progress_once(ctx, 1);
     }
-    free(r);
+    req_release(r);
     coll_unlock(ctx);
     return SHARP_COLL_SUCCESS;
 }

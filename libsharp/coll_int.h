@@ -108,6 +108,13 @@ struct sharp_coll_comm {
     uint8_t *stage;
 };
 
+/* a multi-entry IOV gathered into (or scattered from) a buffer of ours */
+typedef struct coll_iov {
+    uint8_t *buf;
+    unsigned n;
+    struct sharp_data_iov v[SHARP_COLL_DATA_MAX_IOV];
+} coll_iov_t;
+
 /* one collective call */
 struct coll_req {
     coll_comm_t *comm;
@@ -123,6 +130,7 @@ struct coll_req {
     size_t r_lo, r_hi;
     int complete;
     int status; /* SHARP_COLL_* */
+    coll_iov_t src_iov, dst_iov;
 };
 
 /* context (coll_ctx.c) */

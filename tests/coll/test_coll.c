@@ -188,10 +188,35 @@ static void my_data(shp_reduce_desc_t *d, size_t n, int rank, uint64_t salt,
     }
 }
 
+/* flags of allreduce_check */
+#define AR_IN_PLACE 1
+#define AR_REDUCE 2 /* sharp_coll_do_reduce, root salt % size */
+#define AR_IOV 4    /* buffers as 3-entry IOVs */
+
+/* a buffer as an IOV of 3 uneven pieces (the vector outlives the call) */
+static struct sharp_coll_data_desc iov_desc(void *p, size_t len,
+                                            struct sharp_data_iov v[3])
+{
+    struct sharp_coll_data_desc d;
+    size_t a = len / 3, b = len / 2;
+    memset(&d, 0, sizeof(d));
+    d.type = SHARP_DATA_IOV;
+    d.mem_type = SHARP_MEM_TYPE_HOST;
+    v[0] = (struct sharp_data_iov){p, a, NULL};
+    v[1] = (struct sharp_data_iov){(uint8_t *)p + a, b - a, NULL};
+    v[2] = (struct sharp_data_iov){(uint8_t *)p + b, len - b, NULL};
+    d.iov.count = 3;
+    d.iov.vector = v;
+    return d;
+}
+
 static int allreduce_check(struct sharp_coll_comm *c, int rank, int size,
                            enum sharp_datatype dt, enum sharp_reduce_op op,
-                           size_t n, uint64_t salt, int in_place)
+                           size_t n, uint64_t salt, int flags)
 {
+    int in_place = flags & AR_IN_PLACE, root = (int)(salt % (uint64_t)size);
+    int keep = !(flags & AR_REDUCE) || rank == root;
+    struct sharp_data_iov sv[3], rv[3];
     shp_reduce_desc_t d = {(shp_dtype_t)dt, (shp_op_t)op,
                            shp_op_is_loc((shp_op_t)op) ? SHP_DTYPE_I32
                                                        : SHP_DTYPE_NULL};
@@ -204,16 +229,24 @@ static int allreduce_check(struct sharp_coll_comm *c, int rank, int size,
     if (reference(&d, n, size, salt, want) != 0) {
         return -1;
     }
-    sp.sbuf_desc = buf_desc(s, n * es);
-    sp.rbuf_desc = buf_desc(in_place ? s : r, n * es);
+    if (flags & AR_IOV) {
+        sp.sbuf_desc = iov_desc(s, n * es, sv);
+        sp.rbuf_desc = iov_desc(in_place ? s : r, n * es, rv);
+    } else {
+        sp.sbuf_desc = buf_desc(s, n * es);
+        sp.rbuf_desc = buf_desc(in_place ? s : r, n * es);
+    }
     sp.dtype = dt;
     sp.op = op;
     sp.length = n;
     sp.tag_dtype = SHARP_DTYPE_INT;
     sp.aggr_mode = SHARP_AGGREGATION_NONE;
-    int rc = sharp_coll_do_allreduce(c, &sp);
-    int bad =
-        rc != SHARP_COLL_SUCCESS || memcmp(in_place ? s : r, want, n * es) != 0;
+    sp.root = root;
+    int rc = flags & AR_REDUCE ? sharp_coll_do_reduce(c, &sp)
+                               : sharp_coll_do_allreduce(c, &sp);
+    int bad = rc != SHARP_COLL_SUCCESS ||
+              (keep && memcmp(in_place ? s : r, want, n * es) != 0) ||
+              (!keep && !in_place && n > 0 && r[0] != 0);
     if (bad) {
         fprintf(stderr, "rank %d: allreduce dtype %d op %d n %zu: %s\n", rank,
                 dt, op, n, rc ? sharp_coll_strerror(rc) : "wrong result");
@@ -261,9 +294,16 @@ static int m_collectives(int rank, void *arg)
             for (int k = 0; k < 4; k++) {
                 CHECK(allreduce_check(world, rank, size, dt, op, ns[k],
                                       (uint64_t)(dt * 100 + op * 7 + k),
-                                      k == 1) == 0,
+                                      k == 1 ? AR_IN_PLACE : 0) == 0,
                       "allreduce");
             }
+            /* reduce (every dtype x op, the root moving), and IOVs */
+            CHECK(allreduce_check(world, rank, size, dt, op, 2 * per + 3,
+                                  (uint64_t)(dt * 13 + op), AR_REDUCE) == 0,
+                  "reduce");
+            CHECK(allreduce_check(world, rank, size, dt, op, 101,
+                                  (uint64_t)(dt * 17 + op), AR_IOV) == 0,
+                  "allreduce over IOVs");
         }
     }
     /* a large pipelined allreduce (1 MiB of int32) and a zero-length one */
@@ -316,6 +356,34 @@ static int m_collectives(int rank, void *arg)
         CHECK(sharp_coll_do_bcast(world, &bs) == 0, "bcast");
         for (int i = 0; i < 10000; i++) {
             CHECK(b[i] == (uint8_t)(i * 7 + 1), "bcast byte %d", i);
+        }
+    }
+    /* bcast and allgather with 3-entry IOVs */
+    {
+        uint8_t b[3000], g[100], all[100 * NHOST];
+        struct sharp_data_iov v1[3], v2[3], v3[3];
+        for (int i = 0; i < 3000; i++) {
+            b[i] = rank == 2 ? (uint8_t)(i * 11 + 3) : 0;
+        }
+        struct sharp_coll_bcast_spec bs = {.root = 2, .size = sizeof(b)};
+        bs.buf_desc = iov_desc(b, sizeof(b), v1);
+        CHECK(sharp_coll_do_bcast(world, &bs) == 0, "bcast iov");
+        for (int i = 0; i < 3000; i++) {
+            CHECK(b[i] == (uint8_t)(i * 11 + 3), "bcast iov [%d]", i);
+        }
+        for (int i = 0; i < 100; i++) {
+            g[i] = (uint8_t)(rank * 7 + i);
+        }
+        struct sharp_coll_gather_spec gs;
+        memset(&gs, 0, sizeof(gs));
+        gs.sbuf_desc = iov_desc(g, sizeof(g), v2);
+        gs.rbuf_desc = iov_desc(all, sizeof(all), v3);
+        CHECK(sharp_coll_do_allgather(world, &gs) == 0, "allgather iov");
+        for (int k = 0; k < size; k++) {
+            for (int i = 0; i < 100; i++) {
+                CHECK(all[k * 100 + i] == (uint8_t)(k * 7 + i),
+                      "allgather iov %d/%d", k, i);
+            }
         }
     }
     /* reduce-scatter: 300 int64 per rank */
@@ -642,6 +710,7 @@ static int m_an_killed(int rank, void *arg)
     CHECK(member_init(rank, size, 1004) == 0, "init");
     CHECK(comm_of(&world_oob, &world) == 0, "comm_init");
     int failed = 0;
+    uint64_t t_kill = 0;
     for (int k = 0; k < 100000 && !failed; k++) {
         int32_t s[64], r[64];
         for (int i = 0; i < 64; i++) {
@@ -662,6 +731,9 @@ static int m_an_killed(int rank, void *arg)
         for (int i = 0; i < 64; i++) {
             CHECK(r[i] == 6 + 4 * (k + i), "op %d: wrong result", k);
         }
+        if (k == 200) {
+            t_kill = shp_time_ns(); /* every member is at op 200 now */
+        }
         if (k == 200 && rank == 0) {
             /* tell the driver: go and kill */
             int32_t one = 1;
@@ -669,6 +741,9 @@ static int m_an_killed(int rank, void *arg)
         }
     }
     CHECK(failed, "no error after the AN died");
+    CHECK(shp_time_ns() - t_kill < 5 * SHP_NSEC_PER_SEC,
+          "the error came %.1f s after the kill",
+          (double)(shp_time_ns() - t_kill) / 1e9);
     /* later operations fail at once */
     CHECK(sharp_coll_do_barrier(world) != SHARP_COLL_SUCCESS, "later op");
     CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
