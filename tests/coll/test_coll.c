@@ -75,10 +75,11 @@ static struct sharp_coll_comm *world;
         }                                                                      \
     } while (0)
 
-static int member_init(int rank, int size, uint64_t job)
+/* sharp_coll_init as rank of size in job, out-of-band set `tag` */
+static int member_init_tag(int tag, int rank, int size, uint64_t job)
 {
     struct sharp_coll_init_spec s = {0};
-    world_oob = (hub_oob_t){1, rank, size};
+    world_oob = (hub_oob_t){tag, rank, size};
     s.job_id = job;
     s.world_rank = rank;
     s.world_size = size;
@@ -90,6 +91,11 @@ static int member_init(int rank, int size, uint64_t job)
     s.oob_colls.gather = hub_gather;
     s.oob_ctx = &world_oob;
     return sharp_coll_init(&s, &ctx);
+}
+
+static int member_init(int rank, int size, uint64_t job)
+{
+    return member_init_tag(1, rank, size, job);
 }
 
 static int comm_of(hub_oob_t *oob, struct sharp_coll_comm **c)
@@ -612,34 +618,15 @@ static int m_two_jobs(int member, void *arg)
         setenv("SHARP_COLL_LOG_LEVEL", "0", 1);
         become_host(member - 8);
         CHECK(hub_barrier(&sync0) == 0, "sync"); /* job A is up */
-        world_oob = (hub_oob_t){20, member - 8, 2};
-        struct sharp_coll_init_spec s = {0};
-        s.job_id = 2001;
-        s.world_rank = member - 8;
-        s.world_size = 2;
-        s.config = sharp_coll_default_config;
-        s.oob_colls.bcast = hub_bcast;
-        s.oob_colls.barrier = hub_barrier;
-        s.oob_colls.gather = hub_gather;
-        s.oob_ctx = &world_oob;
-        int rc = sharp_coll_init(&s, &ctx);
+        int rc = member_init_tag(20, member - 8, 2, 2001);
         CHECK(hub_barrier(&sync1) == 0, "sync"); /* job A may go on */
         CHECK(rc == SHARP_COLL_EJOB_CREATE, "a duplicate job id: %d (%s)", rc,
               sharp_coll_strerror(rc));
         return 0;
     }
     become_host(2 * rank + job);
-    world_oob = (hub_oob_t){10 + job, rank, size};
-    struct sharp_coll_init_spec s = {0};
-    s.job_id = 2001 + (uint64_t)job;
-    s.world_rank = rank;
-    s.world_size = size;
-    s.config = sharp_coll_default_config;
-    s.oob_colls.bcast = hub_bcast;
-    s.oob_colls.barrier = hub_barrier;
-    s.oob_colls.gather = hub_gather;
-    s.oob_ctx = &world_oob;
-    CHECK(sharp_coll_init(&s, &ctx) == 0, "init job %d", job);
+    CHECK(member_init_tag(10 + job, rank, size, 2001 + (uint64_t)job) == 0,
+          "init job %d", job);
     if (job == 0) { /* hold job A up while the duplicate is refused */
         hub_oob_t sync0 = {50, rank, 6}, sync1 = {51, rank, 6};
         CHECK(hub_barrier(&sync0) == 0 && hub_barrier(&sync1) == 0, "sync");
@@ -751,32 +738,43 @@ static int m_an_killed(int rank, void *arg)
     return 0;
 }
 
-static void test_an_killed(void **state)
+/* 4 members of fn (arg: the write end of a pipe); when one writes to it,
+ * the shell command `fault` runs.  Returns how long until every member
+ * finished. */
+static double run_with_fault(int (*fn)(int, void *), const char *fault)
 {
-    (void)state;
     int p[2];
     assert_int_equal(pipe(p), 0);
     hub_t h = {0};
     for (int r = 0; r < 4; r++) {
-        assert_true(hub_spawn(&h, m_an_killed, r, &p[1]) >= 0);
+        assert_true(hub_spawn(&h, fn, r, &p[1]) >= 0);
     }
     close(p[1]);
-    /* when rank 0 says so, kill -9 the AN of leaf03 (n00005's leaf) */
-    int32_t go = 0;
-    pid_t killer = fork();
-    if (killer == 0) {
-        if (read(p[0], &go, 4) == 4) {
-            _exit(sh("kill -9 $(awk '$1==\"an\" && $2==\"leaf03\" {print $4}' "
-                     "%s/pids)",
-                     dir) != 0);
-        }
-        _exit(3);
+    pid_t doer = fork();
+    if (doer == 0) {
+        int32_t go;
+        _exit(read(p[0], &go, 4) == 4 ? system(fault) != 0 : 3);
     }
     close(p[0]);
+    uint64_t t0 = shp_time_ns();
     assert_int_equal(hub_run(&h, 60), 4);
+    double secs = (double)(shp_time_ns() - t0) / 1e9;
     int st;
-    assert_int_equal(waitpid(killer, &st, 0), killer);
+    assert_int_equal(waitpid(doer, &st, 0), doer);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    return secs;
+}
+
+static void test_an_killed(void **state)
+{
+    char cmd[600];
+    (void)state;
+    /* kill -9 the AN of leaf03 (n00005's leaf) when rank 0 says so */
+    snprintf(cmd, sizeof(cmd),
+             "kill -9 $(awk '$1==\"an\" && $2==\"leaf03\" {print $4}' "
+             "%s/pids)",
+             dir);
+    run_with_fault(m_an_killed, cmd);
 }
 
 static void test_print_config(void **state)
@@ -941,34 +939,15 @@ static int m_link_cut(int rank, void *arg)
 
 static void test_netns_link_cut(void **state)
 {
+    char cmd[900];
     (void)state;
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    hub_t h = {0};
-    for (int r = 0; r < 4; r++) {
-        assert_true(hub_spawn(&h, m_link_cut, r, &p[1]) >= 0);
-    }
-    close(p[1]);
-    pid_t cutter = fork();
-    if (cutter == 0) {
-        int32_t go;
-        if (read(p[0], &go, 4) == 4) {
-            _exit(sh("%s/sharp-fabric --dir %s link n00003 down", bindir,
-                     nsdir) != 0);
-        }
-        _exit(3);
-    }
-    close(p[0]);
-    uint64_t t0 = shp_time_ns();
-    assert_int_equal(hub_run(&h, 60), 4);
-    double secs = (double)(shp_time_ns() - t0) / 1e9;
+    snprintf(cmd, sizeof(cmd), "%s/sharp-fabric --dir %s link n00003 down",
+             bindir, nsdir);
+    double secs = run_with_fault(m_link_cut, cmd);
     print_message("every member saw the error and finished within %.1f s\n",
                   secs);
     /* keepalives of 1 s: the cut host's sharpd and the AM notice in ~3 s */
     assert_true(secs < 12);
-    int st;
-    assert_int_equal(waitpid(cutter, &st, 0), cutter);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 static int setup_netns(void **state)
