@@ -16,9 +16,8 @@
 #include <sharp/api/sharp.h>
 
 #include "tests/coll/oob_hub.h"
+#include "bench/bench_util.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #define NP 8
@@ -98,50 +97,6 @@ static int member(int rank, void *arg)
     return 0;
 }
 
-/* 8-byte ping-pong over loopback TCP: mean round trip in us */
-static double tcp_rtt(void)
-{
-    int l = socket(AF_INET, SOCK_STREAM, 0), one = 1, iters = 2000;
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sa);
-    char buf[8] = {0};
-    if (bind(l, (struct sockaddr *)&sa, sizeof(sa)) || listen(l, 1) ||
-        getsockname(l, (struct sockaddr *)&sa, &sl)) {
-        return -1;
-    }
-    pid_t p = fork();
-    if (p == 0) {
-        int c = socket(AF_INET, SOCK_STREAM, 0);
-        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (connect(c, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-            _exit(1);
-        }
-        for (int i = 0; i < iters + 100; i++) {
-            if (hub_io(c, buf, 8, 0) || hub_io(c, buf, 8, 1)) {
-                _exit(1);
-            }
-        }
-        _exit(0);
-    }
-    int c = accept(l, NULL, NULL);
-    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    uint64_t t0 = 0;
-    for (int i = 0; i < iters + 100; i++) {
-        if (i == 100) {
-            t0 = shp_time_ns();
-        }
-        if (hub_io(c, buf, 8, 1) || hub_io(c, buf, 8, 0)) {
-            return -1;
-        }
-    }
-    double us = (double)(shp_time_ns() - t0) / 1e3 / iters;
-    close(c);
-    close(l);
-    waitpid(p, NULL, 0);
-    return us;
-}
-
 static int sh(const char *fmt, const char *a, const char *b, const char *c)
 {
     char cmd[1500];
@@ -191,7 +146,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_coll: a member failed\n");
         return 1;
     }
-    double rtt = tcp_rtt();
+    double rtt = bench_tcp_rtt_us();
     printf("allreduce (int32 sum), %d members, one per host, through "
            "sharp_an on loopback;\nthe 15 daemons and the %d members share "
            "this machine's cores\n",

@@ -50,3 +50,14 @@ $(BENCH_MPI_LAT): bench/mpi_lat.c | $(DEPS_STAMP)
 .PHONY: bench-mpi
 bench-mpi: $(BENCH_MPI_LAT) $(SHARP_MPI_OMPI) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
 	$(Q)bash bench/mpi.sh $(O)
+
+# The aggregation node's latency and message rate, members emulated.
+BENCH_AN := $(BINDIR)/bench_an
+BENCHES += $(BENCH_AN)
+
+$(BENCH_AN): $(OBJDIR)/bench/an.o $(AM_LIB) $(COMMON_LIB)
+	$(call link_prog)
+
+.PHONY: bench-an
+bench-an: $(BENCH_AN) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
+	$(BENCH_AN) examples/small-2l.ibnd

@@ -1,0 +1,423 @@
+/*
+ * bench_an: the aggregation node's speed, with emulated members.
+ *
+ * Real sharp_am, sharp_an and one sharpd run as processes on loopback; the
+ * group comes from the manager as for any job.  The members are emulated
+ * in this one process (one TCP connection each, one event loop), so what
+ * is measured is the aggregation nodes, not member processes competing for
+ * the two cores.
+ *
+ *  (a) latency: a 2-level tree (examples/small-2l.ibnd: 1 spine, 2 leaves,
+ *      8 hosts), one 8-byte operation (2 x int32 sum) at a time: member ->
+ *      leaf -> spine -> leaf -> member; next to one loopback TCP round trip
+ *      measured in the same run
+ *  (b) message rate: one AN with 16 members (a star: one switch, 16
+ *      hosts), 64 operations outstanding, 8-byte payloads; every operation
+ *      is 16 messages in and 16 out
+ *
+ * Every result is checked.
+ * Last line: RESULT an_8B_latency_over_rtt=<x> an_msgs_per_s=<y>
+ */
+#include "am/topo.h"
+#include "bench/bench_util.h"
+#include "bench/ctl_client.h"
+#include "common/transport.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static char bindir[512], dir[64], secret[128];
+static pid_t pids[64];
+static int npids;
+
+static void spawn(char *const argv[], const char *log)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        FILE *f = freopen(log, "a", stdout);
+        (void)f;
+        dup2(1, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    pids[npids++] = p;
+}
+
+static void stop_all(void)
+{
+    for (int i = 0; i < npids; i++) {
+        kill(pids[i], SIGTERM);
+    }
+    for (int i = 0; i < npids; i++) {
+        waitpid(pids[i], NULL, 0);
+    }
+    npids = 0;
+}
+
+static void cleanup(void)
+{
+    char cmd[128];
+    stop_all();
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "cannot remove %s\n", dir);
+    }
+}
+
+/* The fabric of `topo` (a file) up: sharp_am, an AN per switch, a sharpd
+ * for n00001; then a job over `nhosts` hosts and a group of them.
+ * Returns the group descriptor. */
+static json_t *fabric_group(const char *topo, int nhosts, int osts,
+                            const char *net)
+{
+    char exe[600], log[128], sock[128], amaddr[64], osts_s[16];
+    shp_topo_t *t;
+    char err[256];
+    if (shp_topo_load(topo, &t, err, sizeof(err)) != SHP_OK) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    snprintf(amaddr, sizeof(amaddr), "%s.0.1:6126", net);
+    snprintf(osts_s, sizeof(osts_s), "%d", osts);
+    snprintf(exe, sizeof(exe), "%s/sharp_am", bindir);
+    snprintf(log, sizeof(log), "%s/am.log", dir);
+    char *am_argv[] = {
+        exe,    (char *)"--topology", (char *)topo, "--listen",
+        amaddr, "--admin-socket",     "",           "--secret-file",
+        secret, "--log-level",        "warn",       "--group-osts",
+        osts_s, "--tree-settle",      "50ms",       NULL};
+    spawn(am_argv, log);
+    usleep(200000);
+    int k = 0;
+    for (size_t i = 0; i < shp_topo_count(t); i++) {
+        const shp_topo_node_t *nd = shp_topo_node(t, (int)i);
+        if (nd->type != SHP_NODE_SWITCH) {
+            continue;
+        }
+        char an_exe[600], listen[64], name[128];
+        snprintf(an_exe, sizeof(an_exe), "%s/sharp_an", bindir);
+        snprintf(listen, sizeof(listen), "%s.1.%d:0", net, ++k);
+        snprintf(name, sizeof(name), "%s", nd->desc);
+        char *an_argv[] = {an_exe, "--name",      name,   "--listen",
+                           listen, "--am",        amaddr, "--secret-file",
+                           secret, "--log-level", "warn", NULL};
+        spawn(an_argv, log);
+    }
+    shp_topo_free(t);
+    snprintf(exe, sizeof(exe), "%s/sharpd", bindir);
+    snprintf(sock, sizeof(sock), "%s/sd-%s.sock", dir, net);
+    char *sd_argv[] = {exe,    "--host",      "n00001", "--socket",
+                       sock,   "--am",        amaddr,   "--secret-file",
+                       secret, "--log-level", "warn",   NULL};
+    spawn(sd_argv, log);
+
+    json_t *hosts = json_array();
+    for (int h = 0; h < nhosts; h++) {
+        char name[16];
+        snprintf(name, sizeof(name), "n%05d", h + 1);
+        json_array_append_new(hosts, json_string(name));
+    }
+    int fd = -1;
+    json_t *g = NULL;
+    for (int tries = 0; tries < 300 && g == NULL; tries++) {
+        usleep(100000);
+        if (fd < 0) {
+            fd = sock_open(sock);
+            continue;
+        }
+        json_t *r =
+            call(fd, json_pack("{s:s, s:o, s:O}", "type", "job_begin", "job_id",
+                               shp_json_u64(1), "hosts", hosts));
+        int ok = status_of(r) == 0;
+        json_decref(r);
+        if (!ok) {
+            continue;
+        }
+        r = call(fd, json_pack("{s:s, s:o, s:O, s:s}", "type", "group_create",
+                               "job_id", shp_json_u64(1), "members", hosts,
+                               "dist", "rc"));
+        if (status_of(r) == 0 && json_object_get(r, "group")) {
+            g = json_incref(json_object_get(r, "group"));
+        }
+        json_decref(r);
+    }
+    json_decref(hosts);
+    if (g == NULL) {
+        fprintf(stderr, "bench_an: no group (logs in %s)\n", dir);
+        exit(1);
+    }
+    return g;
+}
+
+/* Emulated members ---------------------------------------------------------- */
+
+typedef struct {
+    shp_tp_ep_t *ep;
+    uint32_t child; /* its place at its leaf AN, from the manager */
+    int joined;
+    uint32_t results; /* results received, in order */
+} member_t;
+
+static struct {
+    struct ev_loop *loop;
+    shp_tp_t tp;
+    member_t m[64];
+    int n, depth, errors;
+    uint32_t sent, done, nops;
+    uint16_t tree;
+    uint32_t group;
+    uint8_t key[32];
+    uint64_t job;
+} em;
+
+static void em_send(uint32_t seq)
+{
+    shp_reduce_desc_t d = {SHP_DTYPE_I32, SHP_OP_SUM, SHP_DTYPE_NULL};
+    shp_wire_hdr_t h;
+    for (int i = 0; i < em.n; i++) {
+        int32_t v[2] = {i, (int32_t)seq};
+        shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_REQ, em.tree, em.group, seq,
+                              &d, 2);
+        if (shp_tp_send(em.m[i].ep, &h, v) != SHP_OK) {
+            em.errors++;
+        }
+    }
+}
+
+static void em_pump(void)
+{
+    while (em.sent < em.nops && em.sent < em.done + (uint32_t)em.depth) {
+        em_send(em.sent++);
+    }
+}
+
+static void em_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
+                   const void *payload)
+{
+    member_t *m = ep->arg;
+    if (hdr->opcode == SHP_WIRE_OP_GROUP_LEAVE) {
+        return;
+    }
+    if (hdr->opcode == SHP_WIRE_OP_GROUP_JOIN_ACK) {
+        m->joined = hdr->status == SHP_OK ? 1 : -1;
+        return;
+    }
+    if (hdr->opcode != SHP_WIRE_OP_AGG_RESULT || hdr->seq != m->results) {
+        em.errors++;
+        return;
+    }
+    int32_t v[2];
+    memcpy(v, payload, sizeof(v));
+    if (hdr->payload_len != 8 || v[0] != em.n * (em.n - 1) / 2 ||
+        v[1] != (int32_t)hdr->seq * em.n) {
+        em.errors++;
+    }
+    m->results++;
+    /* an operation is done when every member has its result */
+    uint32_t all = m->results;
+    for (int i = 0; i < em.n; i++) {
+        all = em.m[i].results < all ? em.m[i].results : all;
+    }
+    if (all > em.done) {
+        em.done = all;
+        em_pump();
+    }
+}
+
+static void em_connect(shp_tp_ep_t *ep)
+{
+    member_t *m = ep->arg;
+    uint8_t payload[SHP_WIRE_JOIN_LEN];
+    shp_wire_join_t join = {.job_id = em.job, .child_index = m->child};
+    shp_wire_hdr_t h;
+    memcpy(join.job_key, em.key, 32);
+    shp_wire_join_pack(&join, payload);
+    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN, em.tree, em.group, 0);
+    h.payload_len = SHP_WIRE_JOIN_LEN;
+    if (shp_tp_send(ep, &h, payload) != SHP_OK) {
+        em.errors++;
+    }
+}
+
+static void em_close(shp_tp_ep_t *ep, shp_status_t reason)
+{
+    (void)reason;
+    member_t *m = ep->arg;
+    m->ep = NULL;
+    em.errors++;
+}
+
+static const shp_tp_ep_cbs_t em_cbs = {em_msg, em_connect, em_close};
+
+static void quiet_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *h, const void *p)
+{
+    (void)ep;
+    (void)h;
+    (void)p;
+}
+
+static void quiet_close(shp_tp_ep_t *ep, shp_status_t reason)
+{
+    (void)ep;
+    (void)reason;
+}
+
+static const shp_tp_ep_cbs_t em_quiet = {quiet_msg, NULL, quiet_close};
+
+/* join every member of group g (child indexes as the manager says), run
+ * `warm` operations, then `nops` more with `depth` in flight; returns the
+ * seconds of the latter */
+static double emulate(json_t *g, int depth, uint32_t warm, uint32_t nops)
+{
+    json_t *members = json_object_get(g, "members");
+    memset(&em, 0, sizeof(em));
+    em.loop = ev_loop_new(EVFLAG_AUTO);
+    em.n = (int)json_array_size(members);
+    em.depth = depth;
+    em.nops = warm;
+    em.tree = (uint16_t)shp_json_opt_int(g, "tree_id", 0, 65535, 0);
+    em.group = (uint32_t)shp_json_opt_int(g, "group_id", 0, UINT32_MAX, 0);
+    em.job = 1;
+    if (shp_json_get_hex(g, "job_key", em.key, 32, NULL) != SHP_OK ||
+        shp_tp_init(&em.tp, &shp_tp_tcp_ops, em.loop, 1 << 16, NULL) !=
+            SHP_OK) {
+        exit(1);
+    }
+    /* member i (rank i) at its leaf AN, under the child index it was given */
+    for (int i = 0; i < em.n; i++) {
+        json_t *me = json_array_get(members, (size_t)i);
+        member_t *m = &em.m[i];
+        m->child = (uint32_t)shp_json_opt_int(me, "child_index", 0, 63, 0);
+        if (em.tp.ops->connect(&em.tp, shp_json_opt_str(me, "addr", ""),
+                               &em_cbs, m, &m->ep) != SHP_OK) {
+            exit(1);
+        }
+    }
+    /* every member joined */
+    int joined = 0;
+    uint64_t deadline = shp_time_ns() + 10 * SHP_NSEC_PER_SEC;
+    while (!joined && !em.errors && shp_time_ns() < deadline) {
+        ev_run(em.loop, EVRUN_NOWAIT);
+        joined = 1;
+        for (int i = 0; i < em.n; i++) {
+            joined &= em.m[i].joined == 1;
+            em.errors += em.m[i].joined < 0;
+        }
+    }
+    if (!joined) {
+        fprintf(stderr, "bench_an: members could not join\n");
+        exit(1);
+    }
+    em_pump();
+    while (em.done < em.nops && !em.errors) {
+        ev_run(em.loop, EVRUN_ONCE);
+    }
+    uint64_t t0 = shp_time_ns();
+    em.nops = warm + nops;
+    em_pump();
+    while (em.done < em.nops && !em.errors) {
+        ev_run(em.loop, EVRUN_ONCE);
+    }
+    double secs = (double)(shp_time_ns() - t0) / 1e9;
+    if (em.errors) {
+        fprintf(stderr, "bench_an: %d errors (wrong or missing results)\n",
+                em.errors);
+        exit(1);
+    }
+    /* leave cleanly, then close */
+    for (int i = 0; i < em.n; i++) {
+        shp_wire_hdr_t h;
+        shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_LEAVE, em.tree, em.group,
+                          em.sent);
+        (void)shp_tp_send(em.m[i].ep, &h, NULL);
+    }
+    ev_run(em.loop, EVRUN_NOWAIT);
+    for (int i = 0; i < em.n; i++) {
+        em.m[i].ep->cbs = &em_quiet;
+        shp_tp_close(em.m[i].ep);
+    }
+    ev_run(em.loop, EVRUN_NOWAIT);
+    shp_tp_cleanup(&em.tp);
+    ev_loop_destroy(em.loop);
+    return secs;
+}
+
+int main(int argc, char **argv)
+{
+    char self[512], star[128];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0 || argc < 2) {
+        fprintf(stderr, "usage: bench_an examples/small-2l.ibnd\n");
+        return 2;
+    }
+    self[n] = '\0';
+    *strrchr(self, '/') = '\0';
+    snprintf(bindir, sizeof(bindir), "%s", self);
+    snprintf(dir, sizeof(dir), "/tmp/sharp-bench-an.%d", (int)getpid());
+    if (mkdir(dir, 0700) != 0) {
+        return 1;
+    }
+    atexit(cleanup);
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(secret, sizeof(secret), "%s/secret", dir);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd),
+             "umask 077 && head -c 32 /dev/urandom | base64 > %s", secret);
+    if (system(cmd) != 0) {
+        return 1;
+    }
+
+    /* (a) latency through the 2-level tree */
+    json_t *g = fabric_group(argv[1], 8, 16, "127.22");
+    uint32_t lat_ops = 3000;
+    double lat_us = emulate(g, 1, 200, lat_ops) * 1e6 / lat_ops;
+    json_decref(g);
+    stop_all();
+
+    /* (b) one AN, 16 members, 64 outstanding */
+    shp_topo_t *t = shp_topo_new();
+    int sw = shp_topo_add_node(t, SHP_NODE_SWITCH, 0x2c90300000001ull,
+                               "S-0002c90300000001", "sw01", 16);
+    for (int h = 0; h < 16; h++) {
+        char id[32], desc[32];
+        uint64_t guid = 0x2c90400000000ull + 2u * (unsigned)(h + 1);
+        snprintf(id, sizeof(id), "H-%016llx", (unsigned long long)guid);
+        snprintf(desc, sizeof(desc), "n%05d HCA-1", h + 1);
+        int c = shp_topo_add_node(t, SHP_NODE_CA, guid, id, desc, 1);
+        if (c < 0 || shp_topo_link(t, sw, h + 1, c, 1) != SHP_OK) {
+            return 1;
+        }
+        shp_topo_set_port_guid(t, c, 1, guid + 1);
+    }
+    snprintf(star, sizeof(star), "%s/star.ibnd", dir);
+    FILE *f = fopen(star, "w");
+    shp_topo_write(t, f, 0);
+    fclose(f);
+    shp_topo_free(t);
+    g = fabric_group(star, 16, 64, "127.23");
+    uint32_t rate_ops = 30000;
+    double secs = emulate(g, 64, 2000, rate_ops);
+    json_decref(g);
+    double ops_s = rate_ops / secs, msgs_s = ops_s * 32;
+
+    double rtt = bench_tcp_rtt_us();
+    printf("aggregation nodes on loopback, members emulated in one process\n");
+    printf("(a) 2-level tree (1 spine, 2 leaves, 8 members), 8-byte "
+           "operations one at a time:\n");
+    printf("    %.1f us per operation (member -> leaf -> spine -> leaf -> "
+           "member)\n",
+           lat_us);
+    printf("    one loopback TCP round trip (8 B ping-pong): %.1f us; ratio "
+           "%.2f\n",
+           rtt, lat_us / rtt);
+    printf("(b) one AN, 16 members, 64 operations outstanding, 8-byte "
+           "payloads:\n");
+    printf("    %.0f operations/s = %.0f messages/s (16 in + 16 out each)\n",
+           ops_s, msgs_s);
+    printf("RESULT an_8B_latency_over_rtt=%.2f an_msgs_per_s=%.0f\n",
+           lat_us / rtt, msgs_s);
+    return 0;
+}

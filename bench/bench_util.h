@@ -1,0 +1,77 @@
+/* Shared pieces of the benchmarks.  Header-only. */
+#ifndef SHP_BENCH_UTIL_H
+#define SHP_BENCH_UTIL_H
+
+#include "common/time.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* all of len bytes, read (wr 0) or written (wr 1) */
+static inline int bench_io(int fd, void *buf, size_t len, int wr)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = wr ? write(fd, p, len) : read(fd, p, len);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* 8-byte ping-pong over loopback TCP: mean round trip in us */
+static inline double bench_tcp_rtt_us(void)
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0), one = 1, iters = 2000;
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    char buf[8] = {0};
+    if (bind(l, (struct sockaddr *)&sa, sizeof(sa)) || listen(l, 1) ||
+        getsockname(l, (struct sockaddr *)&sa, &sl)) {
+        return -1;
+    }
+    pid_t p = fork();
+    if (p == 0) {
+        int c = socket(AF_INET, SOCK_STREAM, 0);
+        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (connect(c, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+            _exit(1);
+        }
+        for (int i = 0; i < iters + 100; i++) {
+            if (bench_io(c, buf, 8, 0) || bench_io(c, buf, 8, 1)) {
+                _exit(1);
+            }
+        }
+        _exit(0);
+    }
+    int c = accept(l, NULL, NULL);
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    uint64_t t0 = 0;
+    for (int i = 0; i < iters + 100; i++) {
+        if (i == 100) {
+            t0 = shp_time_ns();
+        }
+        if (bench_io(c, buf, 8, 1) || bench_io(c, buf, 8, 0)) {
+            return -1;
+        }
+    }
+    double us = (double)(shp_time_ns() - t0) / 1e3 / iters;
+    close(c);
+    close(l);
+    waitpid(p, NULL, 0);
+    return us;
+}
+
+#endif
