@@ -904,12 +904,16 @@ static void test_netns_mcast_loss(void **state)
 /* a host's link cut under a stream of operations: every member errors
  * out (the AM loses that host's sharpd and revokes the group; the member
  * there loses its AM), none hangs */
+/* the hosts (indexes) and job of the next link-cut run */
+static int cut_hosts[4] = {0, 2, 4, 6};
+static uint64_t cut_job = 3002;
+
 static int m_link_cut(int rank, void *arg)
 {
     int size = 4;
     setenv("SHARP_COLL_LOG_LEVEL", "0", 1);
-    become_host(rank * 2);
-    CHECK(member_init(rank, size, 3002) == 0, "init");
+    become_host(cut_hosts[rank]);
+    CHECK(member_init(rank, size, cut_job) == 0, "init");
     CHECK(comm_of(&world_oob, &world) == 0, "comm_init");
     int failed = 0;
     for (int k = 0; k < 1000000 && !failed; k++) {
@@ -947,6 +951,24 @@ static void test_netns_link_cut(void **state)
     print_message("every member saw the error and finished within %.1f s\n",
                   secs);
     /* keepalives of 1 s: the cut host's sharpd and the AM notice in ~3 s */
+    assert_true(secs < 12);
+}
+
+/* a leaf AN's link cut (the AN is alive, unreachable): same outcome */
+static void test_netns_an_link_cut(void **state)
+{
+    char cmd[900];
+    (void)state;
+    /* members on n00001, n00004 (leaf02's, not cut before), n00005,
+     * n00007 */
+    static const int h[4] = {0, 3, 4, 6};
+    memcpy(cut_hosts, h, sizeof(h));
+    cut_job = 3003;
+    snprintf(cmd, sizeof(cmd), "%s/sharp-fabric --dir %s link leaf02 down",
+             bindir, nsdir);
+    double secs = run_with_fault(m_link_cut, cmd);
+    print_message("every member saw the error and finished within %.1f s\n",
+                  secs);
     assert_true(secs < 12);
 }
 
@@ -1010,8 +1032,9 @@ int main(void)
                                 ">/dev/null") == 0) {
         const struct CMUnitTest ns_tests[] = {
             cmocka_unit_test(test_netns_mcast_loss),
-            /* last: it cuts a link */
+            /* last: they cut links (a host's, then an AN's) */
             cmocka_unit_test(test_netns_link_cut),
+            cmocka_unit_test(test_netns_an_link_cut),
         };
         snprintf(nsdir, sizeof(nsdir), "%s-netns", dir);
         mkdir(dir, 0700);
