@@ -92,8 +92,8 @@ obj_of = $(patsubst %.c,$(OBJDIR)/%.o,$(1))
 
 # $(call link_prog,EXTRA_LIBS): the recipe that links $@ from its object and
 # project-library prerequisites, the common library and what that needs.
-COMMON_LDLIBS = $(JANSSON_LIBS) $(INIH_LIBS) $(SODIUM_LIBS) $(LIBEV_LIBS) -lm \
-	-lpthread
+COMMON_LDLIBS = $(JANSSON_LIBS) $(INIH_LIBS) $(SODIUM_LIBS) $(LIBEV_LIBS) \
+	-lrdmacm -libverbs -lm -lpthread
 define link_prog
 @mkdir -p $(@D)
 @$(if $(Q),echo "  LD      $@")

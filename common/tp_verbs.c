@@ -1,19 +1,675 @@
 /*
- * The verbs transport (libibverbs + librdmacm): not built yet.  Every slot
- * is a stub answering SHP_ERR_UNSUPPORTED, so that choosing it fails with a
- * clear error instead of a crash; see issue 3.
+ * The verbs transport: InfiniBand / RoCE through libibverbs and librdmacm.
+ *
+ *   connections   RC queue pairs set up with rdma_cm (listen / connect by
+ *                 "ip:port", the IPoIB or RoCE address of the device)
+ *   multicast     a UD queue pair joined with rdma_join_multicast(): the
+ *                 receiver is attached by the join, the sender addresses
+ *                 the group through the address handle the join returns
+ *
+ * Every endpoint has its own PD, CQ and completion channel; the channel's fd
+ * and the rdma_cm event channel's fd are libev watchers (drain, re-arm,
+ * drain again).  Buffers: one registered region per endpoint holding
+ * VB_RECV receive slots (always posted) and VB_SEND send slots; a message is
+ * copied into a free send slot (or queued while none is free).  Flow
+ * control is the receiver-not-ready retry of RC (rnr_retry 7: retry
+ * forever), so a slow receiver slows the sender and loses nothing.  A
+ * multicast message must fit the path MTU (SHP_ERR_TOO_LARGE otherwise).
  */
+#include "common/log.h"
+#include "common/net.h"
 #include "common/transport.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <rdma/rdma_cma.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VB_RECV 128
+#define VB_SEND 128
+#define VB_GRH 40 /* UD receives start with the global route header */
+#define VB_TIMEOUT_MS 5000
+
+typedef struct vb_msg {
+    struct vb_msg *next;
+    size_t len;
+    uint8_t data[];
+} vb_msg_t;
+
+typedef struct vb_ep {
+    shp_tp_ep_t base;
+    struct rdma_cm_id *id;
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *cc;
+    struct ibv_cq *cq;
+    struct ibv_mr *mr;
+    uint8_t *bufs;
+    size_t slot; /* bytes per slot */
+    int free_slots[VB_SEND], nfree;
+    vb_msg_t *queue, *queue_tail; /* waiting for a send slot */
+    ev_io cq_w;
+    int ud, sender, accepted, ready, in_cb, close_pending, closed;
+    shp_status_t close_reason;
+    struct ibv_ah *ah;
+    uint32_t remote_qpn, remote_qkey;
+    size_t ud_max; /* largest UD message (path MTU) */
+    struct sockaddr_storage maddr;
+    struct vb_ep *next;
+} vb_ep_t;
+
+typedef struct vb_tp {
+    struct rdma_event_channel *ch;
+    ev_io ch_w;
+    struct rdma_cm_id *listen_id;
+    shp_tp_accept_cb_t on_accept;
+    char listen_addr[64];
+    vb_ep_t *eps;
+} vb_tp_t;
+
+static vb_tp_t *vb_of(shp_tp_t *tp)
+{
+    return tp->priv;
+}
+
+static size_t vb_msg_max(shp_tp_t *tp)
+{
+    return SHP_WIRE_HDR_LEN + tp->max_payload;
+}
+
+static void vb_finish_close(vb_ep_t *ep);
+
+/* Endpoints ------------------------------------------------------------------ */
+
+static vb_ep_t *vb_ep_new(shp_tp_t *tp, const shp_tp_ep_cbs_t *cbs, void *arg)
+{
+    vb_ep_t *ep = calloc(1, sizeof(*ep));
+    if (ep == NULL) {
+        return NULL;
+    }
+    ep->base.tp = tp;
+    ep->base.cbs = cbs;
+    ep->base.arg = arg;
+    ep->next = vb_of(tp)->eps;
+    vb_of(tp)->eps = ep;
+    return ep;
+}
+
+static void vb_unlink(vb_ep_t *ep)
+{
+    vb_tp_t *v = vb_of(ep->base.tp);
+    for (vb_ep_t **pp = &v->eps; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == ep) {
+            *pp = ep->next;
+            break;
+        }
+    }
+}
+
+static int vb_post_recv(vb_ep_t *ep, int i)
+{
+    struct ibv_sge sge = {(uintptr_t)(ep->bufs + (size_t)i * ep->slot),
+                          (uint32_t)ep->slot, ep->mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = (uint64_t)i,
+                             .sg_list = &sge,
+                             .num_sge = 1},
+                       *bad;
+    return ibv_post_recv(ep->id->qp, &wr, &bad);
+}
+
+static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents);
+
+/* PD, CQ on a completion channel, QP, registered slots, receives posted */
+static shp_status_t vb_setup_qp(vb_ep_t *ep, struct rdma_cm_id *id, int ud)
+{
+    shp_tp_t *tp = ep->base.tp;
+    struct ibv_qp_init_attr qa;
+
+    ep->id = id;
+    ep->ud = ud;
+    ep->slot = vb_msg_max(tp) + (ud ? VB_GRH : 0);
+    ep->pd = ibv_alloc_pd(id->verbs);
+    ep->cc = ep->pd ? ibv_create_comp_channel(id->verbs) : NULL;
+    ep->cq = ep->cc ? ibv_create_cq(id->verbs, VB_RECV + VB_SEND, ep, ep->cc, 0)
+                    : NULL;
+    if (ep->cq == NULL || ibv_req_notify_cq(ep->cq, 0) != 0) {
+        return SHP_ERR_NO_RESOURCE;
+    }
+    memset(&qa, 0, sizeof(qa));
+    qa.send_cq = ep->cq;
+    qa.recv_cq = ep->cq;
+    qa.qp_type = ud ? IBV_QPT_UD : IBV_QPT_RC;
+    qa.cap.max_send_wr = VB_SEND;
+    qa.cap.max_recv_wr = VB_RECV;
+    qa.cap.max_send_sge = 1;
+    qa.cap.max_recv_sge = 1;
+    if (rdma_create_qp(id, ep->pd, &qa) != 0) {
+        return shp_status_from_errno(errno);
+    }
+    size_t bytes = (size_t)(VB_RECV + VB_SEND) * ep->slot;
+    if (posix_memalign((void **)&ep->bufs, 4096, bytes) != 0) {
+        return SHP_ERR_NO_MEMORY;
+    }
+    ep->mr = ibv_reg_mr(ep->pd, ep->bufs, bytes, IBV_ACCESS_LOCAL_WRITE);
+    if (ep->mr == NULL) {
+        return SHP_ERR_NO_RESOURCE;
+    }
+    for (int i = 0; i < VB_RECV; i++) {
+        if (vb_post_recv(ep, i) != 0) {
+            return SHP_ERR_NO_RESOURCE;
+        }
+    }
+    for (int i = 0; i < VB_SEND; i++) {
+        ep->free_slots[ep->nfree++] = VB_RECV + i;
+    }
+    shp_fd_set_nonblock(ep->cc->fd);
+    ev_io_init(&ep->cq_w, vb_cq_cb, ep->cc->fd, EV_READ);
+    ep->cq_w.data = ep;
+    ev_io_start(tp->loop, &ep->cq_w);
+    if (ud) {
+        struct ibv_port_attr pa;
+        ep->ud_max = ibv_query_port(id->verbs, id->port_num, &pa) == 0
+                         ? (size_t)128 << pa.active_mtu
+                         : 1024;
+    }
+    return SHP_OK;
+}
+
+/* post one message from a free slot; 0 when there was none */
+static int vb_post_send(vb_ep_t *ep, const void *a, size_t alen, const void *b,
+                        size_t blen, shp_status_t *st)
+{
+    *st = SHP_OK;
+    if (ep->nfree == 0) {
+        return 0;
+    }
+    int i = ep->free_slots[--ep->nfree];
+    uint8_t *slot = ep->bufs + (size_t)i * ep->slot;
+    memcpy(slot, a, alen);
+    if (blen > 0) {
+        memcpy(slot + alen, b, blen);
+    }
+    struct ibv_sge sge = {(uintptr_t)slot, (uint32_t)(alen + blen),
+                          ep->mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = (uint64_t)i,
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED},
+                       *bad;
+    if (ep->ud) {
+        wr.wr.ud.ah = ep->ah;
+        wr.wr.ud.remote_qpn = ep->remote_qpn;
+        wr.wr.ud.remote_qkey = ep->remote_qkey;
+    }
+    if (ibv_post_send(ep->id->qp, &wr, &bad) != 0) {
+        ep->free_slots[ep->nfree++] = i;
+        *st = SHP_ERR_IO;
+    }
+    return 1;
+}
+
+static void vb_drain_queue(vb_ep_t *ep)
+{
+    shp_status_t st;
+    while (ep->queue != NULL && ep->ready &&
+           vb_post_send(ep, ep->queue->data, ep->queue->len, NULL, 0, &st)) {
+        vb_msg_t *m = ep->queue;
+        ep->queue = m->next;
+        if (ep->queue == NULL) {
+            ep->queue_tail = NULL;
+        }
+        free(m);
+        if (st != SHP_OK) {
+            shp_tp_close(&ep->base);
+            return;
+        }
+    }
+}
+
+static void vb_fail(vb_ep_t *ep, shp_status_t why)
+{
+    if (ep->closed) {
+        return;
+    }
+    ep->close_reason = why;
+    if (ep->in_cb) {
+        ep->close_pending = 1;
+    } else {
+        vb_finish_close(ep);
+    }
+}
+
+static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    vb_ep_t *ep = w->data;
+    struct ibv_cq *cq;
+    void *ctx;
+    struct ibv_wc wc[32];
+    (void)loop;
+    (void)revents;
+
+    if (ibv_get_cq_event(ep->cc, &cq, &ctx) == 0) {
+        ibv_ack_cq_events(cq, 1);
+    }
+    ep->in_cb = 1;
+    for (int pass = 0; pass < 2 && !ep->close_pending; pass++) {
+        int n;
+        while (!ep->close_pending && (n = ibv_poll_cq(ep->cq, 32, wc)) > 0) {
+            for (int k = 0; k < n && !ep->close_pending; k++) {
+                int i = (int)wc[k].wr_id;
+                if (wc[k].status != IBV_WC_SUCCESS) {
+                    vb_fail(ep, SHP_ERR_CONN_RESET);
+                    break;
+                }
+                if (wc[k].opcode & IBV_WC_RECV) {
+                    uint8_t *m = ep->bufs + (size_t)i * ep->slot;
+                    size_t len = wc[k].byte_len;
+                    if (ep->ud) {
+                        m += VB_GRH;
+                        len = len >= VB_GRH ? len - VB_GRH : 0;
+                    }
+                    /* a sender's QP is a member too: it hears itself */
+                    shp_status_t st =
+                        ep->sender ? SHP_OK : shp_tp_deliver(&ep->base, m, len);
+                    if (st != SHP_OK && !ep->ud) {
+                        vb_fail(ep, st); /* a datagram is only dropped */
+                    }
+                    if (!ep->close_pending && vb_post_recv(ep, i) != 0) {
+                        vb_fail(ep, SHP_ERR_NO_RESOURCE);
+                    }
+                } else {
+                    ep->free_slots[ep->nfree++] = i;
+                }
+            }
+        }
+        if (pass == 0) { /* re-arm, then look again: nothing slips by */
+            ibv_req_notify_cq(ep->cq, 0);
+        }
+    }
+    vb_drain_queue(ep);
+    ep->in_cb = 0;
+    if (ep->close_pending) {
+        vb_finish_close(ep);
+    }
+}
+
+static void vb_release(vb_ep_t *ep)
+{
+    shp_tp_t *tp = ep->base.tp;
+    if (ev_is_active(&ep->cq_w)) {
+        ev_io_stop(tp->loop, &ep->cq_w);
+    }
+    if (ep->id != NULL) {
+        if (ep->ud && ep->ready) {
+            rdma_leave_multicast(ep->id, (struct sockaddr *)&ep->maddr);
+        } else if (!ep->ud && ep->ready) {
+            rdma_disconnect(ep->id);
+        }
+        if (ep->id->qp != NULL) {
+            rdma_destroy_qp(ep->id);
+        }
+    }
+    if (ep->ah != NULL) {
+        ibv_destroy_ah(ep->ah);
+    }
+    if (ep->mr != NULL) {
+        ibv_dereg_mr(ep->mr);
+    }
+    if (ep->cq != NULL) {
+        ibv_destroy_cq(ep->cq);
+    }
+    if (ep->cc != NULL) {
+        ibv_destroy_comp_channel(ep->cc);
+    }
+    if (ep->pd != NULL) {
+        ibv_dealloc_pd(ep->pd);
+    }
+    if (ep->id != NULL) {
+        ep->id->context = NULL;
+        rdma_destroy_id(ep->id);
+    }
+    free(ep->bufs);
+    while (ep->queue != NULL) {
+        vb_msg_t *m = ep->queue;
+        ep->queue = m->next;
+        free(m);
+    }
+}
+
+static void vb_finish_close(vb_ep_t *ep)
+{
+    if (ep->closed) {
+        return;
+    }
+    ep->closed = 1;
+    vb_unlink(ep);
+    vb_release(ep);
+    if (ep->base.cbs != NULL && ep->base.cbs->on_close != NULL) {
+        ep->base.cbs->on_close(&ep->base, ep->close_reason);
+    }
+    free(ep);
+}
+
+/* rdma_cm events --------------------------------------------------------------- */
+
+static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev)
+{
+    vb_tp_t *v = vb_of(tp);
+    vb_ep_t *ep = ev->id->context;
+    struct rdma_conn_param cp = {.responder_resources = 1,
+                                 .initiator_depth = 1,
+                                 .retry_count = 7,
+                                 .rnr_retry_count = 7};
+    shp_status_t st;
+
+    switch (ev->event) {
+    case RDMA_CM_EVENT_CONNECT_REQUEST: /* ev->id is the new connection */
+        ep = vb_ep_new(tp, NULL, NULL);
+        if (ep == NULL) {
+            rdma_reject(ev->id, NULL, 0);
+            return;
+        }
+        ev->id->context = ep;
+        ep->accepted = 1;
+        {
+            shp_sockaddr_t pa = {.len = sizeof(struct sockaddr_in)};
+            memcpy(&pa.ss, rdma_get_peer_addr(ev->id),
+                   sizeof(struct sockaddr_in));
+            shp_sockaddr_str(&pa, ep->base.peer, sizeof(ep->base.peer));
+        }
+        if (vb_setup_qp(ep, ev->id, 0) != SHP_OK) {
+            /* never announced to the owner: refuse and forget it */
+            rdma_reject(ev->id, NULL, 0);
+            vb_unlink(ep);
+            vb_release(ep);
+            free(ep);
+            return;
+        }
+        v->on_accept(tp, &ep->base); /* sets cbs and arg */
+        if (rdma_accept(ev->id, &cp) != 0) {
+            vb_fail(ep, SHP_ERR_NO_RESOURCE);
+        }
+        return;
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+        if (ep == NULL) {
+            return;
+        }
+        if (ep->ud) {
+            st = vb_setup_qp(ep, ev->id, 1);
+            if (st != SHP_OK ||
+                rdma_join_multicast(ev->id, (struct sockaddr *)&ep->maddr,
+                                    ep) != 0) {
+                vb_fail(ep, st != SHP_OK ? st : SHP_ERR_UNREACHABLE);
+            }
+        } else if (rdma_resolve_route(ev->id, VB_TIMEOUT_MS) != 0) {
+            vb_fail(ep, SHP_ERR_UNREACHABLE);
+        }
+        return;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED:
+        if (ep == NULL) {
+            return;
+        }
+        st = vb_setup_qp(ep, ev->id, 0);
+        if (st != SHP_OK || rdma_connect(ev->id, &cp) != 0) {
+            vb_fail(ep, st != SHP_OK ? st : SHP_ERR_CONN_REFUSED);
+        }
+        return;
+    case RDMA_CM_EVENT_ESTABLISHED:
+        if (ep == NULL) {
+            return;
+        }
+        ep->ready = 1;
+        if (!ep->accepted && ep->base.cbs->on_connect != NULL) {
+            ep->base.cbs->on_connect(&ep->base);
+        }
+        vb_drain_queue(ep);
+        return;
+    case RDMA_CM_EVENT_MULTICAST_JOIN:
+        if (ep == NULL) {
+            return;
+        }
+        if (ep->sender) {
+            ep->ah = ibv_create_ah(ep->pd, &ev->param.ud.ah_attr);
+            ep->remote_qpn = ev->param.ud.qp_num;
+            ep->remote_qkey = ev->param.ud.qkey;
+            if (ep->ah == NULL) {
+                vb_fail(ep, SHP_ERR_NO_RESOURCE);
+                return;
+            }
+        }
+        ep->ready = 1;
+        if (ep->base.cbs->on_connect != NULL) {
+            ep->base.cbs->on_connect(&ep->base);
+        }
+        vb_drain_queue(ep);
+        return;
+    case RDMA_CM_EVENT_DISCONNECTED:
+        if (ep != NULL) {
+            ep->ready = 0;
+            vb_fail(ep, SHP_ERR_CONN_RESET);
+        }
+        return;
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+    case RDMA_CM_EVENT_ADDR_CHANGE: return;
+    default: /* unreachable, rejected, errors, device removal */
+        if (ep != NULL) {
+            vb_fail(ep, ev->event == RDMA_CM_EVENT_REJECTED
+                            ? SHP_ERR_CONN_REFUSED
+                            : SHP_ERR_UNREACHABLE);
+        }
+        return;
+    }
+}
+
+static void vb_ch_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    shp_tp_t *tp = w->data;
+    struct rdma_cm_event *ev;
+    (void)loop;
+    (void)revents;
+
+    while (rdma_get_cm_event(vb_of(tp)->ch, &ev) == 0) {
+        /* copy what we need, ack first: an id can only be destroyed once
+         * its events are acked */
+        struct rdma_cm_event copy = *ev;
+        rdma_ack_cm_event(ev);
+        vb_cm_event(tp, &copy);
+    }
+}
+
+/* Provider ops -------------------------------------------------------------------- */
+
+static shp_status_t vb_init(shp_tp_t *tp)
+{
+    vb_tp_t *v = calloc(1, sizeof(*v));
+    if (v == NULL) {
+        return SHP_ERR_NO_MEMORY;
+    }
+    v->ch = rdma_create_event_channel();
+    if (v->ch == NULL) {
+        free(v);
+        return SHP_ERR_UNSUPPORTED; /* no RDMA stack on this machine */
+    }
+    shp_fd_set_nonblock(v->ch->fd);
+    tp->priv = v;
+    ev_io_init(&v->ch_w, vb_ch_cb, v->ch->fd, EV_READ);
+    v->ch_w.data = tp;
+    ev_io_start(tp->loop, &v->ch_w);
+    return SHP_OK;
+}
+
+static void vb_cleanup(shp_tp_t *tp)
+{
+    vb_tp_t *v = vb_of(tp);
+    if (v == NULL) {
+        return;
+    }
+    while (v->eps != NULL) {
+        vb_ep_t *ep = v->eps;
+        ep->close_reason = SHP_ERR_CANCELED;
+        vb_finish_close(ep);
+    }
+    if (v->listen_id != NULL) {
+        rdma_destroy_id(v->listen_id);
+    }
+    ev_io_stop(tp->loop, &v->ch_w);
+    rdma_destroy_event_channel(v->ch);
+    free(v);
+    tp->priv = NULL;
+}
+
+static shp_status_t vb_listen(shp_tp_t *tp, const char *addr,
+                              shp_tp_accept_cb_t on_accept)
+{
+    vb_tp_t *v = vb_of(tp);
+    shp_sockaddr_t sa;
+    if (shp_sockaddr_parse(addr, 0, &sa) != SHP_OK) {
+        return SHP_ERR_INVALID_PARAM;
+    }
+    if (rdma_create_id(v->ch, &v->listen_id, NULL, RDMA_PS_TCP) != 0) {
+        return shp_status_from_errno(errno);
+    }
+    if (rdma_bind_addr(v->listen_id, (struct sockaddr *)&sa.ss) != 0 ||
+        rdma_listen(v->listen_id, 64) != 0) {
+        shp_status_t st = shp_status_from_errno(errno);
+        rdma_destroy_id(v->listen_id);
+        v->listen_id = NULL;
+        return st;
+    }
+    v->on_accept = on_accept;
+    struct sockaddr *la = rdma_get_local_addr(v->listen_id);
+    shp_sockaddr_t out = {.len = sizeof(struct sockaddr_in)};
+    memcpy(&out.ss, la, sizeof(struct sockaddr_in));
+    shp_sockaddr_str(&out, v->listen_addr, sizeof(v->listen_addr));
+    return SHP_OK;
+}
+
+static const char *vb_listen_addr(shp_tp_t *tp)
+{
+    return vb_of(tp)->listen_id ? vb_of(tp)->listen_addr : NULL;
+}
+
+/* an endpoint whose id resolves `addr` (from the local address if any) */
+static shp_status_t vb_start(shp_tp_t *tp, const char *addr, int ud,
+                             const shp_tp_ep_cbs_t *cbs, void *arg,
+                             shp_tp_ep_t **out)
+{
+    vb_tp_t *v = vb_of(tp);
+    shp_sockaddr_t dst;
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    int have_src = tp->local_ip[0] != '\0' &&
+                   inet_pton(AF_INET, tp->local_ip, &src.sin_addr) == 1;
+    if (shp_sockaddr_parse(addr, 1, &dst) != SHP_OK) {
+        return SHP_ERR_INVALID_PARAM;
+    }
+    vb_ep_t *ep = vb_ep_new(tp, cbs, arg);
+    if (ep == NULL) {
+        return SHP_ERR_NO_MEMORY;
+    }
+    ep->ud = ud;
+    snprintf(ep->base.peer, sizeof(ep->base.peer), "%s", addr);
+    memcpy(&ep->maddr, &dst.ss, sizeof(ep->maddr));
+    if (rdma_create_id(v->ch, &ep->id, ep, ud ? RDMA_PS_UDP : RDMA_PS_TCP) !=
+            0 ||
+        rdma_resolve_addr(ep->id, have_src ? (struct sockaddr *)&src : NULL,
+                          (struct sockaddr *)&dst.ss, VB_TIMEOUT_MS) != 0) {
+        shp_status_t st = shp_status_from_errno(errno);
+        vb_unlink(ep);
+        if (ep->id != NULL) {
+            rdma_destroy_id(ep->id);
+        }
+        free(ep);
+        return st;
+    }
+    *out = &ep->base;
+    return SHP_OK;
+}
+
+static shp_status_t vb_connect(shp_tp_t *tp, const char *addr,
+                               const shp_tp_ep_cbs_t *cbs, void *arg,
+                               shp_tp_ep_t **ep)
+{
+    return vb_start(tp, addr, 0, cbs, arg, ep);
+}
+
+static shp_status_t vb_mcast_join(shp_tp_t *tp, const char *group,
+                                  const shp_tp_ep_cbs_t *cbs, void *arg,
+                                  shp_tp_ep_t **ep)
+{
+    return vb_start(tp, group, 1, cbs, arg, ep);
+}
+
+static shp_status_t vb_mcast_sender(shp_tp_t *tp, const char *group,
+                                    const shp_tp_ep_cbs_t *cbs, void *arg,
+                                    shp_tp_ep_t **out)
+{
+    shp_status_t st = vb_start(tp, group, 1, cbs, arg, out);
+    if (st == SHP_OK) {
+        ((vb_ep_t *)*out)->sender = 1;
+    }
+    return st;
+}
+
+static shp_status_t vb_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
+                            const void *payload)
+{
+    vb_ep_t *ep = (vb_ep_t *)base;
+    uint8_t raw[SHP_WIRE_HDR_LEN];
+    size_t len = SHP_WIRE_HDR_LEN + hdr->payload_len;
+    shp_status_t st;
+
+    if (ep->closed || ep->close_pending) {
+        return SHP_ERR_CLOSED;
+    }
+    if (len > vb_msg_max(base->tp) ||
+        (ep->ud && ep->ud_max && len > ep->ud_max)) {
+        return SHP_ERR_TOO_LARGE;
+    }
+    shp_wire_hdr_pack(hdr, raw);
+    base->tp->stats.msgs_out++;
+    base->tp->stats.bytes_out += len;
+    if (ep->ready && ep->queue == NULL &&
+        vb_post_send(ep, raw, sizeof(raw), payload, hdr->payload_len, &st)) {
+        return st;
+    }
+    /* not connected yet, or no free slot: keep a copy in order */
+    vb_msg_t *m = malloc(sizeof(*m) + len);
+    if (m == NULL) {
+        return SHP_ERR_NO_MEMORY;
+    }
+    m->next = NULL;
+    m->len = len;
+    memcpy(m->data, raw, sizeof(raw));
+    if (hdr->payload_len > 0) {
+        memcpy(m->data + sizeof(raw), payload, hdr->payload_len);
+    }
+    if (ep->queue_tail != NULL) {
+        ep->queue_tail->next = m;
+    } else {
+        ep->queue = m;
+    }
+    ep->queue_tail = m;
+    return SHP_OK;
+}
+
+static void vb_close(shp_tp_ep_t *base)
+{
+    vb_fail((vb_ep_t *)base, SHP_ERR_CANCELED);
+}
 
 const shp_tp_ops_t shp_tp_verbs_ops = {
     .name = "verbs",
-    .init = shp_tp_stub_init,
-    .cleanup = shp_tp_stub_cleanup,
-    .listen = shp_tp_stub_listen,
-    .listen_addr = shp_tp_stub_listen_addr,
-    .connect = shp_tp_stub_ep,
-    .send = shp_tp_stub_send,
-    .close = shp_tp_stub_close,
-    .mcast_join = shp_tp_stub_ep,
-    .mcast_sender = shp_tp_stub_ep,
+    .init = vb_init,
+    .cleanup = vb_cleanup,
+    .listen = vb_listen,
+    .listen_addr = vb_listen_addr,
+    .connect = vb_connect,
+    .send = vb_send,
+    .close = vb_close,
+    .mcast_join = vb_mcast_join,
+    .mcast_sender = vb_mcast_sender,
 };

@@ -13,6 +13,8 @@ PKGS=(
     uthash-dev                 # hash tables (header-only)
     clang-format               # make format-check
     libsodium-dev              # cluster-secret authentication (HMAC)
+    libibverbs-dev librdmacm-dev ibverbs-providers  # the verbs transport (rxe)
+    qemu-system-x86 busybox-static kmod  # its tests: a soft-RoCE qemu guest
     libopensm-dev libibumad-dev  # the AM's OpenSM plugin (its headers need umad.h)
     opensm infiniband-diags ibsim-utils  # simulated fabrics in the tests
     openmpi-bin libopenmpi-dev # libsharp_mpi for Open MPI, make demo

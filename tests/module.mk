@@ -48,3 +48,11 @@ TEST_SCRIPTS += tests/cli/test_sharpctl.sh
 
 # make install into a temporary prefix, a client via pkg-config, units.
 TEST_SCRIPTS += tests/install/test_install.sh
+
+# The verbs transport over soft-RoCE in a qemu guest (tests/verbs/rxe-run.sh).
+VERBS_TEST := $(TESTDIR)/verbs/test_verbs
+TEST_HELPERS += $(VERBS_TEST)
+TEST_SCRIPTS += tests/verbs/test_verbs.sh
+
+$(VERBS_TEST): $(OBJDIR)/tests/verbs/test_verbs.o $(COMMON_LIB)
+	$(call link_prog)
