@@ -94,15 +94,6 @@ static void shp_udp_close(shp_tp_ep_t *base)
     }
 }
 
-/* A cheap deterministic generator for the drop probability. */
-static double shp_udp_rand(shp_tp_t *tp)
-{
-    tp->drop_seed ^= tp->drop_seed << 13;
-    tp->drop_seed ^= tp->drop_seed >> 7;
-    tp->drop_seed ^= tp->drop_seed << 17;
-    return (double)(tp->drop_seed >> 11) / 9007199254740992.0;
-}
-
 static void shp_udp_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     shp_udp_ep_t *ep = w->data;
@@ -121,8 +112,7 @@ static void shp_udp_read_cb(struct ev_loop *loop, ev_io *w, int revents)
             }
             break;
         }
-        if (tp->mcast_drop > 0 && shp_udp_rand(tp) < tp->mcast_drop) {
-            tp->stats.mcast_dropped++;
+        if (shp_tp_drop_datagram(tp)) {
             continue;
         }
         /* a malformed datagram is dropped (counted), never fatal */

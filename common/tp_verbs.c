@@ -273,8 +273,10 @@ static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
                         len = len >= VB_GRH ? len - VB_GRH : 0;
                     }
                     /* a sender's QP is a member too: it hears itself */
+                    int skip = ep->sender ||
+                               (ep->ud && shp_tp_drop_datagram(ep->base.tp));
                     shp_status_t st =
-                        ep->sender ? SHP_OK : shp_tp_deliver(&ep->base, m, len);
+                        skip ? SHP_OK : shp_tp_deliver(&ep->base, m, len);
                     if (st != SHP_OK && !ep->ud) {
                         vb_fail(ep, st); /* a datagram is only dropped */
                     }

@@ -68,6 +68,22 @@ shp_status_t shp_tp_deliver(shp_tp_ep_t *ep, const void *msg, size_t len)
     return SHP_OK;
 }
 
+int shp_tp_drop_datagram(shp_tp_t *tp)
+{
+    if (tp->mcast_drop <= 0) {
+        return 0;
+    }
+    /* xorshift: cheap and deterministic from the seed */
+    tp->drop_seed ^= tp->drop_seed << 13;
+    tp->drop_seed ^= tp->drop_seed >> 7;
+    tp->drop_seed ^= tp->drop_seed << 17;
+    if ((double)(tp->drop_seed >> 11) / 9007199254740992.0 < tp->mcast_drop) {
+        tp->stats.mcast_dropped++;
+        return 1;
+    }
+    return 0;
+}
+
 /* Stubs of unsupported slots ---------------------------------------------- */
 
 shp_status_t shp_tp_stub_init(shp_tp_t *tp)

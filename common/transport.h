@@ -106,6 +106,10 @@ static inline void shp_tp_close(shp_tp_ep_t *ep)
     ep->tp->ops->close(ep);
 }
 
+/* For providers: the test drop of received datagrams (tp->mcast_drop):
+ * 1 if this one is to be dropped (and counted). */
+int shp_tp_drop_datagram(shp_tp_t *tp);
+
 /* For providers: validate and deliver a received message, or count and
  * refuse it.  Returns the validator's status. */
 shp_status_t shp_tp_deliver(shp_tp_ep_t *ep, const void *msg, size_t len);

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 typedef struct {
-    const char *leaf, *mcast, *plan, *local_ip;
+    const char *leaf, *mcast, *plan, *local_ip, *transport;
     uint32_t group;
     uint16_t tree;
     uint64_t job;
@@ -432,17 +432,27 @@ static void build_plan(void)
 
 int main(int argc, char **argv)
 {
-    static const struct option lopts[] = {
-        {"leaf", 1, 0, 'l'},     {"group", 1, 0, 'g'},
-        {"tree", 1, 0, 't'},     {"job", 1, 0, 'j'},
-        {"key", 1, 0, 'k'},      {"child", 1, 0, 'c'},
-        {"rank", 1, 0, 'r'},     {"leaves", 1, 0, 'L'},
-        {"per-leaf", 1, 0, 'P'}, {"osts", 1, 0, 'o'},
-        {"payload", 1, 0, 'p'},  {"plan", 1, 0, 'x'},
-        {"mcast", 1, 0, 'm'},    {"drop", 1, 0, 'd'},
-        {"ops", 1, 0, 'n'},      {"timeout", 1, 0, 'T'},
-        {"local", 1, 0, 'i'},    {"seed", 1, 0, 's'},
-        {"done-fd", 1, 0, 'D'},  {0, 0, 0, 0}};
+    static const struct option lopts[] = {{"leaf", 1, 0, 'l'},
+                                          {"group", 1, 0, 'g'},
+                                          {"tree", 1, 0, 't'},
+                                          {"job", 1, 0, 'j'},
+                                          {"key", 1, 0, 'k'},
+                                          {"child", 1, 0, 'c'},
+                                          {"rank", 1, 0, 'r'},
+                                          {"leaves", 1, 0, 'L'},
+                                          {"per-leaf", 1, 0, 'P'},
+                                          {"osts", 1, 0, 'o'},
+                                          {"payload", 1, 0, 'p'},
+                                          {"plan", 1, 0, 'x'},
+                                          {"mcast", 1, 0, 'm'},
+                                          {"drop", 1, 0, 'd'},
+                                          {"ops", 1, 0, 'n'},
+                                          {"timeout", 1, 0, 'T'},
+                                          {"local", 1, 0, 'i'},
+                                          {"seed", 1, 0, 's'},
+                                          {"done-fd", 1, 0, 'D'},
+                                          {"transport", 1, 0, 'X'},
+                                          {0, 0, 0, 0}};
     ev_signal term;
     ev_timer tick;
     size_t maxbytes;
@@ -483,6 +493,7 @@ int main(int argc, char **argv)
         case 'i': o.local_ip = optarg; break;
         case 's': o.seed = (unsigned)atoi(optarg); break;
         case 'D': o.done_fd = atoi(optarg); break;
+        case 'X': o.transport = optarg; break;
         default: return 2;
         }
     }
@@ -500,15 +511,20 @@ int main(int argc, char **argv)
     srcs = calloc(o.leaves * o.per_leaf + 1, sizeof(*srcs));
 
     loop = ev_loop_new(EVFLAG_AUTO);
-    if (shp_tp_init(&tp, &shp_tp_tcp_ops, loop, o.payload + 64, o.local_ip) !=
-            SHP_OK ||
+    const shp_tp_ops_t *tops = shp_tp_find(o.transport ? o.transport : "tcp");
+    if (tops == NULL) {
+        fprintf(stderr, "an_member: unknown transport\n");
+        return 2;
+    }
+    if (shp_tp_init(&tp, tops, loop, o.payload + 64, o.local_ip) != SHP_OK ||
         tp.ops->connect(&tp, o.leaf, &cbs, NULL, &ep) != SHP_OK) {
         fprintf(stderr, "member %u: cannot connect to %s\n", o.rank, o.leaf);
         return 2;
     }
     if (o.mcast != NULL) {
-        if (shp_tp_init(&mtp, &shp_tp_udp_ops, loop, o.payload + 64,
-                        o.local_ip) != SHP_OK ||
+        /* results by multicast: the transport's own, or udp beside tcp */
+        if (shp_tp_init(&mtp, tops == &shp_tp_tcp_ops ? &shp_tp_udp_ops : tops,
+                        loop, o.payload + 64, o.local_ip) != SHP_OK ||
             mtp.ops->mcast_join(&mtp, o.mcast, &cbs, NULL, &mep) != SHP_OK) {
             fprintf(stderr, "member %u: cannot join %s\n", o.rank, o.mcast);
             return 2;

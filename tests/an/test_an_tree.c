@@ -52,6 +52,9 @@ static an_proc_t ans[NANS];
 static am_peer_t peers[64];
 static int npeers;
 static char bindir[400], logdir[400], secret_file[450];
+/* SHARP_TEST_TRANSPORT=verbs SHARP_TEST_IP=addr: the same tests over verbs
+ * (in the soft-RoCE guest, every process on that one address) */
+static const char *tr_name = "tcp", *tr_ip;
 static shp_auth_key_t am_key;
 static int64_t next_id = 1;
 static struct {
@@ -221,9 +224,10 @@ static void start_an(int i)
 {
     char exe[600], listen[64], log[600];
     char *argv[] = {
-        exe,    "--name",        ans[i].name,   "--listen", listen,
-        "--am", am_addr,         "--log-level", "info",     "--am-keepalive",
-        "1s",   "--secret-file", secret_file,   NULL};
+        exe,    "--name",        ans[i].name,   "--listen",    listen,
+        "--am", am_addr,         "--log-level", "info",        "--am-keepalive",
+        "1s",   "--secret-file", secret_file,   "--transport", (char *)tr_name,
+        NULL};
 
     snprintf(exe, sizeof(exe), "%s/sharp_an", bindir);
     snprintf(listen, sizeof(listen), "%s:0", ans[i].ip);
@@ -252,7 +256,11 @@ static void start_fabric(void)
     shp_sockaddr_str(&am_listener.addr, am_addr, sizeof(am_addr));
     for (i = 0; i < NANS; i++) {
         snprintf(ans[i].name, sizeof(ans[i].name), i ? "leaf%d" : "root", i);
-        snprintf(ans[i].ip, sizeof(ans[i].ip), "127.0.1.%d", i + 1);
+        if (tr_ip != NULL) {
+            snprintf(ans[i].ip, sizeof(ans[i].ip), "%s", tr_ip);
+        } else {
+            snprintf(ans[i].ip, sizeof(ans[i].ip), "127.0.1.%d", i + 1);
+        }
         start_an(i);
     }
     {
@@ -378,7 +386,11 @@ static pid_t start_member(const group_t *g, int rank, const char *plan,
     snprintf(rk, sizeof(rk), "%d", rank);
     snprintf(osts, sizeof(osts), "%u", g->osts);
     snprintf(payload, sizeof(payload), "%u", g->payload);
-    snprintf(local, sizeof(local), "127.0.2.%d", rank + 1);
+    if (tr_ip != NULL) {
+        snprintf(local, sizeof(local), "%s", tr_ip);
+    } else {
+        snprintf(local, sizeof(local), "127.0.2.%d", rank + 1);
+    }
     snprintf(done_fd, sizeof(done_fd), "%d", done_pipe[1]);
     snprintf(log, sizeof(log), "%s/member-%u-%d.log", logdir, g->gid, rank);
     argv[n++] = exe;
@@ -408,6 +420,8 @@ static pid_t start_member(const group_t *g, int rank, const char *plan,
     argv[n++] = (char *)plan;
     argv[n++] = "--local";
     argv[n++] = local;
+    argv[n++] = "--transport";
+    argv[n++] = (char *)tr_name;
     if (g->mcast != NULL && strcmp(g->dist, "rc")) {
         argv[n++] = "--mcast";
         argv[n++] = (char *)g->mcast;
@@ -604,6 +618,9 @@ static void test_two_jobs(void **state)
 
 static void test_bad_input(void **state)
 {
+    if (strcmp(tr_name, "tcp") != 0) {
+        skip(); /* it writes raw bytes on a TCP socket */
+    }
     static const char *const extra[] = {"--ops", "200", NULL};
     group_t g = {6, 7, key_a, "rc", NULL, 8, 256};
     shp_sockaddr_t sa;
@@ -745,6 +762,10 @@ int main(int argc, char **argv)
     (void)argc;
     (void)argv;
     signal(SIGPIPE, SIG_IGN);
+    if (getenv("SHARP_TEST_TRANSPORT") != NULL) {
+        tr_name = getenv("SHARP_TEST_TRANSPORT");
+        tr_ip = getenv("SHARP_TEST_IP");
+    }
     n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     assert_true(n > 0);
     self[n] = '\0';
