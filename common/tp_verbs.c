@@ -627,6 +627,9 @@ static shp_status_t vb_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
     if (ep->closed || ep->close_pending) {
         return SHP_ERR_CLOSED;
     }
+    if (ep->ud && !ep->sender) {
+        return SHP_ERR_UNSUPPORTED; /* a multicast receiver only receives */
+    }
     if (len > vb_msg_max(base->tp) ||
         (ep->ud && ep->ud_max && len > ep->ud_max)) {
         return SHP_ERR_TOO_LARGE;

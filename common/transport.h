@@ -30,7 +30,9 @@ typedef struct shp_tp_ep shp_tp_ep_t;
 typedef struct shp_tp_ep_cbs {
     void (*on_msg)(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
                    const void *payload);
-    void (*on_connect)(shp_tp_ep_t *ep); /* may be NULL */
+    /* the endpoint is ready: connected, or (verbs) joined to its multicast
+     * group; may be NULL */
+    void (*on_connect)(shp_tp_ep_t *ep);
     void (*on_close)(shp_tp_ep_t *ep, shp_status_t reason);
 } shp_tp_ep_cbs_t;
 

@@ -229,6 +229,9 @@ static void on_connect(shp_tp_ep_t *ep)
 {
     coll_comm_t *comm = ep->arg;
     uint8_t payload[SHP_WIRE_JOIN_LEN];
+    if (comm == NULL || ep != comm->ep) {
+        return; /* the multicast endpoint joined its group */
+    }
     shp_wire_join_t join = {.job_id = comm->ctx->job_id,
                             .child_index = comm->child};
     shp_wire_hdr_t h;

@@ -305,6 +305,9 @@ static void on_connect(shp_tp_ep_t *e)
     shp_wire_join_t join;
     shp_wire_hdr_t h;
 
+    if (e != ep) {
+        return; /* the multicast endpoint joined its group */
+    }
     connected = 1;
     shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN, o.tree, o.group, 0);
     h.payload_len = SHP_WIRE_JOIN_LEN;

@@ -789,5 +789,8 @@ int main(int argc, char **argv)
             shp_auth_key_load(secret_file, &am_key, err, sizeof(err)), SHP_OK);
     }
     shp_log_set_level(SHP_LOG_ERROR);
+    if (getenv("SHARP_TEST_ONLY") != NULL) { /* one test, by name */
+        cmocka_set_test_filter(getenv("SHARP_TEST_ONLY"));
+    }
     return cmocka_run_group_tests_name("an_tree", tests, NULL, NULL);
 }

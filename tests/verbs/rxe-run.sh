@@ -88,6 +88,7 @@ R=/new
 mount -t proc proc $R/proc; mount -t sysfs sysfs $R/sys; mount -t devtmpfs dev $R/dev
 mkdir -p $R/dev/pts $R/dev/shm; mount -t devpts devpts $R/dev/pts; mount -t tmpfs tmpfs $R/dev/shm
 mount -t tmpfs tmpfs $R/run; mount -t tmpfs tmpfs $R/tmp
+mkdir -p "$R$RWDIR" # under a fresh tmpfs (/tmp, /run) it is not there
 mount -t 9p -o $O,cache=mmap rw "$R$RWDIR" || die "mount $RWDIR"
 M="chroot $R /sbin/modprobe -d $KROOT -S $KVER"
 $M crc32_generic 2>/dev/null # rxe checksums its packets with crc32
