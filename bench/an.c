@@ -30,37 +30,11 @@
 #include <sys/stat.h>
 
 static char bindir[512], dir[64], secret[128];
-static pid_t pids[64];
-static int npids;
-
-static void spawn(char *const argv[], const char *log)
-{
-    pid_t p = fork();
-    if (p == 0) {
-        FILE *f = freopen(log, "a", stdout);
-        (void)f;
-        dup2(1, 2);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    pids[npids++] = p;
-}
-
-static void stop_all(void)
-{
-    for (int i = 0; i < npids; i++) {
-        kill(pids[i], SIGTERM);
-    }
-    for (int i = 0; i < npids; i++) {
-        waitpid(pids[i], NULL, 0);
-    }
-    npids = 0;
-}
 
 static void cleanup(void)
 {
     char cmd[128];
-    stop_all();
+    bench_stop_all();
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd) != 0) {
         fprintf(stderr, "cannot remove %s\n", dir);
@@ -89,7 +63,7 @@ static json_t *fabric_group(const char *topo, int nhosts, int osts,
         amaddr, "--admin-socket",     "",           "--secret-file",
         secret, "--log-level",        "warn",       "--group-osts",
         osts_s, "--tree-settle",      "50ms",       NULL};
-    spawn(am_argv, log);
+    bench_spawn(am_argv, log);
     usleep(200000);
     int k = 0;
     for (size_t i = 0; i < shp_topo_count(t); i++) {
@@ -104,7 +78,7 @@ static json_t *fabric_group(const char *topo, int nhosts, int osts,
         char *an_argv[] = {an_exe, "--name",      name,   "--listen",
                            listen, "--am",        amaddr, "--secret-file",
                            secret, "--log-level", "warn", NULL};
-        spawn(an_argv, log);
+        bench_spawn(an_argv, log);
     }
     shp_topo_free(t);
     snprintf(exe, sizeof(exe), "%s/sharpd", bindir);
@@ -112,7 +86,7 @@ static json_t *fabric_group(const char *topo, int nhosts, int osts,
     char *sd_argv[] = {exe,    "--host",      "n00001", "--socket",
                        sock,   "--am",        amaddr,   "--secret-file",
                        secret, "--log-level", "warn",   NULL};
-    spawn(sd_argv, log);
+    bench_spawn(sd_argv, log);
 
     json_t *hosts = json_array();
     for (int h = 0; h < nhosts; h++) {
@@ -375,7 +349,7 @@ int main(int argc, char **argv)
     uint32_t lat_ops = 3000;
     double lat_us = emulate(g, 1, 200, lat_ops) * 1e6 / lat_ops;
     json_decref(g);
-    stop_all();
+    bench_stop_all();
 
     /* (b) one AN, 16 members, 64 outstanding */
     shp_topo_t *t = shp_topo_new();

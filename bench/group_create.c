@@ -16,6 +16,7 @@
 #include "am/trees.h"
 #include "common/ctl.h"
 #include "common/time.h"
+#include "bench/bench_util.h"
 #include "bench/ctl_client.h"
 
 #include <errno.h>
@@ -33,30 +34,10 @@
 #define ROUNDS 20
 
 static char bindir[512], dir[64];
-static pid_t pids[256];
-static int npids;
-
-static void spawn(char *const argv[], const char *log)
-{
-    pid_t p = fork();
-    if (p == 0) {
-        FILE *f = freopen(log, "a", stdout);
-        (void)f;
-        dup2(1, 2);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    pids[npids++] = p;
-}
 
 static void cleanup(void)
 {
-    for (int i = 0; i < npids; i++) {
-        kill(pids[i], SIGTERM);
-    }
-    for (int i = 0; i < npids; i++) {
-        waitpid(pids[i], NULL, 0);
-    }
+    bench_stop_all();
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd) != 0) {
@@ -169,7 +150,7 @@ int main(void)
                        "--tree-settle",
                        "100ms",
                        NULL};
-    spawn(am_argv, log);
+    bench_spawn(am_argv, log);
     usleep(300000);
     int k = 0;
     for (size_t i = 0; i < nn; i++) {
@@ -195,7 +176,7 @@ int main(void)
                            "--log-level",
                            "warn",
                            NULL};
-        spawn(an_argv, log);
+        bench_spawn(an_argv, log);
         k++;
     }
     snprintf(exe, sizeof(exe), "%s/sharpd", bindir);
@@ -212,7 +193,7 @@ int main(void)
                        "--log-level",
                        "warn",
                        NULL};
-    spawn(sd_argv, log);
+    bench_spawn(sd_argv, log);
 
     /* every AN up and trees built, then the job (retried while trees
      * settle) */
