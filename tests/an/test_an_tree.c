@@ -55,6 +55,9 @@ static char bindir[400], logdir[400], secret_file[450];
 /* SHARP_TEST_TRANSPORT=verbs SHARP_TEST_IP=addr: the same tests over verbs
  * (in the soft-RoCE guest, every process on that one address) */
 static const char *tr_name = "tcp", *tr_ip;
+/* SHARP_TEST_KEEPALIVE: the ANs' AM keepalive (1s; an emulated guest needs
+ * more) */
+static const char *keepalive = "1s";
 static shp_auth_key_t am_key;
 static int64_t next_id = 1;
 static struct {
@@ -224,10 +227,10 @@ static void start_an(int i)
 {
     char exe[600], listen[64], log[600];
     char *argv[] = {
-        exe,    "--name",        ans[i].name,   "--listen",    listen,
-        "--am", am_addr,         "--log-level", "info",        "--am-keepalive",
-        "1s",   "--secret-file", secret_file,   "--transport", (char *)tr_name,
-        NULL};
+        exe,         "--name",         ans[i].name,       "--listen",
+        listen,      "--am",           am_addr,           "--log-level",
+        "info",      "--am-keepalive", (char *)keepalive, "--secret-file",
+        secret_file, "--transport",    (char *)tr_name,   NULL};
 
     snprintf(exe, sizeof(exe), "%s/sharp_an", bindir);
     snprintf(listen, sizeof(listen), "%s:0", ans[i].ip);
@@ -762,6 +765,9 @@ int main(int argc, char **argv)
     (void)argc;
     (void)argv;
     signal(SIGPIPE, SIG_IGN);
+    if (getenv("SHARP_TEST_KEEPALIVE") != NULL) {
+        keepalive = getenv("SHARP_TEST_KEEPALIVE");
+    }
     if (getenv("SHARP_TEST_TRANSPORT") != NULL) {
         tr_name = getenv("SHARP_TEST_TRANSPORT");
         tr_ip = getenv("SHARP_TEST_IP");
