@@ -688,7 +688,8 @@ static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     if (g == NULL) {
         return;
     }
-    for (unsigned k = 0; k < g->nchildren; k++) {
+    /* only a group some member left pays for this check */
+    for (unsigned k = 0; g->nleft > 0 && k < g->nchildren; k++) {
         if (g->children[k].left &&
             shp_seq_diff(hdr->seq, g->children[k].next_seq) >= 0) {
             shp_an_op_error(g, hdr, SHP_ERR_GROUP_FAILED,
@@ -866,7 +867,10 @@ static void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     }
     if (status == SHP_OK) {
         g->children[join.child_index].link = l;
-        g->children[join.child_index].left = 0;
+        if (g->children[join.child_index].left) {
+            g->children[join.child_index].left = 0;
+            g->nleft--;
+        }
         an->stats.joins++;
     } else {
         an->stats.join_refused++;
@@ -889,6 +893,7 @@ static void shp_an_leave(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
         return;
     }
     g->children[ci].left = 1;
+    g->nleft++;
     g->children[ci].link = NULL;
     shp_an_link_del_group(l, g->id);
     /* the echo tells the member that nothing more of this group follows:

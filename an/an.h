@@ -102,6 +102,7 @@ struct shp_an_group {
     uint64_t job_id;
     uint8_t key[SHP_WIRE_JOB_KEY_LEN];
     unsigned nchildren;
+    unsigned nleft; /* children that left (group_leave) */
     shp_an_child_t *children;
     int is_top;
     uint32_t parent_index;
