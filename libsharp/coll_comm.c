@@ -480,12 +480,8 @@ static void comm_free(coll_comm_t *comm)
 
 static void group_destroy(coll_ctx_t *ctx, uint32_t gid)
 {
-    shp_status_t st;
-    json_decref(coll_sd_call(
-        ctx,
-        json_pack("{s:s, s:o, s:I}", "type", "group_destroy", "job_id",
-                  shp_json_u64(ctx->job_id), "group_id", (json_int_t)gid),
-        &st));
+    coll_sd_job_request(ctx, "group_destroy",
+                        json_pack("{s:I}", "group_id", (json_int_t)gid));
 }
 
 SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
@@ -588,6 +584,7 @@ SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
 }
 
 static int post(coll_comm_t *comm, coll_req_t *r, void **handle);
+static coll_req_t *barrier_req(void);
 
 /*
  * Destroying a group: every member sends a last barrier and leaves at once
@@ -610,11 +607,8 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
     coll_req_t *r = NULL;
     coll_lock(ctx);
     comm->destroying = 1;
-    if (comm->failed == SHP_OK && (r = calloc(1, sizeof(*r))) != NULL) {
+    if (comm->failed == SHP_OK && (r = barrier_req()) != NULL) {
         void *h = r;
-        r->barrier = 1;
-        r->nfrags = 1;
-        r->es = 1;
         if (post(comm, r, &h) != SHARP_COLL_SUCCESS) {
             r = NULL; /* post freed it */
         }
@@ -656,6 +650,18 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
 }
 
 /* Requests ------------------------------------------------------------------- */
+
+/* one operation without payload */
+static coll_req_t *barrier_req(void)
+{
+    coll_req_t *r = calloc(1, sizeof(*r));
+    if (r != NULL) {
+        r->barrier = 1;
+        r->nfrags = 1;
+        r->es = 1;
+    }
+    return r;
+}
 
 static int post(coll_comm_t *comm, coll_req_t *r, void **handle)
 {
@@ -746,8 +752,9 @@ static int desc_ptr(const struct sharp_coll_data_desc *d, void **ptr,
     return SHARP_COLL_SUCCESS;
 }
 
-/* a reduction request from a reduce spec: kind 0 allreduce, 1 reduce,
- * 2 reduce-scatter */
+/* a reduction request from a reduce spec */
+enum { K_ALLREDUCE, K_REDUCE, K_REDUCE_SCATTER };
+
 static int reduce_req(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
                       int kind, coll_req_t **out)
 {
@@ -770,14 +777,14 @@ static int reduce_req(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
     if (shp_reduce_desc_check(&d, NULL) != SHP_OK) {
         return SHARP_COLL_ENOT_SUPP;
     }
-    if (kind == 1 && (spec->root < 0 || spec->root >= comm->size)) {
+    if (kind == K_REDUCE && (spec->root < 0 || spec->root >= comm->size)) {
         return SHARP_COLL_EINVAL;
     }
     coll_req_t *r = calloc(1, sizeof(*r));
     if (r == NULL) {
         return SHARP_COLL_ENOMEM;
     }
-    int keep = kind != 1 || spec->root == comm->rank;
+    int keep = kind != K_REDUCE || spec->root == comm->rank;
     rp = NULL;
     rl = 0;
     if ((rc = desc_ptr(&spec->sbuf_desc, &sp, &sl, &r->src_iov, 1)) !=
@@ -790,11 +797,11 @@ static int reduce_req(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
     r->desc = d;
     r->es = shp_reduce_elem_size(&d);
     size_t n = spec->length * r->es;
-    r->total = kind == 2 ? n * (size_t)comm->size : n;
+    r->total = kind == K_REDUCE_SCATTER ? n * (size_t)comm->size : n;
     if ((spec->length > 0 && (sp == NULL || (keep && rp == NULL))) ||
-        (kind == 2 && r->total / (size_t)comm->size != n) ||
+        (kind == K_REDUCE_SCATTER && r->total / (size_t)comm->size != n) ||
         (r->src_iov.buf && sl < r->total) ||
-        (r->dst_iov.buf && rl < (kind == 2 ? n : r->total))) {
+        (r->dst_iov.buf && rl < (kind == K_REDUCE_SCATTER ? n : r->total))) {
         req_release(r);
         return SHARP_COLL_EINVAL;
     }
@@ -802,7 +809,7 @@ static int reduce_req(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
     r->s_lo = 0;
     r->s_hi = r->total;
     r->dst = rp;
-    if (kind == 2) {
+    if (kind == K_REDUCE_SCATTER) {
         r->r_lo = (size_t)comm->rank * n;
         r->r_hi = r->r_lo + n;
     } else {
@@ -847,45 +854,47 @@ static int do_reduce(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
 SHP_API int sharp_coll_do_allreduce(struct sharp_coll_comm *comm,
                                     struct sharp_coll_reduce_spec *spec)
 {
-    return do_reduce(comm, spec, 0, NULL);
+    return do_reduce(comm, spec, K_ALLREDUCE, NULL);
 }
 
 SHP_API int sharp_coll_do_allreduce_nb(struct sharp_coll_comm *comm,
                                        struct sharp_coll_reduce_spec *spec,
                                        void **handle)
 {
-    return handle ? do_reduce(comm, spec, 0, handle) : SHARP_COLL_EINVAL;
+    return handle ? do_reduce(comm, spec, K_ALLREDUCE, handle)
+                  : SHARP_COLL_EINVAL;
 }
 
 SHP_API int sharp_coll_do_reduce(struct sharp_coll_comm *comm,
                                  struct sharp_coll_reduce_spec *spec)
 {
-    return do_reduce(comm, spec, 1, NULL);
+    return do_reduce(comm, spec, K_REDUCE, NULL);
 }
 
 SHP_API int sharp_coll_do_reduce_nb(struct sharp_coll_comm *comm,
                                     struct sharp_coll_reduce_spec *spec,
                                     void **handle)
 {
-    return handle ? do_reduce(comm, spec, 1, handle) : SHARP_COLL_EINVAL;
+    return handle ? do_reduce(comm, spec, K_REDUCE, handle) : SHARP_COLL_EINVAL;
 }
 
 SHP_API int sharp_coll_do_reduce_scatter(struct sharp_coll_comm *comm,
                                          struct sharp_coll_reduce_spec *spec)
 {
-    return do_reduce(comm, spec, 2, NULL);
+    return do_reduce(comm, spec, K_REDUCE_SCATTER, NULL);
 }
 
 SHP_API int sharp_coll_do_reduce_scatter_nb(struct sharp_coll_comm *comm,
                                             struct sharp_coll_reduce_spec *spec,
                                             void **handle)
 {
-    return handle ? do_reduce(comm, spec, 2, handle) : SHARP_COLL_EINVAL;
+    return handle ? do_reduce(comm, spec, K_REDUCE_SCATTER, handle)
+                  : SHARP_COLL_EINVAL;
 }
 
 /* bytes moved by BOR: bcast and allgather (r allocated by the caller) */
-static int bytes_req(coll_comm_t *comm, void *src, size_t s_lo, size_t s_hi,
-                     void *dst, size_t total, coll_req_t *r)
+static int bytes_req(void *src, size_t s_lo, size_t s_hi, void *dst,
+                     size_t total, coll_req_t *r)
 {
     r->desc = (shp_reduce_desc_t){SHP_DTYPE_U8, SHP_OP_BOR, SHP_DTYPE_NULL};
     r->es = 1;
@@ -896,7 +905,6 @@ static int bytes_req(coll_comm_t *comm, void *src, size_t s_lo, size_t s_hi,
     r->dst = dst;
     r->r_lo = 0;
     r->r_hi = dst ? total : 0;
-    (void)comm;
     return SHARP_COLL_SUCCESS;
 }
 
@@ -930,8 +938,7 @@ static int do_bcast(coll_comm_t *comm, struct sharp_coll_bcast_spec *spec,
         return SHARP_COLL_EINVAL;
     }
     coll_lock(comm->ctx);
-    rc = bytes_req(comm, p, 0, root ? spec->size : 0, root ? NULL : p,
-                   spec->size, r);
+    rc = bytes_req(p, 0, root ? spec->size : 0, root ? NULL : p, spec->size, r);
     rc = run(comm, r, rc, handle);
     coll_unlock(comm->ctx);
     return rc;
@@ -980,7 +987,7 @@ static int do_allgather(coll_comm_t *comm, struct sharp_coll_gather_spec *spec,
     }
     size_t lo = (size_t)comm->rank * n;
     coll_lock(comm->ctx);
-    rc = bytes_req(comm, sp, lo, lo + n, rp, total, r);
+    rc = bytes_req(sp, lo, lo + n, rp, total, r);
     rc = run(comm, r, rc, handle);
     coll_unlock(comm->ctx);
     return rc;
@@ -1005,14 +1012,8 @@ static int do_barrier(coll_comm_t *comm, void **handle)
         return SHARP_COLL_EINVAL;
     }
     coll_lock(comm->ctx);
-    coll_req_t *r = calloc(1, sizeof(*r));
-    int rc = SHARP_COLL_ENOMEM;
-    if (r != NULL) {
-        r->barrier = 1;
-        r->nfrags = 1;
-        r->es = 1;
-        rc = run(comm, r, SHARP_COLL_SUCCESS, handle);
-    }
+    coll_req_t *r = barrier_req();
+    int rc = r ? run(comm, r, SHARP_COLL_SUCCESS, handle) : SHARP_COLL_ENOMEM;
     coll_unlock(comm->ctx);
     return rc;
 }

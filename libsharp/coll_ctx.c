@@ -335,6 +335,18 @@ json_t *coll_sd_call(coll_ctx_t *ctx, json_t *msg, shp_status_t *st)
     return r;
 }
 
+void coll_sd_job_request(coll_ctx_t *ctx, const char *type, json_t *extra)
+{
+    shp_status_t st;
+    json_t *msg = json_pack("{s:s, s:o}", "type", type, "job_id",
+                            shp_json_u64(ctx->job_id));
+    if (extra != NULL) {
+        json_object_update(msg, extra);
+        json_decref(extra);
+    }
+    json_decref(coll_sd_call(ctx, msg, &st));
+}
+
 /* Out-of-band helpers ------------------------------------------------------- */
 
 int coll_oob_gather(coll_ctx_t *ctx, void *oob, int root, void *sbuf,
@@ -632,12 +644,7 @@ SHP_API int sharp_coll_init(struct sharp_coll_init_spec *spec,
         rc = st;
         if (rc != SHARP_COLL_SUCCESS && spec->world_rank == 0 &&
             st != SHARP_COLL_EOOB) {
-            shp_status_t s;
-            json_decref(
-                coll_sd_call(ctx,
-                             json_pack("{s:s, s:o}", "type", "job_end",
-                                       "job_id", shp_json_u64(ctx->job_id)),
-                             &s));
+            coll_sd_job_request(ctx, "job_end", NULL);
         }
     }
     if (rc != SHARP_COLL_SUCCESS) {
@@ -673,11 +680,7 @@ SHP_API int sharp_coll_finalize(struct sharp_coll_context *ctx)
         (void)ctx->spec.oob_colls.barrier(ctx->spec.oob_ctx);
     }
     if (ctx->spec.world_rank == 0 && ctx->sd_up && !ctx->job_failed) {
-        shp_status_t st;
-        json_decref(coll_sd_call(ctx,
-                                 json_pack("{s:s, s:o}", "type", "job_end",
-                                           "job_id", shp_json_u64(ctx->job_id)),
-                                 &st));
+        coll_sd_job_request(ctx, "job_end", NULL);
     }
     ctx->job_ok = 0;
     ctx_free(ctx);

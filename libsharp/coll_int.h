@@ -140,6 +140,9 @@ void coll_unlock(coll_ctx_t *ctx);
 void coll_progress_once(coll_ctx_t *ctx, int may_block);
 /* a request to sharpd and its answer (NULL: none; *st says why) */
 json_t *coll_sd_call(coll_ctx_t *ctx, json_t *msg, shp_status_t *st);
+/* a request about this job whose answer does not matter (job_end,
+ * group_destroy): the type, the job id and `extra`'s members (consumed) */
+void coll_sd_job_request(coll_ctx_t *ctx, const char *type, json_t *extra);
 int coll_oob_gather(coll_ctx_t *ctx, void *oob, int root, void *sbuf,
                     void *rbuf, int len);
 int coll_oob_bcast(coll_ctx_t *ctx, void *oob, void *buf, int len, int root);
