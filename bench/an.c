@@ -99,7 +99,7 @@ static json_t *fabric_group(const char *topo, int nhosts, int osts,
     for (int tries = 0; tries < 300 && g == NULL; tries++) {
         usleep(100000);
         if (fd < 0) {
-            fd = sock_open(sock);
+            fd = shp_unix_connect(sock);
             continue;
         }
         json_t *r =

@@ -2,6 +2,7 @@
 #ifndef SHP_BENCH_UTIL_H
 #define SHP_BENCH_UTIL_H
 
+#include "common/net.h"
 #include "common/time.h"
 
 #include <errno.h>
@@ -45,24 +46,6 @@ static inline void bench_stop_all(void)
     bench_npids = 0;
 }
 
-/* all of len bytes, read (wr 0) or written (wr 1) */
-static inline int bench_io(int fd, void *buf, size_t len, int wr)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = wr ? write(fd, p, len) : read(fd, p, len);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* 8-byte ping-pong over loopback TCP: mean round trip in us */
 static inline double bench_tcp_rtt_us(void)
 {
@@ -83,7 +66,7 @@ static inline double bench_tcp_rtt_us(void)
             _exit(1);
         }
         for (int i = 0; i < iters + 100; i++) {
-            if (bench_io(c, buf, 8, 0) || bench_io(c, buf, 8, 1)) {
+            if (shp_fd_io_full(c, buf, 8, 0) || shp_fd_io_full(c, buf, 8, 1)) {
                 _exit(1);
             }
         }
@@ -96,7 +79,7 @@ static inline double bench_tcp_rtt_us(void)
         if (i == 100) {
             t0 = shp_time_ns();
         }
-        if (bench_io(c, buf, 8, 1) || bench_io(c, buf, 8, 0)) {
+        if (shp_fd_io_full(c, buf, 8, 1) || shp_fd_io_full(c, buf, 8, 0)) {
             return -1;
         }
     }

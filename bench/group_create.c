@@ -208,7 +208,7 @@ int main(void)
     for (int tries = 0; tries < 300 && !ok; tries++) {
         usleep(100000);
         if (fd < 0) {
-            fd = sock_open(sd_sock);
+            fd = shp_unix_connect(sd_sock);
             continue;
         }
         json_t *r =

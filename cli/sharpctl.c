@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #ifndef SHP_VERSION
@@ -119,82 +118,27 @@ static int usage_error(const char *fmt, const char *arg)
 
 /* The admin socket ------------------------------------------------------- */
 
-static int read_full(int fd, void *buf, size_t len)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* one request, its reply (NULL and an exit code in *rc on failure) */
 static json_t *call(json_t *req, int *rc)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    uint8_t *frame = NULL, hdr[SHP_CTL_HDR_LEN];
-    size_t len;
     json_t *reply = NULL;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    shp_status_t st;
+    const char *why;
+    int fd = shp_unix_connect(sock_path);
 
     json_object_set_new(req, "id", json_integer(1));
-    if (strlen(sock_path) >= sizeof(sa.sun_path)) {
-        fprintf(stderr, "sharpctl: socket path too long: %s\n", sock_path);
-        *rc = EXIT_USAGE;
-        goto out;
-    }
-    strcpy(sa.sun_path, sock_path);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+    if (fd < 0) {
         fprintf(stderr,
                 "sharpctl: cannot reach the aggregation manager at %s: %s\n",
                 sock_path, strerror(errno));
-        *rc = EXIT_UNREACHABLE;
+        *rc = errno == ENAMETOOLONG ? EXIT_USAGE : EXIT_UNREACHABLE;
         goto out;
     }
-    if (shp_ctl_encode(req, &frame, &len) != SHP_OK ||
-        write(fd, frame, len) != (ssize_t)len) {
-        fprintf(stderr, "sharpctl: cannot send to %s\n", sock_path);
-        *rc = EXIT_UNREACHABLE;
+    reply = shp_ctl_call_fd(fd, req, &st, &why);
+    if (reply == NULL) {
+        fprintf(stderr, "sharpctl: %s: %s\n", sock_path, why);
+        *rc = st == SHP_ERR_IO ? EXIT_UNREACHABLE : EXIT_AM;
         goto out;
-    }
-    for (;;) { /* skip pings */
-        uint8_t type;
-        uint32_t blen;
-        const char *why;
-        if (read_full(fd, hdr, sizeof(hdr)) != 0 ||
-            shp_ctl_hdr_unpack(hdr, &type, &blen, &why) != SHP_OK ||
-            blen > SHP_CTL_MAX_FRAME) {
-            fprintf(stderr, "sharpctl: no answer from %s\n", sock_path);
-            *rc = EXIT_UNREACHABLE;
-            goto out;
-        }
-        uint8_t *body = malloc(SHP_CTL_HDR_LEN + (size_t)blen);
-        if (body == NULL || read_full(fd, body + SHP_CTL_HDR_LEN, blen) != 0) {
-            free(body);
-            *rc = EXIT_UNREACHABLE;
-            goto out;
-        }
-        memcpy(body, hdr, sizeof(hdr));
-        shp_status_t st =
-            shp_ctl_decode(body, SHP_CTL_HDR_LEN + blen, &type, &reply, &why);
-        free(body);
-        if (st != SHP_OK) {
-            fprintf(stderr, "sharpctl: bad answer from %s: %s\n", sock_path,
-                    why);
-            *rc = EXIT_AM;
-            goto out;
-        }
-        if (reply != NULL) {
-            break;
-        }
     }
     int64_t status =
         shp_json_opt_int(reply, "status", INT32_MIN, INT32_MAX, SHP_ERR_PROTO);
@@ -207,7 +151,6 @@ static json_t *call(json_t *req, int *rc)
         *rc = EXIT_AM;
     }
 out:
-    free(frame);
     if (fd >= 0) {
         close(fd);
     }

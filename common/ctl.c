@@ -398,6 +398,63 @@ json_t *shp_ctl_reply(const char *type, int64_t id, shp_status_t status,
     return m;
 }
 
+json_t *shp_ctl_call_fd(int fd, const json_t *req, shp_status_t *st,
+                        const char **why)
+{
+    int64_t id = shp_json_opt_int(req, "id", INT64_MIN, INT64_MAX, -1);
+    uint8_t *frame = NULL, hdr[SHP_CTL_HDR_LEN];
+    size_t len;
+
+    *st = shp_ctl_encode(req, &frame, &len);
+    if (*st != SHP_OK) {
+        *why = "cannot encode the request";
+        return NULL;
+    }
+    int sent = shp_fd_io_full(fd, frame, len, 1);
+    free(frame);
+    if (sent != 0) {
+        *st = SHP_ERR_IO;
+        *why = "cannot send the request";
+        return NULL;
+    }
+    for (;;) {
+        uint8_t type;
+        uint32_t blen;
+        json_t *msg = NULL;
+        if (shp_fd_io_full(fd, hdr, sizeof(hdr), 0) != 0) {
+            *st = SHP_ERR_IO;
+            *why = "no answer";
+            return NULL;
+        }
+        if ((*st = shp_ctl_hdr_unpack(hdr, &type, &blen, why)) != SHP_OK) {
+            return NULL;
+        }
+        uint8_t *body = malloc(SHP_CTL_HDR_LEN + (size_t)blen);
+        if (body == NULL) {
+            *st = SHP_ERR_NO_MEMORY;
+            *why = "no memory";
+            return NULL;
+        }
+        memcpy(body, hdr, sizeof(hdr));
+        if (shp_fd_io_full(fd, body + SHP_CTL_HDR_LEN, blen, 0) != 0) {
+            free(body);
+            *st = SHP_ERR_IO;
+            *why = "the answer was cut short";
+            return NULL;
+        }
+        *st = shp_ctl_decode(body, SHP_CTL_HDR_LEN + blen, &type, &msg, why);
+        free(body);
+        if (*st != SHP_OK) {
+            return NULL;
+        }
+        if (msg != NULL &&
+            shp_json_opt_int(msg, "id", INT64_MIN, INT64_MAX, -1) == id) {
+            return msg;
+        }
+        json_decref(msg); /* a ping, a notification */
+    }
+}
+
 void shp_ctl_on_idle(shp_conn_t *conn)
 {
     if (shp_ctl_send_frame(conn, SHP_CTL_FRAME_PING) != SHP_OK) {

@@ -97,6 +97,14 @@ json_t *shp_json_u64(uint64_t v);
 json_t *shp_ctl_reply(const char *type, int64_t id, shp_status_t status,
                       const char *error);
 
+/* Blocking, for command-line clients: send `req` (which carries an "id") on
+ * a connected socket and return the first message answering that id (a new
+ * reference); pings and unrelated messages are skipped.  NULL on failure:
+ * *st is SHP_ERR_IO when the socket failed or closed, else the decoder's
+ * status for a bad frame; *why says what happened. */
+json_t *shp_ctl_call_fd(int fd, const json_t *req, shp_status_t *st,
+                        const char **why);
+
 /* on_idle of control connections: a ping, or close if it cannot be sent. */
 void shp_ctl_on_idle(shp_conn_t *conn);
 

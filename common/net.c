@@ -134,6 +134,46 @@ int shp_sockaddr_port(const shp_sockaddr_t *addr)
     return -1;
 }
 
+int shp_fd_io_full(int fd, void *buf, size_t len, int write_)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        /* to a socket: no SIGPIPE when the peer is gone, an error */
+        ssize_t n = write_ ? send(fd, p, len, MSG_NOSIGNAL) : read(fd, p, len);
+        if (n < 0 && write_ && errno == ENOTSOCK) {
+            n = write(fd, p, len);
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int shp_unix_connect(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t n = strlen(path);
+    if (n >= sizeof(sa.sun_path)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(sa.sun_path, path, n + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        fd = -1;
+    }
+    return fd;
+}
+
 int shp_fd_set_nonblock(int fd)
 {
     int flags = fcntl(fd, F_GETFL);

@@ -25,6 +25,16 @@ int shp_sockaddr_port(const shp_sockaddr_t *addr);
 
 int shp_fd_set_nonblock(int fd);
 
+/* Blocking I/O of exactly len bytes: read (write 0) or write (write 1),
+ * retried on EINTR and short transfers; a write to a socket whose peer is
+ * gone fails (EPIPE) instead of raising SIGPIPE.  0, or -1 on an error or
+ * end of file. */
+int shp_fd_io_full(int fd, void *buf, size_t len, int write);
+
+/* A blocking connection to the Unix socket at `path` (close-on-exec): the
+ * fd, or -1 with errno (ENAMETOOLONG for a path that does not fit). */
+int shp_unix_connect(const char *path);
+
 /* A non-blocking listening socket (SO_REUSEADDR; unlinks a stale Unix
  * socket path first).  *fd on success. */
 SHP_WUR shp_status_t shp_listen(const shp_sockaddr_t *addr, int backlog,

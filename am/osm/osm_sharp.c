@@ -30,14 +30,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 typedef struct osm_sharp {
     osm_opensm_t *osm;
     char file[512];
-    char am[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    char am[512];
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -142,45 +141,31 @@ static shp_topo_t *walk(osm_sharp_t *p)
 /* ask the manager to load the file (admin request topology_load) */
 static void notify_am(osm_sharp_t *p)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    struct timeval tv = {5, 0};
+    struct timeval tv = {5, 0}; /* never hold the walk thread for long */
     json_t *req = json_pack("{s:s, s:i, s:s}", "type", "topology_load", "id", 1,
                             "file", p->file);
-    uint8_t *frame = NULL, hdr[SHP_CTL_HDR_LEN];
-    size_t len;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    shp_status_t st;
+    const char *why;
+    int fd = shp_unix_connect(p->am);
 
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", p->am);
     if (fd < 0 || req == NULL ||
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
-        connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        shp_ctl_encode(req, &frame, &len) != SHP_OK ||
-        write(fd, frame, len) != (ssize_t)len) {
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
         say(p, OSM_LOG_ERROR, "cannot reach the aggregation manager at %s: %s",
             p->am, strerror(errno));
-        goto out;
-    }
-    /* the answer: header, then body; status 0 or the manager's reason */
-    ssize_t n = read(fd, hdr, sizeof(hdr));
-    uint8_t type;
-    uint32_t blen;
-    const char *why;
-    char body[1024];
-    if (n != (ssize_t)sizeof(hdr) ||
-        shp_ctl_hdr_unpack(hdr, &type, &blen, &why) != SHP_OK ||
-        blen >= sizeof(body) || read(fd, body, blen) != (ssize_t)blen) {
-        say(p, OSM_LOG_ERROR, "no answer from the aggregation manager");
-        goto out;
-    }
-    body[blen] = '\0';
-    if (strstr(body, "\"status\":0") || strstr(body, "\"status\": 0")) {
-        say(p, OSM_LOG_INFO, "the aggregation manager loaded %s", p->file);
     } else {
-        say(p, OSM_LOG_ERROR, "the aggregation manager refused %s: %s", p->file,
-            body);
+        json_t *r = shp_ctl_call_fd(fd, req, &st, &why);
+        if (r == NULL) {
+            say(p, OSM_LOG_ERROR, "no answer from the aggregation manager: %s",
+                why);
+        } else if (shp_json_opt_int(r, "status", INT32_MIN, INT32_MAX, -1) ==
+                   0) {
+            say(p, OSM_LOG_INFO, "the aggregation manager loaded %s", p->file);
+        } else {
+            say(p, OSM_LOG_ERROR, "the aggregation manager refused %s: %s",
+                p->file, shp_json_opt_str(r, "error", "?"));
+        }
+        json_decref(r);
     }
-out:
-    free(frame);
     json_decref(req);
     if (fd >= 0) {
         close(fd);

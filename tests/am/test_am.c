@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -141,28 +140,13 @@ typedef struct client {
     int64_t next_id;
 } client_t;
 
-static int connect_unix(const char *p)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(p) >= sizeof(sa.sun_path))
-        fail_msg("socket path too long: %s", p);
-    memcpy(sa.sun_path, p, strlen(p) + 1);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 static client_t *client_open(const char *sockname)
 {
     char p[600];
     path(p, sizeof(p), sockname);
     int fd = -1;
     for (int i = 0; i < 100 && fd < 0; i++) {
-        fd = connect_unix(p);
+        fd = shp_unix_connect(p);
         if (fd < 0)
             usleep(20000);
     }
@@ -708,7 +692,7 @@ static void test_uid_enforcement(void **state)
         if (setgid(65534) || setuid(65534))
             _exit(90);
         path(p, sizeof(p), "am.sock");
-        _exit(connect_unix(p) < 0 && errno == EACCES ? 0 : 1);
+        _exit(shp_unix_connect(p) < 0 && errno == EACCES ? 0 : 1);
     }
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_int_equal(WEXITSTATUS(st), 0);

@@ -10,6 +10,8 @@
 #ifndef SHP_TEST_OOB_HUB_H
 #define SHP_TEST_OOB_HUB_H
 
+#include "common/net.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <stdint.h>
@@ -34,33 +36,17 @@ typedef struct hub_oob {
 
 static int hub_fd = -1; /* in a member: its end of the socketpair */
 
-static int hub_io(int fd, void *buf, size_t len, int wr)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = wr ? write(fd, p, len) : read(fd, p, len);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* member side: one collective; rbuf gets `rlen` bytes of answer */
 static int hub_call(hub_oob_t *o, int op, int root, const void *sbuf, int slen,
                     int len, void *rbuf, int rlen)
 {
     hub_req_t r = {op, o->tag, o->rank, o->size, root, len};
     int32_t st[2];
-    if (hub_io(hub_fd, &r, sizeof(r), 1) ||
-        (slen > 0 && hub_io(hub_fd, (void *)sbuf, (size_t)slen, 1)) ||
-        hub_io(hub_fd, st, sizeof(st), 0) || st[0] != 0 || st[1] != rlen ||
-        (rlen > 0 && hub_io(hub_fd, rbuf, (size_t)rlen, 0))) {
+    if (shp_fd_io_full(hub_fd, &r, sizeof(r), 1) ||
+        (slen > 0 && shp_fd_io_full(hub_fd, (void *)sbuf, (size_t)slen, 1)) ||
+        shp_fd_io_full(hub_fd, st, sizeof(st), 0) || st[0] != 0 ||
+        st[1] != rlen ||
+        (rlen > 0 && shp_fd_io_full(hub_fd, rbuf, (size_t)rlen, 0))) {
         return -1;
     }
     return 0;
@@ -106,9 +92,9 @@ static void hub_answer(hub_member_t *m, int st, const void *buf, int len)
 {
     int32_t h[2] = {st, st == 0 ? len : 0};
     if (m->fd >= 0) {
-        (void)(hub_io(m->fd, h, sizeof(h), 1) ||
+        (void)(shp_fd_io_full(m->fd, h, sizeof(h), 1) ||
                (st == 0 && len > 0 &&
-                hub_io(m->fd, (void *)buf, (size_t)len, 1)));
+                shp_fd_io_full(m->fd, (void *)buf, (size_t)len, 1)));
     }
     m->waiting = 0;
     free(m->data);
@@ -218,7 +204,8 @@ static int hub_run(hub_t *h, double secs)
             if (!(p[k].revents & (POLLIN | POLLHUP | POLLERR))) {
                 continue;
             }
-            if (m->waiting || hub_io(m->fd, &m->req, sizeof(m->req), 0) != 0) {
+            if (m->waiting ||
+                shp_fd_io_full(m->fd, &m->req, sizeof(m->req), 0) != 0) {
                 /* gone (or talking out of turn): its sets' waiters fail */
                 close(m->fd);
                 m->fd = -1;
@@ -243,7 +230,8 @@ static int hub_run(hub_t *h, double secs)
                            ? m->req.len
                            : 0;
             m->data = calloc(1, (size_t)dlen + 1);
-            if (dlen > 0 && hub_io(m->fd, m->data, (size_t)dlen, 0) != 0) {
+            if (dlen > 0 &&
+                shp_fd_io_full(m->fd, m->data, (size_t)dlen, 0) != 0) {
                 close(m->fd);
                 m->fd = -1;
                 continue;

@@ -4,7 +4,9 @@
 
 #include "common/ctl.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 static size_t make_frame(uint8_t *buf, uint8_t type, const char *body)
 {
@@ -211,6 +213,66 @@ static void test_decode_random(void **state)
     (void)ok;
 }
 
+/* the peer's side of a blocking call: frames written before the call */
+static void put_msg(int fd, json_t *m)
+{
+    uint8_t *f;
+    size_t len;
+    assert_int_equal(shp_ctl_encode(m, &f, &len), SHP_OK);
+    assert_int_equal(shp_fd_io_full(fd, f, len, 1), 0);
+    free(f);
+    json_decref(m);
+}
+
+static void test_call_fd(void **state)
+{
+    int sv[2];
+    shp_status_t st;
+    const char *why;
+    uint8_t ping[SHP_CTL_HDR_LEN];
+    json_t *req = json_pack("{s:s, s:i}", "type", "stats", "id", 7);
+    (void)state;
+
+    /* a ping and an answer to another id are skipped */
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    shp_ctl_hdr_pack(SHP_CTL_FRAME_PING, 0, ping);
+    assert_int_equal(shp_fd_io_full(sv[1], ping, sizeof(ping), 1), 0);
+    put_msg(sv[1], json_pack("{s:s, s:i}", "type", "x_reply", "id", 6));
+    put_msg(sv[1], json_pack("{s:s, s:i, s:i}", "type", "stats_reply", "id", 7,
+                             "status", 0));
+    json_t *r = shp_ctl_call_fd(sv[0], req, &st, &why);
+    assert_non_null(r);
+    assert_string_equal(shp_ctl_type(r), "stats_reply");
+    json_decref(r);
+    /* the request went out whole */
+    uint8_t hdr[SHP_CTL_HDR_LEN];
+    uint8_t type;
+    uint32_t blen;
+    assert_int_equal(shp_fd_io_full(sv[1], hdr, sizeof(hdr), 0), 0);
+    assert_int_equal(shp_ctl_hdr_unpack(hdr, &type, &blen, NULL), SHP_OK);
+    assert_int_equal(type, SHP_CTL_FRAME_MSG);
+
+    /* a frame that is not ours: refused with the decoder's status */
+    memset(hdr, 0x41, sizeof(hdr));
+    assert_int_equal(shp_fd_io_full(sv[1], hdr, sizeof(hdr), 1), 0);
+    assert_null(shp_ctl_call_fd(sv[0], req, &st, &why));
+    assert_int_equal(st, SHP_ERR_PROTO);
+
+    /* the peer gone: SHP_ERR_IO, no hang */
+    close(sv[1]);
+    assert_null(shp_ctl_call_fd(sv[0], req, &st, &why));
+    assert_int_equal(st, SHP_ERR_IO);
+    close(sv[0]);
+    json_decref(req);
+
+    /* a socket path that cannot be: ENAMETOOLONG */
+    char longp[200];
+    memset(longp, 'a', sizeof(longp) - 1);
+    longp[sizeof(longp) - 1] = '\0';
+    assert_int_equal(shp_unix_connect(longp), -1);
+    assert_int_equal(errno, ENAMETOOLONG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -221,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_ping),
         cmocka_unit_test(test_getters),
         cmocka_unit_test(test_decode_random),
+        cmocka_unit_test(test_call_fd),
     };
     return cmocka_run_group_tests_name("ctl", tests, NULL, NULL);
 }
