@@ -19,8 +19,7 @@
  * Last line: RESULT an_8B_latency_over_rtt=<x> an_msgs_per_s=<y>
  */
 #include "am/topo.h"
-#include "bench/bench_util.h"
-#include "bench/ctl_client.h"
+#include "bench/bench_fabric.h"
 #include "common/transport.h"
 
 #include <signal.h>
@@ -41,82 +40,33 @@ static void cleanup(void)
     }
 }
 
-/* The fabric of `topo` (a file) up: sharp_am, an AN per switch, a sharpd
- * for n00001; then a job over `nhosts` hosts and a group of them.
- * Returns the group descriptor. */
+/* The fabric of `topo` (a file) up, a job over `nhosts` hosts and a group
+ * of them.  Returns the group descriptor. */
 static json_t *fabric_group(const char *topo, int nhosts, int osts,
                             const char *net)
 {
-    char exe[600], log[128], sock[128], amaddr[64], osts_s[16];
+    char sock[128], osts_s[16], err[256];
     shp_topo_t *t;
-    char err[256];
     if (shp_topo_load(topo, &t, err, sizeof(err)) != SHP_OK) {
         fprintf(stderr, "%s\n", err);
         exit(1);
     }
-    snprintf(amaddr, sizeof(amaddr), "%s.0.1:6126", net);
     snprintf(osts_s, sizeof(osts_s), "%d", osts);
-    snprintf(exe, sizeof(exe), "%s/sharp_am", bindir);
-    snprintf(log, sizeof(log), "%s/am.log", dir);
-    char *am_argv[] = {
-        exe,    (char *)"--topology", (char *)topo, "--listen",
-        amaddr, "--admin-socket",     "",           "--secret-file",
-        secret, "--log-level",        "warn",       "--group-osts",
-        osts_s, "--tree-settle",      "50ms",       NULL};
-    bench_spawn(am_argv, log);
-    usleep(200000);
-    int k = 0;
-    for (size_t i = 0; i < shp_topo_count(t); i++) {
-        const shp_topo_node_t *nd = shp_topo_node(t, (int)i);
-        if (nd->type != SHP_NODE_SWITCH) {
-            continue;
-        }
-        char an_exe[600], listen[64], name[128];
-        snprintf(an_exe, sizeof(an_exe), "%s/sharp_an", bindir);
-        snprintf(listen, sizeof(listen), "%s.1.%d:0", net, ++k);
-        snprintf(name, sizeof(name), "%s", nd->desc);
-        char *an_argv[] = {an_exe, "--name",      name,   "--listen",
-                           listen, "--am",        amaddr, "--secret-file",
-                           secret, "--log-level", "warn", NULL};
-        bench_spawn(an_argv, log);
-    }
-    shp_topo_free(t);
-    snprintf(exe, sizeof(exe), "%s/sharpd", bindir);
     snprintf(sock, sizeof(sock), "%s/sd-%s.sock", dir, net);
-    char *sd_argv[] = {exe,    "--host",      "n00001", "--socket",
-                       sock,   "--am",        amaddr,   "--secret-file",
-                       secret, "--log-level", "warn",   NULL};
-    bench_spawn(sd_argv, log);
-
-    json_t *hosts = json_array();
-    for (int h = 0; h < nhosts; h++) {
-        char name[16];
-        snprintf(name, sizeof(name), "n%05d", h + 1);
-        json_array_append_new(hosts, json_string(name));
-    }
-    int fd = -1;
-    json_t *g = NULL;
-    for (int tries = 0; tries < 300 && g == NULL; tries++) {
-        usleep(100000);
-        if (fd < 0) {
-            fd = shp_unix_connect(sock);
-            continue;
-        }
+    bench_fabric_up(bindir, dir, secret, t, topo, net, osts_s, sock);
+    shp_topo_free(t);
+    json_t *hosts = bench_hosts(nhosts), *g = NULL;
+    int fd = bench_job_begin(sock, hosts);
+    if (fd >= 0) {
         json_t *r =
-            call(fd, json_pack("{s:s, s:o, s:O}", "type", "job_begin", "job_id",
-                               shp_json_u64(1), "hosts", hosts));
-        int ok = status_of(r) == 0;
-        json_decref(r);
-        if (!ok) {
-            continue;
-        }
-        r = call(fd, json_pack("{s:s, s:o, s:O, s:s}", "type", "group_create",
+            call(fd, json_pack("{s:s, s:o, s:O, s:s}", "type", "group_create",
                                "job_id", shp_json_u64(1), "members", hosts,
                                "dist", "rc"));
         if (status_of(r) == 0 && json_object_get(r, "group")) {
             g = json_incref(json_object_get(r, "group"));
         }
         json_decref(r);
+        /* fd stays open: the job lives as long as its process is there */
     }
     json_decref(hosts);
     if (g == NULL) {
@@ -336,11 +286,7 @@ int main(int argc, char **argv)
     }
     atexit(cleanup);
     signal(SIGPIPE, SIG_IGN);
-    snprintf(secret, sizeof(secret), "%s/secret", dir);
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd),
-             "umask 077 && head -c 32 /dev/urandom | base64 > %s", secret);
-    if (system(cmd) != 0) {
+    if (bench_secret(dir, secret, sizeof(secret)) != 0) {
         return 1;
     }
 

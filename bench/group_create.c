@@ -16,8 +16,7 @@
 #include "am/trees.h"
 #include "common/ctl.h"
 #include "common/time.h"
-#include "bench/bench_util.h"
-#include "bench/ctl_client.h"
+#include "bench/bench_fabric.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -53,7 +52,7 @@ static int cmp(const void *a, const void *b)
 
 int main(void)
 {
-    char self[512], topo_path[128], secret[128], sock[128], sd_sock[128];
+    char self[512], topo_path[128], secret[128], sd_sock[128];
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n <= 0) {
         return 1;
@@ -124,100 +123,14 @@ int main(void)
     }
 
     /* the processes */
-    snprintf(secret, sizeof(secret), "%s/secret", dir);
-    snprintf(sock, sizeof(sock), "%s/am.sock", dir);
-    snprintf(sd_sock, sizeof(sd_sock), "%s/sd.sock", dir);
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd),
-             "umask 077 && head -c 32 /dev/urandom | base64 > %s", secret);
-    if (system(cmd) != 0) {
+    if (bench_secret(dir, secret, sizeof(secret)) != 0) {
         return 1;
     }
-    char exe[600], log[128];
-    snprintf(exe, sizeof(exe), "%s/sharp_am", bindir);
-    snprintf(log, sizeof(log), "%s/am.log", dir);
-    char *am_argv[] = {exe,
-                       "--topology",
-                       topo_path,
-                       "--listen",
-                       "127.17.0.1:6126",
-                       "--admin-socket",
-                       sock,
-                       "--secret-file",
-                       secret,
-                       "--log-level",
-                       "warn",
-                       "--tree-settle",
-                       "100ms",
-                       NULL};
-    bench_spawn(am_argv, log);
-    usleep(300000);
-    int k = 0;
-    for (size_t i = 0; i < nn; i++) {
-        const shp_topo_node_t *nd = shp_topo_node(t, (int)i);
-        if (nd->type != SHP_NODE_SWITCH) {
-            continue;
-        }
-        char an_exe[600], listen[64], name[128];
-        snprintf(an_exe, sizeof(an_exe), "%s/sharp_an", bindir);
-        snprintf(listen, sizeof(listen), "127.17.%d.%d:0", 1 + k / 250,
-                 1 + k % 250);
-        snprintf(name, sizeof(name), "%s", nd->desc);
-        snprintf(log, sizeof(log), "%s/an.log", dir);
-        char *an_argv[] = {an_exe,
-                           "--name",
-                           name,
-                           "--listen",
-                           listen,
-                           "--am",
-                           "127.17.0.1:6126",
-                           "--secret-file",
-                           secret,
-                           "--log-level",
-                           "warn",
-                           NULL};
-        bench_spawn(an_argv, log);
-        k++;
-    }
-    snprintf(exe, sizeof(exe), "%s/sharpd", bindir);
-    snprintf(log, sizeof(log), "%s/sd.log", dir);
-    char *sd_argv[] = {exe,
-                       "--host",
-                       "n00001",
-                       "--socket",
-                       sd_sock,
-                       "--am",
-                       "127.17.0.1:6126",
-                       "--secret-file",
-                       secret,
-                       "--log-level",
-                       "warn",
-                       NULL};
-    bench_spawn(sd_argv, log);
-
-    /* every AN up and trees built, then the job (retried while trees
-     * settle) */
-    int fd = -1;
-    json_t *hosts = json_array();
-    for (int h = 0; h < HOSTS; h++) {
-        char name[16];
-        snprintf(name, sizeof(name), "n%05d", h + 1);
-        json_array_append_new(hosts, json_string(name));
-    }
-    int ok = 0;
-    for (int tries = 0; tries < 300 && !ok; tries++) {
-        usleep(100000);
-        if (fd < 0) {
-            fd = shp_unix_connect(sd_sock);
-            continue;
-        }
-        json_t *r =
-            call(fd, json_pack("{s:s, s:o, s:O}", "type", "job_begin", "job_id",
-                               shp_json_u64(1), "hosts", hosts));
-        ok = status_of(r) == 0;
-        json_decref(r);
-    }
-    if (!ok) {
+    snprintf(sd_sock, sizeof(sd_sock), "%s/sd.sock", dir);
+    bench_fabric_up(bindir, dir, secret, t, topo_path, "127.17", "", sd_sock);
+    json_t *hosts = bench_hosts(HOSTS);
+    int fd = bench_job_begin(sd_sock, hosts);
+    if (fd < 0) {
         fprintf(stderr, "the fabric did not come up (see %s)\n", dir);
         return 1;
     }
