@@ -1294,9 +1294,10 @@ shp_status_t shp_am_topology_load(shp_am_t *am, const char *path, char *err,
     }
     for (shp_am_peer_t *p = am->peers, *next; p; p = next) {
         next = p->next;
-        int node = p->role == AM_PEER_SHARPD ? shp_topo_find(nt, p->host) : 0;
-        if (node < 0 || (p->role == AM_PEER_SHARPD &&
-                         shp_topo_node(nt, node)->type != SHP_NODE_CA))
+        if (p->role != AM_PEER_SHARPD)
+            continue;
+        int node = shp_topo_find(nt, p->host);
+        if (node < 0 || shp_topo_node(nt, node)->type != SHP_NODE_CA)
             shp_conn_close(&p->conn, SHP_ERR_NOT_FOUND);
     }
     am->topo = nt;
