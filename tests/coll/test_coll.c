@@ -145,36 +145,8 @@ static void store(enum sharp_datatype dt, void *buf, size_t i, int64_t v)
     }
 }
 
-/* reference: fold every rank's data in rank order with the engine (the
- * data are small integers: every order gives the same bits) */
-static int reference(shp_reduce_desc_t *d, size_t n, int size, uint64_t salt,
-                     void *out)
-{
-    size_t es = shp_reduce_elem_size(d), vs = shp_dtype_size(d->dtype);
-    uint8_t *all = calloc((size_t)size, n * es + 1);
-    const void *src[64];
-    for (int r = 0; r < size; r++) {
-        uint8_t *b = all + (size_t)r * n * es;
-        for (size_t i = 0; i < n; i++) {
-            int64_t v = val(r, i, salt);
-            if (d->op == SHP_OP_PROD) {
-                v = v % 2 ? -1 : (v % 3 ? 1 : 2);
-            }
-            uint8_t tmp[16];
-            store((enum sharp_datatype)d->dtype, tmp, 0, v);
-            memcpy(b + i * es, tmp, vs);
-            if (shp_op_is_loc(d->op)) {
-                int32_t tag = r;
-                memcpy(b + i * es + vs, &tag, 4);
-            }
-        }
-        src[r] = b;
-    }
-    shp_status_t st = shp_reduce_fold(d, out, src, (unsigned)size, n);
-    free(all);
-    return st == SHP_OK ? 0 : -1;
-}
-
+/* rank's data in an exact-arithmetic test (small integers; products of
+ * -1, 1 and 2; MINLOC/MAXLOC tags are the rank) */
 static void my_data(shp_reduce_desc_t *d, size_t n, int rank, uint64_t salt,
                     void *buf)
 {
@@ -192,6 +164,23 @@ static void my_data(shp_reduce_desc_t *d, size_t n, int rank, uint64_t salt,
             memcpy((uint8_t *)buf + i * es + vs, &tag, 4);
         }
     }
+}
+
+/* reference: fold every rank's data in rank order with the engine (the
+ * data are small integers: every order gives the same bits) */
+static int reference(shp_reduce_desc_t *d, size_t n, int size, uint64_t salt,
+                     void *out)
+{
+    size_t es = shp_reduce_elem_size(d);
+    uint8_t *all = calloc((size_t)size, n * es + 1);
+    const void *src[64];
+    for (int r = 0; r < size; r++) {
+        my_data(d, n, r, salt, all + (size_t)r * n * es);
+        src[r] = all + (size_t)r * n * es;
+    }
+    shp_status_t st = shp_reduce_fold(d, out, src, (unsigned)size, n);
+    free(all);
+    return st == SHP_OK ? 0 : -1;
 }
 
 /* flags of allreduce_check */
