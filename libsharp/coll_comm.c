@@ -287,12 +287,16 @@ void coll_comm_tick(coll_comm_t *comm, uint64_t now)
                            "an operation made no progress for coll_timeout");
             return;
         }
-        /* only with multicast can a result go missing */
-        if (comm->mep != NULL && now - f->asked_ns > rt) {
+        /* only with multicast can a result go missing; the AN answers one
+         * request over RC (at once, or when the result comes), so asking
+         * again is a backstop only: the gap doubles, up to 64 x */
+        if (comm->mep != NULL &&
+            now - f->asked_ns > rt << (f->asks < 6 ? f->asks : 6)) {
             shp_wire_hdr_t h;
             shp_wire_hdr_init(&h, SHP_WIRE_OP_RETRANS_REQ, comm->tree_id,
                               comm->group_id, s);
             f->asked_ns = now;
+            f->asks++;
             ctx->stats.retrans++;
             if (shp_tp_send(comm->ep, &h, NULL) != SHP_OK) {
                 coll_comm_fail(comm, SHP_ERR_CONN_RESET,

@@ -75,7 +75,8 @@ static const shp_config_opt_t coll_opts[] = {
     {"poll_batch", "16", "loop iterations per sharp_coll_progress() call",
      offsetof(coll_cfg_t, poll_batch), &shp_cfg_uint, &r_batch},
     {"retrans_timeout", "20ms",
-     "ask the leaf AN again for a result not received after this",
+     "ask the leaf AN for a multicast result not received after this "
+     "(again after twice as long, and so on)",
      offsetof(coll_cfg_t, retrans_ms), &shp_cfg_time},
     {"coll_timeout", "-1",
      "fail an operation without progress for this long (-1: the init "

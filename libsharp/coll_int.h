@@ -84,6 +84,7 @@ typedef struct coll_frag {
     uint32_t count;
     int busy, done;
     uint64_t sent_ns, asked_ns;
+    unsigned asks; /* retransmit requests sent for it */
 } coll_frag_t;
 
 struct sharp_coll_comm {
