@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/time.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1142,4 +1143,47 @@ json_t *shp_an_stats_json(const shp_an_t *an)
         (json_int_t)s->err_protocol, "groups_failed",
         (json_int_t)s->groups_failed, "links_lost", (json_int_t)s->links_lost,
         "bytes_in", (json_int_t)an->tp.stats.bytes_in);
+}
+
+/* SIGUSR1: the state of every group, to the log (what an operator needs
+ * when members say they wait) */
+void shp_an_dump(const shp_an_t *an)
+{
+    const shp_an_group_t *g, *tmp;
+    char line[512];
+
+    shp_info("state: %u groups, %u trees, %" PRIu64 " operations folded, "
+             "%" PRIu64 " messages in, %" PRIu64 " out",
+             an->ngroups, an->ntrees, an->stats.ops, an->tp.stats.msgs_in,
+             an->tp.stats.msgs_out);
+    an->tp.ops->dump((shp_tp_t *)&an->tp);
+    if (an->have_mcast) {
+        an->mcast_tp.ops->dump((shp_tp_t *)&an->mcast_tp);
+    }
+    HASH_ITER(hh, an->groups, g, tmp)
+    {
+        size_t n = 0;
+        unsigned i;
+
+        n += (size_t)snprintf(line + n, sizeof(line) - n,
+                              "group %u (job %" PRIu64 ", tree %u)%s%s: "
+                              "folded %u, children next",
+                              g->id, g->job_id, g->tree_id,
+                              g->is_top ? " top" : "",
+                              g->failed ? " FAILED" : "", g->folded);
+        for (i = 0; i < g->nchildren && n < sizeof(line) - 16; i++) {
+            n += (size_t)snprintf(line + n, sizeof(line) - n, " %u%s",
+                                  g->children[i].next_seq,
+                                  g->children[i].link == NULL ? "(gone)" : "");
+        }
+        shp_info("%s", line);
+        for (i = 0; i < g->nslots; i++) {
+            const shp_an_slot_t *s = &g->slots[i];
+            static const char *const names[] = {"free", "fold", "up", "done"};
+            if (s->state == SHP_AN_SLOT_FOLD || s->state == SHP_AN_SLOT_UP) {
+                shp_info("group %u slot %u: op %u %s, %u of %u arrived", g->id,
+                         i, s->seq, names[s->state], s->arrived, g->nchildren);
+            }
+        }
+    }
 }

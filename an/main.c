@@ -78,8 +78,16 @@ static void shp_an_on_reload(void *arg)
                                 offsetof(shp_an_config_t, log_level));
 }
 
+static void shp_an_on_usr1(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    shp_an_dump(w->data);
+}
+
 int main(int argc, char **argv)
 {
+    ev_signal usr1;
     static shp_an_t an;
     shp_config_action_t action;
     shp_config_err_t err;
@@ -94,7 +102,9 @@ int main(int argc, char **argv)
                         "\n"
                         "The aggregation node of sharp: reduces its children's "
                         "data in a fixed order and\npasses it up the tree, or "
-                        "distributes results at the top of a group.",
+                        "distributes results at the top of a group.\n"
+                        "SIGHUP re-reads the log level; SIGUSR1 logs every "
+                        "group's and connection's state.",
                         &action, &err) != SHP_OK) {
         fprintf(stderr, "sharp_an: %s\n", err.msg);
         shp_config_release(&shp_an_table, &an.cfg);
@@ -126,6 +136,9 @@ int main(int argc, char **argv)
         return 1;
     }
     shp_signals_start(&sig, loop, shp_an_on_stop, shp_an_on_reload, &an);
+    ev_signal_init(&usr1, shp_an_on_usr1, SIGUSR1);
+    usr1.data = &an;
+    ev_signal_start(loop, &usr1);
     shp_an_ctl_start(&an);
     /* the address children use, for scripts and tests */
     printf("sharp_an %s listening on %s\n", an.cfg.name, an.data_addr);
@@ -134,6 +147,7 @@ int main(int argc, char **argv)
     ev_run(loop, 0);
 
     an.stopping = 1;
+    ev_signal_stop(loop, &usr1);
     shp_an_ctl_stop(&an);
     shp_an_stop(&an);
     shp_signals_stop(&sig, loop);

@@ -231,4 +231,5 @@ const shp_tp_ops_t shp_tp_tcp_ops = {
     .close = shp_tcp_close,
     .mcast_join = shp_tp_stub_ep,
     .mcast_sender = shp_tp_stub_ep,
+    .dump = shp_tp_stub_dump,
 };

@@ -275,4 +275,5 @@ const shp_tp_ops_t shp_tp_udp_ops = {
     .close = shp_udp_close,
     .mcast_join = shp_udp_mcast_join,
     .mcast_sender = shp_udp_mcast_sender,
+    .dump = shp_tp_stub_dump,
 };

@@ -10,18 +10,35 @@
  * Every endpoint has its own PD, CQ and completion channel; the channel's fd
  * and the rdma_cm event channel's fd are libev watchers (drain, re-arm,
  * drain again).  Buffers: one registered region per endpoint holding
- * VB_RECV receive slots (always posted) and VB_SEND send slots; a message is
- * copied into a free send slot (or queued while none is free).  Flow
- * control is the receiver-not-ready retry of RC (rnr_retry 7: retry
- * forever), so a slow receiver slows the sender and loses nothing.  A
- * multicast message must fit the path MTU (SHP_ERR_TOO_LARGE otherwise).
+ * VB_RECV receive slots (always posted) and VB_SEND send slots of VB_SLOT
+ * bytes; a message is copied into free send slots (or queued while none is
+ * free).  On RC a message longer than a slot goes in several sends, every
+ * one but the last flagged "more", and is put back together on arrival (RC
+ * keeps them in order): an endpoint registers half a megabyte whatever the
+ * largest payload, where a slot per largest message would pin 64 KiB x 128
+ * per connection and take seconds to register on soft-RoCE.
+ *
+ * Flow control on RC is by credits, so that a sender never finds the
+ * receive queue empty: each side grants the other VB_RECV - VB_RESERVE
+ * messages in the rdma_cm private data of connect / accept; every message
+ * is a SEND_WITH_IMM whose immediate value returns the receives consumed
+ * since the last one.  A side that has nothing to send returns credits in a
+ * zero-length message once VB_CREDIT_BATCH of them have piled up; those
+ * land in the VB_RESERVE receives no grant covers (at most
+ * (VB_RECV - VB_RESERVE) / VB_CREDIT_BATCH < VB_RESERVE of them can be
+ * unread at a time).  Receiver-not-ready retry (rnr_retry 7) stays as a
+ * backstop only: rdma_cm leaves its timer at 655 ms and soft-RoCE has been
+ * seen to stall on it for good under load.  A multicast message must fit
+ * the path MTU (SHP_ERR_TOO_LARGE otherwise); datagrams have no credits.
  */
 #include "common/log.h"
 #include "common/net.h"
+#include "common/time.h"
 #include "common/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <infiniband/verbs.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -29,14 +46,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define VB_RECV 128
-#define VB_SEND 128
-#define VB_GRH 40 /* UD receives start with the global route header */
+#define VB_RECV 64
+#define VB_SEND 64
+#define VB_SLOT 4096 /* bytes per RC send; also the largest UD message */
+#define VB_GRH 40    /* UD receives start with the global route header */
 #define VB_TIMEOUT_MS 5000
+#define VB_RESERVE 4 /* receives for credit-only messages */
+#define VB_CREDIT_BATCH (VB_RECV / 4)
+#define VB_WR_CREDIT UINT64_MAX /* wr_id of a credit-only send */
+/* the immediate value of an RC send */
+#define VB_IMM_CREDITS 0xffffu  /* receives returned */
+#define VB_IMM_ONLY (1u << 30)  /* credits only: no data */
+#define VB_IMM_MORE (1u << 31)  /* the message goes on in the next send */
+#define VB_CM_MAGIC 0x53485631u /* "SHV1": the private data is ours */
+
+/* credit-only messages fit the receives no grant covers (see above) */
+_Static_assert((VB_RECV - VB_RESERVE) / VB_CREDIT_BATCH < VB_RESERVE,
+               "too few reserved receives");
+
+/* rdma_cm private data of connect and accept, network order */
+typedef struct {
+    uint32_t magic;
+    uint32_t credits; /* messages the sender of this may receive */
+} vb_cm_priv_t;
 
 typedef struct vb_msg {
     struct vb_msg *next;
-    size_t len;
+    size_t len, off; /* off: bytes already posted */
     uint8_t data[];
 } vb_msg_t;
 
@@ -58,6 +94,13 @@ typedef struct vb_ep {
     uint32_t remote_qpn, remote_qkey;
     size_t ud_max; /* largest UD message (path MTU) */
     struct sockaddr_storage maddr;
+    uint8_t *rx_msg; /* a message arriving in several sends */
+    size_t rx_len;
+    int tx_credits;      /* sends the peer can take now */
+    int rx_to_return;    /* receives consumed, not yet returned */
+    int credit_inflight; /* credit-only sends not completed */
+    uint64_t n_events, n_sent, n_recvd, n_queued; /* for the dump */
+    uint64_t last_event_ns;
     struct vb_ep *next;
 } vb_ep_t;
 
@@ -130,10 +173,11 @@ static shp_status_t vb_setup_qp(vb_ep_t *ep, struct rdma_cm_id *id, int ud)
 
     ep->id = id;
     ep->ud = ud;
-    ep->slot = vb_msg_max(tp) + (ud ? VB_GRH : 0);
+    ep->slot = VB_SLOT + (ud ? VB_GRH : 0);
     ep->pd = ibv_alloc_pd(id->verbs);
     ep->cc = ep->pd ? ibv_create_comp_channel(id->verbs) : NULL;
-    ep->cq = ep->cc ? ibv_create_cq(id->verbs, VB_RECV + VB_SEND, ep, ep->cc, 0)
+    ep->cq = ep->cc ? ibv_create_cq(id->verbs, VB_RECV + VB_SEND + VB_RESERVE,
+                                    ep, ep->cc, 0)
                     : NULL;
     if (ep->cq == NULL || ibv_req_notify_cq(ep->cq, 0) != 0) {
         return SHP_ERR_NO_RESOURCE;
@@ -142,7 +186,7 @@ static shp_status_t vb_setup_qp(vb_ep_t *ep, struct rdma_cm_id *id, int ud)
     qa.send_cq = ep->cq;
     qa.recv_cq = ep->cq;
     qa.qp_type = ud ? IBV_QPT_UD : IBV_QPT_RC;
-    qa.cap.max_send_wr = VB_SEND;
+    qa.cap.max_send_wr = VB_SEND + VB_RESERVE;
     qa.cap.max_recv_wr = VB_RECV;
     qa.cap.max_send_sge = 1;
     qa.cap.max_recv_sge = 1;
@@ -174,18 +218,23 @@ static shp_status_t vb_setup_qp(vb_ep_t *ep, struct rdma_cm_id *id, int ud)
         ep->ud_max = ibv_query_port(id->verbs, id->port_num, &pa) == 0
                          ? (size_t)128 << pa.active_mtu
                          : 1024;
+        if (ep->ud_max > VB_SLOT) {
+            ep->ud_max = VB_SLOT;
+        }
     }
     return SHP_OK;
 }
 
-/* post one message from a free slot; 0 when there was none */
-static int vb_post_send(vb_ep_t *ep, const void *a, size_t alen, const void *b,
-                        size_t blen, shp_status_t *st)
+static int vb_can_post(const vb_ep_t *ep)
 {
-    *st = SHP_OK;
-    if (ep->nfree == 0) {
-        return 0;
-    }
+    return ep->ready && ep->nfree > 0 && (ep->ud || ep->tx_credits > 0);
+}
+
+/* Post a + b (at most a slot) from a free slot; the caller checked
+ * vb_can_post().  `more`: the message goes on in the next send. */
+static shp_status_t vb_post(vb_ep_t *ep, const void *a, size_t alen,
+                            const void *b, size_t blen, int more)
+{
     int i = ep->free_slots[--ep->nfree];
     uint8_t *slot = ep->bufs + (size_t)i * ep->slot;
     memcpy(slot, a, alen);
@@ -204,30 +253,67 @@ static int vb_post_send(vb_ep_t *ep, const void *a, size_t alen, const void *b,
         wr.wr.ud.ah = ep->ah;
         wr.wr.ud.remote_qpn = ep->remote_qpn;
         wr.wr.ud.remote_qkey = ep->remote_qkey;
+    } else {
+        wr.opcode = IBV_WR_SEND_WITH_IMM;
+        wr.imm_data =
+            htonl((uint32_t)ep->rx_to_return | (more ? VB_IMM_MORE : 0));
     }
     if (ibv_post_send(ep->id->qp, &wr, &bad) != 0) {
         ep->free_slots[ep->nfree++] = i;
-        *st = SHP_ERR_IO;
+        return SHP_ERR_IO;
     }
-    return 1;
+    if (!ep->ud) {
+        ep->tx_credits--;
+        ep->rx_to_return = 0;
+    }
+    return SHP_OK;
 }
 
-static void vb_drain_queue(vb_ep_t *ep)
+/* Return credits in a message of their own when nothing carried them. */
+static shp_status_t vb_return_credits(vb_ep_t *ep)
 {
-    shp_status_t st;
-    while (ep->queue != NULL && ep->ready &&
-           vb_post_send(ep, ep->queue->data, ep->queue->len, NULL, 0, &st)) {
+    struct ibv_send_wr wr = {.wr_id = VB_WR_CREDIT,
+                             .num_sge = 0,
+                             .opcode = IBV_WR_SEND_WITH_IMM,
+                             .send_flags = IBV_SEND_SIGNALED},
+                       *bad;
+    if (ep->ud || !ep->ready || ep->rx_to_return < VB_CREDIT_BATCH ||
+        ep->credit_inflight >= VB_RESERVE) {
+        return SHP_OK; /* a completion will bring us back */
+    }
+    wr.imm_data = htonl((uint32_t)ep->rx_to_return | VB_IMM_ONLY);
+    if (ibv_post_send(ep->id->qp, &wr, &bad) != 0) {
+        return SHP_ERR_IO;
+    }
+    ep->rx_to_return = 0;
+    ep->credit_inflight++;
+    return SHP_OK;
+}
+
+/* Post what is queued, a slot at a time, while credits and slots last. */
+static shp_status_t vb_drain_queue(vb_ep_t *ep)
+{
+    while (ep->queue != NULL && vb_can_post(ep)) {
         vb_msg_t *m = ep->queue;
-        ep->queue = m->next;
-        if (ep->queue == NULL) {
-            ep->queue_tail = NULL;
+        size_t n = m->len - m->off;
+        int more = !ep->ud && n > VB_SLOT;
+        if (more) {
+            n = VB_SLOT;
         }
-        free(m);
+        shp_status_t st = vb_post(ep, m->data + m->off, n, NULL, 0, more);
         if (st != SHP_OK) {
-            shp_tp_close(&ep->base);
-            return;
+            return st;
+        }
+        m->off += n;
+        if (m->off == m->len) {
+            ep->queue = m->next;
+            if (ep->queue == NULL) {
+                ep->queue_tail = NULL;
+            }
+            free(m);
         }
     }
+    return SHP_OK;
 }
 
 static void vb_fail(vb_ep_t *ep, shp_status_t why)
@@ -243,6 +329,33 @@ static void vb_fail(vb_ep_t *ep, shp_status_t why)
     }
 }
 
+/* One RC receive: a whole message, or a piece of one (`more`: not the
+ * last).  Pieces gather in rx_msg. */
+static shp_status_t vb_recv_rc(vb_ep_t *ep, const uint8_t *m, size_t len,
+                               int more)
+{
+    size_t max = vb_msg_max(ep->base.tp);
+    ep->n_recvd += !more;
+    if (ep->rx_len == 0 && !more) {
+        return shp_tp_deliver(&ep->base, m, len);
+    }
+    if (ep->rx_len + len > max) {
+        ep->base.tp->stats.malformed++;
+        return SHP_ERR_PROTO; /* longer than any message can be */
+    }
+    if (ep->rx_msg == NULL && (ep->rx_msg = malloc(max)) == NULL) {
+        return SHP_ERR_NO_MEMORY;
+    }
+    memcpy(ep->rx_msg + ep->rx_len, m, len);
+    ep->rx_len += len;
+    if (more) {
+        return SHP_OK;
+    }
+    len = ep->rx_len;
+    ep->rx_len = 0;
+    return shp_tp_deliver(&ep->base, ep->rx_msg, len);
+}
+
 static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     vb_ep_t *ep = w->data;
@@ -254,6 +367,8 @@ static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
 
     if (ibv_get_cq_event(ep->cc, &cq, &ctx) == 0) {
         ibv_ack_cq_events(cq, 1);
+        ep->n_events++;
+        ep->last_event_ns = shp_time_ns();
     }
     ep->in_cb = 1;
     for (int pass = 0; pass < 2 && !ep->close_pending; pass++) {
@@ -268,22 +383,40 @@ static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
                 if (wc[k].opcode & IBV_WC_RECV) {
                     uint8_t *m = ep->bufs + (size_t)i * ep->slot;
                     size_t len = wc[k].byte_len;
+                    uint32_t imm = (wc[k].wc_flags & IBV_WC_WITH_IMM)
+                                       ? ntohl(wc[k].imm_data)
+                                       : 0;
+                    shp_status_t st = SHP_OK;
+                    ep->tx_credits += (int)(imm & VB_IMM_CREDITS);
                     if (ep->ud) {
                         m += VB_GRH;
                         len = len >= VB_GRH ? len - VB_GRH : 0;
+                        /* a sender's QP is a member too: it hears itself;
+                         * a bad datagram is only dropped */
+                        if (!ep->sender && !shp_tp_drop_datagram(ep->base.tp)) {
+                            ep->n_recvd++;
+                            (void)shp_tp_deliver(&ep->base, m, len);
+                        }
+                    } else if (!ep->ready && ep->accepted) {
+                        /* data before the ESTABLISHED event: the peer is
+                         * up (its RTU may be lost or late); tell rdma_cm,
+                         * which then reports ESTABLISHED, and go on */
+                        (void)rdma_notify(ep->id, IBV_EVENT_COMM_EST);
+                        ep->ready = 1;
                     }
-                    /* a sender's QP is a member too: it hears itself */
-                    int skip = ep->sender ||
-                               (ep->ud && shp_tp_drop_datagram(ep->base.tp));
-                    shp_status_t st =
-                        skip ? SHP_OK : shp_tp_deliver(&ep->base, m, len);
-                    if (st != SHP_OK && !ep->ud) {
-                        vb_fail(ep, st); /* a datagram is only dropped */
+                    if (!ep->ud && !(imm & VB_IMM_ONLY)) {
+                        ep->rx_to_return++;
+                        st = vb_recv_rc(ep, m, len, imm & VB_IMM_MORE);
                     }
-                    if (!ep->close_pending && vb_post_recv(ep, i) != 0) {
+                    if (st != SHP_OK) {
+                        vb_fail(ep, st);
+                    } else if (!ep->close_pending && vb_post_recv(ep, i) != 0) {
                         vb_fail(ep, SHP_ERR_NO_RESOURCE);
                     }
+                } else if (wc[k].wr_id == VB_WR_CREDIT) {
+                    ep->credit_inflight--;
                 } else {
+                    ep->n_sent++;
                     ep->free_slots[ep->nfree++] = i;
                 }
             }
@@ -292,7 +425,11 @@ static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
             ibv_req_notify_cq(ep->cq, 0);
         }
     }
-    vb_drain_queue(ep);
+    /* what is queued carries credits back; if nothing is, alone */
+    if (!ep->close_pending &&
+        (vb_drain_queue(ep) != SHP_OK || vb_return_credits(ep) != SHP_OK)) {
+        vb_fail(ep, SHP_ERR_IO);
+    }
     ep->in_cb = 0;
     if (ep->close_pending) {
         vb_finish_close(ep);
@@ -335,6 +472,7 @@ static void vb_release(vb_ep_t *ep)
         rdma_destroy_id(ep->id);
     }
     free(ep->bufs);
+    free(ep->rx_msg);
     while (ep->queue != NULL) {
         vb_msg_t *m = ep->queue;
         ep->queue = m->next;
@@ -348,6 +486,8 @@ static void vb_finish_close(vb_ep_t *ep)
         return;
     }
     ep->closed = 1;
+    shp_debug("verbs: %s closed: %s", ep->base.peer,
+              shp_status_str(ep->close_reason));
     vb_unlink(ep);
     vb_release(ep);
     if (ep->base.cbs != NULL && ep->base.cbs->on_close != NULL) {
@@ -358,18 +498,28 @@ static void vb_finish_close(vb_ep_t *ep)
 
 /* rdma_cm events --------------------------------------------------------------- */
 
-static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev)
+/* `grant`: the credits the peer's private data gave (0: none) */
+static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
 {
     vb_tp_t *v = vb_of(tp);
     vb_ep_t *ep = ev->id->context;
-    struct rdma_conn_param cp = {.responder_resources = 1,
+    vb_cm_priv_t mine = {htonl(VB_CM_MAGIC), htonl(VB_RECV - VB_RESERVE)};
+    struct rdma_conn_param cp = {.private_data = &mine,
+                                 .private_data_len = sizeof(mine),
+                                 .responder_resources = 1,
                                  .initiator_depth = 1,
                                  .retry_count = 7,
                                  .rnr_retry_count = 7};
     shp_status_t st;
 
+    shp_debug("verbs: %s on %s (status %d)", rdma_event_str(ev->event),
+              ep != NULL ? ep->base.peer : "a new connection", ev->status);
     switch (ev->event) {
     case RDMA_CM_EVENT_CONNECT_REQUEST: /* ev->id is the new connection */
+        if (grant == 0) {               /* not one of ours */
+            rdma_reject(ev->id, NULL, 0);
+            return;
+        }
         ep = vb_ep_new(tp, NULL, NULL);
         if (ep == NULL) {
             rdma_reject(ev->id, NULL, 0);
@@ -377,6 +527,7 @@ static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev)
         }
         ev->id->context = ep;
         ep->accepted = 1;
+        ep->tx_credits = grant;
         {
             shp_sockaddr_t pa = {.len = sizeof(struct sockaddr_in)};
             memcpy(&pa.ss, rdma_get_peer_addr(ev->id),
@@ -424,11 +575,20 @@ static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev)
         if (ep == NULL) {
             return;
         }
+        if (!ep->accepted) { /* the accept's private data */
+            if (grant == 0) {
+                vb_fail(ep, SHP_ERR_PROTO);
+                return;
+            }
+            ep->tx_credits = grant;
+        }
         ep->ready = 1;
         if (!ep->accepted && ep->base.cbs->on_connect != NULL) {
             ep->base.cbs->on_connect(&ep->base);
         }
-        vb_drain_queue(ep);
+        if (vb_drain_queue(ep) != SHP_OK) {
+            vb_fail(ep, SHP_ERR_IO);
+        }
         return;
     case RDMA_CM_EVENT_MULTICAST_JOIN:
         if (ep == NULL) {
@@ -447,7 +607,9 @@ static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev)
         if (ep->base.cbs->on_connect != NULL) {
             ep->base.cbs->on_connect(&ep->base);
         }
-        vb_drain_queue(ep);
+        if (vb_drain_queue(ep) != SHP_OK) {
+            vb_fail(ep, SHP_ERR_IO);
+        }
         return;
     case RDMA_CM_EVENT_DISCONNECTED:
         if (ep != NULL) {
@@ -476,10 +638,22 @@ static void vb_ch_cb(struct ev_loop *loop, ev_io *w, int revents)
 
     while (rdma_get_cm_event(vb_of(tp)->ch, &ev) == 0) {
         /* copy what we need, ack first: an id can only be destroyed once
-         * its events are acked */
+         * its events are acked (the private data goes with the ack) */
         struct rdma_cm_event copy = *ev;
+        vb_cm_priv_t peer;
+        int grant = 0;
+        if ((ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ||
+             ev->event == RDMA_CM_EVENT_ESTABLISHED) &&
+            ev->param.conn.private_data != NULL &&
+            ev->param.conn.private_data_len >= sizeof(peer)) {
+            memcpy(&peer, ev->param.conn.private_data, sizeof(peer));
+            if (ntohl(peer.magic) == VB_CM_MAGIC &&
+                ntohl(peer.credits) <= VB_RECV) {
+                grant = (int)ntohl(peer.credits);
+            }
+        }
         rdma_ack_cm_event(ev);
-        vb_cm_event(tp, &copy);
+        vb_cm_event(tp, &copy, grant);
     }
 }
 
@@ -622,7 +796,6 @@ static shp_status_t vb_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
     vb_ep_t *ep = (vb_ep_t *)base;
     uint8_t raw[SHP_WIRE_HDR_LEN];
     size_t len = SHP_WIRE_HDR_LEN + hdr->payload_len;
-    shp_status_t st;
 
     if (ep->closed || ep->close_pending) {
         return SHP_ERR_CLOSED;
@@ -631,23 +804,25 @@ static shp_status_t vb_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
         return SHP_ERR_UNSUPPORTED; /* a multicast receiver only receives */
     }
     if (len > vb_msg_max(base->tp) ||
-        (ep->ud && ep->ud_max && len > ep->ud_max)) {
+        (ep->ud && len > (ep->ud_max ? ep->ud_max : VB_SLOT))) {
         return SHP_ERR_TOO_LARGE;
     }
     shp_wire_hdr_pack(hdr, raw);
     base->tp->stats.msgs_out++;
     base->tp->stats.bytes_out += len;
-    if (ep->ready && ep->queue == NULL &&
-        vb_post_send(ep, raw, sizeof(raw), payload, hdr->payload_len, &st)) {
-        return st;
+    if (ep->queue == NULL && len <= VB_SLOT && vb_can_post(ep)) {
+        return vb_post(ep, raw, sizeof(raw), payload, hdr->payload_len, 0);
     }
-    /* not connected yet, or no free slot: keep a copy in order */
+    /* not connected yet, no credit or slot, or longer than a slot: a copy
+     * goes in the queue, which keeps the order */
     vb_msg_t *m = malloc(sizeof(*m) + len);
     if (m == NULL) {
         return SHP_ERR_NO_MEMORY;
     }
     m->next = NULL;
     m->len = len;
+    m->off = 0;
+    ep->n_queued++;
     memcpy(m->data, raw, sizeof(raw));
     if (hdr->payload_len > 0) {
         memcpy(m->data + sizeof(raw), payload, hdr->payload_len);
@@ -658,7 +833,36 @@ static shp_status_t vb_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
         ep->queue = m;
     }
     ep->queue_tail = m;
-    return SHP_OK;
+    return vb_drain_queue(ep);
+}
+
+static void vb_dump(shp_tp_t *tp)
+{
+    for (vb_ep_t *ep = vb_of(tp)->eps; ep != NULL; ep = ep->next) {
+        struct ibv_qp_attr qa = {0};
+        struct ibv_qp_init_attr qi;
+        unsigned queued = 0;
+        for (vb_msg_t *m = ep->queue; m != NULL; m = m->next) {
+            queued++;
+        }
+        if (ep->id == NULL || ep->id->qp == NULL ||
+            ibv_query_qp(ep->id->qp, &qa, IBV_QP_STATE, &qi) != 0) {
+            qa.qp_state = IBV_QPS_RESET;
+        }
+        shp_info("verbs %s %s%s: qp state %d, %d of %d send slots free, "
+                 "%u queued (%" PRIu64 " ever), %d credits, %d to return, "
+                 "%" PRIu64 " sent, %" PRIu64 " received, %" PRIu64
+                 " cq events (last %.3f s ago)",
+                 ep->base.peer,
+                 ep->ud ? (ep->sender ? "mcast-tx" : "mcast-rx")
+                        : (ep->accepted ? "accepted" : "rc"),
+                 ep->ready ? "" : " (not ready)", (int)qa.qp_state, ep->nfree,
+                 VB_SEND, queued, ep->n_queued, ep->tx_credits,
+                 ep->rx_to_return, ep->n_sent, ep->n_recvd, ep->n_events,
+                 ep->n_events
+                     ? (double)(shp_time_ns() - ep->last_event_ns) / 1e9
+                     : 0.0);
+    }
 }
 
 static void vb_close(shp_tp_ep_t *base)
@@ -677,4 +881,5 @@ const shp_tp_ops_t shp_tp_verbs_ops = {
     .close = vb_close,
     .mcast_join = vb_mcast_join,
     .mcast_sender = vb_mcast_sender,
+    .dump = vb_dump,
 };

@@ -97,6 +97,11 @@ void shp_tp_stub_cleanup(shp_tp_t *tp)
     (void)tp;
 }
 
+void shp_tp_stub_dump(shp_tp_t *tp)
+{
+    (void)tp;
+}
+
 shp_status_t shp_tp_stub_listen(shp_tp_t *tp, const char *addr,
                                 shp_tp_accept_cb_t on_accept)
 {

@@ -75,6 +75,8 @@ typedef struct shp_tp_ops {
     shp_status_t (*mcast_sender)(shp_tp_t *tp, const char *group,
                                  const shp_tp_ep_cbs_t *cbs, void *arg,
                                  shp_tp_ep_t **ep);
+    /* log the state of every endpoint (diagnostics, SIGUSR1) */
+    void (*dump)(shp_tp_t *tp);
 } shp_tp_ops_t;
 
 struct shp_tp {
@@ -120,6 +122,7 @@ shp_status_t shp_tp_deliver(shp_tp_ep_t *ep, const void *msg, size_t len);
  * SHP_ERR_UNSUPPORTED (or NULL / nothing), so no slot is ever NULL. */
 shp_status_t shp_tp_stub_init(shp_tp_t *tp);
 void shp_tp_stub_cleanup(shp_tp_t *tp);
+void shp_tp_stub_dump(shp_tp_t *tp);
 shp_status_t shp_tp_stub_listen(shp_tp_t *tp, const char *addr,
                                 shp_tp_accept_cb_t on_accept);
 const char *shp_tp_stub_listen_addr(shp_tp_t *tp);

@@ -172,6 +172,12 @@ static void finish(int code)
         return;
     }
     exit_code = code;
+    if (code >= 3) { /* what this member's transport holds, for the logs */
+        fprintf(stderr, "member %u: sent up to %ld, done up to %ld\n", o.rank,
+                next_send, next_done);
+        shp_log_set_level(SHP_LOG_INFO);
+        tp.ops->dump(&tp);
+    }
     if (code == 0 && o.done_fd >= 0) {
         /* out-of-band barrier: say we are done and stay (the group stays
          * whole) until the driver has heard from everyone and stops us */
@@ -347,16 +353,19 @@ static void tick_cb(struct ev_loop *l, ev_timer *w, int revents)
     if (lingering) {
         return;
     }
-    if (joined == SHP_OK) {
+    if (joined == SHP_OK && mep != NULL) { /* RC results are never lost */
         for (k = next_done; k < next_send; k++) {
             op_t *op = &ops[k];
-            if (!op->done && now - op->sent_ns > 20 * SHP_NSEC_PER_MSEC &&
-                (k < next_send - 1 || ops[next_send - 1].done ||
-                 now - op->sent_ns > 50 * SHP_NSEC_PER_MSEC)) {
+            /* the AN answers one request (over RC); again only as a
+             * backstop, twice as late each time */
+            uint64_t gap = (20 * SHP_NSEC_PER_MSEC)
+                           << (op->retrans < 6 ? op->retrans : 6);
+            if (!op->done && now - op->sent_ns > gap) {
                 shp_wire_hdr_t h;
                 shp_wire_hdr_init(&h, SHP_WIRE_OP_RETRANS_REQ, o.tree, o.group,
                                   (uint32_t)k);
-                op->sent_ns = now; /* ask at most every 20 ms */
+                op->sent_ns = now;
+                op->retrans++;
                 retrans_sent++;
                 if (ep != NULL && shp_tp_send(ep, &h, NULL) != SHP_OK) {
                     finish(3);

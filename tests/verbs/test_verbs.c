@@ -4,8 +4,12 @@
  *
  *   rc          connect to a listener on SHARP_RXE_IP, 3000 messages each
  *               way with payloads of 0 to 16 KiB (more than the send and
- *               receive rings: flow control), every byte and the order
- *               checked
+ *               receive rings: flow control; above 4 KiB a message goes
+ *               in several sends, put back together), every byte and the
+ *               order checked
+ *   one way     10000 more messages from the client only: the server never
+ *               sends, so its receives come back in credit-only messages
+ *               (without them the client would stop after one grant)
  *   bad input   a malformed message closes the connection and counts
  *   multicast   a UD sender and a receiver joined to one group through
  *               rdma_cm: 200 datagrams, each intact (and nearly all there:
@@ -22,6 +26,7 @@
 #include <string.h>
 
 #define NMSG 3000
+#define NONEWAY 10000
 #define MAXP (16 * 1024)
 
 static struct ev_loop *loop;
@@ -203,6 +208,14 @@ int main(void)
               run_while_u32(&got_cli, NMSG, 60),
           "rc: %u and %u of %u messages arrived", got_srv, got_cli, NMSG);
     printf("rc: %u messages each way, 0-16 KiB, in order and intact\n", NMSG);
+
+    /* one way: credits must come back without data to carry them */
+    for (uint32_t i = NMSG; i < NMSG + NONEWAY; i++) {
+        send_one(cli, i);
+    }
+    CHECK(run_while_u32(&got_srv, NMSG + NONEWAY, 60),
+          "one way: %u of %u messages arrived", got_srv - NMSG, NONEWAY);
+    printf("one way: %u messages, credits returned alone\n", got_srv - NMSG);
 
     /* multicast through rdma_cm */
     char group[64];

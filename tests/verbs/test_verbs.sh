@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The verbs transport's tests inside a soft-RoCE qemu guest; skipped (77)
-# with the reason where no guest can be had.
+# The verbs transport's tests inside a soft-RoCE qemu guest, in one boot:
+# the provider's own test, then the 2-level aggregation tree of real
+# processes (tests/an/test_an_tree) over verbs.  Skipped (77) with the
+# reason where no guest can be had.
 O=${O:-build}
 HERE=$(cd "$(dirname "$0")" && pwd)
-exec "$HERE/rxe-run.sh" "$O/tests/verbs/test_verbs"
+exec "$HERE/rxe-run.sh" sh -c "$O/tests/verbs/test_verbs && \
+SHARP_TEST_TRANSPORT=verbs SHARP_TEST_IP=\$SHARP_RXE_IP $O/tests/an/test_an_tree"
