@@ -63,6 +63,8 @@ static const char *an_log_level = "info"; /* SHARP_TEST_AN_LOG_LEVEL */
  * soft-RoCE guest is emulated (TCG), some 30 operations a second through
  * the tree. */
 static int ops_divisor = 1;
+/* a member gives up after this long without progress (seconds) */
+static const char *member_timeout = "10";
 
 static const char *scaled(int ops, char buf[16])
 {
@@ -453,6 +455,8 @@ static pid_t start_member(const group_t *g, int rank, const char *plan,
     }
     argv[n++] = "--done-fd";
     argv[n++] = done_fd;
+    argv[n++] = "--timeout"; /* the extra arguments may say otherwise */
+    argv[n++] = (char *)member_timeout;
     while (extra != NULL && *extra != NULL && n < 46) {
         argv[n++] = (char *)*extra++;
     }
@@ -831,7 +835,10 @@ int main(int argc, char **argv)
     }
     if (getenv("SHARP_TEST_TRANSPORT") != NULL) {
         tr_name = getenv("SHARP_TEST_TRANSPORT");
-        ops_divisor = strcmp(tr_name, "verbs") ? 1 : 20;
+        if (!strcmp(tr_name, "verbs")) {
+            ops_divisor = 20;
+            member_timeout = "30"; /* 33 processes on 2 emulated CPUs */
+        }
         tr_ip = getenv("SHARP_TEST_IP");
     }
     n = readlink("/proc/self/exe", self, sizeof(self) - 1);
