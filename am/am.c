@@ -161,8 +161,9 @@ static json_t *group_descriptor(shp_am_t *am, shp_am_group_t *g)
         int a = g->plan.member_an[r];
         json_array_append_new(
             members,
-            json_pack("{s:s, s:s, s:i}", "an", am->ans[g->an_of[a]].name,
-                      "addr", am->ans[g->an_of[a]].data_addr, "child_index",
+            json_pack("{s:s, s:s, s:s, s:i}", "an", am->ans[g->an_of[a]].name,
+                      "addr", am->ans[g->an_of[a]].data_addr, "transport",
+                      am->ans[g->an_of[a]].transport, "child_index",
                       g->plan.member_index[r]));
     }
     json_t *ans = json_array();
@@ -370,9 +371,21 @@ static void an_lost(shp_am_t *am, int a, const char *why)
     trees_schedule(am);
 }
 
+/* the AN's data transport ("tcp" when it does not say) */
+static int transport_known(const json_t *msg, const char **transport,
+                           const char **why)
+{
+    *transport = shp_json_opt_str(msg, "transport", "tcp");
+    if (strcmp(*transport, "tcp") != 0 && strcmp(*transport, "verbs") != 0) {
+        *why = "transport must be tcp or verbs";
+        return 0;
+    }
+    return 1;
+}
+
 static void an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
 {
-    const char *name, *addr, *why = "malformed an_register";
+    const char *name, *addr, *transport, *why = "malformed an_register";
     json_t *caps, *groups;
     int64_t mt, mg, mo, mp;
     if (shp_json_get_str(msg, "name", &name, &why) ||
@@ -383,7 +396,8 @@ static void an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         shp_json_get_int(caps, "max_osts", 1, 1 << 30, &mo, &why) ||
         shp_json_get_int(caps, "max_payload", 1, INT64_MAX, &mp, &why) ||
         shp_json_get_array(msg, "groups", &groups, &why) ||
-        strlen(addr) >= sizeof(am->ans[0].data_addr)) {
+        strlen(addr) >= sizeof(am->ans[0].data_addr) ||
+        !transport_known(msg, &transport, &why)) {
         am_send(p, shp_ctl_reply("an_register_ack", 0, SHP_ERR_PROTO, why));
         shp_conn_close(&p->conn, SHP_ERR_PROTO);
         return;
@@ -433,6 +447,7 @@ static void an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     shp_am_an_t *an = &am->ans[a];
     snprintf(an->name, sizeof(an->name), "%s", name);
     snprintf(an->data_addr, sizeof(an->data_addr), "%s", addr);
+    snprintf(an->transport, sizeof(an->transport), "%s", transport);
     an->max_trees = (unsigned)mt;
     an->max_groups = (unsigned)mg;
     an->max_osts = (unsigned)mo;

@@ -74,6 +74,7 @@ typedef struct shp_am_an {
     char name[128];
     int node; /* topology node */
     char data_addr[64];
+    char transport[16]; /* of its data path: tcp or verbs */
     int up;
     shp_am_peer_t *peer;
     unsigned max_trees, max_groups, max_osts;

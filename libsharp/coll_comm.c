@@ -348,6 +348,18 @@ static int group_create(coll_ctx_t *ctx, const char *hosts, int size,
     return *text ? SHARP_COLL_SUCCESS : SHARP_COLL_ENOMEM;
 }
 
+/* the leaf AN's transport: tcp (if it does not say) or verbs */
+static int leaf_transport(const json_t *me, int *verbs)
+{
+    const char *t = shp_json_opt_str(me, "transport", "tcp");
+    *verbs = !strcmp(t, "verbs");
+    if (!*verbs && strcmp(t, "tcp") != 0) {
+        shp_error("the leaf AN's transport %s is not known here", t);
+        return 0;
+    }
+    return 1;
+}
+
 /* every member: its place in the group */
 static int group_parse(coll_comm_t *comm, const char *text)
 {
@@ -368,7 +380,7 @@ static int group_parse(coll_comm_t *comm, const char *text)
         shp_json_get_str(me, "addr", &addr, NULL) == SHP_OK &&
         shp_json_get_int(me, "child_index", 0, 1 << 20, &child, NULL) ==
             SHP_OK &&
-        strlen(addr) < sizeof(comm->leaf)) {
+        strlen(addr) < sizeof(comm->leaf) && leaf_transport(me, &comm->verbs)) {
         maddr = shp_json_opt_str(g, "mcast_addr", "");
         comm->group_id = (uint32_t)gid;
         comm->tree_id = (uint16_t)tree;
@@ -415,23 +427,29 @@ static int group_join(coll_comm_t *comm)
     if (comm->win == NULL || comm->stage == NULL) {
         return SHARP_COLL_ENOMEM;
     }
-    if (tp_ready(ctx, &ctx->tp, &ctx->tp_up, &shp_tp_tcp_ops) !=
+    /* the leaf's transport: tcp (multicast by udp) or verbs (RC and UD) */
+    shp_tp_t *tp = comm->verbs ? &ctx->vtp : &ctx->tp;
+    shp_tp_t *mtp = comm->verbs ? &ctx->vtp : &ctx->utp;
+    if (tp_ready(ctx, tp, comm->verbs ? &ctx->vtp_up : &ctx->tp_up,
+                 comm->verbs ? &shp_tp_verbs_ops : &shp_tp_tcp_ops) !=
         SHARP_COLL_SUCCESS) {
+        shp_error("group %u: no %s transport here", comm->group_id,
+                  comm->verbs ? "verbs" : "tcp");
         return SHARP_COLL_ECONN_TREE;
     }
     if (comm->mcast && ctx->cfg.enable_mcast_target) {
-        if (tp_ready(ctx, &ctx->utp, &ctx->utp_up, &shp_tp_udp_ops) !=
+        if (tp_ready(ctx, mtp, comm->verbs ? &ctx->vtp_up : &ctx->utp_up,
+                     comm->verbs ? &shp_tp_verbs_ops : &shp_tp_udp_ops) !=
                 SHARP_COLL_SUCCESS ||
-            ctx->utp.ops->mcast_join(&ctx->utp, comm->mcast_addr, &ep_cbs, comm,
-                                     &comm->mep) != SHP_OK) {
+            mtp->ops->mcast_join(mtp, comm->mcast_addr, &ep_cbs, comm,
+                                 &comm->mep) != SHP_OK) {
             shp_error("group %u: cannot join multicast %s", comm->group_id,
                       comm->mcast_addr);
             return SHARP_COLL_EGROUP_MCAST;
         }
     }
     comm->join_status = SHP_INPROGRESS;
-    if (ctx->tp.ops->connect(&ctx->tp, comm->leaf, &ep_cbs, comm, &comm->ep) !=
-        SHP_OK) {
+    if (tp->ops->connect(tp, comm->leaf, &ep_cbs, comm, &comm->ep) != SHP_OK) {
         shp_error("group %u: cannot connect to the leaf AN at %s",
                   comm->group_id, comm->leaf);
         comm->ep = NULL;

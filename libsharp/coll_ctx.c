@@ -542,6 +542,9 @@ static void ctx_free(coll_ctx_t *ctx)
     if (ctx->utp_up) {
         shp_tp_cleanup(&ctx->utp);
     }
+    if (ctx->vtp_up) {
+        shp_tp_cleanup(&ctx->vtp);
+    }
     /* let closes complete (on_close callbacks run from the loop) */
     ev_run(ctx->loop, EVRUN_NOWAIT);
     json_decref(ctx->reply);

@@ -68,8 +68,8 @@ struct sharp_coll_context {
     int64_t next_id;
     int64_t want_id; /* the request a blocking call waits for */
     json_t *reply;
-    shp_tp_t tp, utp;
-    int tp_up, utp_up;
+    shp_tp_t tp, utp, vtp; /* tcp, udp multicast, verbs (RC and UD) */
+    int tp_up, utp_up, vtp_up;
     coll_comm_t *comms;
     ev_timer tick;
     pthread_mutex_t lock;
@@ -96,6 +96,7 @@ struct sharp_coll_comm {
     unsigned osts, depth;
     uint32_t payload;
     int mcast;
+    int verbs; /* the leaf AN speaks verbs (else tcp, and udp multicast) */
     char leaf[64], mcast_addr[64];
     unsigned child;
     shp_tp_ep_t *ep, *mep;
