@@ -581,8 +581,9 @@ static void shp_an_result_hdr(const shp_an_group_t *g, const shp_an_slot_t *s,
     h->payload_len = s->len;
 }
 
-/* The result of slot s is in s->acc: pass it down. */
-static void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s)
+/* The result of slot s is in s->acc: pass it down.  `unicast`: the top
+ * could not multicast it, every member gets it over RC. */
+static void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast)
 {
     shp_wire_hdr_t h;
     unsigned i;
@@ -590,17 +591,31 @@ static void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s)
     s->state = SHP_AN_SLOT_DONE;
     g->an->stats.results++;
     if (g->is_top && g->mcast_tx != NULL) {
+        shp_status_t st;
         shp_an_result_hdr(g, s, SHP_WIRE_F_MCAST, &h);
-        if (shp_tp_send(g->mcast_tx, &h, s->acc) == SHP_OK) {
+        st = shp_tp_send(g->mcast_tx, &h, s->acc);
+        if (st == SHP_OK) {
             g->an->stats.mcast_sent++;
+        } else {
+            unicast = 1; /* members must not wait for a request */
+            if (!g->mcast_unfit_logged) {
+                g->mcast_unfit_logged = 1;
+                shp_warn_id("AN0203",
+                            "group %u: cannot multicast a result of %u bytes "
+                            "(%s): results go over RC",
+                            g->id, s->len, shp_status_str(st));
+            }
         }
     }
     for (i = 0; i < g->nchildren; i++) {
         shp_an_child_t *c = &g->children[i];
         /* ANs always get the result (their members may ask for it);
          * members over RC unless multicast alone serves them */
-        if (c->is_an || (g->dist & SHP_AN_DIST_RC) || s->want[i]) {
-            shp_an_result_hdr(g, s, s->want[i] ? SHP_WIRE_F_RETRANS : 0, &h);
+        if (c->is_an || (g->dist & SHP_AN_DIST_RC) || unicast || s->want[i]) {
+            shp_an_result_hdr(g, s,
+                              (s->want[i] ? SHP_WIRE_F_RETRANS : 0) |
+                                  (unicast ? SHP_WIRE_F_UNICAST : 0),
+                              &h);
             shp_an_send(c->link, &h, s->acc);
         }
         s->want[i] = 0;
@@ -617,7 +632,7 @@ static void shp_an_fold_done(shp_an_group_t *g, shp_an_slot_t *s)
     g->bytes += s->len;
     g->an->stats.ops++;
     if (g->is_top) {
-        shp_an_distribute(g, s);
+        shp_an_distribute(g, s, 0);
         return;
     }
     s->state = SHP_AN_SLOT_UP;
@@ -806,7 +821,7 @@ static void shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     if (s->len > 0) {
         memcpy(s->acc, payload, s->len);
     }
-    shp_an_distribute(g, s);
+    shp_an_distribute(g, s, (hdr->flags & SHP_WIRE_F_UNICAST) != 0);
 }
 
 static void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr)

@@ -123,6 +123,7 @@ struct shp_an_group {
     uint8_t **free_bufs; /* recycled payload copies */
     unsigned nfree, cap_free;
     int failed;
+    int mcast_unfit_logged; /* said once: results too large to multicast */
     shp_status_t fail_status;
     uint64_t ops, bytes;
     shp_an_t *an;

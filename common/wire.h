@@ -56,8 +56,12 @@ typedef enum shp_wire_opcode {
 #define SHP_WIRE_F_MCAST (1u << 0)   /* result sent by multicast */
 #define SHP_WIRE_F_RETRANS (1u << 1) /* result resent on request */
 #define SHP_WIRE_F_BARRIER (1u << 2) /* no payload: a barrier */
+/* a result multicast could not carry (above its MTU): ANs pass it down
+ * over RC to every member */
+#define SHP_WIRE_F_UNICAST (1u << 3)
 #define SHP_WIRE_F_KNOWN                                                       \
-    (SHP_WIRE_F_MCAST | SHP_WIRE_F_RETRANS | SHP_WIRE_F_BARRIER)
+    (SHP_WIRE_F_MCAST | SHP_WIRE_F_RETRANS | SHP_WIRE_F_BARRIER |              \
+     SHP_WIRE_F_UNICAST)
 
 /* A header in host order, unpacked. */
 typedef struct shp_wire_hdr {

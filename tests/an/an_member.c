@@ -10,7 +10,8 @@
  *
  * Plans: dtypes (every dtype x op, counts from 0 to several fragments),
  * determinism (adversarial f32/f64 sums, random delays, 100 rounds),
- * stream (u32 sums until --ops or an error).
+ * stream (u32 sums of --count elements, 4 by default, until --ops or an
+ * error).
  */
 #include "common/log.h"
 #include "common/reduce.h"
@@ -32,7 +33,7 @@ typedef struct {
     uint64_t job;
     uint8_t key[32];
     unsigned child, rank, leaves, per_leaf, osts;
-    uint32_t payload;
+    uint32_t payload, count; /* count: elements per stream operation */
     double drop, timeout;
     long ops;
     unsigned seed;
@@ -62,7 +63,7 @@ static int exit_code = -1;
 static uint8_t *sendbuf, *expect, *scratch;
 static const void **srcs;
 static uint64_t last_progress;
-static long retrans_sent, results_rc, results_mcast;
+static long retrans_sent, results_rc, results_mcast, results_unicast;
 
 static uint64_t mix(uint64_t x)
 {
@@ -272,6 +273,7 @@ static void on_result(const shp_wire_hdr_t *hdr, const void *payload)
     } else {
         results_rc++;
     }
+    results_unicast += (hdr->flags & SHP_WIRE_F_UNICAST) != 0;
     pump();
 }
 
@@ -436,7 +438,7 @@ static void build_plan(void)
             ops[k].desc = (shp_reduce_desc_t){
                 odd ? SHP_DTYPE_I32 : SHP_DTYPE_U32,
                 odd ? SHP_OP_MAX : SHP_OP_SUM, SHP_DTYPE_NULL};
-            ops[k].count = 4;
+            ops[k].count = o.count;
         }
     }
     nops = k;
@@ -444,27 +446,18 @@ static void build_plan(void)
 
 int main(int argc, char **argv)
 {
-    static const struct option lopts[] = {{"leaf", 1, 0, 'l'},
-                                          {"group", 1, 0, 'g'},
-                                          {"tree", 1, 0, 't'},
-                                          {"job", 1, 0, 'j'},
-                                          {"key", 1, 0, 'k'},
-                                          {"child", 1, 0, 'c'},
-                                          {"rank", 1, 0, 'r'},
-                                          {"leaves", 1, 0, 'L'},
-                                          {"per-leaf", 1, 0, 'P'},
-                                          {"osts", 1, 0, 'o'},
-                                          {"payload", 1, 0, 'p'},
-                                          {"plan", 1, 0, 'x'},
-                                          {"mcast", 1, 0, 'm'},
-                                          {"drop", 1, 0, 'd'},
-                                          {"ops", 1, 0, 'n'},
-                                          {"timeout", 1, 0, 'T'},
-                                          {"local", 1, 0, 'i'},
-                                          {"seed", 1, 0, 's'},
-                                          {"done-fd", 1, 0, 'D'},
-                                          {"transport", 1, 0, 'X'},
-                                          {0, 0, 0, 0}};
+    static const struct option lopts[] = {
+        {"leaf", 1, 0, 'l'},      {"group", 1, 0, 'g'},
+        {"tree", 1, 0, 't'},      {"job", 1, 0, 'j'},
+        {"key", 1, 0, 'k'},       {"child", 1, 0, 'c'},
+        {"rank", 1, 0, 'r'},      {"leaves", 1, 0, 'L'},
+        {"per-leaf", 1, 0, 'P'},  {"osts", 1, 0, 'o'},
+        {"payload", 1, 0, 'p'},   {"plan", 1, 0, 'x'},
+        {"mcast", 1, 0, 'm'},     {"drop", 1, 0, 'd'},
+        {"ops", 1, 0, 'n'},       {"timeout", 1, 0, 'T'},
+        {"count", 1, 0, 'C'},     {"local", 1, 0, 'i'},
+        {"seed", 1, 0, 's'},      {"done-fd", 1, 0, 'D'},
+        {"transport", 1, 0, 'X'}, {0, 0, 0, 0}};
     ev_signal term;
     ev_timer tick;
     size_t maxbytes;
@@ -476,6 +469,7 @@ int main(int argc, char **argv)
     o.leaves = 1;
     o.per_leaf = 1;
     o.timeout = 10;
+    o.count = 4;
     o.local_ip = "127.0.0.1";
     o.done_fd = -1;
     while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
@@ -502,6 +496,7 @@ int main(int argc, char **argv)
         case 'd': o.drop = atof(optarg); break;
         case 'n': o.ops = atol(optarg); break;
         case 'T': o.timeout = atof(optarg); break;
+        case 'C': o.count = (uint32_t)strtoul(optarg, NULL, 0); break;
         case 'i': o.local_ip = optarg; break;
         case 's': o.seed = (unsigned)atoi(optarg); break;
         case 'D': o.done_fd = atoi(optarg); break;
@@ -552,9 +547,10 @@ int main(int argc, char **argv)
     ev_run(loop, 0);
     if (exit_code == 0) {
         printf("member %u: %ld operations right (%ld by RC, %ld by multicast, "
-               "%ld retransmit requests, %llu datagrams dropped)\n",
-               o.rank, nops, results_rc, results_mcast, retrans_sent,
-               (unsigned long long)mtp.stats.mcast_dropped);
+               "%ld flagged unicast, %ld retransmit requests, %llu datagrams "
+               "dropped)\n",
+               o.rank, nops, results_rc, results_mcast, results_unicast,
+               retrans_sent, (unsigned long long)mtp.stats.mcast_dropped);
     }
     fflush(stdout);
     /* leave without a clean close: the test driver watches exit codes */

@@ -555,7 +555,7 @@ static int64_t stat_of(json_t *st, const char *key)
     return json_integer_value(json_object_get(st, key));
 }
 
-/* 1 if the log of AN `name` holds `needle` */
+/* 1 if the log `name` (an AN's, member-G-R) holds `needle` */
 static int log_has(const char *name, const char *needle)
 {
     char path[600], line[1024];
@@ -644,6 +644,28 @@ static void test_mcast_loss(void **state)
     }
     assert_int_equal(mcast, atoi(nops)); /* the root multicast every result */
     assert_true(retrans > 0);            /* and losses were recovered */
+}
+
+/* Results larger than a datagram (a 64 KiB payload; over verbs, anything
+ * above the 1 KiB MTU) go over RC to every member, at once: without that,
+ * every member would ask for every result after its retransmit timeout. */
+static void test_mcast_unfit(void **state)
+{
+    char nops[16];
+    const char *const extra[] = {"--ops", scaled(400, nops), "--count", "16384",
+                                 NULL};
+    group_t g = {10, 7, key_a, "mcast", "239.77.10.1:17403", 8, 65536};
+    char want[48];
+
+    (void)state;
+    create_group(&g);
+    run_members(&g, "stream", extra, 0, 120);
+    /* every result came over RC unasked (flagged unicast), not only in
+     * answer to a member's retransmit request */
+    snprintf(want, sizeof(want), "%s flagged unicast", nops);
+    assert_true(log_has("member-10-0", want));
+    assert_true(log_has("member-10-15", want));
+    assert_true(log_has(ans[0].name, "AN0203 group 10"));
 }
 
 static void test_two_jobs(void **state)
@@ -815,10 +837,9 @@ int main(int argc, char **argv)
 {
 #define T(_f) cmocka_unit_test_setup_teardown(_f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_all_dtypes_ops), T(test_determinism),
-        T(test_mcast_loss),     T(test_two_jobs),
-        T(test_bad_input),      T(test_mismatch_fails_group),
-        T(test_kill_leaf),      T(test_kill_root),
+        T(test_all_dtypes_ops),       T(test_determinism), T(test_mcast_loss),
+        T(test_mcast_unfit),          T(test_two_jobs),    T(test_bad_input),
+        T(test_mismatch_fails_group), T(test_kill_leaf),   T(test_kill_root),
     };
     char self[300];
     ssize_t n;

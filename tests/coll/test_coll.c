@@ -41,6 +41,9 @@ static int sh(const char *fmt, ...)
 /* the network-namespace fabric (root only): its directory and prefix */
 static char nsdir[300], ns_prefix[32];
 static int in_netns; /* the tests of the second group */
+/* SHARP_TEST_NET: the fabric's addresses (A.B.x.y); the verbs run in the
+ * soft-RoCE guest puts them on the rxe device's interface */
+static const char *net = "127.12";
 
 static void become_host(int host)
 {
@@ -48,7 +51,7 @@ static void become_host(int host)
     snprintf(v, sizeof(v), "%s/hosts/%s.sock", in_netns ? nsdir : dir,
              hosts[host]);
     setenv("SHARP_COLL_SHARPD_SOCKET", v, 1);
-    snprintf(v, sizeof(v), in_netns ? "10.77.64.%d" : "127.12.64.%d", host + 1);
+    snprintf(v, sizeof(v), "%s.64.%d", in_netns ? "10.77" : net, host + 1);
     setenv("SHARP_COLL_LOCAL_IP", v, 1);
     if (in_netns) { /* this process moves into the host's namespace */
         snprintf(v, sizeof(v), "/var/run/netns/%s-%s", ns_prefix, hosts[host]);
@@ -584,6 +587,9 @@ static int m_repeatable(int rank, void *arg)
         CHECK(all[k] == sum, "member %d has other bits", k);
     }
     CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
+    if (getenv("SHARP_TEST_DUMP_STATS") != NULL) { /* the verbs run */
+        sharp_coll_dump_stats(ctx);
+    }
     CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
     return 0;
 }
@@ -799,8 +805,8 @@ static int setup(void **state)
     mkdir(dir, 0700);
     if (sh("%s/sharp-topo fat-tree --radix 4 --hosts %d > %s", bindir, NHOST,
            topo) != 0 ||
-        sh("%s/sharp-fabric --dir %s up %s --net 127.12 >/dev/null", bindir,
-           dir, topo) != 0) {
+        sh("%s/sharp-fabric --dir %s up %s --net %s >/dev/null", bindir, dir,
+           topo, net) != 0) {
         return -1;
     }
     for (int i = 0; i < NHOST; i++) {
@@ -1007,6 +1013,12 @@ int main(void)
     snprintf(bindir, sizeof(bindir), "%s/../../bin", self);
     snprintf(dir, sizeof(dir), "/tmp/sharp-test-coll.%d", (int)getpid());
     signal(SIGPIPE, SIG_IGN);
+    if (getenv("SHARP_TEST_NET") != NULL) {
+        net = getenv("SHARP_TEST_NET");
+    }
+    if (getenv("SHARP_TEST_ONLY") != NULL) { /* some tests, by name */
+        cmocka_set_test_filter(getenv("SHARP_TEST_ONLY"));
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_print_config),
         cmocka_unit_test(test_collectives),
@@ -1018,8 +1030,11 @@ int main(void)
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     /* network namespaces need root and iproute2 */
-    if (getuid() == 0 && system("command -v ip >/dev/null && command -v tc "
-                                ">/dev/null") == 0) {
+    if (getenv("SHARP_TEST_ONLY") != NULL) {
+        printf("netns tests skipped: SHARP_TEST_ONLY is set\n");
+    } else if (getuid() == 0 &&
+               system("command -v ip >/dev/null && command -v tc "
+                      ">/dev/null") == 0) {
         const struct CMUnitTest ns_tests[] = {
             cmocka_unit_test(test_netns_mcast_loss),
             /* last: they cut links (a host's, then an AN's) */
