@@ -516,13 +516,10 @@ static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
               ep != NULL ? ep->base.peer : "a new connection", ev->status);
     switch (ev->event) {
     case RDMA_CM_EVENT_CONNECT_REQUEST: /* ev->id is the new connection */
-        if (grant == 0) {               /* not one of ours */
+        if (grant == 0 || (ep = vb_ep_new(tp, NULL, NULL)) == NULL) {
+            /* not one of ours, or no memory: refused, its id freed */
             rdma_reject(ev->id, NULL, 0);
-            return;
-        }
-        ep = vb_ep_new(tp, NULL, NULL);
-        if (ep == NULL) {
-            rdma_reject(ev->id, NULL, 0);
+            rdma_destroy_id(ev->id);
             return;
         }
         ev->id->context = ep;
