@@ -290,7 +290,7 @@ void coll_comm_tick(coll_comm_t *comm, uint64_t now)
         /* only with multicast can a result go missing; the AN answers one
          * request over RC (at once, or when the result comes), so asking
          * again is a backstop only: the gap doubles, up to 64 x */
-        if (comm->mep != NULL &&
+        if (comm->mep != NULL && !comm->leaving &&
             now - f->asked_ns > rt << (f->asks < 6 ? f->asks : 6)) {
             shp_wire_hdr_t h;
             shp_wire_hdr_init(&h, SHP_WIRE_OP_RETRANS_REQ, comm->tree_id,
@@ -654,6 +654,7 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
         shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_LEAVE, comm->tree_id,
                           comm->group_id, comm->next_seq);
         if (shp_tp_send(comm->ep, &h, NULL) == SHP_OK) {
+            comm->leaving = 1;
             while (!comm->left && comm->failed == SHP_OK &&
                    shp_time_ns() < end) {
                 coll_progress_once(ctx, 1);

@@ -16,7 +16,7 @@ for i in $(seq 1 8); do
 done
 # Twice: results over RC, then by UD multicast only (SHARP_AM_DIST=mcast;
 # the members' statistics must show results that came by multicast, not
-# only ones recovered over RC).  The guest's /tmp goes with it: the
+# only ones recovered over RC, and no failed request).  The guest's /tmp goes with it: the
 # fabric's logs are kept in $O/tests/verbs/coll-logs.
 logs="$O/tests/verbs/coll-logs"
 out="$O/tests/verbs/coll-out"
@@ -32,6 +32,10 @@ for dist in rc mcast; do
     cp -r /tmp/sharp-test-coll.*/logs/. "$logs/" 2>/dev/null || true
     rm -rf /tmp/sharp-test-coll.*
     [ "$rc" = 0 ] || exit "$rc"
+    if grep -q "errors [1-9]" "$out"; then
+        echo "coll_verbs: dist $dist: a member counted failed requests" >&2
+        exit 1
+    fi
     if [ "$dist" = mcast ] && ! grep -q "results by multicast [1-9]" "$out"; then
         echo "coll_verbs: no result came by multicast" >&2
         exit 1

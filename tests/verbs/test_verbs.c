@@ -11,16 +11,22 @@
  *               sends, so its receives come back in credit-only messages
  *               (without them the client would stop after one grant)
  *   bad input   a malformed message closes the connection and counts
+ *   foreign     a peer whose connect carries none of our private data (no
+ *               credit grant) is rejected
  *   multicast   a UD sender and a receiver joined to one group through
  *               rdma_cm: 200 datagrams, each intact (and nearly all there:
  *               the guest loops them back); one above the path MTU refused
  *   close       the client closes: the server side learns, exactly once
  */
 #include "common/log.h"
+#include "common/net.h"
 #include "common/time.h"
 #include "common/transport.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +175,63 @@ static int run_while_u32(uint32_t *v, uint32_t want, double secs)
     return *v >= want;
 }
 
+/* the next event on a raw rdma_cm channel, the transport's loop turning
+ * meanwhile (the listener is in this process); -1 if none came */
+static int raw_event(struct rdma_event_channel *ch, double secs)
+{
+    uint64_t end = shp_time_ns() + (uint64_t)(secs * 1e9);
+    struct rdma_cm_event *ev;
+    while (shp_time_ns() < end) {
+        if (rdma_get_cm_event(ch, &ev) == 0) {
+            int e = (int)ev->event;
+            rdma_ack_cm_event(ev);
+            return e;
+        }
+        ev_run(loop, EVRUN_NOWAIT);
+    }
+    return -1;
+}
+
+/* A plain rdma_cm client (no private data) connects to `addr`: the event
+ * it ends with. */
+static int foreign_connect(const char *ip, const char *addr)
+{
+    struct rdma_event_channel *ch = rdma_create_event_channel();
+    struct rdma_cm_id *id = NULL;
+    struct sockaddr_in src = {.sin_family = AF_INET}, dst = {0};
+    struct ibv_qp_init_attr qa = {.cap = {.max_send_wr = 1,
+                                          .max_recv_wr = 1,
+                                          .max_send_sge = 1,
+                                          .max_recv_sge = 1},
+                                  .qp_type = IBV_QPT_RC};
+    struct rdma_conn_param cp = {.retry_count = 1, .rnr_retry_count = 1};
+    shp_sockaddr_t sa;
+    int e = -1;
+    if (ch == NULL || shp_sockaddr_parse(addr, 1, &sa) != SHP_OK ||
+        inet_pton(AF_INET, ip, &src.sin_addr) != 1) {
+        return -1;
+    }
+    memcpy(&dst, &sa.ss, sizeof(dst));
+    fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+    if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0 &&
+        rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst,
+                          2000) == 0 &&
+        raw_event(ch, 5) == RDMA_CM_EVENT_ADDR_RESOLVED &&
+        rdma_resolve_route(id, 2000) == 0 &&
+        raw_event(ch, 5) == RDMA_CM_EVENT_ROUTE_RESOLVED &&
+        rdma_create_qp(id, NULL, &qa) == 0 && rdma_connect(id, &cp) == 0) {
+        e = raw_event(ch, 10);
+    }
+    if (id != NULL) {
+        if (id->qp != NULL) {
+            rdma_destroy_qp(id);
+        }
+        rdma_destroy_id(id);
+    }
+    rdma_destroy_event_channel(ch);
+    return e;
+}
+
 int main(void)
 {
     const char *ip = getenv("SHARP_RXE_IP");
@@ -216,6 +279,17 @@ int main(void)
     CHECK(run_while_u32(&got_srv, NMSG + NONEWAY, 60),
           "one way: %u of %u messages arrived", got_srv - NMSG, NONEWAY);
     printf("one way: %u messages, credits returned alone\n", got_srv - NMSG);
+
+    /* a connect without our private data is refused, nothing is set up */
+    {
+        shp_tp_ep_t *before = srv;
+        int e = foreign_connect(ip, la);
+        CHECK(e == RDMA_CM_EVENT_REJECTED, "foreign connect: %s, want %s",
+              e >= 0 ? rdma_event_str(e) : "no event",
+              rdma_event_str(RDMA_CM_EVENT_REJECTED));
+        CHECK(srv == before, "a foreign peer was accepted");
+        printf("foreign: a connect without our private data rejected\n");
+    }
 
     /* multicast through rdma_cm */
     char group[64];
