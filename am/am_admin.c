@@ -53,15 +53,17 @@ static json_t *list_ans(shp_am_t *am)
         if (an->node < 0)
             continue; /* no longer in the topology */
         json_array_append_new(
-            a,
-            json_pack("{s:s, s:o, s:s, s:s, s:i, s:i, s:I, s:f, s:I, s:I}",
-                      "name", an->name, "guid",
-                      guid_json(shp_topo_node(am->topo, an->node)->guid),
-                      "addr", an->data_addr, "state", an->up ? "up" : "down",
-                      "trees", an->ntrees, "groups", an->ngroups,
-                      "registrations", (json_int_t)an->registrations,
-                      "ops_per_s", an->up ? an->ops_rate : 0.0, "ops",
-                      (json_int_t)an->ops, "errors", (json_int_t)an->errors));
+            a, json_pack(
+                   "{s:s, s:o, s:s, s:s, s:s, s:i, s:i, s:I, s:f, s:I, "
+                   "s:I}",
+                   "name", an->name, "guid",
+                   guid_json(shp_topo_node(am->topo, an->node)->guid), "addr",
+                   an->data_addr, "transport",
+                   an->transport[0] ? an->transport : "-", "state",
+                   an->up ? "up" : "down", "trees", an->ntrees, "groups",
+                   an->ngroups, "registrations", (json_int_t)an->registrations,
+                   "ops_per_s", an->up ? an->ops_rate : 0.0, "ops",
+                   (json_int_t)an->ops, "errors", (json_int_t)an->errors));
         if (an->counters)
             json_object_set(json_array_get(a, json_array_size(a) - 1),
                             "counters", an->counters);

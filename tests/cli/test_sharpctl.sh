@@ -31,6 +31,8 @@ fabric up "$DIR/ft.ibnd" --net 127.15 >/dev/null || { echo "fabric up failed"; e
 
 check "ans --json: 6 ANs, all up" \
     test "$(ctl ans --json | jq '[.[] | select(.state == "up")] | length')" = 6
+check "ans --json: every AN's data transport (tcp here)" \
+    test "$(ctl ans --json | jq -r '[.[] | .transport] | unique | join(",")')" = tcp
 check "ans: a header and 6 rows within 80 columns" \
     bash -c "out=\$($(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock ans) &&
              [ \$(echo \"\$out\" | wc -l) = 7 ] &&
