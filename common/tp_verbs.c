@@ -27,8 +27,8 @@
  * land in the VB_RESERVE receives no grant covers (at most
  * (VB_RECV - VB_RESERVE) / VB_CREDIT_BATCH < VB_RESERVE of them can be
  * unread at a time).  Receiver-not-ready retry (rnr_retry 7) stays as a
- * backstop only: rdma_cm leaves its timer at 655 ms and soft-RoCE has been
- * seen to stall on it for good under load.  A multicast message must fit
+ * backstop only: soft-RoCE was seen to stall on it under load, and its
+ * waits are long at best.  A multicast message must fit
  * the path MTU (SHP_ERR_TOO_LARGE otherwise); datagrams have no credits.
  */
 #include "common/log.h"
