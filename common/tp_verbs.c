@@ -15,14 +15,14 @@
  * free).  On RC a message longer than a slot goes in several sends, every
  * one but the last flagged "more", and is put back together on arrival (RC
  * keeps them in order): an endpoint registers half a megabyte whatever the
- * largest payload, where a slot per largest message would pin 64 KiB x 128
- * per connection and take seconds to register on soft-RoCE.
+ * largest payload, where a slot per largest message would pin 64 KiB x 256
+ * (16 MiB) per connection and take seconds to register on soft-RoCE.
  *
  * Flow control on RC is by credits, so that a sender never finds the
  * receive queue empty: each side grants the other VB_RECV - VB_RESERVE
- * messages in the rdma_cm private data of connect / accept; every message
- * is a SEND_WITH_IMM whose immediate value returns the receives consumed
- * since the last one.  A side that has nothing to send returns credits in a
+ * sends in the rdma_cm private data of connect / accept (a connect without
+ * it is rejected); every send is a SEND_WITH_IMM whose immediate value
+ * returns the receives consumed since the last one.  A side that has nothing to send returns credits in a
  * zero-length message once VB_CREDIT_BATCH of them have piled up; those
  * land in the VB_RESERVE receives no grant covers (at most
  * (VB_RECV - VB_RESERVE) / VB_CREDIT_BATCH < VB_RESERVE of them can be
