@@ -356,6 +356,38 @@ static shp_status_t vb_recv_rc(vb_ep_t *ep, const uint8_t *m, size_t len,
     return shp_tp_deliver(&ep->base, ep->rx_msg, len);
 }
 
+/* One receive completion: a datagram, credits alone, or (a piece of) an RC
+ * message.  The slot is the caller's to post again. */
+static shp_status_t vb_on_recv(vb_ep_t *ep, const struct ibv_wc *wc)
+{
+    uint8_t *m = ep->bufs + (size_t)wc->wr_id * ep->slot;
+    size_t len = wc->byte_len;
+    uint32_t imm = (wc->wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc->imm_data) : 0;
+
+    if (ep->ud) {
+        /* a sender's QP is a member too: it hears itself; a bad datagram
+         * is only dropped */
+        if (!ep->sender && !shp_tp_drop_datagram(ep->base.tp)) {
+            ep->n_recvd++;
+            (void)shp_tp_deliver(&ep->base, m + VB_GRH,
+                                 len >= VB_GRH ? len - VB_GRH : 0);
+        }
+        return SHP_OK;
+    }
+    ep->tx_credits += (int)(imm & VB_IMM_CREDITS);
+    if (!ep->ready && ep->accepted) {
+        /* data before the ESTABLISHED event: the peer is up (its RTU may be
+         * lost or late); tell rdma_cm, which then reports ESTABLISHED */
+        (void)rdma_notify(ep->id, IBV_EVENT_COMM_EST);
+        ep->ready = 1;
+    }
+    if (imm & VB_IMM_ONLY) {
+        return SHP_OK;
+    }
+    ep->rx_to_return++;
+    return vb_recv_rc(ep, m, len, imm & VB_IMM_MORE);
+}
+
 static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     vb_ep_t *ep = w->data;
@@ -381,33 +413,7 @@ static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
                     break;
                 }
                 if (wc[k].opcode & IBV_WC_RECV) {
-                    uint8_t *m = ep->bufs + (size_t)i * ep->slot;
-                    size_t len = wc[k].byte_len;
-                    uint32_t imm = (wc[k].wc_flags & IBV_WC_WITH_IMM)
-                                       ? ntohl(wc[k].imm_data)
-                                       : 0;
-                    shp_status_t st = SHP_OK;
-                    ep->tx_credits += (int)(imm & VB_IMM_CREDITS);
-                    if (ep->ud) {
-                        m += VB_GRH;
-                        len = len >= VB_GRH ? len - VB_GRH : 0;
-                        /* a sender's QP is a member too: it hears itself;
-                         * a bad datagram is only dropped */
-                        if (!ep->sender && !shp_tp_drop_datagram(ep->base.tp)) {
-                            ep->n_recvd++;
-                            (void)shp_tp_deliver(&ep->base, m, len);
-                        }
-                    } else if (!ep->ready && ep->accepted) {
-                        /* data before the ESTABLISHED event: the peer is
-                         * up (its RTU may be lost or late); tell rdma_cm,
-                         * which then reports ESTABLISHED, and go on */
-                        (void)rdma_notify(ep->id, IBV_EVENT_COMM_EST);
-                        ep->ready = 1;
-                    }
-                    if (!ep->ud && !(imm & VB_IMM_ONLY)) {
-                        ep->rx_to_return++;
-                        st = vb_recv_rc(ep, m, len, imm & VB_IMM_MORE);
-                    }
+                    shp_status_t st = vb_on_recv(ep, &wc[k]);
                     if (st != SHP_OK) {
                         vb_fail(ep, st);
                     } else if (!ep->close_pending && vb_post_recv(ep, i) != 0) {
@@ -498,6 +504,18 @@ static void vb_finish_close(vb_ep_t *ep)
 
 /* rdma_cm events --------------------------------------------------------------- */
 
+/* The endpoint can send: tell the owner (`announce`), post what waited. */
+static void vb_up(vb_ep_t *ep, int announce)
+{
+    ep->ready = 1;
+    if (announce && ep->base.cbs->on_connect != NULL) {
+        ep->base.cbs->on_connect(&ep->base);
+    }
+    if (vb_drain_queue(ep) != SHP_OK) {
+        vb_fail(ep, SHP_ERR_IO);
+    }
+}
+
 /* `grant`: the credits the peer's private data gave (0: none) */
 static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
 {
@@ -579,13 +597,7 @@ static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
             }
             ep->tx_credits = grant;
         }
-        ep->ready = 1;
-        if (!ep->accepted && ep->base.cbs->on_connect != NULL) {
-            ep->base.cbs->on_connect(&ep->base);
-        }
-        if (vb_drain_queue(ep) != SHP_OK) {
-            vb_fail(ep, SHP_ERR_IO);
-        }
+        vb_up(ep, !ep->accepted);
         return;
     case RDMA_CM_EVENT_MULTICAST_JOIN:
         if (ep == NULL) {
@@ -600,13 +612,7 @@ static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
                 return;
             }
         }
-        ep->ready = 1;
-        if (ep->base.cbs->on_connect != NULL) {
-            ep->base.cbs->on_connect(&ep->base);
-        }
-        if (vb_drain_queue(ep) != SHP_OK) {
-            vb_fail(ep, SHP_ERR_IO);
-        }
+        vb_up(ep, 1);
         return;
     case RDMA_CM_EVENT_DISCONNECTED:
         if (ep != NULL) {
