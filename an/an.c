@@ -1102,10 +1102,8 @@ shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop)
             snprintf(an->data_addr, sizeof(an->data_addr), "%s", la);
         }
     }
-    /* results by multicast: the transport's own, or udp beside tcp */
     an->have_mcast =
-        shp_tp_init(&an->mcast_tp,
-                    ops == &shp_tp_tcp_ops ? &shp_tp_udp_ops : ops, loop,
+        shp_tp_init(&an->mcast_tp, shp_tp_mcast_ops(ops), loop,
                     (uint32_t)an->cfg.max_payload, an->local_ip) == SHP_OK;
     shp_info("aggregation node %s: data on %s (%s), multicast %s", an->cfg.name,
              an->data_addr, ops->name,
@@ -1162,7 +1160,7 @@ json_t *shp_an_stats_json(const shp_an_t *an)
 
 /* SIGUSR1: the state of every group, to the log (what an operator needs
  * when members say they wait) */
-void shp_an_dump(const shp_an_t *an)
+void shp_an_dump(shp_an_t *an)
 {
     const shp_an_group_t *g, *tmp;
     char line[512];
@@ -1171,9 +1169,9 @@ void shp_an_dump(const shp_an_t *an)
              "%" PRIu64 " messages in, %" PRIu64 " out",
              an->ngroups, an->ntrees, an->stats.ops, an->tp.stats.msgs_in,
              an->tp.stats.msgs_out);
-    an->tp.ops->dump((shp_tp_t *)&an->tp);
+    an->tp.ops->dump(&an->tp);
     if (an->have_mcast) {
-        an->mcast_tp.ops->dump((shp_tp_t *)&an->mcast_tp);
+        an->mcast_tp.ops->dump(&an->mcast_tp);
     }
     HASH_ITER(hh, an->groups, g, tmp)
     {

@@ -187,7 +187,7 @@ SHP_WUR shp_status_t shp_an_tree_set(shp_an_t *an, const json_t *req,
                                      const char **why);
 json_t *shp_an_stats_json(const shp_an_t *an);
 /* Log the state of every group (SIGUSR1). */
-void shp_an_dump(const shp_an_t *an);
+void shp_an_dump(shp_an_t *an);
 
 /* an_ctl.c: the control connection */
 void shp_an_ctl_start(shp_an_t *an);

@@ -19,6 +19,11 @@ const shp_tp_ops_t *shp_tp_find(const char *name)
     return NULL;
 }
 
+const shp_tp_ops_t *shp_tp_mcast_ops(const shp_tp_ops_t *ops)
+{
+    return ops == &shp_tp_tcp_ops ? &shp_tp_udp_ops : ops;
+}
+
 shp_status_t shp_tp_init(shp_tp_t *tp, const shp_tp_ops_t *ops,
                          struct ev_loop *loop, uint32_t max_payload,
                          const char *local_ip)

@@ -93,6 +93,10 @@ struct shp_tp {
 /* "tcp", "udp", "verbs"; NULL if unknown. */
 const shp_tp_ops_t *shp_tp_find(const char *name);
 
+/* The provider that carries multicast results beside `ops`: udp beside
+ * tcp, verbs (UD) beside verbs (RC). */
+const shp_tp_ops_t *shp_tp_mcast_ops(const shp_tp_ops_t *ops);
+
 /* Bind a provider to a loop.  `local_ip` may be NULL (any). */
 SHP_WUR shp_status_t shp_tp_init(shp_tp_t *tp, const shp_tp_ops_t *ops,
                                  struct ev_loop *loop, uint32_t max_payload,

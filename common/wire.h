@@ -63,6 +63,15 @@ typedef enum shp_wire_opcode {
     (SHP_WIRE_F_MCAST | SHP_WIRE_F_RETRANS | SHP_WIRE_F_BARRIER |              \
      SHP_WIRE_F_UNICAST)
 
+/* How long a member waits before retransmit request number `asks` (0: the
+ * first) for a multicast result: `first`, then twice as long each time, at
+ * most 64 times.  The AN answers one request over RC, at once or when the
+ * result comes, so the later ones are a backstop only. */
+static inline uint64_t shp_wire_retrans_gap(uint64_t first, unsigned asks)
+{
+    return first << (asks < 6 ? asks : 6);
+}
+
 /* A header in host order, unpacked. */
 typedef struct shp_wire_hdr {
     uint8_t version;

@@ -287,11 +287,9 @@ void coll_comm_tick(coll_comm_t *comm, uint64_t now)
                            "an operation made no progress for coll_timeout");
             return;
         }
-        /* only with multicast can a result go missing; the AN answers one
-         * request over RC (at once, or when the result comes), so asking
-         * again is a backstop only: the gap doubles, up to 64 x */
+        /* only with multicast can a result go missing */
         if (comm->mep != NULL && !comm->leaving &&
-            now - f->asked_ns > rt << (f->asks < 6 ? f->asks : 6)) {
+            now - f->asked_ns > shp_wire_retrans_gap(rt, f->asks)) {
             shp_wire_hdr_t h;
             shp_wire_hdr_init(&h, SHP_WIRE_OP_RETRANS_REQ, comm->tree_id,
                               comm->group_id, s);
@@ -396,19 +394,23 @@ static int group_parse(coll_comm_t *comm, const char *text)
     return rc;
 }
 
-static int tp_ready(coll_ctx_t *ctx, shp_tp_t *tp, int *up,
-                    const shp_tp_ops_t *ops)
+/* The context's transport of provider `ops`, brought up on first use;
+ * NULL if it cannot be. */
+static shp_tp_t *tp_get(coll_ctx_t *ctx, const shp_tp_ops_t *ops)
 {
+    static const shp_tp_ops_t *const providers[COLL_NTP] = {
+        &shp_tp_tcp_ops, &shp_tp_udp_ops, &shp_tp_verbs_ops};
     const char *ip = ctx->cfg.local_ip[0] ? ctx->cfg.local_ip : NULL;
-    if (*up) {
-        return SHARP_COLL_SUCCESS;
+    int i = 0;
+    while (i < COLL_NTP - 1 && providers[i] != ops) {
+        i++;
     }
     /* the largest payload an AN may send: its limit (64 KiB by default) */
-    if (shp_tp_init(tp, ops, ctx->loop, 1u << 20, ip) != SHP_OK) {
-        return SHARP_COLL_ECONN_TREE;
+    if (!ctx->tps_up[i] &&
+        shp_tp_init(&ctx->tps[i], ops, ctx->loop, 1u << 20, ip) == SHP_OK) {
+        ctx->tps_up[i] = 1;
     }
-    *up = 1;
-    return SHARP_COLL_SUCCESS;
+    return ctx->tps_up[i] ? &ctx->tps[i] : NULL;
 }
 
 /* connect to the leaf AN and join; multicast too if offered */
@@ -428,19 +430,14 @@ static int group_join(coll_comm_t *comm)
         return SHARP_COLL_ENOMEM;
     }
     /* the leaf's transport: tcp (multicast by udp) or verbs (RC and UD) */
-    shp_tp_t *tp = comm->verbs ? &ctx->vtp : &ctx->tp;
-    shp_tp_t *mtp = comm->verbs ? &ctx->vtp : &ctx->utp;
-    if (tp_ready(ctx, tp, comm->verbs ? &ctx->vtp_up : &ctx->tp_up,
-                 comm->verbs ? &shp_tp_verbs_ops : &shp_tp_tcp_ops) !=
-        SHARP_COLL_SUCCESS) {
-        shp_error("group %u: no %s transport here", comm->group_id,
-                  comm->verbs ? "verbs" : "tcp");
+    const shp_tp_ops_t *rc = comm->verbs ? &shp_tp_verbs_ops : &shp_tp_tcp_ops;
+    shp_tp_t *tp = tp_get(ctx, rc), *mtp;
+    if (tp == NULL) {
+        shp_error("group %u: no %s transport here", comm->group_id, rc->name);
         return SHARP_COLL_ECONN_TREE;
     }
     if (comm->mcast && ctx->cfg.enable_mcast_target) {
-        if (tp_ready(ctx, mtp, comm->verbs ? &ctx->vtp_up : &ctx->utp_up,
-                     comm->verbs ? &shp_tp_verbs_ops : &shp_tp_udp_ops) !=
-                SHARP_COLL_SUCCESS ||
+        if ((mtp = tp_get(ctx, shp_tp_mcast_ops(rc))) == NULL ||
             mtp->ops->mcast_join(mtp, comm->mcast_addr, &ep_cbs, comm,
                                  &comm->mep) != SHP_OK) {
             shp_error("group %u: cannot join multicast %s", comm->group_id,

@@ -536,14 +536,10 @@ static void ctx_free(coll_ctx_t *ctx)
         shp_conn_close(&ctx->sd, SHP_OK);
     }
     ev_timer_stop(ctx->loop, &ctx->tick);
-    if (ctx->tp_up) {
-        shp_tp_cleanup(&ctx->tp);
-    }
-    if (ctx->utp_up) {
-        shp_tp_cleanup(&ctx->utp);
-    }
-    if (ctx->vtp_up) {
-        shp_tp_cleanup(&ctx->vtp);
+    for (int i = 0; i < COLL_NTP; i++) {
+        if (ctx->tps_up[i]) {
+            shp_tp_cleanup(&ctx->tps[i]);
+        }
     }
     /* let closes complete (on_close callbacks run from the loop) */
     ev_run(ctx->loop, EVRUN_NOWAIT);

@@ -51,6 +51,8 @@ typedef struct coll_req coll_req_t;
 typedef struct sharp_coll_comm coll_comm_t;
 typedef struct sharp_coll_context coll_ctx_t;
 
+#define COLL_NTP 3 /* transport providers: tcp, udp, verbs */
+
 struct sharp_coll_context {
     coll_cfg_t cfg;
     struct sharp_coll_init_spec spec;
@@ -68,8 +70,9 @@ struct sharp_coll_context {
     int64_t next_id;
     int64_t want_id; /* the request a blocking call waits for */
     json_t *reply;
-    shp_tp_t tp, utp, vtp; /* tcp, udp multicast, verbs (RC and UD) */
-    int tp_up, utp_up, vtp_up;
+    /* one transport per provider (tcp, udp, verbs), up on first use */
+    shp_tp_t tps[COLL_NTP];
+    int tps_up[COLL_NTP];
     coll_comm_t *comms;
     ev_timer tick;
     pthread_mutex_t lock;

@@ -358,11 +358,9 @@ static void tick_cb(struct ev_loop *l, ev_timer *w, int revents)
     if (joined == SHP_OK && mep != NULL) { /* RC results are never lost */
         for (k = next_done; k < next_send; k++) {
             op_t *op = &ops[k];
-            /* the AN answers one request (over RC); again only as a
-             * backstop, twice as late each time */
-            uint64_t gap = (20 * SHP_NSEC_PER_MSEC)
-                           << (op->retrans < 6 ? op->retrans : 6);
-            if (!op->done && now - op->sent_ns > gap) {
+            if (!op->done && now - op->sent_ns >
+                                 shp_wire_retrans_gap(20 * SHP_NSEC_PER_MSEC,
+                                                      (unsigned)op->retrans)) {
                 shp_wire_hdr_t h;
                 shp_wire_hdr_init(&h, SHP_WIRE_OP_RETRANS_REQ, o.tree, o.group,
                                   (uint32_t)k);
@@ -529,9 +527,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (o.mcast != NULL) {
-        /* results by multicast: the transport's own, or udp beside tcp */
-        if (shp_tp_init(&mtp, tops == &shp_tp_tcp_ops ? &shp_tp_udp_ops : tops,
-                        loop, o.payload + 64, o.local_ip) != SHP_OK ||
+        if (shp_tp_init(&mtp, shp_tp_mcast_ops(tops), loop, o.payload + 64,
+                        o.local_ip) != SHP_OK ||
             mtp.ops->mcast_join(&mtp, o.mcast, &cbs, NULL, &mep) != SHP_OK) {
             fprintf(stderr, "member %u: cannot join %s\n", o.rank, o.mcast);
             return 2;
