@@ -864,7 +864,8 @@ static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         if (!tr->used || !tr->up ||
             (best >= 0 && tr->ngroups >= am->trees[best].ngroups))
             continue;
-        if (shp_group_plan(&tr->t, am->leaf, nodes, n, &plan) != SHP_OK)
+        if (shp_group_plan(&tr->t, am->leaf, nodes, n, (int)am->cfg.flat_max,
+                           &plan) != SHP_OK)
             continue;
         int full = -1;
         for (int i = 0; i < plan.nans && full < 0; i++) {

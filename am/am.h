@@ -31,6 +31,7 @@ typedef struct shp_am_config {
     int log_level;
     unsigned max_trees;
     unsigned radix;
+    unsigned flat_max; /* groups of at most this many members: one AN */
     unsigned max_jobs;
     unsigned job_max_groups;
     unsigned group_osts;

@@ -12,6 +12,7 @@
 
 static const shp_config_range_t trees_range = {1, SHP_AM_MAX_TREE_ID};
 static const shp_config_range_t radix_range = {1, 4096};
+static const shp_config_range_t flat_range = {0, 4096};
 static const shp_config_range_t count_range = {1, 1000000};
 static const shp_config_range_t port_range = {1024, 45000};
 
@@ -40,13 +41,17 @@ static const shp_config_opt_t am_opts[] = {
      offsetof(shp_am_config_t, max_trees), &shp_cfg_uint, &trees_range},
     {"radix", "64", "AN children per AN in a tree, at most",
      offsetof(shp_am_config_t, radix), &shp_cfg_uint, &radix_range},
+    {"flat_max", "16",
+     "a group of at most this many members is served by its top AN alone, "
+     "every member a direct child (0: never)",
+     offsetof(shp_am_config_t, flat_max), &shp_cfg_uint, &flat_range},
     {"max_jobs", "1024", "jobs admitted at once, at most",
      offsetof(shp_am_config_t, max_jobs), &shp_cfg_uint, &count_range},
     {"job_max_groups", "16", "groups per job, at most",
      offsetof(shp_am_config_t, job_max_groups), &shp_cfg_uint, &count_range},
     {"group_osts", "16", "outstanding operations per group (quota)",
      offsetof(shp_am_config_t, group_osts), &shp_cfg_uint, &count_range},
-    {"group_payload", "4k", "payload bytes per operation (quota)",
+    {"group_payload", "16k", "payload bytes per operation (quota)",
      offsetof(shp_am_config_t, group_payload), &shp_cfg_size},
     {"dist", "rc", "default result distribution: rc, mcast or both",
      offsetof(shp_am_config_t, dist), &shp_cfg_enum, shp_am_dists},

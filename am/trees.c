@@ -444,7 +444,7 @@ void shp_group_plan_free(shp_group_plan_t *plan)
 }
 
 shp_status_t shp_group_plan(const shp_tree_t *tree, const int *leaf,
-                            const int *members, int nmembers,
+                            const int *members, int nmembers, int flat_max,
                             shp_group_plan_t *plan)
 {
     memset(plan, 0, sizeof(*plan));
@@ -491,6 +491,15 @@ shp_status_t shp_group_plan(const shp_tree_t *tree, const int *leaf,
             if (tree->parent[i] == top && minrank[i] != INT_MAX)
                 next = i;
         top = next;
+    }
+    /* flat: a group small enough is served by its top AN alone, every
+     * member a direct child (one AN hop instead of one per level) */
+    if (nmembers <= flat_max) {
+        for (int r = 0; r < nmembers; r++)
+            mpos[r] = top;
+        for (int i = 0; i < n; i++)
+            if (i != top)
+                minrank[i] = INT_MAX;
     }
     /* breadth-first from the top over marked nodes */
     int qh = 0, qt = 0;

@@ -92,7 +92,7 @@ typedef struct shp_group_plan {
  * AN is not in the tree (leaf[] from shp_leaf_ans). */
 SHP_WUR shp_status_t shp_group_plan(const shp_tree_t *tree, const int *leaf,
                                     const int *members, int nmembers,
-                                    shp_group_plan_t *plan);
+                                    int flat_max, shp_group_plan_t *plan);
 void shp_group_plan_free(shp_group_plan_t *plan);
 
 #endif

@@ -63,7 +63,7 @@ static void run(int hosts, int radix, result_t *r)
     int reps = 20;
     uint64_t t3 = shp_time_ns();
     for (int i = 0; i < reps; i++) {
-        if (shp_group_plan(&trees[0], leaf, members, k, &p) != SHP_OK) {
+        if (shp_group_plan(&trees[0], leaf, members, k, 0, &p) != SHP_OK) {
             fprintf(stderr, "plan failed\n");
             exit(1);
         }

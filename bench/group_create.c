@@ -112,7 +112,7 @@ int main(void)
         uint64_t t0 = shp_time_ns();
         for (int r = 0; r < ROUNDS; r++) {
             shp_group_plan_t plan;
-            if (shp_group_plan(&trees[0], leaf, members, HOSTS, &plan) !=
+            if (shp_group_plan(&trees[0], leaf, members, HOSTS, 0, &plan) !=
                 SHP_OK) {
                 fprintf(stderr, "plan failed\n");
                 return 1;

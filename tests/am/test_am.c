@@ -50,22 +50,12 @@ static void start_am(const char *listen)
     path(topo, sizeof(topo), "topo.ibnd");
     path(sock, sizeof(sock), "am.sock");
     path(log, sizeof(log), "am.log");
-    char *argv[] = {exe,
-                    "--topology",
-                    topo,
-                    "--listen",
-                    (char *)listen,
-                    "--admin-socket",
-                    sock,
-                    "--secret-file",
-                    secret,
-                    "--keepalive",
-                    "1s",
-                    "--tree-settle",
-                    "100ms",
-                    "--group-timeout",
-                    "5s",
-                    NULL};
+    char *argv[] = {exe, "--topology", topo, "--listen", (char *)listen,
+                    "--admin-socket", sock, "--secret-file", secret,
+                    "--keepalive", "1s", "--tree-settle", "100ms",
+                    "--group-timeout", "5s",
+                    /* the tests below plan groups over tree levels */
+                    "--flat-max", "0", NULL};
     am_pid = test_spawn(argv, log);
     /* the address it listens on */
     char line[256];

@@ -805,8 +805,10 @@ static int setup(void **state)
     mkdir(dir, 0700);
     if (sh("%s/sharp-topo fat-tree --radix 4 --hosts %d > %s", bindir, NHOST,
            topo) != 0 ||
-        sh("%s/sharp-fabric --dir %s up %s --net %s >/dev/null", bindir, dir,
-           topo, net) != 0) {
+        /* groups over tree levels (leaf ANs to kill): no flat groups */
+        sh("SHARP_AM_FLAT_MAX=0 %s/sharp-fabric --dir %s up %s --net %s "
+           ">/dev/null",
+           bindir, dir, topo, net) != 0) {
         return -1;
     }
     for (int i = 0; i < NHOST; i++) {
@@ -977,6 +979,7 @@ static int setup_netns(void **state)
     /* results by multicast only; AN counters polled often; the AM notices
      * a lost sharpd within 3 s */
     if (sh("SHARP_AM_DIST=mcast SHARP_AM_STATS_INTERVAL=300ms "
+           "SHARP_AM_FLAT_MAX=0 "
            "SHARP_AM_KEEPALIVE=1s SHARPD_KEEPALIVE=1s "
            "%s/sharp-fabric --dir %s up %s --netns >/dev/null",
            bindir, nsdir, topo) != 0) {

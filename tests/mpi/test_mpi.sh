@@ -148,7 +148,8 @@ fi
     "$BIN/sharp-fabric" rank -- "$BIN/sharp_mpi_demo_ompi" --loop 60 >"$DIR/kill.out" 2>&1 &
 job=$!
 sleep 3
-kill -9 "$(awk '$1 == "an" && $2 == "leaf02" { print $4 }' "$DIR/fabric/pids")"
+# leaf02 and the spines: a flat group's only AN is a spine (its top)
+kill -9 $(awk '$1 == "an" && ($2 == "leaf02" || $2 ~ /^spine/) { print $4 }' "$DIR/fabric/pids")
 start=$(date +%s)
 wait $job
 rc=$?

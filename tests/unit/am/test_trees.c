@@ -178,7 +178,7 @@ static void test_fat_tree_3l(void **state)
     /* a group inside one pod is trimmed to that pod's aggregation switch */
     int m[3] = {node(&f, "n00001"), node(&f, "n00005"), node(&f, "n00006")};
     shp_group_plan_t p;
-    assert_int_equal(shp_group_plan(&t[0], f.leaf, m, 3, &p), SHP_OK);
+    assert_int_equal(shp_group_plan(&t[0], f.leaf, m, 3, 0, &p), SHP_OK);
     assert_int_equal(p.nans, 3);
     assert_true(strncmp(desc(&f, p.ans[0].node), "agg-p01-", 8) == 0);
     assert_int_equal(p.ans[0].nchildren, 2);
@@ -188,9 +188,33 @@ static void test_fat_tree_3l(void **state)
 
     /* across pods: the core is the top */
     m[2] = node(&f, "n00128");
-    assert_int_equal(shp_group_plan(&t[0], f.leaf, m, 3, &p), SHP_OK);
+    assert_int_equal(shp_group_plan(&t[0], f.leaf, m, 3, 0, &p), SHP_OK);
     assert_int_equal(p.ans[0].node, t[0].root);
     assert_int_equal(p.nans, 1 + 2 + 3);
+    shp_group_plan_free(&p);
+
+    /* flat: at most flat_max members are direct children of that top, in
+     * rank order; one more member and the levels come back */
+    int f4[4] = {m[0], m[1], m[2], node(&f, "n00002")};
+    assert_int_equal(shp_group_plan(&t[0], f.leaf, f4, 4, 4, &p), SHP_OK);
+    assert_int_equal(p.nans, 1);
+    assert_int_equal(p.ans[0].node, t[0].root);
+    assert_int_equal(p.ans[0].nchildren, 4);
+    for (int r = 0; r < 4; r++) {
+        assert_false(p.ans[0].children[r].is_an);
+        assert_int_equal(p.ans[0].children[r].index, r);
+        assert_int_equal(p.member_an[r], 0);
+        assert_int_equal(p.member_index[r], r);
+    }
+    shp_group_plan_free(&p);
+    assert_int_equal(shp_group_plan(&t[0], f.leaf, f4, 4, 3, &p), SHP_OK);
+    assert_int_equal(p.nans, 1 + 2 + 3);
+    shp_group_plan_free(&p);
+    /* one leaf: flat or not, that leaf alone */
+    int one[2] = {m[1], node(&f, "n00006")};
+    assert_int_equal(shp_group_plan(&t[0], f.leaf, one, 2, 16, &p), SHP_OK);
+    assert_int_equal(p.nans, 1);
+    assert_string_equal(desc(&f, p.ans[0].node), "edge-p01-02");
     shp_group_plan_free(&p);
     shp_trees_free(t, nt);
     fab_free(&f);
@@ -286,7 +310,7 @@ static void test_group_plans(void **state)
 
     /* one leaf: trimmed to it */
     int one[2] = {node(&f, "n00001"), node(&f, "n00002")};
-    assert_int_equal(shp_group_plan(&t[0], f.leaf, one, 2, &p), SHP_OK);
+    assert_int_equal(shp_group_plan(&t[0], f.leaf, one, 2, 0, &p), SHP_OK);
     assert_int_equal(p.nans, 1);
     assert_string_equal(desc(&f, p.ans[0].node), "leaf01");
     assert_int_equal(p.ans[0].parent, -1);
@@ -298,7 +322,7 @@ static void test_group_plans(void **state)
     /* ranks out of leaf order: children ordered by lowest rank below */
     int m[4] = {node(&f, "n00005"), node(&f, "n00001"), node(&f, "n00006"),
                 node(&f, "n00001")};
-    assert_int_equal(shp_group_plan(&t[0], f.leaf, m, 4, &p), SHP_OK);
+    assert_int_equal(shp_group_plan(&t[0], f.leaf, m, 4, 0, &p), SHP_OK);
     assert_int_equal(p.nans, 3);
     assert_int_equal(p.ans[0].node, t[0].root);
     assert_int_equal(p.ans[0].nchildren, 2);
@@ -323,9 +347,9 @@ static void test_group_plans(void **state)
 
     /* a member that is not a spanned host */
     int bad[2] = {node(&f, "n00001"), node(&f, "spine01")};
-    assert_int_equal(shp_group_plan(&t[0], f.leaf, bad, 2, &p),
+    assert_int_equal(shp_group_plan(&t[0], f.leaf, bad, 2, 0, &p),
                      SHP_ERR_NO_TREE);
-    assert_int_equal(shp_group_plan(&t[0], f.leaf, bad, 0, &p),
+    assert_int_equal(shp_group_plan(&t[0], f.leaf, bad, 0, 0, &p),
                      SHP_ERR_INVALID_PARAM);
     shp_trees_free(t, nt);
     fab_free(&f);
