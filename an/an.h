@@ -41,9 +41,11 @@ typedef struct shp_an_config {
     int64_t join_timeout_ms;
     char *secret_file;
     char *advertise;
+    int sched; /* index into shp_an_scheds */
 } shp_an_config_t;
 
 extern const char *const shp_an_transports[];
+extern const char *const shp_an_scheds[];
 
 /* distribution of results at the top of a group */
 #define SHP_AN_DIST_RC 1

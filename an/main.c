@@ -4,6 +4,8 @@
 #include "common/config.h"
 #include "common/log.h"
 
+#include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -15,6 +17,7 @@
 #endif
 
 const char *const shp_an_transports[] = {"tcp", "verbs", NULL};
+const char *const shp_an_scheds[] = {"batch", "other", NULL};
 
 static const shp_config_range_t shp_an_trees_range = {1, SHP_AN_MAX_TREES};
 static const shp_config_range_t shp_an_groups_range = {1, 100000};
@@ -55,6 +58,10 @@ static const shp_config_opt_t shp_an_opts[] = {
     {"secret_file", "/etc/sharp/secret",
      "cluster secret shared with the AM (mode 0600)",
      offsetof(shp_an_config_t, secret_file), &shp_cfg_string},
+    {"sched", "batch",
+     "CPU policy: batch (a child's message never preempts its sender; the AN "
+     "folds all that waits) or other",
+     offsetof(shp_an_config_t, sched), &shp_cfg_enum, shp_an_scheds},
     {NULL}};
 
 static const shp_config_table_t shp_an_table = {
@@ -127,6 +134,19 @@ int main(int argc, char **argv)
             fprintf(stderr, "sharp_an: %s\n", kerr);
             shp_config_release(&shp_an_table, &an.cfg);
             return 1;
+        }
+    }
+
+    if (an.cfg.sched == 0) {
+        /* An operation completes only when its last child's data is in, so
+         * waking the AN for each child as it sends (preempting the sender
+         * on a shared core) buys nothing and costs a context switch each;
+         * batch lets it run when a core is free and fold what is there. */
+        struct sched_param sp = {0};
+        if (sched_setscheduler(0, SCHED_BATCH, &sp) != 0) {
+            shp_warn_id("AN0011",
+                        "sched batch: %s (running with the default policy)",
+                        strerror(errno));
         }
     }
 
