@@ -47,8 +47,17 @@ $(BENCH_MPI_LAT): bench/mpi_lat.c | $(DEPS_STAMP)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
 
+# preloaded in front of libsharp_mpi: the MPI layer's own cost per call
+BENCH_MPI_LAYER := $(LIBDIR)/bench_mpi_layer.so
+BENCHES += $(BENCH_MPI_LAYER)
+
+$(BENCH_MPI_LAYER): bench/mpi_layer.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -fvisibility=default -shared -o $@ $< -ldl
+
 .PHONY: bench-mpi
-bench-mpi: $(BENCH_MPI_LAT) $(SHARP_MPI_OMPI) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
+bench-mpi: $(BENCH_MPI_LAT) $(BENCH_MPI_LAYER) $(SHARP_MPI_OMPI) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
 	$(Q)bash bench/mpi.sh $(O)
 
 # The aggregation node's latency and message rate, members emulated.

@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# make bench-mpi: bench/mpi_lat.c with 8 Open MPI ranks, three ways in one
-# run: through sharp (libsharp_mpi preloaded, the bundled fat-tree on
-# loopback), Open MPI over TCP between ranks (--mca btl tcp,self) and over
-# shared memory (vader).  Everything shares this machine's cores.
-# Last line: RESULT mpi_allreduce_8B_np8_vs_tcp=<r> mpi_allreduce_8B_np8_vs_shm=<r>
-# (the 4-byte allreduce is the smallest size; "8B" names the benchmark)
+# make bench-mpi: bench/mpi_lat.c with 8 and 16 Open MPI ranks (one per
+# host), three ways in one run: through sharp (libsharp_mpi preloaded, a
+# fat-tree on loopback, the fabric's default settings), Open MPI over TCP
+# between ranks (--mca btl tcp,self: the same network sharp uses) and over
+# shared memory (vader).  Everything shares this machine's cores, so next to
+# each latency it prints the machine's CPU time and context switches per
+# operation (all processes and the kernel, from /proc/stat).
+#
+# Last line:
+#   RESULT mpi_allreduce_8B_np8_vs_tcp=.. mpi_allreduce_8B_np16_vs_tcp=..
+#          mpi_allreduce_4K_np8_vs_tcp=.. mpi_allreduce_1M_np8_vs_tcp=..
+#          mpi_cpu_per_op_np8_vs_tcp=.. mpi_barrier_np8_vs_tcp=..
+#          mpi_layer_ns=..
+# (sharp over tcp/udp against Open MPI over TCP; a ratio below 1 is sharp
+# faster).  SHARP_BENCH_SCALE=0.2 runs a fifth of the iterations.
 set -euo pipefail
 O=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,38 +21,83 @@ BIN=$(cd "$O/bin" && pwd)
 LIB=$(cd "$O/lib" && pwd)
 DIR=$(mktemp -d /tmp/sharp-bench-mpi.XXXXXX)
 trap '"$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null 2>&1; rm -rf "$DIR"' EXIT
-NP=8
-RUN=(mpirun.openmpi --allow-run-as-root --oversubscribe -np $NP --mca mpi_yield_when_idle 1)
-"$BIN/sharp-fabric" --dir "$DIR/fabric" up "$SRC/examples/fat-tree-2l.ibnd" --net 127.20 >/dev/null
-SHARP_FABRIC_DIR="$DIR/fabric" "${RUN[@]}" --mca btl self,vader,tcp \
-    -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_FABRIC_DIR \
-    "$BIN/sharp-fabric" rank -- "$BIN/bench_mpi_lat" >"$DIR/sharp.txt"
-"${RUN[@]}" --mca btl tcp,self "$BIN/bench_mpi_lat" >"$DIR/tcp.txt"
-"${RUN[@]}" --mca btl self,vader "$BIN/bench_mpi_lat" >"$DIR/shm.txt"
-echo "MPI latency, $NP ranks on one machine (2 cores), mean of the ranks' maximum, us"
-printf '%-10s %9s %12s %12s %12s\n' op bytes sharp "ompi tcp" "ompi shm"
-paste "$DIR/sharp.txt" "$DIR/tcp.txt" "$DIR/shm.txt" |
-    awk '{ printf "%-10s %9s %12.1f %12.1f %12.1f\n", $1, $2, $3, $6, $9 }'
-s=$(awk '$1 == "allreduce" && $2 == 4 { print $3 }' "$DIR/sharp.txt")
-t=$(awk '$1 == "allreduce" && $2 == 4 { print $3 }' "$DIR/tcp.txt")
-m=$(awk '$1 == "allreduce" && $2 == 4 { print $3 }' "$DIR/shm.txt")
-echo "Every sharp hop is a loopback TCP connection between processes that share"
-echo "2 cores with 15 daemons: this measures the software path, not a fabric."
+export SHARP_BENCH_SCALE=${SHARP_BENCH_SCALE:-1}
+run() { # NP, then mpirun arguments
+    local np=$1
+    shift
+    mpirun.openmpi --allow-run-as-root --oversubscribe -np "$np" \
+        --mca mpi_yield_when_idle 1 -x SHARP_BENCH_SCALE "$@"
+}
+sharp_run() { # NP OUT [mpirun -x settings ...]; $PRELOAD before libsharp_mpi
+    local np=$1 out=$2
+    shift 2
+    SHARP_FABRIC_DIR="$DIR/fabric" run "$np" --mca btl self,vader,tcp \
+        -x LD_LIBRARY_PATH="$LIB" \
+        -x LD_PRELOAD="${PRELOAD:+$PRELOAD:}$LIB/libsharp_mpi_ompi.so" \
+        -x SHARP_FABRIC_DIR -x SHARP_MPI_VERBOSE=1 "$@" \
+        "$BIN/sharp-fabric" rank -- "$BIN/bench_mpi_lat" >"$out" 2>"$out.err"
+}
+table() { # TITLE SHARP TCP SHM
+    echo "$1"
+    printf '%-10s %8s | %9s %9s %9s | %8s %8s %8s | %6s %6s %6s\n' op bytes \
+        "sharp us" "tcp us" "shm us" "sharp" "tcp" "shm" sharp tcp shm
+    printf '%-10s %8s | %29s | %26s | %20s\n' "" "" "latency" \
+        "machine CPU us per op" "context switches/op"
+    paste "$2" "$3" "$4" | awk '{ printf "%-10s %8s | %9.1f %9.1f %9.1f | %8.0f %8.0f %8.0f | %6.1f %6.1f %6.1f\n", $1, $2, $3, $8, $13, $4, $9, $14, $5, $10, $15 }'
+}
+val() { # FILE OP BYTES COLUMN
+    awk -v o="$2" -v b="$3" -v c="$4" '$1 == o && $2 == b { print $c }' "$1"
+}
+
+for np in 8 16; do
+    if [ "$np" = 8 ]; then
+        cp "$SRC/examples/fat-tree-2l.ibnd" "$DIR/topo.ibnd"
+    else
+        "$BIN/sharp-topo" fat-tree --radix 8 --hosts 16 >"$DIR/topo.ibnd"
+    fi
+    "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/topo.ibnd" --net 127.20 >/dev/null
+    # np 8: the MPI layer's own cost, measured by a shim in front of it
+    PRELOAD=
+    [ "$np" = 8 ] && PRELOAD="$LIB/bench_mpi_layer.so"
+    PRELOAD=$PRELOAD sharp_run "$np" "$DIR/sharp$np.txt"
+    "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
+    run "$np" --mca btl tcp,self "$BIN/bench_mpi_lat" >"$DIR/tcp$np.txt"
+    run "$np" --mca btl self,vader "$BIN/bench_mpi_lat" >"$DIR/shm$np.txt"
+    table "MPI_Allreduce (float sum) and MPI_Barrier, $np ranks, one per host" \
+        "$DIR/sharp$np.txt" "$DIR/tcp$np.txt" "$DIR/shm$np.txt"
+    echo
+done
+layer=$(sed -n "s/.*MPI layer's own cost: \([0-9.]*\) ns.*/\1/p" "$DIR/sharp8.txt.err" | sort -n |
+    awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : "nan" }')
+echo "The MPI layer's own cost per offloaded call (libsharp_mpi minus the"
+echo "libsharp_coll call it makes; median of the 8 ranks): $layer ns"
+echo "Every process shares 2 cores: sharp's AN and the ranks, or Open MPI's"
+echo "ranks. sharp over a shared-memory transport is not built yet, so no"
+echo "sharp-over-shm column: the shm column is Open MPI's best on one host."
+echo
+
 # two ranks per host: node-local aggregation (one member per node, the
 # default) against one member per process
 "$BIN/sharp-topo" fat-tree --radix 4 --hosts 4 >"$DIR/ft4.ibnd"
-"$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
 "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/ft4.ibnd" --net 127.20 >/dev/null
 for aggr in 1 0; do
-    SHARP_FABRIC_DIR="$DIR/fabric" "${RUN[@]}" --mca btl self,vader,tcp \
-        -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
-        -x SHARP_FABRIC_DIR -x SHARP_MPI_NODE_AGGR=$aggr \
-        "$BIN/sharp-fabric" rank -- "$BIN/bench_mpi_lat" >"$DIR/aggr$aggr.txt"
+    sharp_run 8 "$DIR/aggr$aggr.txt" -x SHARP_MPI_NODE_AGGR=$aggr
 done
-echo
 echo "Two ranks per host (8 ranks, 4 hosts), us: node-local aggregation"
 echo "(SHARP_MPI_NODE_AGGR=1, the default) against one member per process (=0)"
 printf '%-10s %9s %12s %12s %8s\n' op bytes "per node" "per process" ratio
 paste "$DIR/aggr1.txt" "$DIR/aggr0.txt" |
-    awk '{ printf "%-10s %9s %12.1f %12.1f %8.2f\n", $1, $2, $3, $6, $3 / $6 }'
-awk -v s="$s" -v t="$t" -v m="$m" 'BEGIN { printf "RESULT mpi_allreduce_8B_np8_vs_tcp=%.2f mpi_allreduce_8B_np8_vs_shm=%.2f\n", s / t, s / m }'
+    awk '{ printf "%-10s %9s %12.1f %12.1f %8.2f\n", $1, $2, $3, $8, $3 / $8 }'
+
+r() { # OP BYTES NP COLUMN: sharp / tcp
+    awk -v s="$(val "$DIR/sharp$3.txt" "$1" "$2" "$4")" \
+        -v t="$(val "$DIR/tcp$3.txt" "$1" "$2" "$4")" \
+        'BEGIN { printf "%.2f", s / t }'
+}
+echo "RESULT mpi_allreduce_8B_np8_vs_tcp=$(r allreduce 8 8 3)" \
+    "mpi_allreduce_8B_np16_vs_tcp=$(r allreduce 8 16 3)" \
+    "mpi_allreduce_4K_np8_vs_tcp=$(r allreduce 4096 8 3)" \
+    "mpi_allreduce_1M_np8_vs_tcp=$(r allreduce 1048576 8 3)" \
+    "mpi_cpu_per_op_np8_vs_tcp=$(r allreduce 8 8 4)" \
+    "mpi_barrier_np8_vs_tcp=$(r barrier 0 8 3)" \
+    "mpi_layer_ns=$layer"

@@ -1,45 +1,108 @@
 /*
  * mpi_lat: OSU-style MPI latency (warm-up, iterations, mean over ranks'
- * maximum) for MPI_Allreduce (float sum) of 4 B to 1 MiB and MPI_Barrier.
- * Prints one line per size: "allreduce BYTES US" and "barrier 0 US".
- * An ordinary MPI program: bench/mpi.sh runs it through sharp, over TCP and
- * over shared memory.
+ * maximum) for MPI_Allreduce (float sum) of 8 B to 1 MiB and MPI_Barrier,
+ * with the whole machine's CPU time and context switches per operation.
+ * Prints one line per size: "allreduce BYTES US CPU_US CTXSW" and
+ * "barrier 0 US CPU_US CTXSW".
+ *
+ * CPU_US is the busy time of every CPU over the timed loop (from
+ * /proc/stat: every process counted, daemons, ranks and kernel) divided by
+ * the operations; CTXSW the machine's context switches per operation.  On
+ * cores shared by every process, latency follows that work.
+ *
+ * An ordinary MPI program: bench/mpi.sh runs it through sharp, over TCP
+ * and over shared memory.
  */
 #include <mpi.h>
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    unsigned long long busy, ctxt;
+} machine_t;
+
+static machine_t machine(void)
+{
+    machine_t m = {0, 0};
+    char line[512];
+    FILE *f = fopen("/proc/stat", "r");
+    if (f == NULL)
+        return m;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long long v[8] = {0};
+        if (strncmp(line, "cpu ", 4) == 0 &&
+            sscanf(line + 4, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0],
+                   &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 8) {
+            /* user nice system idle iowait irq softirq steal */
+            m.busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+        } else {
+            sscanf(line, "ctxt %llu", &m.ctxt);
+        }
+    }
+    fclose(f);
+    return m;
+}
+
+/* time `iters` calls of op() after a barrier; rank 0 prints */
+static void measure(const char *name, int bytes, int iters, int rank,
+                    void (*op)(int), int n)
+{
+    PMPI_Barrier(MPI_COMM_WORLD);
+    machine_t m0 = rank == 0 ? machine() : (machine_t){0, 0};
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < iters; i++)
+        op(n);
+    double us = (MPI_Wtime() - t0) * 1e6 / iters, max;
+    machine_t m1 = rank == 0 ? machine() : (machine_t){0, 0};
+    MPI_Reduce(&us, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        double tick_us = 1e6 / (double)sysconf(_SC_CLK_TCK);
+        printf("%s %d %.2f %.1f %.1f\n", name, bytes, max,
+               (double)(m1.busy - m0.busy) * tick_us / iters,
+               (double)(m1.ctxt - m0.ctxt) / iters);
+        fflush(stdout);
+    }
+}
+
+static float *a, *b;
+
+static void allreduce(int n)
+{
+    MPI_Allreduce(a, b, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+static void barrier(int n)
+{
+    (void)n;
+    MPI_Barrier(MPI_COMM_WORLD);
+}
 
 int main(int argc, char **argv)
 {
     int rank;
+    /* SHARP_BENCH_SCALE: a fraction of the iterations (quick runs) */
+    const char *sc = getenv("SHARP_BENCH_SCALE");
+    double scale = sc ? atof(sc) : 1.0;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    float *a = calloc(1 << 18, sizeof(float)), *b = calloc(1 << 18, 4);
-    for (int bytes = 4; bytes <= (1 << 20); bytes *= 4) {
-        int n = bytes / 4, iters = bytes <= 4096    ? 200
-                                   : bytes <= 65536 ? 50
-                                                    : 10;
+    a = calloc(1 << 18, sizeof(float));
+    b = calloc(1 << 18, sizeof(float));
+    static const int sizes[] = {8, 64, 512, 4096, 65536, 262144, 1048576};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        int bytes = sizes[k], n = bytes / 4;
+        int iters = bytes <= 4096 ? 1500 : bytes <= 65536 ? 100 : 20;
+        iters = (int)(iters * scale) > 5 ? (int)(iters * scale) : 5;
         for (int i = 0; i < 10; i++)
-            MPI_Allreduce(a, b, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = MPI_Wtime();
-        for (int i = 0; i < iters; i++)
-            MPI_Allreduce(a, b, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        double us = (MPI_Wtime() - t0) * 1e6 / iters, max;
-        MPI_Reduce(&us, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-        if (rank == 0)
-            printf("allreduce %d %.2f\n", bytes, max);
+            allreduce(n);
+        measure("allreduce", bytes, iters, rank, allreduce, n);
     }
     for (int i = 0; i < 10; i++)
-        MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    for (int i = 0; i < 200; i++)
-        MPI_Barrier(MPI_COMM_WORLD);
-    double us = (MPI_Wtime() - t0) * 1e6 / 200, max;
-    MPI_Reduce(&us, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    if (rank == 0)
-        printf("barrier 0 %.2f\n", max);
+        barrier(0);
+    measure("barrier", 0, (int)(1500 * scale) > 5 ? (int)(1500 * scale) : 5,
+            rank, barrier, 0);
     free(a);
     free(b);
     MPI_Finalize();
