@@ -290,8 +290,10 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    /* (a) latency through the 2-level tree */
+    /* (a) latency through the 2-level tree (not flattened: flat_max 0) */
+    setenv("SHARP_AM_FLAT_MAX", "0", 1);
     json_t *g = fabric_group(argv[1], 8, 16, "127.22");
+    unsetenv("SHARP_AM_FLAT_MAX");
     uint32_t lat_ops = 3000;
     double lat_us = emulate(g, 1, 200, lat_ops) * 1e6 / lat_ops;
     json_decref(g);
