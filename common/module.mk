@@ -15,6 +15,7 @@ COMMON_SRCS := \
 	common/tp_tcp.c \
 	common/tp_udp.c \
 	common/tp_verbs.c \
+	common/tp_shm.c \
 	common/reduce_generic.c \
 	common/reduce_avx2.c \
 	common/reduce_avx512.c

@@ -7,8 +7,8 @@
 
 const shp_tp_ops_t *shp_tp_find(const char *name)
 {
-    static const shp_tp_ops_t *const all[] = {&shp_tp_tcp_ops, &shp_tp_udp_ops,
-                                              &shp_tp_verbs_ops};
+    static const shp_tp_ops_t *const all[] = {
+        &shp_tp_tcp_ops, &shp_tp_udp_ops, &shp_tp_verbs_ops, &shp_tp_shm_ops};
     size_t i;
 
     for (i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
@@ -21,7 +21,9 @@ const shp_tp_ops_t *shp_tp_find(const char *name)
 
 const shp_tp_ops_t *shp_tp_mcast_ops(const shp_tp_ops_t *ops)
 {
-    return ops == &shp_tp_tcp_ops ? &shp_tp_udp_ops : ops;
+    /* shm: one host, where udp multicast on loopback reaches every member */
+    return ops == &shp_tp_tcp_ops || ops == &shp_tp_shm_ops ? &shp_tp_udp_ops
+                                                            : ops;
 }
 
 shp_status_t shp_tp_init(shp_tp_t *tp, const shp_tp_ops_t *ops,

@@ -4,6 +4,7 @@
  *   tcp   reliable, ordered connections (the RC analogue)
  *   udp   IPv4 multicast datagrams (the UD-multicast analogue), for results
  *   verbs InfiniBand / RoCE (RC for the tree, UD multicast for results)
+ *   shm   rings in shared memory between processes of one host
  *
  * Messages are a wire header (common/wire.h) and its payload.  Providers
  * check every received message with shp_wire_validate() before delivering
@@ -90,11 +91,11 @@ struct shp_tp {
     void *priv;
 };
 
-/* "tcp", "udp", "verbs"; NULL if unknown. */
+/* "tcp", "udp", "verbs", "shm"; NULL if unknown. */
 const shp_tp_ops_t *shp_tp_find(const char *name);
 
 /* The provider that carries multicast results beside `ops`: udp beside
- * tcp, verbs (UD) beside verbs (RC). */
+ * tcp and shm, verbs (UD) beside verbs (RC). */
 const shp_tp_ops_t *shp_tp_mcast_ops(const shp_tp_ops_t *ops);
 
 /* Bind a provider to a loop.  `local_ip` may be NULL (any). */
@@ -140,5 +141,6 @@ void shp_tp_stub_close(shp_tp_ep_t *ep);
 extern const shp_tp_ops_t shp_tp_tcp_ops;
 extern const shp_tp_ops_t shp_tp_udp_ops;
 extern const shp_tp_ops_t shp_tp_verbs_ops;
+extern const shp_tp_ops_t shp_tp_shm_ops;
 
 #endif

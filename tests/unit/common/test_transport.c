@@ -1,13 +1,21 @@
 /* Transports: tcp messages both ways with validation, malformed input,
- * udp multicast on loopback with and without induced loss, stubs. */
+ * udp multicast on loopback with and without induced loss, shm rings
+ * (within a process, across processes that sleep, a peer killed, a hand-made
+ * peer's bad segment and records), stubs. */
 #include "../test_util.h"
 
 #include "common/net.h"
 #include "common/time.h"
+#include "common/tp_shm.h"
 #include "common/transport.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static struct ev_loop *loop;
@@ -17,6 +25,8 @@ typedef struct {
     shp_status_t reason;
     uint32_t last_seq;
     uint32_t sum;
+    int out_of_order; /* a seq that was not the last one + 1 */
+    int echo;         /* send every message back */
     shp_tp_ep_t *ep;
 } rx_t;
 
@@ -26,12 +36,18 @@ static void rx_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
     rx_t *r = ep->arg;
     uint32_t v = 0;
 
+    if (r->msgs > 0 && hdr->seq != r->last_seq + 1) {
+        r->out_of_order++;
+    }
     r->msgs++;
     r->last_seq = hdr->seq;
     if (hdr->payload_len >= 4) {
         memcpy(&v, payload, 4);
     }
     r->sum += v;
+    if (r->echo) {
+        assert_int_equal(shp_tp_send(ep, hdr, payload), SHP_OK);
+    }
 }
 
 static void rx_close(shp_tp_ep_t *ep, shp_status_t reason)
@@ -306,6 +322,308 @@ static void test_udp_bad_group(void **state)
     shp_tp_cleanup(&tp);
 }
 
+/* shm ------------------------------------------------------------------- */
+
+/* run the loop, sleeping in it (bells must wake it), while cond holds */
+#define RUN_BLOCKING(_loop, _cond, _secs)                                      \
+    do {                                                                       \
+        uint64_t end_ = shp_time_ns() + (uint64_t)((_secs)*1e9);               \
+        ev_timer tick_;                                                        \
+        ev_timer_init(&tick_, tick_cb, 0.05, 0.05);                            \
+        ev_timer_start((_loop), &tick_);                                       \
+        while ((_cond) && shp_time_ns() < end_) {                              \
+            ev_run((_loop), EVRUN_ONCE);                                       \
+        }                                                                      \
+        ev_timer_stop((_loop), &tick_);                                        \
+    } while (0)
+
+static int ticks;
+
+static void tick_cb(struct ev_loop *l, ev_timer *w, int revents)
+{
+    (void)l;
+    (void)w;
+    (void)revents;
+    ticks++;
+}
+
+static void test_shm_roundtrip(void **state)
+{
+    shp_tp_t tp;
+    shp_tp_ep_t *c;
+    shp_wire_hdr_t h;
+    uint32_t payload[256];
+    rx_t crx = {0};
+    uint32_t i, n = 20000, want = 0;
+
+    (void)state;
+    assert_int_equal(shp_tp_init(&tp, shp_tp_find("shm"), loop, 1024, NULL),
+                     SHP_OK);
+    assert_int_equal(tp.ops->listen(&tp, "127.0.0.1:0", on_accept), SHP_OK);
+    const char *la = tp.ops->listen_addr(&tp);
+    assert_non_null(la);
+    assert_int_equal(strncmp(la, "127.0.0.1:", 10), 0);
+    assert_true(atoi(la + 10) > 0);
+    /* the same address twice: refused */
+    shp_tp_t tp2;
+    assert_int_equal(shp_tp_init(&tp2, shp_tp_find("shm"), loop, 1024, NULL),
+                     SHP_OK);
+    assert_int_equal(tp2.ops->listen(&tp2, la, on_accept), SHP_ERR_EXISTS);
+    shp_tp_cleanup(&tp2);
+    assert_int_equal(tp.ops->connect(&tp, la, &rx_cbs, &crx, &c), SHP_OK);
+    crx.ep = c;
+    for (i = 0; i < 256; i++) {
+        payload[i] = 1;
+    }
+    /* far more than a ring holds, sent before anything is read: the rest
+     * waits in the sender's queue; sizes vary so records wrap anywhere */
+    for (i = 0; i < n; i++) {
+        make_msg(&h, i, i % 257);
+        want += i % 257 ? 1 : 0;
+        assert_int_equal(shp_tp_send(c, &h, payload), SHP_OK);
+    }
+    TEST_RUN_WHILE(loop, server_rx.msgs < (int)n, 10);
+    assert_int_equal(server_rx.msgs, n);
+    assert_int_equal(server_rx.out_of_order, 0);
+    assert_int_equal(server_rx.last_seq, n - 1);
+    assert_int_equal(server_rx.sum, want);
+    assert_true(crx.connected);
+    assert_int_equal(tp.stats.malformed, 0);
+    /* the largest payload, and one byte more is refused at the sender */
+    make_msg(&h, 1, 256);
+    assert_int_equal(shp_tp_send(server_rx.ep, &h, payload), SHP_OK);
+    h.payload_len = 1025;
+    assert_int_equal(shp_tp_send(server_rx.ep, &h, payload), SHP_ERR_TOO_LARGE);
+    TEST_RUN_WHILE(loop, crx.msgs < 1, 2);
+    assert_int_equal(crx.msgs, 1);
+    assert_int_equal(crx.sum, 1);
+    shp_tp_close(c);
+    assert_int_equal(crx.closes, 1);
+    assert_int_equal(crx.reason, SHP_ERR_CANCELED);
+    TEST_RUN_WHILE(loop, server_rx.closes < 1, 2);
+    assert_int_equal(server_rx.closes, 1);
+    assert_int_equal(server_rx.reason, SHP_ERR_CLOSED);
+    shp_tp_cleanup(&tp);
+}
+
+/* child: connect to addr, echo `n` messages, exit 0; die by SIGKILL after
+ * the first message if n == 0 */
+static void shm_child(const char *addr, int n)
+{
+    struct ev_loop *l = ev_loop_new(EVFLAG_AUTO);
+    shp_tp_t tp;
+    shp_tp_ep_t *c;
+    rx_t r = {0};
+    r.echo = 1;
+    if (shp_tp_init(&tp, shp_tp_find("shm"), l, 1024, NULL) != SHP_OK ||
+        tp.ops->connect(&tp, addr, &rx_cbs, &r, &c) != SHP_OK) {
+        _exit(2);
+    }
+    if (n == 0) {
+        shp_wire_hdr_t h;
+        uint32_t one = 1;
+        make_msg(&h, 0, 1);
+        if (shp_tp_send(c, &h, &one) != SHP_OK) {
+            _exit(3);
+        }
+        RUN_BLOCKING(l, r.msgs < 1, 10);
+        raise(SIGKILL);
+    }
+    RUN_BLOCKING(l, r.msgs < n && r.closes == 0, 20);
+    _exit(r.msgs == n && r.out_of_order == 0 ? 0 : 4);
+}
+
+/* two processes that sleep in their loops: every message must wake the
+ * other side by itself (no timer does it: the tick is 50 ms, the test
+ * would take minutes) */
+static void test_shm_processes(void **state)
+{
+    shp_tp_t tp;
+    shp_wire_hdr_t h;
+    uint32_t one = 1;
+    int n = 3000, st;
+
+    (void)state;
+    assert_int_equal(shp_tp_init(&tp, shp_tp_find("shm"), loop, 1024, NULL),
+                     SHP_OK);
+    assert_int_equal(tp.ops->listen(&tp, "127.0.0.1:0", on_accept), SHP_OK);
+    pid_t pid = fork();
+    if (pid == 0) {
+        shm_child(tp.ops->listen_addr(&tp), n);
+    }
+    RUN_BLOCKING(loop, server_rx.ep == NULL, 5);
+    assert_non_null(server_rx.ep);
+    /* ping-pong: one message out, wait for its echo */
+    uint64_t t0 = shp_time_ns();
+    ticks = 0;
+    for (int i = 0; i < n; i++) {
+        make_msg(&h, (uint32_t)i, 1);
+        assert_int_equal(shp_tp_send(server_rx.ep, &h, &one), SHP_OK);
+        RUN_BLOCKING(loop, server_rx.msgs <= i, 5);
+        assert_int_equal(server_rx.msgs, i + 1);
+    }
+    double us = (double)(shp_time_ns() - t0) / 1e3 / n;
+    print_message("shm ping-pong between sleeping processes: %.1f us per round "
+                  "trip, %d timer ticks\n",
+                  us, ticks);
+    assert_int_equal(server_rx.out_of_order, 0);
+    assert_true(ticks < n / 10); /* wake-ups came from the bells */
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    RUN_BLOCKING(loop, server_rx.closes < 1, 5);
+    assert_int_equal(server_rx.closes, 1);
+    assert_int_equal(server_rx.reason, SHP_ERR_CLOSED);
+
+    /* a peer killed -9: the connection closes with an error, no hang */
+    memset(&server_rx, 0, sizeof(server_rx));
+    pid = fork();
+    if (pid == 0) {
+        shm_child(tp.ops->listen_addr(&tp), 0);
+    }
+    RUN_BLOCKING(loop, server_rx.msgs < 1, 5);
+    assert_int_equal(server_rx.msgs, 1);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    RUN_BLOCKING(loop, server_rx.closes < 1, 5);
+    assert_int_equal(server_rx.closes, 1);
+    assert_int_equal(server_rx.reason, SHP_ERR_CLOSED);
+    shp_tp_cleanup(&tp);
+}
+
+/* A peer made by hand: its segment and hello.  `seal` 0 leaves the memfd
+ * unsealed (it could shrink it under us).  Returns the socket. */
+static int shm_raw_peer(const char *addr, uint32_t cap, int seal,
+                        shm_seg_t **seg_out)
+{
+    struct sockaddr_un sun;
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    int n = snprintf(sun.sun_path + 1, sizeof(sun.sun_path) - 1, "sharp-shm/%s",
+                     addr);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(
+        connect(fd, (struct sockaddr *)&sun,
+                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)),
+        0);
+    size_t len = sizeof(shm_seg_t) + 2 * (size_t)cap;
+    int mfd = memfd_create("test", MFD_ALLOW_SEALING);
+    assert_true(mfd >= 0);
+    assert_int_equal(ftruncate(mfd, (off_t)len), 0);
+    if (seal) {
+        assert_int_equal(
+            fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+            0);
+    }
+    shm_seg_t *seg =
+        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    assert_true(seg != MAP_FAILED);
+    seg->magic = SHM_MAGIC;
+    seg->version = SHM_VERSION;
+    seg->cap = cap;
+    shm_hello_t hello = {SHM_MAGIC, SHM_VERSION, cap, 1024};
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    memset(cbuf, 0, sizeof(cbuf));
+    struct iovec iov = {&hello, sizeof(hello)};
+    struct msghdr mh = {0};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cbuf;
+    mh.msg_controllen = sizeof(cbuf);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &mfd, sizeof(int));
+    assert_int_equal(sendmsg(fd, &mh, 0), (ssize_t)sizeof(hello));
+    close(mfd);
+    *seg_out = seg;
+    return fd;
+}
+
+/* one record at the producer's head of ring 0, published, bell rung */
+static void shm_raw_put(int fd, shm_seg_t *seg, uint32_t len, const void *msg,
+                        size_t msg_len)
+{
+    uint8_t *data = (uint8_t *)(seg + 1);
+    uint64_t head = atomic_load(&seg->ring[0].head);
+    memcpy(data + head % seg->cap, &len, 4);
+    memcpy(data + head % seg->cap + SHM_REC_HDR, msg, msg_len);
+    atomic_store(&seg->ring[0].head,
+                 head + SHM_REC_HDR + ((msg_len + 7) & ~7u));
+    char b = 0;
+    assert_int_equal(write(fd, &b, 1), 1);
+}
+
+static void test_shm_malformed(void **state)
+{
+    shp_tp_t tp;
+    shp_wire_hdr_t h;
+    uint8_t raw[SHP_WIRE_HDR_LEN + 8] = {0};
+    shm_seg_t *seg;
+    uint32_t cap = 256 * 1024;
+    size_t seg_len = sizeof(shm_seg_t) + 2 * (size_t)cap;
+
+    (void)state;
+    assert_int_equal(shp_tp_init(&tp, shp_tp_find("shm"), loop, 1024, NULL),
+                     SHP_OK);
+    assert_int_equal(tp.ops->listen(&tp, "127.0.0.1:0", on_accept), SHP_OK);
+    const char *la = tp.ops->listen_addr(&tp);
+
+    /* an unsealed segment: refused before the owner sees it */
+    int fd = shm_raw_peer(la, cap, 0, &seg);
+    TEST_RUN_WHILE(loop, tp.stats.malformed < 1, 2);
+    assert_int_equal(tp.stats.malformed, 1);
+    assert_null(server_rx.ep);
+    char b;
+    TEST_RUN_WHILE(loop, read(fd, &b, 1) != 0, 2); /* closed by the AN side */
+    close(fd);
+    munmap(seg, seg_len);
+
+    /* a record longer than any message: closed, counted */
+    fd = shm_raw_peer(la, cap, 1, &seg);
+    TEST_RUN_WHILE(loop, server_rx.ep == NULL, 2);
+    assert_non_null(server_rx.ep);
+    make_msg(&h, 1, 2);
+    shp_wire_hdr_pack(&h, raw);
+    shm_raw_put(fd, seg, 100000, raw, sizeof(raw));
+    TEST_RUN_WHILE(loop, server_rx.closes < 1, 2);
+    assert_int_equal(server_rx.reason, SHP_ERR_PROTO);
+    assert_int_equal(server_rx.msgs, 0);
+    assert_int_equal(tp.stats.malformed, 2);
+    close(fd);
+    munmap(seg, seg_len);
+
+    /* a well-framed record whose header says 12 bytes of payload, 8 come:
+     * the same validator as tcp refuses it */
+    memset(&server_rx, 0, sizeof(server_rx));
+    fd = shm_raw_peer(la, cap, 1, &seg);
+    TEST_RUN_WHILE(loop, server_rx.ep == NULL, 2);
+    h.count = 3;
+    shp_wire_hdr_pack(&h, raw);
+    shm_raw_put(fd, seg, sizeof(raw), raw, sizeof(raw));
+    TEST_RUN_WHILE(loop, server_rx.closes < 1, 2);
+    assert_int_equal(server_rx.reason, SHP_ERR_PROTO);
+    assert_int_equal(server_rx.msgs, 0);
+    assert_int_equal(tp.stats.malformed, 3);
+    close(fd);
+    munmap(seg, seg_len);
+
+    /* positions that make no sense (head far beyond the tail) */
+    memset(&server_rx, 0, sizeof(server_rx));
+    fd = shm_raw_peer(la, cap, 1, &seg);
+    TEST_RUN_WHILE(loop, server_rx.ep == NULL, 2);
+    atomic_store(&seg->ring[0].head, (uint64_t)cap * 3);
+    assert_int_equal(write(fd, &b, 1), 1);
+    TEST_RUN_WHILE(loop, server_rx.closes < 1, 2);
+    assert_int_equal(server_rx.reason, SHP_ERR_PROTO);
+    assert_int_equal(tp.stats.malformed, 4);
+    test_log_warnings = 0; /* each was logged */
+    close(fd);
+    munmap(seg, seg_len);
+    shp_tp_cleanup(&tp);
+}
+
 static void test_registry_and_stubs(void **state)
 {
     shp_tp_t tp;
@@ -314,6 +632,8 @@ static void test_registry_and_stubs(void **state)
     assert_non_null(shp_tp_find("tcp"));
     assert_non_null(shp_tp_find("udp"));
     assert_non_null(shp_tp_find("verbs"));
+    assert_non_null(shp_tp_find("shm"));
+    assert_ptr_equal(shp_tp_mcast_ops(shp_tp_find("shm")), shp_tp_find("udp"));
     assert_null(shp_tp_find("carrier-pigeon"));
     assert_int_equal(shp_tp_init(&tp, shp_tp_find("verbs"), loop, 1024, NULL),
                      SHP_ERR_UNSUPPORTED);
@@ -326,7 +646,9 @@ int main(void)
         T(test_tcp_roundtrip),         T(test_tcp_malformed),
         T(test_tcp_payload_too_large), T(test_udp_mcast),
         T(test_udp_isolated_groups),   T(test_udp_drop),
-        T(test_udp_bad_group),         T(test_registry_and_stubs),
+        T(test_udp_bad_group),         T(test_shm_roundtrip),
+        T(test_shm_processes),         T(test_shm_malformed),
+        T(test_registry_and_stubs),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests_name("transport", tests, NULL, NULL);

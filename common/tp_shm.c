@@ -1,0 +1,878 @@
+/*
+ * The shm transport: reliable, ordered connections between processes of one
+ * host through rings in shared memory (the RC analogue, without a network
+ * stack).
+ *
+ * Addresses are the same "ip:port" strings as tcp's, so the manager hands
+ * them out unchanged: a listener reserves the port with a bound (not
+ * listening) TCP socket and accepts on the Unix socket "@sharp-shm/ip:port"
+ * (abstract namespace: per network namespace, nothing left in the file
+ * system).  The connecting side creates the segment (a sealed memfd: it can
+ * neither shrink nor grow, so the peer never faults on it) holding one ring
+ * per direction and passes it in its first message.
+ *
+ * A ring is single-producer, single-consumer: records of an 8-byte header
+ * (length, or a wrap marker) and the message (wire header and payload),
+ * padded to 8 bytes, never split across the end.  The Unix socket stays
+ * open beside it: it is the doorbell and it tells a dead peer (EOF).
+ *
+ * Wake-ups: a consumer about to sleep in its event loop sets `sleeping` in
+ * each of its rings (an ev_prepare watcher), then looks at them once more;
+ * a producer that published a record and finds `sleeping` set clears it and
+ * writes one byte to the socket.  A producer whose ring is full queues the
+ * message, sets `waiting`, and the consumer rings it after freeing space.
+ * So a busy peer is never woken, a sleeping one always is, and no message
+ * waits for a timer.
+ *
+ * What arrives is untrusted like a tcp stream: a record's length and the
+ * ring positions are checked before use, every message goes through
+ * shp_tp_deliver() (shp_wire_validate), and anything wrong closes the
+ * connection and counts in stats.malformed.
+ */
+#include "common/log.h"
+#include "common/net.h"
+#include "common/tp_shm.h"
+#include "common/transport.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+typedef struct shm_backlog {
+    struct shm_backlog *next;
+    uint32_t len;
+    uint8_t msg[];
+} shm_backlog_t;
+
+typedef struct shm_ep {
+    shp_tp_ep_t base;
+    struct shm_ep *next, *prev; /* the provider's list of live endpoints */
+    struct shm_ep *dead_next;   /* closed, freed before the loop sleeps */
+    int fd;                     /* the Unix socket: doorbell, liveness */
+    ev_io io;
+    shm_seg_t *seg;
+    size_t seg_len;
+    uint32_t cap;
+    shm_ring_t *tx, *rx;
+    uint8_t *tx_data, *rx_data;
+    shm_backlog_t *backlog, **backlog_tail;
+    int up;          /* the segment is mapped: messages may flow */
+    int announced;   /* on_connect was called */
+    int accepted;    /* inbound: the owner has not seen it before the hello */
+    int dispatching; /* inside on_msg */
+    int closed;
+    int dead; /* on_close called: off the live list, memory kept a while */
+    shp_status_t close_reason;
+} shm_ep_t;
+
+typedef struct {
+    int lfd; /* the Unix listener */
+    int rsv; /* the TCP socket reserving ip:port */
+    ev_io lio;
+    shp_tp_accept_cb_t on_accept;
+    char listen_addr[64];
+    shm_ep_t *eps;
+    shm_ep_t *dead; /* kept until prepare: a walk of eps may stand on one */
+    ev_prepare prep;
+    ev_check check;
+    ev_idle idle;
+} shm_priv_t;
+
+static uint32_t shm_ring_cap(const shp_tp_t *tp)
+{
+    /* room for 16 of the largest messages, at least 256 KiB */
+    uint64_t want = 16ull * (SHM_REC_HDR + SHP_WIRE_HDR_LEN + tp->max_payload);
+    uint32_t cap = 256u * 1024;
+    while (cap < want && cap < SHM_MAX_CAP) {
+        cap <<= 1;
+    }
+    return cap;
+}
+
+static size_t shm_seg_len(uint32_t cap)
+{
+    return sizeof(shm_seg_t) + 2 * (size_t)cap;
+}
+
+static void shm_abstract_name(const char *addr, struct sockaddr_un *sun,
+                              socklen_t *len)
+{
+    memset(sun, 0, sizeof(*sun));
+    sun->sun_family = AF_UNIX;
+    int n = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1,
+                     "sharp-shm/%s", addr);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static void shm_ep_map(shm_ep_t *ep, int connector)
+{
+    uint8_t *data = (uint8_t *)(ep->seg + 1);
+    ep->tx = &ep->seg->ring[connector ? 0 : 1];
+    ep->rx = &ep->seg->ring[connector ? 1 : 0];
+    ep->tx_data = data + (connector ? 0 : ep->cap);
+    ep->rx_data = data + (connector ? ep->cap : 0);
+    ep->up = 1;
+}
+
+static void shm_ring_bell(shm_ep_t *ep)
+{
+    char b = 0;
+    /* EAGAIN: bells are already waiting there, one is enough */
+    (void)!send(ep->fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* Close ---------------------------------------------------------------------
+ */
+
+static void shm_ep_free(shm_ep_t *ep)
+{
+    shm_backlog_t *b;
+
+    while ((b = ep->backlog) != NULL) {
+        ep->backlog = b->next;
+        free(b);
+    }
+    if (ep->seg != NULL) {
+        munmap(ep->seg, ep->seg_len);
+    }
+    free(ep);
+}
+
+static void shm_free_dead(shm_priv_t *priv)
+{
+    while (priv->dead != NULL) {
+        shm_ep_t *ep = priv->dead;
+        priv->dead = ep->dead_next;
+        shm_ep_free(ep);
+    }
+}
+
+/* on_close, then off the live list; the memory goes at the next prepare
+ * (its `next` stays valid for a walk that stands on it) */
+static void shm_ep_finish(shm_ep_t *ep)
+{
+    shm_priv_t *priv = ep->base.tp->priv;
+
+    if (ep->base.cbs != NULL && ep->base.cbs->on_close != NULL) {
+        ep->base.cbs->on_close(&ep->base, ep->close_reason);
+    }
+    ep->dead = 1;
+    if (ep->prev != NULL) {
+        ep->prev->next = ep->next;
+    } else {
+        priv->eps = ep->next;
+    }
+    if (ep->next != NULL) {
+        ep->next->prev = ep->prev;
+    }
+    ep->dead_next = priv->dead;
+    priv->dead = ep;
+}
+
+static void shm_ep_close(shm_ep_t *ep, shp_status_t reason)
+{
+    if (ep->closed) {
+        return;
+    }
+    ep->closed = 1;
+    ep->close_reason = reason;
+    ev_io_stop(ep->base.tp->loop, &ep->io);
+    close(ep->fd);
+    ep->fd = -1;
+    if (!ep->dispatching) {
+        shm_ep_finish(ep);
+    }
+}
+
+/* Sending -----------------------------------------------------------------
+ */
+
+/* Put one message in the ring if it fits now: 1 put, 0 full. */
+static int shm_ring_put(shm_ep_t *ep, const uint8_t *hdr, const void *payload,
+                        uint32_t plen)
+{
+    uint32_t len = SHP_WIRE_HDR_LEN + plen;
+    uint64_t need = SHM_REC_HDR + (((uint64_t)len + 7) & ~7ull);
+    uint64_t head = atomic_load_explicit(&ep->tx->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&ep->tx->tail, memory_order_acquire);
+    uint64_t pos = head % ep->cap, room = ep->cap - pos;
+    uint64_t total = need <= room ? need : room + need;
+
+    if (head - tail > ep->cap || total > ep->cap - (head - tail)) {
+        return 0;
+    }
+    if (need > room) { /* the record would straddle the end: wrap */
+        uint32_t mark = SHM_WRAP;
+        memcpy(ep->tx_data + pos, &mark, sizeof(mark));
+        pos = 0;
+    }
+    uint8_t *rec = ep->tx_data + pos;
+    memcpy(rec, &len, sizeof(len));
+    memcpy(rec + SHM_REC_HDR, hdr, SHP_WIRE_HDR_LEN);
+    if (plen > 0) {
+        memcpy(rec + SHM_REC_HDR + SHP_WIRE_HDR_LEN, payload, plen);
+    }
+    atomic_store_explicit(&ep->tx->head, head + total, memory_order_release);
+    return 1;
+}
+
+/* After publishing: wake the consumer if it may be asleep. */
+static void shm_after_put(shm_ep_t *ep)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&ep->tx->sleeping, memory_order_relaxed) &&
+        atomic_exchange(&ep->tx->sleeping, 0)) {
+        shm_ring_bell(ep);
+    }
+}
+
+/* Move queued messages into the ring while they fit. */
+static void shm_flush_backlog(shm_ep_t *ep)
+{
+    int moved = 0;
+    shm_backlog_t *b;
+
+    while ((b = ep->backlog) != NULL) {
+        if (!shm_ring_put(ep, b->msg, b->msg + SHP_WIRE_HDR_LEN,
+                          b->len - SHP_WIRE_HDR_LEN)) {
+            /* ask the consumer to ring us when it frees space, then look
+             * again (it may have freed it in between) */
+            atomic_store(&ep->tx->waiting, 1);
+            atomic_thread_fence(memory_order_seq_cst);
+            if (!shm_ring_put(ep, b->msg, b->msg + SHP_WIRE_HDR_LEN,
+                              b->len - SHP_WIRE_HDR_LEN)) {
+                break;
+            }
+        }
+        ep->backlog = b->next;
+        if (ep->backlog == NULL) {
+            ep->backlog_tail = &ep->backlog;
+        }
+        free(b);
+        moved = 1;
+    }
+    if (moved) {
+        shm_after_put(ep);
+    }
+}
+
+static shp_status_t shm_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
+                             const void *payload)
+{
+    shm_ep_t *ep = (shm_ep_t *)base;
+    uint8_t raw[SHP_WIRE_HDR_LEN];
+
+    if (ep->closed) {
+        return SHP_ERR_CLOSED;
+    }
+    if (hdr->payload_len > base->tp->max_payload) {
+        return SHP_ERR_TOO_LARGE;
+    }
+    shp_wire_hdr_pack(hdr, raw);
+    if (ep->up && ep->backlog == NULL &&
+        shm_ring_put(ep, raw, payload, hdr->payload_len)) {
+        shm_after_put(ep);
+    } else {
+        shm_backlog_t *b =
+            malloc(sizeof(*b) + SHP_WIRE_HDR_LEN + hdr->payload_len);
+        if (b == NULL) {
+            return SHP_ERR_NO_MEMORY;
+        }
+        b->next = NULL;
+        b->len = SHP_WIRE_HDR_LEN + hdr->payload_len;
+        memcpy(b->msg, raw, SHP_WIRE_HDR_LEN);
+        if (hdr->payload_len > 0) {
+            memcpy(b->msg + SHP_WIRE_HDR_LEN, payload, hdr->payload_len);
+        }
+        *ep->backlog_tail = b;
+        ep->backlog_tail = &b->next;
+        if (ep->up) {
+            shm_flush_backlog(ep);
+        }
+    }
+    base->tp->stats.msgs_out++;
+    base->tp->stats.bytes_out += SHP_WIRE_HDR_LEN + hdr->payload_len;
+    return SHP_OK;
+}
+
+/* Receiving ---------------------------------------------------------------
+ */
+
+static int shm_rx_ready(const shm_ep_t *ep)
+{
+    return ep->up && !ep->closed &&
+           atomic_load_explicit(&ep->rx->head, memory_order_acquire) !=
+               atomic_load_explicit(&ep->rx->tail, memory_order_relaxed);
+}
+
+/* Deliver what the ring holds (at most `budget` messages).  Returns 0, or
+ * -1 if the endpoint was closed. */
+static int shm_drain(shm_ep_t *ep, int budget)
+{
+    int got = 0;
+
+    while (!ep->closed && budget-- > 0) {
+        uint64_t tail =
+            atomic_load_explicit(&ep->rx->tail, memory_order_relaxed);
+        uint64_t head =
+            atomic_load_explicit(&ep->rx->head, memory_order_acquire);
+        if (head == tail) {
+            break;
+        }
+        uint64_t pos = tail % ep->cap, used = head - tail;
+        uint32_t len;
+        if (used > ep->cap || used < SHM_REC_HDR) {
+            goto malformed; /* records are whole and at least 8 bytes */
+        }
+        memcpy(&len, ep->rx_data + pos, sizeof(len));
+        if (len == SHM_WRAP) {
+            if (ep->cap - pos > used) {
+                goto malformed;
+            }
+            atomic_store_explicit(&ep->rx->tail, tail + (ep->cap - pos),
+                                  memory_order_release);
+            continue;
+        }
+        uint64_t need = SHM_REC_HDR + (((uint64_t)len + 7) & ~7ull);
+        if (need > used || need > ep->cap - pos ||
+            len > SHP_WIRE_HDR_LEN + (uint64_t)ep->base.tp->max_payload) {
+            goto malformed;
+        }
+        ep->dispatching = 1;
+        shp_status_t st =
+            shp_tp_deliver(&ep->base, ep->rx_data + pos + SHM_REC_HDR, len);
+        ep->dispatching = 0;
+        atomic_store_explicit(&ep->rx->tail, tail + need, memory_order_release);
+        got = 1;
+        if (ep->closed) {
+            shm_ep_finish(ep);
+            return -1;
+        }
+        if (st != SHP_OK) {
+            shm_ep_close(ep, st);
+            return -1;
+        }
+    }
+    if (got) { /* space freed: ring a producer that waits for it */
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&ep->rx->waiting, memory_order_relaxed) &&
+            atomic_exchange(&ep->rx->waiting, 0)) {
+            shm_ring_bell(ep);
+        }
+    }
+    return 0;
+
+malformed:
+    ep->base.tp->stats.malformed++;
+    shp_warn_sparse(1000, "malformed shared-memory ring from %s: closing",
+                    ep->base.peer);
+    shm_ep_close(ep, SHP_ERR_PROTO);
+    return -1;
+}
+
+/* The hello: map the peer's segment (acceptor side). */
+static shp_status_t shm_take_hello(shm_ep_t *ep, const shm_hello_t *h,
+                                   int memfd)
+{
+    struct stat stt;
+    shp_tp_t *tp = ep->base.tp;
+
+    if (h->magic != SHM_MAGIC || h->version != SHM_VERSION ||
+        h->cap < SHM_MIN_CAP || h->cap > SHM_MAX_CAP ||
+        (h->cap & (h->cap - 1)) != 0 ||
+        h->cap < 2 * (SHM_REC_HDR + SHP_WIRE_HDR_LEN + tp->max_payload) ||
+        fstat(memfd, &stt) != 0 || (size_t)stt.st_size != shm_seg_len(h->cap) ||
+        (fcntl(memfd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_SEAL)) !=
+            (F_SEAL_SHRINK | F_SEAL_SEAL)) {
+        return SHP_ERR_PROTO;
+    }
+    void *m = mmap(NULL, shm_seg_len(h->cap), PROT_READ | PROT_WRITE,
+                   MAP_SHARED, memfd, 0);
+    if (m == MAP_FAILED) {
+        return SHP_ERR_NO_MEMORY;
+    }
+    ep->seg = m;
+    ep->seg_len = shm_seg_len(h->cap);
+    ep->cap = h->cap;
+    if (ep->seg->magic != SHM_MAGIC || ep->seg->cap != h->cap) {
+        return SHP_ERR_PROTO;
+    }
+    shm_ep_map(ep, 0);
+    return SHP_OK;
+}
+
+/* Read the socket: the hello (inbound, once), bells, or EOF. */
+static shp_status_t shm_read_socket(shm_ep_t *ep)
+{
+    for (;;) {
+        union {
+            shm_hello_t hello;
+            char bells[64];
+        } buf;
+        char cbuf[CMSG_SPACE(sizeof(int))];
+        struct iovec iov = {&buf, sizeof(buf)};
+        struct msghdr mh = {0};
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cbuf;
+        mh.msg_controllen = sizeof(cbuf);
+        ssize_t n = recvmsg(ep->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0) {
+            return errno == EAGAIN || errno == EINTR ? SHP_OK
+                                                     : SHP_ERR_CONN_RESET;
+        }
+        if (n == 0) {
+            return SHP_ERR_CLOSED; /* the peer is gone */
+        }
+        int memfd = -1;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        if (c != NULL && c->cmsg_level == SOL_SOCKET &&
+            c->cmsg_type == SCM_RIGHTS &&
+            c->cmsg_len == CMSG_LEN(sizeof(int))) {
+            memcpy(&memfd, CMSG_DATA(c), sizeof(int));
+        }
+        if (!ep->up) {
+            shp_status_t st = memfd >= 0 && n == (ssize_t)sizeof(shm_hello_t)
+                                  ? shm_take_hello(ep, &buf.hello, memfd)
+                                  : SHP_ERR_PROTO;
+            if (memfd >= 0) {
+                close(memfd);
+            }
+            if (st != SHP_OK) {
+                ep->base.tp->stats.malformed++;
+                shp_warn_sparse(1000, "bad shared-memory hello from %s",
+                                ep->base.peer);
+                return st;
+            }
+            continue;
+        }
+        if (memfd >= 0) { /* only the hello carries a descriptor */
+            close(memfd);
+            return SHP_ERR_PROTO;
+        }
+    }
+}
+
+static void shm_io_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    shm_ep_t *ep = w->data;
+    int was_up = ep->up;
+
+    (void)loop;
+    (void)revents;
+    shp_status_t st = shm_read_socket(ep);
+    if (!was_up && ep->up && ep->accepted) {
+        /* inbound and mapped: the owner takes it now */
+        shm_priv_t *priv = ep->base.tp->priv;
+        ep->accepted = 0;
+        ep->announced = 1;
+        ep->dispatching = 1;
+        priv->on_accept(ep->base.tp, &ep->base);
+        ep->dispatching = 0;
+        if (ep->closed) {
+            shm_ep_finish(ep);
+            return;
+        }
+        if (ep->base.cbs == NULL) { /* refused by the owner */
+            shm_ep_close(ep, SHP_ERR_CANCELED);
+            return;
+        }
+    }
+    if (!ep->announced && ep->up) { /* outbound: connected */
+        ep->announced = 1;
+        ep->dispatching = 1;
+        if (ep->base.cbs->on_connect != NULL) {
+            ep->base.cbs->on_connect(&ep->base);
+        }
+        ep->dispatching = 0;
+        if (ep->closed) {
+            shm_ep_finish(ep);
+            return;
+        }
+    }
+    if (ep->up && shm_drain(ep, 1 << 30) < 0) {
+        return;
+    }
+    if (ep->up) {
+        shm_flush_backlog(ep);
+    }
+    if (st != SHP_OK) {
+        shm_ep_close(ep, st);
+    }
+}
+
+/* The loop's prepare / check / idle: see the header comment. */
+static void shm_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    shm_priv_t *priv = w->data;
+    shm_ep_t *ep;
+    int ready = 0;
+
+    (void)revents;
+    shm_free_dead(priv);
+    for (ep = priv->eps; ep != NULL && !ready; ep = ep->next) {
+        ready = shm_rx_ready(ep);
+    }
+    if (!ready) {
+        for (ep = priv->eps; ep != NULL; ep = ep->next) {
+            if (ep->up && !ep->closed) {
+                atomic_store(&ep->rx->sleeping, 1);
+            }
+        }
+        atomic_thread_fence(memory_order_seq_cst);
+        for (ep = priv->eps; ep != NULL && !ready; ep = ep->next) {
+            ready = shm_rx_ready(ep);
+        }
+    }
+    if (ready) {
+        ev_idle_start(loop, &priv->idle); /* poll, do not sleep */
+    }
+}
+
+static void shm_check_cb(struct ev_loop *loop, ev_check *w, int revents)
+{
+    shm_priv_t *priv = w->data;
+
+    (void)loop;
+    (void)revents;
+    for (shm_ep_t *ep = priv->eps; ep != NULL; ep = ep->next) {
+        if (ep->up && !ep->closed &&
+            atomic_load_explicit(&ep->rx->sleeping, memory_order_relaxed)) {
+            atomic_store_explicit(&ep->rx->sleeping, 0, memory_order_relaxed);
+        }
+    }
+}
+
+static void shm_idle_cb(struct ev_loop *loop, ev_idle *w, int revents)
+{
+    shm_priv_t *priv = w->data;
+    shm_ep_t *ep, *next;
+
+    (void)revents;
+    ev_idle_stop(loop, w);
+    for (ep = priv->eps; ep != NULL; ep = next) {
+        next = ep->next; /* closed endpoints stay in memory until prepare */
+        if (!ep->dead && shm_rx_ready(ep)) {
+            /* a fair share each turn; the prepare watcher comes back */
+            if (shm_drain(ep, 64) == 0) {
+                shm_flush_backlog(ep);
+            }
+        }
+    }
+}
+
+/* Endpoints ---------------------------------------------------------------
+ */
+
+static shm_ep_t *shm_ep_new(shp_tp_t *tp, int fd)
+{
+    shm_priv_t *priv = tp->priv;
+    shm_ep_t *ep = calloc(1, sizeof(*ep));
+
+    if (ep == NULL) {
+        return NULL;
+    }
+    ep->base.tp = tp;
+    ep->fd = fd;
+    ep->backlog_tail = &ep->backlog;
+    ev_io_init(&ep->io, shm_io_cb, fd, EV_READ);
+    ep->io.data = ep;
+    ev_io_start(tp->loop, &ep->io);
+    ep->next = priv->eps;
+    if (priv->eps != NULL) {
+        priv->eps->prev = ep;
+    }
+    priv->eps = ep;
+    return ep;
+}
+
+static void shm_accept_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    shp_tp_t *tp = w->data;
+
+    (void)loop;
+    (void)revents;
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(((shm_priv_t *)tp->priv)->lfd, NULL, NULL,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            return;
+        }
+        shm_ep_t *ep = shm_ep_new(tp, fd);
+        if (ep == NULL) {
+            shp_warn_sparse(1000, "cannot accept a connection: out of memory");
+            close(fd);
+            continue;
+        }
+        struct ucred cr;
+        socklen_t cl = sizeof(cr);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0) {
+            snprintf(ep->base.peer, sizeof(ep->base.peer), "shm:pid %d",
+                     (int)cr.pid);
+        } else {
+            snprintf(ep->base.peer, sizeof(ep->base.peer), "shm");
+        }
+        ep->accepted = 1; /* offered to the owner once the hello is in */
+    }
+}
+
+static shp_status_t shm_init(shp_tp_t *tp)
+{
+    shm_priv_t *priv = calloc(1, sizeof(*priv));
+
+    if (priv == NULL) {
+        return SHP_ERR_NO_MEMORY;
+    }
+    priv->lfd = priv->rsv = -1;
+    ev_prepare_init(&priv->prep, shm_prepare_cb);
+    ev_check_init(&priv->check, shm_check_cb);
+    ev_idle_init(&priv->idle, shm_idle_cb);
+    priv->prep.data = priv->check.data = priv->idle.data = priv;
+    ev_prepare_start(tp->loop, &priv->prep);
+    ev_check_start(tp->loop, &priv->check);
+    /* these watchers never keep a loop alive on their own */
+    ev_unref(tp->loop);
+    ev_unref(tp->loop);
+    tp->priv = priv;
+    return SHP_OK;
+}
+
+static void shm_cleanup(shp_tp_t *tp)
+{
+    shm_priv_t *priv = tp->priv;
+
+    if (priv == NULL) {
+        return;
+    }
+    while (priv->eps != NULL) {
+        shm_ep_t *ep = priv->eps;
+        priv->eps = ep->next;
+        if (!ep->closed) {
+            ev_io_stop(tp->loop, &ep->io);
+            close(ep->fd);
+        }
+        shm_ep_free(ep);
+    }
+    shm_free_dead(priv);
+    if (priv->lfd >= 0) {
+        ev_io_stop(tp->loop, &priv->lio);
+        close(priv->lfd);
+    }
+    if (priv->rsv >= 0) {
+        close(priv->rsv);
+    }
+    ev_ref(tp->loop);
+    ev_ref(tp->loop);
+    ev_prepare_stop(tp->loop, &priv->prep);
+    ev_check_stop(tp->loop, &priv->check);
+    ev_idle_stop(tp->loop, &priv->idle);
+    free(priv);
+    tp->priv = NULL;
+}
+
+static shp_status_t shm_listen(shp_tp_t *tp, const char *addr,
+                               shp_tp_accept_cb_t on_accept)
+{
+    shm_priv_t *priv = tp->priv;
+    shp_sockaddr_t sa, bound;
+    struct sockaddr_un sun;
+    socklen_t slen;
+    shp_status_t st;
+
+    if (priv->lfd >= 0) {
+        return SHP_ERR_EXISTS;
+    }
+    st = shp_sockaddr_parse(addr, 0, &sa);
+    if (st != SHP_OK) {
+        return st;
+    }
+    /* reserve ip:port (port 0: the kernel picks one) */
+    priv->rsv = socket(sa.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    socklen_t blen = sizeof(bound.ss);
+    if (priv->rsv < 0 ||
+        bind(priv->rsv, (struct sockaddr *)&sa.ss, sa.len) != 0 ||
+        getsockname(priv->rsv, (struct sockaddr *)&bound.ss, &blen) != 0) {
+        st = errno == EADDRINUSE ? SHP_ERR_EXISTS : SHP_ERR_IO;
+        goto fail;
+    }
+    bound.len = blen;
+    shp_sockaddr_str(&bound, priv->listen_addr, sizeof(priv->listen_addr));
+    shm_abstract_name(priv->listen_addr, &sun, &slen);
+    priv->lfd =
+        socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (priv->lfd < 0 || bind(priv->lfd, (struct sockaddr *)&sun, slen) != 0 ||
+        listen(priv->lfd, 1024) != 0) {
+        st = errno == EADDRINUSE ? SHP_ERR_EXISTS : SHP_ERR_IO;
+        goto fail;
+    }
+    priv->on_accept = on_accept;
+    ev_io_init(&priv->lio, shm_accept_cb, priv->lfd, EV_READ);
+    priv->lio.data = tp;
+    ev_io_start(tp->loop, &priv->lio);
+    return SHP_OK;
+
+fail:
+    if (priv->lfd >= 0) {
+        close(priv->lfd);
+    }
+    if (priv->rsv >= 0) {
+        close(priv->rsv);
+    }
+    priv->lfd = priv->rsv = -1;
+    return st;
+}
+
+static const char *shm_listen_addr(shp_tp_t *tp)
+{
+    shm_priv_t *priv = tp->priv;
+
+    return priv->lfd >= 0 ? priv->listen_addr : NULL;
+}
+
+static shp_status_t shm_connect(shp_tp_t *tp, const char *addr,
+                                const shp_tp_ep_cbs_t *cbs, void *arg,
+                                shp_tp_ep_t **ep_out)
+{
+    shp_sockaddr_t sa;
+    struct sockaddr_un sun;
+    socklen_t slen;
+    shp_status_t st = shp_sockaddr_parse(addr, 0, &sa);
+    uint32_t cap = shm_ring_cap(tp);
+    size_t len = shm_seg_len(cap);
+    int fd = -1, memfd = -1;
+    void *m = MAP_FAILED;
+
+    if (st != SHP_OK) {
+        return st;
+    }
+    shm_abstract_name(addr, &sun, &slen);
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return SHP_ERR_IO;
+    }
+    if (connect(fd, (struct sockaddr *)&sun, slen) != 0) {
+        st = errno == ECONNREFUSED || errno == ENOENT ? SHP_ERR_CONN_REFUSED
+                                                      : SHP_ERR_IO;
+        goto fail;
+    }
+    memfd = memfd_create("sharp-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (memfd < 0 || ftruncate(memfd, (off_t)len) != 0 ||
+        fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
+            0) {
+        st = SHP_ERR_NO_MEMORY;
+        goto fail;
+    }
+    m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    if (m == MAP_FAILED) {
+        st = SHP_ERR_NO_MEMORY;
+        goto fail;
+    }
+    shm_seg_t *seg = m;
+    seg->magic = SHM_MAGIC;
+    seg->version = SHM_VERSION;
+    seg->cap = cap;
+    shm_hello_t hello = {SHM_MAGIC, SHM_VERSION, cap, tp->max_payload};
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    memset(cbuf, 0, sizeof(cbuf));
+    struct iovec iov = {&hello, sizeof(hello)};
+    struct msghdr mh = {0};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cbuf;
+    mh.msg_controllen = sizeof(cbuf);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &memfd, sizeof(int));
+    if (sendmsg(fd, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(hello)) {
+        st = SHP_ERR_CONN_RESET;
+        goto fail;
+    }
+    close(memfd);
+    shm_ep_t *ep = shm_ep_new(tp, fd);
+    if (ep == NULL) {
+        munmap(m, len);
+        close(fd);
+        return SHP_ERR_NO_MEMORY;
+    }
+    ep->base.cbs = cbs;
+    ep->base.arg = arg;
+    snprintf(ep->base.peer, sizeof(ep->base.peer), "%s", addr);
+    ep->seg = m;
+    ep->seg_len = len;
+    ep->cap = cap;
+    shm_ep_map(ep, 1);
+    /* on_connect from the loop, after the caller has its endpoint */
+    ev_feed_event(tp->loop, &ep->io, EV_CUSTOM);
+    *ep_out = &ep->base;
+    return SHP_OK;
+
+fail:
+    if (m != MAP_FAILED) {
+        munmap(m, len);
+    }
+    if (memfd >= 0) {
+        close(memfd);
+    }
+    close(fd);
+    return st;
+}
+
+static void shm_close(shp_tp_ep_t *base)
+{
+    shm_ep_t *ep = (shm_ep_t *)base;
+
+    if (ep->up && !ep->closed) {
+        shm_flush_backlog(ep); /* what fits goes out first */
+    }
+    shm_ep_close(ep, SHP_ERR_CANCELED);
+}
+
+static void shm_dump(shp_tp_t *tp)
+{
+    shm_priv_t *priv = tp->priv;
+
+    for (shm_ep_t *ep = priv->eps; ep != NULL; ep = ep->next) {
+        unsigned queued = 0;
+        for (shm_backlog_t *b = ep->backlog; b != NULL; b = b->next) {
+            queued++;
+        }
+        if (!ep->up) {
+            shp_info("shm %s: waiting for its hello", ep->base.peer);
+            continue;
+        }
+        shp_info("shm %s: tx %" PRIu64 "/%" PRIu64 " bytes used, rx %" PRIu64
+                 "/%u, %u queued, peer %s",
+                 ep->base.peer,
+                 atomic_load(&ep->tx->head) - atomic_load(&ep->tx->tail),
+                 (uint64_t)ep->cap,
+                 atomic_load(&ep->rx->head) - atomic_load(&ep->rx->tail),
+                 ep->cap, queued,
+                 atomic_load(&ep->tx->sleeping) ? "asleep" : "awake");
+    }
+}
+
+const shp_tp_ops_t shp_tp_shm_ops = {
+    .name = "shm",
+    .init = shm_init,
+    .cleanup = shm_cleanup,
+    .listen = shm_listen,
+    .listen_addr = shm_listen_addr,
+    .connect = shm_connect,
+    .send = shm_send,
+    .close = shm_close,
+    .mcast_join = shp_tp_stub_ep,
+    .mcast_sender = shp_tp_stub_ep,
+    .dump = shm_dump,
+};

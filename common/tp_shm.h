@@ -1,0 +1,41 @@
+/*
+ * The shm transport's shared segment: what both processes of a connection
+ * read and write (common/tp_shm.c says how it is used).  Kept in a header
+ * of its own so that tests can build a peer by hand.
+ */
+#ifndef SHP_COMMON_TP_SHM_H
+#define SHP_COMMON_TP_SHM_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define SHM_MAGIC 0x73687031u /* "shp1" */
+#define SHM_VERSION 1
+#define SHM_REC_HDR 8
+#define SHM_WRAP UINT32_MAX
+#define SHM_MIN_CAP (64u * 1024)
+#define SHM_MAX_CAP (64u * 1024 * 1024)
+
+typedef struct {
+    _Atomic uint64_t head; /* bytes published by the producer */
+    char pad0[56];
+    _Atomic uint64_t tail; /* bytes released by the consumer */
+    char pad1[56];
+    _Atomic uint32_t sleeping; /* the consumer may block: ring it */
+    _Atomic uint32_t waiting;  /* the producer waits for space: ring it */
+    char pad2[56];
+} shm_ring_t;
+
+typedef struct {
+    uint32_t magic, version, cap, pad;
+    char pad0[48];
+    shm_ring_t ring[2]; /* [0] connector -> acceptor, [1] the other way */
+    /* then the two rings' data, cap bytes each */
+} shm_seg_t;
+
+/* the connector's first message on the socket (with the memfd) */
+typedef struct {
+    uint32_t magic, version, cap, max_payload;
+} shm_hello_t;
+
+#endif
