@@ -376,8 +376,9 @@ static int transport_known(const json_t *msg, const char **transport,
                            const char **why)
 {
     *transport = shp_json_opt_str(msg, "transport", "tcp");
-    if (strcmp(*transport, "tcp") != 0 && strcmp(*transport, "verbs") != 0) {
-        *why = "transport must be tcp or verbs";
+    if (strcmp(*transport, "tcp") != 0 && strcmp(*transport, "verbs") != 0 &&
+        strcmp(*transport, "shm") != 0) {
+        *why = "transport must be tcp, verbs or shm";
         return 0;
     }
     return 1;

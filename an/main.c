@@ -16,7 +16,7 @@
 #define SHP_VERSION "0.1.0"
 #endif
 
-const char *const shp_an_transports[] = {"tcp", "verbs", NULL};
+const char *const shp_an_transports[] = {"tcp", "verbs", "shm", NULL};
 const char *const shp_an_scheds[] = {"batch", "other", NULL};
 
 static const shp_config_range_t shp_an_trees_range = {1, SHP_AN_MAX_TREES};

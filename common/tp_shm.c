@@ -90,8 +90,9 @@ typedef struct {
 
 static uint32_t shm_ring_cap(const shp_tp_t *tp)
 {
-    /* room for 16 of the largest messages, at least 256 KiB */
-    uint64_t want = 16ull * (SHM_REC_HDR + SHP_WIRE_HDR_LEN + tp->max_payload);
+    /* two of the largest messages (the minimum the acceptor takes), at
+     * least 256 KiB: a group's quota (16 x 16 KiB by default) in flight */
+    uint64_t want = 2ull * (SHM_REC_HDR + SHP_WIRE_HDR_LEN + tp->max_payload);
     uint32_t cap = 256u * 1024;
     while (cap < want && cap < SHM_MAX_CAP) {
         cap <<= 1;
@@ -396,8 +397,10 @@ static shp_status_t shm_take_hello(shm_ep_t *ep, const shm_hello_t *h,
             (F_SEAL_SHRINK | F_SEAL_SEAL)) {
         return SHP_ERR_PROTO;
     }
+    /* populated: a ring cycling through pages touched for the first time
+     * faults on every one, and a fault costs more than a message */
     void *m = mmap(NULL, shm_seg_len(h->cap), PROT_READ | PROT_WRITE,
-                   MAP_SHARED, memfd, 0);
+                   MAP_SHARED | MAP_POPULATE, memfd, 0);
     if (m == MAP_FAILED) {
         return SHP_ERR_NO_MEMORY;
     }
@@ -772,7 +775,8 @@ static shp_status_t shm_connect(shp_tp_t *tp, const char *addr,
         st = SHP_ERR_NO_MEMORY;
         goto fail;
     }
-    m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+             memfd, 0);
     if (m == MAP_FAILED) {
         st = SHP_ERR_NO_MEMORY;
         goto fail;

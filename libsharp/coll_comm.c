@@ -346,12 +346,12 @@ static int group_create(coll_ctx_t *ctx, const char *hosts, int size,
     return *text ? SHARP_COLL_SUCCESS : SHARP_COLL_ENOMEM;
 }
 
-/* the leaf AN's transport: tcp (if it does not say) or verbs */
-static int leaf_transport(const json_t *me, int *verbs)
+/* the leaf AN's transport: tcp (if it does not say), verbs or shm */
+static int leaf_transport(const json_t *me, const shp_tp_ops_t **ops)
 {
     const char *t = shp_json_opt_str(me, "transport", "tcp");
-    *verbs = !strcmp(t, "verbs");
-    if (!*verbs && strcmp(t, "tcp") != 0) {
+    *ops = shp_tp_find(t);
+    if (*ops == NULL || *ops == &shp_tp_udp_ops) {
         shp_error("the leaf AN's transport %s is not known here", t);
         return 0;
     }
@@ -378,7 +378,8 @@ static int group_parse(coll_comm_t *comm, const char *text)
         shp_json_get_str(me, "addr", &addr, NULL) == SHP_OK &&
         shp_json_get_int(me, "child_index", 0, 1 << 20, &child, NULL) ==
             SHP_OK &&
-        strlen(addr) < sizeof(comm->leaf) && leaf_transport(me, &comm->verbs)) {
+        strlen(addr) < sizeof(comm->leaf) &&
+        leaf_transport(me, &comm->rc_ops)) {
         maddr = shp_json_opt_str(g, "mcast_addr", "");
         comm->group_id = (uint32_t)gid;
         comm->tree_id = (uint16_t)tree;
@@ -399,15 +400,17 @@ static int group_parse(coll_comm_t *comm, const char *text)
 static shp_tp_t *tp_get(coll_ctx_t *ctx, const shp_tp_ops_t *ops)
 {
     static const shp_tp_ops_t *const providers[COLL_NTP] = {
-        &shp_tp_tcp_ops, &shp_tp_udp_ops, &shp_tp_verbs_ops};
+        &shp_tp_tcp_ops, &shp_tp_udp_ops, &shp_tp_verbs_ops, &shp_tp_shm_ops};
     const char *ip = ctx->cfg.local_ip[0] ? ctx->cfg.local_ip : NULL;
     int i = 0;
     while (i < COLL_NTP - 1 && providers[i] != ops) {
         i++;
     }
-    /* the largest payload an AN may send: its limit (64 KiB by default) */
+    /* the largest payload an AN may send: its limit (64 KiB by default);
+     * over shm 256 KiB, which sizes its rings (1 MiB each way) */
+    uint32_t max = ops == &shp_tp_shm_ops ? 256u << 10 : 1u << 20;
     if (!ctx->tps_up[i] &&
-        shp_tp_init(&ctx->tps[i], ops, ctx->loop, 1u << 20, ip) == SHP_OK) {
+        shp_tp_init(&ctx->tps[i], ops, ctx->loop, max, ip) == SHP_OK) {
         ctx->tps_up[i] = 1;
     }
     return ctx->tps_up[i] ? &ctx->tps[i] : NULL;
@@ -429,8 +432,9 @@ static int group_join(coll_comm_t *comm)
     if (comm->win == NULL || comm->stage == NULL) {
         return SHARP_COLL_ENOMEM;
     }
-    /* the leaf's transport: tcp (multicast by udp) or verbs (RC and UD) */
-    const shp_tp_ops_t *rc = comm->verbs ? &shp_tp_verbs_ops : &shp_tp_tcp_ops;
+    /* the leaf's transport: tcp or shm (multicast by udp), or verbs (RC and
+     * UD) */
+    const shp_tp_ops_t *rc = comm->rc_ops;
     shp_tp_t *tp = tp_get(ctx, rc), *mtp;
     if (tp == NULL) {
         shp_error("group %u: no %s transport here", comm->group_id, rc->name);

@@ -51,7 +51,7 @@ typedef struct coll_req coll_req_t;
 typedef struct sharp_coll_comm coll_comm_t;
 typedef struct sharp_coll_context coll_ctx_t;
 
-#define COLL_NTP 3 /* transport providers: tcp, udp, verbs */
+#define COLL_NTP 4 /* transport providers: tcp, udp, verbs, shm */
 
 struct sharp_coll_context {
     coll_cfg_t cfg;
@@ -70,7 +70,7 @@ struct sharp_coll_context {
     int64_t next_id;
     int64_t want_id; /* the request a blocking call waits for */
     json_t *reply;
-    /* one transport per provider (tcp, udp, verbs), up on first use */
+    /* one transport per provider (tcp, udp, verbs, shm), up on first use */
     shp_tp_t tps[COLL_NTP];
     int tps_up[COLL_NTP];
     coll_comm_t *comms;
@@ -99,7 +99,7 @@ struct sharp_coll_comm {
     unsigned osts, depth;
     uint32_t payload;
     int mcast;
-    int verbs; /* the leaf AN speaks verbs (else tcp, and udp multicast) */
+    const shp_tp_ops_t *rc_ops; /* the leaf AN's transport: tcp, verbs, shm */
     char leaf[64], mcast_addr[64];
     unsigned child;
     shp_tp_ep_t *ep, *mep;

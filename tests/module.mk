@@ -16,6 +16,9 @@ TESTS += $(AN_TREE_TEST)
 $(AN_MEMBER): $(OBJDIR)/tests/an/an_member.o $(COMMON_LIB)
 	$(call link_prog)
 
+# the same tree test over the shm transport
+TEST_SCRIPTS += tests/an/tree_shm.sh
+
 $(AN_TREE_TEST): $(OBJDIR)/tests/an/test_an_tree.o $(COMMON_LIB) \
 		$(AN_MEMBER) $(SHARP_AN)
 	$(call link_prog,$(CMOCKA_LIBS))
@@ -39,6 +42,9 @@ TESTS += $(COLL_TEST)
 $(COLL_TEST): $(OBJDIR)/tests/coll/test_coll.o $(COLL_SO) $(COMMON_LIB) \
 		$(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
 	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS))
+
+# the same over a fabric whose ANs speak shm
+TEST_SCRIPTS += tests/coll/coll_shm.sh
 
 # libsharp_mpi under Open MPI and MPICH through a sharp-fabric.
 TEST_SCRIPTS += tests/mpi/test_mpi.sh
