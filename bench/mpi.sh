@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # make bench-mpi: bench/mpi_lat.c with 8 and 16 Open MPI ranks (one per
-# host), three ways in one run: through sharp (libsharp_mpi preloaded, a
-# fat-tree on loopback, the fabric's default settings), Open MPI over TCP
-# between ranks (--mca btl tcp,self: the same network sharp uses) and over
-# shared memory (vader).  Everything shares this machine's cores, so next to
+# host), four ways in one run: through sharp (libsharp_mpi preloaded, a
+# fat-tree on loopback, the fabric's default settings) over tcp/udp and
+# over the shm transport (every AN SHARP_AN_TRANSPORT=shm), Open MPI over
+# TCP between ranks (--mca btl tcp,self: the network sharp's tcp uses) and
+# over shared memory (vader: what sharp's shm is compared with).  Everything shares this machine's cores, so next to
 # each latency it prints the machine's CPU time and context switches per
 # operation (all processes and the kernel, from /proc/stat).
 #
@@ -11,9 +12,10 @@
 #   RESULT mpi_allreduce_8B_np8_vs_tcp=.. mpi_allreduce_8B_np16_vs_tcp=..
 #          mpi_allreduce_4K_np8_vs_tcp=.. mpi_allreduce_1M_np8_vs_tcp=..
 #          mpi_cpu_per_op_np8_vs_tcp=.. mpi_barrier_np8_vs_tcp=..
-#          mpi_layer_ns=..
-# (sharp over tcp/udp against Open MPI over TCP; a ratio below 1 is sharp
-# faster).  SHARP_BENCH_SCALE=0.2 runs a fifth of the iterations.
+#          mpi_layer_ns=.. mpi_allreduce_8B_np8_shm_vs_shm=..
+#          mpi_allreduce_8B_np16_shm_vs_shm=..
+# (sharp over tcp/udp against Open MPI over TCP, sharp over shm against
+# Open MPI over shared memory; a ratio below 1 is sharp faster).  SHARP_BENCH_SCALE=0.2 runs a fifth of the iterations.
 set -euo pipefail
 O=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,13 +39,15 @@ sharp_run() { # NP OUT [mpirun -x settings ...]; $PRELOAD before libsharp_mpi
         -x SHARP_FABRIC_DIR -x SHARP_MPI_VERBOSE=1 "$@" \
         "$BIN/sharp-fabric" rank -- "$BIN/bench_mpi_lat" >"$out" 2>"$out.err"
 }
-table() { # TITLE SHARP TCP SHM
+table() { # TITLE SHARP SHARP_SHM TCP SHM
     echo "$1"
-    printf '%-10s %8s | %9s %9s %9s | %8s %8s %8s | %6s %6s %6s\n' op bytes \
-        "sharp us" "tcp us" "shm us" "sharp" "tcp" "shm" sharp tcp shm
-    printf '%-10s %8s | %29s | %26s | %20s\n' "" "" "latency" \
+    printf '%-10s %8s | %9s %9s %9s %9s | %6s %6s %6s %6s | %5s %5s %5s %5s\n' op bytes \
+        "sharp" "sharp" "ompi" "ompi" sharp sharp ompi ompi sharp sharp ompi ompi
+    printf '%-10s %8s | %9s %9s %9s %9s | %6s %6s %6s %6s | %5s %5s %5s %5s\n' "" "" \
+        tcp shm tcp shm tcp shm tcp shm tcp shm tcp shm
+    printf '%-10s %8s | %39s | %27s | %23s\n' "" "" "latency us" \
         "machine CPU us per op" "context switches/op"
-    paste "$2" "$3" "$4" | awk '{ printf "%-10s %8s | %9.1f %9.1f %9.1f | %8.0f %8.0f %8.0f | %6.1f %6.1f %6.1f\n", $1, $2, $3, $8, $13, $4, $9, $14, $5, $10, $15 }'
+    paste "$2" "$3" "$4" "$5" | awk '{ printf "%-10s %8s | %9.1f %9.1f %9.1f %9.1f | %6.0f %6.0f %6.0f %6.0f | %5.1f %5.1f %5.1f %5.1f\n", $1, $2, $3, $8, $13, $18, $4, $9, $14, $19, $5, $10, $15, $20 }'
 }
 val() { # FILE OP BYTES COLUMN
     awk -v o="$2" -v b="$3" -v c="$4" '$1 == o && $2 == b { print $c }' "$1"
@@ -61,10 +65,14 @@ for np in 8 16; do
     [ "$np" = 8 ] && PRELOAD="$LIB/bench_mpi_layer.so"
     PRELOAD=$PRELOAD sharp_run "$np" "$DIR/sharp$np.txt"
     "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
+    SHARP_AN_TRANSPORT=shm "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/topo.ibnd" \
+        --net 127.20 >/dev/null
+    PRELOAD= sharp_run "$np" "$DIR/sharpshm$np.txt"
+    "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
     run "$np" --mca btl tcp,self "$BIN/bench_mpi_lat" >"$DIR/tcp$np.txt"
     run "$np" --mca btl self,vader "$BIN/bench_mpi_lat" >"$DIR/shm$np.txt"
     table "MPI_Allreduce (float sum) and MPI_Barrier, $np ranks, one per host" \
-        "$DIR/sharp$np.txt" "$DIR/tcp$np.txt" "$DIR/shm$np.txt"
+        "$DIR/sharp$np.txt" "$DIR/sharpshm$np.txt" "$DIR/tcp$np.txt" "$DIR/shm$np.txt"
     echo
 done
 layer=$(sed -n "s/.*MPI layer's own cost: \([0-9.]*\) ns.*/\1/p" "$DIR/sharp8.txt.err" | sort -n |
@@ -72,8 +80,8 @@ layer=$(sed -n "s/.*MPI layer's own cost: \([0-9.]*\) ns.*/\1/p" "$DIR/sharp8.tx
 echo "The MPI layer's own cost per offloaded call (libsharp_mpi minus the"
 echo "libsharp_coll call it makes; median of the 8 ranks): $layer ns"
 echo "Every process shares 2 cores: sharp's AN and the ranks, or Open MPI's"
-echo "ranks. sharp over a shared-memory transport is not built yet, so no"
-echo "sharp-over-shm column: the shm column is Open MPI's best on one host."
+echo "ranks. Compare like with like: sharp tcp with ompi tcp (the same"
+echo "loopback network), sharp shm with ompi shm (vader)."
 echo
 
 # two ranks per host: node-local aggregation (one member per node, the
@@ -89,9 +97,9 @@ printf '%-10s %9s %12s %12s %8s\n' op bytes "per node" "per process" ratio
 paste "$DIR/aggr1.txt" "$DIR/aggr0.txt" |
     awk '{ printf "%-10s %9s %12.1f %12.1f %8.2f\n", $1, $2, $3, $8, $3 / $8 }'
 
-r() { # OP BYTES NP COLUMN: sharp / tcp
-    awk -v s="$(val "$DIR/sharp$3.txt" "$1" "$2" "$4")" \
-        -v t="$(val "$DIR/tcp$3.txt" "$1" "$2" "$4")" \
+r() { # OP BYTES NP COLUMN [SHARP MPI]: sharp / Open MPI (tcp by default)
+    awk -v s="$(val "$DIR/${5:-sharp}$3.txt" "$1" "$2" "$4")" \
+        -v t="$(val "$DIR/${6:-tcp}$3.txt" "$1" "$2" "$4")" \
         'BEGIN { printf "%.2f", s / t }'
 }
 echo "RESULT mpi_allreduce_8B_np8_vs_tcp=$(r allreduce 8 8 3)" \
@@ -100,4 +108,6 @@ echo "RESULT mpi_allreduce_8B_np8_vs_tcp=$(r allreduce 8 8 3)" \
     "mpi_allreduce_1M_np8_vs_tcp=$(r allreduce 1048576 8 3)" \
     "mpi_cpu_per_op_np8_vs_tcp=$(r allreduce 8 8 4)" \
     "mpi_barrier_np8_vs_tcp=$(r barrier 0 8 3)" \
-    "mpi_layer_ns=$layer"
+    "mpi_layer_ns=$layer" \
+    "mpi_allreduce_8B_np8_shm_vs_shm=$(r allreduce 8 8 3 sharpshm shm)" \
+    "mpi_allreduce_8B_np16_shm_vs_shm=$(r allreduce 8 16 3 sharpshm shm)"
