@@ -43,15 +43,21 @@ echo
 echo "== the same program on plain Open MPI over TCP (the network sharp used)"
 "${PLAIN[@]}" --mca btl tcp,self "$BIN/sharp_mpi_demo_ompi"
 echo
+echo "== sharp over shared memory: the fabric again, every AN speaking shm"
+fabric down >/dev/null
+SHARP_AN_TRANSPORT=shm fabric up "$DIR/fat-tree.ibnd" --net 127.14 >/dev/null
+"${MPIRUN[@]}" -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+    -x SHARP_FABRIC_DIR="$DIR/fabric" \
+    "$BIN/sharp-fabric" rank -- "$BIN/sharp_mpi_demo_ompi"
+echo
 echo "== the same program on plain Open MPI over shared memory (vader)"
 "${PLAIN[@]}" --mca btl self,vader "$BIN/sharp_mpi_demo_ompi"
 echo
 echo "Daemon logs: $DIR/fabric/logs."
-echo "What one machine can show: sharp against Open MPI over the same network"
-echo "(loopback TCP), where every hop costs the same for both; on 2 shared"
-echo "cores latency is the machine's CPU work per operation, so the ratio"
-echo "measures the work saved (fewer messages and process wake-ups)."
-echo "What it cannot show: a real fabric's wire and switch latencies, and"
-echo "sharp over shared memory (not built yet: Open MPI's shared-memory run"
-echo "above is the best any process-based method does on one host)."
-echo "make bench-mpi measures all three side by side with CPU per operation."
+echo "What one machine can show: sharp against Open MPI over the same"
+echo "transport (loopback TCP, then shared memory), where every hop costs the"
+echo "same for both; on 2 shared cores latency is the machine's CPU work per"
+echo "operation, so the ratios measure the work saved (fewer messages and"
+echo "process wake-ups). What it cannot show: a real fabric's wires and"
+echo "switches, and cores of their own for the aggregation nodes."
+echo "make bench-mpi measures all four side by side with CPU per operation."
