@@ -387,14 +387,18 @@ static shp_status_t shm_take_hello(shm_ep_t *ep, const shm_hello_t *h,
 {
     struct stat stt;
     shp_tp_t *tp = ep->base.tp;
+    /* sealed against shrinking (or we could fault on it) and against new
+     * seals; -1: not a memfd at all */
+    int seals = fcntl(memfd, F_GET_SEALS);
 
-    if (h->magic != SHM_MAGIC || h->version != SHM_VERSION ||
+    if (seals < 0 ||
+        (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) !=
+            (F_SEAL_SHRINK | F_SEAL_SEAL) ||
+        h->magic != SHM_MAGIC || h->version != SHM_VERSION ||
         h->cap < SHM_MIN_CAP || h->cap > SHM_MAX_CAP ||
         (h->cap & (h->cap - 1)) != 0 ||
         h->cap < 2 * (SHM_REC_HDR + SHP_WIRE_HDR_LEN + tp->max_payload) ||
-        fstat(memfd, &stt) != 0 || (size_t)stt.st_size != shm_seg_len(h->cap) ||
-        (fcntl(memfd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_SEAL)) !=
-            (F_SEAL_SHRINK | F_SEAL_SEAL)) {
+        fstat(memfd, &stt) != 0 || (size_t)stt.st_size != shm_seg_len(h->cap)) {
         return SHP_ERR_PROTO;
     }
     /* populated: a ring cycling through pages touched for the first time

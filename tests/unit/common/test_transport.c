@@ -491,7 +491,8 @@ static void test_shm_processes(void **state)
 }
 
 /* A peer made by hand: its segment and hello.  `seal` 0 leaves the memfd
- * unsealed (it could shrink it under us).  Returns the socket. */
+ * unsealed (it could shrink it under us), -1 passes a plain file instead
+ * of a memfd.  Returns the socket. */
 static int shm_raw_peer(const char *addr, uint32_t cap, int seal,
                         shm_seg_t **seg_out)
 {
@@ -507,10 +508,15 @@ static int shm_raw_peer(const char *addr, uint32_t cap, int seal,
                 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)),
         0);
     size_t len = sizeof(shm_seg_t) + 2 * (size_t)cap;
-    int mfd = memfd_create("test", MFD_ALLOW_SEALING);
+    char tmpl[] = "/tmp/sharp-test-shm.XXXXXX";
+    int mfd =
+        seal < 0 ? mkstemp(tmpl) : memfd_create("test", MFD_ALLOW_SEALING);
     assert_true(mfd >= 0);
+    if (seal < 0) {
+        unlink(tmpl);
+    }
     assert_int_equal(ftruncate(mfd, (off_t)len), 0);
-    if (seal) {
+    if (seal > 0) {
         assert_int_equal(
             fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
             0);
@@ -580,6 +586,15 @@ static void test_shm_malformed(void **state)
     close(fd);
     munmap(seg, seg_len);
 
+    /* a plain file (no seals to ask for): refused the same way */
+    fd = shm_raw_peer(la, cap, -1, &seg);
+    TEST_RUN_WHILE(loop, tp.stats.malformed < 2, 2);
+    assert_int_equal(tp.stats.malformed, 2);
+    assert_null(server_rx.ep);
+    TEST_RUN_WHILE(loop, read(fd, &b, 1) != 0, 2);
+    close(fd);
+    munmap(seg, seg_len);
+
     /* a record longer than any message: closed, counted */
     fd = shm_raw_peer(la, cap, 1, &seg);
     TEST_RUN_WHILE(loop, server_rx.ep == NULL, 2);
@@ -590,7 +605,7 @@ static void test_shm_malformed(void **state)
     TEST_RUN_WHILE(loop, server_rx.closes < 1, 2);
     assert_int_equal(server_rx.reason, SHP_ERR_PROTO);
     assert_int_equal(server_rx.msgs, 0);
-    assert_int_equal(tp.stats.malformed, 2);
+    assert_int_equal(tp.stats.malformed, 3);
     close(fd);
     munmap(seg, seg_len);
 
@@ -605,7 +620,7 @@ static void test_shm_malformed(void **state)
     TEST_RUN_WHILE(loop, server_rx.closes < 1, 2);
     assert_int_equal(server_rx.reason, SHP_ERR_PROTO);
     assert_int_equal(server_rx.msgs, 0);
-    assert_int_equal(tp.stats.malformed, 3);
+    assert_int_equal(tp.stats.malformed, 4);
     close(fd);
     munmap(seg, seg_len);
 
@@ -617,7 +632,7 @@ static void test_shm_malformed(void **state)
     assert_int_equal(write(fd, &b, 1), 1);
     TEST_RUN_WHILE(loop, server_rx.closes < 1, 2);
     assert_int_equal(server_rx.reason, SHP_ERR_PROTO);
-    assert_int_equal(tp.stats.malformed, 4);
+    assert_int_equal(tp.stats.malformed, 5);
     test_log_warnings = 0; /* each was logged */
     close(fd);
     munmap(seg, seg_len);
