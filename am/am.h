@@ -43,6 +43,7 @@ typedef struct shp_am_config {
     int64_t group_timeout_ms;
     int64_t tree_settle_ms;
     int64_t stats_interval_ms;
+    char *metrics_listen; /* "" off */
 } shp_am_config_t;
 
 extern const char *const shp_am_dists[];

@@ -16,6 +16,7 @@
  *   topology_load {file}  replace it (refused while jobs run)
  */
 #include "am/am.h"
+#include "common/time.h"
 
 #include <grp.h>
 #include <inttypes.h>
@@ -64,9 +65,16 @@ static json_t *list_ans(shp_am_t *am)
                    an->ngroups, "registrations", (json_int_t)an->registrations,
                    "ops_per_s", an->up ? an->ops_rate : 0.0, "ops",
                    (json_int_t)an->ops, "errors", (json_int_t)an->errors));
+        json_t *row = json_array_get(a, json_array_size(a) - 1);
         if (an->counters)
-            json_object_set(json_array_get(a, json_array_size(a) - 1),
-                            "counters", an->counters);
+            json_object_set(row, "counters", an->counters);
+        /* how old ops, ops/s and errors are (polled every stats_interval);
+         * null: never polled */
+        uint64_t now = shp_time_ns();
+        json_object_set_new(row, "stats_age_s",
+                            an->stats_ns && now >= an->stats_ns
+                                ? json_real((double)(now - an->stats_ns) / 1e9)
+                                : json_null());
     }
     return a;
 }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "am/am.h"
+#include "am/metrics.h"
 #include "common/config.h"
 #include "common/log.h"
 
@@ -71,6 +72,9 @@ static const shp_config_opt_t am_opts[] = {
      "how often ANs are asked for their counters (sharpctl ans: ops/s, "
      "errors); 0: never",
      offsetof(shp_am_config_t, stats_interval_ms), &shp_cfg_time},
+    {"metrics_listen", "",
+     "ip:port to serve Prometheus metrics on (GET /metrics); empty: off",
+     offsetof(shp_am_config_t, metrics_listen), &shp_cfg_string},
     {NULL}};
 
 static const shp_config_table_t am_table = {
@@ -125,10 +129,21 @@ int main(int argc, char **argv)
         shp_config_release(&am_table, &am.cfg);
         return 1;
     }
+    static shp_am_metrics_t metrics;
+    if (am.cfg.metrics_listen[0] != '\0' &&
+        shp_am_metrics_start(&metrics, &am, loop, am.cfg.metrics_listen) !=
+            SHP_OK) {
+        fprintf(stderr, "sharp_am: cannot serve metrics on %s\n",
+                am.cfg.metrics_listen);
+        shp_am_stop(&am);
+        shp_config_release(&am_table, &am.cfg);
+        return 1;
+    }
     shp_signals_start(&sig, loop, on_stop, on_reload, &am);
     printf("sharp_am listening on %s\n", am.listen_addr);
     fflush(stdout);
     ev_run(loop, 0);
+    shp_am_metrics_stop(&metrics);
     shp_am_stop(&am);
     shp_signals_stop(&sig, loop);
     shp_config_release(&am_table, &am.cfg);

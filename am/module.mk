@@ -1,7 +1,8 @@
 # am/: sharp_am, the aggregation manager, and sharp-topo.
 
 # Everything but the mains, as a library the tests link too.
-AM_LIB_SRCS := am/topo.c am/topo_gen.c am/trees.c am/am.c am/am_admin.c
+AM_LIB_SRCS := am/topo.c am/topo_gen.c am/trees.c am/am.c am/am_admin.c \
+	am/metrics.c
 AM_LIB := $(LIBDIR)/libshp_am.a
 LIBS += $(AM_LIB)
 
@@ -19,8 +20,10 @@ $(SHARP_TOPO): $(OBJDIR)/am/topo_main.o $(AM_LIB) $(COMMON_LIB)
 SHARP_AM := $(BINDIR)/sharp_am
 BINS += $(SHARP_AM)
 
+MHD_LIBS = $(call pc_libs,libmicrohttpd)
+
 $(SHARP_AM): $(OBJDIR)/am/main.o $(AM_LIB) $(COMMON_LIB)
-	$(call link_prog)
+	$(call link_prog,$(MHD_LIBS))
 
 # The OpenSM event plugin (loaded by opensm as lib<event_plugin_name>.so):
 # built against the installed OpenSM headers, which OpenSM checks.

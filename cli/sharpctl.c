@@ -257,11 +257,13 @@ static int listing(const char *type, const char *member,
 
 static int cmd_ans(void)
 {
-    static const char *const k[] = {"name",      "addr",   "state",
-                                    "trees",     "groups", "ops",
-                                    "ops_per_s", "errors", NULL};
-    static const char *const h[] = {"NAME",   "ADDRESS", "STATE", "TREES",
-                                    "GROUPS", "OPS",     "OPS/S", "ERRORS"};
+    /* AGE: seconds since the manager last read the AN's counters */
+    static const char *const k[] = {
+        "name", "addr",      "state",  "trees",       "groups",
+        "ops",  "ops_per_s", "errors", "stats_age_s", NULL};
+    static const char *const h[] = {"NAME",  "ADDRESS", "STATE",
+                                    "TREES", "GROUPS",  "OPS",
+                                    "OPS/S", "ERRORS",  "AGE S"};
     return listing("ans", "ans", k, h, NULL);
 }
 

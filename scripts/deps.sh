@@ -22,6 +22,8 @@ PKGS=(
     libevent-dev               # libsharp_mpi_ompi links libevent first
     jq graphviz                # the sharpctl test: --json checks, --png
     iproute2 nftables          # sharp-fabric --netns: namespaces, loss
+    libmicrohttpd-dev          # sharp_am's Prometheus metrics endpoint
+    prometheus curl            # its test: a real Prometheus scrapes a fabric
 )
 
 missing=()

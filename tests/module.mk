@@ -34,6 +34,9 @@ $(AM_TEST): $(OBJDIR)/tests/am/test_am.o $(COMMON_LIB) $(SHARP_AM) \
 		$(SHARP_AN) $(SHARPD) $(SHARP_TOPO) $(AN_MEMBER)
 	$(call link_prog,$(CMOCKA_LIBS))
 
+# sharp_am's Prometheus metrics, scraped by a real Prometheus.
+TEST_SCRIPTS += tests/am/test_metrics.sh
+
 # libsharp_coll end to end over a sharp-fabric (links the shared library).
 COLL_TEST := $(TESTDIR)/coll/test_coll
 COLL_LINK = -L$(LIBDIR) -lsharp_coll -Wl,-rpath,$(abspath $(LIBDIR))
