@@ -60,6 +60,7 @@ typedef struct shm_ep {
     struct shm_ep *dead_next;   /* closed, freed before the loop sleeps */
     int fd;                     /* the Unix socket: doorbell, liveness */
     ev_io io;
+    ev_timer hello_timer; /* inbound: the hello must come within 5 s */
     shm_seg_t *seg;
     size_t seg_len;
     uint32_t cap;
@@ -79,6 +80,7 @@ typedef struct {
     int lfd; /* the Unix listener */
     int rsv; /* the TCP socket reserving ip:port */
     ev_io lio;
+    ev_timer pause; /* out of descriptors: accept again in 100 ms */
     shp_tp_accept_cb_t on_accept;
     char listen_addr[64];
     shm_ep_t *eps;
@@ -188,6 +190,7 @@ static void shm_ep_close(shm_ep_t *ep, shp_status_t reason)
     ep->closed = 1;
     ep->close_reason = reason;
     ev_io_stop(ep->base.tp->loop, &ep->io);
+    ev_timer_stop(ep->base.tp->loop, &ep->hello_timer);
     close(ep->fd);
     ep->fd = -1;
     if (!ep->dispatching) {
@@ -475,12 +478,12 @@ static void shm_io_cb(struct ev_loop *loop, ev_io *w, int revents)
     shm_ep_t *ep = w->data;
     int was_up = ep->up;
 
-    (void)loop;
     (void)revents;
     shp_status_t st = shm_read_socket(ep);
     if (!was_up && ep->up && ep->accepted) {
         /* inbound and mapped: the owner takes it now */
         shm_priv_t *priv = ep->base.tp->priv;
+        ev_timer_stop(loop, &ep->hello_timer);
         ep->accepted = 0;
         ep->announced = 1;
         ep->dispatching = 1;
@@ -581,6 +584,17 @@ static void shm_idle_cb(struct ev_loop *loop, ev_idle *w, int revents)
 /* Endpoints ---------------------------------------------------------------
  */
 
+static void shm_hello_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    shm_ep_t *ep = w->data;
+
+    (void)loop;
+    (void)revents;
+    shp_warn_sparse(1000, "shm %s: no hello within 5 s: closing",
+                    ep->base.peer);
+    shm_ep_close(ep, SHP_ERR_TIMED_OUT);
+}
+
 static shm_ep_t *shm_ep_new(shp_tp_t *tp, int fd)
 {
     shm_priv_t *priv = tp->priv;
@@ -594,6 +608,8 @@ static shm_ep_t *shm_ep_new(shp_tp_t *tp, int fd)
     ep->backlog_tail = &ep->backlog;
     ev_io_init(&ep->io, shm_io_cb, fd, EV_READ);
     ep->io.data = ep;
+    ev_timer_init(&ep->hello_timer, shm_hello_timeout_cb, 5., 0.);
+    ep->hello_timer.data = ep;
     ev_io_start(tp->loop, &ep->io);
     ep->next = priv->eps;
     if (priv->eps != NULL) {
@@ -603,16 +619,32 @@ static shm_ep_t *shm_ep_new(shp_tp_t *tp, int fd)
     return ep;
 }
 
+static void shm_resume_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    shm_priv_t *priv = w->data;
+
+    (void)revents;
+    ev_io_start(loop, &priv->lio);
+}
+
 static void shm_accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     shp_tp_t *tp = w->data;
+    shm_priv_t *priv = tp->priv;
 
-    (void)loop;
     (void)revents;
     for (int i = 0; i < 64; i++) {
-        int fd = accept4(((shm_priv_t *)tp->priv)->lfd, NULL, NULL,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(priv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                errno == ENOMEM) {
+                /* out of descriptors: pause instead of spinning on a
+                 * readable listener */
+                shp_warn_sparse(5000, "accept: %m; pausing for 100 ms");
+                ev_io_stop(loop, &priv->lio);
+                ev_timer_set(&priv->pause, 0.1, 0.);
+                ev_timer_start(loop, &priv->pause);
+            }
             return;
         }
         shm_ep_t *ep = shm_ep_new(tp, fd);
@@ -630,6 +662,7 @@ static void shm_accept_cb(struct ev_loop *loop, ev_io *w, int revents)
             snprintf(ep->base.peer, sizeof(ep->base.peer), "shm");
         }
         ep->accepted = 1; /* offered to the owner once the hello is in */
+        ev_timer_start(loop, &ep->hello_timer);
     }
 }
 
@@ -644,7 +677,9 @@ static shp_status_t shm_init(shp_tp_t *tp)
     ev_prepare_init(&priv->prep, shm_prepare_cb);
     ev_check_init(&priv->check, shm_check_cb);
     ev_idle_init(&priv->idle, shm_idle_cb);
+    ev_timer_init(&priv->pause, shm_resume_cb, 0., 0.);
     priv->prep.data = priv->check.data = priv->idle.data = priv;
+    priv->pause.data = priv;
     ev_prepare_start(tp->loop, &priv->prep);
     ev_check_start(tp->loop, &priv->check);
     /* these watchers never keep a loop alive on their own */
@@ -666,6 +701,7 @@ static void shm_cleanup(shp_tp_t *tp)
         priv->eps = ep->next;
         if (!ep->closed) {
             ev_io_stop(tp->loop, &ep->io);
+            ev_timer_stop(tp->loop, &ep->hello_timer);
             close(ep->fd);
         }
         shm_ep_free(ep);
@@ -673,6 +709,7 @@ static void shm_cleanup(shp_tp_t *tp)
     shm_free_dead(priv);
     if (priv->lfd >= 0) {
         ev_io_stop(tp->loop, &priv->lio);
+        ev_timer_stop(tp->loop, &priv->pause);
         close(priv->lfd);
     }
     if (priv->rsv >= 0) {

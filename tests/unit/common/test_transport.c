@@ -633,9 +633,28 @@ static void test_shm_malformed(void **state)
     TEST_RUN_WHILE(loop, server_rx.closes < 1, 2);
     assert_int_equal(server_rx.reason, SHP_ERR_PROTO);
     assert_int_equal(tp.stats.malformed, 5);
-    test_log_warnings = 0; /* each was logged */
     close(fd);
     munmap(seg, seg_len);
+
+    /* a peer that connects and never says hello is dropped after 5 s (it
+     * would hold a descriptor for ever) */
+    struct sockaddr_un sun;
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    int n = snprintf(sun.sun_path + 1, sizeof(sun.sun_path) - 1, "sharp-shm/%s",
+                     la);
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0);
+    assert_int_equal(
+        connect(fd, (struct sockaddr *)&sun,
+                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)),
+        0);
+    uint64_t t0 = shp_time_ns();
+    TEST_RUN_WHILE(loop, read(fd, &b, 1) != 0, 8);
+    double secs = (double)(shp_time_ns() - t0) / 1e9;
+    assert_true(secs > 4.5 && secs < 7.5);
+    assert_null(server_rx.ep);
+    test_log_warnings = 0; /* each was logged */
+    close(fd);
     shp_tp_cleanup(&tp);
 }
 
