@@ -15,6 +15,9 @@
  *                 moved (read + written) per second; 1.0 = the fold streams
  *                 memory as fast as memcpy does
  *
+ * It prints the variant the engine picked (or SHP_REDUCE_ISA forced) and
+ * the kernel each kind runs on ("avx512 fused", "avx2 pairwise", ...).
+ *
  * Usage: bench_reduce [--quick]    (SHP_REDUCE_ISA=generic|avx2|avx512)
  */
 #include "common/reduce.h"
@@ -125,6 +128,10 @@ int main(int argc, char **argv)
     }
     printf("reduction kernels: %s\n",
            shp_reduce_isa_name(shp_reduce_get_isa()));
+    for (ki = 0; ki < NKINDS; ki++) {
+        printf("  %-9s %s\n", kinds[ki].name,
+               shp_reduce_kernel_name(&kinds[ki].desc));
+    }
     printf("%-9s %8s %4s %11s %11s %11s %7s %7s\n", "kind", "bytes", "ch",
            "memcpy GB/s", "fold us", "in GB/s", "ratio", "traffic");
     for (si = 0; si < nsizes; si++) {
