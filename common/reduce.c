@@ -218,8 +218,9 @@ const char *shp_reduce_kernel_name(const shp_reduce_desc_t *desc)
     if (shp_op_is_loc(desc->op)) {
         return "scalar pairs";
     }
-    return k->kn[desc->dtype][desc->op] != NULL ? k->fused_name
-                                                : k->pairwise_name;
+    return k->kn[desc->dtype][desc->op] != NULL
+               ? k->kn_name[desc->dtype][desc->op]
+               : k->pairwise_name;
 }
 
 /* MINLOC / MAXLOC on packed pairs --------------------------------------- */

@@ -25,11 +25,11 @@ typedef void (*shp_kernn_t)(void *d, const void *const *srcs, unsigned ns,
  * is used). */
 typedef struct shp_reduce_kernels {
     const char *name;
-    const char *fused_name;    /* "<isa> fused" */
     const char *pairwise_name; /* "<isa> pairwise" */
     shp_kern3_t k3[SHP_DTYPE_LAST][SHP_OP_LAST];
     shp_kern2_t k2[SHP_DTYPE_LAST][SHP_OP_LAST];
     shp_kernn_t kn[SHP_DTYPE_LAST][SHP_OP_LAST];
+    const char *kn_name[SHP_DTYPE_LAST][SHP_OP_LAST]; /* "avx512 fused" */
 } shp_reduce_kernels_t;
 
 extern const shp_reduce_kernels_t shp_reduce_kernels_generic;
