@@ -208,6 +208,21 @@ shp_status_t shp_reduce_set_isa(shp_reduce_isa_t isa)
     return SHP_OK;
 }
 
+const char *shp_reduce_kernel_name(const shp_reduce_desc_t *desc)
+{
+    const shp_reduce_kernels_t *k = shp_reduce_kernels();
+
+    if (shp_reduce_desc_check(desc, NULL) != SHP_OK) {
+        return "invalid";
+    }
+    if (shp_op_is_loc(desc->op)) {
+        return "scalar pairs";
+    }
+    return k->kn[desc->dtype][desc->op] != NULL
+               ? k->kn_name[desc->dtype][desc->op]
+               : k->pairwise_name;
+}
+
 /* MINLOC / MAXLOC on packed pairs --------------------------------------- */
 
 typedef struct {
@@ -350,6 +365,10 @@ shp_status_t shp_reduce_fold(const shp_reduce_desc_t *desc, void *dst,
     }
 
     kern = shp_reduce_kernels();
+    if (kern->kn[desc->dtype][desc->op] != NULL) {
+        kern->kn[desc->dtype][desc->op](dst, srcs, nsrcs, count);
+        return SHP_OK;
+    }
     blk = SHP_REDUCE_BLOCK / esize;
     for (off = 0; off < count; off += blk) {
         len = count - off < blk ? count - off : blk;

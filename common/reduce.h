@@ -161,6 +161,13 @@ shp_reduce_isa_t shp_reduce_get_isa(void);
 SHP_WUR shp_status_t shp_reduce_set_isa(shp_reduce_isa_t isa);
 int shp_reduce_isa_supported(shp_reduce_isa_t isa);
 const char *shp_reduce_isa_name(shp_reduce_isa_t isa);
+/* Which kernel shp_reduce_fold() runs for `desc` with two or more sources
+ * on the current variant: "avx512 fused" (all children per block, the
+ * accumulator kept in registers), "avx2 blocked" (f16 on AVX2: one child at
+ * a time over L1 blocks, F16C), "avx2 pairwise" (the element-wise loops,
+ * one child at a time over 8 KiB blocks), "scalar pairs" (MINLOC/MAXLOC),
+ * "invalid". */
+const char *shp_reduce_kernel_name(const shp_reduce_desc_t *desc);
 
 /* Scalar half-precision conversions, round to nearest-even, used by the
  * kernels and exported for tests and the client library. */

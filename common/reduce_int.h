@@ -13,12 +13,23 @@ typedef void (*shp_kern3_t)(void *restrict d, const void *restrict a,
 /* d[i] = d[i] op b[i]; d and b do not overlap. */
 typedef void (*shp_kern2_t)(void *restrict d, const void *restrict b, size_t n);
 
+/* d[i] = srcs[0][i] op srcs[1][i] op ... op srcs[ns-1][i], left to right,
+ * exactly as the pairwise kernels would; ns >= 2; d may be srcs[0], no other
+ * overlap. */
+typedef void (*shp_kernn_t)(void *d, const void *const *srcs, unsigned ns,
+                            size_t n);
+
 /* One table per instruction set; MINLOC/MAXLOC slots are NULL (they are
- * folded by the scalar pair code in reduce.c). */
+ * folded by the scalar pair code in reduce.c).  kn: fused multi-source
+ * folds where a variant has one (NULL elsewhere: the blocked pairwise fold
+ * is used). */
 typedef struct shp_reduce_kernels {
     const char *name;
+    const char *pairwise_name; /* "<isa> pairwise" */
     shp_kern3_t k3[SHP_DTYPE_LAST][SHP_OP_LAST];
     shp_kern2_t k2[SHP_DTYPE_LAST][SHP_OP_LAST];
+    shp_kernn_t kn[SHP_DTYPE_LAST][SHP_OP_LAST];
+    const char *kn_name[SHP_DTYPE_LAST][SHP_OP_LAST]; /* "avx512 fused" */
 } shp_reduce_kernels_t;
 
 extern const shp_reduce_kernels_t shp_reduce_kernels_generic;

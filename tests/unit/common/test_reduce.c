@@ -497,6 +497,215 @@ static void test_f16_conversion_exhaustive(void **state)
     }
 }
 
+/* --- half types: every variant bit for bit the generic kernel ------------- */
+
+/* Second operands: signed zeros, subnormals, min/max normal, infinities,
+ * quiet and signalling NaNs with payloads, and values whose sum with a
+ * neighbour of 1.0 is a rounding tie (to an even and to an odd neighbour). */
+static const uint16_t bf16_specials[] = {
+    0x0000, 0x8000, 0x0001, 0x8001, 0x0040, 0x007f, 0x807f, 0x0080,
+    0x8080, 0x0081, 0x7f7f, 0xff7f, 0x7f7e, 0x7f80, 0xff80, 0x7fc0,
+    0xffc0, 0x7fc1, 0x7fff, 0xffff, 0x7f81, 0xff81, 0x7fbf, 0x3f80,
+    0xbf80, 0x3f81, 0x3b80, 0xbb80, 0x3bc0, 0x3c00, 0x4000, 0x4b80,
+    0x3380, 0x0100, 0x8100, 0x1f80, 0x5f80, 0x7f00, 0x00ff, 0xc2f7};
+static const uint16_t f16_specials[] = {
+    0x0000, 0x8000, 0x0001, 0x8001, 0x0200, 0x03ff, 0x83ff, 0x0400,
+    0x8400, 0x0401, 0x7bff, 0xfbff, 0x7bfe, 0x7c00, 0xfc00, 0x7e00,
+    0xfe00, 0x7e01, 0x7fff, 0xffff, 0x7c01, 0xfc01, 0x7dff, 0x3c00,
+    0xbc00, 0x3c01, 0x1000, 0x9000, 0x1200, 0x1400, 0x4000, 0x6400,
+    0x0c00, 0x0800, 0x8800, 0x2000, 0x5c00, 0x7800, 0x00ff, 0xd5ef};
+
+static int half_isnan(shp_dtype_t dt, uint16_t h)
+{
+    return (h & 0x7fffu) > (dt == SHP_DTYPE_BF16 ? 0x7f80u : 0x7c00u);
+}
+
+/*
+ * Folds `n` children on every variant this CPU runs and checks each against
+ * a model: the generic variant's two-operand kernel applied child by child
+ * (the scalar reference), except that where both operands of a SUM or PROD
+ * step are NaN the model takes the first (the accumulator), quieted.  The
+ * vector variants must equal the model bit for bit everywhere; the generic
+ * variant too, except for the payload of such a NaN op NaN step, which its
+ * compiled C does not fix (it must still be a NaN).  `what` names the case.
+ */
+static void check_half_variants(const shp_reduce_desc_t *d,
+                                uint16_t *const *srcs, unsigned n, size_t count,
+                                const char *what)
+{
+    shp_dtype_t dt = d->dtype;
+    int arith = d->op == SHP_OP_SUM || d->op == SHP_OP_PROD;
+    uint16_t quiet = dt == SHP_DTYPE_BF16 ? 0x40 : 0x200;
+    uint16_t *model = malloc(count * 2 + 2), *step = malloc(count * 2 + 2);
+    uint16_t *got = malloc(count * 2 + 2), *inplace = malloc(count * 2 + 2);
+    uint8_t *nan2 = calloc(count + 1, 1);
+    const void *cs[64];
+    unsigned k;
+    size_t i;
+    int isa;
+
+    assert_non_null(model);
+    assert_non_null(step);
+    assert_non_null(got);
+    assert_non_null(inplace);
+    assert_non_null(nan2);
+    assert_true(n >= 2 && n <= 64);
+    for (k = 0; k < n; k++) {
+        cs[k] = srcs[k];
+    }
+
+    /* the model, child by child on the generic two-operand kernel */
+    assert_int_equal(shp_reduce_set_isa(SHP_REDUCE_ISA_GENERIC), SHP_OK);
+    memcpy(model, srcs[0], count * 2);
+    for (k = 1; k < n; k++) {
+        const void *two[2] = {model, srcs[k]};
+        assert_int_equal(shp_reduce_fold(d, step, two, 2, count), SHP_OK);
+        for (i = 0; i < count; i++) {
+            if (arith && half_isnan(dt, model[i]) &&
+                half_isnan(dt, srcs[k][i])) {
+                assert_true(half_isnan(dt, step[i]));
+                step[i] = model[i] | quiet;
+                nan2[i] = 1;
+            }
+        }
+        memcpy(model, step, count * 2);
+    }
+
+    for (isa = 0; isa < SHP_REDUCE_ISA_LAST; isa++) {
+        if (!shp_reduce_isa_supported(isa)) {
+            continue;
+        }
+        assert_int_equal(shp_reduce_set_isa(isa), SHP_OK);
+        memset(got, 0xa5, count * 2 + 2);
+        assert_int_equal(shp_reduce_fold(d, got, cs, n, count), SHP_OK);
+        /* in place: the accumulator is the first child */
+        memcpy(inplace, srcs[0], count * 2);
+        cs[0] = inplace;
+        assert_int_equal(shp_reduce_fold(d, inplace, cs, n, count), SHP_OK);
+        cs[0] = srcs[0];
+        for (i = 0; i < count; i++) {
+            uint16_t g = got[i];
+            if (g == model[i] && inplace[i] == g) {
+                continue;
+            }
+            if (isa == SHP_REDUCE_ISA_GENERIC && nan2[i] && half_isnan(dt, g) &&
+                half_isnan(dt, inplace[i])) {
+                continue;
+            }
+            fail_msg("%s %s/%s %s (%u children): element %zu: "
+                     "0x%04x op 0x%04x...: got 0x%04x (in place 0x%04x), "
+                     "model 0x%04x",
+                     what, shp_dtype_name(dt), shp_op_name(d->op),
+                     shp_reduce_kernel_name(d), n, i, srcs[0][i], srcs[1][i], g,
+                     inplace[i], model[i]);
+        }
+        /* nothing written past the end */
+        assert_int_equal(got[count], 0xa5a5);
+    }
+    assert_int_equal(shp_reduce_set_isa(SHP_REDUCE_ISA_GENERIC), SHP_OK);
+    free(model);
+    free(step);
+    free(got);
+    free(inplace);
+    free(nan2);
+}
+
+static void check_half_exhaustive(shp_dtype_t dt)
+{
+    enum { N = 65536, RANDOM = 1 << 21, NCH = 17, MCOUNT = 4096 + 127 };
+    static const shp_op_t ops[] = {SHP_OP_SUM, SHP_OP_PROD, SHP_OP_MIN,
+                                   SHP_OP_MAX};
+    const uint16_t *sp = dt == SHP_DTYPE_BF16 ? bf16_specials : f16_specials;
+    size_t nsp = sizeof(bf16_specials) / sizeof(bf16_specials[0]);
+    uint16_t *all = malloc(N * 2), *other = malloc(N * 2);
+    uint16_t *ra = malloc(RANDOM * 2), *rb = malloc(RANDOM * 2);
+    uint16_t *ch[NCH], *pair[2];
+    uint64_t seed = 0x5eed0000u + (uint64_t)dt;
+    size_t i, j, oi;
+    unsigned k, n;
+
+    assert_int_equal(sizeof(f16_specials), sizeof(bf16_specials));
+    assert_non_null(all);
+    assert_non_null(other);
+    assert_non_null(ra);
+    assert_non_null(rb);
+    for (i = 0; i < N; i++) {
+        all[i] = (uint16_t)i;
+    }
+    /* random pairs; one in eight a special, the rest any bits at all, or
+     * values near each other's magnitude (sums that round) */
+    for (i = 0; i < RANDOM; i++) {
+        uint64_t r = test_rand(&seed);
+        ra[i] = (uint16_t)r;
+        rb[i] = (r >> 16) % 8 == 0 ? sp[(r >> 20) % nsp]
+                : (r >> 16) % 2    ? (uint16_t)(r >> 32)
+                                   : (uint16_t)(ra[i] ^ ((r >> 32) & 0x83ff));
+    }
+    for (k = 0; k < NCH; k++) {
+        ch[k] = malloc(MCOUNT * 2);
+        assert_non_null(ch[k]);
+    }
+    for (oi = 0; oi < sizeof(ops) / sizeof(ops[0]); oi++) {
+        shp_reduce_desc_t d = {dt, ops[oi], SHP_DTYPE_NULL};
+
+        /* every value against every special, as left and as right operand */
+        for (j = 0; j < nsp; j++) {
+            for (i = 0; i < N; i++) {
+                other[i] = sp[j];
+            }
+            pair[0] = all;
+            pair[1] = other;
+            check_half_variants(&d, pair, 2, N, "all x special");
+            pair[0] = other;
+            pair[1] = all;
+            check_half_variants(&d, pair, 2, N, "special x all");
+        }
+        pair[0] = ra;
+        pair[1] = rb;
+        check_half_variants(&d, pair, 2, RANDOM, "random pairs");
+        pair[0] = rb;
+        pair[1] = ra;
+        check_half_variants(&d, pair, 2, RANDOM, "random pairs swapped");
+
+        /* many children, odd lengths: the accumulator rounded after every
+         * child; values of similar size so that sums keep rounding */
+        for (k = 0; k < NCH; k++) {
+            for (i = 0; i < MCOUNT; i++) {
+                uint64_t r = test_rand(&seed);
+                ch[k][i] = r % 16 == 0
+                               ? sp[(r >> 8) % nsp]
+                               : (uint16_t)((r >> 16) & 0x87ff) |
+                                     (dt == SHP_DTYPE_BF16 ? 0x3c00 : 0x3000);
+            }
+        }
+        for (n = 2; n <= NCH; n += (n < 5 ? 1 : 4)) {
+            static const size_t lens[] = {1, 15, 31, 33, 127, 128, 129, MCOUNT};
+            for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+                check_half_variants(&d, ch, n, lens[i], "children");
+            }
+        }
+    }
+    for (k = 0; k < NCH; k++) {
+        free(ch[k]);
+    }
+    free(all);
+    free(other);
+    free(ra);
+    free(rb);
+}
+
+static void test_bf16_variants_exhaustive(void **state)
+{
+    (void)state;
+    check_half_exhaustive(SHP_DTYPE_BF16);
+}
+
+static void test_f16_variants_exhaustive(void **state)
+{
+    (void)state;
+    check_half_exhaustive(SHP_DTYPE_F16);
+}
+
 /* The paper's example: fp sums of adversarial values depend on the order;
  * folded in child order they are bitwise identical whatever order the
  * payloads arrive in. */
@@ -724,6 +933,8 @@ int main(void)
         cmocka_unit_test(test_integer_overflow_wraps),
         cmocka_unit_test(test_half_rounding),
         cmocka_unit_test(test_f16_conversion_exhaustive),
+        cmocka_unit_test(test_bf16_variants_exhaustive),
+        cmocka_unit_test(test_f16_variants_exhaustive),
         cmocka_unit_test(test_determinism_f32),
         cmocka_unit_test(test_determinism_f64),
         cmocka_unit_test(test_stream_fold_errors),
