@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "common/ctl.h"
 #include "common/log.h"
+#include "common/paths.h"
 #include "common/time.h"
 
 #include <errno.h>
@@ -39,9 +40,8 @@ static const shp_config_opt_t coll_opts[] = {
     {"log_level", "2",
      "0 fatal, 1 error, 2 warning, 3 info, 4 debug, 5 trace (to stderr)",
      offsetof(coll_cfg_t, log_level), &shp_cfg_int, &r_level},
-    {"sharpd_socket", "/run/sharp/sharpd.sock",
-     "Unix socket of this host's sharpd", offsetof(coll_cfg_t, sharpd_socket),
-     &shp_cfg_string},
+    {"sharpd_socket", SHP_PATH_SHARPD_SOCK, "Unix socket of this host's sharpd",
+     offsetof(coll_cfg_t, sharpd_socket), &shp_cfg_string},
     {"local_ip", "",
      "source address of data connections and multicast (empty: any)",
      offsetof(coll_cfg_t, local_ip), &shp_cfg_string},
