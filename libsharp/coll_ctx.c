@@ -64,7 +64,8 @@ static const shp_config_opt_t coll_opts[] = {
      "ask for results by multicast only (lost ones recovered over RC)",
      offsetof(coll_cfg_t, group_is_target), &shp_cfg_bool},
     {"enable_sat", "0",
-     "accepted for compatibility: large messages are always pipelined",
+     "accepted for compatibility: large messages are always pipelined "
+     "(SAT is always reported)",
      offsetof(coll_cfg_t, enable_sat), &shp_cfg_bool},
     {"lock_on_comm_init", "0",
      "accepted for compatibility: there is no streaming lock to take",
@@ -723,8 +724,15 @@ SHP_API int sharp_coll_caps_query(struct sharp_coll_context *ctx,
     for (int op = 0; op < SHARP_OP_NULL; op++) {
         caps->support_mask.reduce_ops |= 1ull << op;
     }
+    /* LLT: small operations, one fragment each.  REPRODUCIBLE: every AN
+     * folds its children in a fixed order.  SAT (streaming aggregation):
+     * messages of any size, in every aggregation mode, for allreduce,
+     * reduce-scatter and allgather and every type above, are cut into
+     * fragments and pipelined (clients such as UCC use reduce-scatter and
+     * allgather only when SAT is set).  Not SAT_EXCLUSIVE_LOCK: there is no
+     * streaming lock to take (lock_on_comm_init is accepted and ignored). */
     caps->support_mask.feature_mask =
-        SHARP_FEATURE_LLT | SHARP_FEATURE_REPRODUCIBLE;
+        SHARP_FEATURE_LLT | SHARP_FEATURE_REPRODUCIBLE | SHARP_FEATURE_SAT;
     caps->resources.max_osts = (int)ctx->osts;
     caps->resources.user_data_per_ost = (int)ctx->payload;
     caps->resources.max_groups = (int)ctx->max_groups;
