@@ -122,18 +122,21 @@ static int cfg_load(coll_cfg_t *cfg)
 
 /* Locking and progress ------------------------------------------------------ */
 
+/*
+ * Every call that touches the context takes its lock, with or without
+ * thread support: the event loop must never run in two threads at once
+ * (libev aborts), and an uncontended lock costs little next to a loop turn.
+ * Thread support (ctx->mt) changes only how waiting is done: short sleeps,
+ * and the lock let go between turns for as short a time as it is held.
+ */
 void coll_lock(coll_ctx_t *ctx)
 {
-    if (ctx->mt) {
-        pthread_mutex_lock(&ctx->lock);
-    }
+    pthread_mutex_lock(&ctx->lock);
 }
 
 void coll_unlock(coll_ctx_t *ctx)
 {
-    if (ctx->mt) {
-        pthread_mutex_unlock(&ctx->lock);
-    }
+    pthread_mutex_unlock(&ctx->lock);
 }
 
 static void wake_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -546,9 +549,7 @@ static void ctx_free(coll_ctx_t *ctx)
     ev_run(ctx->loop, EVRUN_NOWAIT);
     json_decref(ctx->reply);
     ev_loop_destroy(ctx->loop);
-    if (ctx->mt) {
-        pthread_mutex_destroy(&ctx->lock);
-    }
+    pthread_mutex_destroy(&ctx->lock);
     shp_config_release(&coll_table, &ctx->cfg);
     free(ctx);
 }
@@ -583,14 +584,13 @@ SHP_API int sharp_coll_init(struct sharp_coll_init_spec *spec,
     if (ctx->cfg.retrans_ms <= 0) {
         ctx->cfg.retrans_ms = 20;
     }
-    if (spec->enable_thread_support) {
-        pthread_mutexattr_t a;
-        pthread_mutexattr_init(&a);
-        pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-        pthread_mutex_init(&ctx->lock, &a);
-        pthread_mutexattr_destroy(&a);
-        ctx->mt = 1;
-    }
+    /* recursive: a progress function may call back into the library */
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&ctx->lock, &a);
+    pthread_mutexattr_destroy(&a);
+    ctx->mt = spec->enable_thread_support != 0;
     if (ctx->loop != NULL) {
         ev_init(&ctx->tick, tick_cb);
         ctx->tick.data = ctx;

@@ -16,6 +16,7 @@
 #include "common/reduce.h"
 #include "tests/coll/oob_hub.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -65,6 +66,7 @@ static void become_host(int host)
 }
 
 static hub_oob_t world_oob;
+static int init_threads; /* enable_thread_support of member_init */
 static struct sharp_coll_context *ctx;
 static struct sharp_coll_comm *world;
 
@@ -87,6 +89,7 @@ static int member_init_tag(int tag, int rank, int size, uint64_t job)
     s.world_rank = rank;
     s.world_size = size;
     s.world_local_rank = 0;
+    s.enable_thread_support = init_threads;
     s.config = sharp_coll_default_config;
     s.config.coll_timeout = 20000;
     s.oob_colls.bcast = hub_bcast;
@@ -921,6 +924,172 @@ static void test_caps(void **state)
     run_members(m_caps, NULL, NHOST, NHOST);
 }
 
+/*
+ * Threads: NTH threads of every member, each on a communicator of its own
+ * (created one after the other first: creation is collective), post
+ * windows of non-blocking allreduces of 1 to several fragments, test them
+ * round-robin with sharp_coll_req_test until all are done, wait for them,
+ * and every few rounds run a blocking allreduce and barrier; one more
+ * thread only calls sharp_coll_progress.  With thread support (arg 1) and
+ * without it (arg 0: the library must still not abort, and results must
+ * be right).  Results are checked element by element.
+ */
+enum { NTH = 3, TH_ROUNDS = 40, TH_WIN = 4 };
+
+typedef struct th_arg {
+    struct sharp_coll_comm *comm;
+    int t, rank, size, failed;
+    volatile int *stop;
+} th_arg_t;
+
+static int64_t th_val(int r, int t, int k, size_t i)
+{
+    return (int64_t)(r + 1) * (t + 1) + (int64_t)k * (int64_t)i;
+}
+
+static void *th_main(void *p)
+{
+    th_arg_t *a = p;
+    size_t maxn = 1200;
+    int64_t *s = malloc(TH_WIN * maxn * 8), *r = malloc(TH_WIN * maxn * 8);
+    for (int k = 0; k < TH_ROUNDS && !a->failed; k++) {
+        void *h[TH_WIN];
+        size_t n[TH_WIN];
+        for (int w = 0; w < TH_WIN; w++) {
+            int kw = k * TH_WIN + w;
+            n[w] = 1 + (size_t)(kw * 379 + a->t * 51) % maxn;
+            for (size_t i = 0; i < n[w]; i++) {
+                s[w * maxn + i] = th_val(a->rank, a->t, kw, i);
+                r[w * maxn + i] = -1;
+            }
+            struct sharp_coll_reduce_spec sp;
+            memset(&sp, 0, sizeof(sp));
+            sp.sbuf_desc = buf_desc(s + w * maxn, n[w] * 8);
+            sp.rbuf_desc = buf_desc(r + w * maxn, n[w] * 8);
+            sp.dtype = SHARP_DTYPE_LONG;
+            sp.op = SHARP_OP_SUM;
+            sp.length = n[w];
+            int rc = sharp_coll_do_allreduce_nb(a->comm, &sp, &h[w]);
+            if (rc != 0) {
+                fprintf(stderr, "rank %d thread %d: post: %s\n", a->rank, a->t,
+                        sharp_coll_strerror(rc));
+                a->failed = 1;
+                return NULL;
+            }
+        }
+        /* test them all, in turn, until every one is done */
+        for (int left = TH_WIN; left > 0;) {
+            left = 0;
+            for (int w = 0; w < TH_WIN; w++) {
+                left += !sharp_coll_req_test(h[w]);
+            }
+        }
+        for (int w = 0; w < TH_WIN; w++) {
+            int kw = k * TH_WIN + w;
+            int rc = sharp_coll_req_wait(h[w]);
+            for (size_t i = 0; rc == 0 && i < n[w]; i++) {
+                int64_t want = 0;
+                for (int q = 0; q < a->size; q++) {
+                    want += th_val(q, a->t, kw, i);
+                }
+                if (r[w * maxn + i] != want) {
+                    fprintf(stderr,
+                            "rank %d thread %d op %d [%zu]: %lld want %lld\n",
+                            a->rank, a->t, kw, i, (long long)r[w * maxn + i],
+                            (long long)want);
+                    a->failed = 1;
+                    break;
+                }
+            }
+            if (rc != 0) {
+                fprintf(stderr, "rank %d thread %d: wait: %s\n", a->rank, a->t,
+                        sharp_coll_strerror(rc));
+                a->failed = 1;
+            }
+        }
+        if (k % 8 == 7) { /* blocking calls between the windows */
+            int64_t v = a->rank + a->t, out = 0;
+            struct sharp_coll_reduce_spec sp;
+            memset(&sp, 0, sizeof(sp));
+            sp.sbuf_desc = buf_desc(&v, 8);
+            sp.rbuf_desc = buf_desc(&out, 8);
+            sp.dtype = SHARP_DTYPE_LONG;
+            sp.op = SHARP_OP_MAX;
+            sp.length = 1;
+            if (sharp_coll_do_allreduce(a->comm, &sp) != 0 ||
+                out != a->size - 1 + a->t ||
+                sharp_coll_do_barrier(a->comm) != 0) {
+                fprintf(stderr, "rank %d thread %d: blocking calls\n", a->rank,
+                        a->t);
+                a->failed = 1;
+            }
+        }
+    }
+    free(s);
+    free(r);
+    return NULL;
+}
+
+static void *th_progress(void *p)
+{
+    th_arg_t *a = p;
+    while (!*a->stop) {
+        if (sharp_coll_progress(ctx) != 0) {
+            a->failed = 1;
+        }
+        sched_yield();
+    }
+    return NULL;
+}
+
+static int m_threads(int rank, void *arg)
+{
+    int size = NHOST;
+    become_host(rank);
+    init_threads = (int)(intptr_t)arg;
+    CHECK(member_init(rank, size, init_threads ? 1006 : 1007) == 0, "init");
+    struct sharp_coll_comm *c[NTH];
+    for (int t = 0; t < NTH; t++) {
+        hub_oob_t o = {60 + t, rank, size};
+        CHECK(comm_of(&o, &c[t]) == 0, "comm %d", t);
+    }
+    pthread_t th[NTH + 1];
+    th_arg_t a[NTH + 1];
+    volatile int stop = 0;
+    for (int t = 0; t <= NTH; t++) {
+        a[t] = (th_arg_t){t < NTH ? c[t] : NULL, t, rank, size, 0, &stop};
+        CHECK(pthread_create(&th[t], NULL, t < NTH ? th_main : th_progress,
+                             &a[t]) == 0,
+              "pthread_create");
+    }
+    int failed = 0;
+    for (int t = 0; t < NTH; t++) {
+        pthread_join(th[t], NULL);
+        failed |= a[t].failed;
+    }
+    stop = 1;
+    pthread_join(th[NTH], NULL);
+    CHECK(!failed && !a[NTH].failed, "a thread failed");
+    for (int t = 0; t < NTH; t++) {
+        CHECK(sharp_coll_comm_destroy(c[t]) == 0, "destroy %d", t);
+    }
+    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    return 0;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    run_members(m_threads, (void *)1, NHOST, NHOST);
+}
+
+/* a context without thread support driven from several threads: safe too */
+static void test_threads_unrequested(void **state)
+{
+    (void)state;
+    run_members(m_threads, (void *)0, NHOST, NHOST);
+}
+
 /* two jobs at once on shared trees (job A on the odd hosts, B on the even
  * ones: both span every leaf), each with 2 communicators; meanwhile a third
  * job reusing A's id is refused with EJOB_CREATE */
@@ -1345,6 +1514,8 @@ int main(void)
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_repeatable),
         cmocka_unit_test(test_caps),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads_unrequested),
         cmocka_unit_test(test_no_sharpd),
         cmocka_unit_test(test_two_jobs),
         /* last: it takes an AN away */
