@@ -6,6 +6,7 @@
 #include "am/metrics.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/paths.h"
 
 #ifndef SHP_VERSION
 #define SHP_VERSION "0.1.0"
@@ -20,20 +21,20 @@ static const shp_config_range_t port_range = {1024, 45000};
 static const shp_config_opt_t am_opts[] = {
     {"listen", "0.0.0.0:6126", "ip:port for ANs and sharpds",
      offsetof(shp_am_config_t, listen), &shp_cfg_string},
-    {"admin_socket", "/run/sharp/am.sock",
+    {"admin_socket", SHP_PATH_AM_SOCK,
      "Unix socket of the admin interface (sharpctl); empty: none",
      offsetof(shp_am_config_t, admin_socket), &shp_cfg_string},
     {"admin_group", "",
-     "group whose members may use the admin interface besides root",
+     "group whose members may use the admin interface besides root and "
+     "the manager's own user",
      offsetof(shp_am_config_t, admin_group), &shp_cfg_string},
-    {"topology", "/etc/sharp/topology.ibnd",
-     "fabric topology (ibnetdiscover output)",
+    {"topology", SHP_PATH_TOPOLOGY, "fabric topology (ibnetdiscover output)",
      offsetof(shp_am_config_t, topology), &shp_cfg_string},
     {"an_hosts", "",
      "hosts (CA names) that run an AN, comma separated; every switch "
      "hosts one",
      offsetof(shp_am_config_t, an_hosts), &shp_cfg_string},
-    {"secret_file", "/etc/sharp/secret",
+    {"secret_file", SHP_PATH_SECRET,
      "cluster secret shared with ANs and sharpds (mode 0600)",
      offsetof(shp_am_config_t, secret_file), &shp_cfg_string},
     {"log_level", "info", "log level", offsetof(shp_am_config_t, log_level),
@@ -78,7 +79,7 @@ static const shp_config_opt_t am_opts[] = {
     {NULL}};
 
 static const shp_config_table_t am_table = {
-    "sharp_am", "SHARP_AM_", "/etc/sharp/sharp_am.conf", am_opts};
+    "sharp_am", "SHARP_AM_", SHP_CONF_DIR "/sharp_am.conf", am_opts};
 
 static void on_stop(void *arg, int signum)
 {

@@ -3,6 +3,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/paths.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -55,7 +56,7 @@ static const shp_config_opt_t shp_an_opts[] = {
      "address children and the AM are told to use (default: the listen "
      "address; required when listening on 0.0.0.0)",
      offsetof(shp_an_config_t, advertise), &shp_cfg_string},
-    {"secret_file", "/etc/sharp/secret",
+    {"secret_file", SHP_PATH_SECRET,
      "cluster secret shared with the AM (mode 0600)",
      offsetof(shp_an_config_t, secret_file), &shp_cfg_string},
     {"sched", "batch",
@@ -65,7 +66,7 @@ static const shp_config_opt_t shp_an_opts[] = {
     {NULL}};
 
 static const shp_config_table_t shp_an_table = {
-    "sharp_an", "SHARP_AN_", "/etc/sharp/sharp_an.conf", shp_an_opts};
+    "sharp_an", "SHARP_AN_", SHP_CONF_DIR "/sharp_an.conf", shp_an_opts};
 
 static void shp_an_on_stop(void *arg, int signum)
 {

@@ -7,6 +7,7 @@
  */
 #include "am/topo.h"
 #include "common/ctl.h"
+#include "common/paths.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -23,7 +24,7 @@
 
 enum { EXIT_AM = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
 
-static const char *sock_path = "/run/sharp/am.sock";
+static const char *sock_path = SHP_PATH_AM_SOCK;
 static int as_json;
 
 static const char usage_text[] =
@@ -57,8 +58,8 @@ static const char usage_text[] =
     "  version                     this program's version\n"
     "\n"
     "Options:\n"
-    "  --socket PATH   the manager's admin socket (default "
-    "/run/sharp/am.sock,\n"
+    "  --socket PATH   the manager's admin socket (default\n"
+    "                  " SHP_PATH_AM_SOCK ",\n"
     "                  or $SHARPCTL_SOCKET)\n"
     "  --json          machine-readable output (stable field names)\n"
     "  --help          this text (also after any command)\n"

@@ -608,6 +608,7 @@ SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
 
 static int post(coll_comm_t *comm, coll_req_t *r, void **handle);
 static coll_req_t *barrier_req(void);
+static void let_others_in(coll_ctx_t *ctx);
 
 /*
  * Destroying a group: every member sends a last barrier and leaves at once
@@ -641,6 +642,7 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
         uint64_t end = shp_time_ns() + 2 * wait_ns;
         while (!r->complete && shp_time_ns() < end) {
             coll_progress_once(ctx, 1);
+            let_others_in(ctx);
         }
         if (!r->complete) {
             shp_warn("group %u: not every member came to destroy it",
@@ -659,6 +661,7 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
             while (!comm->left && comm->failed == SHP_OK &&
                    shp_time_ns() < end) {
                 coll_progress_once(ctx, 1);
+                let_others_in(ctx);
             }
         }
     }
@@ -719,12 +722,29 @@ static int post(coll_comm_t *comm, coll_req_t *r, void **handle)
     return SHARP_COLL_SUCCESS;
 }
 
-static int wait_req(coll_req_t *r)
+/* Until r completes, with the context's lock held: it is let go between
+ * turns of the loop, so that other threads may post and progress too (a
+ * result that needs another thread's post would never come otherwise). */
+static void let_others_in(coll_ctx_t *ctx)
 {
-    coll_ctx_t *ctx = r->comm->ctx;
+    coll_unlock(ctx);
+    sched_yield();
+    coll_lock(ctx);
+}
+
+static void wait_complete(coll_ctx_t *ctx, coll_req_t *r)
+{
     while (!r->complete) {
         coll_progress_once(ctx, 1);
+        if (!r->complete) {
+            let_others_in(ctx);
+        }
     }
+}
+
+static int wait_req(coll_req_t *r)
+{
+    wait_complete(r->comm->ctx, r);
     int st = r->status;
     req_release(r);
     return st;
@@ -1075,26 +1095,10 @@ SHP_API int sharp_coll_req_wait(void *handle)
         return SHARP_COLL_EINVAL;
     }
     coll_ctx_t *ctx = r->comm->ctx;
-    if (ctx->mt) {
-        /* let other threads in between turns of the loop */
-        for (;;) {
-            coll_lock(ctx);
-            if (r->complete) {
-                break;
-            }
-            coll_progress_once(ctx, 0);
-            int done = r->complete;
-            coll_unlock(ctx);
-            if (!done) {
-                sched_yield();
-            }
-        }
-        int st = r->status;
-        req_release(r);
-        coll_unlock(ctx);
-        return st;
-    }
-    return wait_req(r);
+    coll_lock(ctx);
+    int st = wait_req(r);
+    coll_unlock(ctx);
+    return st;
 }
 
 SHP_API int sharp_coll_req_free(void *handle)
@@ -1106,9 +1110,7 @@ SHP_API int sharp_coll_req_free(void *handle)
     coll_ctx_t *ctx = r->comm->ctx;
     coll_lock(ctx);
     /* a request still in flight is waited for: its fragments hold it */
-    while (!r->complete) {
-        coll_progress_once(ctx, 1);
-    }
+    wait_complete(ctx, r);
     req_release(r);
     coll_unlock(ctx);
     return SHARP_COLL_SUCCESS;

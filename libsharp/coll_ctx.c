@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "common/ctl.h"
 #include "common/log.h"
+#include "common/paths.h"
 #include "common/time.h"
 
 #include <errno.h>
@@ -39,9 +40,8 @@ static const shp_config_opt_t coll_opts[] = {
     {"log_level", "2",
      "0 fatal, 1 error, 2 warning, 3 info, 4 debug, 5 trace (to stderr)",
      offsetof(coll_cfg_t, log_level), &shp_cfg_int, &r_level},
-    {"sharpd_socket", "/run/sharp/sharpd.sock",
-     "Unix socket of this host's sharpd", offsetof(coll_cfg_t, sharpd_socket),
-     &shp_cfg_string},
+    {"sharpd_socket", SHP_PATH_SHARPD_SOCK, "Unix socket of this host's sharpd",
+     offsetof(coll_cfg_t, sharpd_socket), &shp_cfg_string},
     {"local_ip", "",
      "source address of data connections and multicast (empty: any)",
      offsetof(coll_cfg_t, local_ip), &shp_cfg_string},
@@ -64,7 +64,8 @@ static const shp_config_opt_t coll_opts[] = {
      "ask for results by multicast only (lost ones recovered over RC)",
      offsetof(coll_cfg_t, group_is_target), &shp_cfg_bool},
     {"enable_sat", "0",
-     "accepted for compatibility: large messages are always pipelined",
+     "accepted for compatibility: large messages are always pipelined "
+     "(SAT is always reported)",
      offsetof(coll_cfg_t, enable_sat), &shp_cfg_bool},
     {"lock_on_comm_init", "0",
      "accepted for compatibility: there is no streaming lock to take",
@@ -121,18 +122,21 @@ static int cfg_load(coll_cfg_t *cfg)
 
 /* Locking and progress ------------------------------------------------------ */
 
+/*
+ * Every call that touches the context takes its lock, with or without
+ * thread support: the event loop must never run in two threads at once
+ * (libev aborts), and an uncontended lock costs little next to a loop turn.
+ * Thread support (ctx->mt) changes only how waiting is done: short sleeps,
+ * and the lock let go between turns for as short a time as it is held.
+ */
 void coll_lock(coll_ctx_t *ctx)
 {
-    if (ctx->mt) {
-        pthread_mutex_lock(&ctx->lock);
-    }
+    pthread_mutex_lock(&ctx->lock);
 }
 
 void coll_unlock(coll_ctx_t *ctx)
 {
-    if (ctx->mt) {
-        pthread_mutex_unlock(&ctx->lock);
-    }
+    pthread_mutex_unlock(&ctx->lock);
 }
 
 static void wake_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -545,9 +549,7 @@ static void ctx_free(coll_ctx_t *ctx)
     ev_run(ctx->loop, EVRUN_NOWAIT);
     json_decref(ctx->reply);
     ev_loop_destroy(ctx->loop);
-    if (ctx->mt) {
-        pthread_mutex_destroy(&ctx->lock);
-    }
+    pthread_mutex_destroy(&ctx->lock);
     shp_config_release(&coll_table, &ctx->cfg);
     free(ctx);
 }
@@ -582,14 +584,13 @@ SHP_API int sharp_coll_init(struct sharp_coll_init_spec *spec,
     if (ctx->cfg.retrans_ms <= 0) {
         ctx->cfg.retrans_ms = 20;
     }
-    if (spec->enable_thread_support) {
-        pthread_mutexattr_t a;
-        pthread_mutexattr_init(&a);
-        pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-        pthread_mutex_init(&ctx->lock, &a);
-        pthread_mutexattr_destroy(&a);
-        ctx->mt = 1;
-    }
+    /* recursive: a progress function may call back into the library */
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&ctx->lock, &a);
+    pthread_mutexattr_destroy(&a);
+    ctx->mt = spec->enable_thread_support != 0;
     if (ctx->loop != NULL) {
         ev_init(&ctx->tick, tick_cb);
         ctx->tick.data = ctx;
@@ -723,8 +724,15 @@ SHP_API int sharp_coll_caps_query(struct sharp_coll_context *ctx,
     for (int op = 0; op < SHARP_OP_NULL; op++) {
         caps->support_mask.reduce_ops |= 1ull << op;
     }
+    /* LLT: small operations, one fragment each.  REPRODUCIBLE: every AN
+     * folds its children in a fixed order.  SAT (streaming aggregation):
+     * messages of any size, in every aggregation mode, for allreduce,
+     * reduce-scatter and allgather and every type above, are cut into
+     * fragments and pipelined (clients such as UCC use reduce-scatter and
+     * allgather only when SAT is set).  Not SAT_EXCLUSIVE_LOCK: there is no
+     * streaming lock to take (lock_on_comm_init is accepted and ignored). */
     caps->support_mask.feature_mask =
-        SHARP_FEATURE_LLT | SHARP_FEATURE_REPRODUCIBLE;
+        SHARP_FEATURE_LLT | SHARP_FEATURE_REPRODUCIBLE | SHARP_FEATURE_SAT;
     caps->resources.max_osts = (int)ctx->osts;
     caps->resources.user_data_per_ost = (int)ctx->payload;
     caps->resources.max_groups = (int)ctx->max_groups;

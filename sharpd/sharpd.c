@@ -36,6 +36,7 @@
 #include "common/conn.h"
 #include "common/ctl.h"
 #include "common/log.h"
+#include "common/paths.h"
 #include "common/net.h"
 
 #ifndef SHP_VERSION
@@ -510,14 +511,14 @@ static void on_accept(shp_listener_t *l, int fd, const shp_sockaddr_t *peer)
 /* Options and main ------------------------------------------------------------ */
 
 static const shp_config_opt_t opts[] = {
-    {"socket", "/run/sharp/sharpd.sock", "Unix socket for local processes",
+    {"socket", SHP_PATH_SHARPD_SOCK, "Unix socket for local processes",
      offsetof(cfg_t, socket), &shp_cfg_string},
     {"am", "127.0.0.1:6126", "ip:port of the aggregation manager",
      offsetof(cfg_t, am), &shp_cfg_string},
     {"host", "",
      "this host's name in the topology (default: the short host name)",
      offsetof(cfg_t, host), &shp_cfg_string},
-    {"secret_file", "/etc/sharp/secret",
+    {"secret_file", SHP_PATH_SECRET,
      "cluster secret shared with the AM (mode 0600)",
      offsetof(cfg_t, secret_file), &shp_cfg_string},
     {"log_level", "info", "log level", offsetof(cfg_t, log_level),
@@ -527,7 +528,7 @@ static const shp_config_opt_t opts[] = {
     {NULL}};
 
 static const shp_config_table_t table = {"sharpd", "SHARPD_",
-                                         "/etc/sharp/sharpd.conf", opts};
+                                         SHP_CONF_DIR "/sharpd.conf", opts};
 
 static void on_stop(void *arg, int signum)
 {

@@ -55,7 +55,9 @@ TEST_SCRIPTS += tests/mpi/test_mpi.sh
 # sharpctl against a running fabric.
 TEST_SCRIPTS += tests/cli/test_sharpctl.sh
 
-# make install into a temporary prefix, a client via pkg-config, units.
+# make install as a user without privileges: into a prefix (the paths the
+# programs, configurations and units name; the daemons run from it) and
+# staged with DESTDIR.
 TEST_SCRIPTS += tests/install/test_install.sh
 
 # The verbs transport over soft-RoCE in a qemu guest (tests/verbs/rxe-run.sh).

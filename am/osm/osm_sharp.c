@@ -10,6 +10,9 @@
  *   event_plugin_name osm_sharp
  *   event_plugin_options file=/etc/sharp/topology.ibnd,am=/run/sharp/am.sock
  *
+ * (the paths of a PREFIX=/usr install; without options, the file is
+ * SYSCONFDIR/sharp/topology.ibnd of the build, and no manager is told)
+ *
  * OpenSM loads lib<name>.so and refuses a plugin built for another OpenSM
  * version: this one is built against the installed headers (OSM_VERSION).
  * The walk runs on a thread of its own under OpenSM's lock, never inside
@@ -23,6 +26,7 @@
 
 #include "am/topo.h"
 #include "common/ctl.h"
+#include "common/paths.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -239,7 +243,7 @@ static void *plugin_create(osm_opensm_t *osm)
     p->osm = osm;
     snprintf(p->file, sizeof(p->file), "%s",
              getenv("SHARP_OSM_FILE") ? getenv("SHARP_OSM_FILE")
-                                      : "/etc/sharp/topology.ibnd");
+                                      : SHP_PATH_TOPOLOGY);
     snprintf(p->am, sizeof(p->am), "%s",
              getenv("SHARP_OSM_AM") ? getenv("SHARP_OSM_AM") : "");
     parse_options(p, osm->subn.opt.event_plugin_options);

@@ -16,6 +16,7 @@
 #include "common/reduce.h"
 #include "tests/coll/oob_hub.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -65,6 +66,7 @@ static void become_host(int host)
 }
 
 static hub_oob_t world_oob;
+static int init_threads; /* enable_thread_support of member_init */
 static struct sharp_coll_context *ctx;
 static struct sharp_coll_comm *world;
 
@@ -87,6 +89,7 @@ static int member_init_tag(int tag, int rank, int size, uint64_t job)
     s.world_rank = rank;
     s.world_size = size;
     s.world_local_rank = 0;
+    s.enable_thread_support = init_threads;
     s.config = sharp_coll_default_config;
     s.config.coll_timeout = 20000;
     s.oob_colls.bcast = hub_bcast;
@@ -149,7 +152,7 @@ static void store(enum sharp_datatype dt, void *buf, size_t i, int64_t v)
 }
 
 /* rank's data in an exact-arithmetic test (small integers; products of
- * -1, 1 and 2; MINLOC/MAXLOC tags are the rank) */
+ * -1, 1 and 2; MINLOC/MAXLOC tags are the rank, in the tag's type) */
 static void my_data(shp_reduce_desc_t *d, size_t n, int rank, uint64_t salt,
                     void *buf)
 {
@@ -162,9 +165,10 @@ static void my_data(shp_reduce_desc_t *d, size_t n, int rank, uint64_t salt,
         uint8_t tmp[16];
         store((enum sharp_datatype)d->dtype, tmp, 0, v);
         memcpy((uint8_t *)buf + i * es, tmp, vs);
-        if (shp_op_is_loc(d->op)) {
-            int32_t tag = rank;
-            memcpy((uint8_t *)buf + i * es + vs, &tag, 4);
+        if (shp_op_is_loc(d->op)) { /* the tag, in its type */
+            store((enum sharp_datatype)d->tag_dtype, tmp, 0, rank);
+            memcpy((uint8_t *)buf + i * es + vs, tmp,
+                   shp_dtype_size(d->tag_dtype));
         }
     }
 }
@@ -270,7 +274,7 @@ static int m_collectives(int rank, void *arg)
     CHECK(caps.support_mask.dtypes & (1 << SHARP_DTYPE_INT8), "int8 cap");
     CHECK(caps.support_mask.dtypes & (1 << SHARP_DTYPE_BFLOAT16), "bf16 cap");
     CHECK(caps.support_mask.reduce_ops & (1 << SHARP_OP_MINLOC), "minloc");
-    CHECK(!(caps.support_mask.feature_mask & SHARP_FEATURE_SAT), "no SAT");
+    CHECK(caps.support_mask.feature_mask & SHARP_FEATURE_SAT, "SAT");
     CHECK(caps.resources.user_data_per_ost > 0 && caps.resources.max_osts > 0,
           "quotas %d %d", caps.resources.user_data_per_ost,
           caps.resources.max_osts);
@@ -598,6 +602,464 @@ static void test_repeatable(void **state)
 {
     (void)state;
     run_members(m_repeatable, NULL, NHOST, NHOST);
+}
+
+/* reduce-scatter of n elements per member, checked against the reference
+ * of the whole buffer (block `rank` of it); streaming mode, non-blocking
+ * when nb */
+static int rs_check(struct sharp_coll_comm *c, int rank, int size,
+                    enum sharp_datatype dt, enum sharp_reduce_op op,
+                    enum sharp_datatype tag, size_t n, uint64_t salt, int nb)
+{
+    shp_reduce_desc_t d = {(shp_dtype_t)dt, (shp_op_t)op,
+                           shp_op_is_loc((shp_op_t)op) ? (shp_dtype_t)tag
+                                                       : SHP_DTYPE_NULL};
+    size_t es = shp_reduce_elem_size(&d), all = n * (size_t)size;
+    uint8_t *s = calloc(1, all * es + 1), *r = calloc(1, n * es + 1),
+            *want = calloc(1, all * es + 1);
+    struct sharp_coll_reduce_spec sp;
+    memset(&sp, 0x5a, sizeof(sp)); /* root, stream_lock_batch_size: unread */
+    my_data(&d, all, rank, salt, s);
+    int bad = reference(&d, all, size, salt, want) != 0;
+    sp.sbuf_desc = buf_desc(s, all * es);
+    sp.rbuf_desc = buf_desc(r, n * es);
+    sp.dtype = dt;
+    sp.op = op;
+    sp.tag_dtype = tag;
+    sp.length = n;
+    sp.offset = 0;
+    sp.aggr_mode = SHARP_AGGREGATION_STREAMING;
+    int rc;
+    if (nb) {
+        void *h = NULL;
+        rc = sharp_coll_do_reduce_scatter_nb(c, &sp, &h);
+        if (rc == SHARP_COLL_SUCCESS) {
+            while (!sharp_coll_req_test(h)) {
+                sharp_coll_progress(ctx);
+            }
+            rc = sharp_coll_req_wait(h);
+        }
+    } else {
+        rc = sharp_coll_do_reduce_scatter(c, &sp);
+    }
+    bad = bad || rc != SHARP_COLL_SUCCESS ||
+          memcmp(r, want + (size_t)rank * n * es, n * es) != 0;
+    if (bad) {
+        fprintf(stderr,
+                "rank %d: reduce-scatter dtype %d op %d tag %d n %zu: %s\n",
+                rank, dt, op, tag, n,
+                rc ? sharp_coll_strerror(rc) : "wrong result");
+    }
+    free(s);
+    free(r);
+    free(want);
+    return bad;
+}
+
+/*
+ * What sharp_coll_caps_query claims, the calls do: every datatype claimed
+ * reduces (with every claimed op that applies to it: logical and bitwise
+ * ops are for integers), every op claimed reduces, every tag type claimed
+ * works in MINLOC/MAXLOC, and what is not claimed is refused.  Features:
+ * LLT (small operations, here 1 element), REPRODUCIBLE (the same bits on
+ * every member and every repetition of a floating-point sum), SAT
+ * (streaming aggregation: reduce-scatter and allgather, and allreduce in
+ * streaming mode, of messages far beyond one operation's payload, every
+ * claimed datatype included, blocking and not); no exclusive lock.
+ */
+static int m_caps(int rank, void *arg)
+{
+    int size = NHOST;
+    (void)arg;
+    become_host(rank);
+    setenv("SHARP_COLL_ENABLE_SAT", "1", 1); /* as UCC and NCCL do */
+    CHECK(member_init(rank, size, 1005) == SHARP_COLL_SUCCESS, "init");
+    struct sharp_coll_caps caps;
+    CHECK(sharp_coll_caps_query(ctx, &caps) == 0, "caps");
+    CHECK(comm_of(&world_oob, &world) == SHARP_COLL_SUCCESS, "comm_init");
+    uint64_t dts = caps.support_mask.dtypes, ops = caps.support_mask.reduce_ops,
+             tags = caps.support_mask.tag_dtypes,
+             feat = caps.support_mask.feature_mask;
+    size_t payload = (size_t)caps.resources.user_data_per_ost;
+    CHECK(payload > 0 && caps.resources.max_osts > 0 &&
+              caps.resources.max_groups > 0 &&
+              caps.resources.osts_per_group > 0,
+          "resources");
+    CHECK(dts != 0 && ops != 0 && tags != 0, "claims nothing");
+    /* every bit claimed names a real datatype / op */
+    CHECK(!(dts >> SHARP_DTYPE_NULL) && !(tags >> SHARP_DTYPE_NULL),
+          "a datatype beyond the enum: %llx", (unsigned long long)dts);
+    CHECK(!(ops >> SHARP_OP_NULL), "an op beyond the enum");
+    CHECK(!(feat &
+            ~(uint64_t)(SHARP_FEATURE_LLT | SHARP_FEATURE_REPRODUCIBLE |
+                        SHARP_FEATURE_SAT | SHARP_FEATURE_SAT_EXCLUSIVE_LOCK)),
+          "an unknown feature bit");
+    CHECK(feat & SHARP_FEATURE_SAT, "SAT not claimed");
+    /* there is no streaming lock to take */
+    CHECK(!(feat & SHARP_FEATURE_SAT_EXCLUSIVE_LOCK), "exclusive lock");
+
+    int salt = 0, op_works[SHARP_OP_NULL] = {0};
+    for (int dt = 0; dt < SHARP_DTYPE_NULL; dt++) {
+        int dt_works = 0;
+        for (int op = 0; op < SHARP_OP_NULL; op++) {
+            if (!(ops & (1ull << op)) || op == SHARP_OP_MAXLOC ||
+                op == SHARP_OP_MINLOC) {
+                continue;
+            }
+            shp_reduce_desc_t d = {(shp_dtype_t)dt, (shp_op_t)op,
+                                   SHP_DTYPE_NULL};
+            int is_float = shp_dtype_is_float(d.dtype);
+            int applies = !is_float || op < SHARP_OP_LAND;
+            struct sharp_coll_reduce_spec sp;
+            uint8_t b[16] = {0}, o[16];
+            memset(&sp, 0, sizeof(sp));
+            sp.sbuf_desc = buf_desc(b, sizeof(b));
+            sp.rbuf_desc = buf_desc(o, sizeof(o));
+            sp.dtype = dt;
+            sp.op = op;
+            sp.length = 1;
+            if (!(dts & (1ull << dt))) {
+                CHECK(sharp_coll_do_allreduce(world, &sp) != 0,
+                      "dtype %d not claimed but reduces", dt);
+                continue;
+            }
+            if (!applies) { /* refused, not wrong, and the comm goes on */
+                int rc = sharp_coll_do_allreduce(world, &sp);
+                CHECK(rc == SHARP_COLL_ENOT_SUPP, "float dtype %d op %d: %d",
+                      dt, op, rc);
+                continue;
+            }
+            /* LLT: one element; then several operations' payload */
+            size_t per = payload / shp_reduce_elem_size(&d);
+            CHECK(allreduce_check(world, rank, size, dt, op, 1, salt++, 0) == 0,
+                  "claimed dtype %d op %d, 1 element", dt, op);
+            CHECK(rs_check(world, rank, size, dt, op, SHARP_DTYPE_INT,
+                           2 * per + 3, salt++, dt % 2) == 0,
+                  "claimed dtype %d op %d, reduce-scatter", dt, op);
+            dt_works = 1;
+            op_works[op] = 1;
+        }
+        /* MINLOC/MAXLOC with every claimed tag type */
+        for (int op = SHARP_OP_MAXLOC; op <= SHARP_OP_MINLOC; op++) {
+            if (!(ops & (1ull << op)) || !(dts & (1ull << dt))) {
+                continue;
+            }
+            for (int tg = 0; tg < SHARP_DTYPE_NULL; tg++) {
+                if (!(tags & (1ull << tg))) {
+                    struct sharp_coll_reduce_spec sp;
+                    uint8_t b[32] = {0}, o[32];
+                    memset(&sp, 0, sizeof(sp));
+                    sp.sbuf_desc = buf_desc(b, sizeof(b));
+                    sp.rbuf_desc = buf_desc(o, sizeof(o));
+                    sp.dtype = dt;
+                    sp.op = op;
+                    sp.tag_dtype = tg;
+                    sp.length = 1;
+                    CHECK(sharp_coll_do_allreduce(world, &sp) != 0,
+                          "tag %d not claimed but works", tg);
+                    continue;
+                }
+                CHECK(rs_check(world, rank, size, dt, op, tg, 257, salt++, 0) ==
+                          0,
+                      "claimed dtype %d op %d tag %d", dt, op, tg);
+                dt_works = op_works[op] = 1;
+            }
+        }
+        if (dts & (1ull << dt)) {
+            CHECK(dt_works, "claimed dtype %d never used", dt);
+        }
+    }
+    for (int op = 0; op < SHARP_OP_NULL; op++) {
+        CHECK(!(ops & (1ull << op)) || op_works[op], "claimed op %d unused",
+              op);
+    }
+
+    /* REPRODUCIBLE: a float sum whose value depends on the order of
+     * folding gives every member, every time, the same bits */
+    if (feat & SHARP_FEATURE_REPRODUCIBLE) {
+        enum { N = 1000 };
+        static double s[N], r[N], first[N];
+        uint64_t seed = (uint64_t)rank * 104729 + 3, sum = 0, all[NHOST];
+        for (int i = 0; i < N; i++) {
+            s[i] = ((double)(test_rand(&seed) % 2000000) - 1e6) *
+                   (i % 2 ? 1e-9 : 1e9);
+        }
+        for (int round = 0; round < 5; round++) {
+            struct sharp_coll_reduce_spec sp;
+            memset(&sp, 0, sizeof(sp));
+            sp.sbuf_desc = buf_desc(s, sizeof(s));
+            sp.rbuf_desc = buf_desc(r, sizeof(r));
+            sp.dtype = SHARP_DTYPE_DOUBLE;
+            sp.op = SHARP_OP_SUM;
+            sp.length = N;
+            usleep((useconds_t)((rank * 3 + round) % 4) * 500);
+            CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "allreduce");
+            if (round == 0) {
+                memcpy(first, r, sizeof(r));
+            }
+            CHECK(!memcmp(first, r, sizeof(r)), "round %d differs", round);
+        }
+        for (int i = 0; i < N; i++) {
+            uint64_t b;
+            memcpy(&b, &first[i], 8);
+            sum = sum * 1000003 ^ b;
+        }
+        struct sharp_coll_gather_spec gs;
+        memset(&gs, 0, sizeof(gs));
+        gs.sbuf_desc = buf_desc(&sum, 8);
+        gs.rbuf_desc = buf_desc(all, sizeof(all));
+        CHECK(sharp_coll_do_allgather(world, &gs) == 0, "allgather");
+        for (int k = 0; k < size; k++) {
+            CHECK(all[k] == sum, "member %d has other bits", k);
+        }
+    }
+
+    /* SAT: large messages, streaming mode */
+    if (feat & SHARP_FEATURE_SAT) {
+        /* reduce-scatter: 256 KiB per member (2 MiB in), float and bf16 */
+        CHECK(rs_check(world, rank, size, SHARP_DTYPE_FLOAT, SHARP_OP_SUM,
+                       SHARP_DTYPE_INT, 64 << 10, 901, 1) == 0,
+              "SAT reduce-scatter f32");
+        CHECK(rs_check(world, rank, size, SHARP_DTYPE_BFLOAT16, SHARP_OP_MAX,
+                       SHARP_DTYPE_INT, 128 << 10, 902, 0) == 0,
+              "SAT reduce-scatter bf16");
+        /* allreduce in streaming mode, 1 MiB of int8 */
+        {
+            size_t n = 1 << 20;
+            int8_t *s = malloc(n), *r = malloc(n);
+            for (size_t i = 0; i < n; i++) {
+                s[i] = (int8_t)((i + (size_t)rank) % 7) - 3;
+            }
+            struct sharp_coll_reduce_spec sp;
+            memset(&sp, 0, sizeof(sp));
+            sp.sbuf_desc = buf_desc(s, n);
+            sp.rbuf_desc = buf_desc(r, n);
+            sp.dtype = SHARP_DTYPE_INT8;
+            sp.op = SHARP_OP_SUM;
+            sp.length = n;
+            sp.aggr_mode = SHARP_AGGREGATION_STREAMING;
+            sp.stream_lock_batch_size = 4;
+            CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "SAT allreduce");
+            for (size_t i = 0; i < n; i++) {
+                int w = 0;
+                for (int k = 0; k < size; k++) {
+                    w += (int)((i + (size_t)k) % 7) - 3;
+                }
+                CHECK(r[i] == (int8_t)w, "SAT allreduce [%zu]", i);
+            }
+            free(s);
+            free(r);
+        }
+        /* allgather: 256 KiB per member (2 MiB out), blocking and not */
+        for (int nb = 0; nb < 2; nb++) {
+            size_t n = 256 << 10;
+            uint8_t *s = malloc(n), *r = malloc(n * (size_t)size);
+            for (size_t i = 0; i < n; i++) {
+                s[i] = (uint8_t)(i * 13 + (size_t)rank * 101 + (size_t)nb);
+            }
+            memset(r, 0xee, n * (size_t)size);
+            struct sharp_coll_gather_spec gs;
+            memset(&gs, 0x77, sizeof(gs)); /* size, dtype: unread */
+            gs.sbuf_desc = buf_desc(s, n);
+            gs.rbuf_desc = buf_desc(r, n * (size_t)size);
+            gs.offset = 0;
+            int rc;
+            if (nb) {
+                void *h = NULL;
+                rc = sharp_coll_do_allgather_nb(world, &gs, &h);
+                if (rc == 0) {
+                    rc = sharp_coll_req_wait(h);
+                }
+            } else {
+                rc = sharp_coll_do_allgather(world, &gs);
+            }
+            CHECK(rc == 0, "SAT allgather: %s", sharp_coll_strerror(rc));
+            for (int k = 0; k < size; k++) {
+                for (size_t i = 0; i < n; i++) {
+                    CHECK(r[(size_t)k * n + i] ==
+                              (uint8_t)(i * 13 + (size_t)k * 101 + (size_t)nb),
+                          "SAT allgather %d/%zu", k, i);
+                }
+            }
+            free(s);
+            free(r);
+        }
+    }
+    CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
+    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    return 0;
+}
+
+static void test_caps(void **state)
+{
+    (void)state;
+    run_members(m_caps, NULL, NHOST, NHOST);
+}
+
+/*
+ * Threads: NTH threads of every member, each on a communicator of its own
+ * (created one after the other first: creation is collective), post
+ * windows of non-blocking allreduces of 1 to several fragments, test them
+ * round-robin with sharp_coll_req_test until all are done, wait for them,
+ * and every few rounds run a blocking allreduce and barrier; one more
+ * thread only calls sharp_coll_progress.  With thread support (arg 1) and
+ * without it (arg 0: the library must still not abort, and results must
+ * be right).  Results are checked element by element.
+ */
+enum { NTH = 3, TH_ROUNDS = 40, TH_WIN = 4 };
+
+typedef struct th_arg {
+    struct sharp_coll_comm *comm;
+    int t, rank, size, failed;
+    volatile int *stop;
+} th_arg_t;
+
+static int64_t th_val(int r, int t, int k, size_t i)
+{
+    return (int64_t)(r + 1) * (t + 1) + (int64_t)k * (int64_t)i;
+}
+
+static void *th_main(void *p)
+{
+    th_arg_t *a = p;
+    size_t maxn = 1200;
+    int64_t *s = malloc(TH_WIN * maxn * 8), *r = malloc(TH_WIN * maxn * 8);
+    for (int k = 0; k < TH_ROUNDS && !a->failed; k++) {
+        void *h[TH_WIN];
+        size_t n[TH_WIN];
+        for (int w = 0; w < TH_WIN; w++) {
+            int kw = k * TH_WIN + w;
+            n[w] = 1 + (size_t)(kw * 379 + a->t * 51) % maxn;
+            for (size_t i = 0; i < n[w]; i++) {
+                s[w * maxn + i] = th_val(a->rank, a->t, kw, i);
+                r[w * maxn + i] = -1;
+            }
+            struct sharp_coll_reduce_spec sp;
+            memset(&sp, 0, sizeof(sp));
+            sp.sbuf_desc = buf_desc(s + w * maxn, n[w] * 8);
+            sp.rbuf_desc = buf_desc(r + w * maxn, n[w] * 8);
+            sp.dtype = SHARP_DTYPE_LONG;
+            sp.op = SHARP_OP_SUM;
+            sp.length = n[w];
+            int rc = sharp_coll_do_allreduce_nb(a->comm, &sp, &h[w]);
+            if (rc != 0) {
+                fprintf(stderr, "rank %d thread %d: post: %s\n", a->rank, a->t,
+                        sharp_coll_strerror(rc));
+                a->failed = 1;
+                return NULL;
+            }
+        }
+        /* test them all, in turn, until every one is done */
+        for (int left = TH_WIN; left > 0;) {
+            left = 0;
+            for (int w = 0; w < TH_WIN; w++) {
+                left += !sharp_coll_req_test(h[w]);
+            }
+        }
+        for (int w = 0; w < TH_WIN; w++) {
+            int kw = k * TH_WIN + w;
+            int rc = sharp_coll_req_wait(h[w]);
+            for (size_t i = 0; rc == 0 && i < n[w]; i++) {
+                int64_t want = 0;
+                for (int q = 0; q < a->size; q++) {
+                    want += th_val(q, a->t, kw, i);
+                }
+                if (r[w * maxn + i] != want) {
+                    fprintf(stderr,
+                            "rank %d thread %d op %d [%zu]: %lld want %lld\n",
+                            a->rank, a->t, kw, i, (long long)r[w * maxn + i],
+                            (long long)want);
+                    a->failed = 1;
+                    break;
+                }
+            }
+            if (rc != 0) {
+                fprintf(stderr, "rank %d thread %d: wait: %s\n", a->rank, a->t,
+                        sharp_coll_strerror(rc));
+                a->failed = 1;
+            }
+        }
+        if (k % 8 == 7) { /* blocking calls between the windows */
+            int64_t v = a->rank + a->t, out = 0;
+            struct sharp_coll_reduce_spec sp;
+            memset(&sp, 0, sizeof(sp));
+            sp.sbuf_desc = buf_desc(&v, 8);
+            sp.rbuf_desc = buf_desc(&out, 8);
+            sp.dtype = SHARP_DTYPE_LONG;
+            sp.op = SHARP_OP_MAX;
+            sp.length = 1;
+            if (sharp_coll_do_allreduce(a->comm, &sp) != 0 ||
+                out != a->size - 1 + a->t ||
+                sharp_coll_do_barrier(a->comm) != 0) {
+                fprintf(stderr, "rank %d thread %d: blocking calls\n", a->rank,
+                        a->t);
+                a->failed = 1;
+            }
+        }
+    }
+    free(s);
+    free(r);
+    return NULL;
+}
+
+static void *th_progress(void *p)
+{
+    th_arg_t *a = p;
+    while (!*a->stop) {
+        if (sharp_coll_progress(ctx) != 0) {
+            a->failed = 1;
+        }
+        sched_yield();
+    }
+    return NULL;
+}
+
+static int m_threads(int rank, void *arg)
+{
+    int size = NHOST;
+    become_host(rank);
+    init_threads = (int)(intptr_t)arg;
+    CHECK(member_init(rank, size, init_threads ? 1006 : 1007) == 0, "init");
+    struct sharp_coll_comm *c[NTH];
+    for (int t = 0; t < NTH; t++) {
+        hub_oob_t o = {60 + t, rank, size};
+        CHECK(comm_of(&o, &c[t]) == 0, "comm %d", t);
+    }
+    pthread_t th[NTH + 1];
+    th_arg_t a[NTH + 1];
+    volatile int stop = 0;
+    for (int t = 0; t <= NTH; t++) {
+        a[t] = (th_arg_t){t < NTH ? c[t] : NULL, t, rank, size, 0, &stop};
+        CHECK(pthread_create(&th[t], NULL, t < NTH ? th_main : th_progress,
+                             &a[t]) == 0,
+              "pthread_create");
+    }
+    int failed = 0;
+    for (int t = 0; t < NTH; t++) {
+        pthread_join(th[t], NULL);
+        failed |= a[t].failed;
+    }
+    stop = 1;
+    pthread_join(th[NTH], NULL);
+    CHECK(!failed && !a[NTH].failed, "a thread failed");
+    for (int t = 0; t < NTH; t++) {
+        CHECK(sharp_coll_comm_destroy(c[t]) == 0, "destroy %d", t);
+    }
+    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    return 0;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    run_members(m_threads, (void *)1, NHOST, NHOST);
+}
+
+/* a context without thread support driven from several threads: safe too */
+static void test_threads_unrequested(void **state)
+{
+    (void)state;
+    run_members(m_threads, (void *)0, NHOST, NHOST);
 }
 
 /* two jobs at once on shared trees (job A on the odd hosts, B on the even
@@ -1026,6 +1488,9 @@ int main(void)
         cmocka_unit_test(test_print_config),
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_repeatable),
+        cmocka_unit_test(test_caps),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads_unrequested),
         cmocka_unit_test(test_no_sharpd),
         cmocka_unit_test(test_two_jobs),
         /* last: it takes an AN away */
