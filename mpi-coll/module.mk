@@ -57,3 +57,18 @@ $(MPI_CHECK_MPICH): tests/mpi/mpi_check.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
+
+# Every named datatype x every offloaded collective against PMPI (tests/mpi).
+MPI_TYPES_OMPI := $(TESTDIR)/mpi/mpi_types_ompi
+MPI_TYPES_MPICH := $(TESTDIR)/mpi/mpi_types_mpich
+TEST_HELPERS += $(MPI_TYPES_OMPI) $(MPI_TYPES_MPICH)
+
+$(MPI_TYPES_OMPI): tests/mpi/mpi_types.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
+
+$(MPI_TYPES_MPICH): tests/mpi/mpi_types.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # libsharp_mpi end to end: an unchanged MPI program (sharp_mpi_demo) under
 # Open MPI and MPICH with the library preloaded, through a sharp-fabric of
-# 8 hosts; plain-MPI fallback without sharpd; an AN killed mid-run aborts
-# the job with a message, never hangs.  MPICH (4.0.2 on UCX) busy-polls
-# while waiting, so it runs 2 ranks here: more would starve the daemons on
-# 2 cores.
+# 8 hosts; mpi_check (references of its own) and mpi_types (every named
+# datatype, each call against PMPI); plain-MPI fallback without sharpd; an
+# AN killed mid-run aborts the job with a message, never hangs.  MPICH
+# (4.0.2 on UCX) busy-polls while waiting, so it runs 2 ranks here: more
+# would starve the daemons on 2 cores.
 set -u
 O=${O:-build}
 BIN=$(cd "$O/bin" && pwd)
@@ -38,6 +39,25 @@ MPICH=(timeout 120 mpiexec.mpich)
 
 # offloaded counts from the report: "sharp_mpi: MPI_Allreduce  N ..."
 offloaded() { awk -v c="$1" '$1 == "sharp_mpi:" && $2 == c { print $3 }' "$2"; }
+
+# mpi_types (every named type x every offloaded collective against PMPI):
+# every result matches, and the report's offloaded counts are exactly what
+# the program says must be offloaded ("mpi_types: expect offloaded
+# MPI_Allreduce A MPI_Reduce R MPI_Bcast B MPI_Barrier C"); "" if right,
+# else what is wrong
+types_verdict() {
+    local rc=$1 out=$2 c want got why=""
+    [ "$rc" = 0 ] || why="exit $rc"
+    grep -q "every result matches PMPI" "$out" || why="$why; results differ from PMPI"
+    for c in MPI_Allreduce MPI_Reduce MPI_Bcast MPI_Barrier; do
+        want=$(awk -v c=$c '/^mpi_types: expect offloaded/ {
+            for (i = 1; i < NF; i++) if ($i == c) print $(i + 1) }' "$out")
+        got=$(offloaded $c "$out")
+        [ -n "$want" ] && [ "$want" = "$got" ] ||
+            why="$why; $c offloaded ${got:-?}, expected ${want:-?}"
+    done
+    echo "$why"
+}
 
 # 1. Open MPI, 8 ranks, one per host
 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
@@ -96,7 +116,33 @@ else
     bad "MPICH mpi_check (exit $rc)"; tail -30 "$DIR/check-mpich.out"
 fi
 
-# 2c. two processes per host (8 ranks on a 4-host fabric)
+# 2c. every named datatype x allreduce/reduce/bcast/barrier x counts 0 to
+# one past a fragment x in place or not x every root, and bcasts with
+# different types of one signature on different ranks, each call compared
+# with the same call through PMPI (tests/mpi/mpi_types.c): Open MPI 8 ranks,
+# MPICH 2 ranks
+t0=$SECONDS
+"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+    -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_types_ompi" >"$DIR/types.out" 2>&1
+why=$(types_verdict $? "$DIR/types.out")
+if [ -z "$why" ]; then
+    ok "Open MPI mpi_types, 8 ranks: $(grep -o '[0-9]* named types, [0-9]* comparisons' "$DIR/types.out") match PMPI, offloaded exactly as expected ($(grep -c 'PMPI defect' "$DIR/types.out") defects of Open MPI's own found; $((SECONDS - t0)) s)"
+else
+    bad "Open MPI mpi_types ($why)"; grep -v "PMPI defect" "$DIR/types.out" | tail -30
+fi
+t0=$SECONDS
+"${MPICH[@]}" -n 2 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so" \
+    -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_types_mpich" >"$DIR/types-mpich.out" 2>&1
+why=$(types_verdict $? "$DIR/types-mpich.out")
+if [ -z "$why" ]; then
+    ok "MPICH mpi_types, 2 ranks: $(grep -o '[0-9]* named types, [0-9]* comparisons' "$DIR/types-mpich.out") match PMPI, offloaded exactly as expected ($(grep -c 'PMPI defect' "$DIR/types-mpich.out") defects of MPICH's own found; $((SECONDS - t0)) s)"
+else
+    bad "MPICH mpi_types ($why)"; grep -v "PMPI defect" "$DIR/types-mpich.out" | tail -30
+fi
+
+# 2d. two processes per host (8 ranks on a 4-host fabric)
 "$BIN/sharp-topo" fat-tree --radix 4 --hosts 4 >"$DIR/ft4.ibnd"
 "$BIN/sharp-fabric" --dir "$DIR/fabric4" up "$DIR/ft4.ibnd" --net 127.19 >/dev/null
 for aggr in 1 0; do
@@ -113,6 +159,20 @@ for aggr in 1 0; do
         bad "ppn 2, NODE_AGGR=$aggr (exit $rc)"; tail -30 "$DIR/ppn2.out"
     fi
 done
+# the node-local paths (gather, fold, bcast or send to the root, packed
+# pairs) with the types that take different ones
+t0=$SECONDS
+"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+    -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_types_ompi" \
+    --only MPI_INT,MPI_UINT8_T,MPI_DOUBLE,MPI_C_DOUBLE_COMPLEX,MPI_C_BOOL,MPI_SHORT_INT,MPI_DOUBLE_INT,MPI_LONG_DOUBLE,mixed,derived \
+    >"$DIR/types-ppn2.out" 2>&1
+why=$(types_verdict $? "$DIR/types-ppn2.out")
+if [ -z "$why" ]; then
+    ok "ppn 2 mpi_types (8 types, mixed bcasts, derived): $(grep -o '[0-9]* comparisons' "$DIR/types-ppn2.out") match PMPI, offloaded exactly as expected ($((SECONDS - t0)) s)"
+else
+    bad "ppn 2 mpi_types ($why)"; grep -v "PMPI defect" "$DIR/types-ppn2.out" | tail -30
+fi
 "$BIN/sharp-fabric" --dir "$DIR/fabric4" down >/dev/null
 
 # 3. no sharpd: plain MPI, one line of notice, right results
