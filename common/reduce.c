@@ -10,6 +10,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <strings.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 static const struct {
     const char *name;
@@ -128,6 +131,17 @@ const char *shp_reduce_isa_name(shp_reduce_isa_t isa)
                                                : "invalid";
 }
 
+#if defined(__x86_64__)
+/* F16C from CPUID leaf 1 (clang before 16 does not know "f16c" for
+ * __builtin_cpu_supports) */
+static int shp_cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 int shp_reduce_isa_supported(shp_reduce_isa_t isa)
 {
     switch (isa) {
@@ -135,14 +149,13 @@ int shp_reduce_isa_supported(shp_reduce_isa_t isa)
 #if defined(__x86_64__)
     case SHP_REDUCE_ISA_AVX2:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && shp_cpu_has_f16c();
     case SHP_REDUCE_ISA_AVX512:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") &&
-               __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("f16c");
+               __builtin_cpu_supports("avx512dq") && shp_cpu_has_f16c();
 #endif
     default: return 0;
     }
