@@ -144,12 +144,34 @@ static void shp_cfg_bool_format(const void *src, const void *arg, char *buf,
 const shp_config_parser_t shp_cfg_bool = {"bool", shp_cfg_bool_parse,
                                           shp_cfg_bool_format, NULL};
 
+/* A string holds what a line of a configuration file can: the same value
+ * from the environment or the command line then dumps to a file that
+ * loads back to it.  Blanks around it go (inih strips them in a file);
+ * control characters and a ';' first or after a blank (where a file's
+ * comment starts: "name = ;x" is empty) are refused. */
 static shp_status_t shp_cfg_string_parse(const char *str, void *dst,
                                          const void *arg, const char **why)
 {
-    char *copy = strdup(str);
+    size_t len, i;
+    char *copy;
 
     (void)arg;
+    while (isspace((unsigned char)*str)) {
+        str++;
+    }
+    len = strlen(str);
+    while (len > 0 && isspace((unsigned char)str[len - 1])) {
+        len--;
+    }
+    for (i = 0; i < len; i++) {
+        if ((iscntrl((unsigned char)str[i]) && str[i] != '\t') ||
+            (str[i] == ';' && (i == 0 || isspace((unsigned char)str[i - 1])))) {
+            *why = "a string on one line, without control characters or "
+                   "' ;' (a comment in a file)";
+            return SHP_ERR_INVALID_PARAM;
+        }
+    }
+    copy = strndup(str, len);
     if (copy == NULL) {
         *why = "memory";
         return SHP_ERR_NO_MEMORY;

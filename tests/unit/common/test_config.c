@@ -342,6 +342,43 @@ static void test_dump_roundtrip(void **state)
     shp_config_release(&table, &b);
 }
 
+/* Found by tests/fuzz/fuzz_config: a string from the environment with a
+ * blank at its end dumped to a file that loaded back without it. */
+static void test_string_fits_a_file(void **state)
+{
+    char *envp[] = {"SHPTEST_NAME=  leaf 01  ", NULL};
+    shp_config_err_t err;
+    char path[128];
+    cfg_t a = {0}, b = {0};
+    FILE *f;
+
+    (void)state;
+    assert_int_equal(shp_config_defaults(&table, &a), SHP_OK);
+    assert_int_equal(shp_config_load_env(&table, &a, envp, &err), SHP_OK);
+    assert_string_equal(a.name, "leaf 01");
+    snprintf(path, sizeof(path), "%s/strings.conf", tmpdir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    shp_config_dump(&table, &a, f, 0);
+    fclose(f);
+    assert_int_equal(shp_config_defaults(&table, &b), SHP_OK);
+    assert_int_equal(shp_config_load_file(&table, &b, path, &err), SHP_OK);
+    assert_string_equal(b.name, a.name);
+    /* what no line of a file can hold is refused */
+    assert_int_equal(shp_config_set(&table, &a, "name", "a\nb", "t", &err),
+                     SHP_ERR_INVALID_PARAM);
+    assert_int_equal(shp_config_set(&table, &a, "name", "a ;b", "t", &err),
+                     SHP_ERR_INVALID_PARAM);
+    assert_non_null(strstr(err.msg, "comment"));
+    assert_int_equal(shp_config_set(&table, &a, "name", " ;x", "t", &err),
+                     SHP_ERR_INVALID_PARAM);
+    assert_int_equal(shp_config_set(&table, &a, "name", "a;b\tc", "t", &err),
+                     SHP_OK);
+    assert_string_equal(a.name, "a;b\tc");
+    shp_config_release(&table, &a);
+    shp_config_release(&table, &b);
+}
+
 static void test_dump_commented_is_default(void **state)
 {
     shp_config_err_t err;
@@ -393,6 +430,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_precedence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cli_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dump_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_string_fits_a_file, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_dump_commented_is_default, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
