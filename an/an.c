@@ -994,11 +994,18 @@ static void shp_an_link_on_connect(shp_tp_ep_t *ep)
         return;
     }
     l->connected = 1;
-    for (i = 0; i < l->ngroups; i++) {
+    /* a failed send closes the link: on_close (at once, outside on_msg)
+     * then leaves freeing it to us */
+    l->in_connect = 1;
+    for (i = 0; i < l->ngroups && l->ep != NULL; i++) {
         g = shp_an_group_find(l->an, l->groups[i]);
         if (g != NULL && g->parent == l && !g->parent_joined) {
             shp_an_group_send_join(g);
         }
+    }
+    l->in_connect = 0;
+    if (l->ep == NULL) {
+        shp_an_link_free(l);
     }
 }
 
@@ -1039,7 +1046,9 @@ static void shp_an_link_on_close(shp_tp_ep_t *ep, shp_status_t reason)
             shp_an_group_fail(g, l, SHP_ERR_GROUP_FAILED, text);
         }
     }
-    shp_an_link_free(l);
+    if (!l->in_connect) {
+        shp_an_link_free(l);
+    }
 }
 
 static void shp_an_on_accept(shp_tp_t *tp, shp_tp_ep_t *ep)

@@ -60,6 +60,7 @@ typedef struct shp_an_link {
     shp_tp_ep_t *ep;
     int is_parent;
     int connected;
+    int in_connect; /* on_connect runs: a close there leaves the free to it */
     uint16_t tree_id;
     char addr[64];
     uint32_t *groups; /* ids of the groups this link is part of */
