@@ -141,6 +141,7 @@ include libsharp/module.mk
 include mpi-coll/module.mk
 include cli/module.mk
 include tests/module.mk
+include tests/fuzz/module.mk
 include bench/module.mk
 
 .PHONY: all
