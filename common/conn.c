@@ -271,7 +271,15 @@ static void shp_conn_write_cb(struct ev_loop *loop, ev_io *w, int revents)
         ev_io_start(conn->loop, &conn->rio);
         conn->last_rx_ns = shp_time_ns();
         if (conn->ops->on_connect != NULL) {
+            /* a close there completes when it returns, as in on_frame:
+             * the owner may free the connection in on_close */
+            conn->dispatching = 1;
             conn->ops->on_connect(conn);
+            conn->dispatching = 0;
+            if (conn->close_pending) {
+                shp_conn_finish_close(conn);
+                return;
+            }
         }
         if (conn->state != SHP_CONN_OPEN) {
             return;

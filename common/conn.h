@@ -11,8 +11,8 @@
  *
  * Lifetime: ops->on_close is called exactly once for every connection that
  * was opened or connected, as its last callback; the owner may free the
- * connection there.  If the owner calls shp_conn_close() from on_frame, the
- * close completes (and on_close runs) when on_frame returns.
+ * connection there.  If the owner calls shp_conn_close() from on_frame or
+ * on_connect, the close completes (and on_close runs) when that returns.
  */
 #ifndef SHP_COMMON_CONN_H
 #define SHP_COMMON_CONN_H

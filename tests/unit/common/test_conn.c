@@ -23,6 +23,7 @@ typedef struct {
     int64_t next_n;
     size_t big_len;
     int close_in_frame;
+    int close_in_connect;
     int answer_pings;
     int bad_order;
 } peer_t;
@@ -77,7 +78,13 @@ static void peer_close(shp_conn_t *conn, shp_status_t reason)
 
 static void peer_connect(shp_conn_t *conn)
 {
-    ((peer_t *)conn->arg)->connected = 1;
+    peer_t *p = conn->arg;
+
+    p->connected = 1;
+    if (p->close_in_connect) {
+        shp_conn_close(conn, SHP_ERR_CANCELED);
+        assert_int_equal(p->closes, 0); /* deferred until we return */
+    }
 }
 
 static void peer_idle(shp_conn_t *conn)
@@ -350,6 +357,34 @@ static void test_tcp_connect(void **state)
     shp_listener_stop(&l);
 }
 
+/* Found by fuzzing the AN (tests/fuzz/fuzz_an): a send that fails in
+ * on_connect closes the connection there; on_close (which may free it)
+ * ran inside on_connect, and conn.c read the connection afterwards. */
+static void test_close_inside_connect(void **state)
+{
+    shp_listener_t l;
+    shp_sockaddr_t addr;
+    server_t s;
+    peer_t *c = calloc(1, sizeof(*c));
+
+    (void)state;
+    assert_non_null(c);
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(shp_sockaddr_parse("127.0.0.1:0", 0, &addr), SHP_OK);
+    assert_int_equal(shp_listener_start(&l, loop, &addr, on_accept, &s),
+                     SHP_OK);
+    shp_conn_init(&c->conn, loop, &peer_ops, c, SHP_CTL_MAX_FRAME);
+    c->close_in_connect = 1;
+    assert_int_equal(shp_conn_connect(&c->conn, &l.addr, NULL), SHP_OK);
+    assert_true(run_until(&c->closes, 2));
+    assert_int_equal(c->connected, 1);
+    assert_int_equal(c->closes, 1);
+    assert_int_equal(c->reason, SHP_ERR_CANCELED);
+    free(c);
+    assert_true(run_until(&s.peers[0].closes, 2));
+    shp_listener_stop(&l);
+}
+
 static void test_tcp_refused(void **state)
 {
     shp_listener_t l;
@@ -480,6 +515,7 @@ int main(void)
         T(test_keepalive_alive_peer),
         T(test_close_inside_frame),
         T(test_tcp_connect),
+        T(test_close_inside_connect),
         T(test_tcp_refused),
         T(test_queue_limit),
         T(test_listener_emfile),
