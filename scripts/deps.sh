@@ -12,6 +12,7 @@ PKGS=(
     libcmocka-dev              # unit tests
     uthash-dev                 # hash tables (header-only)
     clang-format               # make format-check
+    clang libclang-rt-14-dev llvm-14  # make fuzz: libFuzzer, sanitizers, symbolizer
     libsodium-dev              # cluster-secret authentication (HMAC)
     libibverbs-dev librdmacm-dev ibverbs-providers  # the verbs transport (rxe)
     qemu-system-x86 busybox-static kmod  # its tests: a soft-RoCE qemu guest

@@ -392,6 +392,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     am.cfg.secret_file = secret;
     am.cfg.max_trees = 2;
     am.cfg.radix = 4;
+    am.cfg.flat_max = 2; /* groups of 1 or 2 hosts: flat; more: trees */
     am.cfg.max_jobs = 3;
     am.cfg.job_max_groups = 3;
     am.cfg.group_osts = 4;

@@ -6,7 +6,8 @@
  * the function every transport hands a received message to.  The AN runs
  * on an in-memory transport (shp_tp_find is wrapped at link time) that
  * behaves as tcp does: a failed validation closes the endpoint, a close
- * inside on_msg completes when on_msg returns, on_close comes once.
+ * inside on_msg or on_connect completes when that returns, on_close comes
+ * once.
  * Everything the AN sends must pass shp_wire_validate.  Operations:
  * tests/fuzz/fuzz.h (FZ_AN_*).
  */
@@ -473,7 +474,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 !e->closing) {
                 e->connected = 1;
                 if (e->ep.cbs->on_connect != NULL) {
+                    /* as tcp (common/conn.c): a close in there completes
+                     * when it returns */
+                    e->dispatching = 1;
                     e->ep.cbs->on_connect(&e->ep);
+                    e->dispatching = 0;
+                    if (e->close_pending) {
+                        ep_finish_close(e, SHP_ERR_CANCELED);
+                    }
                 }
             }
             break;

@@ -20,7 +20,7 @@ static void check_tree(const shp_topo_t *t, const shp_tree_t *tr)
     }
 }
 
-static void trees(const shp_topo_t *t, int radix)
+static void trees(const shp_topo_t *t, int radix, int flat_max)
 {
     size_t n = shp_topo_count(t);
     uint8_t *is_an = calloc(n + 1, 1);
@@ -47,7 +47,8 @@ static void trees(const shp_topo_t *t, int radix)
         }
         if (nm > 0) {
             shp_group_plan_t plan;
-            if (shp_group_plan(&tr[0], leaf, members, nm, &plan) == SHP_OK) {
+            if (shp_group_plan(&tr[0], leaf, members, nm, flat_max, &plan) ==
+                SHP_OK) {
                 FZ_CHECK(plan.nmembers == nm && plan.nans >= 1);
                 FZ_CHECK(plan.ans[0].parent == -1);
                 shp_group_plan_free(&plan);
@@ -92,7 +93,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_CHECK(shp_topo_find(t, nd->id) >= 0);
     }
     if (shp_topo_count(t) <= 256) {
-        trees(t, 1 + (size > 0 ? data[size - 1] % 8 : 0));
+        uint8_t last = size > 0 ? data[size - 1] : 0;
+        trees(t, 1 + last % 8, (last >> 3) % 4);
     }
     shp_topo_free(t2);
     shp_topo_free(t);

@@ -3,6 +3,8 @@
 # is part of `all` or `check`, so those never need clang.
 #
 #   make fuzz [FUZZ_SECONDS=60]   run every harness that long, one at a time
+#                                 (FUZZ_GOAL_EXECS: the total the goal line
+#                                 asks for, default 10 million)
 #   make fuzz-build               build the harnesses and their seed corpora
 
 FUZZ_CC ?= clang
@@ -83,6 +85,7 @@ $(FUZZ_SEEDS_STAMP): $(FUZZ_GEN) $(wildcard examples/*.ibnd tests/topo/data/*.ib
 fuzz-build: $(FUZZ_BINS) $(FUZZ_SEEDS_STAMP)
 
 fuzz: fuzz-build
-	$(Q)FUZZ_O=$(FUZZ_O) bash tests/fuzz/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
+	$(Q)FUZZ_O=$(FUZZ_O) $(if $(FUZZ_GOAL_EXECS),FUZZ_GOAL_EXECS=$(FUZZ_GOAL_EXECS)) \
+		bash tests/fuzz/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
 
 -include $(shell find $(FUZZ_OBJDIR) -name '*.d' 2>/dev/null)
