@@ -91,7 +91,8 @@ static struct {
     shp_auth_key_t key;
     shp_auth_client_t auth;
     shp_conn_t am;
-    int am_state; /* 0 down, 1 connecting/authenticating, 2 registered */
+    int am_state;  /* 0 down, 1 connecting/authenticating, 2 registered */
+    int am_proved; /* this connection's AM proved the cluster secret */
     double backoff;
     ev_timer am_timer;
     shp_listener_t listener;
@@ -200,6 +201,16 @@ static void am_handle(json_t *msg)
 {
     const char *type = shp_ctl_type(msg), *why = NULL;
     if (d.am_state == 1) {
+        if (!strcmp(type, "sharpd_register_ack") && !d.am_proved) {
+            /* nothing counts before the AM proved the secret */
+            shp_error_id("SD0001",
+                         "refusing the aggregation manager at %s: it "
+                         "answers the registration without proving the "
+                         "cluster secret",
+                         d.cfg.am);
+            shp_conn_close(&d.am, SHP_ERR_AUTH);
+            return;
+        }
         if (!strcmp(type, "sharpd_register_ack")) {
             if (shp_json_opt_int(msg, "status", -32768, 32767, -1) != 0) {
                 shp_error_id("SD0002",
@@ -224,6 +235,7 @@ static void am_handle(json_t *msg)
             shp_conn_close(&d.am, st);
             return;
         }
+        d.am_proved = 1;
         send_msg(&d.am, answer);
         am_register();
         return;
@@ -278,6 +290,7 @@ static void am_connected(shp_conn_t *conn)
 {
     (void)conn;
     d.am_state = 1;
+    d.am_proved = 0;
     shp_info("connected to the aggregation manager at %s", d.cfg.am);
     send_msg(&d.am, shp_auth_client_hello(&d.auth, "sharpd", d.cfg.host));
 }

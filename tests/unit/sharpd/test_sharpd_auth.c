@@ -1,0 +1,142 @@
+/* sharpd's side of the cluster-secret handshake with the AM (sharpd.c is
+ * one file with its main: included here, main renamed). */
+#define main sharpd_main
+#include "sharpd/sharpd.c"
+#undef main
+
+#include "../test_util.h"
+
+#include <sys/socket.h>
+
+static int am_fd; /* the AM's end of sharpd's connection */
+
+/* One control message from sharpd (NULL once it has closed). */
+static json_t *am_read(void)
+{
+    uint8_t hdr[SHP_CTL_HDR_LEN], *frame;
+    uint32_t len;
+    uint8_t type;
+    json_t *msg = NULL;
+
+    for (int i = 0; i < 20; i++) {
+        ev_run(d.loop, EVRUN_NOWAIT); /* sharpd flushes */
+    }
+    if (recv(am_fd, hdr, sizeof(hdr), MSG_DONTWAIT) != (ssize_t)sizeof(hdr)) {
+        return NULL;
+    }
+    assert_int_equal(shp_ctl_hdr_unpack(hdr, &type, &len, NULL), SHP_OK);
+    frame = malloc(sizeof(hdr) + len);
+    assert_non_null(frame);
+    memcpy(frame, hdr, sizeof(hdr));
+    assert_int_equal(recv(am_fd, frame + sizeof(hdr), len, MSG_WAITALL),
+                     (ssize_t)len);
+    assert_int_equal(
+        shp_ctl_decode(frame, sizeof(hdr) + len, &type, &msg, NULL), SHP_OK);
+    free(frame);
+    return msg;
+}
+
+static void am_write(json_t *msg)
+{
+    uint8_t *frame;
+    size_t len;
+
+    assert_int_equal(shp_ctl_encode(msg, &frame, &len), SHP_OK);
+    assert_int_equal(send(am_fd, frame, len, 0), (ssize_t)len);
+    free(frame);
+    json_decref(msg);
+    for (int i = 0; i < 20; i++) {
+        ev_run(d.loop, EVRUN_NOWAIT); /* sharpd reads */
+    }
+}
+
+static int setup(void **state)
+{
+    static char host[] = "n01", am[] = "";
+    int sv[2];
+
+    (void)state;
+    memset(&d, 0, sizeof(d));
+    d.cfg.host = host;
+    d.cfg.am = am;
+    d.loop = ev_default_loop(0);
+    d.next_id = 1;
+    d.backoff = 0.1;
+    ev_timer_init(&d.am_timer, am_timer_cb, 0., 0.);
+    assert_int_equal(shp_auth_init(), SHP_OK);
+    shp_auth_key_from_bytes("the cluster secret", 18, &d.key);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    shp_conn_init(&d.am, d.loop, &am_ops, NULL, SHP_CTL_MAX_FRAME);
+    assert_int_equal(shp_conn_open_fd(&d.am, sv[0]), SHP_OK);
+    am_fd = sv[1];
+    am_connected(&d.am);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    d.stopping = 1;
+    ev_timer_stop(d.loop, &d.am_timer);
+    shp_conn_close(&d.am, SHP_ERR_CANCELED);
+    close(am_fd);
+    return 0;
+}
+
+/* The AM proves the secret, sharpd answers and registers. */
+static void test_genuine_am(void **state)
+{
+    shp_auth_server_t s;
+    json_t *hello, *chal = NULL, *auth, *reg;
+    const char *why = NULL;
+
+    (void)state;
+    memset(&s, 0, sizeof(s));
+    hello = am_read();
+    assert_non_null(hello);
+    assert_int_equal(shp_auth_server_hello(&s, &d.key, hello, &chal, &why),
+                     SHP_OK);
+    json_decref(hello);
+    am_write(chal);
+    auth = am_read();
+    assert_non_null(auth);
+    assert_int_equal(shp_auth_server_verify(&s, &d.key, auth, &why), SHP_OK);
+    json_decref(auth);
+    reg = am_read();
+    assert_non_null(reg);
+    assert_string_equal(shp_ctl_type(reg), "sharpd_register");
+    json_decref(reg);
+    am_write(
+        json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status", 0));
+    assert_int_equal(d.am_state, 2);
+}
+
+/* Found by tests/fuzz/fuzz_sharpd: an AM that skipped the challenge and
+ * answered the registration straight away was taken as registered, and
+ * sharpd relayed its processes' requests to it. */
+static void test_register_ack_without_proof(void **state)
+{
+    json_t *hello;
+
+    (void)state;
+    hello = am_read();
+    assert_non_null(hello);
+    json_decref(hello);
+    am_write(
+        json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status", 0));
+    assert_int_not_equal(d.am_state, 2);
+    assert_false(shp_conn_is_open(&d.am));
+    assert_null(am_read()); /* closed */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_genuine_am, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_register_ack_without_proof, setup,
+                                        teardown),
+    };
+
+    shp_log_set_level(SHP_LOG_OFF);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
