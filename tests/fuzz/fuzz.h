@@ -132,7 +132,20 @@ enum {
     FZ_AM_NOPS
 };
 
-#define FZ_AM_NPEERS 16
+/* fuzz_sharpd: one operation is an opcode byte and its arguments; peer 0
+ * is the aggregation manager's end, the others local processes. */
+enum {
+    FZ_SD_CLIENT = 0, /* a local process connects */
+    FZ_SD_AM,         /* u8 mode: the AM connection comes up (bit 0: it
+                         already registered sharpd, else sharpd waits for
+                         the AM's challenge) */
+    FZ_SD_SEND,       /* u8 peer, u16 length, JSON body */
+    FZ_SD_RAW,        /* u8 peer, u16 length, bytes */
+    FZ_SD_CLOSE,      /* u8 peer: it hangs up */
+    FZ_SD_ANSWER,     /* u8 status: the AM answers what sharpd relayed */
+    FZ_SD_NOPS
+};
+
 /* the fabric fuzz_am runs (a second one, 6 hosts, is "topo2.ibnd") */
 #define FZ_AM_LEVELS 2
 #define FZ_AM_RADIX 4

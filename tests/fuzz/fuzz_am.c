@@ -11,6 +11,7 @@
  * (shp_topo_load is wrapped).  Operations: tests/fuzz/fuzz.h (FZ_AM_*).
  */
 #include "tests/fuzz/fuzz.h"
+#include "tests/fuzz/fuzz_peer.h"
 
 #include "am/am.h"
 #include "common/ctl.h"
@@ -70,21 +71,9 @@ shp_status_t __wrap_shp_topo_load(const char *path, shp_topo_t **out, char *err,
 
 /* Peers ---------------------------------------------------------------------- */
 
-typedef struct fz_peer {
-    int fd; /* our end; -1: none */
-    int admin;
-    uint8_t *rbuf;
-    size_t rlen;
-    struct {
-        int64_t id;
-        char type[32];
-    } pend[16];
-    int npend;
-} fz_peer_t;
-
-static struct ev_loop *loop;
 static shp_am_t am;
-static fz_peer_t peers[FZ_AM_NPEERS];
+static const char *const fz_pend_types[] = {"tree_config", "group_add",
+                                            "group_remove", "stats_req", NULL};
 static char **switches, **hosts;
 static int nswitches, nhosts;
 
@@ -139,114 +128,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fputs("a cluster secret for fuzzing\n", f);
     fclose(f);
     FZ_CHECK(chmod(secret, 0600) == 0);
-    for (int i = 0; i < FZ_AM_NPEERS; i++) {
+    for (int i = 0; i < FZ_NPEERS; i++) {
         peers[i].fd = -1;
     }
     return 0;
-}
-
-static void peer_drop(fz_peer_t *p)
-{
-    if (p->fd >= 0) {
-        close(p->fd);
-    }
-    free(p->rbuf);
-    memset(p, 0, sizeof(*p));
-    p->fd = -1;
-}
-
-/* What the AM sent: every frame must decode; requests are kept for
- * FZ_AM_ACK. */
-static void peer_parse(fz_peer_t *p)
-{
-    size_t off = 0, len;
-
-    if (p->rbuf == NULL) {
-        return;
-    }
-    while (shp_ctl_frame_len(NULL, p->rbuf + off, p->rlen - off, &len) ==
-           SHP_OK) {
-        json_t *msg = NULL;
-        const char *why = NULL;
-        uint8_t type;
-        int64_t id;
-
-        if (len > p->rlen - off) {
-            break;
-        }
-        if (shp_ctl_decode(p->rbuf + off, len, &type, &msg, &why) != SHP_OK) {
-            fprintf(stderr, "the AM sent a bad frame: %s\n", why);
-            abort();
-        }
-        if (msg != NULL &&
-            shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL) == SHP_OK &&
-            p->npend < 16) {
-            const char *t = shp_ctl_type(msg);
-            if (!strcmp(t, "tree_config") || !strcmp(t, "group_add") ||
-                !strcmp(t, "group_remove") || !strcmp(t, "stats_req")) {
-                p->pend[p->npend].id = id;
-                snprintf(p->pend[p->npend].type, sizeof(p->pend[0].type), "%s",
-                         t);
-                p->npend++;
-            }
-        }
-        json_decref(msg);
-        off += len;
-    }
-    FZ_CHECK(p->rlen - off < SHP_CTL_HDR_LEN ||
-             shp_ctl_frame_len(NULL, p->rbuf + off, p->rlen - off, &len) ==
-                 SHP_OK);
-    memmove(p->rbuf, p->rbuf + off, p->rlen - off);
-    p->rlen -= off;
-}
-
-/* Run the loop until nothing moves: the AM reads what we wrote, answers,
- * flushes; we read it all. */
-static void pump(void)
-{
-    for (int round = 0; round < 8; round++) {
-        int moved = 0;
-        ev_run(loop, EVRUN_NOWAIT);
-        for (int i = 0; i < FZ_AM_NPEERS; i++) {
-            fz_peer_t *p = &peers[i];
-            uint8_t buf[65536];
-            ssize_t n = -1;
-            while (p->fd >= 0 &&
-                   (n = recv(p->fd, buf, sizeof(buf), MSG_DONTWAIT)) != 0) {
-                if (n < 0) {
-                    FZ_CHECK(errno == EAGAIN || errno == EINTR);
-                    break;
-                }
-                p->rbuf = realloc(p->rbuf, p->rlen + (size_t)n);
-                FZ_CHECK(p->rbuf != NULL);
-                memcpy(p->rbuf + p->rlen, buf, (size_t)n);
-                p->rlen += (size_t)n;
-                moved = 1;
-            }
-            if (p->fd >= 0 && n == 0) {
-                peer_parse(p);
-                peer_drop(p); /* the AM closed it */
-                moved = 1;
-                continue;
-            }
-            if (p->fd >= 0) {
-                peer_parse(p);
-            }
-        }
-        if (!moved && round > 0) {
-            break;
-        }
-    }
-}
-
-static fz_peer_t *free_peer(void)
-{
-    for (int i = 0; i < FZ_AM_NPEERS; i++) {
-        if (peers[i].fd < 0) {
-            return &peers[i];
-        }
-    }
-    return NULL;
 }
 
 static void op_peer(fz_in_t *in, int admin)
@@ -282,45 +167,9 @@ static void op_peer(fz_in_t *in, int admin)
     }
 }
 
-static void peer_send(fz_peer_t *p, const void *buf, size_t len)
-{
-    const uint8_t *b = buf;
-
-    while (len > 0 && p->fd >= 0) {
-        ssize_t n = send(p->fd, b, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0 && errno == EAGAIN) {
-            pump(); /* the AM reads, we read its answers */
-            continue;
-        }
-        if (n <= 0) {
-            return; /* the AM has closed it */
-        }
-        b += n;
-        len -= (size_t)n;
-    }
-}
-
-static void op_send(fz_in_t *in, int raw)
-{
-    fz_peer_t *p = &peers[fz_u8(in) % FZ_AM_NPEERS];
-    size_t len = fz_u16(in) % 4096;
-    uint8_t *buf = malloc(SHP_CTL_HDR_LEN + len);
-
-    FZ_CHECK(buf != NULL);
-    len = fz_bytes(in, buf + SHP_CTL_HDR_LEN, len);
-    shp_ctl_hdr_pack(SHP_CTL_FRAME_MSG, (uint32_t)len, buf);
-    if (raw) {
-        peer_send(p, buf + SHP_CTL_HDR_LEN, len);
-    } else {
-        peer_send(p, buf, SHP_CTL_HDR_LEN + len);
-    }
-    free(buf);
-    pump();
-}
-
 static void op_ack(fz_in_t *in)
 {
-    fz_peer_t *p = &peers[fz_u8(in) % FZ_AM_NPEERS];
+    fz_peer_t *p = &peers[fz_u8(in) % FZ_NPEERS];
     uint8_t how = fz_u8(in);
     int st = (how & 3) == 0 ? 0 : -(int)(how % 40);
 
@@ -415,7 +264,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case FZ_AM_SEND: op_send(&in, 0); break;
         case FZ_AM_RAW: op_send(&in, 1); break;
         case FZ_AM_CLOSE:
-            p = &peers[fz_u8(&in) % FZ_AM_NPEERS];
+            p = &peers[fz_u8(&in) % FZ_NPEERS];
             if (p->fd >= 0) {
                 peer_drop(p);
                 pump();
@@ -426,7 +275,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     shp_am_stop(&am);
-    for (int i = 0; i < FZ_AM_NPEERS; i++) {
+    for (int i = 0; i < FZ_NPEERS; i++) {
         peer_drop(&peers[i]);
     }
     FZ_CHECK(am.peers == NULL);

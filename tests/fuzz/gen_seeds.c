@@ -533,6 +533,84 @@ static void seeds_am(void)
     shp_topo_free(t);
 }
 
+/* sharpd: sessions ----------------------------------------------------------- */
+
+static void sd_send(buf_t *b, unsigned peer, json_t *m)
+{
+    char *s = json_dumps(m, JSON_COMPACT);
+    FZ_CHECK(s != NULL);
+    put8(b, FZ_SD_SEND);
+    put8(b, peer);
+    put16(b, (unsigned)strlen(s));
+    put(b, s, strlen(s));
+    free(s);
+    json_decref(m);
+}
+
+static void seeds_sharpd(void)
+{
+    buf_t b = {0};
+
+    /* a registered AM, two local processes of one job, a group */
+    put8(&b, FZ_SD_AM);
+    put8(&b, 1);
+    put8(&b, FZ_SD_CLIENT);
+    put8(&b, FZ_SD_CLIENT);
+    sd_send(&b, 1, json_pack("{s:s, s:i}", "type", "hello", "id", 1));
+    sd_send(&b, 1,
+            json_pack("{s:s, s:i, s:s, s:[s, s]}", "type", "job_begin", "id", 2,
+                      "job_id", "77", "hosts", "n00001", "n00002"));
+    put8(&b, FZ_SD_ANSWER);
+    put8(&b, 0);
+    sd_send(&b, 2,
+            json_pack("{s:s, s:i, s:s}", "type", "job_attach", "id", 1,
+                      "job_id", "77"));
+    put8(&b, FZ_SD_ANSWER);
+    put8(&b, 0);
+    sd_send(&b, 1,
+            json_pack("{s:s, s:i, s:s, s:[s, s], s:s}", "type", "group_create",
+                      "id", 3, "job_id", "77", "members", "n00001", "n00002",
+                      "dist", "rc"));
+    put8(&b, FZ_SD_ANSWER);
+    put8(&b, 0);
+    sd_send(&b, 0,
+            json_pack("{s:s, s:s, s:i, s:i, s:s}", "type", "group_revoked",
+                      "job_id", "77", "group_id", 1, "status", -30, "reason",
+                      "an AN failed"));
+    sd_send(&b, 1,
+            json_pack("{s:s, s:i, s:s, s:i}", "type", "group_destroy", "id", 4,
+                      "job_id", "77", "group_id", 1));
+    put8(&b, FZ_SD_CLOSE);
+    put8(&b, 2);
+    put8(&b, FZ_SD_CLOSE);
+    put8(&b, 0); /* the AM goes: pending requests fail, groups revoked */
+    sd_send(&b, 1,
+            json_pack("{s:s, s:i, s:s}", "type", "job_end", "id", 5, "job_id",
+                      "77"));
+    save_buf("sharpd", "job-group", &b);
+
+    /* an AM that has yet to prove the secret */
+    put8(&b, FZ_SD_AM);
+    put8(&b, 0);
+    put8(&b, FZ_SD_CLIENT);
+    sd_send(&b, 0,
+            json_pack("{s:s, s:s, s:s}", "type", "challenge", "nonce",
+                      "000102030405060708090a0b0c0d0e0f"
+                      "101112131415161718191a1b1c1d1e1f",
+                      "proof",
+                      "000102030405060708090a0b0c0d0e0f"
+                      "101112131415161718191a1b1c1d1e1f"));
+    put8(&b, FZ_SD_AM);
+    put8(&b, 0);
+    sd_send(
+        &b, 0,
+        json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status", 0));
+    sd_send(&b, 1,
+            json_pack("{s:s, s:i, s:s, s:[s]}", "type", "job_begin", "id", 1,
+                      "job_id", "78", "hosts", "n00001"));
+    save_buf("sharpd", "unproven-am", &b);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -547,5 +625,6 @@ int main(int argc, char **argv)
     seeds_topo();
     seeds_an();
     seeds_am();
+    seeds_sharpd();
     return 0;
 }

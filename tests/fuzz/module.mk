@@ -16,7 +16,7 @@ FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
 FUZZ_CFLAGS := -std=gnu11 -O1 -g -Wall -Wextra -Werror -Wshadow \
 	-Wno-missing-field-initializers -fno-strict-aliasing -MMD -MP \
 	$(FUZZ_SAN) -fsanitize=fuzzer-no-link
-FUZZ_HARNESSES := wire ctl auth config topo an am
+FUZZ_HARNESSES := wire ctl auth config topo an am sharpd
 FUZZ_BINS := $(patsubst %,$(FUZZ_O)/bin/fuzz_%,$(FUZZ_HARNESSES))
 FUZZ_GEN := $(FUZZ_O)/bin/gen_seeds
 FUZZ_SEEDS_STAMP := $(FUZZ_O)/seeds/.stamp
@@ -63,6 +63,11 @@ $(FUZZ_O)/bin/fuzz_an: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_an.o $(FUZZ_AN_OBJS) \
 $(FUZZ_O)/bin/fuzz_am: FUZZ_WRAP := -Wl,--wrap=shp_listener_start \
 	-Wl,--wrap=shp_listener_stop -Wl,--wrap=shp_topo_load
 $(FUZZ_O)/bin/fuzz_am: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_am.o $(FUZZ_AM_OBJS) \
+		$(FUZZ_COMMON_OBJS)
+	$(call fuzz_link,$^)
+
+# sharpd is one file with its main: the harness includes it, main renamed
+$(FUZZ_O)/bin/fuzz_sharpd: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_sharpd.o \
 		$(FUZZ_COMMON_OBJS)
 	$(call fuzz_link,$^)
 
