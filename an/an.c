@@ -850,6 +850,21 @@ static void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
     }
 }
 
+/* `l` holds another place than `ci` among the group's children (a link is
+ * one child of a group: a leave or a lost link frees one place). */
+static int shp_an_child_slot_taken(const shp_an_group_t *g,
+                                   const shp_an_link_t *l, uint32_t ci)
+{
+    unsigned i;
+
+    for (i = 0; i < g->nchildren; i++) {
+        if (i != ci && g->children[i].link == l) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                         const void *payload)
 {
@@ -873,8 +888,10 @@ static void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                     hdr->group_id, l->addr);
     } else if (join.child_index >= g->nchildren) {
         status = SHP_ERR_INVALID_PARAM;
-    } else if (g->children[join.child_index].link != NULL &&
-               g->children[join.child_index].link != l) {
+    } else if ((g->children[join.child_index].link != NULL &&
+                g->children[join.child_index].link != l) ||
+               shp_an_child_slot_taken(g, l, join.child_index)) {
+        /* a place taken by another link, or this link in another place */
         status = SHP_ERR_EXISTS;
     } else if (g->failed) {
         status = g->fail_status;

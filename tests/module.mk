@@ -68,5 +68,7 @@ TEST_SCRIPTS += tests/verbs/test_verbs.sh
 $(VERBS_TEST): $(OBJDIR)/tests/verbs/test_verbs.o $(COMMON_LIB)
 	$(call link_prog)
 
-# Unit tests of the aggregation node link the AN's data path.
+# Unit tests of the aggregation node link the AN's data path, on their own
+# transport (shp_tp_find wrapped).
 $(filter $(TESTDIR)/unit/an/%,$(UNIT_TESTS)): $(call obj_of,an/an.c an/an_ctl.c)
+$(filter $(TESTDIR)/unit/an/%,$(UNIT_TESTS)): LDFLAGS += -Wl,--wrap=shp_tp_find

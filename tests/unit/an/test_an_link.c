@@ -1,6 +1,6 @@
-/* The aggregation node's links against its transport's contract, on an
- * in-memory transport: what happens when a send fails while the AN is
- * inside one of its own callbacks. */
+/* The aggregation node's links on an in-memory transport (shp_tp_find is
+ * wrapped at link time): a send that fails while the AN is inside one of
+ * its callbacks, a member that joins one group twice. */
 #include "../test_util.h"
 
 #include "an/an.h"
@@ -12,10 +12,14 @@ const char *const shp_an_transports[] = {"tcp", NULL};
 
 static struct ev_loop *loop;
 
-/* The transport: connect hands out an endpoint; sends fail (a peer that
- * does not read); close calls on_close at once, as tcp does outside
- * on_msg, and frees the endpoint. */
+/* The transport: connect hands out an endpoint; sends answer send_status
+ * (SHP_ERR_NO_RESOURCE: a peer that does not read) and are recorded;
+ * close calls on_close at once, as tcp does outside on_msg, and frees the
+ * endpoint. */
 static int sends, closes, opened;
+static shp_status_t send_status;
+static shp_wire_hdr_t last_sent;
+static shp_tp_accept_cb_t accept_cb;
 
 static shp_status_t mem_init(shp_tp_t *tp)
 {
@@ -43,10 +47,25 @@ static shp_status_t mem_send(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
                              const void *payload)
 {
     (void)ep;
-    (void)hdr;
     (void)payload;
     sends++;
-    return SHP_ERR_NO_RESOURCE;
+    last_sent = *hdr;
+    return send_status;
+}
+
+static shp_status_t mem_listen(shp_tp_t *tp, const char *addr,
+                               shp_tp_accept_cb_t on_accept)
+{
+    (void)tp;
+    (void)addr;
+    accept_cb = on_accept;
+    return SHP_OK;
+}
+
+static const char *mem_listen_addr(shp_tp_t *tp)
+{
+    (void)tp;
+    return "127.0.0.1:7000";
 }
 
 static void mem_close(shp_tp_ep_t *ep)
@@ -60,8 +79,8 @@ static const shp_tp_ops_t mem_ops = {
     .name = "mem",
     .init = mem_init,
     .cleanup = shp_tp_stub_cleanup,
-    .listen = shp_tp_stub_listen,
-    .listen_addr = shp_tp_stub_listen_addr,
+    .listen = mem_listen,
+    .listen_addr = mem_listen_addr,
     .connect = mem_connect,
     .send = mem_send,
     .close = mem_close,
@@ -69,6 +88,13 @@ static const shp_tp_ops_t mem_ops = {
     .mcast_sender = shp_tp_stub_ep,
     .dump = shp_tp_stub_dump,
 };
+
+const shp_tp_ops_t *__wrap_shp_tp_find(const char *name);
+const shp_tp_ops_t *__wrap_shp_tp_find(const char *name)
+{
+    (void)name;
+    return &mem_ops;
+}
 
 static void add_group(shp_an_t *an, int gid)
 {
@@ -100,6 +126,7 @@ static void test_send_fails_in_on_connect(void **state)
     shp_tp_ep_t *parent;
 
     (void)state;
+    send_status = SHP_ERR_NO_RESOURCE;
     memset(&an, 0, sizeof(an));
     an.loop = loop;
     an.cfg.name = name;
@@ -136,10 +163,85 @@ static void test_send_fails_in_on_connect(void **state)
     shp_tp_cleanup(&an.tp);
 }
 
+/* A member's join of group `gid` at place `ci`, delivered as a transport
+ * delivers it; returns the status of the AN's answer. */
+static int join(shp_tp_ep_t *ep, uint32_t gid, uint32_t ci)
+{
+    uint8_t msg[SHP_WIRE_HDR_LEN + SHP_WIRE_JOIN_LEN];
+    shp_wire_join_t j = {.job_id = 5, .child_index = ci};
+    shp_wire_hdr_t h;
+
+    memcpy(j.job_key,
+           "\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb\xcc\xdd\xee\xff"
+           "\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb\xcc\xdd\xee\xff",
+           32);
+    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN, 0, gid, 0);
+    h.payload_len = SHP_WIRE_JOIN_LEN;
+    shp_wire_hdr_pack(&h, msg);
+    shp_wire_join_pack(&j, msg + SHP_WIRE_HDR_LEN);
+    memset(&last_sent, 0, sizeof(last_sent));
+    assert_int_equal(shp_tp_deliver(ep, msg, sizeof(msg)), SHP_OK);
+    assert_int_equal(last_sent.opcode, SHP_WIRE_OP_GROUP_JOIN_ACK);
+    return last_sent.status;
+}
+
+/* Found by tests/fuzz/fuzz_an: one link joined a group at two places; its
+ * leave freed one, and when it closed the other still pointed at the freed
+ * link (a use after free when the group went).  A link is one member of a
+ * group: a second place is refused. */
+static void test_member_joins_twice(void **state)
+{
+    static char name[] = "an0", listen[] = "127.0.0.1:0", empty[] = "";
+    static shp_an_t an;
+    const char *why = NULL;
+    json_t *req;
+    shp_tp_ep_t *ep = calloc(1, sizeof(*ep));
+
+    (void)state;
+    assert_non_null(ep);
+    send_status = SHP_OK;
+    memset(&an, 0, sizeof(an));
+    an.cfg.name = name;
+    an.cfg.listen = listen;
+    an.cfg.am = empty;
+    an.cfg.advertise = empty;
+    an.cfg.max_trees = 4;
+    an.cfg.max_groups = 8;
+    an.cfg.max_osts = 4;
+    an.cfg.max_payload = 4096;
+    assert_int_equal(shp_an_start(&an, loop), SHP_OK);
+    req = json_pack("{s:i, s:n}", "tree_id", 0, "parent");
+    assert_int_equal(shp_an_tree_set(&an, req, &why), SHP_OK);
+    json_decref(req);
+    req = json_pack(
+        "{s:i, s:i, s:s, s:s, s:i, s:i, s:[{s:s}, {s:s}], s:b}", "group_id", 7,
+        "tree_id", 0, "job_id", "5", "job_key",
+        "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+        "osts", 2, "payload", 64, "children", "kind", "member", "kind",
+        "member", "top", 1);
+    assert_int_equal(shp_an_group_add(&an, req, 1, &why), SHP_OK);
+    json_decref(req);
+
+    ep->tp = &an.tp;
+    accept_cb(&an.tp, ep);
+    assert_non_null(ep->cbs);
+    assert_int_equal(join(ep, 7, 0), SHP_OK);
+    assert_int_equal(join(ep, 7, 0), SHP_OK); /* the same place again */
+    assert_int_equal(join(ep, 7, 1), SHP_ERR_EXISTS);
+    assert_null(shp_an_group_find(&an, 7)->children[1].link);
+
+    ep->cbs->on_close(ep, SHP_ERR_IO); /* the member goes */
+    free(ep);
+    assert_null(shp_an_group_find(&an, 7)->children[0].link);
+    assert_null(an.links);
+    shp_an_stop(&an);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_send_fails_in_on_connect),
+        cmocka_unit_test(test_member_joins_twice),
     };
 
     /* freed memory filled with 0x5a, no per-thread cache that skips it:
