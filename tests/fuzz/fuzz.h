@@ -82,6 +82,10 @@ enum {
     FZ_AN_RAW,       /* u8 ep, u16 length, bytes: delivered as they are */
     FZ_AN_TIMERS,    /* every armed join timer fires */
     FZ_AN_DUMP,      /* SIGUSR1 dump and the stats message */
+    FZ_AN_CTL,       /* u8 mode: the AM connection comes up (bit 0: it
+                        already proved the secret), or when it is down the
+                        reconnect timer fires; bit 1: the AM hangs up */
+    FZ_AN_CTL_SEND,  /* u16 length, JSON body: a message from the AM */
     FZ_AN_NOPS
 };
 

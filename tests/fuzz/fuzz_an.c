@@ -8,10 +8,14 @@
  * behaves as tcp does: a failed validation closes the endpoint, a close
  * inside on_msg or on_connect completes when that returns, on_close comes
  * once.
- * Everything the AN sends must pass shp_wire_validate.  Operations:
+ * Everything the AN sends must pass shp_wire_validate.  The AN's control
+ * connection runs too: shp_conn_connect is wrapped to hand it a socketpair
+ * whose far end is the AM (fuzz_peer.h), so the AM's requests and the
+ * handshake go through an_ctl.c as they arrive from a socket.  Operations:
  * tests/fuzz/fuzz.h (FZ_AN_*).
  */
 #include "tests/fuzz/fuzz.h"
+#include "tests/fuzz/fuzz_peer.h"
 
 #include "an/an.h"
 #include "common/ctl.h"
@@ -235,8 +239,59 @@ static void deliver(fz_ep_t *e, const void *msg, size_t len)
 
 const char *const shp_an_transports[] = {"tcp", NULL};
 
-static struct ev_loop *loop;
 static shp_an_t an;
+static const char *const fz_pend_types[] = {NULL};
+/* the AN's loop; `loop` (fuzz_peer.h) carries only its AM connection, so
+ * running it never fires one of the AN's timers */
+static struct ev_loop *an_loop;
+
+/* The AM connection: a socketpair instead of a TCP connect, peers[0] its
+ * far end. */
+shp_status_t __wrap_shp_conn_connect(shp_conn_t *conn,
+                                     const shp_sockaddr_t *addr,
+                                     const shp_sockaddr_t *bind_addr);
+shp_status_t __wrap_shp_conn_connect(shp_conn_t *conn,
+                                     const shp_sockaddr_t *addr,
+                                     const shp_sockaddr_t *bind_addr)
+{
+    int sv[2];
+
+    (void)addr;
+    (void)bind_addr;
+    FZ_CHECK(peers[0].fd < 0);
+    FZ_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    conn->loop = loop; /* nothing of it started yet */
+    FZ_CHECK(shp_conn_open_fd(conn, sv[0]) == SHP_OK);
+    peers[0].fd = sv[1];
+    conn->ops->on_connect(conn); /* hello */
+    return SHP_OK;
+}
+
+static int ctl_started;
+
+static void op_ctl(uint8_t mode)
+{
+    if ((mode & 2) && peers[0].fd >= 0) { /* the AM goes away */
+        peer_drop(&peers[0]);
+        pump();
+        return;
+    }
+    if (!ctl_started) {
+        ctl_started = 1;
+        shp_an_ctl_start(&an);
+    } else if (ev_is_active(&an.am_timer) && peers[0].fd < 0) {
+        ev_timer_stop(an_loop, &an.am_timer); /* the reconnect timer fires */
+        ev_invoke(an_loop, &an.am_timer, EV_TIMER);
+    } else {
+        return;
+    }
+    /* later reconnects wait for this operation, not for time */
+    an.am_backoff = 1e6;
+    if ((mode & 1) && an.am_up) {
+        an.authenticated = 1; /* as if the handshake were done */
+    }
+    pump();
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -244,8 +299,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     /* SHARP_FUZZ_LOG=debug: the daemon's log, to see what an input does */
     shp_log_set_level(getenv("SHARP_FUZZ_LOG") ? SHP_LOG_DEBUG : SHP_LOG_OFF);
-    loop = ev_default_loop(EVFLAG_AUTO);
-    FZ_CHECK(loop != NULL);
+    FZ_CHECK(shp_auth_init() == SHP_OK);
+    an_loop = ev_default_loop(EVFLAG_AUTO);
+    loop = ev_loop_new(EVFLAG_AUTO);
+    FZ_CHECK(an_loop != NULL && loop != NULL);
+    for (int i = 0; i < FZ_NPEERS; i++) {
+        peers[i].fd = -1;
+    }
     return 0;
 }
 
@@ -415,16 +475,16 @@ static void op_timers(void)
     for (unsigned i = 0; i < n; i++) {
         g = shp_an_group_find(&an, armed[i]);
         if (g != NULL && ev_is_active(&g->join_timer)) {
-            ev_timer_stop(loop, &g->join_timer);
-            ev_invoke(loop, &g->join_timer, EV_TIMER);
+            ev_timer_stop(an_loop, &g->join_timer);
+            ev_invoke(an_loop, &g->join_timer, EV_TIMER);
         }
     }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static char name[] = "an-fuzz", listen[] = "127.0.0.1:0", am[] = "",
-                adv[] = "", secret[] = "";
+    static char name[] = "an-fuzz", listen[] = "127.0.0.1:0",
+                am[] = "127.0.0.1:6126", adv[] = "", secret[] = "";
     fz_in_t in = {data, size};
     shp_status_t st;
 
@@ -439,7 +499,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     an.cfg.max_osts = 4;
     an.cfg.max_payload = 65536;
     an.cfg.join_timeout_ms = 5000;
-    FZ_CHECK(shp_an_start(&an, loop) == SHP_OK);
+    shp_auth_key_from_bytes("the cluster secret of the AN", 28, &an.key);
+    ctl_started = 0;
+    FZ_CHECK(shp_an_start(&an, an_loop) == SHP_OK);
     FZ_CHECK(an.have_mcast);
     while (fz_more(&in)) {
         fz_ep_t *e;
@@ -492,10 +554,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             shp_an_dump(&an);
             json_decref(shp_an_stats_json(&an));
             break;
+        case FZ_AN_CTL: op_ctl(fz_u8(&in)); break;
+        case FZ_AN_CTL_SEND: op_send_to(&peers[0], &in, 0); break;
         }
         FZ_CHECK(an.ngroups == HASH_COUNT(an.groups));
     }
+    /* shut down as main() does */
+    an.stopping = 1;
+    if (ctl_started) {
+        shp_an_ctl_stop(&an);
+    }
     shp_an_stop(&an);
+    peer_drop(&peers[0]);
     FZ_CHECK(live == NULL);
     for (int i = 0; i < FZ_AN_NEPS; i++) {
         FZ_CHECK(slots[i] == NULL);

@@ -162,9 +162,10 @@ static inline void peer_send(fz_peer_t *p, const void *buf, size_t len)
     }
 }
 
-static inline void op_send(fz_in_t *in, int raw)
+/* Send what the input gives (u16 length, bytes) to peer p: one control
+ * frame with it as the body, or (raw) the bytes as they are. */
+static inline void op_send_to(fz_peer_t *p, fz_in_t *in, int raw)
 {
-    fz_peer_t *p = &peers[fz_u8(in) % FZ_NPEERS];
     size_t len = fz_u16(in) % 4096;
     uint8_t *buf = malloc(SHP_CTL_HDR_LEN + len);
 
@@ -178,6 +179,14 @@ static inline void op_send(fz_in_t *in, int raw)
     }
     free(buf);
     pump();
+}
+
+/* u8 peer, then as op_send_to */
+static inline void op_send(fz_in_t *in, int raw)
+{
+    fz_peer_t *p = &peers[fz_u8(in) % FZ_NPEERS];
+
+    op_send_to(p, in, raw);
 }
 
 #endif

@@ -348,6 +348,18 @@ static void an_group(buf_t *b, unsigned gid, unsigned tree, unsigned flags,
     put8(b, pidx);
 }
 
+/* FZ_AN_CTL_SEND: a message from the AM */
+static void an_ctl(buf_t *b, json_t *m)
+{
+    char *t = json_dumps(m, JSON_COMPACT);
+    FZ_CHECK(t != NULL);
+    put8(b, FZ_AN_CTL_SEND);
+    put16(b, (unsigned)strlen(t));
+    put(b, t, strlen(t));
+    free(t);
+    json_decref(m);
+}
+
 static void seeds_an(void)
 {
     static const shp_reduce_desc_t sum = {SHP_DTYPE_F32, SHP_OP_SUM,
@@ -403,6 +415,38 @@ static void seeds_an(void)
     put8(&b, FZ_AN_CLOSE);
     put8(&b, 2);
     save_buf("an", "below-parent", &b);
+
+    /* the AM configures the AN over its control connection */
+    {
+        uint8_t key[32];
+        fz_an_job_key(3, key);
+        put8(&b, FZ_AN_CTL);
+        put8(&b, 1);
+        an_ctl(&b, json_pack("{s:s, s:i, s:i, s:n}", "type", "tree_config",
+                             "id", 1, "tree_id", 2, "parent"));
+        an_ctl(&b,
+               json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:[{s:s}, {s:s}], "
+                         "s:b, s:s, s:s, s:i, s:i}",
+                         "type", "group_add", "id", 2, "group_id", 3, "tree_id",
+                         2, "job_id", shp_json_u64(fz_an_job_id(3)), "job_key",
+                         shp_json_hex(key, sizeof(key)), "children", "kind",
+                         "member", "kind", "member", "top", 1, "dist", "both",
+                         "mcast_addr", "239.77.0.3:20003", "osts", 2, "payload",
+                         64));
+        put8(&b, FZ_AN_ACCEPT);
+        an_msg(&b, 0, SHP_WIRE_OP_GROUP_JOIN, 3, 0, 0, NULL, 0, 0);
+        an_ctl(&b, json_pack("{s:s, s:i}", "type", "stats_req", "id", 3));
+        an_ctl(&b, json_pack("{s:s, s:i, s:i}", "type", "group_remove", "id", 4,
+                             "group_id", 3));
+        an_ctl(&b, json_pack("{s:s, s:i}", "type", "what", "id", 5));
+        put8(&b, FZ_AN_CTL);
+        put8(&b, 2); /* the AM goes */
+        put8(&b, FZ_AN_CTL);
+        put8(&b, 0); /* and comes back: the handshake again */
+        an_ctl(&b, json_pack("{s:s, s:s, s:s}", "type", "challenge", "nonce",
+                             "00", "proof", "00"));
+        save_buf("an", "control", &b);
+    }
 }
 
 /* am: sessions -------------------------------------------------------------- */

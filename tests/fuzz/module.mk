@@ -53,8 +53,10 @@ $(FUZZ_O)/bin/fuzz_config: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_config.o $(FUZZ_COMMON
 $(FUZZ_O)/bin/fuzz_topo: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_topo.o $(FUZZ_AM_OBJS) \
 		$(FUZZ_COMMON_OBJS)
 	$(call fuzz_link,$^)
-# the AN runs on an in-memory transport: shp_tp_find is the harness's
-$(FUZZ_O)/bin/fuzz_an: FUZZ_WRAP := -Wl,--wrap=shp_tp_find
+# the AN runs on an in-memory transport (shp_tp_find is the harness's), its
+# AM connection on a socketpair (shp_conn_connect)
+$(FUZZ_O)/bin/fuzz_an: FUZZ_WRAP := -Wl,--wrap=shp_tp_find \
+	-Wl,--wrap=shp_conn_connect
 $(FUZZ_O)/bin/fuzz_an: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_an.o $(FUZZ_AN_OBJS) \
 		$(FUZZ_COMMON_OBJS)
 	$(call fuzz_link,$^)
