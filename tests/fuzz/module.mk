@@ -23,7 +23,8 @@ FUZZ_SEEDS_STAMP := $(FUZZ_O)/seeds/.stamp
 
 fuzz_obj = $(patsubst %.c,$(FUZZ_OBJDIR)/%.o,$(1))
 FUZZ_COMMON_OBJS := $(call fuzz_obj,$(COMMON_SRCS))
-FUZZ_AM_OBJS := $(call fuzz_obj,$(AM_LIB_SRCS))
+# (the metrics endpoint is started by sharp_am's main only: not linked)
+FUZZ_AM_OBJS := $(call fuzz_obj,$(filter-out am/metrics.c,$(AM_LIB_SRCS)))
 FUZZ_AN_OBJS := $(call fuzz_obj,an/an.c an/an_ctl.c)
 FUZZ_LDLIBS = $(COMMON_LDLIBS)
 
