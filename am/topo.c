@@ -116,13 +116,19 @@ size_t shp_topo_links(const shp_topo_t *topo)
 }
 
 /* First name wins: an id, a description or a host name already indexed
- * keeps pointing at its first node (descriptions need not be unique). */
-static int index_name(shp_topo_t *topo, const char *key, int idx)
+ * keeps pointing at its first node (descriptions need not be unique) --
+ * except that an id takes its key from a description or host name that
+ * happens to read the same, so links (which name ids) find their node
+ * whatever the order of the nodes. */
+static int index_name(shp_topo_t *topo, const char *key, int idx, int is_id)
 {
     name_ent_t *e;
     HASH_FIND_STR(topo->by_name, key, e);
-    if (e)
+    if (e) {
+        if (is_id && strcmp(topo->nodes[e->idx].id, key) != 0)
+            e->idx = idx;
         return 0;
+    }
     e = calloc(1, sizeof(*e));
     if (!e || !(e->key = strdup(key))) {
         free(e);
@@ -180,8 +186,9 @@ int shp_topo_add_node(shp_topo_t *topo, shp_node_type_t type, uint64_t guid,
     HASH_ADD(hh, topo->by_guid, guid, sizeof(g->guid), g);
     topo->n++;
     /* ids before descriptions: an id lookup must never hit another node */
-    if (index_name(topo, nd->id, idx) || index_name(topo, nd->desc, idx) ||
-        (nd->host && index_name(topo, nd->host, idx)))
+    if (index_name(topo, nd->id, idx, 1) ||
+        index_name(topo, nd->desc, idx, 0) ||
+        (nd->host && index_name(topo, nd->host, idx, 0)))
         return SHP_ERR_NO_MEMORY;
     return idx;
 nomem:

@@ -207,6 +207,27 @@ static void test_minimal_and_crlf(void **state)
     shp_topo_free(t);
 }
 
+/* Found by tests/fuzz/fuzz_topo: a switch described as "H-2", the id of a
+ * CA defined after it; the link to "H-2" found the switch's description
+ * first and the file did not parse (or parsed only in the other order). */
+static void test_desc_reads_like_an_id(void **state)
+{
+    (void)state;
+    const char *txt =
+        "switchguid=0x10\nSwitch\t4 \"S-1\"\t# \"H-2\"\n"
+        "[1]\t\"H-2\"[1](21)\n\n" CA1 "[1](21)\t\"S-1\"[1]\t\t# lid 1 \"s1\"\n";
+    shp_topo_t *t;
+    char err[256];
+    assert_int_equal(
+        shp_topo_parse(txt, strlen(txt), "f", &t, err, sizeof(err)), SHP_OK);
+    assert_int_equal(shp_topo_links(t), 1);
+    int h = shp_topo_find(t, "H-2");
+    assert_int_equal(shp_topo_node(t, h)->type, SHP_NODE_CA);
+    assert_int_equal(shp_topo_node(t, h)->ports[1].peer,
+                     shp_topo_find(t, "S-1"));
+    shp_topo_free(t);
+}
+
 static void round_trip(const shp_fat_tree_spec_t *spec)
 {
     shp_topo_t *g, *p;
@@ -281,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_capture_parallel),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_minimal_and_crlf),
+        cmocka_unit_test(test_desc_reads_like_an_id),
         cmocka_unit_test(test_fat_tree_generator),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
