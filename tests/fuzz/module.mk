@@ -28,7 +28,7 @@ FUZZ_AM_OBJS := $(call fuzz_obj,$(filter-out am/metrics.c,$(AM_LIB_SRCS)))
 FUZZ_AN_OBJS := $(call fuzz_obj,an/an.c an/an_ctl.c)
 FUZZ_LDLIBS = $(COMMON_LDLIBS)
 
-$(FUZZ_OBJDIR)/%.o: %.c | $(DEPS_STAMP)
+$(FUZZ_OBJDIR)/%.o: %.c | $(DEPS_STAMP) $(PATHS_H)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  FUZZCC  $<")
 	$(Q)$(FUZZ_CC) $(ALL_CPPFLAGS) $(FUZZ_CFLAGS) $(CFLAGS_$(subst /,_,$*)) \
