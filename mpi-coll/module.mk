@@ -3,7 +3,8 @@
 
 MPICC_OMPI ?= mpicc.openmpi
 MPICC_MPICH ?= mpicc.mpich
-SHARP_MPI_SRC := mpi-coll/sharp_mpi.c
+SHARP_MPI_SRC := mpi-coll/sharp_mpi.c mpi-coll/recover.c
+SHARP_MPI_HDR := mpi-coll/recover.h
 SHARP_MPI_OMPI := $(LIBDIR)/libsharp_mpi_ompi.so
 SHARP_MPI_MPICH := $(LIBDIR)/libsharp_mpi_mpich.so
 MPI_DEMO_OMPI := $(BINDIR)/sharp_mpi_demo_ompi
@@ -21,16 +22,18 @@ MPI_LIB_COMMON = $(COMMON_LIB) -lm
 # would bind to libev's (a crash in MPI_Init).
 MPI_OMPI_LIBS := -Wl,--no-as-needed -levent_core -Wl,--as-needed
 
-$(SHARP_MPI_OMPI): $(SHARP_MPI_SRC) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
+$(SHARP_MPI_OMPI): $(SHARP_MPI_SRC) $(SHARP_MPI_HDR) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
-	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -shared -Wl,-soname,$(@F) -o $@ $< \
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -shared -pthread -Wl,-soname,$(@F) -o $@ \
+		$(SHARP_MPI_SRC) \
 		$(MPI_OMPI_LIBS) -L$(LIBDIR) -lsharp_coll $(MPI_LIB_COMMON)
 
-$(SHARP_MPI_MPICH): $(SHARP_MPI_SRC) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
+$(SHARP_MPI_MPICH): $(SHARP_MPI_SRC) $(SHARP_MPI_HDR) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
-	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -shared -Wl,-soname,$(@F) -o $@ $< \
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -shared -pthread -Wl,-soname,$(@F) -o $@ \
+		$(SHARP_MPI_SRC) \
 		-L$(LIBDIR) -lsharp_coll $(MPI_LIB_COMMON)
 
 $(MPI_DEMO_OMPI): mpi-coll/sharp_mpi_demo.c | $(DEPS_STAMP)
@@ -69,6 +72,21 @@ $(MPI_TYPES_OMPI): tests/mpi/mpi_types.c | $(DEPS_STAMP)
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
 
 $(MPI_TYPES_MPICH): tests/mpi/mpi_types.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
+
+# A stream of collectives while the test kills daemons (tests/mpi).
+MPI_FAULT_OMPI := $(TESTDIR)/mpi/mpi_fault_ompi
+MPI_FAULT_MPICH := $(TESTDIR)/mpi/mpi_fault_mpich
+TEST_HELPERS += $(MPI_FAULT_OMPI) $(MPI_FAULT_MPICH)
+
+$(MPI_FAULT_OMPI): tests/mpi/mpi_fault.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
+
+$(MPI_FAULT_MPICH): tests/mpi/mpi_fault.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<

@@ -51,13 +51,16 @@
 #include <sharp/api/sharp.h>
 
 #include "common/reduce.h"
+#include "mpi-coll/recover.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,6 +73,8 @@ static struct {
     int enable, verbose, min_ranks, node_aggr;
     long max_bytes;
     int allreduce, reduce, barrier, bcast;
+    int fallback;             /* SHARP_MPI_ON_FAULT: 1 fallback, 0 abort */
+    long recovery_timeout_ms; /* SHARP_MPI_RECOVERY_TIMEOUT */
 } cfg;
 
 static long env_long(const char *name, long dflt)
@@ -105,6 +110,17 @@ static void cfg_load(void)
     cfg.reduce = (int)env_long("SHARP_MPI_REDUCE", 1);
     cfg.barrier = (int)env_long("SHARP_MPI_BARRIER", 1);
     cfg.bcast = (int)env_long("SHARP_MPI_BCAST", 1);
+    cfg.recovery_timeout_ms = env_long("SHARP_MPI_RECOVERY_TIMEOUT", 30000);
+    const char *f = getenv("SHARP_MPI_ON_FAULT");
+    cfg.fallback = 1;
+    if (f != NULL && !strcmp(f, "abort")) {
+        cfg.fallback = 0;
+    } else if (f != NULL && *f && strcmp(f, "fallback")) {
+        fprintf(stderr,
+                "sharp_mpi: ignoring SHARP_MPI_ON_FAULT=%s (fallback or "
+                "abort)\n",
+                f);
+    }
 }
 
 /* State ------------------------------------------------------------------------ */
@@ -122,6 +138,10 @@ static struct {
     int rank;
     /* [collective][0 offloaded, 1 fallen back]: calls and bytes */
     unsigned long long calls[C_N][2], bytes[C_N][2];
+    /* recovery: every process's service (world ranks), and what it did */
+    int svc;
+    smr_addr_t *addrs;
+    unsigned long long fallen, fetched, redone, recovery_us_max;
 } g = {.keyval = MPI_KEYVAL_INVALID};
 
 typedef struct comm_state {
@@ -132,6 +152,13 @@ typedef struct comm_state {
     int rank, size, node_rank, node_size;
     int *node_of;      /* [size] the leader (rank in `leaders`) of each node */
     int *rank_in_node; /* [size] */
+    /* the last result and the recovery service's view of the group
+     * (members only); all: a duplicate of the communicator, for the
+     * barrier that keeps the record until every rank is done with it */
+    smr_rec_t *rec;
+    int recoverable; /* every member's service is known */
+    int had_group;   /* the same on every rank */
+    MPI_Comm all;
     struct comm_state *next, **prev; /* every live state, for finalize */
 } comm_state_t;
 
@@ -185,6 +212,15 @@ static int comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
     if (s->sc != NULL) {
         sharp_coll_comm_destroy(s->sc);
     }
+    if (s->all != MPI_COMM_NULL) {
+        /* a member whose last operation failed may still fetch its result
+         * from this one: keep the record until every rank is here */
+        if (g.svc && s->had_group) {
+            PMPI_Barrier(s->all);
+        }
+        PMPI_Comm_free(&s->all);
+    }
+    smr_rec_free(s->rec);
     if (s->oob != MPI_COMM_NULL) {
         PMPI_Comm_free(&s->oob);
     }
@@ -206,10 +242,41 @@ static int comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
     return MPI_SUCCESS;
 }
 
+/* every process's recovery service, known to every process (collective
+ * over the world); off when any process cannot run one */
+static void recovery_setup(int size, uint64_t cookie)
+{
+    smr_addr_t me;
+    int ok = 1, all = 0;
+    memset(&me, 0, sizeof(me));
+    if (smr_start(getenv("SHARP_COLL_LOCAL_IP"), cookie, &me) != 0) {
+        note(1, "no recovery service (%s)", strerror(errno));
+        ok = 0;
+    }
+    g.addrs = calloc((size_t)size, sizeof(*g.addrs));
+    if (g.addrs == NULL) {
+        ok = 0;
+    }
+    PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, g.oob_world);
+    if (all) {
+        PMPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, g.addrs, (int)sizeof(me),
+                       MPI_BYTE, g.oob_world);
+        g.svc = 1;
+        return;
+    }
+    smr_stop();
+    free(g.addrs);
+    g.addrs = NULL;
+    if (g.rank == 0) {
+        note(1, "SHARP_MPI_ON_FAULT=fallback unavailable: a failure in the "
+                "network will abort the job");
+    }
+}
+
 static void sharp_setup(void)
 {
     int size;
-    uint64_t job = 0;
+    uint64_t job = 0, agreed[3];
 
     cfg_load();
     PMPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
@@ -235,7 +302,18 @@ static void sharp_setup(void)
         }
         job &= (1ull << 53) - 1; /* printable as a JSON integer anywhere */
     }
-    PMPI_Bcast(&job, 1, MPI_UINT64_T, 0, g.oob_world);
+    /* the job id, a cookie for the recovery services, and rank 0's
+     * SHARP_MPI_ON_FAULT: one policy for the whole job */
+    agreed[0] = job;
+    agreed[1] = 0;
+    if (g.rank == 0 &&
+        getrandom(&agreed[1], sizeof(agreed[1]), 0) != sizeof(agreed[1])) {
+        agreed[1] = job ^ ((uint64_t)getpid() << 32);
+    }
+    agreed[2] = (uint64_t)cfg.fallback;
+    PMPI_Bcast(agreed, 3, MPI_UINT64_T, 0, g.oob_world);
+    job = agreed[0];
+    cfg.fallback = (int)agreed[2];
 
     struct sharp_coll_init_spec spec;
     memset(&spec, 0, sizeof(spec));
@@ -259,6 +337,9 @@ static void sharp_setup(void)
     }
     g.had_sharp = 1;
     note(2, "sharp job %llu up", (unsigned long long)job);
+    if (cfg.fallback) {
+        recovery_setup(size, agreed[1]);
+    }
 }
 
 static void report(void)
@@ -268,6 +349,11 @@ static void report(void)
                 MPI_COMM_WORLD);
     PMPI_Reduce(g.bytes, b, C_N * 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
                 MPI_COMM_WORLD);
+    unsigned long long mine[4] = {g.fallen, g.fetched, g.redone, 0}, rec[4];
+    PMPI_Reduce(mine, rec, 3, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
+                MPI_COMM_WORLD);
+    PMPI_Reduce(&g.recovery_us_max, &rec[3], 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
+                0, MPI_COMM_WORLD);
     if (g.rank != 0) {
         return;
     }
@@ -278,6 +364,13 @@ static void report(void)
     for (int k = 0; k < C_N; k++) {
         fprintf(stderr, "sharp_mpi: %-14s %12llu %14llu %12llu %14llu\n",
                 coll_names[k], c[k][0], b[k][0], c[k][1], b[k][1]);
+    }
+    if (rec[0] + rec[1] + rec[2] > 0) {
+        fprintf(stderr,
+                "sharp_mpi: recovery: %llu communicator(s) fell back to MPI "
+                "(counted by each rank), %llu result(s) fetched from another "
+                "member, %llu call(s) redone on MPI, longest %.1f ms\n",
+                rec[0], rec[1], rec[2], (double)rec[3] / 1000.0);
     }
 }
 
@@ -301,6 +394,11 @@ API int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 
 API int MPI_Finalize(void)
 {
+    if (g.svc) {
+        /* a rank may still be recovering (fetching a result from another
+         * rank's record): every record stays until all ranks are here */
+        PMPI_Barrier(g.oob_world);
+    }
     if (g.keyval != MPI_KEYVAL_INVALID) {
         /* destroys the world's group (if it has one) */
         void *s;
@@ -315,6 +413,15 @@ API int MPI_Finalize(void)
      * context; MPI may still call their delete callbacks later */
     for (comm_state_t *s = states; s != NULL; s = s->next) {
         s->sc = NULL;
+        smr_rec_free(s->rec);
+        s->rec = NULL;
+        s->had_group = 0;
+    }
+    if (g.svc) {
+        smr_stop();
+        g.svc = 0;
+        free(g.addrs);
+        g.addrs = NULL;
     }
     if (g.ctx != NULL) {
         sharp_coll_finalize(g.ctx);
@@ -354,12 +461,63 @@ static void split_node(comm_state_t *s, MPI_Comm comm)
     PMPI_Comm_size(s->node, &s->node_size);
 }
 
+/* This rank's record as a member of the group over gcomm (the
+ * communicator's ranks, or the node leaders), made before the group is
+ * created: once any member has the group, every member has its record. */
+static void rec_setup(comm_state_t *s, MPI_Comm gcomm, uint64_t id,
+                      MPI_Comm comm)
+{
+    int n, me, ok = 1;
+    MPI_Group gg, wg;
+    PMPI_Comm_size(gcomm, &n);
+    PMPI_Comm_rank(gcomm, &me);
+    smr_addr_t *peers = calloc((size_t)n, sizeof(*peers));
+    int *in = malloc(sizeof(int) * (size_t)n);
+    int *out = malloc(sizeof(int) * (size_t)n);
+    if (peers == NULL || in == NULL || out == NULL) {
+        fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+    }
+    if (g.svc) {
+        PMPI_Comm_group(gcomm, &gg);
+        PMPI_Comm_group(MPI_COMM_WORLD, &wg);
+        for (int i = 0; i < n; i++) {
+            in[i] = i;
+        }
+        PMPI_Group_translate_ranks(gg, n, in, wg, out);
+        for (int i = 0; i < n; i++) {
+            if (out[i] == MPI_UNDEFINED) {
+                ok = 0; /* a process of another world: no service known */
+            } else {
+                peers[i] = g.addrs[out[i]];
+            }
+        }
+        PMPI_Group_free(&gg);
+        PMPI_Group_free(&wg);
+    }
+    s->recoverable = g.svc && ok;
+    s->rec = smr_rec_new(id, me, n, peers);
+    if (s->rec == NULL) {
+        fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+    }
+    free(peers);
+    free(in);
+    free(out);
+}
+
 /* Set up a communicator: one sharp group over every rank, or, with several
  * ranks on a node, over one leader per node (node-local aggregation).  All
  * ranks reach the same answer. */
 static void comm_setup(comm_state_t *s, MPI_Comm comm)
 {
+    static uint32_t made;
     int rc, maxn = 1;
+    uint64_t id = 0;
+    PMPI_Comm_dup(comm, &s->all);
+    if (g.svc) {
+        /* the group's name for the recovery services: rank 0's */
+        id = ((uint64_t)(uint32_t)g.rank << 32) | ++made;
+        PMPI_Bcast(&id, 1, MPI_UINT64_T, 0, s->all);
+    }
     if (cfg.node_aggr) {
         split_node(s, comm);
         PMPI_Allreduce(&s->node_size, &maxn, 1, MPI_INT, MPI_MAX, comm);
@@ -368,9 +526,9 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         if (s->node != MPI_COMM_NULL) {
             PMPI_Comm_free(&s->node);
         }
-        PMPI_Comm_dup(comm, &s->oob);
+        rec_setup(s, s->all, id, comm);
         struct sharp_coll_comm_init_spec cs = {
-            .rank = s->rank, .size = s->size, .oob_ctx = &s->oob};
+            .rank = s->rank, .size = s->size, .oob_ctx = &s->all};
         rc = sharp_coll_comm_init(g.ctx, &cs, &s->sc);
     } else {
         int me[2], lrank = -1, lsize = 0;
@@ -399,6 +557,7 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         rc = SHARP_COLL_SUCCESS;
         if (s->leaders != MPI_COMM_NULL) {
             PMPI_Comm_dup(s->leaders, &s->oob);
+            rec_setup(s, s->oob, id, comm);
             struct sharp_coll_comm_init_spec cs = {
                 .rank = lrank, .size = lsize, .oob_ctx = &s->oob};
             rc = lsize >= 2 ? sharp_coll_comm_init(g.ctx, &cs, &s->sc)
@@ -406,9 +565,11 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         }
         PMPI_Bcast(&rc, 1, MPI_INT, 0, s->node);
     }
-    s->use = rc == SHARP_COLL_SUCCESS;
+    s->use = s->had_group = rc == SHARP_COLL_SUCCESS;
     if (!s->use) {
         s->sc = NULL;
+        smr_rec_free(s->rec);
+        s->rec = NULL;
         if (s->rank == 0) {
             note(1,
                  "no sharp group for a communicator of %d (%s): plain MPI "
@@ -439,7 +600,7 @@ static comm_state_t *comm_sharp(MPI_Comm comm)
         /* the other ranks go on to create the group: abort, not hang */
         fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
     }
-    s->oob = s->node = s->leaders = MPI_COMM_NULL;
+    s->oob = s->node = s->leaders = s->all = MPI_COMM_NULL;
     PMPI_Comm_test_inter(comm, &inter);
     PMPI_Comm_rank(comm, &s->rank);
     PMPI_Comm_size(comm, &s->size);
@@ -822,6 +983,117 @@ static void *xmalloc(size_t n, MPI_Comm comm, const char *what)
     return p;
 }
 
+/* One operation ---------------------------------------------------------- */
+
+typedef struct op_args {
+    int kind; /* C_ALLREDUCE (a reduce too), C_BARRIER, C_BCAST */
+    struct sharp_coll_reduce_spec *spec; /* reductions: all but rbuf */
+    const void *bsrc;                    /* bcast: the data, at the root */
+    int broot;                           /* bcast: the root in the group */
+} op_args_t;
+
+enum { OP_OK, OP_REDO };
+
+static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
+{
+    struct sharp_coll_bcast_spec bs;
+    switch (a->kind) {
+    case C_BARRIER: return sharp_coll_do_barrier(st->sc);
+    case C_BCAST:
+        if (a->bsrc != NULL) {
+            memcpy(buf, a->bsrc, len);
+        }
+        memset(&bs, 0, sizeof(bs));
+        bs.buf_desc = desc_of(buf, len);
+        bs.size = len;
+        bs.root = a->broot;
+        return sharp_coll_do_bcast(st->sc, &bs);
+    default:
+        a->spec->rbuf_desc = desc_of(buf, len);
+        return sharp_coll_do_allreduce(st->sc, a->spec);
+    }
+}
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* One operation of st's group (this rank a member): OP_OK with its len
+ * bytes of result at *res (the record's buffer: every member keeps its
+ * last result until its next operation), or OP_REDO: the group failed and
+ * this call, and every later one on the communicator, goes to PMPI on
+ * every rank (docs/mpi.md, failure protocol).  With SHARP_MPI_ON_FAULT=
+ * abort a failure aborts the job. */
+static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
+                  op_args_t *a, char **res)
+{
+    int oom, rc;
+    char why[200] = "";
+    uint64_t before = smr_done(st->rec);
+    char *buf = smr_begin(st->rec, len, &oom);
+    if (oom) {
+        fail(comm, what, SHARP_COLL_ENOMEM);
+    }
+    if (buf != NULL) {
+        rc = post_op(st, a, buf, len);
+        smr_end(st->rec, rc == SHARP_COLL_SUCCESS, len);
+        if (rc == SHARP_COLL_SUCCESS) {
+            *res = buf;
+            return OP_OK;
+        }
+        if (!cfg.fallback || !st->recoverable) {
+            fail(comm, what, rc);
+        }
+        note(2, "%s failed in the network (%s): recovering", what,
+             sharp_coll_strerror(rc));
+        /* a failed group is left at once: the tree fails the operations
+         * still waiting for this member */
+        sharp_coll_comm_destroy(st->sc);
+        st->sc = NULL;
+    }
+    uint64_t t0 = now_us();
+    uint64_t F = smr_decide(st->rec, len, (int)cfg.recovery_timeout_ms, why,
+                            sizeof(why));
+    if (F == 0) {
+        fprintf(stderr,
+                "sharp_mpi[%d]: %s failed in the network and the members "
+                "could not agree on where their operations ended within "
+                "%ld ms (%s): aborting\n",
+                g.rank, what, cfg.recovery_timeout_ms, why);
+        PMPI_Abort(comm, 70);
+    }
+    uint64_t us = now_us() - t0;
+    if (us > g.recovery_us_max) {
+        g.recovery_us_max = us;
+    }
+    if (smr_done(st->rec) > before) {
+        g.fetched++; /* completed elsewhere: its result, from a member */
+        *res = smr_result(st->rec);
+        return OP_OK;
+    }
+    return OP_REDO;
+}
+
+/* the communicator goes to PMPI from now on (every rank, at this call) */
+static void fell_back(comm_state_t *st, MPI_Comm comm)
+{
+    (void)comm;
+    if (st->use) {
+        st->use = 0;
+        g.fallen++;
+        if (st->rank == 0) {
+            note(1,
+                 "a communicator of %d ranks falls back to MPI after a "
+                 "failure in the network",
+                 st->size);
+        }
+    }
+    g.redone++;
+}
+
 /* allreduce (root < 0) or reduce; 1 if offloaded */
 static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                       MPI_Op op, int root, MPI_Comm comm, int *ret)
@@ -864,13 +1136,15 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     spec.tag_dtype = (enum sharp_datatype)m.tag;
     spec.op = (enum sharp_reduce_op)sop;
     spec.length = ns;
-    int rc = SHARP_COLL_SUCCESS;
 
     if (m.packed) {
         ps = xmalloc(bytes, comm, coll_names[kind]);
         loc_pack(sbuf, ps, n, &m);
         src = ps;
     }
+    op_args_t a = {C_ALLREDUCE, &spec, NULL, 0};
+    char *res = NULL;
+    int how = OP_OK;
     if (st->hier) {
         /* members -> node leader (gather, fold), leaders through sharp,
          * leader -> members (bcast; for a reduce, to the root only); a
@@ -886,59 +1160,50 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
         if (st->node_rank == 0) {
             node_fold(st, &d, all, ns, bytes, pr, comm);
             spec.sbuf_desc = desc_of(pr, bytes);
-            spec.rbuf_desc = desc_of(pr, bytes);
-            rc = sharp_coll_do_allreduce(st->sc, &spec);
+            how = run_op(st, comm, coll_names[kind], bytes, &a, &res);
         }
-        PMPI_Bcast(&rc, 1, MPI_INT, 0, st->node);
-        if (rc != SHARP_COLL_SUCCESS) {
-            fail(comm, coll_names[kind], rc);
-        }
-        /* where the result goes in this node: everyone (allreduce), the
-         * root (a reduce rooted here), nobody */
-        int to = root < 0 ? -1
-                 : st->node_of[root] != st->node_of[st->rank]
-                     ? -2
-                     : st->rank_in_node[root];
-        char *res = pr;
-        if (st->node_rank != 0 && (to == -1 || to == st->node_rank)) {
-            res =
-                m.packed ? (pr = xmalloc(bytes, comm, coll_names[kind])) : rbuf;
-        }
-        if (to == -1) {
-            PMPI_Bcast(res, (int)bytes, MPI_BYTE, 0, st->node);
-        } else if (to > 0 && st->node_rank == 0) {
-            PMPI_Send(res, (int)bytes, MPI_BYTE, to, 0, st->node);
-        } else if (to > 0 && st->node_rank == to) {
-            PMPI_Recv(res, (int)bytes, MPI_BYTE, 0, 0, st->node,
-                      MPI_STATUS_IGNORE);
-        }
-        if (keep && res != rbuf) {
-            if (m.packed) {
-                loc_unpack(res, rbuf, n, &m);
-            } else {
-                memcpy(rbuf, res, bytes);
+        PMPI_Bcast(&how, 1, MPI_INT, 0, st->node);
+        if (how == OP_OK) {
+            /* where the result goes in this node: everyone (allreduce),
+             * the root (a reduce rooted here), nobody */
+            int to = root < 0 ? -1
+                     : st->node_of[root] != st->node_of[st->rank]
+                         ? -2
+                         : st->rank_in_node[root];
+            if (st->node_rank != 0 && (to == -1 || to == st->node_rank)) {
+                res = m.packed ? (pr = xmalloc(bytes, comm, coll_names[kind]))
+                               : rbuf;
+            }
+            if (to == -1) {
+                PMPI_Bcast(res, (int)bytes, MPI_BYTE, 0, st->node);
+            } else if (to > 0 && st->node_rank == 0) {
+                PMPI_Send(res, (int)bytes, MPI_BYTE, to, 0, st->node);
+            } else if (to > 0 && st->node_rank == to) {
+                PMPI_Recv(res, (int)bytes, MPI_BYTE, 0, 0, st->node,
+                          MPI_STATUS_IGNORE);
             }
         }
     } else {
-        void *rp = keep ? rbuf : NULL;
-        if (m.packed && keep) {
-            rp = pr = xmalloc(bytes, comm, coll_names[kind]);
-        }
-        spec.root = root < 0 ? 0 : root;
+        /* an allreduce on every rank, a reduce too (the same operation on
+         * the tree): every member keeps the result, for a member that
+         * missed it (docs/mpi.md, failure protocol) */
         spec.sbuf_desc = desc_of((void *)src, bytes);
-        spec.rbuf_desc = desc_of(rp, bytes);
-        rc = root < 0 ? sharp_coll_do_allreduce(st->sc, &spec)
-                      : sharp_coll_do_reduce(st->sc, &spec);
-        if (rc != SHARP_COLL_SUCCESS) {
-            fail(comm, coll_names[kind], rc);
-        }
-        if (m.packed && keep) {
-            loc_unpack(pr, rbuf, n, &m);
+        how = run_op(st, comm, coll_names[kind], bytes, &a, &res);
+    }
+    if (how == OP_OK && keep && res != rbuf) {
+        if (m.packed) {
+            loc_unpack(res, rbuf, n, &m);
+        } else {
+            memcpy(rbuf, res, bytes);
         }
     }
     free(ps);
     free(pr);
     free(all);
+    if (how == OP_REDO) {
+        fell_back(st, comm);
+        return 0; /* the same call on PMPI, on every rank */
+    }
     g.calls[kind][0]++;
     g.bytes[kind][0] += bytes;
     *ret = MPI_SUCCESS;
@@ -989,35 +1254,36 @@ API int MPI_Barrier(MPI_Comm comm)
 {
     comm_state_t *st = cfg.barrier ? comm_sharp(comm) : NULL;
     if (st != NULL) {
-        int rc = SHARP_COLL_SUCCESS;
+        op_args_t a = {C_BARRIER, NULL, NULL, 0};
+        char *res;
+        int how = OP_OK;
         if (st->hier) { /* the node in, the leaders, the node out */
             PMPI_Barrier(st->node);
             if (st->node_rank == 0) {
-                rc = sharp_coll_do_barrier(st->sc);
+                how = run_op(st, comm, "MPI_Barrier", 0, &a, &res);
             }
-            PMPI_Bcast(&rc, 1, MPI_INT, 0, st->node);
+            PMPI_Bcast(&how, 1, MPI_INT, 0, st->node);
         } else {
-            rc = sharp_coll_do_barrier(st->sc);
+            how = run_op(st, comm, "MPI_Barrier", 0, &a, &res);
         }
-        if (rc != SHARP_COLL_SUCCESS) {
-            fail(comm, "MPI_Barrier", rc);
+        if (how == OP_OK) {
+            g.calls[C_BARRIER][0]++;
+            return MPI_SUCCESS;
         }
-        g.calls[C_BARRIER][0]++;
-        return MPI_SUCCESS;
+        fell_back(st, comm);
     }
     fallback(C_BARRIER, 0);
     return PMPI_Barrier(comm);
 }
 
-/* the bytes of a bcast through sharp, from p (len bytes) at the root */
-static void bcast_bytes(comm_state_t *st, char *p, int len, int root,
-                        MPI_Comm comm)
+/* the bytes of a bcast through sharp, from p (len bytes) at the root:
+ * OP_OK (every rank has them at p) or OP_REDO */
+static int bcast_bytes(comm_state_t *st, char *p, int len, int root,
+                       MPI_Comm comm)
 {
-    struct sharp_coll_bcast_spec bs;
-    int rc = SHARP_COLL_SUCCESS;
-    memset(&bs, 0, sizeof(bs));
-    bs.buf_desc = desc_of(p, (size_t)len);
-    bs.size = (size_t)len;
+    op_args_t a = {C_BCAST, NULL, NULL, root};
+    char *res = NULL;
+    int how = OP_OK;
     if (st->hier) {
         /* the root's node first, then the leaders, then the other nodes */
         int lroot = st->node_of[root];
@@ -1027,20 +1293,25 @@ static void bcast_bytes(comm_state_t *st, char *p, int len, int root,
             PMPI_Bcast(p, len, MPI_BYTE, st->rank_in_node[root], st->node);
         }
         if (st->node_rank == 0) {
-            bs.root = lroot;
-            rc = sharp_coll_do_bcast(st->sc, &bs);
+            a.broot = lroot;
+            a.bsrc = st->node_of[st->rank] == lroot ? p : NULL;
+            how = run_op(st, comm, "MPI_Bcast", (size_t)len, &a, &res);
+            if (how == OP_OK && a.bsrc == NULL) {
+                memcpy(p, res, (size_t)len);
+            }
         }
-        PMPI_Bcast(&rc, 1, MPI_INT, 0, st->node);
-        if (rc == SHARP_COLL_SUCCESS && !early) {
+        PMPI_Bcast(&how, 1, MPI_INT, 0, st->node);
+        if (how == OP_OK && !early) {
             PMPI_Bcast(p, len, MPI_BYTE, 0, st->node);
         }
     } else {
-        bs.root = root;
-        rc = sharp_coll_do_bcast(st->sc, &bs);
+        a.bsrc = st->rank == root ? p : NULL;
+        how = run_op(st, comm, "MPI_Bcast", (size_t)len, &a, &res);
+        if (how == OP_OK && a.bsrc == NULL) {
+            memcpy(p, res, (size_t)len);
+        }
     }
-    if (rc != SHARP_COLL_SUCCESS) {
-        fail(comm, "MPI_Bcast", rc);
-    }
+    return how;
 }
 
 /* PMPI_Pack (pack) or PMPI_Unpack of count x dt at buf to or from the
@@ -1110,7 +1381,12 @@ API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
             pack_data(1, buf, count, dt, tmp, len, comm);
         }
     }
-    bcast_bytes(st, p, len, root, comm);
+    if (bcast_bytes(st, p, len, root, comm) == OP_REDO) {
+        free(tmp);
+        fell_back(st, comm);
+        fallback(C_BCAST, bytes);
+        return PMPI_Bcast(buf, count, dt, root, comm);
+    }
     if (tmp != NULL && st->rank != root) {
         pack_data(0, buf, count, dt, tmp, len, comm);
     }

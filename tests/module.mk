@@ -52,6 +52,9 @@ TEST_SCRIPTS += tests/coll/coll_shm.sh
 # libsharp_mpi under Open MPI and MPICH through a sharp-fabric.
 TEST_SCRIPTS += tests/mpi/test_mpi.sh
 
+# libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
+TEST_SCRIPTS += tests/mpi/test_fault.sh
+
 # sharpctl against a running fabric.
 TEST_SCRIPTS += tests/cli/test_sharpctl.sh
 
@@ -72,3 +75,6 @@ $(VERBS_TEST): $(OBJDIR)/tests/verbs/test_verbs.o $(COMMON_LIB)
 # transport (shp_tp_find wrapped).
 $(filter $(TESTDIR)/unit/an/%,$(UNIT_TESTS)): $(call obj_of,an/an.c an/an_ctl.c)
 $(filter $(TESTDIR)/unit/an/%,$(UNIT_TESTS)): LDFLAGS += -Wl,--wrap=shp_tp_find
+
+# The recovery protocol of libsharp_mpi, with forked members (no MPI).
+$(filter $(TESTDIR)/unit/mpi/%,$(UNIT_TESTS)): $(call obj_of,mpi-coll/recover.c)

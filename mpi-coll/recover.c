@@ -1,0 +1,569 @@
+/*
+ * The recovery service of libsharp_mpi (recover.h): a thread answering
+ * other processes' questions about this process's groups, and the
+ * decision a member makes when its group failed.
+ *
+ * Wire (TCP, one question per connection, integers big-endian):
+ *   question  magic "SMRQ", version, cookie, group id, k, flags (1: send
+ *             the result of k if you have it)
+ *   answer    magic "SMRA", known (0: no such group here yet), posted,
+ *             done, decided, length of the result that follows (0: none)
+ */
+#include "mpi-coll/recover.h"
+
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define Q_MAGIC 0x534d5251u /* "SMRQ" */
+#define A_MAGIC 0x534d5241u /* "SMRA" */
+#define VERSION 1u
+#define IO_TIMEOUT_MS 2000
+
+struct smr_rec {
+    uint64_t id;
+    int rank, size;
+    smr_addr_t *peers;
+    uint64_t done;    /* operations completed */
+    uint64_t decided; /* F, once decided */
+    int posted;       /* inside operation done + 1 */
+    int frozen;       /* asked, or failed: post nothing more */
+    char *buf;        /* the last result (rlen bytes), or the next one's */
+    size_t cap, rlen;
+    struct smr_rec *next;
+};
+
+typedef struct {
+    uint32_t magic, version;
+    uint64_t cookie, id, k;
+    uint32_t flags, pad;
+} question_t;
+
+typedef struct {
+    uint32_t magic, known, posted, pad;
+    uint64_t done, decided, len;
+} answer_t;
+
+static struct {
+    pthread_mutex_t mu; /* the records and the list */
+    smr_rec_t *recs;
+    int lfd, stop[2];
+    pthread_t thread;
+    int running;
+    uint64_t cookie;
+} svc = {.mu = PTHREAD_MUTEX_INITIALIZER, .lfd = -1, .stop = {-1, -1}};
+
+/* I/O with a deadline ------------------------------------------------------ */
+
+static int io_all(int fd, void *p, size_t n, int out)
+{
+    char *c = p;
+    while (n > 0) {
+        ssize_t k = out ? send(fd, c, n, MSG_NOSIGNAL) : recv(fd, c, n, 0);
+        if (k < 0 && errno == EINTR) {
+            continue;
+        }
+        if (k <= 0) {
+            return -1; /* error, timeout (SO_*TIMEO) or closed */
+        }
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static void set_timeouts(int fd)
+{
+    struct timeval tv = {IO_TIMEOUT_MS / 1000, (IO_TIMEOUT_MS % 1000) * 1000};
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* The service ----------------------------------------------------------------- */
+
+static smr_rec_t *find(uint64_t id)
+{
+    for (smr_rec_t *r = svc.recs; r != NULL; r = r->next) {
+        if (r->id == id) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static void serve(int fd)
+{
+    question_t q;
+    answer_t a;
+    char *data = NULL;
+    set_timeouts(fd);
+    if (io_all(fd, &q, sizeof(q), 0) != 0 || ntohl(q.magic) != Q_MAGIC ||
+        ntohl(q.version) != VERSION || be64toh(q.cookie) != svc.cookie) {
+        return; /* not one of ours: closed without an answer */
+    }
+    uint64_t id = be64toh(q.id), k = be64toh(q.k);
+    memset(&a, 0, sizeof(a));
+    pthread_mutex_lock(&svc.mu);
+    smr_rec_t *r = find(id);
+    if (r != NULL) {
+        r->frozen = 1; /* from now on: nothing more through sharp */
+        a.known = 1;
+        a.posted = (uint32_t)r->posted;
+        a.done = r->done;
+        a.decided = r->decided;
+        if ((ntohl(q.flags) & 1) && r->done == k && r->rlen > 0 &&
+            (data = malloc(r->rlen)) != NULL) {
+            memcpy(data, r->buf, r->rlen);
+            a.len = r->rlen;
+        }
+    }
+    pthread_mutex_unlock(&svc.mu);
+    uint64_t len = a.len;
+    a.magic = htonl(A_MAGIC);
+    a.known = htonl(a.known);
+    a.posted = htonl(a.posted);
+    a.done = htobe64(a.done);
+    a.decided = htobe64(a.decided);
+    a.len = htobe64(a.len);
+    if (io_all(fd, &a, sizeof(a), 1) == 0 && len > 0) {
+        io_all(fd, data, len, 1);
+    }
+    free(data);
+}
+
+static void *service(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct pollfd p[2] = {{svc.lfd, POLLIN, 0}, {svc.stop[0], POLLIN, 0}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            break;
+        }
+        if (p[1].revents) {
+            break;
+        }
+        if (p[0].revents & POLLIN) {
+            int fd = accept4(svc.lfd, NULL, NULL, SOCK_CLOEXEC);
+            if (fd >= 0) {
+                serve(fd);
+                close(fd);
+            } else if (errno == EMFILE || errno == ENFILE) {
+                poll(NULL, 0, 10); /* the asker retries */
+            }
+        }
+    }
+    return NULL;
+}
+
+/* the address to publish when bound to every address: the host name's */
+static uint32_t host_ip(void)
+{
+    char host[256] = "";
+    struct addrinfo hints, *res = NULL;
+    uint32_t ip = htonl(INADDR_LOOPBACK);
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_INET;
+    if (gethostname(host, sizeof(host) - 1) == 0 &&
+        getaddrinfo(host, NULL, &hints, &res) == 0 && res != NULL) {
+        ip = ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr;
+    }
+    if (res != NULL) {
+        freeaddrinfo(res);
+    }
+    return ip;
+}
+
+int smr_start(const char *ip, uint64_t cookie, smr_addr_t *me)
+{
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof(sa);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    if (ip != NULL && *ip != '\0') {
+        if (inet_pton(AF_INET, ip, &sa.sin_addr) != 1) {
+            errno = EINVAL;
+            return -1;
+        }
+    }
+    svc.cookie = cookie;
+    svc.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (svc.lfd < 0) {
+        return -1;
+    }
+    if (bind(svc.lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        listen(svc.lfd, 128) != 0 ||
+        getsockname(svc.lfd, (struct sockaddr *)&sa, &sl) != 0 ||
+        pipe2(svc.stop, O_CLOEXEC) != 0) {
+        goto fail;
+    }
+    me->ip = sa.sin_addr.s_addr != htonl(INADDR_ANY) ? sa.sin_addr.s_addr
+                                                     : host_ip();
+    me->port = sa.sin_port;
+    me->pad = 0;
+    if (pthread_create(&svc.thread, NULL, service, NULL) != 0) {
+        goto fail;
+    }
+    svc.running = 1;
+    return 0;
+fail : {
+    int e = errno;
+    smr_stop();
+    errno = e;
+    return -1;
+}
+}
+
+void smr_stop(void)
+{
+    if (svc.running) {
+        char c = 1;
+        if (write(svc.stop[1], &c, 1) == 1) {
+            pthread_join(svc.thread, NULL);
+        } else {
+            pthread_cancel(svc.thread);
+            pthread_join(svc.thread, NULL);
+        }
+        svc.running = 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (svc.stop[i] >= 0) {
+            close(svc.stop[i]);
+            svc.stop[i] = -1;
+        }
+    }
+    if (svc.lfd >= 0) {
+        close(svc.lfd);
+        svc.lfd = -1;
+    }
+}
+
+/* Records ----------------------------------------------------------------------- */
+
+smr_rec_t *smr_rec_new(uint64_t id, int rank, int size, const smr_addr_t *peers)
+{
+    smr_rec_t *r = calloc(1, sizeof(*r));
+    if (r == NULL ||
+        (r->peers = malloc(sizeof(*peers) * (size_t)size)) == NULL) {
+        free(r);
+        return NULL;
+    }
+    memcpy(r->peers, peers, sizeof(*peers) * (size_t)size);
+    r->id = id;
+    r->rank = rank;
+    r->size = size;
+    pthread_mutex_lock(&svc.mu);
+    r->next = svc.recs;
+    svc.recs = r;
+    pthread_mutex_unlock(&svc.mu);
+    return r;
+}
+
+void smr_rec_free(smr_rec_t *r)
+{
+    if (r == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&svc.mu);
+    for (smr_rec_t **p = &svc.recs; *p != NULL; p = &(*p)->next) {
+        if (*p == r) {
+            *p = r->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&svc.mu);
+    free(r->peers);
+    free(r->buf);
+    free(r);
+}
+
+void *smr_begin(smr_rec_t *r, size_t len, int *oom)
+{
+    void *p = NULL;
+    *oom = 0;
+    pthread_mutex_lock(&svc.mu);
+    if (!r->frozen) {
+        if (len + 1 > r->cap) {
+            /* keeps the last result (served until every member has it) */
+            char *b = realloc(r->buf, len + 1);
+            if (b == NULL) {
+                *oom = 1;
+                goto out;
+            }
+            r->buf = b;
+            r->cap = len + 1;
+        }
+        r->posted = 1;
+        p = r->buf;
+    }
+out:
+    pthread_mutex_unlock(&svc.mu);
+    return p;
+}
+
+void smr_end(smr_rec_t *r, int ok, size_t len)
+{
+    pthread_mutex_lock(&svc.mu);
+    r->posted = 0;
+    if (ok) {
+        r->done++;
+        r->rlen = len;
+        /* a big buffer no longer needed: give it back */
+        if (r->cap > ((size_t)1 << 20) && r->cap / 4 > len) {
+            char *b = realloc(r->buf, len + 1);
+            if (b != NULL) {
+                r->buf = b;
+                r->cap = len + 1;
+            }
+        }
+    } else {
+        r->frozen = 1;
+    }
+    pthread_mutex_unlock(&svc.mu);
+}
+
+void *smr_result(smr_rec_t *r)
+{
+    return r->buf;
+}
+
+uint64_t smr_done(const smr_rec_t *r)
+{
+    pthread_mutex_lock(&svc.mu);
+    uint64_t d = r->done;
+    pthread_mutex_unlock(&svc.mu);
+    return d;
+}
+
+uint64_t smr_decided(const smr_rec_t *r)
+{
+    pthread_mutex_lock(&svc.mu);
+    uint64_t d = r->decided;
+    pthread_mutex_unlock(&svc.mu);
+    return d;
+}
+
+/* The decision ------------------------------------------------------------------ */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Ask peer p about operation k (and for its result, into *data, if want).
+ * 0: answered; -1: unreachable or garbled. */
+static int ask(const smr_rec_t *r, int p, uint64_t k, int want, answer_t *a,
+               char **data)
+{
+    struct sockaddr_in sa;
+    question_t q;
+    int rc = -1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    set_timeouts(fd);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = r->peers[p].ip;
+    sa.sin_port = r->peers[p].port;
+    memset(&q, 0, sizeof(q));
+    q.magic = htonl(Q_MAGIC);
+    q.version = htonl(VERSION);
+    q.cookie = htobe64(svc.cookie);
+    q.id = htobe64(r->id);
+    q.k = htobe64(k);
+    q.flags = htonl(want ? 1u : 0u);
+    *data = NULL;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        io_all(fd, &q, sizeof(q), 1) != 0 ||
+        io_all(fd, a, sizeof(*a), 0) != 0 || ntohl(a->magic) != A_MAGIC) {
+        goto out;
+    }
+    a->known = ntohl(a->known);
+    a->posted = ntohl(a->posted);
+    a->done = be64toh(a->done);
+    a->decided = be64toh(a->decided);
+    a->len = be64toh(a->len);
+    if (a->len > 0) {
+        if (a->len > ((uint64_t)1 << 40) ||
+            (*data = malloc((size_t)a->len)) == NULL ||
+            io_all(fd, *data, (size_t)a->len, 0) != 0) {
+            free(*data);
+            *data = NULL;
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    close(fd);
+    return rc;
+}
+
+/* Fetch the result of k from a peer that has it: 0, or -1. */
+static int fetch(smr_rec_t *r, int p, uint64_t k, size_t len)
+{
+    answer_t a;
+    char *data;
+    if (ask(r, p, k, 1, &a, &data) != 0) {
+        return -1;
+    }
+    if (!a.known || a.done != k || a.len != len) {
+        free(data);
+        return -1;
+    }
+    pthread_mutex_lock(&svc.mu);
+    if (len > 0) {
+        memcpy(r->buf, data, len); /* smr_begin sized it */
+    }
+    pthread_mutex_unlock(&svc.mu);
+    free(data);
+    return 0;
+}
+
+uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
+                    size_t whylen)
+{
+    uint64_t k, F = 0, end = now_ms() + (uint64_t)timeout_ms;
+    int src = -1, npend = 0, wait_ms = 1;
+    char *pend = NULL;
+
+    pthread_mutex_lock(&svc.mu);
+    r->frozen = 1;
+    r->posted = 0;
+    k = r->done + 1;
+    if (r->decided != 0) {
+        F = r->decided;
+    }
+    if (F == 0 && len + 1 > r->cap) {
+        char *b = realloc(r->buf, len + 1);
+        if (b != NULL) {
+            r->buf = b;
+            r->cap = len + 1;
+        }
+    }
+    int room = r->cap >= len + 1;
+    pthread_mutex_unlock(&svc.mu);
+    if (F != 0) {
+        return F;
+    }
+    if (!room || (pend = calloc((size_t)r->size, 1)) == NULL) {
+        snprintf(why, whylen, "out of memory");
+        return 0;
+    }
+    /* every member is asked at least once (so every one is frozen); the
+     * answer is known once one member completed k (F = k + 1) or is behind
+     * (F = k: it never posts k now), or once every member answered while
+     * outside the group's operations */
+    for (int p = 0; p < r->size; p++) {
+        pend[p] = p != r->rank;
+        npend += pend[p];
+    }
+    uint64_t found = 0; /* F, as soon as known */
+    while (npend > 0) {
+        for (int p = 0; p < r->size; p++) {
+            answer_t a;
+            char *data;
+            if (!pend[p]) {
+                continue;
+            }
+            if (ask(r, p, k, 0, &a, &data) != 0) {
+                snprintf(why, whylen,
+                         "member %d's recovery service is "
+                         "unreachable",
+                         p);
+                continue; /* again, until the deadline */
+            }
+            if (!a.known) {
+                free(data);
+                snprintf(why, whylen, "member %d does not know the group", p);
+                continue;
+            }
+            free(data);
+            if (a.decided != 0 && a.decided != k && a.decided != k + 1) {
+                snprintf(why, whylen,
+                         "member %d decided operation %llu, this one is at "
+                         "%llu: the protocol's assumption does not hold",
+                         p, (unsigned long long)a.decided,
+                         (unsigned long long)k);
+                free(pend);
+                return 0;
+            }
+            if (a.decided != 0) {
+                found = a.decided;
+                src = a.decided == k + 1 ? p : src;
+            } else if (a.done >= k) {
+                found = k + 1;
+                src = p;
+            } else if (a.done + 2 <= k) {
+                found = found ? found : k;
+            } else if (a.posted) {
+                snprintf(why, whylen,
+                         "member %d is still inside operation %llu", p,
+                         (unsigned long long)k);
+                continue; /* its operation will complete or fail */
+            }
+            pend[p] = 0;
+            npend--;
+        }
+        /* after the first sweep every member has been asked, so frozen */
+        if (found != 0 && (found != k + 1 || src >= 0)) {
+            break;
+        }
+        if (npend == 0) {
+            found = k; /* every one outside, none completed k */
+            break;
+        }
+        if (now_ms() >= end) {
+            free(pend);
+            return 0;
+        }
+        poll(NULL, 0, wait_ms);
+        wait_ms = wait_ms < 64 ? wait_ms * 2 : 64;
+    }
+    free(pend);
+    if (found == 0) {
+        found = k;
+    }
+    F = found;
+    if (F == k + 1) {
+        /* the result of k from the member that has it (or any that has) */
+        int ok = src >= 0 && fetch(r, src, k, len) == 0;
+        for (int p = 0; !ok && p < r->size; p++) {
+            ok = p != r->rank && fetch(r, p, k, len) == 0;
+        }
+        if (!ok) {
+            snprintf(why, whylen,
+                     "operation %llu completed at member %d, but its result "
+                     "could not be fetched",
+                     (unsigned long long)k, src);
+            return 0;
+        }
+    }
+    pthread_mutex_lock(&svc.mu);
+    r->decided = F;
+    if (F == k + 1) {
+        r->done = k;
+        r->rlen = len;
+    }
+    pthread_mutex_unlock(&svc.mu);
+    return F;
+}

@@ -1,0 +1,74 @@
+/*
+ * Recovery of a communicator whose sharp group failed (libsharp_mpi,
+ * SHARP_MPI_ON_FAULT=fallback; the protocol is in docs/mpi.md).
+ *
+ * Every sharp operation of a group completes at a member only after every
+ * member contributed to it, and a member contributes to operation k only
+ * after it completed k - 1; so the members' counts of completed operations
+ * differ by at most one.  When a member's operation k fails (or it learns
+ * of a failure before posting k), the first operation F that completed
+ * nowhere is k or k + 1: every operation before F completed at some member,
+ * and only F - 1 can be missing anywhere.  Members decide F by asking each
+ * other's recovery service (a thread of each process, a TCP socket): a
+ * question freezes the member asked (it posts no further operation of that
+ * group) and its answer is final once it is not inside an operation of the
+ * group.  Members that missed F - 1 fetch its result from one that has it
+ * (each member keeps its last result); operations from F on go to PMPI on
+ * every member.  No member's main thread has to answer, so a member that
+ * completed the last operation and went on computing, or blocked in
+ * another MPI call, cannot make the others wait.
+ *
+ * This file uses no MPI: the caller keeps the records' results and calls
+ * in at the start and end of every operation.
+ */
+#ifndef SHARP_MPI_RECOVER_H
+#define SHARP_MPI_RECOVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* a process's recovery service: an IPv4 address and port, network order */
+typedef struct smr_addr {
+    uint32_t ip;
+    uint16_t port;
+    uint16_t pad;
+} smr_addr_t;
+
+/* Start this process's service, bound to ip (dotted; NULL or "": every
+ * address, published as the first address of the host's name); the
+ * requests of other processes must carry cookie.  0 or -1 (errno). */
+int smr_start(const char *ip, uint64_t cookie, smr_addr_t *me);
+void smr_stop(void);
+
+typedef struct smr_rec smr_rec_t;
+
+/* A group's record: id the same on every member, peers[size] the members'
+ * services (this one is rank).  NULL: out of memory. */
+smr_rec_t *smr_rec_new(uint64_t id, int rank, int size,
+                       const smr_addr_t *peers);
+void smr_rec_free(smr_rec_t *r);
+
+/* Operation `done + 1` is about to be posted, its result len bytes: the
+ * buffer to receive it in (the record keeps it), or NULL if the operation
+ * must not be posted (a peer asked: smr_decide; or out of memory: *oom). */
+void *smr_begin(smr_rec_t *r, size_t len, int *oom);
+/* The operation ended: ok, its len-byte result in the buffer smr_begin
+ * gave. */
+void smr_end(smr_rec_t *r, int ok, size_t len);
+/* the buffer of the last result (valid until the next smr_begin) */
+void *smr_result(smr_rec_t *r);
+/* operations completed (through sharp or by fetching a result) */
+uint64_t smr_done(const smr_rec_t *r);
+
+/* The operation done + 1 (k) failed or was not posted: decide, with the
+ * other members, where the group's operations end.  Returns F: k + 1 (k
+ * completed somewhere: its len-byte result is now in smr_result()), k (k
+ * completed nowhere: redo it and everything after without sharp), or 0 if
+ * no decision could be reached within timeout_ms (a member's operation
+ * neither completed nor failed, a service unreachable).  why: a message. */
+uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
+                    size_t whylen);
+/* F, once decided (0 before) */
+uint64_t smr_decided(const smr_rec_t *r);
+
+#endif

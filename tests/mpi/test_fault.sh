@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# libsharp_mpi survives a failed fabric (SHARP_MPI_ON_FAULT=fallback, the
+# default; docs/mpi.md, failure protocol): a stream of 10k mixed
+# allreduce/reduce/bcast/barrier calls on four communicators
+# (tests/mpi/mpi_fault.c, every result checked) while a daemon is killed
+# with SIGKILL: a leaf AN, the top ANs, a member's sharpd, the manager
+# (restarted), a leaf AN between collectives, the top ANs during
+# MPI_Finalize; Open MPI 8 ranks (one and two per host), MPICH. Each job
+# must finish, every result right, the report counting the calls that fell
+# back; each case is bounded.  With SHARP_MPI_ON_FAULT=abort the job
+# aborts naming the failure.
+set -u
+O=${O:-build}
+BIN=$(cd "$O/bin" && pwd)
+LIB=$(cd "$O/lib" && pwd)
+if [ "${SAN:-0}" = 1 ]; then
+    echo "skip: libsharp_mpi is preloaded into uninstrumented MPI programs;" \
+        "run without SAN=1"
+    exit 77
+fi
+command -v mpirun.openmpi >/dev/null || { echo "skip: no Open MPI"; exit 77; }
+DIR=$(mktemp -d /tmp/sharp-test-fault.XXXXXX)
+FAB="$DIR/fabric"
+fabric() { "$BIN/sharp-fabric" --dir "$FAB" "$@"; }
+cleanup() {
+    fabric down >/dev/null 2>&1
+    [ -n "${KEEP_LOGS:-}" ] || rm -rf "$DIR"
+}
+trap cleanup EXIT
+fails=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+"$BIN/sharp-topo" fat-tree --radix 4 --hosts 8 >"$DIR/ft8.ibnd"
+"$BIN/sharp-topo" fat-tree --radix 4 --hosts 4 >"$DIR/ft4.ibnd"
+
+# a fresh fabric of levels (a leaf AN is on the path of its hosts)
+up() {
+    fabric down >/dev/null 2>&1
+    SHARP_AM_FLAT_MAX=0 fabric up "$1" --net "$2" >/dev/null ||
+        { echo "fabric up failed"; return 1; }
+}
+pid_of() { awk -v k="$1" -v n="$2" '$1 == k && $2 ~ n { print $4 }' "$FAB/pids"; }
+
+# the manager killed and started again as it was (command line, environment)
+restart_am() {
+    local pid cmd
+    pid=$(pid_of am sharp_am)
+    mapfile -d '' cmd <"/proc/$pid/cmdline"
+    local env=()
+    mapfile -d '' env <"/proc/$pid/environ"
+    kill -9 "$pid"
+    sleep 1
+    env -i "${env[@]}" setsid "${cmd[@]}" >>"$FAB/logs/am.log" 2>&1 </dev/null &
+    sed -i "s/^am sharp_am \(.*\) $pid\$/am sharp_am \1 $!/" "$FAB/pids"
+}
+
+OMPI=(mpirun.openmpi --allow-run-as-root --oversubscribe
+      --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp)
+
+# job MPI NP OUT ARGS...: the stream in the background ($job)
+job() {
+    local mpi=$1 np=$2 out=$3
+    shift 3
+    if [ "$mpi" = ompi ]; then
+        timeout 150 "${OMPI[@]}" -np "$np" -x LD_LIBRARY_PATH="$LIB" \
+            -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
+            -x SHARP_COLL_LOG_LEVEL=1 -x SHARP_FABRIC_DIR="$FAB" \
+            ${EXTRA:+-x "$EXTRA"} \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_fault_ompi" "$@" \
+            >"$out" 2>&1 &
+    else
+        timeout 150 mpiexec.mpich -n "$np" -genv LD_LIBRARY_PATH "$LIB" \
+            -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so" \
+            -genv SHARP_MPI_VERBOSE 1 -genv SHARP_COLL_LOG_LEVEL 1 \
+            -genv SHARP_FABRIC_DIR "$FAB" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_fault_mpich" "$@" \
+            >"$out" 2>&1 &
+    fi
+    jobpid=$!
+}
+
+wait_file() { # FILE SECONDS
+    local t
+    for t in $(seq $(($2 * 10))); do
+        [ -e "$1" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# the report's counts: offloaded and fallen back, summed over collectives
+counts() {
+    awk '$1 == "sharp_mpi:" && $2 ~ /^MPI_/ { o += $3; f += $5 }
+         END { print o + 0, f + 0 }' "$1"
+}
+
+# verdict NAME RC OUT [nofault]: the stream right, offloaded before, and
+# (unless nofault) some calls fell back after the fault
+verdict() {
+    local name=$1 rc=$2 out=$3 o f rec
+    read -r o f < <(counts "$out")
+    rec=$(grep -o 'recovery: .*' "$out" | head -1)
+    if [ "$rc" = 0 ] && grep -q "every result right" "$out" &&
+        ! grep -q WRONG "$out" && [ "$o" -gt 0 ] &&
+        { [ "${4:-}" = nofault ] || [ "$f" -gt 0 ]; }; then
+        ok "$name: every result right in $SECONDS_CASE s; $o calls offloaded, $f on MPI${rec:+; $rec}"
+    else
+        bad "$name (exit $rc, $o offloaded, $f fell back)"
+        grep -v '^\s*$' "$out" | tail -25
+    fi
+}
+
+# mid NAME MPI NP TOPO NET ACTION: kill during the stream (after call 1500)
+mid() {
+    local name=$1 mpi=$2 np=$3 topo=$4 net=$5 action=$6 out="$DIR/$1.out"
+    local t0=$SECONDS
+    up "$topo" "$net" || { bad "$name: fabric"; return; }
+    rm -f "$DIR/sig"
+    job "$mpi" "$np" "$out" --signal-at 1500 "$DIR/sig"
+    if wait_file "$DIR/sig" 90; then
+        eval "$action"
+    else
+        echo "  ($name: the stream never reached call 1500)"
+    fi
+    wait $jobpid
+    local rc=$?
+    SECONDS_CASE=$((SECONDS - t0)) verdict "$name" $rc "$out" "${7:-}"
+}
+
+mid "leaf AN killed (Open MPI, 8 ranks)" ompi 8 "$DIR/ft8.ibnd" 127.33 \
+    'kill -9 $(pid_of an leaf02)'
+mid "top ANs killed (Open MPI, 8 ranks)" ompi 8 "$DIR/ft8.ibnd" 127.33 \
+    'kill -9 $(pid_of an spine)'
+mid "a member's sharpd killed (Open MPI, 8 ranks)" ompi 8 "$DIR/ft8.ibnd" 127.33 \
+    'kill -9 $(awk "\$1 == \"sharpd\" { n++; if (n == 4) print \$4 }" "$FAB/pids")'
+mid "manager killed and restarted (Open MPI, 8 ranks)" ompi 8 "$DIR/ft8.ibnd" 127.33 \
+    'restart_am'
+mid "leaf AN killed, 2 ranks per host (Open MPI, 8 ranks, 4 hosts)" ompi 8 \
+    "$DIR/ft4.ibnd" 127.34 'kill -9 $(pid_of an leaf02)'
+mid "top ANs killed (MPICH, 2 ranks)" mpich 2 "$DIR/ft8.ibnd" 127.33 \
+    'kill -9 $(pid_of an spine)'
+
+# between collectives: every rank outside MPI when the leaf AN dies
+name="leaf AN killed between collectives (Open MPI, 8 ranks)"
+t0=$SECONDS
+up "$DIR/ft8.ibnd" 127.33
+rm -f "$DIR/go" "$DIR/go.paused"
+job ompi 8 "$DIR/between.out" --calls 6000 --pause-at 3000 "$DIR/go"
+if wait_file "$DIR/go.paused" 90; then
+    kill -9 $(pid_of an leaf02)
+    sleep 1
+fi
+touch "$DIR/go"
+wait $jobpid
+SECONDS_CASE=$((SECONDS - t0)) verdict "$name" $? "$DIR/between.out"
+
+# during MPI_Finalize: the results are in; finalize must not hang
+name="top ANs killed during MPI_Finalize (Open MPI, 8 ranks)"
+t0=$SECONDS
+up "$DIR/ft8.ibnd" 127.33
+rm -f "$DIR/fin"
+job ompi 8 "$DIR/fin.out" --calls 2000 --finalize "$DIR/fin"
+wait_file "$DIR/fin" 90 && kill -9 $(pid_of an spine)
+wait $jobpid
+SECONDS_CASE=$((SECONDS - t0)) verdict "$name" $? "$DIR/fin.out" nofault
+
+# SHARP_MPI_ON_FAULT=abort: the job aborts naming the failure, no hang
+t0=$SECONDS
+up "$DIR/ft8.ibnd" 127.33
+rm -f "$DIR/sig"
+EXTRA=SHARP_MPI_ON_FAULT=abort job ompi 8 "$DIR/abort.out" --signal-at 1500 "$DIR/sig"
+wait_file "$DIR/sig" 90 && kill -9 $(pid_of an leaf02)
+wait $jobpid
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "failed in the network" "$DIR/abort.out" &&
+    ! grep -q "WRONG" "$DIR/abort.out"; then
+    ok "SHARP_MPI_ON_FAULT=abort: the job aborted in $((SECONDS - t0)) s with the failure named"
+else
+    bad "SHARP_MPI_ON_FAULT=abort (exit $rc)"; tail -20 "$DIR/abort.out"
+fi
+
+[ $fails -eq 0 ]
