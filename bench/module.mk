@@ -57,8 +57,9 @@ $(BENCH_MPI_LAYER): bench/mpi_layer.c | $(DEPS_STAMP)
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -fvisibility=default -shared -o $@ $< -ldl
 
 .PHONY: bench-mpi
-bench-mpi: $(BENCH_MPI_LAT) $(BENCH_MPI_LAYER) $(SHARP_MPI_OMPI) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
+bench-mpi: $(BENCH_MPI_LAT) $(BENCH_MPI_LAYER) $(SHARP_MPI_OMPI) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO) $(MPI_FAULT_OMPI)
 	$(Q)bash bench/mpi.sh $(O)
+	$(Q)bash bench/mpi_fault.sh $(O)
 
 # The aggregation node's latency and message rate, members emulated.
 BENCH_AN := $(BINDIR)/bench_an

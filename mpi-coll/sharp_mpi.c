@@ -23,12 +23,12 @@
  * Failure protocol (docs/mpi.md): creating a group is agreed by all members
  * (the library's comm_init returns one answer everywhere); a communicator
  * whose group cannot be created uses PMPI from then on, everywhere.  A
- * collective that fails after its group was up cannot be completed safely:
- * other ranks may already have returned from it with the result and never
- * call again, so no agreement can be waited for without risking a hang.  The
- * rank that sees the failure aborts the job with a message naming the failed
- * component (the AN, sharpd or manager's reason); no rank hangs and no wrong
- * result is ever returned.
+ * collective that fails after its group was up is recovered
+ * (SHARP_MPI_ON_FAULT=fallback, recover.h): the members agree, through a
+ * recovery service of each process, on the first operation that completed
+ * nowhere; the one before it is fetched from a member that kept it by
+ * those that missed it, and from it on the communicator uses PMPI on every
+ * rank.  With SHARP_MPI_ON_FAULT=abort the job aborts naming the failure.
  *
  * Datatypes (docs/mpi.md): a reduction is offloaded for a predefined type
  * and predefined op that MPI defines on it and sharp computes exactly as
