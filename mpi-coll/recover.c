@@ -20,6 +20,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,7 +218,13 @@ int smr_start(const char *ip, uint64_t cookie, smr_addr_t *me)
                                                      : host_ip();
     me->port = sa.sin_port;
     me->pad = 0;
-    if (pthread_create(&svc.thread, NULL, service, NULL) != 0) {
+    /* the thread takes no signal meant for the program's own threads */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&svc.thread, NULL, service, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
         goto fail;
     }
     svc.running = 1;
