@@ -75,6 +75,7 @@ static struct {
     int allreduce, reduce, barrier, bcast;
     int fallback;             /* SHARP_MPI_ON_FAULT: 1 fallback, 0 abort */
     long recovery_timeout_ms; /* SHARP_MPI_RECOVERY_TIMEOUT */
+    long regroup_calls;       /* SHARP_MPI_REGROUP_CALLS */
 } cfg;
 
 static long env_long(const char *name, long dflt)
@@ -111,6 +112,7 @@ static void cfg_load(void)
     cfg.barrier = (int)env_long("SHARP_MPI_BARRIER", 1);
     cfg.bcast = (int)env_long("SHARP_MPI_BCAST", 1);
     cfg.recovery_timeout_ms = env_long("SHARP_MPI_RECOVERY_TIMEOUT", 30000);
+    cfg.regroup_calls = env_long("SHARP_MPI_REGROUP_CALLS", 1000);
     const char *f = getenv("SHARP_MPI_ON_FAULT");
     cfg.fallback = 1;
     if (f != NULL && !strcmp(f, "abort")) {
@@ -141,7 +143,7 @@ static struct {
     /* recovery: every process's service (world ranks), and what it did */
     int svc;
     smr_addr_t *addrs;
-    unsigned long long fallen, fetched, redone, recovery_us_max;
+    unsigned long long fallen, fetched, redone, regrouped, recovery_us_max;
 } g = {.keyval = MPI_KEYVAL_INVALID};
 
 typedef struct comm_state {
@@ -158,6 +160,10 @@ typedef struct comm_state {
     smr_rec_t *rec;
     int recoverable; /* every member's service is known */
     int had_group;   /* the same on every rank */
+    /* fallen back to PMPI: eligible calls since, and when to try a new
+     * group (SHARP_MPI_REGROUP_CALLS, doubled after each failed try) */
+    int fell;
+    unsigned long since, retry_at;
     MPI_Comm all;
     struct comm_state *next, **prev; /* every live state, for finalize */
 } comm_state_t;
@@ -203,35 +209,42 @@ static int oob_gather(void *ctx, int root, void *sbuf, void *rbuf, int len)
 
 /* Init and finalize ------------------------------------------------------------ */
 
-static int comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
+/* What comm_setup made, undone: the group left, the record dropped (after
+ * a barrier: a member may still be fetching a result from it), the
+ * private communicators freed. */
+static void comm_teardown(comm_state_t *s)
 {
-    comm_state_t *s = attr;
-    (void)comm;
-    (void)keyval;
-    (void)extra;
     if (s->sc != NULL) {
         sharp_coll_comm_destroy(s->sc);
+        s->sc = NULL;
     }
     if (s->all != MPI_COMM_NULL) {
-        /* a member whose last operation failed may still fetch its result
-         * from this one: keep the record until every rank is here */
         if (g.svc && s->had_group) {
             PMPI_Barrier(s->all);
         }
         PMPI_Comm_free(&s->all);
     }
     smr_rec_free(s->rec);
-    if (s->oob != MPI_COMM_NULL) {
-        PMPI_Comm_free(&s->oob);
-    }
-    if (s->node != MPI_COMM_NULL) {
-        PMPI_Comm_free(&s->node);
-    }
-    if (s->leaders != MPI_COMM_NULL) {
-        PMPI_Comm_free(&s->leaders);
+    s->rec = NULL;
+    MPI_Comm *cs[] = {&s->oob, &s->node, &s->leaders};
+    for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+        if (*cs[i] != MPI_COMM_NULL) {
+            PMPI_Comm_free(cs[i]);
+        }
     }
     free(s->node_of);
     free(s->rank_in_node);
+    s->node_of = s->rank_in_node = NULL;
+    s->use = s->hier = s->had_group = 0;
+}
+
+static int comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
+{
+    comm_state_t *s = attr;
+    (void)comm;
+    (void)keyval;
+    (void)extra;
+    comm_teardown(s);
     if (s->prev != NULL) {
         *s->prev = s->next;
         if (s->next != NULL) {
@@ -349,8 +362,10 @@ static void report(void)
                 MPI_COMM_WORLD);
     PMPI_Reduce(g.bytes, b, C_N * 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
                 MPI_COMM_WORLD);
-    unsigned long long mine[4] = {g.fallen, g.fetched, g.redone, 0}, rec[4];
-    PMPI_Reduce(mine, rec, 3, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
+    unsigned long long mine[5] = {g.fallen, g.fetched, g.redone, 0,
+                                  g.regrouped},
+                       rec[5];
+    PMPI_Reduce(mine, rec, 5, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
                 MPI_COMM_WORLD);
     PMPI_Reduce(&g.recovery_us_max, &rec[3], 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
                 0, MPI_COMM_WORLD);
@@ -369,8 +384,9 @@ static void report(void)
         fprintf(stderr,
                 "sharp_mpi: recovery: %llu communicator(s) fell back to MPI "
                 "(counted by each rank), %llu result(s) fetched from another "
-                "member, %llu call(s) redone on MPI, longest %.1f ms\n",
-                rec[0], rec[1], rec[2], (double)rec[3] / 1000.0);
+                "member, %llu call(s) redone on MPI, longest %.1f ms; "
+                "%llu group(s) made again\n",
+                rec[0], rec[1], rec[2], (double)rec[3] / 1000.0, rec[4]);
     }
 }
 
@@ -582,6 +598,28 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
     }
 }
 
+/* A communicator that fell back to PMPI tries a new group (every rank at
+ * the same call: the same number of eligible calls since the fall). */
+static void regroup(comm_state_t *s, MPI_Comm comm)
+{
+    unsigned long next =
+        s->retry_at < (1ul << 24) ? 2 * s->retry_at : s->retry_at;
+    comm_teardown(s);
+    comm_setup(s, comm);
+    s->since = 0;
+    if (s->use) {
+        s->fell = 0;
+        s->retry_at = (unsigned long)cfg.regroup_calls;
+        g.regrouped++;
+        if (s->rank == 0) {
+            note(1, "a communicator of %d ranks has a sharp group again",
+                 s->size);
+        }
+    } else {
+        s->retry_at = next;
+    }
+}
+
 /* The communicator's state, set up on first use; NULL: use PMPI. */
 static comm_state_t *comm_sharp(MPI_Comm comm)
 {
@@ -593,6 +631,10 @@ static comm_state_t *comm_sharp(MPI_Comm comm)
     }
     PMPI_Comm_get_attr(comm, g.keyval, &s, &found);
     if (found) {
+        if (!s->use && s->fell && cfg.regroup_calls > 0 &&
+            ++s->since >= s->retry_at) {
+            regroup(s, comm);
+        }
         return s->use ? s : NULL;
     }
     s = calloc(1, sizeof(*s));
@@ -1083,6 +1125,9 @@ static void fell_back(comm_state_t *st, MPI_Comm comm)
     (void)comm;
     if (st->use) {
         st->use = 0;
+        st->fell = 1;
+        st->since = 0;
+        st->retry_at = (unsigned long)cfg.regroup_calls;
         g.fallen++;
         if (st->rank == 0) {
             note(1,
