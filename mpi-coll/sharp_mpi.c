@@ -1032,6 +1032,10 @@ typedef struct op_args {
     struct sharp_coll_reduce_spec *spec; /* reductions: all but rbuf */
     const void *bsrc;                    /* bcast: the data, at the root */
     int broot;                           /* bcast: the root in the group */
+    /* without recovery (SHARP_MPI_ON_FAULT=abort): the result goes
+     * straight to direct (NULL: nowhere, a reduce's non-root) */
+    void *direct;
+    int root; /* a reduce's root (< 0: an allreduce) */
 } op_args_t;
 
 enum { OP_OK, OP_REDO };
@@ -1042,7 +1046,7 @@ static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
     switch (a->kind) {
     case C_BARRIER: return sharp_coll_do_barrier(st->sc);
     case C_BCAST:
-        if (a->bsrc != NULL) {
+        if (a->bsrc != NULL && a->bsrc != buf) {
             memcpy(buf, a->bsrc, len);
         }
         memset(&bs, 0, sizeof(bs));
@@ -1052,6 +1056,10 @@ static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
         return sharp_coll_do_bcast(st->sc, &bs);
     default:
         a->spec->rbuf_desc = desc_of(buf, len);
+        if (a->root >= 0 && buf == a->direct) {
+            a->spec->root = a->root; /* only the root keeps the result */
+            return sharp_coll_do_reduce(st->sc, a->spec);
+        }
         return sharp_coll_do_allreduce(st->sc, a->spec);
     }
 }
@@ -1074,6 +1082,18 @@ static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
 {
     int oom, rc;
     char why[200] = "";
+    if (!cfg.fallback || !st->recoverable) {
+        /* no record to keep: the result straight where it goes */
+        if (a->direct == NULL && a->root < 0 && a->kind != C_BARRIER) {
+            fail(comm, what, SHARP_COLL_EINVAL); /* cannot happen */
+        }
+        rc = post_op(st, a, a->direct, len);
+        if (rc != SHARP_COLL_SUCCESS) {
+            fail(comm, what, rc);
+        }
+        *res = a->direct;
+        return OP_OK;
+    }
     uint64_t before = smr_done(st->rec);
     char *buf = smr_begin(st->rec, len, &oom);
     if (oom) {
@@ -1187,7 +1207,7 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
         loc_pack(sbuf, ps, n, &m);
         src = ps;
     }
-    op_args_t a = {C_ALLREDUCE, &spec, NULL, 0};
+    op_args_t a = {C_ALLREDUCE, &spec, NULL, 0, NULL, -1};
     char *res = NULL;
     int how = OP_OK;
     if (st->hier) {
@@ -1205,6 +1225,7 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
         if (st->node_rank == 0) {
             node_fold(st, &d, all, ns, bytes, pr, comm);
             spec.sbuf_desc = desc_of(pr, bytes);
+            a.direct = pr; /* in place, without recovery */
             how = run_op(st, comm, coll_names[kind], bytes, &a, &res);
         }
         PMPI_Bcast(&how, 1, MPI_INT, 0, st->node);
@@ -1229,10 +1250,16 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
             }
         }
     } else {
-        /* an allreduce on every rank, a reduce too (the same operation on
-         * the tree): every member keeps the result, for a member that
-         * missed it (docs/mpi.md, failure protocol) */
+        /* with recovery an allreduce on every rank, a reduce too (the same
+         * operation on the tree): every member keeps the result, for a
+         * member that missed it (docs/mpi.md, failure protocol); without,
+         * straight into the receive buffer, at the root only */
         spec.sbuf_desc = desc_of((void *)src, bytes);
+        a.root = root;
+        if (keep) {
+            a.direct =
+                m.packed ? (pr = xmalloc(bytes, comm, coll_names[kind])) : rbuf;
+        }
         how = run_op(st, comm, coll_names[kind], bytes, &a, &res);
     }
     if (how == OP_OK && keep && res != rbuf) {
@@ -1299,7 +1326,7 @@ API int MPI_Barrier(MPI_Comm comm)
 {
     comm_state_t *st = cfg.barrier ? comm_sharp(comm) : NULL;
     if (st != NULL) {
-        op_args_t a = {C_BARRIER, NULL, NULL, 0};
+        op_args_t a = {C_BARRIER, NULL, NULL, 0, NULL, -1};
         char *res;
         int how = OP_OK;
         if (st->hier) { /* the node in, the leaders, the node out */
@@ -1326,7 +1353,7 @@ API int MPI_Barrier(MPI_Comm comm)
 static int bcast_bytes(comm_state_t *st, char *p, int len, int root,
                        MPI_Comm comm)
 {
-    op_args_t a = {C_BCAST, NULL, NULL, root};
+    op_args_t a = {C_BCAST, NULL, NULL, root, p, -1};
     char *res = NULL;
     int how = OP_OK;
     if (st->hier) {
@@ -1341,7 +1368,7 @@ static int bcast_bytes(comm_state_t *st, char *p, int len, int root,
             a.broot = lroot;
             a.bsrc = st->node_of[st->rank] == lroot ? p : NULL;
             how = run_op(st, comm, "MPI_Bcast", (size_t)len, &a, &res);
-            if (how == OP_OK && a.bsrc == NULL) {
+            if (how == OP_OK && a.bsrc == NULL && res != p) {
                 memcpy(p, res, (size_t)len);
             }
         }
@@ -1352,7 +1379,7 @@ static int bcast_bytes(comm_state_t *st, char *p, int len, int root,
     } else {
         a.bsrc = st->rank == root ? p : NULL;
         how = run_op(st, comm, "MPI_Bcast", (size_t)len, &a, &res);
-        if (how == OP_OK && a.bsrc == NULL) {
+        if (how == OP_OK && a.bsrc == NULL && res != p) {
             memcpy(p, res, (size_t)len);
         }
     }
