@@ -6,6 +6,7 @@ COMMON_SRCS := \
 	common/time.c \
 	common/reduce.c \
 	common/wire.c \
+	common/exact.c \
 	common/config.c \
 	common/net.c \
 	common/conn.c \

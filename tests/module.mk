@@ -7,6 +7,9 @@ TESTS += $(UNIT_TESTS)
 $(TESTDIR)/unit/%: $(OBJDIR)/tests/unit/%.o $(AM_LIB) $(COMMON_LIB)
 	$(call link_prog,$(CMOCKA_LIBS))
 
+# exact sums checked against MPFR
+$(TESTDIR)/unit/common/test_exact: CMOCKA_LIBS += -lmpfr -lgmp
+
 # Integration tests of the aggregation node: real processes on loopback.
 AN_MEMBER := $(TESTDIR)/an/an_member
 AN_TREE_TEST := $(TESTDIR)/an/test_an_tree
