@@ -49,6 +49,15 @@ $(COLL_TEST): $(OBJDIR)/tests/coll/test_coll.o $(COLL_SO) $(COMMON_LIB) \
 		$(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
 	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS))
 
+# exact sums over three fabric shapes, checked against MPFR
+EXACT_COLL_TEST := $(TESTDIR)/coll/test_exact_coll
+TESTS += $(EXACT_COLL_TEST)
+
+$(EXACT_COLL_TEST): $(OBJDIR)/tests/coll/test_exact_coll.o $(COLL_SO) \
+		$(COMMON_LIB) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) \
+		$(SHARP_TOPO) $(SHARPCTL)
+	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS) -lmpfr -lgmp)
+
 # the same over a fabric whose ANs speak shm
 TEST_SCRIPTS += tests/coll/coll_shm.sh
 
