@@ -187,7 +187,7 @@ static json_t *list_groups(shp_am_t *am, const json_t *req)
         }
         json_array_append_new(
             a,
-            json_pack("{s:I, s:o, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:I, s:I}",
+            json_pack("{s:I, s:I, s:o, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:I}",
                       "exact_ops", exact, "group_id", (json_int_t)g->id,
                       "job_id", shp_json_u64(g->job->id), "tree_id", g->tree,
                       "state", g->state == AM_GROUP_UP ? "up" : "configuring",

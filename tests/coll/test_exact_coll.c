@@ -147,6 +147,7 @@ typedef struct cfg {
     int host[NC];
     int contrib[NC][2];
     uint64_t job;
+    int check_ctl; /* look at `sharpctl groups` */
 } cfg_t;
 
 static int m_exact(int rank, void *arg)
@@ -256,6 +257,27 @@ static int m_exact(int rank, void *arg)
             }
         }
     }
+    /* the group's exact operations in `sharpctl groups` (the manager
+     * polls the ANs every 200 ms here) */
+    if (cf->check_ctl) {
+        int seen = 0;
+        if (rank == 0) {
+            for (int k = 0; k < 50 && !seen; k++) {
+                seen = sh("%s/sharpctl --socket %s/am.sock groups --json | "
+                          "jq -e '[.[] | select(.exact_ops >= 16)] | "
+                          "length == 1' >/dev/null",
+                          bindir, fabdir) == 0;
+                if (!seen) {
+                    usleep(100000);
+                }
+            }
+            if (seen) {
+                sh("%s/sharpctl --socket %s/am.sock groups", bindir, fabdir);
+            }
+        }
+        CHECK(hub_bcast(&world_oob, &seen, sizeof(seen), 0) == 0, "bcast");
+        CHECK(seen, "no group with its exact operations in sharpctl groups");
+    }
     /* unsupported: exact sums of integers, reduce-scatter */
     {
         struct sharp_coll_reduce_spec sp;
@@ -304,7 +326,9 @@ static void run_all(void)
         cf.contrib[r][0] = r;
     }
     cf.job = next_job++;
+    cf.check_ctl = 1;
     run_cfg(&cf);
+    cf.check_ctl = 0;
     /* 16 members, hosts and contributions permuted */
     cf.name = "16 members permuted";
     for (int r = 0; r < NC; r++) {
