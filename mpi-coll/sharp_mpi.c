@@ -72,6 +72,9 @@ static struct {
     int allreduce, reduce, barrier, bcast;
 } cfg;
 
+/* SHARP_MPI_REPRODUCIBLE=1: floating-point MPI_SUM exact (docs/mpi.md) */
+static int cfg_reproducible;
+
 static long env_long(const char *name, long dflt)
 {
     const char *v = getenv(name);
@@ -105,6 +108,7 @@ static void cfg_load(void)
     cfg.reduce = (int)env_long("SHARP_MPI_REDUCE", 1);
     cfg.barrier = (int)env_long("SHARP_MPI_BARRIER", 1);
     cfg.bcast = (int)env_long("SHARP_MPI_BCAST", 1);
+    cfg_reproducible = (int)env_long("SHARP_MPI_REPRODUCIBLE", 0);
 }
 
 /* State ------------------------------------------------------------------------ */
@@ -864,6 +868,13 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     spec.tag_dtype = (enum sharp_datatype)m.tag;
     spec.op = (enum sharp_reduce_op)sop;
     spec.length = ns;
+    /* reproducible: float and double sums (complex ones too) exact, the
+     * same bits for any placement; the node-local step adds exactly too */
+    int exact = cfg_reproducible && sop == SHARP_OP_SUM &&
+                (m.sdt == SHARP_DTYPE_FLOAT || m.sdt == SHARP_DTYPE_DOUBLE);
+    if (exact) {
+        spec.op = SHARP_OP_SUM_EXACT;
+    }
     int rc = SHARP_COLL_SUCCESS;
 
     if (m.packed) {
@@ -883,7 +894,11 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
         }
         PMPI_Gather(src, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0,
                     st->node);
-        if (st->node_rank == 0) {
+        if (st->node_rank == 0 && exact) { /* no rounding in the node */
+            spec.sbuf_desc = desc_of(all, (size_t)st->node_size * bytes);
+            spec.rbuf_desc = desc_of(pr, bytes);
+            rc = sharp_coll_do_allreduce_exact_n(st->sc, &spec, st->node_size);
+        } else if (st->node_rank == 0) {
             node_fold(st, &d, all, ns, bytes, pr, comm);
             spec.sbuf_desc = desc_of(pr, bytes);
             spec.rbuf_desc = desc_of(pr, bytes);

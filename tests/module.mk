@@ -63,6 +63,8 @@ TEST_SCRIPTS += tests/coll/coll_shm.sh
 
 # libsharp_mpi under Open MPI and MPICH through a sharp-fabric.
 TEST_SCRIPTS += tests/mpi/test_mpi.sh
+# exact sums under MPI: the same bits for any placement
+TEST_SCRIPTS += tests/mpi/test_exact_mpi.sh
 
 # sharpctl against a running fabric.
 TEST_SCRIPTS += tests/cli/test_sharpctl.sh
