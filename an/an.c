@@ -740,7 +740,7 @@ static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         an->stats.err_malformed++;
         shp_an_op_error(g, hdr, SHP_ERR_PROTO,
                         "malformed exact-mode accumulator: a lane beyond "
-                        "+-2^52");
+                        "[-2^52, 2^52)");
         return;
     }
     s = &g->slots[hdr->seq % g->nslots];

@@ -338,15 +338,29 @@ void shp_exact_decode(const shp_exact_layout_t *lay, const int64_t *lanes,
     }
 }
 
+/* non-zero if v is outside [-2^52, 2^52 - 1]: v + 2^52 (mod 2^64) is
+ * below 2^53 exactly for those; adds and shifts only, so that it
+ * vectorizes with SSE2 (which has no 64-bit compare) */
+static inline uint64_t lane_over(int64_t v)
+{
+    return ((uint64_t)v + ((uint64_t)SHP_EXACT_LANE_MAX + 1)) >> 53;
+}
+
 int shp_exact_lanes_ok(const void *lanes, size_t n)
 {
-    const uint8_t *p = lanes;
-    uint64_t worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        int64_t v;
-        memcpy(&v, p + i * sizeof(v), sizeof(v));
-        uint64_t a = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-        worst = a > worst ? a : worst;
+    uint64_t over = 0;
+    if (((uintptr_t)lanes & (sizeof(int64_t) - 1)) == 0) {
+        const int64_t *p = lanes; /* the usual case: vectorized */
+        for (size_t i = 0; i < n; i++) {
+            over |= lane_over(p[i]);
+        }
+    } else {
+        const uint8_t *p = lanes;
+        for (size_t i = 0; i < n; i++) {
+            int64_t v;
+            memcpy(&v, p + i * sizeof(v), sizeof(v));
+            over |= lane_over(v);
+        }
     }
-    return worst <= (uint64_t)SHP_EXACT_LANE_MAX;
+    return over == 0;
 }

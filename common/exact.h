@@ -37,10 +37,12 @@
 #define SHP_EXACT_WIN_LANES 3
 #define SHP_EXACT_HAS_SPECIAL 1 /* an infinity or a NaN */
 #define SHP_EXACT_HAS_NEGZERO 2 /* a -0 */
-/* A lane one sender may put on the wire: its own contributions' 32-bit
- * limbs summed, at most 2^20 contributions.  Anything larger is refused
- * (by the AN, SHP_ERR_PROTO) as a malformed accumulator. */
-#define SHP_EXACT_LANE_MAX ((int64_t)1 << 52)
+/* A lane one sender may put on the wire lies in [-2^52, 2^52 - 1]: its own
+ * contributions' 32-bit limbs summed, at most 2^20 contributions, or an
+ * AN's sum over at most 2^20 below it.  Anything else is refused (by the
+ * AN, SHP_ERR_PROTO) as a malformed accumulator; so an AN's fold of fewer
+ * than 2^11 children cannot overflow an int64 lane. */
+#define SHP_EXACT_LANE_MAX (((int64_t)1 << 52) - 1)
 /* most lanes per element: f64's full window (66 limbs) and 4 more */
 #define SHP_EXACT_LANES_MAX 255
 
@@ -86,7 +88,8 @@ SHP_WUR shp_status_t shp_exact_encode(const shp_exact_layout_t *lay,
 void shp_exact_decode(const shp_exact_layout_t *lay, const int64_t *lanes,
                       size_t count, void *out);
 
-/* Are all lanes within +-SHP_EXACT_LANE_MAX?  (What an AN checks.) */
+/* Are all lanes within [-SHP_EXACT_LANE_MAX - 1, SHP_EXACT_LANE_MAX]?
+ * (What an AN checks.) */
 int shp_exact_lanes_ok(const void *lanes, size_t n); /* any alignment */
 
 #endif

@@ -349,8 +349,15 @@ static void test_layouts(void **state)
     assert_int_equal(shp_exact_encode(&lay, &bs, 1, 1, lanes),
                      SHP_ERR_INVALID_PARAM);
     /* the AN's bound on a lane */
-    int64_t l[3] = {SHP_EXACT_LANE_MAX, -SHP_EXACT_LANE_MAX, 0};
+    int64_t l[3] = {SHP_EXACT_LANE_MAX, -SHP_EXACT_LANE_MAX - 1, 0};
     assert_true(shp_exact_lanes_ok(l, 3));
+    l[1] = -SHP_EXACT_LANE_MAX - 2;
+    assert_false(shp_exact_lanes_ok(l, 3));
+    l[1] = INT64_MAX;
+    assert_false(shp_exact_lanes_ok(l, 3));
+    l[1] = -1;
+    assert_true(shp_exact_lanes_ok(l, 3));
+    assert_true(shp_exact_lanes_ok((const char *)l + 4, 2)); /* unaligned */
     l[2] = SHP_EXACT_LANE_MAX + 1;
     assert_false(shp_exact_lanes_ok(l, 3));
     l[2] = INT64_MIN;
