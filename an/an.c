@@ -739,7 +739,7 @@ static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         !shp_exact_lanes_ok(payload, hdr->payload_len / sizeof(int64_t))) {
         an->stats.err_malformed++;
         shp_an_op_error(g, hdr, SHP_ERR_PROTO,
-                        "malformed exact-mode accumulator: a lane beyond "
+                        "malformed exact-mode accumulator: a lane outside "
                         "[-2^52, 2^52)");
         return;
     }

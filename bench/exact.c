@@ -37,7 +37,7 @@ static const size_t sizes[NSIZES] = {8, 64, 512, 4096};
 static const char *const mode_names[NMODES] = {
     "sum", "exact 1 pass", "exact 2 passes", "exact default"};
 /* SHARP_COLL_EXACT_ONE_PASS_MAX per mode */
-static const char *const one_pass[NMODES] = {"4k", "1m", "0", "4k"};
+static const char *const one_pass[NMODES] = {"8k", "1m", "0", "8k"};
 static char bindir[512], dir[64];
 static int result_fd;
 

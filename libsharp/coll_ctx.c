@@ -88,7 +88,7 @@ static const shp_config_opt_t coll_opts[] = {
     {"connect_timeout", "5s",
      "longest wait to reach sharpd or to join at the leaf AN",
      offsetof(coll_cfg_t, connect_timeout_ms), &shp_cfg_time},
-    {"exact_one_pass_max", "4k",
+    {"exact_one_pass_max", "8k",
      "SHARP_OP_SUM_EXACT: carry the type's whole range in one pass when "
      "that payload is at most this many bytes, else agree on the "
      "exponent window first (two passes); the result is the same",
