@@ -7,6 +7,7 @@
 #   make check           build and run every test suite
 #   make SAN=1 check     the same under AddressSanitizer + UBSan (O=build/san)
 #   make bench-reduce    reduction-engine throughput benchmark
+#   make bench-exact     exact (SHARP_OP_SUM_EXACT) vs normal sums
 #   make install         PREFIX=/usr/local DESTDIR= (SYSCONFDIR, RUNSTATEDIR: see below)
 #   make deps            install (or print how to install) build dependencies
 #   make format-check    clang-format conformance, as run by CI

@@ -175,13 +175,23 @@ static json_t *list_groups(shp_am_t *am, const json_t *req)
                               : json_string(am->ans[g->an_of[ga->parent]].name),
                           "children", ga->nchildren, "top", i == 0));
         }
+        /* exact-mode operations: counted by the group's top AN, as of
+         * its last stats answer */
+        json_int_t exact = 0;
+        if (g->plan.nans > 0) {
+            char key[16];
+            snprintf(key, sizeof(key), "%u", (unsigned)g->id);
+            exact = json_integer_value(json_object_get(
+                json_object_get(am->ans[g->an_of[0]].counters, "exact_ops"),
+                key));
+        }
         json_array_append_new(
             a,
-            json_pack("{s:I, s:o, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:I}",
-                      "group_id", (json_int_t)g->id, "job_id",
-                      shp_json_u64(g->job->id), "tree_id", g->tree, "state",
-                      g->state == AM_GROUP_UP ? "up" : "configuring", "members",
-                      g->plan.nmembers, "ans", ans, "dist",
+            json_pack("{s:I, s:I, s:o, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:I}",
+                      "exact_ops", exact, "group_id", (json_int_t)g->id,
+                      "job_id", shp_json_u64(g->job->id), "tree_id", g->tree,
+                      "state", g->state == AM_GROUP_UP ? "up" : "configuring",
+                      "members", g->plan.nmembers, "ans", ans, "dist",
                       shp_am_dists[g->dist - 1], "mcast_addr", g->mcast_addr,
                       "osts", (int)g->osts, "payload", (json_int_t)g->payload));
     }

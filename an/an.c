@@ -13,6 +13,7 @@
 #include "an/an.h"
 
 #include "common/ctl.h"
+#include "common/exact.h"
 #include "common/log.h"
 #include "common/time.h"
 
@@ -578,6 +579,7 @@ static void shp_an_result_hdr(const shp_an_group_t *g, const shp_an_slot_t *s,
     shp_wire_hdr_init_agg(h, SHP_WIRE_OP_AGG_RESULT, g->tree_id, g->id, s->seq,
                           &s->desc, s->count);
     h->flags = (uint16_t)(s->flags | flags);
+    h->lanes = s->lanes;
     h->payload_len = s->len;
 }
 
@@ -630,6 +632,7 @@ static void shp_an_fold_done(shp_an_group_t *g, shp_an_slot_t *s)
     g->folded++;
     g->ops++;
     g->bytes += s->len;
+    g->exact_ops += (s->flags & SHP_WIRE_F_EXACT) != 0;
     g->an->stats.ops++;
     if (g->is_top) {
         shp_an_distribute(g, s, 0);
@@ -639,6 +642,7 @@ static void shp_an_fold_done(shp_an_group_t *g, shp_an_slot_t *s)
     shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_REQ, g->tree_id, g->id, s->seq,
                           &s->desc, s->count);
     h.flags = s->flags;
+    h.lanes = s->lanes;
     h.payload_len = s->len;
     shp_an_send(g->parent, &h, s->acc);
 }
@@ -731,12 +735,21 @@ static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                         "payload above the group's size");
         return;
     }
+    if ((hdr->flags & SHP_WIRE_F_EXACT) &&
+        !shp_exact_lanes_ok(payload, hdr->payload_len / sizeof(int64_t))) {
+        an->stats.err_malformed++;
+        shp_an_op_error(g, hdr, SHP_ERR_PROTO,
+                        "malformed exact-mode accumulator: a lane outside "
+                        "[-2^52, 2^52)");
+        return;
+    }
     s = &g->slots[hdr->seq % g->nslots];
     if (s->state == SHP_AN_SLOT_FREE || s->seq != hdr->seq) {
         /* first payload of this operation: (re)use the slot */
         shp_an_slot_reset(g, s);
         s->seq = hdr->seq;
-        s->flags = hdr->flags & SHP_WIRE_F_BARRIER;
+        s->flags = hdr->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT);
+        s->lanes = hdr->lanes;
         s->desc =
             (hdr->flags & SHP_WIRE_F_BARRIER)
                 ? (shp_reduce_desc_t){SHP_DTYPE_U8, SHP_OP_BOR, SHP_DTYPE_NULL}
@@ -753,8 +766,9 @@ static void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         }
         s->state = SHP_AN_SLOT_FOLD;
     } else if (s->state != SHP_AN_SLOT_FOLD ||
-               (s->flags & SHP_WIRE_F_BARRIER) !=
-                   (hdr->flags & SHP_WIRE_F_BARRIER) ||
+               (s->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT)) !=
+                   (hdr->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT)) ||
+               s->lanes != hdr->lanes ||
                (!(s->flags & SHP_WIRE_F_BARRIER) &&
                 (s->desc.dtype != desc.dtype || s->desc.op != desc.op ||
                  s->desc.tag_dtype != desc.tag_dtype)) ||
@@ -1165,8 +1179,21 @@ void shp_an_stop(shp_an_t *an)
 json_t *shp_an_stats_json(const shp_an_t *an)
 {
     const shp_an_stats_t *s = &an->stats;
+    const shp_an_group_t *g, *tmp;
+    json_t *exact = json_object();
+    char key[16];
 
-    return json_pack(
+    /* exact-mode operations of the groups this AN is the top of (every
+     * operation of a group reaches its top): what `sharpctl groups` shows */
+    HASH_ITER(hh, an->groups, g, tmp)
+    {
+        if (g->is_top && g->exact_ops > 0) {
+            snprintf(key, sizeof(key), "%u", g->id);
+            json_object_set_new(exact, key,
+                                json_integer((json_int_t)g->exact_ops));
+        }
+    }
+    json_t *r = json_pack(
         "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
         "s:I, s:I, s:I, s:I, s:I}",
         "groups", (json_int_t)an->ngroups, "trees", (json_int_t)an->ntrees,
@@ -1182,6 +1209,12 @@ json_t *shp_an_stats_json(const shp_an_t *an)
         (json_int_t)s->err_protocol, "groups_failed",
         (json_int_t)s->groups_failed, "links_lost", (json_int_t)s->links_lost,
         "bytes_in", (json_int_t)an->tp.stats.bytes_in);
+    if (r != NULL) {
+        json_object_set_new(r, "exact_ops", exact);
+    } else {
+        json_decref(exact);
+    }
+    return r;
 }
 
 /* SIGUSR1: the state of every group, to the log (what an operator needs

@@ -87,7 +87,8 @@ typedef struct shp_an_slot {
     shp_an_group_t *group;
     uint32_t seq;
     int state;
-    uint16_t flags;
+    uint16_t flags; /* BARRIER, EXACT */
+    uint8_t lanes;  /* EXACT: int64 lanes per element */
     shp_reduce_desc_t desc;
     uint32_t count, len;
     unsigned arrived;
@@ -129,6 +130,7 @@ struct shp_an_group {
     int mcast_unfit_logged; /* said once: results too large to multicast */
     shp_status_t fail_status;
     uint64_t ops, bytes;
+    uint64_t exact_ops; /* of them in exact mode (SHP_WIRE_F_EXACT) */
     shp_an_t *an;
 };
 

@@ -71,3 +71,15 @@ $(BENCH_AN): $(OBJDIR)/bench/an.o $(AM_LIB) $(COMMON_LIB)
 .PHONY: bench-an
 bench-an: $(BENCH_AN) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
 	$(BENCH_AN) examples/small-2l.ibnd
+
+# Exact sums (SHARP_OP_SUM_EXACT) against the normal sum: latency, bytes,
+# fold throughput, in one run.
+BENCH_EXACT := $(BINDIR)/bench_exact
+BENCHES += $(BENCH_EXACT)
+
+$(BENCH_EXACT): $(OBJDIR)/bench/exact.o $(COLL_SO) $(COMMON_LIB)
+	$(call link_prog,$(COLL_LINK))
+
+.PHONY: bench-exact
+bench-exact: $(BENCH_EXACT) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
+	$(BENCH_EXACT) examples/fat-tree-2l.ibnd

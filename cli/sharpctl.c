@@ -85,8 +85,10 @@ static const struct {
              "Graphviz,\n--png renders it with dot (Graphviz must be "
              "installed).\n"},
     {"groups", "Usage: sharpctl groups [--job J] [--json]\n\nGroups (of job "
-               "J): id, job, tree, state, members, ANs; --json adds\nthe "
-               "distribution, multicast address, quotas and each AN's parent."
+               "J): id, job, tree, state, members, ANs, exact ops\n(exact-mode "
+               "sums, SHARP_OP_SUM_EXACT, its top AN folded, as of\nthe "
+               "manager's last poll); --json adds the distribution,\nmulticast "
+               "address, quotas and each AN's parent."
                "\n"},
     {"jobs", "Usage: sharpctl jobs [--json]\n\nJobs: id, uid, hosts, groups, "
              "OSTs and payload per group.\n"},
@@ -288,10 +290,12 @@ static int cmd_jobs(void)
 
 static int cmd_groups(int argc, char **argv)
 {
-    static const char *const k[] = {"group_id", "job_id", "tree_id", "state",
-                                    "members",  "ans",    NULL};
-    static const char *const h[] = {"GROUP", "JOB",     "TREE",
-                                    "STATE", "MEMBERS", "ANS"};
+    /* EXACT OPS: exact-mode sums (SHARP_OP_SUM_EXACT) the group's top AN
+     * has folded, as of the manager's last poll of it */
+    static const char *const k[] = {"group_id", "job_id", "tree_id",   "state",
+                                    "members",  "ans",    "exact_ops", NULL};
+    static const char *const h[] = {"GROUP",   "JOB", "TREE",     "STATE",
+                                    "MEMBERS", "ANS", "EXACT OPS"};
     json_t *req = json_pack("{s:s}", "type", "groups");
     if (argc == 3 && !strcmp(argv[1], "--job")) {
         char *end;

@@ -6,6 +6,7 @@ COMMON_SRCS := \
 	common/time.c \
 	common/reduce.c \
 	common/wire.c \
+	common/exact.c \
 	common/config.c \
 	common/net.c \
 	common/conn.c \
@@ -27,6 +28,8 @@ LIBS += $(COMMON_LIB)
 # must not depend on the instruction set), one -m set per variant.
 KERN_FLAGS := -O3 -ffp-contract=off -fno-trapping-math
 CFLAGS_common_reduce_generic := $(KERN_FLAGS)
+# exact sums: the AN's lane check and the client's limbs, vectorized
+CFLAGS_common_exact := -O3
 CFLAGS_common_reduce_avx2 := $(KERN_FLAGS) -mavx2 -mf16c
 CFLAGS_common_reduce_avx512 := $(KERN_FLAGS) -mavx512f -mavx512bw \
 	-mavx512vl -mavx512dq -mavx2 -mf16c -mprefer-vector-width=512

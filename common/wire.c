@@ -17,7 +17,7 @@ void shp_wire_hdr_pack(const shp_wire_hdr_t *hdr, void *buf)
         .dtype = hdr->dtype,
         .op = hdr->op,
         .tag_dtype = hdr->tag_dtype,
-        .reserved0 = 0,
+        .lanes = (hdr->flags & SHP_WIRE_F_EXACT) ? hdr->lanes : 0,
         .count_be = htobe32(hdr->count),
         .payload_len_be = htobe32(hdr->payload_len),
         .reserved1 = 0,
@@ -41,6 +41,7 @@ void shp_wire_hdr_unpack(const void *buf, shp_wire_hdr_t *hdr)
     hdr->dtype = raw.dtype;
     hdr->op = raw.op;
     hdr->tag_dtype = raw.tag_dtype;
+    hdr->lanes = (hdr->flags & SHP_WIRE_F_EXACT) ? raw.lanes : 0;
     hdr->count = be32toh(raw.count_be);
     hdr->payload_len = be32toh(raw.payload_len_be);
 }
@@ -165,6 +166,15 @@ shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr, size_t msg_len,
                                        why);
             }
             return SHP_OK;
+        }
+        if ((hdr->flags & SHP_WIRE_F_EXACT) &&
+            (hdr->dtype != SHP_DTYPE_I64 || hdr->op != SHP_OP_SUM ||
+             hdr->lanes == 0 || hdr->count % hdr->lanes != 0)) {
+            return shp_wire_reject(SHP_ERR_PROTO,
+                                   "exact-mode message that is not int64 sum "
+                                   "of whole elements (count a multiple of "
+                                   "lanes > 0)",
+                                   why);
         }
         desc.dtype = hdr->dtype;
         desc.op = hdr->op;

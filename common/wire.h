@@ -17,7 +17,8 @@
  *   16  1   dtype        shp_dtype_t
  *   17  1   op           shp_op_t
  *   18  1   tag_dtype    shp_dtype_t, MINLOC/MAXLOC only, else NULL
- *   19  1   reserved     0 on send, ignored on receive
+ *   19  1   lanes        exact mode (flag EXACT): int64 lanes per element,
+ *                        else 0 on send, ignored on receive
  *   20  4   count        elements
  *   24  4   payload_len  bytes after the header
  *   28  4   reserved     0 on send, ignored on receive
@@ -59,9 +60,12 @@ typedef enum shp_wire_opcode {
 /* a result multicast could not carry (above its MTU): ANs pass it down
  * over RC to every member */
 #define SHP_WIRE_F_UNICAST (1u << 3)
+/* exact mode (common/exact.h): the payload is int64 lanes (dtype I64, op
+ * SUM), `lanes` of them per element, each within +-SHP_EXACT_LANE_MAX */
+#define SHP_WIRE_F_EXACT (1u << 4)
 #define SHP_WIRE_F_KNOWN                                                       \
     (SHP_WIRE_F_MCAST | SHP_WIRE_F_RETRANS | SHP_WIRE_F_BARRIER |              \
-     SHP_WIRE_F_UNICAST)
+     SHP_WIRE_F_UNICAST | SHP_WIRE_F_EXACT)
 
 /* How long a member waits before retransmit request number `asks` (0: the
  * first) for a multicast result: `first`, then twice as long each time, at
@@ -84,6 +88,7 @@ typedef struct shp_wire_hdr {
     uint8_t dtype;
     uint8_t op;
     uint8_t tag_dtype;
+    uint8_t lanes; /* SHP_WIRE_F_EXACT only, else 0 */
     uint32_t count;
     uint32_t payload_len;
 } shp_wire_hdr_t;
@@ -100,7 +105,7 @@ typedef struct __attribute__((packed)) shp_wire_hdr_raw {
     uint8_t dtype;
     uint8_t op;
     uint8_t tag_dtype;
-    uint8_t reserved0;
+    uint8_t lanes;
     uint32_t count_be;
     uint32_t payload_len_be;
     uint32_t reserved1;

@@ -88,6 +88,11 @@ static const shp_config_opt_t coll_opts[] = {
     {"connect_timeout", "5s",
      "longest wait to reach sharpd or to join at the leaf AN",
      offsetof(coll_cfg_t, connect_timeout_ms), &shp_cfg_time},
+    {"exact_one_pass_max", "8k",
+     "SHARP_OP_SUM_EXACT: carry the type's whole range in one pass when "
+     "that payload is at most this many bytes, else agree on the "
+     "exponent window first (two passes); the result is the same",
+     offsetof(coll_cfg_t, exact_one_pass_max), &shp_cfg_size},
     {NULL}};
 
 static const shp_config_table_t coll_table = {"sharp_coll", "SHARP_COLL_", NULL,
@@ -724,6 +729,7 @@ SHP_API int sharp_coll_caps_query(struct sharp_coll_context *ctx,
     for (int op = 0; op < SHARP_OP_NULL; op++) {
         caps->support_mask.reduce_ops |= 1ull << op;
     }
+    caps->support_mask.reduce_ops |= 1ull << SHARP_OP_SUM_EXACT;
     /* LLT: small operations, one fragment each.  REPRODUCIBLE: every AN
      * folds its children in a fixed order.  SAT (streaming aggregation):
      * messages of any size, in every aggregation mode, for allreduce,

@@ -41,6 +41,7 @@ typedef struct coll_cfg {
     int64_t coll_timeout_ms; /* -1: wait forever */
     int64_t ctl_timeout_ms;  /* requests to sharpd */
     int64_t connect_timeout_ms;
+    size_t exact_one_pass_max; /* exact sums: one pass up to these bytes */
 } coll_cfg_t;
 
 typedef struct coll_stats {
@@ -130,6 +131,7 @@ struct coll_req {
     uint32_t per_frag; /* elements per fragment */
     size_t nfrags, sent, done;
     int barrier;
+    uint8_t lanes; /* exact mode: int64 lanes per element (es = 8 x lanes) */
     const uint8_t *src; /* bytes [s_lo, s_hi) of the stream come from src */
     size_t s_lo, s_hi;
     uint8_t *dst; /* bytes [r_lo, r_hi) of the result land in dst */

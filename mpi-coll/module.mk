@@ -90,3 +90,11 @@ $(MPI_FAULT_MPICH): tests/mpi/mpi_fault.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
+# Exact sums under MPI (tests/mpi/test_exact_mpi.sh), Open MPI.
+MPI_EXACT_OMPI := $(TESTDIR)/mpi/mpi_exact_ompi
+TEST_HELPERS += $(MPI_EXACT_OMPI)
+
+$(MPI_EXACT_OMPI): tests/mpi/mpi_exact.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $< -lmpfr -lgmp -lm

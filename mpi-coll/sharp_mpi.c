@@ -78,6 +78,9 @@ static struct {
     long regroup_calls;       /* SHARP_MPI_REGROUP_CALLS */
 } cfg;
 
+/* SHARP_MPI_REPRODUCIBLE=1: floating-point MPI_SUM exact (docs/mpi.md) */
+static int cfg_reproducible;
+
 static long env_long(const char *name, long dflt)
 {
     const char *v = getenv(name);
@@ -123,6 +126,7 @@ static void cfg_load(void)
                 "abort)\n",
                 f);
     }
+    cfg_reproducible = (int)env_long("SHARP_MPI_REPRODUCIBLE", 0);
 }
 
 /* State ------------------------------------------------------------------------ */
@@ -1035,7 +1039,8 @@ typedef struct op_args {
     /* without recovery (SHARP_MPI_ON_FAULT=abort): the result goes
      * straight to direct (NULL: nowhere, a reduce's non-root) */
     void *direct;
-    int root; /* a reduce's root (< 0: an allreduce) */
+    int root;    /* a reduce's root (< 0: an allreduce) */
+    int exact_n; /* > 0: the exact sum of this many contributions each */
 } op_args_t;
 
 enum { OP_OK, OP_REDO };
@@ -1056,6 +1061,9 @@ static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
         return sharp_coll_do_bcast(st->sc, &bs);
     default:
         a->spec->rbuf_desc = desc_of(buf, len);
+        if (a->exact_n > 0) {
+            return sharp_coll_do_allreduce_exact_n(st->sc, a->spec, a->exact_n);
+        }
         if (a->root >= 0 && buf == a->direct) {
             a->spec->root = a->root; /* only the root keeps the result */
             return sharp_coll_do_reduce(st->sc, a->spec);
@@ -1201,13 +1209,20 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     spec.tag_dtype = (enum sharp_datatype)m.tag;
     spec.op = (enum sharp_reduce_op)sop;
     spec.length = ns;
+    /* reproducible: float and double sums (complex ones too) exact, the
+     * same bits for any placement; the node-local step adds exactly too */
+    int exact = cfg_reproducible && sop == SHARP_OP_SUM &&
+                (m.sdt == SHARP_DTYPE_FLOAT || m.sdt == SHARP_DTYPE_DOUBLE);
+    if (exact) {
+        spec.op = SHARP_OP_SUM_EXACT;
+    }
 
     if (m.packed) {
         ps = xmalloc(bytes, comm, coll_names[kind]);
         loc_pack(sbuf, ps, n, &m);
         src = ps;
     }
-    op_args_t a = {C_ALLREDUCE, &spec, NULL, 0, NULL, -1};
+    op_args_t a = {C_ALLREDUCE, &spec, NULL, 0, NULL, -1, 0};
     char *res = NULL;
     int how = OP_OK;
     if (st->hier) {
@@ -1222,7 +1237,12 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
         }
         PMPI_Gather(src, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0,
                     st->node);
-        if (st->node_rank == 0) {
+        if (st->node_rank == 0 && exact) { /* no rounding in the node */
+            spec.sbuf_desc = desc_of(all, (size_t)st->node_size * bytes);
+            a.direct = pr;
+            a.exact_n = st->node_size;
+            how = run_op(st, comm, coll_names[kind], bytes, &a, &res);
+        } else if (st->node_rank == 0) {
             node_fold(st, &d, all, ns, bytes, pr, comm);
             spec.sbuf_desc = desc_of(pr, bytes);
             a.direct = pr; /* in place, without recovery */
@@ -1326,7 +1346,7 @@ API int MPI_Barrier(MPI_Comm comm)
 {
     comm_state_t *st = cfg.barrier ? comm_sharp(comm) : NULL;
     if (st != NULL) {
-        op_args_t a = {C_BARRIER, NULL, NULL, 0, NULL, -1};
+        op_args_t a = {C_BARRIER, NULL, NULL, 0, NULL, -1, 0};
         char *res;
         int how = OP_OK;
         if (st->hier) { /* the node in, the leaders, the node out */
@@ -1353,7 +1373,7 @@ API int MPI_Barrier(MPI_Comm comm)
 static int bcast_bytes(comm_state_t *st, char *p, int len, int root,
                        MPI_Comm comm)
 {
-    op_args_t a = {C_BCAST, NULL, NULL, root, p, -1};
+    op_args_t a = {C_BCAST, NULL, NULL, root, p, -1, 0};
     char *res = NULL;
     int how = OP_OK;
     if (st->hier) {

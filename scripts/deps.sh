@@ -10,6 +10,7 @@ PKGS=(
     libjansson-dev             # control-plane message encoding (JSON)
     libinih-dev                # configuration files (INI)
     libcmocka-dev              # unit tests
+    libmpfr-dev libgmp-dev     # exact-mode tests: an independent exact reference
     uthash-dev                 # hash tables (header-only)
     clang-format               # make format-check
     clang libclang-rt-14-dev llvm-14  # make fuzz: libFuzzer, sanitizers, symbolizer

@@ -7,6 +7,9 @@ TESTS += $(UNIT_TESTS)
 $(TESTDIR)/unit/%: $(OBJDIR)/tests/unit/%.o $(AM_LIB) $(COMMON_LIB)
 	$(call link_prog,$(CMOCKA_LIBS))
 
+# exact sums checked against MPFR
+$(TESTDIR)/unit/common/test_exact: CMOCKA_LIBS += -lmpfr -lgmp
+
 # Integration tests of the aggregation node: real processes on loopback.
 AN_MEMBER := $(TESTDIR)/an/an_member
 AN_TREE_TEST := $(TESTDIR)/an/test_an_tree
@@ -46,11 +49,22 @@ $(COLL_TEST): $(OBJDIR)/tests/coll/test_coll.o $(COLL_SO) $(COMMON_LIB) \
 		$(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
 	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS))
 
+# exact sums over three fabric shapes, checked against MPFR
+EXACT_COLL_TEST := $(TESTDIR)/coll/test_exact_coll
+TESTS += $(EXACT_COLL_TEST)
+
+$(EXACT_COLL_TEST): $(OBJDIR)/tests/coll/test_exact_coll.o $(COLL_SO) \
+		$(COMMON_LIB) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) \
+		$(SHARP_TOPO) $(SHARPCTL)
+	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS) -lmpfr -lgmp)
+
 # the same over a fabric whose ANs speak shm
 TEST_SCRIPTS += tests/coll/coll_shm.sh
 
 # libsharp_mpi under Open MPI and MPICH through a sharp-fabric.
 TEST_SCRIPTS += tests/mpi/test_mpi.sh
+# exact sums under MPI: the same bits for any placement
+TEST_SCRIPTS += tests/mpi/test_exact_mpi.sh
 
 # libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
 TEST_SCRIPTS += tests/mpi/test_fault.sh

@@ -689,7 +689,10 @@ static int m_caps(int rank, void *arg)
     /* every bit claimed names a real datatype / op */
     CHECK(!(dts >> SHARP_DTYPE_NULL) && !(tags >> SHARP_DTYPE_NULL),
           "a datatype beyond the enum: %llx", (unsigned long long)dts);
-    CHECK(!(ops >> SHARP_OP_NULL), "an op beyond the enum");
+    /* beyond the enum: only this implementation's extension */
+    CHECK(!((ops & ~(1ull << SHARP_OP_SUM_EXACT)) >> SHARP_OP_NULL),
+          "an op beyond the enum");
+    CHECK(ops & (1ull << SHARP_OP_SUM_EXACT), "SUM_EXACT not claimed");
     CHECK(!(feat &
             ~(uint64_t)(SHARP_FEATURE_LLT | SHARP_FEATURE_REPRODUCIBLE |
                         SHARP_FEATURE_SAT | SHARP_FEATURE_SAT_EXCLUSIVE_LOCK)),

@@ -51,8 +51,17 @@ enum sharp_reduce_op {
     SHARP_OP_BXOR,
     SHARP_OP_MAXLOC,
     SHARP_OP_MINLOC,
-    SHARP_OP_NULL
+    SHARP_OP_NULL,
+    /* Extension of this implementation (not in NVIDIA's SHARP; every value
+     * above keeps its number): SUM of FLOAT, DOUBLE, FLOAT_SHORT and
+     * BFLOAT16 computed exactly and rounded once to nearest-even, so the
+     * result depends only on the multiset of values, never on the tree,
+     * the number of members, rank order or arrival order.  For allreduce
+     * and reduce (and their _nb forms, which complete before returning).
+     * Reported in caps.support_mask.reduce_ops.  See docs/reduction.md. */
+    SHARP_OP_SUM_EXACT = 13
 };
+#define SHARP_COLL_HAS_OP_SUM_EXACT 1
 
 enum sharp_error_no {
     SHARP_COLL_SUCCESS = 0,
@@ -269,6 +278,14 @@ int sharp_coll_do_reduce(struct sharp_coll_comm *comm,
                          struct sharp_coll_reduce_spec *spec);
 int sharp_coll_do_reduce_nb(struct sharp_coll_comm *comm,
                             struct sharp_coll_reduce_spec *spec, void **handle);
+/* Extension (op SHARP_OP_SUM_EXACT only): an allreduce in which this
+ * member contributes `ncontrib` vectors of spec->length elements, back to
+ * back in the send buffer, added exactly before anything is rounded (what
+ * node-local aggregation needs to stay exact).  ncontrib 1 is
+ * sharp_coll_do_allreduce. */
+int sharp_coll_do_allreduce_exact_n(struct sharp_coll_comm *comm,
+                                    struct sharp_coll_reduce_spec *spec,
+                                    int ncontrib);
 int sharp_coll_do_reduce_scatter(struct sharp_coll_comm *comm,
                                  struct sharp_coll_reduce_spec *spec);
 int sharp_coll_do_reduce_scatter_nb(struct sharp_coll_comm *comm,
