@@ -70,3 +70,15 @@ $(BENCH_AN): $(OBJDIR)/bench/an.o $(AM_LIB) $(COMMON_LIB)
 .PHONY: bench-an
 bench-an: $(BENCH_AN) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
 	$(BENCH_AN) examples/small-2l.ibnd
+
+# The chaos soak (bench/soak.c): jobs under faults, every result checked.
+BENCH_SOAK := $(BINDIR)/bench_soak
+BENCHES += $(BENCH_SOAK)
+SOAK_SECONDS ?= 180
+
+$(BENCH_SOAK): $(OBJDIR)/bench/soak.o $(COLL_SO) $(COMMON_LIB)
+	$(call link_prog,$(COLL_LINK))
+
+.PHONY: soak
+soak: $(BENCH_SOAK) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
+	SOAK_SECONDS=$(SOAK_SECONDS) nice -n 10 $(BENCH_SOAK)
