@@ -53,14 +53,16 @@
 typedef struct {
     uint64_t ops, verified, wrong, fails, setup_fails, incarnations;
     uint64_t rep_max_ms, rep_sum_ms, rep_over, unexplained;
-    uint64_t progress_ns; /* last sign of life */
-    int busy;             /* 1 while inside a sharp_coll call */
+    uint64_t kind_n[4], kind_max_ms[4]; /* by the kind of the last fault */
+    uint64_t progress_ns;               /* last sign of life */
+    int busy;                           /* 1 while inside a sharp_coll call */
 } mstat_t;
 
 typedef struct {
     int stop;
     uint64_t t0;            /* when the jobs began */
     uint64_t last_event_ns; /* when the latest fault was injected */
+    int last_kind;          /* 0 AN, 1 sharpd, 2 manager killed, 3 link cut */
     mstat_t m[MAXJOBS][MAXMEM];
 } shared_t;
 
@@ -184,6 +186,10 @@ static void failed(int rank, uint64_t k, const char *what)
                 job_index, rank, what, k);
         return;
     }
+    int kind = __atomic_load_n(&sh->last_kind, __ATOMIC_RELAXED) & 3;
+    me->kind_n[kind]++;
+    me->kind_max_ms[kind] =
+        ms > me->kind_max_ms[kind] ? ms : me->kind_max_ms[kind];
     me->rep_sum_ms += ms;
     me->rep_max_ms = ms > me->rep_max_ms ? ms : me->rep_max_ms;
     if (ms > REPORT_BOUND_MS) {
@@ -448,8 +454,9 @@ static void fabric(const char *what, const char *name)
 
 static FILE *chaos_log;
 
-static void event(const char *what, const char *name)
+static void event(const char *what, const char *name, int kind)
 {
+    __atomic_store_n(&sh->last_kind, kind, __ATOMIC_RELAXED);
     __atomic_store_n(&sh->last_event_ns, now_ns(), __ATOMIC_RELAXED);
     fprintf(chaos_log, "t=%.1f %s %s\n", (double)(now_ns() - sh->t0) / 1e9,
             what, name);
@@ -484,7 +491,7 @@ static void chaos_once(unsigned *seed)
                      an_names[rand_r(seed) % (unsigned)n_ans]);
         }
         char args[64];
-        event("link down", name);
+        event("link down", name, 3);
         snprintf(args, sizeof(args), "%s down", name);
         fabric("link", args);
         n_cuts++;
@@ -495,7 +502,7 @@ static void chaos_once(unsigned *seed)
     } else {
         return; /* no links to cut on loopback */
     }
-    event("kill -9", name);
+    event("kill -9", name, what < 4 ? 0 : what < 7 ? 1 : 2);
     fabric("kill", name);
     pause_ms(down);
     fabric("start", name);
@@ -714,6 +721,12 @@ int main(void)
             tot.rep_sum_ms += m->rep_sum_ms;
             tot.rep_over += m->rep_over;
             tot.unexplained += m->unexplained;
+            for (int q = 0; q < 4; q++) {
+                tot.kind_n[q] += m->kind_n[q];
+                tot.kind_max_ms[q] = m->kind_max_ms[q] > tot.kind_max_ms[q]
+                                         ? m->kind_max_ms[q]
+                                         : tot.kind_max_ms[q];
+            }
             tot.rep_max_ms =
                 m->rep_max_ms > tot.rep_max_ms ? m->rep_max_ms : tot.rep_max_ms;
         }
@@ -738,7 +751,7 @@ int main(void)
               jobs || groups || an_groups || grow_bad;
     printf("\n%-44s %12s\n", "chaos soak", "");
     printf("%-44s %12.0f\n", "seconds", elapsed);
-    printf("%-44s %12" PRIu64 "\n", "operations done", tot.ops);
+    printf("%-44s %12" PRIu64 "\n", "operations done (member calls)", tot.ops);
     printf("%-44s %12" PRIu64 "\n", "  verified against the local fold",
            tot.verified);
     printf("%-44s %12" PRIu64 "  (must be 0)\n", "  wrong", tot.wrong);
@@ -754,6 +767,15 @@ int main(void)
                : 0.0);
     printf("%-44s %9" PRIu64 " ms  (must be <= %d)\n", "  longest",
            tot.rep_max_ms, REPORT_BOUND_MS);
+    static const char *fault[4] = {"an AN killed", "a sharpd killed",
+                                   "the manager killed", "a link cut"};
+    for (int q = 0; q < 4; q++) {
+        char label[80];
+        snprintf(label, sizeof(label), "    after %s: reports, longest",
+                 fault[q]);
+        printf("%-44s %6" PRIu64 " %6" PRIu64 " ms\n", label, tot.kind_n[q],
+               tot.kind_max_ms[q]);
+    }
     printf("%-44s %12" PRIu64 "  (must be 0)\n", "  later than 5 s",
            tot.rep_over);
     printf("%-44s %12" PRIu64 "  (must be 0)\n", "  with no fault before them",
