@@ -25,7 +25,7 @@
  * left behind or memory growth beyond the bound was seen.
  *
  * Environment: SOAK_SECONDS (180), SOAK_JOBS (64), SOAK_MEMBERS (4),
- * SOAK_PACE_MS (pause between a member's operations, 100), SOAK_NETNS
+ * SOAK_PACE_MS (pause between a member's operations, 250), SOAK_NETNS
  * (1 as root: namespaces; 0: loopback), SOAK_CHAOS (1; 0 for a calm run),
  * SOAK_KEEP (keep the fabric directory).
  */
@@ -68,7 +68,7 @@ typedef struct {
 
 static shared_t *sh;
 static char bindir[512], dir[256], ns_prefix[32];
-static int njobs = 64, nmem = 4, pace_ms = 100, use_netns, chaos = 1;
+static int njobs = 64, nmem = 4, pace_ms = 250, use_netns, chaos = 1;
 static int job_hosts[MAXJOBS][MAXMEM];
 static int job_index; /* in a runner and its members */
 
@@ -562,7 +562,7 @@ int main(void)
     int secs = env_int("SOAK_SECONDS", 180);
     njobs = env_int("SOAK_JOBS", 64);
     nmem = env_int("SOAK_MEMBERS", 4);
-    pace_ms = env_int("SOAK_PACE_MS", 100);
+    pace_ms = env_int("SOAK_PACE_MS", 250);
     chaos = env_int("SOAK_CHAOS", 1);
     use_netns = env_int("SOAK_NETNS", geteuid() == 0);
     if (njobs < 1 || njobs > MAXJOBS || nmem < 2 || nmem > MAXMEM ||
