@@ -83,3 +83,14 @@ $(BENCH_EXACT): $(OBJDIR)/bench/exact.o $(COLL_SO) $(COMMON_LIB)
 .PHONY: bench-exact
 bench-exact: $(BENCH_EXACT) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
 	$(BENCH_EXACT) examples/fat-tree-2l.ibnd
+# The chaos soak (bench/soak.c): jobs under faults, every result checked.
+BENCH_SOAK := $(BINDIR)/bench_soak
+BENCHES += $(BENCH_SOAK)
+SOAK_SECONDS ?= 180
+
+$(BENCH_SOAK): $(OBJDIR)/bench/soak.o $(COLL_SO) $(COMMON_LIB)
+	$(call link_prog,$(COLL_LINK))
+
+.PHONY: soak
+soak: $(BENCH_SOAK) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
+	SOAK_SECONDS=$(SOAK_SECONDS) nice -n 10 $(BENCH_SOAK)

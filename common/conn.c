@@ -5,6 +5,7 @@
 #include "common/time.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -385,6 +386,17 @@ static void shp_conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     }
 }
 
+/* Bytes from the peer wait in the socket.  A process that did not run for
+ * longer than the keepalive (stopped, or starved of CPU) finds its timers
+ * and its input due at once, and libev runs the timers first: the peer
+ * spoke, it is only not read yet. */
+static int shp_conn_input_waits(const shp_conn_t *conn)
+{
+    struct pollfd pf = {.fd = conn->fd, .events = POLLIN};
+
+    return conn->fd >= 0 && poll(&pf, 1, 0) == 1 && (pf.revents & POLLIN);
+}
+
 static void shp_conn_ka_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     shp_conn_t *conn = w->data;
@@ -402,7 +414,8 @@ static void shp_conn_ka_cb(struct ev_loop *loop, ev_timer *w, int revents)
     if (conn->state != SHP_CONN_OPEN) {
         return;
     }
-    if (now - conn->last_rx_ns >= interval_ns * conn->ka_misses) {
+    if (now - conn->last_rx_ns >= interval_ns * conn->ka_misses &&
+        !shp_conn_input_waits(conn)) {
         shp_debug("%s silent for %.1fs: closing", conn->peer,
                   (double)(now - conn->last_rx_ns) / 1e9);
         shp_conn_close(conn, SHP_ERR_KEEPALIVE);

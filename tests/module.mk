@@ -100,3 +100,10 @@ $(filter $(TESTDIR)/unit/an/%,$(UNIT_TESTS)): LDFLAGS += -Wl,--wrap=shp_tp_find
 
 # The recovery protocol of libsharp_mpi, with forked members (no MPI).
 $(filter $(TESTDIR)/unit/mpi/%,$(UNIT_TESTS)): $(call obj_of,mpi-coll/recover.c)
+# Resource exhaustion: quotas, floods of connections, a stalled member.
+LIMITS_TEST := $(TESTDIR)/am/test_limits
+TESTS += $(LIMITS_TEST)
+
+$(LIMITS_TEST): $(OBJDIR)/tests/am/test_limits.o $(COLL_SO) $(COMMON_LIB) \
+		$(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
+	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS))

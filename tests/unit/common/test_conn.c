@@ -277,6 +277,38 @@ static void test_keepalive_dead_peer(void **state)
     close(sv[0]);
 }
 
+/* The process stalled (stopped, or starved of CPU) longer than the
+ * keepalive while its peer kept talking: when it runs again its timer and
+ * its input are due together, and the peer is not taken for dead. */
+static void test_keepalive_after_own_stall(void **state)
+{
+    int sv[2];
+    peer_t b;
+    uint8_t *frame;
+    size_t len;
+    json_t *m = json_pack("{s:s, s:i}", "type", "seq", "n", 0);
+
+    (void)state;
+    memset(&b, 0, sizeof(b));
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    shp_conn_init(&b.conn, loop, &peer_ops, &b, SHP_CTL_MAX_FRAME);
+    assert_int_equal(shp_conn_open_fd(&b.conn, sv[1]), SHP_OK);
+    shp_conn_set_keepalive(&b.conn, 0.1, 3);
+    TEST_RUN_WHILE(loop, 1, 0.05);
+    usleep(500000); /* this process does not run its loop */
+    assert_int_equal(shp_ctl_encode(m, &frame, &len), SHP_OK);
+    assert_int_equal(write(sv[0], frame, len), (ssize_t)len);
+    free(frame);
+    json_decref(m);
+    TEST_RUN_WHILE(loop, b.msgs == 0, 0.1);
+    assert_int_equal(b.msgs, 1);
+    assert_int_equal(b.closes, 0);
+    /* and a peer silent from then on is still found dead */
+    assert_true(run_until(&b.closes, 3));
+    assert_int_equal(b.reason, SHP_ERR_KEEPALIVE);
+    close(sv[0]);
+}
+
 static void test_keepalive_alive_peer(void **state)
 {
     peer_t a, b;
@@ -512,6 +544,7 @@ int main(void)
         T(test_oversize_closes),
         T(test_eof),
         T(test_keepalive_dead_peer),
+        T(test_keepalive_after_own_stall),
         T(test_keepalive_alive_peer),
         T(test_close_inside_frame),
         T(test_tcp_connect),

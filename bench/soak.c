@@ -1,0 +1,817 @@
+/*
+ * bench_soak: the chaos soak (make soak).
+ *
+ * A sharp-fabric of a 3-level fat-tree (20 switches, 16 hosts: sharp_am,
+ * 20 sharp_an, 16 sharpd), in network namespaces when run as root (so
+ * multicast crosses a bridge, links can be cut and 5% of every host's
+ * multicast datagrams are dropped), else on loopback (127.29).  JOBS jobs
+ * (64) run at once, each of MEMBERS (4) member processes on distinct
+ * hosts, forked by a runner per job that serves their out-of-band
+ * collectives (tests/coll/oob_hub.h).  Every member loops: sharp_coll_init
+ * (a fresh job id each time), a communicator, then verified operations
+ * until the group fails or the soak ends: allreduce of every dtype (sum,
+ * max, min), barrier, bcast from a moving root; every result is compared
+ * with the fold computed locally.  After a failure every member destroys
+ * and finalizes and the job begins again.
+ *
+ * Meanwhile the chaos driver (this process) kills -9 and restarts random
+ * ANs, sharpds and the manager, and (namespaces) cuts links of hosts and
+ * ANs for a few seconds, one fault at a time.
+ *
+ * At the end: one table (operations, verified, wrong, failures and the
+ * time from the fault to each report, hangs, jobs and groups still held at
+ * the manager and at the ANs, restarts, daemon memory).  Exit status 1
+ * when a wrong result, a hang, a report slower than 5 s, a group or job
+ * left behind or memory growth beyond the bound was seen.
+ *
+ * Environment: SOAK_SECONDS (180), SOAK_JOBS (64), SOAK_MEMBERS (4),
+ * SOAK_PACE_MS (pause between a member's operations, 250), SOAK_NETNS
+ * (1 as root: namespaces; 0: loopback), SOAK_CHAOS (1; 0 for a calm run),
+ * SOAK_KEEP (keep the fabric directory).
+ */
+#include "common/reduce.h"
+#include "common/time.h"
+#include <sharp/api/sharp.h>
+#include "tests/coll/oob_hub.h"
+#include "bench/ctl_client.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#define NHOSTS 16
+#define MAXJOBS 64
+#define MAXMEM 8
+#define REPORT_BOUND_MS 5000
+#define HANG_S 30
+#define MEM_BOUND_KIB (16 * 1024)
+
+typedef struct {
+    uint64_t ops, verified, wrong, fails, setup_fails, incarnations;
+    uint64_t rep_max_ms, rep_sum_ms, rep_over, unexplained;
+    uint64_t kind_n[4], kind_max_ms[4]; /* by the kind of the last fault */
+    uint64_t progress_ns;               /* last sign of life */
+    int busy;                           /* 1 while inside a sharp_coll call */
+} mstat_t;
+
+typedef struct {
+    int stop;
+    uint64_t t0;            /* when the jobs began */
+    uint64_t last_event_ns; /* when the latest fault was injected */
+    int last_kind;          /* 0 AN, 1 sharpd, 2 manager killed, 3 link cut */
+    mstat_t m[MAXJOBS][MAXMEM];
+} shared_t;
+
+static shared_t *sh;
+static char bindir[512], dir[256], ns_prefix[32];
+static int njobs = 64, nmem = 4, pace_ms = 250, use_netns, chaos = 1;
+static int job_hosts[MAXJOBS][MAXMEM];
+static int job_index; /* in a runner and its members */
+
+static uint64_t now_ns(void)
+{
+    return shp_time_ns();
+}
+
+static int run(const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
+/* --- members ------------------------------------------------------------ */
+
+static void become_host(int host)
+{
+    char v[400];
+    snprintf(v, sizeof(v), "%s/hosts/n%05d.sock", dir, host + 1);
+    setenv("SHARP_COLL_SHARPD_SOCKET", v, 1);
+    snprintf(v, sizeof(v), "%s.64.%d", use_netns ? "10.77" : "127.29",
+             host + 1);
+    setenv("SHARP_COLL_LOCAL_IP", v, 1);
+    if (use_netns) {
+        snprintf(v, sizeof(v), "/var/run/netns/%s-n%05d", ns_prefix, host + 1);
+        int fd = open(v, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+            fprintf(stderr, "soak: cannot enter %s\n", v);
+            _exit(2);
+        }
+        close(fd);
+    }
+}
+
+static const int dtypes[] = {
+    SHARP_DTYPE_UNSIGNED,       SHARP_DTYPE_INT,   SHARP_DTYPE_UNSIGNED_LONG,
+    SHARP_DTYPE_LONG,           SHARP_DTYPE_FLOAT, SHARP_DTYPE_DOUBLE,
+    SHARP_DTYPE_UNSIGNED_SHORT, SHARP_DTYPE_SHORT, SHARP_DTYPE_FLOAT_SHORT,
+    SHARP_DTYPE_BFLOAT16,       SHARP_DTYPE_UINT8, SHARP_DTYPE_INT8};
+#define NDT ((int)(sizeof(dtypes) / sizeof(dtypes[0])))
+static const int dsize[] = {4, 4, 8, 8, 4, 8, 2, 2, 2, 2, 1, 1};
+static const int dsigned[] = {0, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1};
+static const int ops3[] = {SHARP_OP_SUM, SHARP_OP_MAX, SHARP_OP_MIN};
+
+/* a member's value: small integers, exact in every dtype, and sums of 8 of
+ * them too (|x| <= 8 * 16 = 128 < 256: bfloat16's exact range) */
+static int64_t value(uint64_t job, uint64_t k, int rank, size_t i, int sgn)
+{
+    uint64_t x = job * 0x9e3779b97f4a7c15ull ^ (k << 20) ^
+                 ((uint64_t)rank << 48) ^ (i * 0xbf58476d1ce4e5b9ull);
+    x ^= x >> 31;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 29;
+    return sgn ? (int64_t)(x % 32) - 16 : (int64_t)(x % 16);
+}
+
+static void store(void *buf, size_t i, int t, int64_t v)
+{
+    switch (t) {
+    case 0: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case 1: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case 2: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+    case 3: ((int64_t *)buf)[i] = v; break;
+    case 4: ((float *)buf)[i] = (float)v; break;
+    case 5: ((double *)buf)[i] = (double)v; break;
+    case 6: ((uint16_t *)buf)[i] = (uint16_t)v; break;
+    case 7: ((int16_t *)buf)[i] = (int16_t)v; break;
+    case 8: ((uint16_t *)buf)[i] = shp_f32_to_f16((float)v); break;
+    case 9: ((uint16_t *)buf)[i] = shp_f32_to_bf16((float)v); break;
+    case 10: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    default: ((int8_t *)buf)[i] = (int8_t)v; break;
+    }
+}
+
+static struct sharp_coll_data_desc desc(void *p, size_t len)
+{
+    struct sharp_coll_data_desc d;
+    memset(&d, 0, sizeof(d));
+    d.type = SHARP_DATA_BUFFER;
+    d.mem_type = SHARP_MEM_TYPE_HOST;
+    d.buffer.ptr = p;
+    d.buffer.length = len;
+    return d;
+}
+
+static mstat_t *me;
+
+static void alive(void)
+{
+    __atomic_store_n(&me->progress_ns, now_ns(), __ATOMIC_RELAXED);
+}
+
+/* a failed operation: the time since the latest fault */
+static void failed(int rank, uint64_t k, const char *what)
+{
+    uint64_t ev = __atomic_load_n(&sh->last_event_ns, __ATOMIC_RELAXED);
+    uint64_t ms = (now_ns() - ev) / 1000000;
+    me->fails++;
+    if (ev == 0 || ms > 60000) {
+        me->unexplained++;
+        fprintf(stderr,
+                "soak: job %d rank %d: %s %" PRIu64
+                " failed with no fault in the last minute\n",
+                job_index, rank, what, k);
+        return;
+    }
+    int kind = __atomic_load_n(&sh->last_kind, __ATOMIC_RELAXED) & 3;
+    me->kind_n[kind]++;
+    me->kind_max_ms[kind] =
+        ms > me->kind_max_ms[kind] ? ms : me->kind_max_ms[kind];
+    me->rep_sum_ms += ms;
+    me->rep_max_ms = ms > me->rep_max_ms ? ms : me->rep_max_ms;
+    if (ms > REPORT_BOUND_MS) {
+        me->rep_over++;
+        fprintf(stderr,
+                "soak: t=%.1f job %d rank %d: %s %" PRIu64 " failed %" PRIu64
+                " ms after the last fault\n",
+                (double)(now_ns() - sh->t0) / 1e9, job_index, rank, what, k,
+                ms);
+    }
+}
+
+/* operation k of a communicator: 1 done and right, 0 failed, -1 wrong */
+static int one_op(struct sharp_coll_comm *c, uint64_t job, uint64_t k, int rank,
+                  int *stop)
+{
+    static uint8_t sbuf[8 * 600], rbuf[8 * 600], ref[8 * 600];
+    int kind = (int)(k % 16), size = nmem;
+    if (kind < NDT) { /* allreduce of dtype `kind` */
+        int t = kind, op = ops3[(k / 16) % 3];
+        size_t n = 1 + (k * 37) % 500, len = n * (size_t)dsize[t];
+        for (size_t i = 0; i < n; i++) {
+            int64_t acc = 0;
+            for (int r = 0; r < size; r++) {
+                int64_t v = value(job, k, r, i, dsigned[t]);
+                if (r == 0) {
+                    acc = v;
+                } else if (op == SHARP_OP_SUM) {
+                    acc += v;
+                } else if (op == SHARP_OP_MAX) {
+                    acc = v > acc ? v : acc;
+                } else {
+                    acc = v < acc ? v : acc;
+                }
+                if (r == rank) {
+                    store(sbuf, i, t, v);
+                }
+            }
+            store(ref, i, t, acc);
+        }
+        memset(rbuf, 0xee, len);
+        struct sharp_coll_reduce_spec sp;
+        memset(&sp, 0, sizeof(sp));
+        sp.sbuf_desc = desc(sbuf, len);
+        sp.rbuf_desc = desc(rbuf, len);
+        sp.dtype = dtypes[t];
+        sp.op = op;
+        sp.length = n;
+        if (sharp_coll_do_allreduce(c, &sp) != SHARP_COLL_SUCCESS) {
+            return 0;
+        }
+        if (memcmp(rbuf, ref, len) != 0) {
+            fprintf(stderr,
+                    "soak: WRONG job %" PRIu64 " op %" PRIu64
+                    " rank %d: allreduce dtype %d op %d count %zu\n",
+                    job, k, rank, dtypes[t], op, n);
+            return -1;
+        }
+        return 1;
+    }
+    if (kind == 12) {
+        return sharp_coll_do_barrier(c) == SHARP_COLL_SUCCESS;
+    }
+    /* bcast from a moving root; kind 15 is rank 0's stop flag, so that
+     * every member leaves at the same operation */
+    int root = kind == 15 ? 0 : (int)((k / 16) % (uint64_t)size);
+    size_t len = kind == 15 ? 16 : 1 + (k * 131) % 4000;
+    for (size_t i = 0; i < len; i++) {
+        ref[i] = (uint8_t)value(job, k, root, i, 0) * 17;
+    }
+    if (kind == 15) {
+        ref[0] = (uint8_t)__atomic_load_n(&sh->stop, __ATOMIC_RELAXED);
+    }
+    memcpy(rbuf, ref, len);
+    if (rank != root) {
+        memset(rbuf, 0xee, len);
+    }
+    struct sharp_coll_bcast_spec bs;
+    memset(&bs, 0, sizeof(bs));
+    bs.root = root;
+    bs.buf_desc = desc(rbuf, len);
+    bs.size = len;
+    if (sharp_coll_do_bcast(c, &bs) != SHARP_COLL_SUCCESS) {
+        return 0;
+    }
+    if (kind == 15) {
+        *stop = rbuf[0] != 0;
+        ref[0] = rbuf[0];
+    }
+    if (memcmp(rbuf, ref, len) != 0) {
+        fprintf(stderr,
+                "soak: WRONG job %" PRIu64 " op %" PRIu64
+                " rank %d: bcast root %d len %zu\n",
+                job, k, rank, root, len);
+        return -1;
+    }
+    return 1;
+}
+
+static int member(int rank, void *arg)
+{
+    (void)arg;
+    alarm(0); /* the soak bounds itself (hangs are counted, then killed) */
+    me = &sh->m[job_index][rank];
+    become_host(job_hosts[job_index][rank]);
+    hub_oob_t oob = {1, rank, nmem};
+    for (uint64_t inc = 0;; inc++) {
+        /* rank 0's stop flag, so that every member leaves here together
+         * (a member gone would leave the others' out-of-band calls
+         * waiting) */
+        int32_t stop_all = __atomic_load_n(&sh->stop, __ATOMIC_RELAXED);
+        alive();
+        if (hub_bcast(&oob, &stop_all, sizeof(stop_all), 0) != 0) {
+            return 1;
+        }
+        if (stop_all) {
+            break;
+        }
+        uint64_t job = (uint64_t)(job_index + 1) * 1000000 + inc;
+        struct sharp_coll_init_spec s = {0};
+        struct sharp_coll_context *ctx = NULL;
+        struct sharp_coll_comm *comm = NULL;
+        s.job_id = job;
+        s.world_rank = rank;
+        s.world_size = nmem;
+        s.config = sharp_coll_default_config;
+        s.config.coll_timeout = 10000;
+        s.oob_colls.bcast = hub_bcast;
+        s.oob_colls.barrier = hub_barrier;
+        s.oob_colls.gather = hub_gather;
+        s.oob_ctx = &oob;
+        alive();
+        me->busy = 1;
+        if (sharp_coll_init(&s, &ctx) != SHARP_COLL_SUCCESS) {
+            me->busy = 0;
+            me->setup_fails++;
+            usleep(1000000);
+            continue;
+        }
+        struct sharp_coll_comm_init_spec cs = {
+            .rank = rank, .size = nmem, .oob_ctx = &oob};
+        if (sharp_coll_comm_init(ctx, &cs, &comm) != SHARP_COLL_SUCCESS) {
+            me->setup_fails++;
+            sharp_coll_finalize(ctx);
+            me->busy = 0;
+            usleep(1000000);
+            continue;
+        }
+        me->incarnations++;
+        int stop = 0;
+        for (uint64_t k = 0; !stop; k++) {
+            alive();
+            int r = one_op(comm, job, k, rank, &stop);
+            alive();
+            if (r == 0) {
+                failed(rank, k, "operation");
+                break;
+            }
+            me->ops++;
+            if (r > 0) {
+                me->verified++;
+            } else {
+                me->wrong++;
+            }
+            me->busy = 0;
+            usleep((useconds_t)pace_ms * 1000);
+            me->busy = 1;
+        }
+        sharp_coll_comm_destroy(comm);
+        sharp_coll_finalize(ctx);
+        me->busy = 0;
+        alive();
+    }
+    return 0;
+}
+
+/* a runner: the members of one job and their out-of-band hub */
+static void runner(int j)
+{
+    job_index = j;
+    char log[400];
+    snprintf(log, sizeof(log), "%s/logs/job-%02d.log", dir, j);
+    if (freopen(log, "w", stderr) == NULL) {
+        _exit(1);
+    }
+    setvbuf(stderr, NULL, _IOLBF, 0);
+    hub_t *h = calloc(1, sizeof(*h));
+    for (int r = 0; r < nmem; r++) {
+        if (hub_spawn(h, member, r, NULL) < 0) {
+            _exit(1);
+        }
+    }
+    /* the driver ends it: members see the stop flag, or are killed */
+    _exit(hub_run(h, 1e9) == nmem ? 0 : 1);
+}
+
+/* --- the driver --------------------------------------------------------- */
+
+typedef struct {
+    char kind[16], name[64];
+    long rss0, rss1;
+    int restarts;
+} daemon_t;
+
+static daemon_t daemons[64];
+static int ndaemons;
+static int n_ans, n_restarts[3]; /* am, an, sharpd */
+static int n_cuts;
+
+static long rss_kib(pid_t pid)
+{
+    char p[64], line[256];
+    long kib = -1;
+    snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(p, "r");
+    while (f && fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "VmRSS: %ld", &kib) == 1) {
+            break;
+        }
+    }
+    if (f) {
+        fclose(f);
+    }
+    return kib;
+}
+
+/* read DIR/pids: every daemon's current RSS into rss0 (first) or rss1 */
+static void sample_memory(int end)
+{
+    char p[400], kind[16], name[64], addr[64];
+    int pid;
+    snprintf(p, sizeof(p), "%s/pids", dir);
+    FILE *f = fopen(p, "r");
+    while (f && fscanf(f, "%15s %63s %63s %d", kind, name, addr, &pid) == 4) {
+        daemon_t *d = NULL;
+        for (int i = 0; i < ndaemons; i++) {
+            if (!strcmp(daemons[i].name, name)) {
+                d = &daemons[i];
+            }
+        }
+        if (d == NULL && ndaemons < 64) {
+            d = &daemons[ndaemons++];
+            snprintf(d->kind, sizeof(d->kind), "%s", kind);
+            snprintf(d->name, sizeof(d->name), "%s", name);
+        }
+        if (d) {
+            *(end ? &d->rss1 : &d->rss0) = rss_kib(pid);
+        }
+    }
+    if (f) {
+        fclose(f);
+    }
+}
+
+static void fabric(const char *what, const char *name)
+{
+    if (run("%s/sharp-fabric --dir %s %s %s >>%s/logs/chaos.log 2>&1", bindir,
+            dir, what, name, dir) != 0) {
+        fprintf(stderr, "soak: sharp-fabric %s %s failed\n", what, name);
+    }
+}
+
+static FILE *chaos_log;
+
+static void event(const char *what, const char *name, int kind)
+{
+    __atomic_store_n(&sh->last_kind, kind, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->last_event_ns, now_ns(), __ATOMIC_RELAXED);
+    fprintf(chaos_log, "t=%.1f %s %s\n", (double)(now_ns() - sh->t0) / 1e9,
+            what, name);
+    fflush(chaos_log);
+}
+
+static void pause_ms(int ms)
+{
+    usleep((useconds_t)ms * 1000);
+}
+
+static char an_names[64][32];
+
+static void chaos_once(unsigned *seed)
+{
+    int what = (int)(rand_r(seed) % 10),
+        down = 1000 + (int)(rand_r(seed) % 2000);
+    char name[32];
+    if (what < 4) { /* an AN */
+        snprintf(name, sizeof(name), "%s",
+                 an_names[rand_r(seed) % (unsigned)n_ans]);
+    } else if (what < 7) { /* a sharpd */
+        snprintf(name, sizeof(name), "n%05d", 1 + (int)(rand_r(seed) % NHOSTS));
+    } else if (what < 8) {
+        snprintf(name, sizeof(name), "sharp_am");
+    } else if (use_netns) { /* a link cut: a host's or an AN's */
+        if (what == 8) {
+            snprintf(name, sizeof(name), "n%05d",
+                     1 + (int)(rand_r(seed) % NHOSTS));
+        } else {
+            snprintf(name, sizeof(name), "%s",
+                     an_names[rand_r(seed) % (unsigned)n_ans]);
+        }
+        char args[64];
+        event("link down", name, 3);
+        snprintf(args, sizeof(args), "%s down", name);
+        fabric("link", args);
+        n_cuts++;
+        pause_ms(down);
+        snprintf(args, sizeof(args), "%s up", name);
+        fabric("link", args);
+        return;
+    } else {
+        return; /* no links to cut on loopback */
+    }
+    event("kill -9", name, what < 4 ? 0 : what < 7 ? 1 : 2);
+    fabric("kill", name);
+    pause_ms(down);
+    fabric("start", name);
+    n_restarts[what < 4 ? 1 : what < 7 ? 2 : 0]++;
+    for (int i = 0; i < ndaemons; i++) {
+        if (!strcmp(daemons[i].name, name)) {
+            daemons[i].restarts++;
+        }
+    }
+}
+
+/* the manager's admin answer to `type` (NULL if it cannot be had) */
+static json_t *admin(const char *type)
+{
+    char p[400];
+    snprintf(p, sizeof(p), "%s/am.sock", dir);
+    int fd = shp_unix_connect(p);
+    if (fd < 0) {
+        return NULL;
+    }
+    json_t *r = call(fd, json_pack("{s:s}", "type", type));
+    close(fd);
+    return r;
+}
+
+/* jobs and groups the manager holds, groups the ANs say they hold */
+static void held(int *jobs, int *groups, int *an_groups)
+{
+    json_t *r = admin("jobs");
+    *jobs = r ? (int)json_array_size(json_object_get(r, "jobs")) : -1;
+    json_decref(r);
+    r = admin("groups");
+    *groups = r ? (int)json_array_size(json_object_get(r, "groups")) : -1;
+    json_decref(r);
+    r = admin("ans");
+    *an_groups = r ? 0 : -1;
+    size_t i;
+    json_t *a;
+    json_array_foreach(r ? json_object_get(r, "ans") : NULL, i, a)
+    {
+        json_t *c = json_object_get(a, "counters");
+        *an_groups += (int)json_integer_value(json_object_get(c, "groups"));
+    }
+    json_decref(r);
+}
+
+int main(void)
+{
+    char self[512];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) {
+        return 1;
+    }
+    self[n] = '\0';
+    *strrchr(self, '/') = '\0';
+    snprintf(bindir, sizeof(bindir), "%s", self);
+    int secs = env_int("SOAK_SECONDS", 180);
+    njobs = env_int("SOAK_JOBS", 64);
+    nmem = env_int("SOAK_MEMBERS", 4);
+    pace_ms = env_int("SOAK_PACE_MS", 250);
+    chaos = env_int("SOAK_CHAOS", 1);
+    use_netns = env_int("SOAK_NETNS", geteuid() == 0);
+    if (njobs < 1 || njobs > MAXJOBS || nmem < 2 || nmem > MAXMEM ||
+        secs < 10) {
+        fprintf(stderr,
+                "soak: SOAK_JOBS 1..%d, SOAK_MEMBERS 2..%d, "
+                "SOAK_SECONDS >= 10\n",
+                MAXJOBS, MAXMEM);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(dir, sizeof(dir), "/tmp/sharp-soak.%d", (int)getpid());
+    if (mkdir(dir, 0700) != 0 || run("mkdir -p %s/logs", dir) != 0) {
+        return 1;
+    }
+    /* the fabric: keepalives of 1 s so that lost peers are noticed fast;
+     * results by multicast and RC (namespaces) */
+    if (run("%s/sharp-topo fat-tree --levels 3 --radix 4 --hosts %d "
+            ">%s/ft3.ibnd",
+            bindir, NHOSTS, dir) != 0 ||
+        run("SHARP_AM_KEEPALIVE=1s SHARPD_KEEPALIVE=1s "
+            "SHARP_AN_AM_KEEPALIVE=1s "
+            "SHARP_AM_STATS_INTERVAL=1s SHARP_AM_GROUP_TIMEOUT=5s %s "
+            "%s/sharp-fabric --dir %s up %s/ft3.ibnd %s >%s/logs/up.log 2>&1",
+            use_netns ? "SHARP_AM_DIST=both" : "", bindir, dir, dir,
+            use_netns ? "--netns" : "--net 127.29", dir) != 0) {
+        fprintf(stderr, "soak: the fabric did not come up (%s/logs)\n", dir);
+        return 1;
+    }
+    if (use_netns) {
+        char p[400];
+        snprintf(p, sizeof(p), "%s/netns", dir);
+        FILE *f = fopen(p, "r");
+        if (f == NULL || fscanf(f, "%31s", ns_prefix) != 1) {
+            return 1;
+        }
+        fclose(f);
+        for (int h = 0; h < NHOSTS; h++) {
+            char name[32];
+            snprintf(name, sizeof(name), "n%05d 5 --udp", h + 1);
+            fabric("loss", name);
+        }
+    }
+    sample_memory(0);
+    for (int i = 0; i < ndaemons; i++) {
+        if (!strcmp(daemons[i].kind, "an")) {
+            snprintf(an_names[n_ans++], sizeof(an_names[0]), "%s",
+                     daemons[i].name);
+        }
+    }
+    /* members' hosts: job j on hosts j*m, j*m+1 ... (mod 16): distinct,
+     * and every host carries as many members */
+    for (int j = 0; j < njobs; j++) {
+        for (int r = 0; r < nmem; r++) {
+            job_hosts[j][r] = (j * nmem + r + j / (NHOSTS / nmem)) % NHOSTS;
+        }
+    }
+    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
+              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) {
+        return 1;
+    }
+    memset(sh, 0, sizeof(*sh));
+    setenv("SHARP_COLL_LOG_LEVEL", "1", 1);
+    pid_t runners[MAXJOBS];
+    uint64_t t0 = now_ns();
+    sh->t0 = t0;
+    char clog[400];
+    snprintf(clog, sizeof(clog), "%s/logs/chaos.log", dir);
+    chaos_log = fopen(clog, "a");
+    if (chaos_log == NULL) {
+        return 1;
+    }
+    for (int j = 0; j < njobs; j++) {
+        runners[j] = fork();
+        if (runners[j] == 0) {
+            runner(j);
+        }
+    }
+    printf("soak: %d jobs x %d members on a 3-level fat-tree (%d ANs, %d "
+           "hosts)%s, %d s%s\n",
+           njobs, nmem, n_ans, NHOSTS,
+           use_netns ? " in network namespaces, 5% of multicast dropped"
+                     : " on loopback",
+           secs, chaos ? ", chaos" : ", no chaos");
+    fflush(stdout);
+
+    /* chaos, one fault at a time, while watching for hangs */
+    unsigned seed = (unsigned)getpid();
+    int hangs = 0;
+    uint64_t flagged[MAXJOBS][MAXMEM] = {{0}};
+    uint64_t end = t0 + (uint64_t)secs * SHP_NSEC_PER_SEC;
+    pause_ms(5000); /* the jobs begin */
+    while (now_ns() < end) {
+        if (chaos) {
+            chaos_once(&seed);
+        }
+        pause_ms(2000 + (int)(rand_r(&seed) % 3000));
+        for (int j = 0; j < njobs; j++) {
+            for (int r = 0; r < nmem; r++) {
+                mstat_t *m = &sh->m[j][r];
+                uint64_t p = __atomic_load_n(&m->progress_ns, __ATOMIC_RELAXED);
+                if (m->busy && p && now_ns() - p > HANG_S * SHP_NSEC_PER_SEC &&
+                    flagged[j][r] != p) {
+                    flagged[j][r] = p;
+                    hangs++;
+                    fprintf(stderr,
+                            "soak: job %d rank %d: no progress for %d s\n", j,
+                            r, HANG_S);
+                }
+            }
+        }
+    }
+    /* the end: every member leaves at its next stop flag */
+    __atomic_store_n(&sh->stop, 1, __ATOMIC_RELAXED);
+    int stuck = 0;
+    uint64_t grace = now_ns() + 40 * SHP_NSEC_PER_SEC;
+    for (int j = 0; j < njobs; j++) {
+        int st;
+        while (waitpid(runners[j], &st, WNOHANG) == 0) {
+            if (now_ns() > grace) {
+                stuck++;
+                fprintf(stderr, "soak: job %d did not end; killed\n", j);
+                kill(runners[j], SIGKILL); /* its members die with the hub */
+                waitpid(runners[j], &st, 0);
+                break;
+            }
+            pause_ms(100);
+        }
+    }
+    double elapsed = (double)(now_ns() - t0) / 1e9;
+    /* jobs and groups left behind: the manager and the ANs have a few
+     * seconds (revocations, the ANs' counters polled every second) */
+    int jobs = -1, groups = -1, an_groups = -1;
+    for (int t = 0; t < 15; t++) {
+        pause_ms(1000);
+        held(&jobs, &groups, &an_groups);
+        if (jobs == 0 && groups == 0 && an_groups == 0) {
+            pause_ms(1500); /* one more poll of the ANs */
+            held(&jobs, &groups, &an_groups);
+            break;
+        }
+    }
+    sample_memory(1);
+
+    mstat_t tot = {0};
+    for (int j = 0; j < njobs; j++) {
+        for (int r = 0; r < nmem; r++) {
+            mstat_t *m = &sh->m[j][r];
+            tot.ops += m->ops;
+            tot.verified += m->verified;
+            tot.wrong += m->wrong;
+            tot.fails += m->fails;
+            tot.setup_fails += m->setup_fails;
+            tot.incarnations += m->incarnations;
+            tot.rep_sum_ms += m->rep_sum_ms;
+            tot.rep_over += m->rep_over;
+            tot.unexplained += m->unexplained;
+            for (int q = 0; q < 4; q++) {
+                tot.kind_n[q] += m->kind_n[q];
+                tot.kind_max_ms[q] = m->kind_max_ms[q] > tot.kind_max_ms[q]
+                                         ? m->kind_max_ms[q]
+                                         : tot.kind_max_ms[q];
+            }
+            tot.rep_max_ms =
+                m->rep_max_ms > tot.rep_max_ms ? m->rep_max_ms : tot.rep_max_ms;
+        }
+    }
+    long grow_max[3] = {0}, rss0[3] = {0}, rss1[3] = {0};
+    int grow_bad = 0;
+    for (int i = 0; i < ndaemons; i++) {
+        daemon_t *d = &daemons[i];
+        int k = !strcmp(d->kind, "am") ? 0 : !strcmp(d->kind, "an") ? 1 : 2;
+        rss0[k] = d->rss0 > rss0[k] ? d->rss0 : rss0[k];
+        rss1[k] = d->rss1 > rss1[k] ? d->rss1 : rss1[k];
+        if (d->restarts == 0 && d->rss1 - d->rss0 > grow_max[k]) {
+            grow_max[k] = d->rss1 - d->rss0;
+        }
+        if (d->restarts == 0 && d->rss1 - d->rss0 > MEM_BOUND_KIB) {
+            grow_bad = 1;
+        }
+    }
+    double load[3] = {0};
+    (void)getloadavg(load, 3);
+    int bad = tot.wrong || hangs || stuck || tot.rep_over || tot.unexplained ||
+              jobs || groups || an_groups || grow_bad;
+    printf("\n%-44s %12s\n", "chaos soak", "");
+    printf("%-44s %12.0f\n", "seconds", elapsed);
+    printf("%-44s %12" PRIu64 "\n", "operations done (member calls)", tot.ops);
+    printf("%-44s %12" PRIu64 "\n", "  verified against the local fold",
+           tot.verified);
+    printf("%-44s %12" PRIu64 "  (must be 0)\n", "  wrong", tot.wrong);
+    printf("%-44s %12" PRIu64 "\n", "job incarnations (init + communicator)",
+           tot.incarnations / (uint64_t)nmem);
+    printf("%-44s %12" PRIu64 "\n", "init/communicator refused (per member)",
+           tot.setup_fails);
+    printf("%-44s %12" PRIu64 "\n", "failures reported (per member)",
+           tot.fails);
+    printf("%-44s %9.0f ms\n", "  mean time from the fault to the report",
+           tot.fails > tot.unexplained
+               ? (double)tot.rep_sum_ms / (double)(tot.fails - tot.unexplained)
+               : 0.0);
+    printf("%-44s %9" PRIu64 " ms  (must be <= %d)\n", "  longest",
+           tot.rep_max_ms, REPORT_BOUND_MS);
+    static const char *fault[4] = {"an AN killed", "a sharpd killed",
+                                   "the manager killed", "a link cut"};
+    for (int q = 0; q < 4; q++) {
+        char label[80];
+        snprintf(label, sizeof(label), "    after %s: reports, longest",
+                 fault[q]);
+        printf("%-44s %6" PRIu64 " %6" PRIu64 " ms\n", label, tot.kind_n[q],
+               tot.kind_max_ms[q]);
+    }
+    printf("%-44s %12" PRIu64 "  (must be 0)\n", "  later than 5 s",
+           tot.rep_over);
+    printf("%-44s %12" PRIu64 "  (must be 0)\n", "  with no fault before them",
+           tot.unexplained);
+    printf("%-44s %12d  (must be 0)\n", "hangs (no progress for 30 s)",
+           hangs + stuck);
+    printf("%-44s %12d  (must be 0)\n", "jobs held at the manager at the end",
+           jobs);
+    printf("%-44s %12d  (must be 0)\n", "groups held at the manager at the end",
+           groups);
+    printf("%-44s %12d  (must be 0)\n", "groups held at the ANs at the end",
+           an_groups);
+    printf("%-44s %5d am %3d an %3d sharpd\n", "daemons killed and restarted",
+           n_restarts[0], n_restarts[1], n_restarts[2]);
+    printf("%-44s %12d\n", "link cuts", n_cuts);
+    static const char *kinds[3] = {"sharp_am", "sharp_an", "sharpd"};
+    for (int k = 0; k < 3; k++) {
+        char label[80];
+        snprintf(label, sizeof(label), "memory %s (largest, KiB) start/end",
+                 kinds[k]);
+        printf("%-44s %6ld/%-6ld growth %ld (not restarted; bound %d)\n", label,
+               rss0[k], rss1[k], grow_max[k], MEM_BOUND_KIB);
+    }
+    printf("%-44s %12.2f\n", "load average (1 min) at the end", load[0]);
+    printf("RESULT soak_ops=%" PRIu64 " wrong=%" PRIu64 " hangs=%d "
+           "report_max_ms=%" PRIu64 " held=%d %s\n",
+           tot.ops, tot.wrong, hangs + stuck, tot.rep_max_ms,
+           jobs + groups + an_groups, bad ? "FAIL" : "ok");
+    fflush(stdout);
+
+    run("%s/sharp-fabric --dir %s down >>%s/logs/chaos.log 2>&1", bindir, dir,
+        dir);
+    if (getenv("SOAK_KEEP") == NULL && !bad) {
+        run("rm -rf %s", dir);
+    } else {
+        printf("soak: logs in %s\n", dir);
+    }
+    return bad ? 1 : 0;
+}

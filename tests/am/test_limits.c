@@ -1,0 +1,619 @@
+/*
+ * Resource exhaustion, end to end: a sharp-fabric (2-level fat-tree, 6
+ * switches, 8 hosts, on 127.30; the manager allows 2 groups per job) and
+ * libsharp_coll members forked by this test (tests/coll/oob_hub.h).
+ *
+ * - A job over its group quota gets SHARP_COLL_EQUOTA for the communicator
+ *   too many; its other communicators keep working, a destroyed one frees
+ *   its place; a job asking for larger quotas than the manager's gets the
+ *   manager's.  Another job on the same ANs runs verified operations
+ *   meanwhile.
+ * - Thousands of connections: to sharpd's socket, the manager's port and
+ *   an AN's data port (the daemons limited to 1024 descriptors), while a
+ *   job runs: the job's operations go on, the daemons stay alive and do
+ *   not spin, and once the connections are gone a new job works.
+ * - A stalled member (SIGSTOP) of one job: another job's group on the same
+ *   AN keeps completing operations; the stalled job's other member gets an
+ *   error after its coll_timeout.
+ */
+#include "../unit/test_util.h"
+#include <sharp/api/sharp.h>
+#include "tests/coll/oob_hub.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#define NET "127.30"
+
+static char bindir[600], dir[300];
+
+static int sh(const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+static void become_host(int host)
+{
+    char v[400];
+    snprintf(v, sizeof(v), "%s/hosts/n%05d.sock", dir, host + 1);
+    setenv("SHARP_COLL_SHARPD_SOCKET", v, 1);
+    snprintf(v, sizeof(v), NET ".64.%d", host + 1);
+    setenv("SHARP_COLL_LOCAL_IP", v, 1);
+    setenv("SHARP_COLL_LOG_LEVEL", "0", 1);
+}
+
+static int rank_of; /* in a member, for CHECK */
+
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "member %d: line %d: ", rank_of, __LINE__);        \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                               \
+            return 1;                                                          \
+        }                                                                      \
+    } while (0)
+
+static struct sharp_coll_context *ctx;
+
+static int init(hub_oob_t *o, uint64_t job, int timeout_ms)
+{
+    struct sharp_coll_init_spec s = {0};
+    s.job_id = job;
+    s.world_rank = o->rank;
+    s.world_size = o->size;
+    s.config = sharp_coll_default_config;
+    s.config.coll_timeout = timeout_ms;
+    s.oob_colls.bcast = hub_bcast;
+    s.oob_colls.barrier = hub_barrier;
+    s.oob_colls.gather = hub_gather;
+    s.oob_ctx = o;
+    return sharp_coll_init(&s, &ctx);
+}
+
+static int comm(hub_oob_t *o, struct sharp_coll_comm **c)
+{
+    struct sharp_coll_comm_init_spec cs = {
+        .rank = o->rank, .size = o->size, .oob_ctx = o};
+    return sharp_coll_comm_init(ctx, &cs, c);
+}
+
+static struct sharp_coll_data_desc desc(void *p, size_t len)
+{
+    struct sharp_coll_data_desc d;
+    memset(&d, 0, sizeof(d));
+    d.type = SHARP_DATA_BUFFER;
+    d.mem_type = SHARP_MEM_TYPE_HOST;
+    d.buffer.ptr = p;
+    d.buffer.length = len;
+    return d;
+}
+
+/* allreduce (sum) of n int64 over a communicator of `size`, checked:
+ * 0 right, 1 failed, -1 wrong */
+static int sum_op(struct sharp_coll_comm *c, int rank, int size, int64_t k,
+                  size_t n)
+{
+    static int64_t in[1 << 15], out[1 << 15];
+    for (size_t i = 0; i < n; i++) {
+        in[i] = k * 1000 + rank * 7 + (int64_t)i;
+    }
+    struct sharp_coll_reduce_spec sp;
+    memset(&sp, 0, sizeof(sp));
+    sp.sbuf_desc = desc(in, n * 8);
+    sp.rbuf_desc = desc(out, n * 8);
+    sp.dtype = SHARP_DTYPE_LONG;
+    sp.op = SHARP_OP_SUM;
+    sp.length = n;
+    if (sharp_coll_do_allreduce(c, &sp) != SHARP_COLL_SUCCESS) {
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t want =
+            size * (k * 1000 + (int64_t)i) + 7 * size * (size - 1) / 2;
+        if (out[i] != want) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void run_members(int n, int (*fn)(int, void *), void *arg, int want_ok,
+                        double secs)
+{
+    hub_t h = {0};
+    for (int r = 0; r < n; r++) {
+        assert_true(hub_spawn(&h, fn, r, arg) >= 0);
+    }
+    assert_int_equal(hub_run(&h, secs), want_ok);
+}
+
+/* --- group quota ---------------------------------------------------------- */
+
+/* members 0, 1: job A, over its quota; members 2, 3: job B, operations
+ * throughout; every job of this test is on n00001 and n00002, whose
+ * groups leaf01 alone serves (flat groups) */
+static int m_quota(int member, void *arg)
+{
+    (void)arg;
+    int job = member / 2, rank = member % 2;
+    rank_of = member;
+    become_host(rank);
+    hub_oob_t o = {10 + job, rank, 2}, all = {20, member, 4};
+    struct sharp_coll_comm *w, *c2, *c3;
+    if (job == 0) { /* asks for more than the manager gives */
+        setenv("SHARP_COLL_JOB_QUOTA_MAX_GROUPS", "100", 1);
+        setenv("SHARP_COLL_JOB_QUOTA_OSTS", "4096", 1);
+    }
+    CHECK(init(&o, 7001 + (uint64_t)job, 10000) == 0, "init");
+    CHECK(comm(&o, &w) == 0, "world");
+    CHECK(hub_barrier(&all) == 0, "sync"); /* both jobs have a group */
+    if (job == 0) {
+        CHECK(comm(&o, &c2) == 0, "second communicator");
+        /* the third is over the quota of 2: refused, clearly */
+        int st = comm(&o, &c3);
+        CHECK(st == SHARP_COLL_EQUOTA, "third communicator: %d (%s)", st,
+              sharp_coll_strerror(st));
+        /* the others are untouched */
+        for (int k = 0; k < 20; k++) {
+            CHECK(sum_op(w, rank, 2, k, 64) == 0, "world op %d", k);
+            CHECK(sum_op(c2, rank, 2, k, 64) == 0, "second op %d", k);
+        }
+        /* a destroyed one frees its place */
+        CHECK(sharp_coll_comm_destroy(c2) == 0, "destroy");
+        CHECK(comm(&o, &c3) == 0, "a communicator in the freed place");
+        CHECK(sum_op(c3, rank, 2, 5, 64) == 0, "op in the new one");
+        sharp_coll_comm_destroy(c3);
+    } else {
+        for (int k = 0; k < 200; k++) {
+            CHECK(sum_op(w, rank, 2, k, 64) == 0, "job B op %d", k);
+        }
+        CHECK(comm(&o, &c2) == 0, "job B's second communicator");
+        CHECK(sum_op(c2, rank, 2, 1, 64) == 0, "job B second op");
+        sharp_coll_comm_destroy(c2);
+    }
+    CHECK(hub_barrier(&all) == 0, "sync");
+    sharp_coll_comm_destroy(w);
+    sharp_coll_finalize(ctx);
+    return 0;
+}
+
+static void test_group_quota(void **state)
+{
+    (void)state;
+    run_members(4, m_quota, NULL, 4, 120);
+}
+
+/* --- thousands of connections -------------------------------------------- */
+
+/* a daemon of the fabric: its pid, and its address in `where` */
+static pid_t pid_of(const char *name, char *where, size_t len)
+{
+    char p[400], kind[16], nm[64], addr[64];
+    int pid, found = -1;
+    snprintf(p, sizeof(p), "%s/pids", dir);
+    FILE *f = fopen(p, "r");
+    while (f && fscanf(f, "%15s %63s %63s %d", kind, nm, addr, &pid) == 4) {
+        if (!strcmp(nm, name)) {
+            found = pid;
+            snprintf(where, len, "%s", addr);
+        }
+    }
+    if (f) {
+        fclose(f);
+    }
+    return found;
+}
+
+/* CPU seconds a process used so far */
+static double cpu_of(pid_t pid)
+{
+    char p[64];
+    unsigned long ut = 0, st = 0;
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (f == NULL) {
+        return -1;
+    }
+    /* fields 14 and 15 (utime, stime), after the command in parentheses */
+    char line[1024];
+    if (fgets(line, sizeof(line), f)) {
+        char *s = strrchr(line, ')');
+        if (s && sscanf(s + 2,
+                        "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                        "%lu %lu",
+                        &ut, &st) != 2) {
+            ut = st = 0;
+        }
+    }
+    fclose(f);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static int alive(pid_t pid)
+{
+    char p[64], line[512];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (f == NULL) {
+        return 0;
+    }
+    int ok = fgets(line, sizeof(line), f) && strrchr(line, ')') &&
+             strrchr(line, ')')[2] != 'Z';
+    fclose(f);
+    return ok;
+}
+
+#define FLOOD 2500
+
+/* open up to FLOOD connections (Unix `path`, or TCP to ip:port); returns
+ * how many were made and are still open (the others were refused) */
+static int flood(int *fds, const char *path, const char *ip, int port)
+{
+    int n = 0;
+    for (int i = 0; i < FLOOD; i++) {
+        int fd;
+        if (path) { /* non-blocking: a full backlog is EAGAIN, not a wait */
+            struct sockaddr_un su = {.sun_family = AF_UNIX};
+            size_t pl = strlen(path);
+            if (pl >= sizeof(su.sun_path)) {
+                return 0;
+            }
+            memcpy(su.sun_path, path, pl + 1);
+            fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+            if (fd >= 0 &&
+                connect(fd, (struct sockaddr *)&su, sizeof(su)) != 0) {
+                close(fd);
+                fd = -1;
+            }
+        } else {
+            fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+            struct sockaddr_in sa = {.sin_family = AF_INET,
+                                     .sin_port = htons((uint16_t)port)};
+            inet_pton(AF_INET, ip, &sa.sin_addr);
+            if (fd >= 0 &&
+                connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 &&
+                errno != EINPROGRESS) {
+                close(fd);
+                fd = -1;
+            }
+        }
+        if (fd >= 0) {
+            fds[n++] = fd;
+        }
+    }
+    return n;
+}
+
+static void unflood(int *fds, int n)
+{
+    for (int i = 0; i < n; i++) {
+        close(fds[i]);
+    }
+}
+
+/* a job that runs verified operations until told to stop
+ * through its pipe, counting them back through it */
+static int m_steady(int rank, void *arg)
+{
+    int *p = arg; /* [0]: stop (read), [1]: count (write) */
+    rank_of = rank;
+    become_host(rank);
+    hub_oob_t o = {30, rank, 2};
+    struct sharp_coll_comm *w;
+    CHECK(init(&o, 7100, 10000) == 0, "init");
+    CHECK(comm(&o, &w) == 0, "world");
+    int32_t k = 0;
+    for (;; k++) {
+        int32_t stop = 0;
+        if (rank == 0) {
+            struct pollfd pf = {p[0], POLLIN, 0};
+            stop = poll(&pf, 1, 0) > 0;
+        }
+        CHECK(hub_bcast(&o, &stop, 4, 0) == 0, "oob");
+        if (stop) {
+            break;
+        }
+        CHECK(sum_op(w, rank, 2, k, 16) == 0, "op %d", k);
+        if (rank == 0) {
+            CHECK(write(p[1], &k, 4) == 4, "count");
+        }
+        usleep(5000);
+    }
+    sharp_coll_comm_destroy(w);
+    sharp_coll_finalize(ctx);
+    return 0;
+}
+
+/* a fresh job: init, a group, 10 operations */
+static int m_fresh(int rank, void *arg)
+{
+    uint64_t job = *(uint64_t *)arg;
+    rank_of = rank;
+    become_host(rank);
+    hub_oob_t o = {40, rank, 2};
+    struct sharp_coll_comm *w;
+    CHECK(init(&o, job, 10000) == 0, "init");
+    CHECK(comm(&o, &w) == 0, "world");
+    for (int k = 0; k < 10; k++) {
+        CHECK(sum_op(w, rank, 2, k, 16) == 0, "op %d", k);
+    }
+    sharp_coll_comm_destroy(w);
+    sharp_coll_finalize(ctx);
+    return 0;
+}
+
+/* operations counted by m_steady so far (non-blocking read of its pipe) */
+static int32_t steady_count(int fd, int32_t last)
+{
+    int32_t k;
+    while (read(fd, &k, 4) == 4) {
+        last = k + 1;
+    }
+    return last;
+}
+
+static void test_many_connections(void **state)
+{
+    (void)state;
+    struct {
+        const char *what, *daemon;
+    } targets[3] = {
+        {"sharpd", "n00001"}, {"the manager", "sharp_am"}, {"an AN", "leaf01"}};
+    int stop[2], count[2];
+    assert_int_equal(pipe(stop), 0);
+    assert_int_equal(pipe(count), 0);
+    fcntl(count[0], F_SETFL, O_NONBLOCK);
+    int args[2] = {stop[0], count[1]};
+    /* the steady job's members, served by a hub in a child of ours */
+    pid_t hubp = fork();
+    if (hubp == 0) {
+        hub_t h = {0};
+        close(stop[1]);
+        close(count[0]);
+        for (int r = 0; r < 2; r++) {
+            hub_spawn(&h, m_steady, r, args);
+        }
+        _exit(hub_run(&h, 300) == 2 ? 0 : 1);
+    }
+    close(stop[0]);
+    close(count[1]);
+    int32_t done = 0;
+    for (int i = 0; i < 200 && done < 20; i++) {
+        usleep(50000);
+        done = steady_count(count[0], done);
+    }
+    assert_true(done >= 20); /* it runs */
+
+    static int fds[FLOOD];
+    char sock[400];
+    snprintf(sock, sizeof(sock), "%s/hosts/n00001.sock", dir);
+    for (int t = 0; t < 3; t++) {
+        char addr[64];
+        pid_t pid = pid_of(targets[t].daemon, addr, sizeof(addr));
+        assert_true(pid > 0);
+        double cpu0 = cpu_of(pid);
+        char *colon = strchr(addr, ':');
+        if (colon) {
+            *colon = '\0';
+        }
+        int n = t == 0 ? flood(fds, sock, NULL, 0)
+                       : flood(fds, NULL, addr, colon ? atoi(colon + 1) : 0);
+        /* the steady job goes on while the connections are held */
+        int32_t before = steady_count(count[0], done);
+        usleep(3000000);
+        done = steady_count(count[0], before);
+        double cpu = cpu_of(pid) - cpu0;
+        print_message("%s: %d connections open; %d operations of another job "
+                      "meanwhile; the daemon used %.2f s of CPU in ~3 s\n",
+                      targets[t].what, n, done - before, cpu);
+        assert_true(n > 0);
+        assert_true(done - before >= 20);
+        assert_true(alive(pid));
+        /* out of descriptors it pauses accepting: it must not spin */
+        assert_true(cpu < 1.5);
+        unflood(fds, n);
+        /* afterwards a new job works */
+        usleep(500000);
+        uint64_t job = 7200 + (uint64_t)t;
+        run_members(2, m_fresh, &job, 2, 60);
+        assert_true(alive(pid));
+    }
+    assert_int_equal(write(stop[1], "x", 1), 1);
+    int st;
+    assert_int_equal(waitpid(hubp, &st, 0), hubp);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(stop[1]);
+    close(count[0]);
+}
+
+/* --- a stalled member ----------------------------------------------------- */
+
+/* members 0, 1: job S, 256 KiB allreduces; member 1 is stopped by the
+ * test; members 2, 3: job T (the same AN), small operations, counted,
+ * until the test says stop */
+enum { P_ERR, P_COUNT, P_STOP, P_VICTIM };
+
+static int m_stall(int member, void *arg)
+{
+    int *p = arg;
+    int job = member / 2, rank = member % 2;
+    rank_of = member;
+    become_host(rank);
+    hub_oob_t o = {50 + job, rank, 2}, all = {60, member, 4};
+    struct sharp_coll_comm *w;
+    CHECK(init(&o, 7300 + (uint64_t)job, 3000) == 0, "init");
+    CHECK(comm(&o, &w) == 0, "world");
+    CHECK(hub_barrier(&all) == 0, "sync");
+    if (job == 0) {
+        int32_t k = 0, r = 0;
+        if (rank == 1) {
+            int32_t pid = (int32_t)getpid();
+            CHECK(write(p[P_VICTIM], &pid, 4) == 4, "pid");
+        }
+        for (; k < 100000 && (r = sum_op(w, rank, 2, k, 1 << 15)) == 0; k++) {
+        }
+        CHECK(r == 1, "a wrong result");
+        CHECK(write(p[P_ERR], &k, 4) == 4, "report");
+        sharp_coll_comm_destroy(w);
+        sharp_coll_finalize(ctx);
+        return 0;
+    }
+    for (int32_t k = 0;; k++) {
+        int32_t stop = 0;
+        if (rank == 0) {
+            struct pollfd pf = {p[P_STOP], POLLIN, 0};
+            stop = poll(&pf, 1, 0) > 0;
+        }
+        CHECK(hub_bcast(&o, &stop, 4, 0) == 0, "oob");
+        if (stop) {
+            break;
+        }
+        CHECK(sum_op(w, rank, 2, k, 16) == 0, "job T op %d", k);
+        if (rank == 0) {
+            (void)!write(p[P_COUNT], &k, 4); /* non-blocking */
+        }
+        usleep(1000);
+    }
+    sharp_coll_comm_destroy(w);
+    sharp_coll_finalize(ctx);
+    return 0;
+}
+
+static void test_stalled_member(void **state)
+{
+    (void)state;
+    int err[2], count[2], stop[2], victim[2];
+    assert_int_equal(pipe(err), 0);
+    assert_int_equal(pipe(count), 0);
+    assert_int_equal(pipe(stop), 0);
+    assert_int_equal(pipe(victim), 0);
+    fcntl(count[0], F_SETFL, O_NONBLOCK);
+    fcntl(count[1], F_SETFL, O_NONBLOCK);
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
+    int args[4] = {err[1], count[1], stop[0], victim[1]};
+    pid_t hubp = fork();
+    if (hubp == 0) { /* the members are the hub's children */
+        hub_t h = {0};
+        close(err[0]);
+        close(count[0]);
+        close(stop[1]);
+        close(victim[0]);
+        for (int r = 0; r < 4; r++) {
+            hub_spawn(&h, m_stall, r, args);
+        }
+        _exit(hub_run(&h, 120));
+    }
+    close(err[1]);
+    close(count[1]);
+    close(stop[0]);
+    close(victim[1]);
+    int32_t pid = 0;
+    assert_int_equal(read(victim[0], &pid, 4), 4);
+    /* both jobs run */
+    int32_t done = 0;
+    for (int i = 0; i < 400 && done < 50; i++) {
+        usleep(50000);
+        done = steady_count(count[0], done);
+    }
+    assert_true(done >= 50);
+    kill(pid, SIGSTOP);
+    uint64_t t0 = shp_time_ns();
+    int32_t before = steady_count(count[0], done), k = -1;
+    /* job S's other member errors out after its coll_timeout (3 s) */
+    while (shp_time_ns() - t0 < 15 * SHP_NSEC_PER_SEC &&
+           read(err[0], &k, 4) != 4) {
+        usleep(50000);
+    }
+    double secs = (double)(shp_time_ns() - t0) / 1e9;
+    done = steady_count(count[0], before);
+    print_message("stalled member: its job's other member got an error after "
+                  "%.1f s; the other job did %d operations meanwhile\n",
+                  secs, done - before);
+    /* the other job still runs after the stalled group failed */
+    int32_t after = done;
+    usleep(1000000);
+    done = steady_count(count[0], after);
+    print_message("... and %d in the second after\n", done - after);
+    kill(pid, SIGKILL);
+    kill(pid, SIGCONT);
+    assert_int_equal(write(stop[1], "x", 1), 1);
+    int st;
+    assert_int_equal(waitpid(hubp, &st, 0), hubp);
+    close(count[0]);
+    close(err[0]);
+    close(stop[1]);
+    close(victim[0]);
+    assert_true(k >= 0);
+    assert_true(secs < 8);
+    assert_true(after - before >= 50);
+    assert_true(done - after >= 20);
+    /* job T's two members and S's member 0 ended well, the victim not */
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 3);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    char topo[400];
+    snprintf(topo, sizeof(topo), "%s/ft.ibnd", dir);
+    mkdir(dir, 0700);
+    /* the daemons get 1024 descriptors: the floods exhaust them */
+    if (sh("%s/sharp-topo fat-tree --radix 4 --hosts 8 > %s", bindir, topo) !=
+            0 ||
+        sh("ulimit -n 1024 && SHARP_AM_JOB_MAX_GROUPS=2 SHARP_AM_KEEPALIVE=1s "
+           "SHARPD_KEEPALIVE=1s %s/sharp-fabric --dir %s up %s --net " NET
+           " >/dev/null",
+           bindir, dir, topo) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    sh("%s/sharp-fabric --dir %s down >/dev/null", bindir, dir);
+    if (getenv("KEEP_LOGS") == NULL) {
+        sh("rm -rf %s", dir);
+    }
+    return 0;
+}
+
+int main(void)
+{
+    char self[400];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) {
+        return 1;
+    }
+    self[n] = '\0';
+    *strrchr(self, '/') = '\0';
+    snprintf(bindir, sizeof(bindir), "%s/../../bin", self);
+    snprintf(dir, sizeof(dir), "/tmp/sharp-test-limits.%d", (int)getpid());
+    signal(SIGPIPE, SIG_IGN);
+    /* the floods hold 2500 descriptors at a time */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 4096) {
+        rl.rlim_cur = rl.rlim_max < 4096 ? rl.rlim_max : 4096;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (getenv("SHARP_TEST_ONLY") != NULL) {
+        cmocka_set_test_filter(getenv("SHARP_TEST_ONLY"));
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_group_quota),
+        cmocka_unit_test(test_stalled_member),
+        cmocka_unit_test(test_many_connections),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
