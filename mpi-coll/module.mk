@@ -33,6 +33,16 @@ $(SHARP_MPI_MPICH): $(SHARP_MPI_SRC) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -shared -Wl,-soname,$(@F) -o $@ $< \
 		-L$(LIBDIR) -lsharp_coll $(MPI_LIB_COMMON)
 
+# libsharp_yield: a preloaded shim that makes a busy-polling MPI (MPICH on
+# UCX) sleep while it waits; no MPI needed to build it.
+SHARP_YIELD := $(LIBDIR)/libsharp_yield.so
+LIBS += $(SHARP_YIELD)
+
+$(SHARP_YIELD): mpi-coll/sharp_yield.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(MPI_CFLAGS) -shared -Wl,-soname,$(@F) -o $@ $< -ldl
+
 $(MPI_DEMO_OMPI): mpi-coll/sharp_mpi_demo.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")

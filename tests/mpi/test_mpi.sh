@@ -4,8 +4,9 @@
 # 8 hosts; mpi_check (references of its own) and mpi_types (every named
 # datatype, each call against PMPI); plain-MPI fallback without sharpd; an
 # AN killed mid-run aborts the job with a message, never hangs.  MPICH
-# (4.0.2 on UCX) busy-polls while waiting, so it runs 2 ranks here: more
-# would starve the daemons on 2 cores.
+# (4.0.2 on UCX) busy-polls while waiting: it runs 8 ranks with
+# libsharp_yield preloaded too (it sleeps after 64 empty polls), else the
+# waiting ranks starve the daemons and the other ranks on 2 cores.
 set -u
 O=${O:-build}
 BIN=$(cd "$O/bin" && pwd)
@@ -36,6 +37,8 @@ fabric up "$DIR/ft.ibnd" --net 127.13 >/dev/null || { echo "fabric up failed"; e
 OMPI=(timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe
       --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp)
 MPICH=(timeout 120 mpiexec.mpich)
+MPICH_PRELOAD="$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so"
+[ -f "$LIB/libsharp_yield.so" ] || { echo "missing $LIB/libsharp_yield.so"; exit 1; }
 
 # offloaded counts from the report: "sharp_mpi: MPI_Allreduce  N ..."
 offloaded() { awk -v c="$1" '$1 == "sharp_mpi:" && $2 == c { print $3 }' "$2"; }
@@ -73,21 +76,22 @@ else
     bad "Open MPI, 8 ranks (exit $rc)"; cat "$DIR/ompi.out"
 fi
 
-# 2. MPICH, 2 ranks on hosts of different leaves
-"${MPICH[@]}" -n 2 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so" \
+# 2. MPICH, 8 ranks, one per host
+t0=$SECONDS
+"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$BIN/sharp_mpi_demo_mpich" >"$DIR/mpich.out" 2>&1
 rc=$?
 n=$(offloaded MPI_Allreduce "$DIR/mpich.out")
 if [ $rc -eq 0 ] && grep -q "every result right" "$DIR/mpich.out" && [ "${n:-0}" -gt 1000 ]; then
-    ok "MPICH, 2 ranks: results right, $n allreduces offloaded"
+    ok "MPICH, 8 ranks: results right, $n allreduces offloaded ($((SECONDS - t0)) s)"
 else
-    bad "MPICH, 2 ranks (exit $rc)"; cat "$DIR/mpich.out"
+    bad "MPICH, 8 ranks (exit $rc)"; cat "$DIR/mpich.out"
 fi
 
 # 2b. every op x type, every root, bcasts, barrier order, communicator
 # loops: Open MPI 8 ranks (holding at the end: only the world's group may
-# be left at the manager), MPICH 2 ranks
+# be left at the manager), MPICH 8 ranks
 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_check_ompi" --hold "$DIR/hold" \
@@ -105,13 +109,14 @@ if [ $rc -eq 0 ] && grep -q "every check passed" "$DIR/check.out" && [ "${n:-0}"
 else
     bad "Open MPI mpi_check (exit $rc, $groups groups at the manager mid-run)"; tail -30 "$DIR/check.out"
 fi
-"${MPICH[@]}" -n 2 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so" \
+t0=$SECONDS
+"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_check_mpich" >"$DIR/check-mpich.out" 2>&1
 rc=$?
 n=$(offloaded MPI_Allreduce "$DIR/check-mpich.out")
 if [ $rc -eq 0 ] && grep -q "every check passed" "$DIR/check-mpich.out" && [ "${n:-0}" -gt 500 ]; then
-    ok "MPICH mpi_check, 2 ranks: every check passed, $n allreduces offloaded"
+    ok "MPICH mpi_check, 8 ranks: every check passed, $n allreduces offloaded ($((SECONDS - t0)) s)"
 else
     bad "MPICH mpi_check (exit $rc)"; tail -30 "$DIR/check-mpich.out"
 fi
@@ -119,8 +124,8 @@ fi
 # 2c. every named datatype x allreduce/reduce/bcast/barrier x counts 0 to
 # one past a fragment x in place or not x every root, and bcasts with
 # different types of one signature on different ranks, each call compared
-# with the same call through PMPI (tests/mpi/mpi_types.c): Open MPI 8 ranks,
-# MPICH 2 ranks
+# with the same call through PMPI (tests/mpi/mpi_types.c): Open MPI and
+# MPICH, 8 ranks each
 t0=$SECONDS
 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
@@ -132,12 +137,12 @@ else
     bad "Open MPI mpi_types ($why)"; grep -v "PMPI defect" "$DIR/types.out" | tail -30
 fi
 t0=$SECONDS
-"${MPICH[@]}" -n 2 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so" \
+"${MPICH[@]/120/240}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_types_mpich" >"$DIR/types-mpich.out" 2>&1
 why=$(types_verdict $? "$DIR/types-mpich.out")
 if [ -z "$why" ]; then
-    ok "MPICH mpi_types, 2 ranks: $(grep -o '[0-9]* named types, [0-9]* comparisons' "$DIR/types-mpich.out") match PMPI, offloaded exactly as expected ($(grep -c 'PMPI defect' "$DIR/types-mpich.out") defects of MPICH's own found; $((SECONDS - t0)) s)"
+    ok "MPICH mpi_types, 8 ranks: $(grep -o '[0-9]* named types, [0-9]* comparisons' "$DIR/types-mpich.out") match PMPI, offloaded exactly as expected ($(grep -c 'PMPI defect' "$DIR/types-mpich.out") defects of MPICH's own found; $((SECONDS - t0)) s)"
 else
     bad "MPICH mpi_types ($why)"; grep -v "PMPI defect" "$DIR/types-mpich.out" | tail -30
 fi
