@@ -4,6 +4,7 @@
 MPICC_OMPI ?= mpicc.openmpi
 MPICC_MPICH ?= mpicc.mpich
 SHARP_MPI_SRC := mpi-coll/sharp_mpi.c
+SHARP_MPI_DEPS := mpi-coll/sharp_mpi_nb.c
 SHARP_MPI_OMPI := $(LIBDIR)/libsharp_mpi_ompi.so
 SHARP_MPI_MPICH := $(LIBDIR)/libsharp_mpi_mpich.so
 MPI_DEMO_OMPI := $(BINDIR)/sharp_mpi_demo_ompi
@@ -21,13 +22,13 @@ MPI_LIB_COMMON = $(COMMON_LIB) -lm
 # would bind to libev's (a crash in MPI_Init).
 MPI_OMPI_LIBS := -Wl,--no-as-needed -levent_core -Wl,--as-needed
 
-$(SHARP_MPI_OMPI): $(SHARP_MPI_SRC) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
+$(SHARP_MPI_OMPI): $(SHARP_MPI_SRC) $(SHARP_MPI_DEPS) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -shared -Wl,-soname,$(@F) -o $@ $< \
 		$(MPI_OMPI_LIBS) -L$(LIBDIR) -lsharp_coll $(MPI_LIB_COMMON)
 
-$(SHARP_MPI_MPICH): $(SHARP_MPI_SRC) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
+$(SHARP_MPI_MPICH): $(SHARP_MPI_SRC) $(SHARP_MPI_DEPS) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -shared -Wl,-soname,$(@F) -o $@ $< \
@@ -79,6 +80,21 @@ $(MPI_TYPES_OMPI): tests/mpi/mpi_types.c | $(DEPS_STAMP)
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
 
 $(MPI_TYPES_MPICH): tests/mpi/mpi_types.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
+
+# Non-blocking and persistent collectives against PMPI (tests/mpi).
+MPI_NB_OMPI := $(TESTDIR)/mpi/mpi_nb_ompi
+MPI_NB_MPICH := $(TESTDIR)/mpi/mpi_nb_mpich
+TEST_HELPERS += $(MPI_NB_OMPI) $(MPI_NB_MPICH)
+
+$(MPI_NB_OMPI): tests/mpi/mpi_nb.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
+
+$(MPI_NB_MPICH): tests/mpi/mpi_nb.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<

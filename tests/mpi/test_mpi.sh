@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # libsharp_mpi end to end: an unchanged MPI program (sharp_mpi_demo) under
 # Open MPI and MPICH with the library preloaded, through a sharp-fabric of
-# 8 hosts; mpi_check (references of its own) and mpi_types (every named
-# datatype, each call against PMPI); plain-MPI fallback without sharpd; an
+# 8 hosts; mpi_check (references of its own), mpi_types (every named
+# datatype, each call against PMPI) and mpi_nb (non-blocking and persistent
+# collectives against PMPI); plain-MPI fallback without sharpd; an
 # AN killed mid-run aborts the job with a message, never hangs.  MPICH
 # (4.0.2 on UCX) busy-polls while waiting: it runs 8 ranks with
 # libsharp_yield preloaded too (it sleeps after 64 empty polls), else the
@@ -147,6 +148,47 @@ else
     bad "MPICH mpi_types ($why)"; grep -v "PMPI defect" "$DIR/types-mpich.out" | tail -30
 fi
 
+# 2c'. non-blocking and persistent collectives (tests/mpi/mpi_nb.c): several
+# in flight on three communicators, completed in each rank's own order by
+# every MPI_Wait*/MPI_Test* form, each result against PMPI, offloaded
+# exactly as expected (ZERO: with one member per node none is: they go to
+# PMPI)
+nb_verdict() { # RC OUT [ZERO]
+    local rc=$1 out=$2 c want got why=""
+    [ "$rc" = 0 ] || why="exit $rc"
+    grep -q "every result matches PMPI" "$out" || why="$why; results differ from PMPI"
+    for c in MPI_Iallreduce MPI_Ireduce MPI_Ibcast MPI_Ibarrier; do
+        want=$(awk -v c=$c '/^mpi_nb: expect offloaded/ {
+            for (i = 1; i < NF; i++) if ($i == c) print $(i + 1) }' "$out")
+        [ -n "${3:-}" ] && [ -n "$want" ] && want=0
+        got=$(offloaded $c "$out")
+        [ -n "$want" ] && [ "$want" = "$got" ] ||
+            why="$why; $c offloaded ${got:-?}, expected ${want:-?}"
+    done
+    echo "$why"
+}
+t0=$SECONDS
+"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+    -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_nb_ompi" >"$DIR/nb.out" 2>&1
+why=$(nb_verdict $? "$DIR/nb.out")
+if [ -z "$why" ]; then
+    ok "Open MPI mpi_nb, 8 ranks: $(grep -o '[0-9]* comparisons' "$DIR/nb.out") of non-blocking and persistent collectives match PMPI, offloaded exactly as expected ($((SECONDS - t0)) s)"
+    grep "overlap" "$DIR/nb.out"
+else
+    bad "Open MPI mpi_nb ($why)"; tail -30 "$DIR/nb.out"
+fi
+t0=$SECONDS
+"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
+    -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_nb_mpich" >"$DIR/nb-mpich.out" 2>&1
+why=$(nb_verdict $? "$DIR/nb-mpich.out")
+if [ -z "$why" ]; then
+    ok "MPICH mpi_nb, 8 ranks: $(grep -o '[0-9]* comparisons' "$DIR/nb-mpich.out") of non-blocking and persistent collectives match PMPI, offloaded exactly as expected ($((SECONDS - t0)) s)"
+else
+    bad "MPICH mpi_nb ($why)"; tail -30 "$DIR/nb-mpich.out"
+fi
+
 # 2d. two processes per host (8 ranks on a 4-host fabric)
 "$BIN/sharp-topo" fat-tree --radix 4 --hosts 4 >"$DIR/ft4.ibnd"
 "$BIN/sharp-fabric" --dir "$DIR/fabric4" up "$DIR/ft4.ibnd" --net 127.19 >/dev/null
@@ -177,6 +219,16 @@ if [ -z "$why" ]; then
     ok "ppn 2 mpi_types (8 types, mixed bcasts, derived): $(grep -o '[0-9]* comparisons' "$DIR/types-ppn2.out") match PMPI, offloaded exactly as expected ($((SECONDS - t0)) s)"
 else
     bad "ppn 2 mpi_types ($why)"; grep -v "PMPI defect" "$DIR/types-ppn2.out" | tail -30
+fi
+# non-blocking ones with one member per node: PMPI on every rank alike
+"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+    -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_nb_ompi" >"$DIR/nb-ppn2.out" 2>&1
+why=$(nb_verdict $? "$DIR/nb-ppn2.out" zero)
+if [ -z "$why" ]; then
+    ok "ppn 2 mpi_nb: $(grep -o '[0-9]* comparisons' "$DIR/nb-ppn2.out") match PMPI, none offloaded (one member per node: PMPI everywhere)"
+else
+    bad "ppn 2 mpi_nb ($why)"; tail -30 "$DIR/nb-ppn2.out"
 fi
 "$BIN/sharp-fabric" --dir "$DIR/fabric4" down >/dev/null
 
