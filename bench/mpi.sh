@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make bench-mpi: bench/mpi_lat.c with 8 and 16 Open MPI ranks (one per
+# make bench-mpi: bench/mpi_lat.c (MPI_Allreduce, MPI_Iallreduce + MPI_Wait
+# at 8 B, 4 KiB and 64 KiB, MPI_Barrier) with 8 and 16 Open MPI ranks (one per
 # host), four ways in one run: through sharp (libsharp_mpi preloaded, a
 # fat-tree on loopback, the fabric's default settings) over tcp/udp and
 # over the shm transport (every AN SHARP_AN_TRANSPORT=shm), Open MPI over
@@ -10,7 +11,8 @@
 #
 # Last line:
 #   RESULT mpi_allreduce_8B_np8_vs_tcp=.. mpi_allreduce_8B_np16_vs_tcp=..
-#          mpi_allreduce_4K_np8_vs_tcp=.. mpi_allreduce_1M_np8_vs_tcp=..
+#          mpi_allreduce_4K_np8_vs_tcp=.. mpi_iallreduce_8B_np8_vs_tcp=..
+#          mpi_allreduce_1M_np8_vs_tcp=..
 #          mpi_cpu_per_op_np8_vs_tcp=.. mpi_barrier_np8_vs_tcp=..
 #          mpi_layer_ns=.. mpi_allreduce_8B_np8_shm_vs_shm=..
 #          mpi_allreduce_8B_np16_shm_vs_shm=..
@@ -71,7 +73,7 @@ for np in 8 16; do
     "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
     run "$np" --mca btl tcp,self "$BIN/bench_mpi_lat" >"$DIR/tcp$np.txt"
     run "$np" --mca btl self,vader "$BIN/bench_mpi_lat" >"$DIR/shm$np.txt"
-    table "MPI_Allreduce (float sum) and MPI_Barrier, $np ranks, one per host" \
+    table "MPI_Allreduce, MPI_Iallreduce (+ MPI_Wait; float sum) and MPI_Barrier, $np ranks, one per host" \
         "$DIR/sharp$np.txt" "$DIR/sharpshm$np.txt" "$DIR/tcp$np.txt" "$DIR/shm$np.txt"
     echo
 done
@@ -105,6 +107,7 @@ r() { # OP BYTES NP COLUMN [SHARP MPI]: sharp / Open MPI (tcp by default)
 echo "RESULT mpi_allreduce_8B_np8_vs_tcp=$(r allreduce 8 8 3)" \
     "mpi_allreduce_8B_np16_vs_tcp=$(r allreduce 8 16 3)" \
     "mpi_allreduce_4K_np8_vs_tcp=$(r allreduce 4096 8 3)" \
+    "mpi_iallreduce_8B_np8_vs_tcp=$(r iallreduce 8 8 3)" \
     "mpi_allreduce_1M_np8_vs_tcp=$(r allreduce 1048576 8 3)" \
     "mpi_cpu_per_op_np8_vs_tcp=$(r allreduce 8 8 4)" \
     "mpi_barrier_np8_vs_tcp=$(r barrier 0 8 3)" \

@@ -4,7 +4,8 @@
 MPICC_OMPI ?= mpicc.openmpi
 MPICC_MPICH ?= mpicc.mpich
 SHARP_MPI_SRC := mpi-coll/sharp_mpi.c mpi-coll/recover.c
-SHARP_MPI_HDR := mpi-coll/recover.h
+# included by sharp_mpi.c, or its headers
+SHARP_MPI_HDR := mpi-coll/recover.h mpi-coll/sharp_mpi_nb.c
 SHARP_MPI_OMPI := $(LIBDIR)/libsharp_mpi_ompi.so
 SHARP_MPI_MPICH := $(LIBDIR)/libsharp_mpi_mpich.so
 MPI_DEMO_OMPI := $(BINDIR)/sharp_mpi_demo_ompi
@@ -35,6 +36,16 @@ $(SHARP_MPI_MPICH): $(SHARP_MPI_SRC) $(SHARP_MPI_HDR) $(COLL_SO) $(COMMON_LIB) |
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -shared -pthread -Wl,-soname,$(@F) -o $@ \
 		$(SHARP_MPI_SRC) \
 		-L$(LIBDIR) -lsharp_coll $(MPI_LIB_COMMON)
+
+# libsharp_yield: a preloaded shim that makes a busy-polling MPI (MPICH on
+# UCX) sleep while it waits; no MPI needed to build it.
+SHARP_YIELD := $(LIBDIR)/libsharp_yield.so
+LIBS += $(SHARP_YIELD)
+
+$(SHARP_YIELD): mpi-coll/sharp_yield.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(MPI_CFLAGS) -shared -Wl,-soname,$(@F) -o $@ $< -ldl
 
 $(MPI_DEMO_OMPI): mpi-coll/sharp_mpi_demo.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
@@ -90,6 +101,7 @@ $(MPI_FAULT_MPICH): tests/mpi/mpi_fault.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
+
 # Exact sums under MPI (tests/mpi/test_exact_mpi.sh), Open MPI.
 MPI_EXACT_OMPI := $(TESTDIR)/mpi/mpi_exact_ompi
 TEST_HELPERS += $(MPI_EXACT_OMPI)
@@ -98,3 +110,18 @@ $(MPI_EXACT_OMPI): tests/mpi/mpi_exact.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $< -lmpfr -lgmp -lm
+
+# Non-blocking and persistent collectives against PMPI (tests/mpi).
+MPI_NB_OMPI := $(TESTDIR)/mpi/mpi_nb_ompi
+MPI_NB_MPICH := $(TESTDIR)/mpi/mpi_nb_mpich
+TEST_HELPERS += $(MPI_NB_OMPI) $(MPI_NB_MPICH)
+
+$(MPI_NB_OMPI): tests/mpi/mpi_nb.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
+
+$(MPI_NB_MPICH): tests/mpi/mpi_nb.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<

@@ -42,8 +42,8 @@
  * on types sharp cannot carry (long double, 32-byte complex, Fortran
  * LOGICAL, MPI_2REAL, ...), ops MPI does not define on the type (so PMPI
  * reports the error), user ops, count 0, intercommunicators,
- * MPI_Iallreduce and other non-blocking collectives (they could only
- * complete through MPI's own request machinery), messages above
+ * non-blocking collectives other than MPI_Iallreduce, _Ireduce, _Ibcast and
+ * _Ibarrier (those: sharp_mpi_nb.c, one member per process), messages above
  * SHARP_MPI_MAX_BYTES (or 2 GiB) and communicators below
  * SHARP_MPI_MIN_RANKS.
  */
@@ -131,9 +131,21 @@ static void cfg_load(void)
 
 /* State ------------------------------------------------------------------------ */
 
-enum { C_ALLREDUCE, C_REDUCE, C_BARRIER, C_BCAST, C_N };
-static const char *const coll_names[C_N] = {"MPI_Allreduce", "MPI_Reduce",
-                                            "MPI_Barrier", "MPI_Bcast"};
+enum {
+    C_ALLREDUCE,
+    C_REDUCE,
+    C_BARRIER,
+    C_BCAST,
+    /* non-blocking, and the starts of persistent ones (sharp_mpi_nb.c) */
+    C_IALLREDUCE,
+    C_IREDUCE,
+    C_IBARRIER,
+    C_IBCAST,
+    C_N
+};
+static const char *const coll_names[C_N] = {
+    "MPI_Allreduce",  "MPI_Reduce",  "MPI_Barrier",  "MPI_Bcast",
+    "MPI_Iallreduce", "MPI_Ireduce", "MPI_Ibarrier", "MPI_Ibcast"};
 
 static struct {
     struct sharp_coll_context *ctx;
@@ -213,11 +225,14 @@ static int oob_gather(void *ctx, int root, void *sbuf, void *rbuf, int len)
 
 /* Init and finalize ------------------------------------------------------------ */
 
+static void nb_drain(comm_state_t *s);
+
 /* What comm_setup made, undone: the group left, the record dropped (after
  * a barrier: a member may still be fetching a result from it), the
  * private communicators freed. */
 static void comm_teardown(comm_state_t *s)
 {
+    nb_drain(s); /* its non-blocking operations in flight complete first */
     if (s->sc != NULL) {
         sharp_coll_comm_destroy(s->sc);
         s->sc = NULL;
@@ -414,6 +429,7 @@ API int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 
 API int MPI_Finalize(void)
 {
+    nb_drain(NULL); /* operations freed by the program while in flight */
     if (g.svc) {
         /* a rank may still be recovering (fetching a result from another
          * rank's record): every record stays until all ranks are here */
@@ -1487,3 +1503,7 @@ API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
     g.bytes[C_BCAST][0] += (unsigned long long)bytes;
     return MPI_SUCCESS;
 }
+
+/* MPI_Iallreduce, _Ireduce, _Ibcast, _Ibarrier, the persistent forms and
+ * the MPI_Wait / MPI_Test family that completes them */
+#include "mpi-coll/sharp_mpi_nb.c"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # libsharp_mpi end to end: an unchanged MPI program (sharp_mpi_demo) under
 # Open MPI and MPICH with the library preloaded, through a sharp-fabric of
-# 8 hosts; mpi_check (references of its own) and mpi_types (every named
-# datatype, each call against PMPI); plain-MPI fallback without sharpd
-# (killed daemons: tests/mpi/test_fault.sh).  MPICH
-# (4.0.2 on UCX) busy-polls while waiting, so it runs 2 ranks here: more
-# would starve the daemons on 2 cores.
+# 8 hosts; mpi_check (references of its own), mpi_types (every named
+# datatype, each call against PMPI) and mpi_nb (non-blocking and persistent
+# collectives against PMPI); plain-MPI fallback without sharpd (killed
+# daemons: tests/mpi/test_fault.sh).  MPICH (4.0.2 on UCX) busy-polls while
+# waiting: it runs 8 ranks with libsharp_yield preloaded too (it sleeps
+# after 64 empty polls), else the waiting ranks starve the daemons and the
+# other ranks on 2 cores.
 set -u
 O=${O:-build}
 BIN=$(cd "$O/bin" && pwd)
@@ -36,6 +38,8 @@ fabric up "$DIR/ft.ibnd" --net 127.13 >/dev/null || { echo "fabric up failed"; e
 OMPI=(timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe
       --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp)
 MPICH=(timeout 120 mpiexec.mpich)
+MPICH_PRELOAD="$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so"
+[ -f "$LIB/libsharp_yield.so" ] || { echo "missing $LIB/libsharp_yield.so"; exit 1; }
 
 # offloaded counts from the report: "sharp_mpi: MPI_Allreduce  N ..."
 offloaded() { awk -v c="$1" '$1 == "sharp_mpi:" && $2 == c { print $3 }' "$2"; }
@@ -73,21 +77,22 @@ else
     bad "Open MPI, 8 ranks (exit $rc)"; cat "$DIR/ompi.out"
 fi
 
-# 2. MPICH, 2 ranks on hosts of different leaves
-"${MPICH[@]}" -n 2 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so" \
+# 2. MPICH, 8 ranks, one per host
+t0=$SECONDS
+"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$BIN/sharp_mpi_demo_mpich" >"$DIR/mpich.out" 2>&1
 rc=$?
 n=$(offloaded MPI_Allreduce "$DIR/mpich.out")
 if [ $rc -eq 0 ] && grep -q "every result right" "$DIR/mpich.out" && [ "${n:-0}" -gt 1000 ]; then
-    ok "MPICH, 2 ranks: results right, $n allreduces offloaded"
+    ok "MPICH, 8 ranks: results right, $n allreduces offloaded ($((SECONDS - t0)) s)"
 else
-    bad "MPICH, 2 ranks (exit $rc)"; cat "$DIR/mpich.out"
+    bad "MPICH, 8 ranks (exit $rc)"; cat "$DIR/mpich.out"
 fi
 
 # 2b. every op x type, every root, bcasts, barrier order, communicator
 # loops: Open MPI 8 ranks (holding at the end: only the world's group may
-# be left at the manager), MPICH 2 ranks
+# be left at the manager), MPICH 8 ranks
 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_check_ompi" --hold "$DIR/hold" \
@@ -105,13 +110,14 @@ if [ $rc -eq 0 ] && grep -q "every check passed" "$DIR/check.out" && [ "${n:-0}"
 else
     bad "Open MPI mpi_check (exit $rc, $groups groups at the manager mid-run)"; tail -30 "$DIR/check.out"
 fi
-"${MPICH[@]}" -n 2 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so" \
+t0=$SECONDS
+"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_check_mpich" >"$DIR/check-mpich.out" 2>&1
 rc=$?
 n=$(offloaded MPI_Allreduce "$DIR/check-mpich.out")
 if [ $rc -eq 0 ] && grep -q "every check passed" "$DIR/check-mpich.out" && [ "${n:-0}" -gt 500 ]; then
-    ok "MPICH mpi_check, 2 ranks: every check passed, $n allreduces offloaded"
+    ok "MPICH mpi_check, 8 ranks: every check passed, $n allreduces offloaded ($((SECONDS - t0)) s)"
 else
     bad "MPICH mpi_check (exit $rc)"; tail -30 "$DIR/check-mpich.out"
 fi
@@ -119,8 +125,8 @@ fi
 # 2c. every named datatype x allreduce/reduce/bcast/barrier x counts 0 to
 # one past a fragment x in place or not x every root, and bcasts with
 # different types of one signature on different ranks, each call compared
-# with the same call through PMPI (tests/mpi/mpi_types.c): Open MPI 8 ranks,
-# MPICH 2 ranks
+# with the same call through PMPI (tests/mpi/mpi_types.c): Open MPI and
+# MPICH, 8 ranks each
 t0=$SECONDS
 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
@@ -132,14 +138,55 @@ else
     bad "Open MPI mpi_types ($why)"; grep -v "PMPI defect" "$DIR/types.out" | tail -30
 fi
 t0=$SECONDS
-"${MPICH[@]}" -n 2 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so" \
+"${MPICH[@]/120/240}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_types_mpich" >"$DIR/types-mpich.out" 2>&1
 why=$(types_verdict $? "$DIR/types-mpich.out")
 if [ -z "$why" ]; then
-    ok "MPICH mpi_types, 2 ranks: $(grep -o '[0-9]* named types, [0-9]* comparisons' "$DIR/types-mpich.out") match PMPI, offloaded exactly as expected ($(grep -c 'PMPI defect' "$DIR/types-mpich.out") defects of MPICH's own found; $((SECONDS - t0)) s)"
+    ok "MPICH mpi_types, 8 ranks: $(grep -o '[0-9]* named types, [0-9]* comparisons' "$DIR/types-mpich.out") match PMPI, offloaded exactly as expected ($(grep -c 'PMPI defect' "$DIR/types-mpich.out") defects of MPICH's own found; $((SECONDS - t0)) s)"
 else
     bad "MPICH mpi_types ($why)"; grep -v "PMPI defect" "$DIR/types-mpich.out" | tail -30
+fi
+
+# 2c'. non-blocking and persistent collectives (tests/mpi/mpi_nb.c): several
+# in flight on three communicators, completed in each rank's own order by
+# every MPI_Wait*/MPI_Test* form, each result against PMPI, offloaded
+# exactly as expected (ZERO: with one member per node none is: they go to
+# PMPI)
+nb_verdict() { # RC OUT [ZERO]
+    local rc=$1 out=$2 c want got why=""
+    [ "$rc" = 0 ] || why="exit $rc"
+    grep -q "every result matches PMPI" "$out" || why="$why; results differ from PMPI"
+    for c in MPI_Iallreduce MPI_Ireduce MPI_Ibcast MPI_Ibarrier; do
+        want=$(awk -v c=$c '/^mpi_nb: expect offloaded/ {
+            for (i = 1; i < NF; i++) if ($i == c) print $(i + 1) }' "$out")
+        [ -n "${3:-}" ] && [ -n "$want" ] && want=0
+        got=$(offloaded $c "$out")
+        [ -n "$want" ] && [ "$want" = "$got" ] ||
+            why="$why; $c offloaded ${got:-?}, expected ${want:-?}"
+    done
+    echo "$why"
+}
+t0=$SECONDS
+"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+    -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_nb_ompi" >"$DIR/nb.out" 2>&1
+why=$(nb_verdict $? "$DIR/nb.out")
+if [ -z "$why" ]; then
+    ok "Open MPI mpi_nb, 8 ranks: $(grep -o '[0-9]* comparisons' "$DIR/nb.out") of non-blocking and persistent collectives match PMPI, offloaded exactly as expected ($((SECONDS - t0)) s)"
+    grep "overlap" "$DIR/nb.out"
+else
+    bad "Open MPI mpi_nb ($why)"; tail -30 "$DIR/nb.out"
+fi
+t0=$SECONDS
+"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
+    -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_nb_mpich" >"$DIR/nb-mpich.out" 2>&1
+why=$(nb_verdict $? "$DIR/nb-mpich.out")
+if [ -z "$why" ]; then
+    ok "MPICH mpi_nb, 8 ranks: $(grep -o '[0-9]* comparisons' "$DIR/nb-mpich.out") of non-blocking and persistent collectives match PMPI, offloaded exactly as expected ($((SECONDS - t0)) s)"
+else
+    bad "MPICH mpi_nb ($why)"; tail -30 "$DIR/nb-mpich.out"
 fi
 
 # 2d. two processes per host (8 ranks on a 4-host fabric)
@@ -172,6 +219,16 @@ if [ -z "$why" ]; then
     ok "ppn 2 mpi_types (8 types, mixed bcasts, derived): $(grep -o '[0-9]* comparisons' "$DIR/types-ppn2.out") match PMPI, offloaded exactly as expected ($((SECONDS - t0)) s)"
 else
     bad "ppn 2 mpi_types ($why)"; grep -v "PMPI defect" "$DIR/types-ppn2.out" | tail -30
+fi
+# non-blocking ones with one member per node: PMPI on every rank alike
+"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+    -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_nb_ompi" >"$DIR/nb-ppn2.out" 2>&1
+why=$(nb_verdict $? "$DIR/nb-ppn2.out" zero)
+if [ -z "$why" ]; then
+    ok "ppn 2 mpi_nb: $(grep -o '[0-9]* comparisons' "$DIR/nb-ppn2.out") match PMPI, none offloaded (one member per node: PMPI everywhere)"
+else
+    bad "ppn 2 mpi_nb ($why)"; tail -30 "$DIR/nb-ppn2.out"
 fi
 "$BIN/sharp-fabric" --dir "$DIR/fabric4" down >/dev/null
 

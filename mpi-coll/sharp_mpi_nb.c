@@ -1,0 +1,927 @@
+/*
+ * libsharp_mpi: non-blocking and persistent collectives (included at the
+ * end of sharp_mpi.c: one translation unit, the same eligibility helpers).
+ *
+ *   MPI_Iallreduce, MPI_Ireduce, MPI_Ibcast, MPI_Ibarrier
+ *       posted through sharp_coll_*_nb; the request the program gets is a
+ *       generalized request (MPI_Grequest_start) that is completed
+ *       (MPI_Grequest_complete) once sharp's request is, so MPI's own
+ *       MPI_Wait*, MPI_Test* and MPI_Request_free take it with any other
+ *       request.  The wrappers of those calls progress sharp first.
+ *   MPI_Allreduce_init, _Reduce_init, _Bcast_init, _Barrier_init (MPI 4:
+ *   MPICH) and Open MPI 4.1's MPIX_ ones
+ *       the program's handle is an inactive persistent request of MPI's
+ *       own (a receive on a private communicator, never started); each
+ *       MPI_Start makes a generalized request that stands in for the
+ *       handle inside MPI_Wait* / MPI_Test* and the handle is given back.
+ *
+ * Offloaded exactly when the blocking call would be (same datatypes, ops,
+ * counts, sizes: every rank decides alike), and only on a communicator
+ * with one member per process: with node-local aggregation (several ranks
+ * per node) the non-blocking forms go to PMPI on every rank (hier is agreed
+ * when the group is made).  The first collective on a communicator makes
+ * its group (an agreement of its members), blocking or not.
+ *
+ * Progress: a message up to the OST quota is wholly sent when posted, so
+ * the network reduces it while the program computes; the result is read
+ * at the next MPI_Wait* / MPI_Test* (or any call that progresses sharp).
+ * A failed operation takes the failure path of the blocking calls (fail()).
+ * Not thread-safe beyond MPI_THREAD_FUNNELED (as the rest of the layer).
+ */
+
+#ifdef OMPI_MAJOR_VERSION
+#include <mpi-ext.h>
+#endif
+
+#if MPI_VERSION >= 4
+#define HAVE_PCOLL 1
+#define PCOLL(name) MPI_##name##_init
+#define PPCOLL(name) PMPI_##name##_init
+#elif defined(OMPI_HAVE_MPI_EXT_PCOLLREQ)
+#define HAVE_PCOLL 1
+#define PCOLL(name) MPIX_##name##_init
+#define PPCOLL(name) PMPIX_##name##_init
+#endif
+
+typedef struct nb_op {
+    int kind; /* C_IALLREDUCE ... */
+    comm_state_t *st;
+    MPI_Comm comm;
+    /* the arguments, kept for a persistent operation's every start */
+    const void *sbuf;
+    void *rbuf;
+    int count, root, sop, keep;
+    MPI_Datatype dt;
+    dt_map_t m;
+    size_t n, bytes;
+    char *direct; /* bcast: the bytes in the user's buffer, else NULL */
+    /* one activation */
+    void *h; /* sharp's request, NULL when none in flight */
+    char *ps, *pr;
+    MPI_Request greq; /* the activation's generalized request */
+    int active, done;
+    /* persistent: the program's handle; freed while active */
+    int persistent, user_freed;
+    MPI_Request handle;
+    struct nb_op *next, **prev;
+} nb_op_t;
+
+static nb_op_t *nb_ops; /* every live operation */
+
+static void nb_link(nb_op_t *o)
+{
+    o->next = nb_ops;
+    o->prev = &nb_ops;
+    if (nb_ops != NULL) {
+        nb_ops->prev = &o->next;
+    }
+    nb_ops = o;
+}
+
+static void nb_release(nb_op_t *o)
+{
+    *o->prev = o->next;
+    if (o->next != NULL) {
+        o->next->prev = o->prev;
+    }
+    free(o->ps);
+    free(o->pr);
+    free(o);
+}
+
+/* Generalized request callbacks -------------------------------------------- */
+
+static int nb_query(void *extra, MPI_Status *status)
+{
+    (void)extra;
+    PMPI_Status_set_elements(status, MPI_BYTE, 0);
+    PMPI_Status_set_cancelled(status, 0);
+    status->MPI_SOURCE = MPI_UNDEFINED;
+    status->MPI_TAG = MPI_UNDEFINED;
+    status->MPI_ERROR = MPI_SUCCESS;
+    return MPI_SUCCESS;
+}
+
+/* MPI frees the activation's request (a completed wait or test, or
+ * MPI_Request_free after completion) */
+static int nb_free(void *extra)
+{
+    nb_op_t *o = extra;
+    o->greq = MPI_REQUEST_NULL;
+    o->active = 0;
+    if (!o->persistent) {
+        nb_release(o);
+    }
+    return MPI_SUCCESS;
+}
+
+static int nb_cancel(void *extra, int complete)
+{
+    (void)extra;
+    (void)complete;
+    return MPI_SUCCESS; /* a collective cannot be cancelled */
+}
+
+/* Starting and finishing ---------------------------------------------------- */
+
+static const char *nb_name(const nb_op_t *o)
+{
+    return coll_names[o->kind];
+}
+
+static void nb_start(nb_op_t *o)
+{
+    int rc;
+    comm_state_t *st = o->st;
+
+    o->done = 0;
+    o->active = 1;
+    PMPI_Grequest_start(nb_query, nb_free, nb_cancel, o, &o->greq);
+    if (o->kind == C_IBARRIER) {
+        rc = sharp_coll_do_barrier_nb(st->sc, &o->h);
+    } else if (o->kind == C_IBCAST) {
+        struct sharp_coll_bcast_spec bs;
+        char *p = o->direct;
+        if (p == NULL) {
+            if (o->pr == NULL) {
+                o->pr = xmalloc(o->bytes, o->comm, nb_name(o));
+            }
+            p = o->pr;
+            if (st->rank == o->root) {
+                pack_data(1, o->rbuf, o->count, o->dt, p, (int)o->bytes,
+                          o->comm);
+            }
+        }
+        memset(&bs, 0, sizeof(bs));
+        bs.buf_desc = desc_of(p, o->bytes);
+        bs.size = o->bytes;
+        bs.root = o->root;
+        rc = sharp_coll_do_bcast_nb(st->sc, &bs, &o->h);
+    } else {
+        struct sharp_coll_reduce_spec spec;
+        const void *src = o->sbuf == MPI_IN_PLACE ? o->rbuf : o->sbuf;
+        void *dst = o->keep ? o->rbuf : NULL;
+        if (o->m.packed) {
+            if (o->ps == NULL) {
+                o->ps = xmalloc(o->bytes, o->comm, nb_name(o));
+            }
+            loc_pack(src, o->ps, o->n, &o->m);
+            src = o->ps;
+            if (o->keep) {
+                if (o->pr == NULL) {
+                    o->pr = xmalloc(o->bytes, o->comm, nb_name(o));
+                }
+                dst = o->pr;
+            }
+        }
+        memset(&spec, 0, sizeof(spec));
+        spec.dtype = (enum sharp_datatype)o->m.sdt;
+        spec.tag_dtype = (enum sharp_datatype)o->m.tag;
+        spec.op = (enum sharp_reduce_op)o->sop;
+        spec.length = o->n * (size_t)o->m.mult;
+        spec.root = o->root < 0 ? 0 : o->root;
+        spec.sbuf_desc = desc_of((void *)src, o->bytes);
+        spec.rbuf_desc = desc_of(dst, o->bytes);
+        rc = o->kind == C_IALLREDUCE
+                 ? sharp_coll_do_allreduce_nb(st->sc, &spec, &o->h)
+                 : sharp_coll_do_reduce_nb(st->sc, &spec, &o->h);
+    }
+    if (rc != SHARP_COLL_SUCCESS) {
+        o->h = NULL;
+        fail(o->comm, nb_name(o), rc);
+    }
+    g.calls[o->kind][0]++;
+    g.bytes[o->kind][0] += o->bytes;
+}
+
+/* sharp's request is complete (status rc): the result into place, MPI's
+ * request completed */
+static void nb_finish(nb_op_t *o, int rc)
+{
+    o->h = NULL;
+    if (rc != SHARP_COLL_SUCCESS) {
+        fail(o->comm, nb_name(o), rc);
+    }
+    if (o->kind == C_IBCAST && o->direct == NULL && o->st->rank != o->root) {
+        pack_data(0, o->rbuf, o->count, o->dt, o->pr, (int)o->bytes, o->comm);
+    } else if ((o->kind == C_IALLREDUCE || o->kind == C_IREDUCE) &&
+               o->m.packed && o->keep) {
+        loc_unpack(o->pr, o->rbuf, o->n, &o->m);
+    }
+    o->done = 1;
+    if (o->user_freed && !o->persistent) {
+        /* MPI_Request_free came first: MPI may free it now */
+        MPI_Request r = o->greq;
+        PMPI_Grequest_complete(r);
+        PMPI_Request_free(&r); /* calls nb_free: o is gone */
+        return;
+    }
+    PMPI_Grequest_complete(o->greq);
+}
+
+/* 1 if o's sharp part is done; block: wait for it */
+static int nb_poll(nb_op_t *o, int block)
+{
+    if (!o->active || o->done) {
+        return 1;
+    }
+    if (!block && !sharp_coll_req_test(o->h)) {
+        return 0;
+    }
+    nb_finish(o, sharp_coll_req_wait(o->h));
+    return 1;
+}
+
+/* every operation in flight a turn of sharp's progress */
+static void nb_progress_all(void)
+{
+    nb_op_t *o, *next;
+    for (o = nb_ops; o != NULL; o = next) {
+        next = o->next; /* o may be released */
+        nb_poll(o, 0);
+    }
+}
+
+/* before a communicator's group goes (MPI_Comm_free, MPI_Finalize): its
+ * operations in flight complete first (s NULL: every communicator's) */
+static void nb_drain(comm_state_t *s)
+{
+    nb_op_t *o, *next;
+    for (o = nb_ops; o != NULL; o = next) {
+        next = o->next;
+        if (s == NULL || o->st == s) {
+            nb_poll(o, 1);
+        }
+    }
+}
+
+static nb_op_t *nb_find(MPI_Request r)
+{
+    if (r == MPI_REQUEST_NULL) {
+        return NULL;
+    }
+    for (nb_op_t *o = nb_ops; o != NULL; o = o->next) {
+        if ((o->persistent && o->handle == r) ||
+            (!o->persistent && o->greq == r)) {
+            return o;
+        }
+    }
+    return NULL;
+}
+
+/* Deciding ------------------------------------------------------------------ */
+
+/* the communicator's state if a non-blocking operation may go through
+ * sharp there (the same answer on every rank), else NULL */
+static comm_state_t *nb_comm(MPI_Comm comm)
+{
+    comm_state_t *st = comm_sharp(comm);
+    return st != NULL && !st->hier ? st : NULL;
+}
+
+/* an (all)reduce as an operation, or NULL: PMPI (try_reduce's rules) */
+static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
+                             MPI_Datatype dt, MPI_Op op, int root,
+                             MPI_Comm comm)
+{
+    dt_map_t m;
+    int sop = op_of(op);
+
+    if (!(kind == C_IALLREDUCE ? cfg.allreduce : cfg.reduce) || count <= 0 ||
+        sop < 0 || !map_dtype(dt, &m) || !(m.ops & OPB(sop))) {
+        return NULL;
+    }
+    size_t n = (size_t)count, bytes = n * m.size;
+    if (bytes > (size_t)cfg.max_bytes || bytes > INT_MAX) {
+        return NULL;
+    }
+    shp_reduce_desc_t d = {(shp_dtype_t)m.sdt, (shp_op_t)sop,
+                           (shp_dtype_t)m.tag};
+    if (shp_reduce_desc_check(&d, NULL) != SHP_OK ||
+        shp_reduce_elem_size(&d) * (size_t)m.mult != m.size) {
+        return NULL;
+    }
+    comm_state_t *st = nb_comm(comm);
+    if (st == NULL || root >= st->size) {
+        return NULL;
+    }
+    int keep = root < 0 || root == st->rank;
+    if (sbuf == MPI_IN_PLACE && !keep) {
+        return NULL; /* erroneous: PMPI says so */
+    }
+    nb_op_t *o = calloc(1, sizeof(*o));
+    if (o == NULL) {
+        fail(comm, coll_names[kind], SHARP_COLL_ENOMEM);
+    }
+    o->kind = kind;
+    o->st = st;
+    o->comm = comm;
+    o->sbuf = sbuf;
+    o->rbuf = rbuf;
+    o->count = count;
+    o->dt = dt;
+    o->root = root;
+    o->sop = sop;
+    o->keep = keep;
+    o->m = m;
+    o->n = n;
+    o->bytes = bytes;
+    o->greq = o->handle = MPI_REQUEST_NULL;
+    nb_link(o);
+    return o;
+}
+
+static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
+                            MPI_Comm comm)
+{
+    long bytes = bytes_of(count, dt);
+    comm_state_t *st = NULL;
+    if (cfg.bcast && bytes > 0 && bytes <= cfg.max_bytes && bytes <= INT_MAX) {
+        st = nb_comm(comm);
+    }
+    if (st == NULL || root < 0 || root >= st->size) {
+        return NULL;
+    }
+    nb_op_t *o = calloc(1, sizeof(*o));
+    if (o == NULL) {
+        fail(comm, "MPI_Ibcast", SHARP_COLL_ENOMEM);
+    }
+    int size = 0;
+    MPI_Aint lb, ext, tlb, text;
+    PMPI_Type_size(dt, &size);
+    PMPI_Type_get_extent(dt, &lb, &ext);
+    PMPI_Type_get_true_extent(dt, &tlb, &text);
+    if (buf != MPI_BOTTOM && (count == 1 || ext == (MPI_Aint)size) &&
+        dense_type(dt, 0)) {
+        o->direct = (char *)buf + tlb;
+    }
+    o->kind = C_IBCAST;
+    o->st = st;
+    o->comm = comm;
+    o->rbuf = buf;
+    o->count = count;
+    o->dt = dt;
+    o->root = root;
+    o->bytes = (size_t)bytes;
+    o->greq = o->handle = MPI_REQUEST_NULL;
+    nb_link(o);
+    return o;
+}
+
+static nb_op_t *nb_barrier_op(MPI_Comm comm)
+{
+    comm_state_t *st = cfg.barrier ? nb_comm(comm) : NULL;
+    if (st == NULL) {
+        return NULL;
+    }
+    nb_op_t *o = calloc(1, sizeof(*o));
+    if (o == NULL) {
+        fail(comm, "MPI_Ibarrier", SHARP_COLL_ENOMEM);
+    }
+    o->kind = C_IBARRIER;
+    o->st = st;
+    o->comm = comm;
+    o->greq = o->handle = MPI_REQUEST_NULL;
+    nb_link(o);
+    return o;
+}
+
+/* Non-blocking collectives -------------------------------------------------- */
+
+static int nb_go(nb_op_t *o, MPI_Request *req)
+{
+    nb_start(o);
+    *req = o->greq;
+    return MPI_SUCCESS;
+}
+
+API int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                       MPI_Op op, MPI_Comm comm, MPI_Request *req)
+{
+    nb_op_t *o =
+        nb_reduce_op(C_IALLREDUCE, sbuf, rbuf, count, dt, op, -1, comm);
+    if (o != NULL) {
+        return nb_go(o, req);
+    }
+    fallback(C_IALLREDUCE, bytes_of(count, dt));
+    return PMPI_Iallreduce(sbuf, rbuf, count, dt, op, comm, req);
+}
+
+API int MPI_Ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                    MPI_Op op, int root, MPI_Comm comm, MPI_Request *req)
+{
+    nb_op_t *o = root >= 0 ? nb_reduce_op(C_IREDUCE, sbuf, rbuf, count, dt, op,
+                                          root, comm)
+                           : NULL;
+    if (o != NULL) {
+        return nb_go(o, req);
+    }
+    fallback(C_IREDUCE, bytes_of(count, dt));
+    return PMPI_Ireduce(sbuf, rbuf, count, dt, op, root, comm, req);
+}
+
+API int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root,
+                   MPI_Comm comm, MPI_Request *req)
+{
+    nb_op_t *o = nb_bcast_op(buf, count, dt, root, comm);
+    if (o != NULL) {
+        return nb_go(o, req);
+    }
+    fallback(C_IBCAST, bytes_of(count, dt));
+    return PMPI_Ibcast(buf, count, dt, root, comm, req);
+}
+
+API int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req)
+{
+    nb_op_t *o = nb_barrier_op(comm);
+    if (o != NULL) {
+        return nb_go(o, req);
+    }
+    fallback(C_IBARRIER, 0);
+    return PMPI_Ibarrier(comm, req);
+}
+
+/* Persistent collectives ---------------------------------------------------- */
+
+#ifdef HAVE_PCOLL
+static int nb_persist(nb_op_t *o, MPI_Request *req)
+{
+    /* a handle of MPI's own, never started (so inactive to PMPI) and
+     * distinct from every other: a receive on the library's private
+     * communicator (MPICH gives every receive from MPI_PROC_NULL one
+     * handle) */
+    o->persistent = 1;
+    PMPI_Recv_init(NULL, 0, MPI_BYTE, MPI_ANY_SOURCE, 0x5a17, g.oob_world,
+                   &o->handle);
+    *req = o->handle;
+    return MPI_SUCCESS;
+}
+
+API int PCOLL(Allreduce)(const void *sbuf, void *rbuf, int count,
+                         MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                         MPI_Info info, MPI_Request *req)
+{
+    nb_op_t *o =
+        nb_reduce_op(C_IALLREDUCE, sbuf, rbuf, count, dt, op, -1, comm);
+    if (o != NULL) {
+        return nb_persist(o, req);
+    }
+    return PPCOLL(Allreduce)(sbuf, rbuf, count, dt, op, comm, info, req);
+}
+
+API int PCOLL(Reduce)(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                      MPI_Op op, int root, MPI_Comm comm, MPI_Info info,
+                      MPI_Request *req)
+{
+    nb_op_t *o = root >= 0 ? nb_reduce_op(C_IREDUCE, sbuf, rbuf, count, dt, op,
+                                          root, comm)
+                           : NULL;
+    if (o != NULL) {
+        return nb_persist(o, req);
+    }
+    return PPCOLL(Reduce)(sbuf, rbuf, count, dt, op, root, comm, info, req);
+}
+
+API int PCOLL(Bcast)(void *buf, int count, MPI_Datatype dt, int root,
+                     MPI_Comm comm, MPI_Info info, MPI_Request *req)
+{
+    nb_op_t *o = nb_bcast_op(buf, count, dt, root, comm);
+    if (o != NULL) {
+        return nb_persist(o, req);
+    }
+    return PPCOLL(Bcast)(buf, count, dt, root, comm, info, req);
+}
+
+API int PCOLL(Barrier)(MPI_Comm comm, MPI_Info info, MPI_Request *req)
+{
+    nb_op_t *o = nb_barrier_op(comm);
+    if (o != NULL) {
+        return nb_persist(o, req);
+    }
+    return PPCOLL(Barrier)(comm, info, req);
+}
+#endif
+
+API int MPI_Start(MPI_Request *req)
+{
+    nb_op_t *o = nb_find(*req);
+    if (o == NULL || !o->persistent) {
+        return PMPI_Start(req);
+    }
+    if (o->active) {
+        return MPI_ERR_REQUEST; /* started twice */
+    }
+    nb_start(o);
+    return MPI_SUCCESS;
+}
+
+API int MPI_Startall(int n, MPI_Request reqs[])
+{
+    for (int i = 0; i < n; i++) {
+        int rc = MPI_Start(&reqs[i]);
+        if (rc != MPI_SUCCESS) {
+            return rc;
+        }
+    }
+    return MPI_SUCCESS;
+}
+
+/* Completion ------------------------------------------------------------------
+ *
+ * Every call progresses sharp first.  In the array handed to PMPI, the
+ * handle of an active persistent operation of ours is replaced by its
+ * activation's generalized request; after the call the handle is put back
+ * (and the operation inactive if MPI completed the activation). */
+
+typedef struct {
+    int n;
+    MPI_Request *sub;
+    nb_op_t **ops; /* [n] ours (persistent and active) or NULL */
+    int ours;      /* active operations of ours in the array */
+    int others;    /* active requests not ours */
+    MPI_Request one;
+    nb_op_t *one_op;
+} nb_set_t;
+
+static int nb_set_make(nb_set_t *s, int n, MPI_Request reqs[])
+{
+    s->n = n;
+    s->ours = s->others = 0;
+    if (n <= 1) {
+        s->sub = &s->one;
+        s->ops = &s->one_op;
+    } else {
+        s->sub = malloc(sizeof(MPI_Request) * (size_t)n);
+        s->ops = malloc(sizeof(nb_op_t *) * (size_t)n);
+        if (s->sub == NULL || s->ops == NULL) {
+            free(s->sub);
+            free(s->ops);
+            return MPI_ERR_NO_MEM;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        nb_op_t *o = nb_find(reqs[i]);
+        s->sub[i] = reqs[i];
+        s->ops[i] = NULL;
+        if (o == NULL) {
+            s->others += reqs[i] != MPI_REQUEST_NULL;
+            continue;
+        }
+        if (o->active) {
+            s->ours++;
+        }
+        if (o->persistent && o->active) {
+            s->sub[i] = o->greq;
+            s->ops[i] = o;
+        }
+    }
+    return MPI_SUCCESS;
+}
+
+/* the handles back; an activation that MPI freed: the operation inactive */
+static void nb_set_done(nb_set_t *s, MPI_Request reqs[])
+{
+    for (int i = 0; i < s->n; i++) {
+        if (s->ops[i] == NULL) {
+            reqs[i] = s->sub[i];
+            continue;
+        }
+        if (s->sub[i] == MPI_REQUEST_NULL) {
+            s->ops[i]->active = 0;
+        }
+        reqs[i] = s->ops[i]->handle;
+    }
+    if (s->sub != &s->one) {
+        free(s->sub);
+        free(s->ops);
+    }
+}
+
+/* Every request of the set at once, ours done (to MPI: their generalized
+ * requests complete): MPI's requests first, in an array of their own
+ * (test: only if all of them are complete), then ours.  MPICH 4.0.2's
+ * MPI_Testall fails with MPI_ERR_IN_STATUS on some arrays that mix
+ * generalized requests with others, so they are never mixed. */
+static int nb_set_all(nb_set_t *s, MPI_Request reqs[], int test, int *flag,
+                      MPI_Status statuses[])
+{
+    int n = s->n, k = 0, rc;
+    int ignore = statuses == MPI_STATUSES_IGNORE;
+    MPI_Request *oth = malloc(sizeof(MPI_Request) * (size_t)n + 1);
+    int *at = malloc(sizeof(int) * (size_t)n + 1);
+    MPI_Status *st = ignore ? MPI_STATUSES_IGNORE
+                            : malloc(sizeof(MPI_Status) * (size_t)n + 1);
+    if (oth == NULL || at == NULL || st == NULL) {
+        free(oth);
+        free(at);
+        if (!ignore) {
+            free(st);
+        }
+        return MPI_ERR_NO_MEM;
+    }
+    for (int i = 0; i < n; i++) {
+        nb_op_t *o = nb_find(reqs[i]);
+        if (o == NULL || !o->active) {
+            at[k] = i;
+            oth[k++] = s->sub[i];
+        }
+    }
+    if (test) {
+        rc = PMPI_Testall(k, oth, flag, st);
+    } else {
+        rc = PMPI_Waitall(k, oth, st);
+        *flag = 1;
+    }
+    if (rc == MPI_SUCCESS && *flag) {
+        for (int j = 0; j < k; j++) {
+            s->sub[at[j]] = oth[j];
+            if (!ignore) {
+                statuses[at[j]] = st[j];
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            nb_op_t *o = nb_find(reqs[i]);
+            if (o != NULL && o->active) {
+                PMPI_Wait(&s->sub[i],
+                          ignore ? MPI_STATUS_IGNORE : &statuses[i]);
+            }
+        }
+    }
+    free(oth);
+    free(at);
+    if (!ignore) {
+        free(st);
+    }
+    return rc;
+}
+
+/* a turn of MPI's own progress that completes nothing of the program's */
+static void nb_poke_mpi(void)
+{
+    int flag = 0;
+    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, g.oob_world, &flag,
+                MPI_STATUS_IGNORE);
+}
+
+/* operations of ours in the set whose sharp part is not done */
+static int nb_set_pending(const nb_set_t *s, MPI_Request reqs[])
+{
+    int k = 0;
+    for (int i = 0; i < s->n; i++) {
+        nb_op_t *o = nb_find(reqs[i]);
+        k += o != NULL && o->active && !o->done;
+    }
+    return k;
+}
+
+/* while waiting: sharp's operations of this set in flight, blocking on
+ * sharp's sockets when nothing else is awaited, else one turn and a
+ * short sleep (MPI's requests are polled between) */
+static void nb_set_wait_turn(nb_set_t *s, MPI_Request reqs[], int all)
+{
+    if (s->others == 0) {
+        for (int i = 0; i < s->n; i++) {
+            nb_op_t *o = nb_find(reqs[i]);
+            if (o != NULL && o->active && !o->done) {
+                nb_poll(o, 1);
+                if (!all) {
+                    return;
+                }
+            }
+        }
+        return;
+    }
+    nb_progress_all();
+    nb_poke_mpi();
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+}
+
+static int nb_any_active(void)
+{
+    for (nb_op_t *o = nb_ops; o != NULL; o = o->next) {
+        if (o->active) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+API int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
+{
+    if (!nb_any_active()) {
+        return PMPI_Test(req, flag, status);
+    }
+    nb_set_t s;
+    nb_progress_all();
+    int rc = nb_set_make(&s, 1, req);
+    if (rc == MPI_SUCCESS) {
+        rc = PMPI_Test(s.sub, flag, status);
+        nb_set_done(&s, req);
+    }
+    return rc;
+}
+
+API int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[])
+{
+    if (!nb_any_active()) {
+        return PMPI_Testall(n, reqs, flag, statuses);
+    }
+    nb_set_t s;
+    nb_progress_all();
+    int rc = nb_set_make(&s, n, reqs);
+    if (rc != MPI_SUCCESS) {
+        return rc;
+    }
+    /* all or nothing: while one of ours is not done, nothing completes
+     * (and MPICH 4.0.2's Testall fails with MPI_ERR_IN_STATUS on some
+     * mixes of complete and pending requests) */
+    if (nb_set_pending(&s, reqs) > 0) {
+        *flag = 0;
+        nb_poke_mpi();
+    } else {
+        rc = nb_set_all(&s, reqs, 1, flag, statuses);
+    }
+    nb_set_done(&s, reqs);
+    return rc;
+}
+
+API int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
+                    MPI_Status *status)
+{
+    if (!nb_any_active()) {
+        return PMPI_Testany(n, reqs, index, flag, status);
+    }
+    nb_set_t s;
+    nb_progress_all();
+    int rc = nb_set_make(&s, n, reqs);
+    if (rc == MPI_SUCCESS) {
+        rc = PMPI_Testany(n, s.sub, index, flag, status);
+        nb_set_done(&s, reqs);
+    }
+    return rc;
+}
+
+API int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
+                     MPI_Status statuses[])
+{
+    if (!nb_any_active()) {
+        return PMPI_Testsome(n, reqs, outcount, indices, statuses);
+    }
+    nb_set_t s;
+    nb_progress_all();
+    int rc = nb_set_make(&s, n, reqs);
+    if (rc == MPI_SUCCESS) {
+        rc = PMPI_Testsome(n, s.sub, outcount, indices, statuses);
+        nb_set_done(&s, reqs);
+    }
+    return rc;
+}
+
+API int MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *status)
+{
+    if (!nb_any_active()) {
+        return PMPI_Request_get_status(req, flag, status);
+    }
+    nb_set_t s;
+    nb_progress_all();
+    int rc = nb_set_make(&s, 1, &req);
+    if (rc == MPI_SUCCESS) {
+        rc = PMPI_Request_get_status(s.sub[0], flag, status);
+        nb_set_done(&s, &req);
+    }
+    return rc;
+}
+
+/* The waits: test until done, progressing sharp between (blocking on its
+ * sockets when only sharp's operations are awaited). */
+
+API int MPI_Wait(MPI_Request *req, MPI_Status *status)
+{
+    nb_set_t s;
+    if (!nb_any_active()) {
+        return PMPI_Wait(req, status);
+    }
+    nb_progress_all();
+    int rc = nb_set_make(&s, 1, req);
+    if (rc != MPI_SUCCESS) {
+        return rc;
+    }
+    if (s.ours == 0) { /* not ours: MPI's own wait */
+        nb_set_done(&s, req);
+        return PMPI_Wait(req, status);
+    }
+    /* ours: sharp's part done, then MPI's request is complete */
+    nb_set_wait_turn(&s, req, 1);
+    rc = PMPI_Wait(s.sub, status);
+    nb_set_done(&s, req);
+    return rc;
+}
+
+API int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[])
+{
+    if (!nb_any_active()) {
+        return PMPI_Waitall(n, reqs, statuses);
+    }
+    for (;;) {
+        nb_set_t s;
+        nb_progress_all();
+        int rc = nb_set_make(&s, n, reqs);
+        if (rc != MPI_SUCCESS) {
+            return rc;
+        }
+        if (s.ours == 0) {
+            nb_set_done(&s, reqs);
+            return PMPI_Waitall(n, reqs, statuses);
+        }
+        if (nb_set_pending(&s, reqs) == 0) {
+            /* ours complete (to MPI): MPI's own wait for the rest */
+            int flag;
+            rc = nb_set_all(&s, reqs, 0, &flag, statuses);
+            nb_set_done(&s, reqs);
+            return rc;
+        }
+        nb_set_wait_turn(&s, reqs, 1);
+        nb_set_done(&s, reqs);
+    }
+}
+
+API int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status)
+{
+    if (!nb_any_active()) {
+        return PMPI_Waitany(n, reqs, index, status);
+    }
+    for (;;) {
+        nb_set_t s;
+        int flag = 0;
+        nb_progress_all();
+        int rc = nb_set_make(&s, n, reqs);
+        if (rc != MPI_SUCCESS) {
+            return rc;
+        }
+        if (s.ours == 0) {
+            nb_set_done(&s, reqs);
+            return PMPI_Waitany(n, reqs, index, status);
+        }
+        rc = PMPI_Testany(n, s.sub, index, &flag, status);
+        if (rc != MPI_SUCCESS || flag) {
+            nb_set_done(&s, reqs);
+            return rc;
+        }
+        nb_set_wait_turn(&s, reqs, 0);
+        nb_set_done(&s, reqs);
+    }
+}
+
+API int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
+                     MPI_Status statuses[])
+{
+    if (!nb_any_active()) {
+        return PMPI_Waitsome(n, reqs, outcount, indices, statuses);
+    }
+    for (;;) {
+        nb_set_t s;
+        nb_progress_all();
+        int rc = nb_set_make(&s, n, reqs);
+        if (rc != MPI_SUCCESS) {
+            return rc;
+        }
+        if (s.ours == 0) {
+            nb_set_done(&s, reqs);
+            return PMPI_Waitsome(n, reqs, outcount, indices, statuses);
+        }
+        rc = PMPI_Testsome(n, s.sub, outcount, indices, statuses);
+        if (rc != MPI_SUCCESS || *outcount != 0) {
+            nb_set_done(&s, reqs);
+            return rc;
+        }
+        nb_set_wait_turn(&s, reqs, 0);
+        nb_set_done(&s, reqs);
+    }
+}
+
+API int MPI_Request_free(MPI_Request *req)
+{
+    nb_op_t *o = nb_find(*req);
+    if (o == NULL) {
+        return PMPI_Request_free(req);
+    }
+    if (o->persistent) {
+        /* MPI lets an active one be freed; it must still complete (its
+         * buffers are the program's): wait for it now */
+        if (o->active) {
+            nb_poll(o, 1);
+            if (o->greq != MPI_REQUEST_NULL) {
+                PMPI_Request_free(&o->greq); /* nb_free: inactive */
+            }
+        }
+        PMPI_Request_free(&o->handle);
+        nb_release(o);
+    } else if (o->done) {
+        PMPI_Request_free(&o->greq); /* nb_free releases o */
+    } else {
+        o->user_freed = 1; /* released when sharp's part completes */
+    }
+    *req = MPI_REQUEST_NULL;
+    return MPI_SUCCESS;
+}
