@@ -50,6 +50,7 @@
 #include <mpi.h>
 #include <sharp/api/sharp.h>
 
+#include "common/exact.h"
 #include "common/reduce.h"
 #include "mpi-coll/recover.h"
 
@@ -1183,6 +1184,81 @@ static void fell_back(comm_state_t *st, MPI_Comm comm)
     g.redone++;
 }
 
+/* SHARP_MPI_REPRODUCIBLE: is this sum to be exact?  Float and double sums
+ * (complex ones too: sums of their parts). */
+static int exact_wanted(int sop, const dt_map_t *m)
+{
+    return cfg_reproducible && sop == SHARP_OP_SUM &&
+           (m->sdt == SHARP_DTYPE_FLOAT || m->sdt == SHARP_DTYPE_DOUBLE);
+}
+
+/* An exact sum without the network (no group, fallen back, too large):
+ * the same arithmetic as the network's (common/exact.h) on PMPI: the
+ * exponent window agreed with an int64 MAX, the values as 32-bit limbs in
+ * int64 lanes summed with an int64 SUM (exact in any order), rounded once
+ * at the end.  The same bits as through the network.  1 if done (*ret),
+ * 0 if the call is not an exact one. */
+static int exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                      MPI_Op op, int root, MPI_Comm comm, int *ret)
+{
+    dt_map_t m;
+    int sop = op_of(op), rank, inter = 0;
+    if (!cfg_reproducible || count <= 0 || sop < 0 || comm == MPI_COMM_NULL ||
+        !map_dtype(dt, &m) || !exact_wanted(sop, &m) || m.packed ||
+        PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) {
+        return 0;
+    }
+    PMPI_Comm_rank(comm, &rank);
+    int keep = root < 0 || root == rank;
+    if (sbuf == MPI_IN_PLACE) {
+        if (!keep) {
+            return 0; /* erroneous: PMPI says so */
+        }
+        sbuf = rbuf;
+    }
+    shp_dtype_t sdt = (shp_dtype_t)m.sdt;
+    size_t n = (size_t)count * (size_t)m.mult;
+    const void *src = sbuf;
+    int64_t win[SHP_EXACT_WIN_LANES], agreed[SHP_EXACT_WIN_LANES];
+    shp_exact_layout_t lay;
+    const char *why = NULL;
+    if (shp_exact_window(sdt, &src, 1, n, win) != SHP_OK) {
+        return 0;
+    }
+    PMPI_Allreduce(win, agreed, SHP_EXACT_WIN_LANES, MPI_INT64_T, MPI_MAX,
+                   comm);
+    if (shp_exact_layout(sdt, agreed, &lay, &why) != SHP_OK) {
+        die(comm, "an exact sum: the agreed window");
+    }
+    size_t nl = n * lay.lanes;
+    int64_t *lanes =
+        xmalloc(sizeof(int64_t) * (nl ? nl : 1), comm, "an exact sum");
+    int64_t *sum =
+        keep ? xmalloc(sizeof(int64_t) * (nl ? nl : 1), comm, "an exact sum")
+             : NULL;
+    if (shp_exact_encode(&lay, &src, 1, n, lanes) != SHP_OK) {
+        die(comm, "an exact sum: encoding");
+    }
+    /* lanes fit MPI's int count: at most 255 lanes an element, and the
+     * caller's count is an int */
+    int rc = MPI_SUCCESS;
+    for (size_t off = 0; off < nl && rc == MPI_SUCCESS;) {
+        int c = nl - off > (size_t)INT_MAX ? INT_MAX : (int)(nl - off);
+        rc = root < 0 ? PMPI_Allreduce(lanes + off, sum + off, c, MPI_INT64_T,
+                                       MPI_SUM, comm)
+                      : PMPI_Reduce(lanes + off, keep ? sum + off : NULL, c,
+                                    MPI_INT64_T, MPI_SUM, root, comm);
+        off += (size_t)c;
+    }
+    if (rc == MPI_SUCCESS && keep) {
+        shp_exact_decode(&lay, sum, n, rbuf);
+    }
+    free(lanes);
+    free(sum);
+    *ret = rc;
+    return 1;
+}
+
 /* allreduce (root < 0) or reduce; 1 if offloaded */
 static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                       MPI_Op op, int root, MPI_Comm comm, int *ret)
@@ -1227,8 +1303,7 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     spec.length = ns;
     /* reproducible: float and double sums (complex ones too) exact, the
      * same bits for any placement; the node-local step adds exactly too */
-    int exact = cfg_reproducible && sop == SHARP_OP_SUM &&
-                (m.sdt == SHARP_DTYPE_FLOAT || m.sdt == SHARP_DTYPE_DOUBLE);
+    int exact = exact_wanted(sop, &m);
     if (exact) {
         spec.op = SHARP_OP_SUM_EXACT;
     }
@@ -1344,6 +1419,9 @@ API int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
         return ret;
     }
     fallback(C_ALLREDUCE, bytes_of(count, dt));
+    if (exact_pmpi(sbuf, rbuf, count, dt, op, -1, comm, &ret)) {
+        return ret;
+    }
     return PMPI_Allreduce(sbuf, rbuf, count, dt, op, comm);
 }
 
@@ -1355,6 +1433,9 @@ API int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
         return ret;
     }
     fallback(C_REDUCE, bytes_of(count, dt));
+    if (root >= 0 && exact_pmpi(sbuf, rbuf, count, dt, op, root, comm, &ret)) {
+        return ret;
+    }
     return PMPI_Reduce(sbuf, rbuf, count, dt, op, root, comm);
 }
 

@@ -178,6 +178,9 @@ static void nb_start(nb_op_t *o)
         spec.dtype = (enum sharp_datatype)o->m.sdt;
         spec.tag_dtype = (enum sharp_datatype)o->m.tag;
         spec.op = (enum sharp_reduce_op)o->sop;
+        if (exact_wanted(o->sop, &o->m)) {
+            spec.op = SHARP_OP_SUM_EXACT; /* SHARP_MPI_REPRODUCIBLE */
+        }
         spec.length = o->n * (size_t)o->m.mult;
         spec.root = o->root < 0 ? 0 : o->root;
         spec.sbuf_desc = desc_of((void *)src, o->bytes);
