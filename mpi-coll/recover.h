@@ -50,7 +50,11 @@ void smr_rec_free(smr_rec_t *r);
 
 /* Operation `done + 1` is about to be posted, its result len bytes: the
  * buffer to receive it in (the record keeps it), or NULL if the operation
- * must not be posted (a peer asked: smr_decide; or out of memory: *oom). */
+ * must not be posted (a peer asked: smr_decide; or out of memory: *oom).
+ * Nothing but the operation's result may be written into it: until the
+ * result comes, it holds the last one, which a member that missed it may
+ * be fetching (a bcast's root sends from its own data and copies it in
+ * once the operation completed). */
 void *smr_begin(smr_rec_t *r, size_t len, int *oom);
 /* The operation ended: ok, its len-byte result in the buffer smr_begin
  * gave. */

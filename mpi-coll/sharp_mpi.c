@@ -1065,17 +1065,21 @@ enum { OP_OK, OP_REDO };
 static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
 {
     struct sharp_coll_bcast_spec bs;
+    int rc;
     switch (a->kind) {
     case C_BARRIER: return sharp_coll_do_barrier(st->sc);
     case C_BCAST:
-        if (a->bsrc != NULL && a->bsrc != buf) {
-            memcpy(buf, a->bsrc, len);
-        }
+        /* the root sends from its own data: the record's buffer still holds
+         * the last result, which a member that missed it may be fetching */
         memset(&bs, 0, sizeof(bs));
-        bs.buf_desc = desc_of(buf, len);
+        bs.buf_desc = desc_of(a->bsrc != NULL ? (void *)a->bsrc : buf, len);
         bs.size = len;
         bs.root = a->broot;
-        return sharp_coll_do_bcast(st->sc, &bs);
+        rc = sharp_coll_do_bcast(st->sc, &bs);
+        if (rc == SHARP_COLL_SUCCESS && a->bsrc != NULL && a->bsrc != buf) {
+            memcpy(buf, a->bsrc, len); /* now the last result */
+        }
+        return rc;
     default:
         a->spec->rbuf_desc = desc_of(buf, len);
         if (a->exact_n > 0) {
