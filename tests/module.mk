@@ -37,6 +37,14 @@ $(AM_TEST): $(OBJDIR)/tests/am/test_am.o $(COMMON_LIB) $(SHARP_AM) \
 		$(SHARP_AN) $(SHARPD) $(SHARP_TOPO) $(AN_MEMBER)
 	$(call link_prog,$(CMOCKA_LIBS))
 
+# Resource exhaustion: quotas, floods of connections, a stalled member.
+LIMITS_TEST := $(TESTDIR)/am/test_limits
+TESTS += $(LIMITS_TEST)
+
+$(LIMITS_TEST): $(OBJDIR)/tests/am/test_limits.o $(COLL_SO) $(COMMON_LIB) \
+		$(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
+	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS))
+
 # sharp_am's Prometheus metrics, scraped by a real Prometheus.
 TEST_SCRIPTS += tests/am/test_metrics.sh
 
@@ -100,10 +108,3 @@ $(filter $(TESTDIR)/unit/an/%,$(UNIT_TESTS)): LDFLAGS += -Wl,--wrap=shp_tp_find
 
 # The recovery protocol of libsharp_mpi, with forked members (no MPI).
 $(filter $(TESTDIR)/unit/mpi/%,$(UNIT_TESTS)): $(call obj_of,mpi-coll/recover.c)
-# Resource exhaustion: quotas, floods of connections, a stalled member.
-LIMITS_TEST := $(TESTDIR)/am/test_limits
-TESTS += $(LIMITS_TEST)
-
-$(LIMITS_TEST): $(OBJDIR)/tests/am/test_limits.o $(COLL_SO) $(COMMON_LIB) \
-		$(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
-	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS))
