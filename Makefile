@@ -140,6 +140,7 @@ include sharpd/module.mk
 include libsharp/module.mk
 include mpi-coll/module.mk
 include cli/module.mk
+include slurm/module.mk
 include tests/module.mk
 include tests/fuzz/module.mk
 include bench/module.mk
@@ -191,6 +192,9 @@ install: $(LIBS) $(BINS)
 	$(Q)install -m 0644 $(COLL_A) $(DESTDIR)$(PREFIX)/lib/
 	$(Q)install -m 0755 $(SHARP_MPI_OMPI) $(SHARP_MPI_MPICH) $(OSM_PLUGIN) \
 		$(DESTDIR)$(PREFIX)/lib/
+	$(Q)install -d $(DESTDIR)$(PREFIX)/lib/sharp
+	$(Q)install -m 0755 $(SPANK_SHARP) $(DESTDIR)$(PREFIX)/lib/sharp/
+	$(Q)$(subst_paths) dist/slurm/plugstack.conf.in > $(DESTDIR)$(DOCDIR)/plugstack.sharp.conf
 	$(Q)$(subst_paths) dist/sharp_coll.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sharp_coll.pc
 	$(Q)for u in $(UNITS); do \
 	    $(subst_paths) "dist/systemd/$$u.in" > "$(DESTDIR)$(UNITDIR)/$$u"; done
@@ -217,6 +221,7 @@ uninstall:
 	$(Q)rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(INST_BINS)))
 	$(Q)rm -f $(DESTDIR)$(PREFIX)/lib/libsharp_coll.* $(DESTDIR)$(PREFIX)/lib/libsharp_mpi_*.so \
 		$(DESTDIR)$(PREFIX)/lib/libosm_sharp.so \
+		$(DESTDIR)$(PREFIX)/lib/sharp/spank_sharp.so \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/sharp_coll.pc
 	$(Q)rm -rf $(DESTDIR)$(PREFIX)/include/sharp $(DESTDIR)$(DOCDIR)
 	$(Q)rm -f $(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS))

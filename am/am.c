@@ -572,6 +572,7 @@ static int job_attach_host(shp_am_t *am, shp_am_job_t *j, const char *host)
 static void job_free(shp_am_t *am, shp_am_job_t *j)
 {
     HASH_DEL(am->jobs, j);
+    free(j->held);
     free(j->attached);
     free(j->hosts);
     free(j);
@@ -643,11 +644,59 @@ static shp_status_t hosts_resolve(shp_am_t *am, const json_t *arr, int **out,
     return SHP_OK;
 }
 
+/* Whether some up tree spans the leaf ANs of every one of these hosts. */
+static int hosts_spanned(shp_am_t *am, const int *nodes, int n)
+{
+    for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++) {
+        if (!am->trees[t].used || !am->trees[t].up)
+            continue;
+        int spans = 1;
+        for (int k = 0; k < n && spans; k++)
+            spans = shp_tree_pos(&am->trees[t].t, am->leaf[nodes[k]]) >= 0;
+        if (spans)
+            return 1;
+    }
+    return 0;
+}
+
+/* A job may ask for less than its quota, never more. */
+static void job_quotas(shp_am_t *am, shp_am_job_t *j, const json_t *msg)
+{
+    json_t *req;
+    const char *w;
+    j->max_groups = am->cfg.job_max_groups;
+    j->osts = am->cfg.group_osts;
+    j->payload = (uint32_t)am->cfg.group_payload;
+    if (shp_json_get_object(msg, "req", &req, &w) == SHP_OK) {
+        int64_t v;
+        if (!shp_json_get_int(req, "max_groups", 1, INT32_MAX, &v, &w) &&
+            (unsigned)v < j->max_groups)
+            j->max_groups = (unsigned)v;
+        if (!shp_json_get_int(req, "osts", 1, INT32_MAX, &v, &w) &&
+            (unsigned)v < j->osts)
+            j->osts = (unsigned)v;
+        if (!shp_json_get_int(req, "payload", 1, INT32_MAX, &v, &w) &&
+            (uint32_t)v < j->payload)
+            j->payload = (uint32_t)v;
+    }
+}
+
+static json_t *job_quota_reply(const char *type, int64_t id,
+                               const shp_am_job_t *j)
+{
+    json_t *m = shp_ctl_reply(type, id, SHP_OK, NULL);
+    json_object_set_new(m, "job_id", shp_json_u64(j->id));
+    json_object_set_new(m, "max_groups", json_integer(j->max_groups));
+    json_object_set_new(m, "osts", json_integer(j->osts));
+    json_object_set_new(m, "payload", json_integer(j->payload));
+    return m;
+}
+
 static void job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
                       int64_t id)
 {
     uint64_t job_id, uid;
-    json_t *hosts, *req;
+    json_t *hosts;
     char why[300] = "malformed job_begin";
     const char *w;
     if (shp_json_get_u64(msg, "job_id", &job_id, &w) ||
@@ -670,15 +719,7 @@ static void job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     }
     if (st == SHP_OK) {
         /* some tree must span every host */
-        int spans = 0;
-        for (int t = 0; t < SHP_AM_MAX_TREE_ID && !spans; t++) {
-            if (!am->trees[t].used || !am->trees[t].up)
-                continue;
-            spans = 1;
-            for (int k = 0; k < n && spans; k++)
-                spans = shp_tree_pos(&am->trees[t].t, am->leaf[nodes[k]]) >= 0;
-        }
-        if (!spans) {
+        if (!hosts_spanned(am, nodes, n)) {
             snprintf(why, sizeof(why),
                      "no aggregation tree spans the job's %d hosts", n);
             st = SHP_ERR_NO_TREE;
@@ -693,10 +734,11 @@ static void job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         return;
     }
     shp_am_job_t *j = calloc(1, sizeof(*j));
-    uint8_t *att = calloc((size_t)n, 1);
-    if (!j || !att) {
+    uint8_t *att = calloc((size_t)n, 1), *held = calloc((size_t)n, 1);
+    if (!j || !att || !held) {
         free(j);
         free(att);
+        free(held);
         free(nodes);
         am_send(p, shp_ctl_reply("job_begin_ack", id, SHP_ERR_NO_MEMORY,
                                  "no memory"));
@@ -707,35 +749,17 @@ static void job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     j->hosts = nodes;
     j->nhosts = n;
     j->attached = att;
+    j->held = held;
     shp_auth_random(j->key, sizeof(j->key));
-    j->max_groups = am->cfg.job_max_groups;
-    j->osts = am->cfg.group_osts;
-    j->payload = (uint32_t)am->cfg.group_payload;
-    /* a job may ask for less than its quota, never more */
-    if (shp_json_get_object(msg, "req", &req, &w) == SHP_OK) {
-        int64_t v;
-        if (!shp_json_get_int(req, "max_groups", 1, INT32_MAX, &v, &w) &&
-            (unsigned)v < j->max_groups)
-            j->max_groups = (unsigned)v;
-        if (!shp_json_get_int(req, "osts", 1, INT32_MAX, &v, &w) &&
-            (unsigned)v < j->osts)
-            j->osts = (unsigned)v;
-        if (!shp_json_get_int(req, "payload", 1, INT32_MAX, &v, &w) &&
-            (uint32_t)v < j->payload)
-            j->payload = (uint32_t)v;
-    }
+    job_quotas(am, j, msg);
     job_attach_host(am, j, p->host);
     HASH_ADD(hh, am->jobs, id, sizeof(j->id), j);
     am->stats.jobs_begun++;
     shp_info("job %" PRIu64 " (uid %u, %d hosts) admitted: %u groups, %u "
              "osts, %u bytes",
              j->id, (unsigned)j->uid, n, j->max_groups, j->osts, j->payload);
-    json_t *m = shp_ctl_reply("job_begin_ack", id, SHP_OK, NULL);
-    json_object_set_new(m, "job_id", shp_json_u64(j->id));
+    json_t *m = job_quota_reply("job_begin_ack", id, j);
     json_object_set_new(m, "job_key", shp_json_hex(j->key, sizeof(j->key)));
-    json_object_set_new(m, "max_groups", json_integer(j->max_groups));
-    json_object_set_new(m, "osts", json_integer(j->osts));
-    json_object_set_new(m, "payload", json_integer(j->payload));
     am_send(p, m);
 }
 
@@ -778,31 +802,203 @@ static void job_attach(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
                                  "this host is not one of the job's hosts"));
         return;
     }
-    json_t *m = shp_ctl_reply("job_attach_ack", id, SHP_OK, NULL);
-    json_object_set_new(m, "job_id", shp_json_u64(j->id));
+    /* the quotas too: a reserved job's processes all attach */
+    json_t *m = job_quota_reply("job_attach_ack", id, j);
     json_object_set_new(m, "job_key", shp_json_hex(j->key, sizeof(j->key)));
+    json_object_set_new(m, "reserved", json_boolean(j->reserved));
     am_send(p, m);
 }
 
-/* The sharpd of a host has no more processes of the job there. */
+/* The sharpd of a host has no more processes of the job there (and, when
+ * `lost`, that sharpd is gone: its scheduler's hold goes too).  The job's
+ * groups are revoked; the job ends when no host has processes of it and
+ * none holds a reservation. */
 static void job_detach_host(shp_am_t *am, shp_am_job_t *j, const char *host,
-                            const char *reason)
+                            const char *reason, int lost)
 {
-    int any = 0, was = 0;
+    int any = 0, was = 0, held = 0;
     for (int k = 0; k < j->nhosts; k++) {
-        if (j->attached[k] &&
-            !strcmp(shp_topo_node(am->topo, j->hosts[k])->host, host)) {
+        int here = !strcmp(shp_topo_node(am->topo, j->hosts[k])->host, host);
+        if (here && j->attached[k]) {
             j->attached[k] = 0;
             was = 1;
         }
+        if (here && lost && j->held[k]) {
+            j->held[k] = 0;
+            was = 1;
+        }
         any |= j->attached[k];
+        held |= j->held[k];
     }
     if (!was)
         return;
     while (j->groups)
         group_revoke(am, j->groups, SHP_ERR_GROUP_REVOKED, reason);
-    if (!any)
+    if (!any && !held)
         shp_am_job_end(am, j, SHP_ERR_JOB_KILLED, reason);
+}
+
+/* job_reserve {job_id, owner, req?} from root on a host (a scheduler's
+ * prolog through that host's sharpd): the job is admitted for uid `owner`
+ * with the host as one of its hosts, or the host is added to the job a
+ * prolog on another host reserved.  A reserved job outlives its processes
+ * (steps come and go) until job_release. */
+static void job_reserve(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                        int64_t id)
+{
+    static const char *ack = "job_reserve_ack";
+    uint64_t job_id, uid, owner;
+    const char *w;
+    char why[300];
+    if (shp_json_get_u64(msg, "job_id", &job_id, &w) ||
+        shp_json_get_u64(msg, "uid", &uid, &w) ||
+        shp_json_get_u64(msg, "owner", &owner, &w) || owner > UINT32_MAX) {
+        am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PROTO,
+                                 "job_id, uid and owner required"));
+        return;
+    }
+    if (uid != 0) {
+        snprintf(why, sizeof(why), "only root reserves jobs (uid %" PRIu64 ")",
+                 uid);
+        shp_warn_id("AM0403", "job %" PRIu64 " on %s: %s", job_id, p->host,
+                    why);
+        am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PERM, why));
+        return;
+    }
+    int node = shp_topo_find(am->topo, p->host);
+    shp_am_job_t *j = job_find(am, job_id);
+    shp_status_t st = SHP_OK;
+    if (node < 0 || am->leaf[node] < 0) {
+        snprintf(why, sizeof(why), "host %s reaches no live aggregation node",
+                 p->host);
+        st = SHP_ERR_NO_TREE;
+    } else if (j && !j->reserved) {
+        snprintf(why, sizeof(why), "job %" PRIu64 " exists (not reserved)",
+                 job_id);
+        st = SHP_ERR_EXISTS;
+    } else if (j && j->uid != (uid_t)owner) {
+        snprintf(why, sizeof(why), "job %" PRIu64 " is reserved for uid %u",
+                 job_id, (unsigned)j->uid);
+        st = SHP_ERR_PERM;
+    } else if (!j && HASH_COUNT(am->jobs) >= am->cfg.max_jobs) {
+        snprintf(why, sizeof(why), "the fabric runs its maximum of %u jobs",
+                 am->cfg.max_jobs);
+        st = SHP_ERR_QUOTA;
+    }
+    int k = -1;
+    for (int h = 0; j && h < j->nhosts && k < 0; h++)
+        if (j->hosts[h] == node)
+            k = h;
+    if (st == SHP_OK && k < 0) {
+        /* a new host: some tree must span it with the others */
+        int n = j ? j->nhosts : 0;
+        int *nodes = malloc(sizeof(int) * (size_t)(n + 1));
+        uint8_t *att = calloc((size_t)n + 1, 1),
+                *held = calloc((size_t)n + 1, 1);
+        if (!nodes || !att || !held) {
+            free(nodes);
+            free(att);
+            free(held);
+            am_send(p, shp_ctl_reply(ack, id, SHP_ERR_NO_MEMORY, "no memory"));
+            return;
+        }
+        if (j) {
+            memcpy(nodes, j->hosts, sizeof(int) * (size_t)n);
+            memcpy(att, j->attached, (size_t)n);
+            memcpy(held, j->held, (size_t)n);
+        }
+        nodes[n] = node;
+        if (!hosts_spanned(am, nodes, n + 1)) {
+            snprintf(why, sizeof(why),
+                     "no aggregation tree spans host %s with the job's %d "
+                     "other hosts",
+                     p->host, n);
+            st = SHP_ERR_NO_TREE;
+            free(nodes);
+            free(att);
+            free(held);
+        } else {
+            if (!j) {
+                j = calloc(1, sizeof(*j));
+                if (!j) {
+                    free(nodes);
+                    free(att);
+                    free(held);
+                    am_send(p, shp_ctl_reply(ack, id, SHP_ERR_NO_MEMORY,
+                                             "no memory"));
+                    return;
+                }
+                j->id = job_id;
+                j->uid = (uid_t)owner;
+                j->reserved = 1;
+                shp_auth_random(j->key, sizeof(j->key));
+                job_quotas(am, j, msg);
+                HASH_ADD(hh, am->jobs, id, sizeof(j->id), j);
+                am->stats.jobs_begun++;
+                shp_info("job %" PRIu64 " (uid %u) reserved from %s: %u "
+                         "groups, %u osts, %u bytes",
+                         j->id, (unsigned)j->uid, p->host, j->max_groups,
+                         j->osts, j->payload);
+            }
+            free(j->hosts);
+            free(j->attached);
+            free(j->held);
+            j->hosts = nodes;
+            j->attached = att;
+            j->held = held;
+            k = j->nhosts++;
+        }
+    }
+    if (st != SHP_OK) {
+        am->stats.jobs_refused++;
+        shp_warn_id("AM0401", "job %" PRIu64 " reservation refused: %s", job_id,
+                    why);
+        am_send(p, shp_ctl_reply(ack, id, SHP_ERR_JOB_REFUSED, why));
+        return;
+    }
+    j->held[k] = 1;
+    am_send(p, job_quota_reply(ack, id, j));
+}
+
+/* job_release {job_id} from root on one of the job's hosts (a scheduler's
+ * epilog): the job ends with its groups, whatever its other hosts hold.
+ * Releasing a job that is not there (ended already, by another host's
+ * epilog) succeeds: the answer says so. */
+static void job_release(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                        int64_t id)
+{
+    static const char *ack = "job_release_ack";
+    uint64_t job_id, uid;
+    const char *w;
+    if (shp_json_get_u64(msg, "job_id", &job_id, &w) ||
+        shp_json_get_u64(msg, "uid", &uid, &w)) {
+        am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PROTO,
+                                 "job_id and uid required"));
+        return;
+    }
+    if (uid != 0) {
+        am_send(
+            p, shp_ctl_reply(ack, id, SHP_ERR_PERM, "only root releases jobs"));
+        return;
+    }
+    shp_am_job_t *j = job_find(am, job_id);
+    if (j && !j->reserved) {
+        am_send(p, shp_ctl_reply(ack, id, SHP_ERR_INVALID_PARAM,
+                                 "the job was not reserved"));
+        return;
+    }
+    json_t *m = shp_ctl_reply(ack, id, SHP_OK, NULL);
+    json_object_set_new(m, "released", json_boolean(j != NULL));
+    if (j) {
+        int busy = j->ngroups > 0;
+        for (int h = 0; h < j->nhosts; h++)
+            busy |= j->attached[h];
+        char why[200];
+        snprintf(why, sizeof(why), "released by the scheduler on %s", p->host);
+        /* processes still there are told (their operations fail) */
+        shp_am_job_end(am, j, busy ? SHP_ERR_JOB_KILLED : SHP_OK, why);
+    }
+    am_send(p, m);
 }
 
 static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
@@ -1057,7 +1253,7 @@ static void sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
             snprintf(why, sizeof(why), "the job's processes on %s exited",
                      p->host);
             if (j)
-                job_detach_host(am, j, p->host, why);
+                job_detach_host(am, j, p->host, why, 0);
         }
         return;
     }
@@ -1076,6 +1272,10 @@ static void sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
             shp_am_job_end(am, j, SHP_OK, "ended");
             am_send(p, shp_ctl_reply("job_end_ack", id, SHP_OK, NULL));
         }
+    } else if (!strcmp(type, "job_reserve")) {
+        job_reserve(am, p, msg, id);
+    } else if (!strcmp(type, "job_release")) {
+        job_release(am, p, msg, id);
     } else if (!strcmp(type, "group_create")) {
         group_create(am, p, msg, id);
     } else if (!strcmp(type, "group_destroy")) {
@@ -1160,7 +1360,7 @@ static void peer_close(shp_conn_t *conn, shp_status_t reason)
         shp_am_job_t *j, *jt;
         HASH_ITER(hh, am->jobs, j, jt)
         {
-            job_detach_host(am, j, p->host, why);
+            job_detach_host(am, j, p->host, why, 1);
         }
     }
     free(p);

@@ -128,6 +128,9 @@ struct shp_am_job {
     int *hosts;        /* topology nodes */
     uint8_t *attached; /* [nhosts] the host's sharpd has processes of
                             the job */
+    uint8_t *held;     /* [nhosts] reserved by the host's scheduler
+                          (job_reserve), until job_release */
+    int reserved;      /* begun by job_reserve: outlives its processes */
     unsigned max_groups, osts;
     uint32_t payload;
     int ngroups;

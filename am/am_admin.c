@@ -144,11 +144,12 @@ static json_t *list_jobs(shp_am_t *am)
                     json_string(shp_topo_node(am->topo, j->hosts[h])->host));
         }
         json_array_append_new(
-            a, json_pack("{s:o, s:i, s:o, s:o, s:i, s:i, s:i, s:I}", "job_id",
-                         shp_json_u64(j->id), "uid", (int)j->uid, "hosts",
-                         hosts, "attached", att, "groups", j->ngroups,
-                         "max_groups", (int)j->max_groups, "osts", (int)j->osts,
-                         "payload", (json_int_t)j->payload));
+            a,
+            json_pack("{s:o, s:i, s:o, s:o, s:i, s:i, s:i, s:I, s:b}", "job_id",
+                      shp_json_u64(j->id), "uid", (int)j->uid, "hosts", hosts,
+                      "attached", att, "groups", j->ngroups, "max_groups",
+                      (int)j->max_groups, "osts", (int)j->osts, "payload",
+                      (json_int_t)j->payload, "reserved", j->reserved));
     }
     return a;
 }

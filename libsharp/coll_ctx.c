@@ -88,6 +88,11 @@ static const shp_config_opt_t coll_opts[] = {
     {"connect_timeout", "5s",
      "longest wait to reach sharpd or to join at the leaf AN",
      offsetof(coll_cfg_t, connect_timeout_ms), &shp_cfg_time},
+    {"job_id", "",
+     "a job the scheduler reserved (the sharp SPANK plugin sets Slurm's job "
+     "id): every rank attaches to it, none begins or ends a job; empty: "
+     "rank 0 begins the init spec's job_id",
+     offsetof(coll_cfg_t, job_id), &shp_cfg_string},
     {NULL}};
 
 static const shp_config_table_t coll_table = {"sharp_coll", "SHARP_COLL_", NULL,
@@ -514,7 +519,8 @@ static void job_begin(coll_ctx_t *ctx, const rank_info_t *all, int n,
     json_decref(r);
 }
 
-static int job_attach(coll_ctx_t *ctx)
+/* ji: where a reserved job's quotas go (rank 0), or NULL */
+static int job_attach(coll_ctx_t *ctx, job_info_t *ji)
 {
     shp_status_t st;
     json_t *r = coll_sd_call(ctx,
@@ -529,6 +535,17 @@ static int job_attach(coll_ctx_t *ctx)
                       (unsigned long long)ctx->job_id, shp_status_str(st));
         }
         rc = coll_status_to_sharp(st, SHARP_COLL_EJOB_CREATE);
+    } else if (ji != NULL) {
+        int64_t osts = shp_json_opt_int(r, "osts", 1, 1 << 20, 0);
+        int64_t payload = shp_json_opt_int(r, "payload", 1, 1 << 30, 0);
+        int64_t groups = shp_json_opt_int(r, "max_groups", 1, 1 << 20, 0);
+        if (!osts || !payload || !groups) {
+            rc = SHARP_COLL_EJOB_CREATE;
+        } else {
+            ji->osts = (uint32_t)osts;
+            ji->payload = (uint32_t)payload;
+            ji->max_groups = (uint32_t)groups;
+        }
     }
     json_decref(r);
     return rc;
@@ -574,6 +591,19 @@ SHP_API int sharp_coll_init(struct sharp_coll_init_spec *spec,
     ctx->job_id = spec->job_id;
     ctx->want_id = -1;
     rc = cfg_load(&ctx->cfg);
+    if (rc == SHARP_COLL_SUCCESS && ctx->cfg.job_id[0] != '\0') {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(ctx->cfg.job_id, &end, 10);
+        if (errno != 0 || *end != '\0' || ctx->cfg.job_id[0] == '-') {
+            shp_error("SHARP_COLL_JOB_ID=%s: not a job id (a decimal number)",
+                      ctx->cfg.job_id);
+            rc = SHARP_COLL_EINVAL;
+        } else {
+            ctx->job_id = v;
+            ctx->reserved = 1;
+        }
+    }
     ctx->loop = ev_loop_new(EVFLAG_AUTO);
     if (ctx->loop == NULL && rc == SHARP_COLL_SUCCESS) {
         rc = SHARP_COLL_ENOMEM;
@@ -623,7 +653,9 @@ SHP_API int sharp_coll_init(struct sharp_coll_init_spec *spec,
         if (mine.status != SHARP_COLL_SUCCESS) {
             ji.status = mine.status;
         }
-        if (ji.status == SHARP_COLL_SUCCESS) {
+        if (ji.status == SHARP_COLL_SUCCESS && ctx->reserved) {
+            ji.status = job_attach(ctx, &ji);
+        } else if (ji.status == SHARP_COLL_SUCCESS) {
             job_begin(ctx, all, spec->world_size, &ji);
         }
     }
@@ -638,13 +670,13 @@ SHP_API int sharp_coll_init(struct sharp_coll_init_spec *spec,
         ctx->payload = ji.payload;
         ctx->max_groups = ji.max_groups;
         if (spec->world_rank != 0) {
-            rc = job_attach(ctx);
+            rc = job_attach(ctx, NULL);
         }
         st = coll_agree(ctx, spec->oob_ctx, spec->world_rank, spec->world_size,
                         rc);
         rc = st;
         if (rc != SHARP_COLL_SUCCESS && spec->world_rank == 0 &&
-            st != SHARP_COLL_EOOB) {
+            st != SHARP_COLL_EOOB && !ctx->reserved) {
             coll_sd_job_request(ctx, "job_end", NULL);
         }
     }
@@ -680,7 +712,9 @@ SHP_API int sharp_coll_finalize(struct sharp_coll_context *ctx)
     if (ctx->spec.oob_colls.barrier != NULL) {
         (void)ctx->spec.oob_colls.barrier(ctx->spec.oob_ctx);
     }
-    if (ctx->spec.world_rank == 0 && ctx->sd_up && !ctx->job_failed) {
+    /* a reserved job is the scheduler's to end */
+    if (ctx->spec.world_rank == 0 && ctx->sd_up && !ctx->job_failed &&
+        !ctx->reserved) {
         coll_sd_job_request(ctx, "job_end", NULL);
     }
     ctx->job_ok = 0;

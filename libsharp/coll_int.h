@@ -41,6 +41,7 @@ typedef struct coll_cfg {
     int64_t coll_timeout_ms; /* -1: wait forever */
     int64_t ctl_timeout_ms;  /* requests to sharpd */
     int64_t connect_timeout_ms;
+    char *job_id; /* "": the init spec's; else a job reserved for us */
 } coll_cfg_t;
 
 typedef struct coll_stats {
@@ -62,6 +63,7 @@ struct sharp_coll_context {
     int sd_connected;
     char host[SHP_HOST_MAX];
     uint64_t job_id;
+    int reserved; /* job_id is a job the scheduler reserved: attach only */
     uint8_t job_key[32];
     int job_ok;
     shp_status_t job_failed; /* job_killed, sharpd lost */

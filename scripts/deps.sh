@@ -25,6 +25,8 @@ PKGS=(
     iproute2 nftables          # sharp-fabric --netns: namespaces, loss
     libmicrohttpd-dev          # sharp_am's Prometheus metrics endpoint
     prometheus curl            # its test: a real Prometheus scrapes a fabric
+    libslurm-dev               # the Slurm SPANK plugin (<slurm/spank.h>)
+    slurmctld slurmd slurm-client munge  # its test: real Slurm daemons
 )
 
 missing=()

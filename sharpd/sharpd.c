@@ -10,7 +10,8 @@
  *                     job_begin {id, job_id, hosts, req?}   job_attach {id,
  *                     job_id}   job_end {id, job_id}   group_create {id,
  *                     job_id, members, dist?}   group_destroy {id, job_id,
- *                     group_id}
+ *                     group_id}   job_reserve {id, job_id, owner, req?}
+ *                     job_release {id, job_id} (root: a scheduler)
  *   sharpd -> client  <request>_ack {id, status, error?, ...the AM's answer}
  *                     group_revoked / job_killed {job_id, ...} for the jobs
  *                     the client takes part in (group_revoked with "all":
@@ -380,9 +381,12 @@ static void client_request(client_t *c, json_t *msg)
     const char *type = shp_ctl_type(msg);
     int64_t id;
     uint64_t jid = 0;
-    static const char *const relayed[] = {"job_begin",     "job_attach",
-                                          "job_end",       "group_create",
-                                          "group_destroy", NULL};
+    /* job_reserve / job_release: a scheduler's prolog and epilog (the AM
+     * takes them from root only); they do not make the caller a process of
+     * the job */
+    static const char *const relayed[] = {
+        "job_begin",     "job_attach",  "job_end",     "group_create",
+        "group_destroy", "job_reserve", "job_release", NULL};
     if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL) != SHP_OK) {
         send_msg(&c->conn,
                  ack("error", 0, SHP_ERR_PROTO, "request without an id"));

@@ -55,6 +55,14 @@ TEST_SCRIPTS += tests/mpi/test_mpi.sh
 # libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
 TEST_SCRIPTS += tests/mpi/test_fault.sh
 
+# Slurm: the SPANK plugin with real slurmctld and slurmd (tests/slurm/).
+SLURM_RANK := $(TESTDIR)/slurm/slurm_rank
+TEST_HELPERS += $(SLURM_RANK)
+TEST_SCRIPTS += tests/slurm/test_slurm.sh
+
+$(SLURM_RANK): $(OBJDIR)/tests/slurm/slurm_rank.o $(COLL_SO)
+	$(call link_prog,$(COLL_LINK))
+
 # sharpctl against a running fabric.
 TEST_SCRIPTS += tests/cli/test_sharpctl.sh
 
