@@ -688,6 +688,154 @@ static void test_uid_enforcement(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* job_reserve / job_release (a scheduler's prolog and epilog, as root
+ * through sharpd): only root; the job belongs to its owner, gathers the
+ * reserving hosts, outlives its processes, ends at the first release; a
+ * lost sharpd drops its host's hold. */
+static json_t *reserve_json(uint64_t job, int owner, int osts)
+{
+    json_t *m = job_msg("job_reserve", job);
+    json_object_set_new(m, "owner", json_integer(owner));
+    json_object_set_new(m, "req", json_pack("{s:i}", "osts", osts));
+    return m;
+}
+
+static json_t *job_row(uint64_t job)
+{
+    json_t *jobs = admin("jobs"), *j, *row = NULL;
+    size_t i;
+    char s[24];
+    snprintf(s, sizeof(s), "%llu", (unsigned long long)job);
+    json_array_foreach(json_object_get(jobs, "jobs"), i, j)
+    {
+        if (!strcmp(json_string_value(json_object_get(j, "job_id")), s))
+            row = json_incref(j);
+    }
+    json_decref(jobs);
+    return row;
+}
+
+static void test_reservation(void **state)
+{
+    (void)state;
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgid(65534) || setuid(65534))
+            _exit(90);
+        client_t *c = client_open("sd-n00003.sock");
+        int res[2] = {call_status(c, reserve_json(60, 65534, 2)),
+                      call_status(c, job_msg("job_release", 60))};
+        _exit(write(pipefd[1], res, sizeof(res)) == sizeof(res) ? 0 : 91);
+    }
+    int res[4], st;
+    assert_int_equal(read(pipefd[0], res, 2 * sizeof(int)), 2 * sizeof(int));
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(res[0], SHP_ERR_PERM); /* not root */
+    assert_int_equal(res[1], SHP_ERR_PERM);
+    assert_null(job_row(60));
+
+    client_t *a = client_open("sd-n00001.sock");
+    client_t *b = client_open("sd-n00003.sock");
+    json_t *r = call(a, reserve_json(60, 65534, 2));
+    assert_int_equal(status_of(r), 0);
+    assert_int_equal(json_integer_value(json_object_get(r, "osts")), 2);
+    json_decref(r);
+    assert_int_equal(call_status(a, reserve_json(60, 65534, 2)), 0); /* again */
+    assert_int_equal(call_status(b, reserve_json(60, 65534, 2)), 0);
+    /* the same id for another owner, or begun as an ordinary job: no */
+    assert_int_equal(call_status(b, reserve_json(60, 0, 2)),
+                     SHP_ERR_JOB_REFUSED);
+    static const char *hosts[] = {"n00001", "n00003"};
+    assert_int_equal(call_status(a, job_begin_json(60, hosts, 2)),
+                     SHP_ERR_JOB_REFUSED);
+    json_t *row = job_row(60);
+    assert_non_null(row);
+    assert_true(json_is_true(json_object_get(row, "reserved")));
+    assert_int_equal(json_integer_value(json_object_get(row, "uid")), 65534);
+    assert_int_equal(json_array_size(json_object_get(row, "hosts")), 2);
+    json_decref(row);
+
+    /* its owner attaches on a reserved host (the quotas come along), makes
+     * a group and exits: the group goes, the job stays */
+    pid = fork();
+    if (pid == 0) {
+        if (setgid(65534) || setuid(65534))
+            _exit(90);
+        client_t *c = client_open("sd-n00003.sock");
+        json_t *ar = call(c, job_msg("job_attach", 60));
+        static const char *m[] = {"n00003"};
+        json_t *g = group_create(c, 60, m, 1);
+        int out[4] = {
+            status_of(ar), (int)json_integer_value(json_object_get(ar, "osts")),
+            json_is_true(json_object_get(ar, "reserved")), status_of(g)};
+        client_t *e = client_open("sd-n00005.sock"); /* not reserved there */
+        out[1] = call_status(e, job_msg("job_attach", 60)) == SHP_ERR_PERM
+                     ? out[1]
+                     : -1;
+        _exit(write(pipefd[1], out, sizeof(out)) == sizeof(out) ? 0 : 91);
+    }
+    assert_int_equal(read(pipefd[0], res, sizeof(res)), sizeof(res));
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(res[1], 2);
+    assert_int_equal(res[2], 1);
+    assert_int_equal(res[3], 0);
+    for (int i = 0; i < 200 && count_of("groups", "groups") > 0; i++)
+        usleep(20000);
+    assert_int_equal(count_of("groups", "groups"), 0);
+    assert_non_null((row = job_row(60)));
+    json_decref(row);
+
+    /* the first release ends it; the next finds it gone */
+    r = call(b, job_msg("job_release", 60));
+    assert_int_equal(status_of(r), 0);
+    assert_true(json_is_true(json_object_get(r, "released")));
+    json_decref(r);
+    assert_null(job_row(60));
+    r = call(a, job_msg("job_release", 60));
+    assert_int_equal(status_of(r), 0);
+    assert_true(json_is_false(json_object_get(r, "released")));
+    json_decref(r);
+    /* an ordinary job is not released by a scheduler */
+    assert_int_equal(call_status(a, job_begin_json(61, hosts, 2)), 0);
+    assert_int_equal(call_status(a, job_msg("job_release", 61)),
+                     SHP_ERR_INVALID_PARAM);
+    assert_int_equal(call_status(a, job_msg("job_end", 61)), 0);
+
+    /* a host whose sharpd is lost no longer holds the job: with no other
+     * holder and no processes, it ends */
+    client_t *d = client_open("sd-n00006.sock");
+    assert_int_equal(call_status(d, reserve_json(62, 0, 2)), 0);
+    client_close(d);
+    assert_non_null((row = job_row(62)));
+    json_decref(row);
+    assert_int_equal(stop(sd_pid[3]), 0);
+    for (int i = 0; i < 200 && (row = job_row(62)) != NULL; i++) {
+        json_decref(row);
+        usleep(20000);
+    }
+    assert_null(job_row(62));
+    sd_pid[3] = start_sharpd(sd_hosts[3], secret);
+    usleep(100000);
+    int up = 0; /* registered again, for the tests after this one */
+    for (int i = 0; i < 100 && !up; i++) {
+        d = client_open("sd-n00006.sock");
+        r = call(d, json_pack("{s:s}", "type", "hello"));
+        up = json_is_true(json_object_get(r, "am_up"));
+        json_decref(r);
+        client_close(d);
+        if (!up)
+            usleep(50000);
+    }
+    assert_true(up);
+    client_close(a);
+    client_close(b);
+    close(pipefd[0]);
+    close(pipefd[1]);
+}
+
 /* An AN listening on every address must be told what to advertise; the
  * AM then hands that address to members. */
 static void test_an_advertise(void **state)
@@ -919,6 +1067,7 @@ int main(void)
         cmocka_unit_test(test_job_and_group),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_uid_enforcement),
+        cmocka_unit_test(test_reservation),
         cmocka_unit_test(test_an_advertise),
         cmocka_unit_test(test_wrong_secret),
         cmocka_unit_test(test_kill_an),

@@ -8,9 +8,9 @@
 #      right, the AN's counters grew by the job's operations, the job was
 #      reserved under Slurm's job id with the plugin's quotas and is gone at
 #      the manager once Slurm ends it.
-#   2. a batch job whose step runs allreduces until scancel: while it runs
-#      the manager holds it (reserved, one group); after scancel it is gone,
-#      no AN serves a group.
+#   2. a batch job of user nobody whose step runs allreduces until scancel:
+#      while it runs the manager holds it for nobody's uid (reserved, one
+#      group); after scancel it is gone, no AN serves a group.
 #   3. a batch job that fails (exit 3): released too.
 # Skips (77) when Slurm's packages are missing, or when not root (slurmd
 # must run as root to start jobs).
@@ -74,11 +74,12 @@ SOCK=$DIR/fabric/hosts/n00001.sock
 [ -S "$SOCK" ] || die "no sharpd socket for n00001"
 
 # munge and Slurm -----------------------------------------------------------------
-mkdir -p "$DIR"/{munge,etc,ctld,spool,log,tmp}
+mkdir -p "$DIR"/{munge,munge-run,etc,ctld,spool,log,tmp,run}
+chmod 1777 "$DIR/run" # job 2 runs as nobody
 chmod 700 "$DIR/munge"
 head -c 1024 /dev/urandom >"$DIR/munge/munge.key"
 chmod 400 "$DIR/munge/munge.key"
-MUNGE_SOCK=$DIR/munge/munge.socket
+MUNGE_SOCK=$DIR/munge-run/munge.socket # every user (the key stays 0700)
 munged --force --foreground --socket="$MUNGE_SOCK" \
     --key-file="$DIR/munge/munge.key" --pid-file="$DIR/munge/munged.pid" \
     --seed-file="$DIR/munge/seed" --log-file="$DIR/log/munged.log" &
@@ -167,12 +168,14 @@ check "slurmd's log: the plugin released it" \
     grep -q "spank_sharp: job $jid1: sharp resources released" "$DIR/log/slurmd.log"
 
 # 2. scancel of a running job ------------------------------------------------------
-jid2=$(SHARP_TEST_OOB=$OOB sbatch --parsable -J sharp-test -N1 -n4 -o "$DIR/log/job2.out" \
-    --wrap "srun $RANK loop $DIR/started")
-check "sbatch: job $jid2 submitted" test -n "$jid2"
-wait_for 60 test -e "$DIR/started" || { cat "$DIR/log/job2.out"; die "job $jid2 never allreduced"; }
-check "running: the manager holds job $jid2, reserved, uid 0, 8 OSTs, 4 groups at most, 1 group" \
-    test "$(ctl jobs --json | jq -c --arg j "$jid2" '.[] | select((.job_id | tostring) == $j) | [.reserved, .uid, .osts, .max_groups, .groups]')" = '[true,0,8,4,1]'
+NOBODY=$(id -u nobody)
+jid2=$(SHARP_TEST_OOB=$OOB sbatch --parsable -J sharp-test -N1 -n4 --uid=nobody \
+    --gid="$(id -g nobody)" -D "$DIR/run" -o "$DIR/run/job2.out" \
+    --wrap "srun $RANK loop $DIR/run/started")
+check "sbatch as nobody: job $jid2 submitted" test -n "$jid2"
+wait_for 60 test -e "$DIR/run/started" || { cat "$DIR/run/job2.out"; die "job $jid2 never allreduced"; }
+check "running: the manager holds job $jid2 for nobody: reserved, 8 OSTs, 4 groups at most, 1 group" \
+    test "$(ctl jobs --json | jq -c --arg j "$jid2" '.[] | select((.job_id | tostring) == $j) | [.reserved, .uid, .osts, .max_groups, .groups]')" = "[true,$NOBODY,8,4,1]"
 check "running: an AN serves its group" test "$(an_groups)" -ge 1
 ops1=$(ans_ops)
 check "running: its allreduces go through the ANs" wait_for 5 ops_at_least $((ops1 + 10))
