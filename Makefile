@@ -223,6 +223,7 @@ uninstall:
 		$(DESTDIR)$(PREFIX)/lib/libosm_sharp.so \
 		$(DESTDIR)$(PREFIX)/lib/sharp/spank_sharp.so \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/sharp_coll.pc
+	$(Q)rmdir $(DESTDIR)$(PREFIX)/lib/sharp 2>/dev/null || true
 	$(Q)rm -rf $(DESTDIR)$(PREFIX)/include/sharp $(DESTDIR)$(DOCDIR)
 	$(Q)rm -f $(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS))
 	$(Q)$(if $(RUNDIR_SYSTEMD),,rmdir --ignore-fail-on-non-empty $(DESTDIR)$(RUNSTATEDIR)/sharp 2>/dev/null || true)

@@ -74,7 +74,7 @@ for f in bin/sharp_am bin/sharp_an bin/sharpd bin/sharpctl bin/sharp-topo \
     bin/sharp-fabric include/sharp/api/sharp.h include/sharp/api/sharp_coll.h \
     include/sharp/api/version.h lib/libsharp_coll.so lib/libsharp_coll.so.1 \
     lib/libsharp_coll.a lib/libsharp_mpi_ompi.so lib/libsharp_mpi_mpich.so \
-    lib/libosm_sharp.so \
+    lib/libosm_sharp.so lib/sharp/spank_sharp.so share/doc/sharp/plugstack.sharp.conf \
     lib/pkgconfig/sharp_coll.pc lib/systemd/system/sharp_am.service \
     lib/systemd/system/sharpd.service "lib/systemd/system/sharp_an@.service" \
     share/doc/sharp/README.md share/doc/sharp/sharpctl.txt \
@@ -105,6 +105,10 @@ check "sharpd: configuration, secret, socket under the prefix" \
 check "sharp_an: configuration, secret under the prefix" \
     bash -c "env -i $P/bin/sharp_an --dump-config | grep -qx 'secret_file = $P/etc/sharp/secret' &&
              env -i $P/bin/sharp_an --help | grep -q 'default file: $P/etc/sharp/sharp_an.conf'"
+check "the Slurm plugin: plugstack line and its default sharpd socket name the prefix" \
+    bash -c "grep -qx 'optional $P/lib/sharp/spank_sharp.so' $P/share/doc/sharp/plugstack.sharp.conf &&
+             grep -q '$P/var/run/sharp/sharpd.sock' $P/share/doc/sharp/plugstack.sharp.conf &&
+             strings $P/lib/sharp/spank_sharp.so | grep -qx '$P/var/run/sharp/sharpd.sock'"
 check "sharpctl --help names the admin socket under the prefix" \
     grep -q "$P/var/run/sharp/am.sock" "$P/share/doc/sharp/sharpctl.txt"
 check "the default configurations name the prefix's paths" \
@@ -230,6 +234,9 @@ echo "ok   make install PREFIX=/usr DESTDIR=$S as $U"
 check "staged: /usr, /etc/sharp, the units in /usr/lib/systemd/system" \
     test -x "$S/usr/bin/sharpd" -a -e "$S/usr/lib/libsharp_coll.so.1" \
     -a -e "$S/etc/sharp/sharpd.conf" -a -e "$S/usr/lib/systemd/system/sharpd.service"
+check "staged: the Slurm plugin under /usr/lib/sharp, its plugstack line names it" \
+    bash -c "test -x $S/usr/lib/sharp/spank_sharp.so &&
+             grep -qx 'optional /usr/lib/sharp/spank_sharp.so' $S/usr/share/doc/sharp/plugstack.sharp.conf"
 check "staged: no secret, no runtime directory (systemd makes /run/sharp)" \
     test ! -e "$S/etc/sharp/secret" -a ! -e "$S/run" -a ! -e "$S/var"
 check "staged: the programs and configurations name /etc/sharp and /run/sharp" \
