@@ -196,6 +196,8 @@ check "failing job $jid3: released at the manager" wait_for 30 job_gone "$jid3"
 
 check "nothing left at the manager: no job, no group" \
     test "$(ctl stats --json | jq -c '[.jobs, .groups]')" = "[0,0]"
+san=$(grep -l 'Sanitizer' "$DIR"/fabric/logs/* "$DIR"/log/* "$DIR"/run/*.out 2>/dev/null)
+check "no sanitizer report in any daemon's or rank's output" test -z "$san"
 if [ "$fails" -ne 0 ]; then
     for f in "$DIR"/log/*; do echo "--- $f"; tail -n 20 "$f"; done
 fi
