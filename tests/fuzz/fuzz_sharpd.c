@@ -17,9 +17,9 @@
 #include "tests/fuzz/fuzz.h"
 #include "tests/fuzz/fuzz_peer.h"
 
-static const char *const fz_pend_types[] = {"job_begin",     "job_attach",
-                                            "job_end",       "group_create",
-                                            "group_destroy", NULL};
+static const char *const fz_pend_types[] = {
+    "job_begin",     "job_attach",  "job_end",     "group_create",
+    "group_destroy", "job_reserve", "job_release", NULL};
 static int proved; /* the AM of this input proved the secret */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

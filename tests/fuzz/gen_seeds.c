@@ -534,6 +534,7 @@ static void seeds_am(void)
         put8(&b, 0);
     }
     save("am", "job-group", b.p, b.n); /* goes on below */
+    size_t job_group_len = b.n;
 
     /* sharpctl looks, the group goes, the job ends */
     put8(&b, FZ_AM_ADMIN);
@@ -560,6 +561,35 @@ static void seeds_am(void)
             json_pack("{s:s, s:i, s:s}", "type", "topology_load", "id", 11,
                       "file", "topo2.ibnd"));
     save("am", "admin", b.p, b.n);
+
+    /* from the job and its group: a scheduler reserves job 78 on every
+     * host, its owner's process attaches and makes a group, the process
+     * goes (the job stays), the epilogs release it twice */
+    b.n = job_group_len;
+    for (int i = 0; i < nh; i++) {
+        am_send(&b, np + i,
+                json_pack("{s:s, s:i, s:s, s:i, s:i, s:{s:i}}", "type",
+                          "job_reserve", "id", 20, "job_id", "78", "uid", 0,
+                          "owner", 1000, "req", "osts", 4));
+    }
+    am_send(&b, np + 1,
+            json_pack("{s:s, s:i, s:s, s:i}", "type", "job_attach", "id", 21,
+                      "job_id", "78", "uid", 1000));
+    am_send(&b, np + 1,
+            json_pack("{s:s, s:i, s:s, s:i, s:[s]}", "type", "group_create",
+                      "id", 22, "job_id", "78", "uid", 1000, "members",
+                      host[1]));
+    put8(&b, FZ_AM_ACK);
+    put8(&b, 0);
+    put8(&b, 0);
+    am_send(&b, np + 1,
+            json_pack("{s:s, s:s}", "type", "job_detach", "job_id", "78"));
+    for (int i = 0; i < 2; i++) {
+        am_send(&b, np + i,
+                json_pack("{s:s, s:i, s:s, s:i}", "type", "job_release", "id",
+                          23 + i, "job_id", "78", "uid", 0));
+    }
+    save("am", "reserve", b.p, b.n);
 
     /* an AN that fails a group, a sharpd that goes */
     b.n = 0;

@@ -74,7 +74,7 @@ SOCK=$DIR/fabric/hosts/n00001.sock
 [ -S "$SOCK" ] || die "no sharpd socket for n00001"
 
 # munge and Slurm -----------------------------------------------------------------
-mkdir -p "$DIR"/{munge,munge-run,etc,ctld,spool,log,tmp,run}
+mkdir -p "$DIR"/{munge,munge-run,etc,ctld,spool/n00001,log,tmp,run}
 chmod 1777 "$DIR/run" # job 2 runs as nobody
 chmod 700 "$DIR/munge"
 head -c 1024 /dev/urandom >"$DIR/munge/munge.key"
