@@ -42,7 +42,8 @@ static const char usage_text[] =
     "  tree show ID [--dot] [--png FILE]\n"
     "                              one tree, indented; as Graphviz; rendered\n"
     "  groups [--job J]            groups (of one job)\n"
-    "  jobs                        jobs: id, uid, hosts, groups, quotas\n"
+    "  jobs                        jobs: id, uid, hosts, groups, quotas,\n"
+    "                              reserved (by a scheduler)\n"
     "  job kill J                  end job J now (its processes are told)\n"
     "  topology show               what the manager's topology holds\n"
     "  topology load FILE          replace it with FILE (ibnetdiscover "
@@ -89,7 +90,8 @@ static const struct {
                "distribution, multicast address, quotas and each AN's parent."
                "\n"},
     {"jobs", "Usage: sharpctl jobs [--json]\n\nJobs: id, uid, hosts, groups, "
-             "OSTs and payload per group.\n"},
+             "OSTs and payload per group, whether a\nscheduler reserved it "
+             "(the Slurm plugin: it lasts until the job's epilog).\n"},
     {"job", "Usage: sharpctl job kill J\n\nEnd job J now: its groups are "
             "removed and its processes told (their\noperations fail with an "
             "error). Exit 1 if there is no such job.\n"},
@@ -279,10 +281,10 @@ static int cmd_trees(void)
 
 static int cmd_jobs(void)
 {
-    static const char *const k[] = {"job_id", "uid",     "hosts", "groups",
-                                    "osts",   "payload", NULL};
-    static const char *const h[] = {"JOB",    "UID",  "HOSTS",
-                                    "GROUPS", "OSTS", "PAYLOAD"};
+    static const char *const k[] = {"job_id", "uid",     "hosts",    "groups",
+                                    "osts",   "payload", "reserved", NULL};
+    static const char *const h[] = {"JOB",  "UID",     "HOSTS",   "GROUPS",
+                                    "OSTS", "PAYLOAD", "RESERVED"};
     return listing("jobs", "jobs", k, h, NULL);
 }
 

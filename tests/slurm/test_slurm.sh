@@ -176,6 +176,8 @@ check "sbatch as nobody: job $jid2 submitted" test -n "$jid2"
 wait_for 60 test -e "$DIR/run/started" || { cat "$DIR/run/job2.out"; die "job $jid2 never allreduced"; }
 check "running: the manager holds job $jid2 for nobody: reserved, 8 OSTs, 4 groups at most, 1 group" \
     test "$(ctl jobs --json | jq -c --arg j "$jid2" '.[] | select((.job_id | tostring) == $j) | [.reserved, .uid, .osts, .max_groups, .groups]')" = "[true,$NOBODY,8,4,1]"
+check "running: sharpctl jobs says it is reserved" \
+    test "$(ctl jobs | awk -v j="$jid2" '$1 == j { print $NF }')" = yes
 check "running: an AN serves its group" test "$(an_groups)" -ge 1
 ops1=$(ans_ops)
 check "running: its allreduces go through the ANs" wait_for 5 ops_at_least $((ops1 + 10))
