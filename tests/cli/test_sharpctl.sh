@@ -99,11 +99,12 @@ done
 check "trees span 8 hosts again" test "$(ctl trees --json | jq '[.[] | .hosts] | max')" = 8
 
 if [ "${SAN:-0}" != 1 ]; then
-    # a live job: 4 ranks looping allreduces for up to 60 s
+    # a live job: 4 ranks looping allreduces for up to 60 s (aborting when
+    # sharp fails: the default would go on over MPI after job kill)
     SHARP_FABRIC_DIR="$DIR/fabric" timeout 90 mpirun.openmpi --allow-run-as-root \
         --oversubscribe --mca mpi_yield_when_idle 1 -np 4 -x LD_LIBRARY_PATH="$LIB" \
         -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_FABRIC_DIR \
-        -x SHARP_COLL_LOG_LEVEL=0 "$BIN/sharp-fabric" rank -- \
+        -x SHARP_COLL_LOG_LEVEL=0 -x SHARP_MPI_ON_FAULT=abort "$BIN/sharp-fabric" rank -- \
         "$BIN/sharp_mpi_demo_ompi" --loop 60 >"$DIR/job.out" 2>&1 &
     job=$!
     for _ in $(seq 100); do
