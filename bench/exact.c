@@ -7,7 +7,7 @@
  *    host, allreduce of 8 B - 4 KiB of f64: the normal sum, exact in one
  *    pass (the type's whole range, 70 lanes of 8 B per element), exact in
  *    two passes (the window first, then only the limbs the data need), and
- *    the default (one pass up to SHARP_COLL_EXACT_ONE_PASS_MAX, 4 KiB of
+ *    the default (one pass up to SHARP_COLL_EXACT_ONE_PASS_MAX, 8 KiB of
  *    lanes).  Data: random doubles, magnitudes 2^-30..2^30, both signs.
  * 2. Bytes each member sends per operation (payload; every message also
  *    has a 32-byte header), from the layouts of the same data.

@@ -987,7 +987,10 @@ static int exact_sum(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
         rc = SHARP_COLL_ERROR;
         goto out;
     }
-    if (n * lay.lanes * sizeof(int64_t) > comm->ctx->cfg.exact_one_pass_max) {
+    /* one pass if small enough, and an element fits one fragment (the
+     * same decision on every member: same length, same group) */
+    if (n * lay.lanes * sizeof(int64_t) > comm->ctx->cfg.exact_one_pass_max ||
+        lay.lanes * sizeof(int64_t) > comm->payload) {
         /* two passes: the window first */
         if (shp_exact_window(dt, srcs, (unsigned)ncontrib, n, win) != SHP_OK) {
             rc = SHARP_COLL_ERROR;
