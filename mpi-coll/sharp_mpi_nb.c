@@ -193,6 +193,10 @@ static void nb_start(nb_op_t *o)
         o->h = NULL;
         fail(o->comm, nb_name(o), rc);
     }
+    /* small sends leave at the library's next loop turn (they are
+     * gathered and flushed before it sleeps): one turn now, so the
+     * network works while the program computes */
+    sharp_coll_progress(g.ctx);
     g.calls[o->kind][0]++;
     g.bytes[o->kind][0] += o->bytes;
 }
