@@ -315,11 +315,28 @@ static int trees_up(void)
     return count_up("trees");
 }
 
-/* the fabric is ready when every AN is up and both trees are up */
+/* up trees that span every leaf: a spine and the nans - 2 leaves (trees
+ * built while ANs were still registering have fewer, and the manager
+ * rebuilds them once registrations settle) */
+static int trees_full(int nans)
+{
+    json_t *r = admin("trees"), *v;
+    size_t i;
+    int full = 0;
+    json_array_foreach(json_object_get(r, "trees"), i, v)
+    {
+        full += !strcmp(json_string_value(json_object_get(v, "state")), "up") &&
+                json_integer_value(json_object_get(v, "ans")) == nans - 1;
+    }
+    json_decref(r);
+    return full;
+}
+
+/* the fabric is ready when every AN is up and both trees are up, whole */
 static void wait_ready(int nans)
 {
     for (int i = 0; i < 400; i++) {
-        if (ans_up() == nans && trees_up() == 2)
+        if (ans_up() == nans && trees_up() == 2 && trees_full(nans) == 2)
             return;
         usleep(25000);
     }
