@@ -11,6 +11,8 @@
  */
 #include "mpi-coll/recover.h"
 
+#include "common/time.h"
+
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
@@ -300,21 +302,29 @@ void smr_rec_free(smr_rec_t *r)
     free(r);
 }
 
+/* r's buffer made len bytes (and one, so that 0 is never asked of
+ * realloc), its content kept as far as it fits; under svc.mu.  0 or -1. */
+static int resize(smr_rec_t *r, size_t len)
+{
+    char *b = realloc(r->buf, len + 1);
+    if (b == NULL) {
+        return -1;
+    }
+    r->buf = b;
+    r->cap = len + 1;
+    return 0;
+}
+
 void *smr_begin(smr_rec_t *r, size_t len, int *oom)
 {
     void *p = NULL;
     *oom = 0;
     pthread_mutex_lock(&svc.mu);
     if (!r->frozen) {
-        if (len + 1 > r->cap) {
-            /* keeps the last result (served until every member has it) */
-            char *b = realloc(r->buf, len + 1);
-            if (b == NULL) {
-                *oom = 1;
-                goto out;
-            }
-            r->buf = b;
-            r->cap = len + 1;
+        /* keeps the last result (served until every member has it) */
+        if (len + 1 > r->cap && resize(r, len) != 0) {
+            *oom = 1;
+            goto out;
         }
         r->posted = 1;
         p = r->buf;
@@ -333,11 +343,7 @@ void smr_end(smr_rec_t *r, int ok, size_t len)
         r->rlen = len;
         /* a big buffer no longer needed: give it back */
         if (r->cap > ((size_t)1 << 20) && r->cap / 4 > len) {
-            char *b = realloc(r->buf, len + 1);
-            if (b != NULL) {
-                r->buf = b;
-                r->cap = len + 1;
-            }
+            (void)resize(r, len); /* kept as it is if that fails */
         }
     } else {
         r->frozen = 1;
@@ -367,13 +373,6 @@ uint64_t smr_decided(const smr_rec_t *r)
 }
 
 /* The decision ------------------------------------------------------------------ */
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* Ask peer p about operation k (and for its result, into *data, if want).
  * 0: answered; -1: unreachable or garbled. */
@@ -449,7 +448,7 @@ static int fetch(smr_rec_t *r, int p, uint64_t k, size_t len)
 uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
                     size_t whylen)
 {
-    uint64_t k, F = 0, end = now_ms() + (uint64_t)timeout_ms;
+    uint64_t k, F = 0, end = shp_deadline_ms(timeout_ms);
     int src = -1, npend = 0, wait_ms = 1;
     char *pend = NULL;
 
@@ -461,11 +460,7 @@ uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
         F = r->decided;
     }
     if (F == 0 && len + 1 > r->cap) {
-        char *b = realloc(r->buf, len + 1);
-        if (b != NULL) {
-            r->buf = b;
-            r->cap = len + 1;
-        }
+        (void)resize(r, len); /* checked just below */
     }
     int room = r->cap >= len + 1;
     pthread_mutex_unlock(&svc.mu);
@@ -539,7 +534,7 @@ uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
             found = k; /* every one outside, none completed k */
             break;
         }
-        if (now_ms() >= end) {
+        if (shp_deadline_passed(end)) {
             free(pend);
             return 0;
         }

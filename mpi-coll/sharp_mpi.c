@@ -52,6 +52,7 @@
 
 #include "common/exact.h"
 #include "common/reduce.h"
+#include "common/time.h"
 #include "mpi-coll/recover.h"
 
 #include <errno.h>
@@ -1093,13 +1094,6 @@ static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
     }
 }
 
-static uint64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 /* One operation of st's group (this rank a member): OP_OK with its len
  * bytes of result at *res (the record's buffer: every member keeps its
  * last result until its next operation), or OP_REDO: the group failed and
@@ -1145,7 +1139,7 @@ static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
         sharp_coll_comm_destroy(st->sc);
         st->sc = NULL;
     }
-    uint64_t t0 = now_us();
+    uint64_t t0 = shp_time_ns();
     uint64_t F = smr_decide(st->rec, len, (int)cfg.recovery_timeout_ms, why,
                             sizeof(why));
     if (F == 0) {
@@ -1156,7 +1150,7 @@ static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
                 g.rank, what, cfg.recovery_timeout_ms, why);
         PMPI_Abort(comm, 70);
     }
-    uint64_t us = now_us() - t0;
+    uint64_t us = (shp_time_ns() - t0) / SHP_NSEC_PER_USEC;
     if (us > g.recovery_us_max) {
         g.recovery_us_max = us;
     }
