@@ -561,6 +561,25 @@ shp_status_t shp_an_group_remove(shp_an_t *an, uint32_t id)
     if (g == NULL) {
         return SHP_ERR_GROUP_UNKNOWN;
     }
+    if (!g->failed) {
+        /* Children still joined are told: after an orderly destroy every
+         * member has left, but a revoked group is removed while members may
+         * be inside an operation, and the error that failed it elsewhere
+         * may reach this AN after the removal (and then finds no group):
+         * nothing may wait on a group that is gone.  (Sent while the group
+         * can still be found: a send that fails closes its link, and the
+         * close clears the link's places.) */
+        unsigned i;
+        g->failed = 1;
+        g->fail_status = SHP_ERR_GROUP_REVOKED;
+        for (i = 0; i < g->nchildren; i++) {
+            if (g->children[i].link != NULL) {
+                shp_an_send_error(g->children[i].link, g->tree_id, g->id, 0,
+                                  SHP_ERR_GROUP_REVOKED,
+                                  "the aggregation manager removed the group");
+            }
+        }
+    }
     HASH_DEL(an->groups, g);
     an->ngroups--;
     if (g->add_req_id >= 0) {

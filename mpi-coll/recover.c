@@ -34,6 +34,7 @@
 #define A_MAGIC 0x534d5241u /* "SMRA" */
 #define VERSION 1u
 #define IO_TIMEOUT_MS 2000
+#define STUCK_NS (10 * SHP_NSEC_PER_SEC)
 
 struct smr_rec {
     uint64_t id;
@@ -43,6 +44,8 @@ struct smr_rec {
     uint64_t decided; /* F, once decided */
     int posted;       /* inside operation done + 1 */
     int frozen;       /* asked, or failed: post nothing more */
+    uint64_t asked_inside_ns; /* first asked while inside it (0: not) */
+    int stuck_said;           /* that it stays inside was reported */
     char *buf;        /* the last result (rlen bytes), or the next one's */
     size_t cap, rlen;
     struct smr_rec *next;
@@ -124,6 +127,25 @@ static void serve(int fd)
     smr_rec_t *r = find(id);
     if (r != NULL) {
         r->frozen = 1; /* from now on: nothing more through sharp */
+        if (r->posted) {
+            /* the members wait for this one's operation to complete or
+             * fail: if it does neither, say so here, where it hangs */
+            uint64_t now = shp_time_ns();
+            if (r->asked_inside_ns == 0) {
+                r->asked_inside_ns = now;
+            } else if (!r->stuck_said &&
+                       now - r->asked_inside_ns > STUCK_NS) {
+                r->stuck_said = 1;
+                fprintf(stderr,
+                        "sharp_mpi: recovery of group %016llx: member %d "
+                        "has been inside operation %llu for %llu s since "
+                        "the others asked; it neither completes nor fails "
+                        "in the network\n",
+                        (unsigned long long)r->id, r->rank,
+                        (unsigned long long)(r->done + 1),
+                        (unsigned long long)(STUCK_NS / SHP_NSEC_PER_SEC));
+            }
+        }
         a.known = 1;
         a.posted = (uint32_t)r->posted;
         a.done = r->done;
@@ -338,6 +360,7 @@ void smr_end(smr_rec_t *r, int ok, size_t len)
 {
     pthread_mutex_lock(&svc.mu);
     r->posted = 0;
+    r->asked_inside_ns = 0;
     if (ok) {
         r->done++;
         r->rlen = len;

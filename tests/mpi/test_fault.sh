@@ -114,7 +114,12 @@ verdict() {
         ok "$name: every result right in $SECONDS_CASE s; $o calls offloaded, $f on MPI${rec:+; $rec}"
     else
         bad "$name (exit $rc, $o offloaded, $f fell back)"
-        grep -v '^\s*$' "$out" | tail -25
+        # what the recovery said, then the end of the output and of the
+        # manager's log (the fabric is gone with the next case)
+        grep '^sharp_mpi' "$out" | head -20
+        grep -v '^\s*$' "$out" | grep -v '^sharp_mpi' | tail -25
+        echo "  the manager's log:"
+        tail -15 "$FAB/logs/am.log" 2>/dev/null | sed 's/^/  /'
     fi
 }
 

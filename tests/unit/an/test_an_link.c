@@ -1,6 +1,7 @@
 /* The aggregation node's links on an in-memory transport (shp_tp_find is
  * wrapped at link time): a send that fails while the AN is inside one of
- * its callbacks, a member that joins one group twice. */
+ * its callbacks, a member that joins one group twice, a group removed while
+ * its members wait. */
 #include "../test_util.h"
 
 #include "an/an.h"
@@ -19,6 +20,12 @@ static struct ev_loop *loop;
 static int sends, closes, opened;
 static shp_status_t send_status;
 static shp_wire_hdr_t last_sent;
+/* the errors sent, in order, and to which endpoint */
+static struct {
+    shp_tp_ep_t *ep;
+    int16_t status;
+} errs[8];
+static int nerrs;
 static shp_tp_accept_cb_t accept_cb;
 
 static shp_status_t mem_init(shp_tp_t *tp)
@@ -46,10 +53,13 @@ static shp_status_t mem_connect(shp_tp_t *tp, const char *addr,
 static shp_status_t mem_send(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
                              const void *payload)
 {
-    (void)ep;
     (void)payload;
     sends++;
     last_sent = *hdr;
+    if (hdr->opcode == SHP_WIRE_OP_ERROR && nerrs < 8) {
+        errs[nerrs].ep = ep;
+        errs[nerrs++].status = hdr->status;
+    }
     return send_status;
 }
 
@@ -237,11 +247,132 @@ static void test_member_joins_twice(void **state)
     shp_an_stop(&an);
 }
 
+/* A top AN of group 7 with two member places; its links in eps[2],
+ * both joined. */
+static void top_with_two_members(shp_an_t *an, shp_tp_ep_t *eps[2])
+{
+    static char name[] = "an0", listen[] = "127.0.0.1:0", empty[] = "";
+    const char *why = NULL;
+    json_t *req;
+
+    send_status = SHP_OK;
+    memset(an, 0, sizeof(*an));
+    an->cfg.name = name;
+    an->cfg.listen = listen;
+    an->cfg.am = empty;
+    an->cfg.advertise = empty;
+    an->cfg.max_trees = 4;
+    an->cfg.max_groups = 8;
+    an->cfg.max_osts = 4;
+    an->cfg.max_payload = 4096;
+    assert_int_equal(shp_an_start(an, loop), SHP_OK);
+    req = json_pack("{s:i, s:n}", "tree_id", 0, "parent");
+    assert_int_equal(shp_an_tree_set(an, req, &why), SHP_OK);
+    json_decref(req);
+    req = json_pack(
+        "{s:i, s:i, s:s, s:s, s:i, s:i, s:[{s:s}, {s:s}], s:b}", "group_id", 7,
+        "tree_id", 0, "job_id", "5", "job_key",
+        "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+        "osts", 2, "payload", 64, "children", "kind", "member", "kind",
+        "member", "top", 1);
+    assert_int_equal(shp_an_group_add(an, req, 1, &why), SHP_OK);
+    json_decref(req);
+    for (uint32_t i = 0; i < 2; i++) {
+        eps[i] = calloc(1, sizeof(*eps[i]));
+        assert_non_null(eps[i]);
+        eps[i]->tp = &an->tp;
+        accept_cb(&an->tp, eps[i]);
+        assert_non_null(eps[i]->cbs);
+        assert_int_equal(join(eps[i], 7, i), SHP_OK);
+    }
+}
+
+static void members_go(shp_tp_ep_t *eps[2])
+{
+    for (int i = 0; i < 2; i++) {
+        eps[i]->cbs->on_close(eps[i], SHP_ERR_IO);
+        free(eps[i]);
+    }
+}
+
+/* Seen in tests/mpi/test_fault.sh: the manager revoked a group and removed
+ * it from its ANs; an AN removed it while a member's operation waited
+ * there, and the error that failed the group elsewhere came to that AN
+ * only after the removal (an unknown group by then): the member waited
+ * forever.  A removed group's members still joined are told. */
+static void test_removed_group_fails_its_members(void **state)
+{
+    static shp_an_t an;
+    shp_tp_ep_t *eps[2];
+    shp_reduce_desc_t d = {SHP_DTYPE_I64, SHP_OP_SUM, SHP_DTYPE_NULL};
+    int64_t v = 1;
+    uint8_t msg[SHP_WIRE_HDR_LEN + sizeof(v)];
+    shp_wire_hdr_t h;
+
+    (void)state;
+    top_with_two_members(&an, eps);
+    /* member 0's operation waits for member 1's */
+    shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_REQ, 0, 7, 0, &d, 1);
+    shp_wire_hdr_pack(&h, msg);
+    memcpy(msg + SHP_WIRE_HDR_LEN, &v, sizeof(v));
+    nerrs = 0;
+    assert_int_equal(shp_tp_deliver(eps[0], msg, sizeof(msg)), SHP_OK);
+    assert_int_equal(nerrs, 0);
+
+    assert_int_equal(shp_an_group_remove(&an, 7), SHP_OK);
+    assert_int_equal(nerrs, 2);
+    for (int i = 0; i < 2; i++) {
+        assert_ptr_equal(errs[i].ep, eps[i]);
+        assert_int_equal(errs[i].status, SHP_ERR_GROUP_REVOKED);
+    }
+    assert_null(shp_an_group_find(&an, 7));
+    members_go(eps);
+    assert_null(an.links);
+    shp_an_stop(&an);
+}
+
+/* After an orderly destroy (every member left) the removal sends nothing;
+ * a member whose send fails as it is told loses its link, and nothing
+ * points at the freed link afterwards. */
+static void test_removal_after_leave_is_silent(void **state)
+{
+    static shp_an_t an;
+    shp_tp_ep_t *eps[2];
+    uint8_t msg[SHP_WIRE_HDR_LEN];
+    shp_wire_hdr_t h;
+
+    (void)state;
+    top_with_two_members(&an, eps);
+    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_LEAVE, 0, 7, 0);
+    shp_wire_hdr_pack(&h, msg);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(shp_tp_deliver(eps[i], msg, sizeof(msg)), SHP_OK);
+        assert_int_equal(last_sent.opcode, SHP_WIRE_OP_GROUP_LEAVE);
+    }
+    nerrs = 0;
+    assert_int_equal(shp_an_group_remove(&an, 7), SHP_OK);
+    assert_int_equal(nerrs, 0);
+    members_go(eps);
+
+    /* now the members do not read: the first error closes its link */
+    top_with_two_members(&an, eps);
+    send_status = SHP_ERR_NO_RESOURCE;
+    nerrs = 0;
+    closes = 0;
+    assert_int_equal(shp_an_group_remove(&an, 7), SHP_OK);
+    assert_int_equal(nerrs, 2);
+    assert_int_equal(closes, 2); /* mem_close freed both endpoints */
+    assert_null(an.links);
+    shp_an_stop(&an);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_send_fails_in_on_connect),
         cmocka_unit_test(test_member_joins_twice),
+        cmocka_unit_test(test_removed_group_fails_its_members),
+        cmocka_unit_test(test_removal_after_leave_is_silent),
     };
 
     /* freed memory filled with 0x5a, no per-thread cache that skips it:
