@@ -730,13 +730,18 @@ static int post(coll_comm_t *comm, coll_req_t *r, void **handle)
 }
 
 /* Until r completes, with the context's lock held: it is let go between
- * turns of the loop, so that other threads may post and progress too (a
- * result that needs another thread's post would never come otherwise). */
+ * turns of the loop when another thread waits for it, so that other
+ * threads may post and progress too (a result that needs another thread's
+ * post would never come otherwise).  When none waits, a yield per turn
+ * only costs: a 1 MiB allreduce takes about a hundred turns, and the
+ * yields were 13% of a member's CPU (perf, 8 members on 2 cores). */
 static void let_others_in(coll_ctx_t *ctx)
 {
-    coll_unlock(ctx);
-    sched_yield();
-    coll_lock(ctx);
+    if (atomic_load(&ctx->lock_waiters) > 0) {
+        coll_unlock(ctx);
+        sched_yield();
+        coll_lock(ctx);
+    }
 }
 
 static void wait_complete(coll_ctx_t *ctx, coll_req_t *r)

@@ -141,7 +141,11 @@ static int cfg_load(coll_cfg_t *cfg)
  */
 void coll_lock(coll_ctx_t *ctx)
 {
-    pthread_mutex_lock(&ctx->lock);
+    if (pthread_mutex_trylock(&ctx->lock) != 0) {
+        atomic_fetch_add(&ctx->lock_waiters, 1);
+        pthread_mutex_lock(&ctx->lock);
+        atomic_fetch_sub(&ctx->lock_waiters, 1);
+    }
 }
 
 void coll_unlock(coll_ctx_t *ctx)

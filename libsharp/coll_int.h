@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #define SHP_API __attribute__((visibility("default")))
 #define SHP_HOST_MAX 64
@@ -79,6 +80,7 @@ struct sharp_coll_context {
     coll_comm_t *comms;
     ev_timer tick;
     pthread_mutex_t lock;
+    atomic_uint lock_waiters; /* threads blocked in coll_lock */
     int mt;
     coll_stats_t stats;
 };
