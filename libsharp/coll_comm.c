@@ -683,6 +683,20 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
     return SHARP_COLL_SUCCESS;
 }
 
+/* Any thread, at any time while comm exists, even while another thread
+ * waits in it: no lock (the waiter holds it), an atomic flag and a wake-up
+ * of the loop (ev_async_send is thread-safe); the loop's thread fails the
+ * communicator (its link closed: the group fails in the network too). */
+SHP_API int sharp_coll_comm_cancel(struct sharp_coll_comm *comm)
+{
+    if (comm == NULL) {
+        return SHARP_COLL_EINVAL;
+    }
+    atomic_store(&comm->cancel, 1);
+    ev_async_send(comm->ctx->loop, &comm->ctx->cancel_w);
+    return SHARP_COLL_SUCCESS;
+}
+
 /* Requests ------------------------------------------------------------------- */
 
 /* one operation without payload */

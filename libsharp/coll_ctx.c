@@ -196,6 +196,21 @@ static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
     }
 }
 
+/* in the loop: the communicators canceled from other threads fail */
+static void cancel_cb(struct ev_loop *loop, ev_async *w, int revents)
+{
+    coll_ctx_t *ctx = w->data;
+
+    (void)loop;
+    (void)revents;
+    for (coll_comm_t *c = ctx->comms; c != NULL; c = c->next) {
+        if (atomic_exchange(&c->cancel, 0)) {
+            coll_comm_fail(c, SHP_ERR_CANCELED,
+                           "the program gave its operations up");
+        }
+    }
+}
+
 void coll_arm_tick(coll_ctx_t *ctx)
 {
     if (!ev_is_active(&ctx->tick)) {
@@ -566,6 +581,7 @@ static void ctx_free(coll_ctx_t *ctx)
         shp_conn_close(&ctx->sd, SHP_OK);
     }
     ev_timer_stop(ctx->loop, &ctx->tick);
+    ev_async_stop(ctx->loop, &ctx->cancel_w);
     for (int i = 0; i < COLL_NTP; i++) {
         if (ctx->tps_up[i]) {
             shp_tp_cleanup(&ctx->tps[i]);
@@ -633,6 +649,9 @@ SHP_API int sharp_coll_init(struct sharp_coll_init_spec *spec,
     if (ctx->loop != NULL) {
         ev_init(&ctx->tick, tick_cb);
         ctx->tick.data = ctx;
+        ev_async_init(&ctx->cancel_w, cancel_cb);
+        ctx->cancel_w.data = ctx;
+        ev_async_start(ctx->loop, &ctx->cancel_w);
     }
     if (rc == SHARP_COLL_SUCCESS) {
         rc = sd_hello(ctx);

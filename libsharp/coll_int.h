@@ -79,6 +79,7 @@ struct sharp_coll_context {
     int tps_up[COLL_NTP];
     coll_comm_t *comms;
     ev_timer tick;
+    ev_async cancel_w; /* a comm was canceled from another thread */
     pthread_mutex_t lock;
     atomic_uint lock_waiters; /* threads blocked in coll_lock */
     int mt;
@@ -113,7 +114,8 @@ struct sharp_coll_comm {
     int left;        /* the AN confirmed our group_leave */
     shp_status_t failed;
     int destroying;
-    coll_frag_t *win; /* osts entries, seq % osts */
+    atomic_int cancel; /* sharp_coll_comm_cancel: fail it in the loop */
+    coll_frag_t *win;  /* osts entries, seq % osts */
     uint32_t next_seq, done_seq;
     coll_req_t *queue, *queue_tail; /* with fragments not yet sent */
     uint8_t *stage;

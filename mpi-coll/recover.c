@@ -34,19 +34,21 @@
 #define A_MAGIC 0x534d5241u /* "SMRA" */
 #define VERSION 1u
 #define IO_TIMEOUT_MS 2000
-#define STUCK_NS (10 * SHP_NSEC_PER_SEC)
 
 struct smr_rec {
     uint64_t id;
     int rank, size;
     smr_addr_t *peers;
-    uint64_t done;    /* operations completed */
-    uint64_t decided; /* F, once decided */
-    int posted;       /* inside operation done + 1 */
-    int frozen;       /* asked, or failed: post nothing more */
+    uint64_t done;            /* operations completed */
+    uint64_t decided;         /* F, once decided */
+    int posted;               /* inside operation done + 1 */
+    int frozen;               /* asked, or failed: post nothing more */
     uint64_t asked_inside_ns; /* first asked while inside it (0: not) */
-    int stuck_said;           /* that it stays inside was reported */
-    char *buf;        /* the last result (rlen bytes), or the next one's */
+    void (*cancel)(void *);   /* smr_set_cancel */
+    void *cancel_arg;
+    uint64_t cancel_ns;
+    int canceled; /* in this operation */
+    char *buf;    /* the last result (rlen bytes), or the next one's */
     size_t cap, rlen;
     struct smr_rec *next;
 };
@@ -129,21 +131,22 @@ static void serve(int fd)
         r->frozen = 1; /* from now on: nothing more through sharp */
         if (r->posted) {
             /* the members wait for this one's operation to complete or
-             * fail: if it does neither, say so here, where it hangs */
+             * fail; if it does neither for too long, it is given up */
             uint64_t now = shp_time_ns();
             if (r->asked_inside_ns == 0) {
                 r->asked_inside_ns = now;
-            } else if (!r->stuck_said &&
-                       now - r->asked_inside_ns > STUCK_NS) {
-                r->stuck_said = 1;
+            } else if (r->cancel != NULL && !r->canceled &&
+                       now - r->asked_inside_ns > r->cancel_ns) {
+                r->canceled = 1;
                 fprintf(stderr,
-                        "sharp_mpi: recovery of group %016llx: member %d "
-                        "has been inside operation %llu for %llu s since "
-                        "the others asked; it neither completes nor fails "
-                        "in the network\n",
+                        "sharp_mpi: recovery of group %016llx: member %d was "
+                        "still inside operation %llu %llu ms after the "
+                        "others asked (no notice of the failure came): it "
+                        "gives the operation up\n",
                         (unsigned long long)r->id, r->rank,
                         (unsigned long long)(r->done + 1),
-                        (unsigned long long)(STUCK_NS / SHP_NSEC_PER_SEC));
+                        (unsigned long long)(r->cancel_ns / SHP_NSEC_PER_MSEC));
+                r->cancel(r->cancel_arg);
             }
         }
         a.known = 1;
@@ -306,6 +309,16 @@ smr_rec_t *smr_rec_new(uint64_t id, int rank, int size, const smr_addr_t *peers)
     return r;
 }
 
+void smr_set_cancel(smr_rec_t *r, void (*cancel)(void *), void *arg,
+                    int after_ms)
+{
+    pthread_mutex_lock(&svc.mu);
+    r->cancel = after_ms > 0 ? cancel : NULL;
+    r->cancel_arg = arg;
+    r->cancel_ns = (uint64_t)(after_ms > 0 ? after_ms : 0) * SHP_NSEC_PER_MSEC;
+    pthread_mutex_unlock(&svc.mu);
+}
+
 void smr_rec_free(smr_rec_t *r)
 {
     if (r == NULL) {
@@ -361,6 +374,7 @@ void smr_end(smr_rec_t *r, int ok, size_t len)
     pthread_mutex_lock(&svc.mu);
     r->posted = 0;
     r->asked_inside_ns = 0;
+    r->canceled = 0;
     if (ok) {
         r->done++;
         r->rlen = len;

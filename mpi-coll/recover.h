@@ -48,6 +48,16 @@ smr_rec_t *smr_rec_new(uint64_t id, int rank, int size,
                        const smr_addr_t *peers);
 void smr_rec_free(smr_rec_t *r);
 
+/* A member asked about its group while inside an operation is waited for
+ * (its operation may still complete).  Should it stay inside after_ms
+ * (> 0) from the first question, the service calls cancel(arg) once, with
+ * the record locked (so the member is still inside: cancel must only ask,
+ * e.g. sharp_coll_comm_cancel): its operation fails, and it joins the
+ * decision like any member whose operation failed.  No notice of the
+ * group's failure may then leave a member, and the others, waiting. */
+void smr_set_cancel(smr_rec_t *r, void (*cancel)(void *), void *arg,
+                    int after_ms);
+
 /* Operation `done + 1` is about to be posted, its result len bytes: the
  * buffer to receive it in (the record keeps it), or NULL if the operation
  * must not be posted (a peer asked: smr_decide; or out of memory: *oom).

@@ -542,6 +542,12 @@ static void rec_setup(comm_state_t *s, MPI_Comm gcomm, uint64_t id,
     free(out);
 }
 
+/* the recovery service's way to fail a member's operation (recover.h) */
+static void cancel_comm(void *sc)
+{
+    (void)sharp_coll_comm_cancel(sc);
+}
+
 /* Set up a communicator: one sharp group over every rank, or, with several
  * ranks on a node, over one leader per node (node-local aggregation).  All
  * ranks reach the same answer. */
@@ -604,6 +610,14 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         PMPI_Bcast(&rc, 1, MPI_INT, 0, s->node);
     }
     s->use = s->had_group = rc == SHARP_COLL_SUCCESS;
+    if (s->use && s->rec != NULL && s->sc != NULL) {
+        /* a member left inside an operation the others gave up on (no
+         * notice of the group's failure reached it) leaves it after a
+         * third of the time they wait for it */
+        long after = cfg.recovery_timeout_ms / 3;
+        smr_set_cancel(s->rec, cancel_comm, s->sc,
+                       (int)(after < 5000 ? after : 5000));
+    }
     if (!s->use) {
         s->sc = NULL;
         smr_rec_free(s->rec);

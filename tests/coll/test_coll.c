@@ -1237,6 +1237,67 @@ static void test_an_killed(void **state)
     run_with_fault(m_an_killed, cmd);
 }
 
+/* sharp_coll_comm_cancel from another thread while the member waits in a
+ * blocking operation the others never post: the wait ends with an error,
+ * and the group fails in the network (the others' next operations fail
+ * too, instead of hanging) */
+static void *cancel_later(void *comm)
+{
+    usleep(200000);
+    (void)sharp_coll_comm_cancel(comm);
+    return NULL;
+}
+
+static int m_cancel(int rank, void *arg)
+{
+    int size = 4;
+    (void)arg;
+    setenv("SHARP_COLL_LOG_LEVEL", "0", 1);
+    become_host(rank * 2); /* one member a leaf */
+    CHECK(member_init(rank, size, 1008) == 0, "init");
+    CHECK(comm_of(&world_oob, &world) == 0, "comm_init");
+    CHECK(sharp_coll_do_barrier(world) == 0, "barrier");
+    uint64_t t0 = shp_time_ns();
+    if (rank == 0) {
+        int64_t v = 1, out = 0;
+        struct sharp_coll_reduce_spec sp;
+        pthread_t th;
+        memset(&sp, 0, sizeof(sp));
+        sp.sbuf_desc = buf_desc(&v, 8);
+        sp.rbuf_desc = buf_desc(&out, 8);
+        sp.dtype = SHARP_DTYPE_LONG;
+        sp.op = SHARP_OP_SUM;
+        sp.length = 1;
+        CHECK(pthread_create(&th, NULL, cancel_later, world) == 0, "thread");
+        int rc = sharp_coll_do_allreduce(world, &sp);
+        pthread_join(th, NULL);
+        CHECK(rc != SHARP_COLL_SUCCESS, "the canceled allreduce succeeded");
+        /* before the others post anything (which would fail it anyway) */
+        CHECK(shp_time_ns() - t0 < SHP_NSEC_PER_SEC, "the cancel took %.1f s",
+              (double)(shp_time_ns() - t0) / 1e9);
+    } else {
+        /* they never post that allreduce; later, a barrier: it fails (the
+         * group failed in the network when member 0 gave up) */
+        usleep(1500000);
+        t0 = shp_time_ns();
+        CHECK(sharp_coll_do_barrier(world) != SHARP_COLL_SUCCESS,
+              "a barrier of a canceled group succeeded");
+        CHECK(shp_time_ns() - t0 < 3 * SHP_NSEC_PER_SEC,
+              "the group's failure took %.1f s",
+              (double)(shp_time_ns() - t0) / 1e9);
+    }
+    CHECK(sharp_coll_do_barrier(world) != SHARP_COLL_SUCCESS, "later op");
+    CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
+    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    return 0;
+}
+
+static void test_cancel(void **state)
+{
+    (void)state;
+    run_members(m_cancel, NULL, 4, 4);
+}
+
 static void test_print_config(void **state)
 {
     (void)state;
@@ -1498,6 +1559,7 @@ int main(void)
         cmocka_unit_test(test_two_jobs),
         /* last: it takes an AN away */
         cmocka_unit_test(test_an_killed),
+        cmocka_unit_test(test_cancel),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     /* network namespaces need root and iproute2 */

@@ -266,6 +266,13 @@ int sharp_coll_comm_init(struct sharp_coll_context *context,
                          struct sharp_coll_comm_init_spec *spec,
                          struct sharp_coll_comm **sharp_coll_comm);
 int sharp_coll_comm_destroy(struct sharp_coll_comm *comm);
+/* Extension: give a communicator's operations up, from any thread, even
+ * while another thread waits in one of them (e.g. a watchdog).  Soon after,
+ * in the thread that progresses the context, every pending and later
+ * operation of comm fails and the group fails in the network (every other
+ * member's operations fail too).  comm must still exist; it is destroyed
+ * as usual afterwards. */
+int sharp_coll_comm_cancel(struct sharp_coll_comm *comm);
 
 int sharp_coll_do_barrier(struct sharp_coll_comm *comm);
 int sharp_coll_do_barrier_nb(struct sharp_coll_comm *comm, void **handle);

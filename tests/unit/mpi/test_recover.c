@@ -6,10 +6,12 @@
  * through: the last operation completed at some member (its result is
  * fetched), completed nowhere, a member behind, a member still inside the
  * operation that completes or fails later, a decision already made
- * elsewhere, a member that never answers (a bounded error), and questions
- * that are not the protocol's.
+ * elsewhere, a member that never answers (a bounded error), a member left
+ * inside an operation that is canceled, and questions that are not the
+ * protocol's.
  */
 #include "mpi-coll/recover.h"
+#include "common/time.h"
 #include "tests/unit/test_util.h"
 
 #include <arpa/inet.h>
@@ -242,6 +244,51 @@ static void test_timeout(void **state)
     expect_all_zero(2, codes);
 }
 
+/* Member 1 stays inside operation 1 (no notice of the failure reaches
+ * it) but has a way to be canceled: the service calls it once, 300 ms
+ * after member 0 first asked; member 1's operation then fails, and both
+ * decide F = 1 (completed nowhere). */
+static volatile int canceled;
+static void cancel_hook(void *arg)
+{
+    *(volatile int *)arg += 1;
+}
+
+static int role_canceled(smr_rec_t *r, int me)
+{
+    char why[200] = "";
+    int oom;
+    smr_set_cancel(r, cancel_hook, (void *)&canceled, 300);
+    uint64_t t0 = shp_time_ns();
+    smr_begin(r, 8, &oom);
+    if (me == 1) {
+        while (!canceled && shp_time_ns() - t0 < 4 * SHP_NSEC_PER_SEC) {
+            usleep(1000);
+        }
+        uint64_t waited = shp_time_ns() - t0;
+        if (!canceled || waited < 250 * SHP_NSEC_PER_MSEC) {
+            return 70; /* never canceled, or before its time */
+        }
+        smr_end(r, 0, 8); /* the canceled operation fails */
+    } else {
+        smr_end(r, 0, 8);
+    }
+    uint64_t F = smr_decide(r, 8, 5000, why, sizeof(why));
+    if (F != 1 || smr_done(r) != 0) {
+        return 71;
+    }
+    /* member 0 was never inside: its hook is never called */
+    return (me == 1 ? canceled == 1 : canceled == 0) ? 0 : 72;
+}
+
+static void test_cancel_member_inside(void **state)
+{
+    int codes[2];
+    (void)state;
+    run(2, role_canceled, codes);
+    expect_all_zero(2, codes);
+}
+
 /* Barriers (no bytes): member 0 completed, member 1 fetches "nothing". */
 static int role_barrier(smr_rec_t *r, int me)
 {
@@ -324,6 +371,7 @@ int main(void)
         cmocka_unit_test(test_member_behind),
         cmocka_unit_test(test_wait_for_member_inside),
         cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_cancel_member_inside),
         cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_not_the_protocol),
     };
