@@ -102,7 +102,7 @@ int main(int argc, char **argv)
     static const int sizes[] = {8, 64, 512, 4096, 65536, 262144, 1048576};
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         int bytes = sizes[k], n = bytes / 4;
-        int iters = bytes <= 4096 ? 1500 : bytes <= 65536 ? 100 : 20;
+        int iters = bytes <= 4096 ? 1500 : bytes <= 65536 ? 100 : 60;
         iters = (int)(iters * scale) > 5 ? (int)(iters * scale) : 5;
         for (int i = 0; i < 10; i++)
             allreduce(n);

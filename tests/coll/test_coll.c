@@ -1146,6 +1146,16 @@ static void test_no_sharpd(void **state)
     run_members(m_no_sharpd, NULL, 4, 4);
 }
 
+/* the world communicator failed: later operations fail at once, and it
+ * and the context go as usual */
+static int end_failed_world(void)
+{
+    CHECK(sharp_coll_do_barrier(world) != SHARP_COLL_SUCCESS, "later op");
+    CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
+    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    return 0;
+}
+
 /* an AN killed under a stream of operations: every member sees an error
  * (pending or later), none hangs, and no result is wrong */
 static int m_an_killed(int rank, void *arg)
@@ -1191,11 +1201,7 @@ static int m_an_killed(int rank, void *arg)
     CHECK(shp_time_ns() - t_kill < 5 * SHP_NSEC_PER_SEC,
           "the error came %.1f s after the kill",
           (double)(shp_time_ns() - t_kill) / 1e9);
-    /* later operations fail at once */
-    CHECK(sharp_coll_do_barrier(world) != SHARP_COLL_SUCCESS, "later op");
-    CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
-    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
-    return 0;
+    return end_failed_world();
 }
 
 /* 4 members of fn (arg: the write end of a pipe); when one writes to it,
@@ -1286,10 +1292,7 @@ static int m_cancel(int rank, void *arg)
               "the group's failure took %.1f s",
               (double)(shp_time_ns() - t0) / 1e9);
     }
-    CHECK(sharp_coll_do_barrier(world) != SHARP_COLL_SUCCESS, "later op");
-    CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
-    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
-    return 0;
+    return end_failed_world();
 }
 
 static void test_cancel(void **state)
@@ -1558,8 +1561,8 @@ int main(void)
         cmocka_unit_test(test_no_sharpd),
         cmocka_unit_test(test_two_jobs),
         /* last: it takes an AN away */
+        cmocka_unit_test(test_cancel), /* before an AN is killed */
         cmocka_unit_test(test_an_killed),
-        cmocka_unit_test(test_cancel),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     /* network namespaces need root and iproute2 */

@@ -195,61 +195,9 @@ static int join(shp_tp_ep_t *ep, uint32_t gid, uint32_t ci)
     return last_sent.status;
 }
 
-/* Found by tests/fuzz/fuzz_an: one link joined a group at two places; its
- * leave freed one, and when it closed the other still pointed at the freed
- * link (a use after free when the group went).  A link is one member of a
- * group: a second place is refused. */
-static void test_member_joins_twice(void **state)
-{
-    static char name[] = "an0", listen[] = "127.0.0.1:0", empty[] = "";
-    static shp_an_t an;
-    const char *why = NULL;
-    json_t *req;
-    shp_tp_ep_t *ep = calloc(1, sizeof(*ep));
-
-    (void)state;
-    assert_non_null(ep);
-    send_status = SHP_OK;
-    memset(&an, 0, sizeof(an));
-    an.cfg.name = name;
-    an.cfg.listen = listen;
-    an.cfg.am = empty;
-    an.cfg.advertise = empty;
-    an.cfg.max_trees = 4;
-    an.cfg.max_groups = 8;
-    an.cfg.max_osts = 4;
-    an.cfg.max_payload = 4096;
-    assert_int_equal(shp_an_start(&an, loop), SHP_OK);
-    req = json_pack("{s:i, s:n}", "tree_id", 0, "parent");
-    assert_int_equal(shp_an_tree_set(&an, req, &why), SHP_OK);
-    json_decref(req);
-    req = json_pack(
-        "{s:i, s:i, s:s, s:s, s:i, s:i, s:[{s:s}, {s:s}], s:b}", "group_id", 7,
-        "tree_id", 0, "job_id", "5", "job_key",
-        "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
-        "osts", 2, "payload", 64, "children", "kind", "member", "kind",
-        "member", "top", 1);
-    assert_int_equal(shp_an_group_add(&an, req, 1, &why), SHP_OK);
-    json_decref(req);
-
-    ep->tp = &an.tp;
-    accept_cb(&an.tp, ep);
-    assert_non_null(ep->cbs);
-    assert_int_equal(join(ep, 7, 0), SHP_OK);
-    assert_int_equal(join(ep, 7, 0), SHP_OK); /* the same place again */
-    assert_int_equal(join(ep, 7, 1), SHP_ERR_EXISTS);
-    assert_null(shp_an_group_find(&an, 7)->children[1].link);
-
-    ep->cbs->on_close(ep, SHP_ERR_IO); /* the member goes */
-    free(ep);
-    assert_null(shp_an_group_find(&an, 7)->children[0].link);
-    assert_null(an.links);
-    shp_an_stop(&an);
-}
-
-/* A top AN of group 7 with two member places; its links in eps[2],
- * both joined. */
-static void top_with_two_members(shp_an_t *an, shp_tp_ep_t *eps[2])
+/* A top AN of group 7 (job 5) with two member places, on the in-memory
+ * transport, nobody joined yet. */
+static void start_top(shp_an_t *an)
 {
     static char name[] = "an0", listen[] = "127.0.0.1:0", empty[] = "";
     const char *why = NULL;
@@ -277,6 +225,40 @@ static void top_with_two_members(shp_an_t *an, shp_tp_ep_t *eps[2])
         "member", "top", 1);
     assert_int_equal(shp_an_group_add(an, req, 1, &why), SHP_OK);
     json_decref(req);
+}
+
+/* Found by tests/fuzz/fuzz_an: one link joined a group at two places; its
+ * leave freed one, and when it closed the other still pointed at the freed
+ * link (a use after free when the group went).  A link is one member of a
+ * group: a second place is refused. */
+static void test_member_joins_twice(void **state)
+{
+    static shp_an_t an;
+    shp_tp_ep_t *ep = calloc(1, sizeof(*ep));
+
+    (void)state;
+    assert_non_null(ep);
+    start_top(&an);
+
+    ep->tp = &an.tp;
+    accept_cb(&an.tp, ep);
+    assert_non_null(ep->cbs);
+    assert_int_equal(join(ep, 7, 0), SHP_OK);
+    assert_int_equal(join(ep, 7, 0), SHP_OK); /* the same place again */
+    assert_int_equal(join(ep, 7, 1), SHP_ERR_EXISTS);
+    assert_null(shp_an_group_find(&an, 7)->children[1].link);
+
+    ep->cbs->on_close(ep, SHP_ERR_IO); /* the member goes */
+    free(ep);
+    assert_null(shp_an_group_find(&an, 7)->children[0].link);
+    assert_null(an.links);
+    shp_an_stop(&an);
+}
+
+/* start_top, and both places joined by links eps[2] */
+static void top_with_two_members(shp_an_t *an, shp_tp_ep_t *eps[2])
+{
+    start_top(an);
     for (uint32_t i = 0; i < 2; i++) {
         eps[i] = calloc(1, sizeof(*eps[i]));
         assert_non_null(eps[i]);
