@@ -236,6 +236,9 @@ static void comm_teardown(comm_state_t *s)
 {
     nb_drain(s); /* its non-blocking operations in flight complete first */
     if (s->sc != NULL) {
+        if (s->rec != NULL) {
+            smr_set_cancel(s->rec, NULL, NULL, 0);
+        }
         sharp_coll_comm_destroy(s->sc);
         s->sc = NULL;
     }
@@ -1149,7 +1152,8 @@ static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
         note(2, "%s failed in the network (%s): recovering", what,
              sharp_coll_strerror(rc));
         /* a failed group is left at once: the tree fails the operations
-         * still waiting for this member */
+         * still waiting for this member (and nothing may cancel it now) */
+        smr_set_cancel(st->rec, NULL, NULL, 0);
         sharp_coll_comm_destroy(st->sc);
         st->sc = NULL;
     }
