@@ -1275,28 +1275,43 @@ static int exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     return 1;
 }
 
+/* May a reduction of count x dt with op go through sharp (`on`: that kind
+ * is enabled)?  The rules of the blocking and the non-blocking forms: the
+ * type map in *m, sharp's op in *sop, the wire's bytes in *bytes (count x
+ * the type's size) and the fold's descriptor in *d. */
+static int reduce_offloadable(int on, int count, MPI_Datatype dt, MPI_Op op,
+                              dt_map_t *m, int *sop, size_t *bytes,
+                              shp_reduce_desc_t *d)
+{
+    *sop = op_of(op);
+    if (!on || count <= 0 || *sop < 0 || !map_dtype(dt, m) ||
+        !(m->ops & OPB(*sop))) {
+        return 0;
+    }
+    *bytes = (size_t)count * m->size;
+    if (*bytes > (size_t)cfg.max_bytes || *bytes > INT_MAX) {
+        return 0;
+    }
+    *d = (shp_reduce_desc_t){(shp_dtype_t)m->sdt, (shp_op_t)*sop,
+                             (shp_dtype_t)m->tag};
+    return shp_reduce_desc_check(d, NULL) == SHP_OK &&
+           shp_reduce_elem_size(d) * (size_t)m->mult == m->size;
+}
+
 /* allreduce (root < 0) or reduce; 1 if offloaded */
 static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                       MPI_Op op, int root, MPI_Comm comm, int *ret)
 {
     dt_map_t m;
-    int sop = op_of(op);
-    int kind = root < 0 ? C_ALLREDUCE : C_REDUCE;
+    shp_reduce_desc_t d;
+    int sop, kind = root < 0 ? C_ALLREDUCE : C_REDUCE;
+    size_t bytes;
 
-    if (!(root < 0 ? cfg.allreduce : cfg.reduce) || count <= 0 || sop < 0 ||
-        !map_dtype(dt, &m) || !(m.ops & OPB(sop))) {
+    if (!reduce_offloadable(root < 0 ? cfg.allreduce : cfg.reduce, count, dt,
+                            op, &m, &sop, &bytes, &d)) {
         return 0;
     }
-    size_t n = (size_t)count, bytes = n * m.size; /* == the wire's bytes */
-    if (bytes > (size_t)cfg.max_bytes || bytes > INT_MAX) {
-        return 0;
-    }
-    shp_reduce_desc_t d = {(shp_dtype_t)m.sdt, (shp_op_t)sop,
-                           (shp_dtype_t)m.tag};
-    if (shp_reduce_desc_check(&d, NULL) != SHP_OK ||
-        shp_reduce_elem_size(&d) * (size_t)m.mult != m.size) {
-        return 0;
-    }
+    size_t n = (size_t)count;
     comm_state_t *st = comm_sharp(comm);
     if (st == NULL || root >= st->size) {
         return 0; /* an invalid root: PMPI says so */
@@ -1481,6 +1496,13 @@ API int MPI_Barrier(MPI_Comm comm)
     return PMPI_Barrier(comm);
 }
 
+/* May a bcast of this many bytes go through sharp (the blocking and the
+ * non-blocking forms' rule)? */
+static int bcast_offloadable(long bytes)
+{
+    return cfg.bcast && bytes > 0 && bytes <= cfg.max_bytes && bytes <= INT_MAX;
+}
+
 /* the bytes of a bcast through sharp, from p (len bytes) at the root:
  * OP_OK (every rank has them at p) or OP_REDO */
 static int bcast_bytes(comm_state_t *st, char *p, int len, int root,
@@ -1562,11 +1584,8 @@ API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
                   MPI_Comm comm)
 {
     long bytes = bytes_of(count, dt);
-    comm_state_t *st = NULL;
+    comm_state_t *st = bcast_offloadable(bytes) ? comm_sharp(comm) : NULL;
 
-    if (cfg.bcast && bytes > 0 && bytes <= cfg.max_bytes && bytes <= INT_MAX) {
-        st = comm_sharp(comm);
-    }
     if (st == NULL || root < 0 || root >= st->size) {
         fallback(C_BCAST, bytes);
         return PMPI_Bcast(buf, count, dt, root, comm);

@@ -292,22 +292,15 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
                              MPI_Comm comm)
 {
     dt_map_t m;
-    int sop = op_of(op);
+    shp_reduce_desc_t d;
+    int sop;
+    size_t bytes;
 
-    if (!(kind == C_IALLREDUCE ? cfg.allreduce : cfg.reduce) || count <= 0 ||
-        sop < 0 || !map_dtype(dt, &m) || !(m.ops & OPB(sop))) {
+    if (!reduce_offloadable(kind == C_IALLREDUCE ? cfg.allreduce : cfg.reduce,
+                            count, dt, op, &m, &sop, &bytes, &d)) {
         return NULL;
     }
-    size_t n = (size_t)count, bytes = n * m.size;
-    if (bytes > (size_t)cfg.max_bytes || bytes > INT_MAX) {
-        return NULL;
-    }
-    shp_reduce_desc_t d = {(shp_dtype_t)m.sdt, (shp_op_t)sop,
-                           (shp_dtype_t)m.tag};
-    if (shp_reduce_desc_check(&d, NULL) != SHP_OK ||
-        shp_reduce_elem_size(&d) * (size_t)m.mult != m.size) {
-        return NULL;
-    }
+    size_t n = (size_t)count;
     comm_state_t *st = nb_comm(comm);
     if (st == NULL || root >= st->size) {
         return NULL;
@@ -342,10 +335,7 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
                             MPI_Comm comm)
 {
     long bytes = bytes_of(count, dt);
-    comm_state_t *st = NULL;
-    if (cfg.bcast && bytes > 0 && bytes <= cfg.max_bytes && bytes <= INT_MAX) {
-        st = nb_comm(comm);
-    }
+    comm_state_t *st = bcast_offloadable(bytes) ? nb_comm(comm) : NULL;
     if (st == NULL || root < 0 || root >= st->size) {
         return NULL;
     }
