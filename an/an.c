@@ -1137,6 +1137,7 @@ shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop)
                      shp_status_str(status));
         return status;
     }
+    an->tp.spin_ns = (uint64_t)an->cfg.spin_us * 1000;
     status = an->tp.ops->listen(&an->tp, an->cfg.listen, shp_an_on_accept);
     if (status != SHP_OK) {
         shp_error_id("AN0002", "cannot listen on %s: %s", an->cfg.listen,

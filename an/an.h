@@ -41,7 +41,8 @@ typedef struct shp_an_config {
     int64_t join_timeout_ms;
     char *secret_file;
     char *advertise;
-    int sched; /* index into shp_an_scheds */
+    int sched;        /* index into shp_an_scheds */
+    unsigned spin_us; /* shm: look at the rings this long before sleeping */
 } shp_an_config_t;
 
 extern const char *const shp_an_transports[];

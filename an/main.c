@@ -20,6 +20,8 @@
 const char *const shp_an_transports[] = {"tcp", "verbs", "shm", NULL};
 const char *const shp_an_scheds[] = {"batch", "other", NULL};
 
+static const shp_config_range_t shp_an_spin_range = {0, 10000};
+
 static const shp_config_range_t shp_an_trees_range = {1, SHP_AN_MAX_TREES};
 static const shp_config_range_t shp_an_groups_range = {1, 100000};
 static const shp_config_range_t shp_an_osts_range = {1, 65536};
@@ -63,6 +65,10 @@ static const shp_config_opt_t shp_an_opts[] = {
      "CPU policy: batch (a child's message never preempts its sender; the AN "
      "folds all that waits) or other",
      offsetof(shp_an_config_t, sched), &shp_cfg_enum, shp_an_scheds},
+    {"spin_us", "50",
+     "shm transport: before sleeping, look at the rings this many "
+     "microseconds, yielding the core between looks (0: sleep at once)",
+     offsetof(shp_an_config_t, spin_us), &shp_cfg_uint, &shp_an_spin_range},
     {NULL}};
 
 static const shp_config_table_t shp_an_table = {

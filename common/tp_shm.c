@@ -22,7 +22,10 @@
  * writes one byte to the socket.  A producer whose ring is full queues the
  * message, sets `waiting`, and the consumer rings it after freeing space.
  * So a busy peer is never woken, a sleeping one always is, and no message
- * waits for a timer.
+ * waits for a timer.  Before it sleeps, a consumer whose owner set
+ * tp->spin_ns keeps looking at its rings that long, yielding the core
+ * between looks (shm_spin): most answers come within it, and neither side
+ * then pays for a sleep, a wake-up or the doorbell.
  *
  * What arrives is untrusted like a tcp stream: a record's length and the
  * ring positions are checked before use, every message goes through
@@ -31,11 +34,13 @@
  */
 #include "common/log.h"
 #include "common/net.h"
+#include "common/time.h"
 #include "common/tp_shm.h"
 #include "common/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -77,6 +82,7 @@ typedef struct shm_ep {
 } shm_ep_t;
 
 typedef struct {
+    shp_tp_t *tp;
     int lfd; /* the Unix listener */
     int rsv; /* the TCP socket reserving ip:port */
     ev_io lio;
@@ -130,6 +136,7 @@ static void shm_ep_map(shm_ep_t *ep, int connector)
 static void shm_ring_bell(shm_ep_t *ep)
 {
     char b = 0;
+    ep->base.tp->stats.bells++;
     /* EAGAIN: bells are already waiting there, one is enough */
     (void)!send(ep->fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
@@ -521,18 +528,47 @@ static void shm_io_cb(struct ev_loop *loop, ev_io *w, int revents)
     }
 }
 
+static int shm_any_ready(const shm_priv_t *priv)
+{
+    for (const shm_ep_t *ep = priv->eps; ep != NULL; ep = ep->next) {
+        if (shm_rx_ready(ep)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Spin, then sleep: a peer on this host usually answers within
+ * microseconds, and a look at a ring costs nothing, where sleeping and
+ * being woken costs two context switches and the doorbell's system calls.
+ * Each look yields the core first, so a process spinning on a shared core
+ * hands it to whoever has work (the peer it waits for, most often) instead
+ * of starving it. */
+static int shm_spin(shm_priv_t *priv)
+{
+    if (priv->tp->spin_ns == 0 || priv->eps == NULL) {
+        return 0;
+    }
+    uint64_t end = shp_time_ns() + priv->tp->spin_ns;
+    do {
+        sched_yield();
+        if (shm_any_ready(priv)) {
+            return 1;
+        }
+    } while (shp_time_ns() < end);
+    return 0;
+}
+
 /* The loop's prepare / check / idle: see the header comment. */
 static void shm_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 {
     shm_priv_t *priv = w->data;
     shm_ep_t *ep;
-    int ready = 0;
+    int ready;
 
     (void)revents;
     shm_free_dead(priv);
-    for (ep = priv->eps; ep != NULL && !ready; ep = ep->next) {
-        ready = shm_rx_ready(ep);
-    }
+    ready = shm_any_ready(priv) || shm_spin(priv);
     if (!ready) {
         for (ep = priv->eps; ep != NULL; ep = ep->next) {
             if (ep->up && !ep->closed) {
@@ -540,9 +576,7 @@ static void shm_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
             }
         }
         atomic_thread_fence(memory_order_seq_cst);
-        for (ep = priv->eps; ep != NULL && !ready; ep = ep->next) {
-            ready = shm_rx_ready(ep);
-        }
+        ready = shm_any_ready(priv);
     }
     if (ready) {
         ev_idle_start(loop, &priv->idle); /* poll, do not sleep */
@@ -673,6 +707,7 @@ static shp_status_t shm_init(shp_tp_t *tp)
     if (priv == NULL) {
         return SHP_ERR_NO_MEMORY;
     }
+    priv->tp = tp;
     priv->lfd = priv->rsv = -1;
     ev_prepare_init(&priv->prep, shm_prepare_cb);
     ev_check_init(&priv->check, shm_check_cb);

@@ -51,6 +51,7 @@ typedef struct shp_tp_stats {
     uint64_t msgs_in, msgs_out, bytes_in, bytes_out;
     uint64_t malformed;     /* refused by the validator */
     uint64_t mcast_dropped; /* dropped on purpose (drop probability) */
+    uint64_t bells;         /* shm: messages that had to wake a sleeper */
 } shp_tp_stats_t;
 
 typedef struct shp_tp_ops {
@@ -87,6 +88,10 @@ struct shp_tp {
     char local_ip[64];    /* source address for connections and multicast */
     double mcast_drop;    /* tests: drop this fraction of datagrams */
     uint64_t drop_seed;
+    /* shm: before the loop sleeps with nothing in the rings, keep looking
+     * at them this long, yielding the core between looks; 0: sleep at once.
+     * The owner may change it between turns of the loop. */
+    uint64_t spin_ns;
     shp_tp_stats_t stats;
     void *priv;
 };

@@ -35,6 +35,7 @@ static const shp_config_range_t r_level = {0, 5};
 static const shp_config_range_t r_osts = {0, 4096};
 static const shp_config_range_t r_groups = {0, 1 << 16};
 static const shp_config_range_t r_batch = {1, 1 << 20};
+static const shp_config_range_t r_spin = {0, 10000};
 
 static const shp_config_opt_t coll_opts[] = {
     {"log_level", "2",
@@ -73,6 +74,10 @@ static const shp_config_opt_t coll_opts[] = {
     {"polling", "0",
      "spin while waiting instead of sleeping on the sockets (dedicated cores)",
      offsetof(coll_cfg_t, polling), &shp_cfg_bool},
+    {"spin_us", "50",
+     "shm transport: before sleeping in a wait, look for the answer this "
+     "many microseconds, yielding the core between looks (0: sleep at once)",
+     offsetof(coll_cfg_t, spin_us), &shp_cfg_uint, &r_spin},
     {"poll_batch", "16", "loop iterations per sharp_coll_progress() call",
      offsetof(coll_cfg_t, poll_batch), &shp_cfg_uint, &r_batch},
     {"retrans_timeout", "20ms",
@@ -160,8 +165,22 @@ static void wake_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents;
 }
 
+/* How long the shm transport looks for an answer before the loop sleeps:
+ * only in a wait that would sleep, and not while other threads may be
+ * waiting for the lock this thread holds. */
+static void set_spin(coll_ctx_t *ctx, int may_block)
+{
+    uint64_t ns = may_block && !ctx->mt && !ctx->cfg.polling
+                      ? (uint64_t)ctx->cfg.spin_us * 1000
+                      : 0;
+    for (int i = 0; i < COLL_NTP; i++) {
+        ctx->tps[i].spin_ns = ns;
+    }
+}
+
 void coll_progress_once(coll_ctx_t *ctx, int may_block)
 {
+    set_spin(ctx, may_block);
     if (!may_block || ctx->cfg.polling) {
         ev_run(ctx->loop, EVRUN_NOWAIT);
     } else {
@@ -756,6 +775,7 @@ SHP_API int sharp_coll_progress(struct sharp_coll_context *ctx)
         return SHARP_COLL_EINVAL;
     }
     coll_lock(ctx);
+    set_spin(ctx, 0);
     for (unsigned i = 0; i < ctx->cfg.poll_batch; i++) {
         ev_run(ctx->loop, EVRUN_NOWAIT);
     }

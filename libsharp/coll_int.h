@@ -37,6 +37,7 @@ typedef struct coll_cfg {
     int enable_sat;          /* accepted; streaming is not separate here */
     int lock_on_comm_init;   /* accepted */
     int polling;             /* spin instead of sleeping in waits */
+    unsigned spin_us;        /* shm: look this long before sleeping */
     unsigned poll_batch;     /* loop iterations per progress call */
     int64_t retrans_ms;      /* ask again for a result after this */
     int64_t coll_timeout_ms; /* -1: wait forever */
