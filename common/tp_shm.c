@@ -775,10 +775,16 @@ static shp_status_t shm_listen(shp_tp_t *tp, const char *addr,
     if (st != SHP_OK) {
         return st;
     }
-    /* reserve ip:port (port 0: the kernel picks one) */
+    /* reserve ip:port (port 0: the kernel picks one).  SO_REUSEADDR: an
+     * AN that used the port over tcp a moment ago leaves its connections
+     * in TIME_WAIT there, which would refuse a plain bind for a minute;
+     * a second shm listener is still refused, by the Unix socket below. */
     priv->rsv = socket(sa.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     socklen_t blen = sizeof(bound.ss);
+    int one = 1;
     if (priv->rsv < 0 ||
+        setsockopt(priv->rsv, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) !=
+            0 ||
         bind(priv->rsv, (struct sockaddr *)&sa.ss, sa.len) != 0 ||
         getsockname(priv->rsv, (struct sockaddr *)&bound.ss, &blen) != 0) {
         st = errno == EADDRINUSE ? SHP_ERR_EXISTS : SHP_ERR_IO;

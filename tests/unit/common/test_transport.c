@@ -9,6 +9,7 @@
 #include "common/tp_shm.h"
 #include "common/transport.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -612,6 +613,48 @@ static void shm_raw_put(int fd, shm_seg_t *seg, uint32_t len, const void *msg,
     assert_int_equal(write(fd, &b, 1), 1);
 }
 
+/* a port whose tcp connections are in TIME_WAIT (an AN over tcp was just
+ * stopped: `sharp-fabric down`, then up again over shm) can be listened on
+ * over shm at once, and the same address twice is still refused */
+static void test_shm_after_tcp(void **state)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t slen = sizeof(sa);
+    int one = 1;
+    char addr[64];
+    shp_tp_t tp, tp2;
+
+    (void)state;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(lfd >= 0);
+    assert_int_equal(
+        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &slen), 0);
+    int cfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(cfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    int afd = accept(lfd, NULL, NULL);
+    assert_true(afd >= 0);
+    /* the listening side closes first: its end waits in TIME_WAIT */
+    close(afd);
+    char b;
+    assert_int_equal(read(cfd, &b, 1), 0);
+    close(cfd);
+    close(lfd);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sa.sin_port));
+    assert_int_equal(shp_tp_init(&tp, shp_tp_find("shm"), loop, 1024, NULL),
+                     SHP_OK);
+    assert_int_equal(tp.ops->listen(&tp, addr, on_accept), SHP_OK);
+    assert_string_equal(tp.ops->listen_addr(&tp), addr);
+    assert_int_equal(shp_tp_init(&tp2, shp_tp_find("shm"), loop, 1024, NULL),
+                     SHP_OK);
+    assert_int_equal(tp2.ops->listen(&tp2, addr, on_accept), SHP_ERR_EXISTS);
+    shp_tp_cleanup(&tp2);
+    shp_tp_cleanup(&tp);
+}
+
 static void test_shm_malformed(void **state)
 {
     shp_tp_t tp;
@@ -733,7 +776,8 @@ int main(void)
         T(test_udp_isolated_groups),   T(test_udp_drop),
         T(test_udp_bad_group),         T(test_shm_roundtrip),
         T(test_shm_processes),         T(test_shm_spin),
-        T(test_shm_malformed),         T(test_registry_and_stubs),
+        T(test_shm_after_tcp),         T(test_shm_malformed),
+        T(test_registry_and_stubs),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests_name("transport", tests, NULL, NULL);
