@@ -21,7 +21,7 @@
 #include "common/time.h"
 #include "common/net.h"
 
-const char *const shp_am_dists[] = {"rc", "mcast", "both", NULL};
+const char *const shp_am_dists[] = {"rc", "mcast", "both", "auto", NULL};
 
 /* request ids towards ANs: group_add carries (group id << 20 | AN position);
  * everything else counts up from 2^60 */
@@ -384,6 +384,24 @@ static int transport_known(const json_t *msg, const char **transport,
     return 1;
 }
 
+/* dist auto: results by multicast where every AN of the group speaks tcp
+ * and can multicast (udp beside it): one send at the top, replicated by the
+ * network (on one host by the kernel, which shares the datagram among the
+ * receivers), where RC sends it to each member.  Over shm the members'
+ * rings beat the kernel's multicast; over verbs RC stays until UD
+ * multicast is measured on a real fabric. */
+static int dist_auto(const shp_am_t *am, const shp_group_plan_t *bp)
+{
+    for (int i = 0; i < bp->nans; i++) {
+        int a = an_of_node(am, bp->ans[i].node);
+        if (a < 0 || strcmp(am->ans[a].transport, "tcp") != 0 ||
+            !am->ans[a].mcast) {
+            return 0; /* rc */
+        }
+    }
+    return 1; /* mcast */
+}
+
 static void an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
 {
     const char *name, *addr, *transport, *why = "malformed an_register";
@@ -449,6 +467,7 @@ static void an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     snprintf(an->name, sizeof(an->name), "%s", name);
     snprintf(an->data_addr, sizeof(an->data_addr), "%s", addr);
     snprintf(an->transport, sizeof(an->transport), "%s", transport);
+    an->mcast = json_is_true(json_object_get(msg, "mcast"));
     an->max_trees = (unsigned)mt;
     an->max_groups = (unsigned)mg;
     an->max_osts = (unsigned)mo;
@@ -1022,7 +1041,7 @@ static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         d++;
     if (!shp_am_dists[d]) {
         am_send(p, shp_ctl_reply(ack, id, SHP_ERR_INVALID_PARAM,
-                                 "dist must be rc, mcast or both"));
+                                 "dist must be rc, mcast, both or auto"));
         return;
     }
     if ((unsigned)j->ngroups >= j->max_groups) {
@@ -1111,6 +1130,9 @@ static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     g->job = j;
     g->tree = best;
     g->plan = bp;
+    if (d == SHP_AM_DIST_AUTO) {
+        d = dist_auto(am, &bp);
+    }
     g->dist = d + 1;
     g->osts = j->osts;
     g->payload = j->payload;

@@ -47,6 +47,7 @@ typedef struct shp_am_config {
 } shp_am_config_t;
 
 extern const char *const shp_am_dists[];
+#define SHP_AM_DIST_AUTO 3 /* index of "auto" in shp_am_dists */
 
 typedef struct shp_am shp_am_t;
 typedef struct shp_am_peer shp_am_peer_t;
@@ -76,7 +77,8 @@ typedef struct shp_am_an {
     char name[128];
     int node; /* topology node */
     char data_addr[64];
-    char transport[16]; /* of its data path: tcp or verbs */
+    char transport[16]; /* of its data path: tcp, verbs or shm */
+    int mcast;          /* it can send results by multicast */
     int up;
     shp_am_peer_t *peer;
     unsigned max_trees, max_groups, max_osts;

@@ -55,7 +55,9 @@ static const shp_config_opt_t am_opts[] = {
      offsetof(shp_am_config_t, group_osts), &shp_cfg_uint, &count_range},
     {"group_payload", "16k", "payload bytes per operation (quota)",
      offsetof(shp_am_config_t, group_payload), &shp_cfg_size},
-    {"dist", "rc", "default result distribution: rc, mcast or both",
+    {"dist", "auto",
+     "default result distribution: rc, mcast, both or auto (mcast where "
+     "every AN of the group speaks tcp and can multicast, else rc)",
      offsetof(shp_am_config_t, dist), &shp_cfg_enum, shp_am_dists},
     {"mcast_prefix", "239.77",
      "first two octets of the groups' multicast addresses",

@@ -361,14 +361,26 @@ static json_t *job_msg(const char *type, uint64_t job)
     return json_pack("{s:s, s:s}", "type", type, "job_id", s);
 }
 
-static json_t *group_create(client_t *c, uint64_t job,
-                            const char *const *members, int n)
+/* dist NULL: the manager's default */
+static json_t *group_create_dist(client_t *c, uint64_t job,
+                                 const char *const *members, int n,
+                                 const char *dist)
 {
     json_t *msg = job_msg("group_create", job), *m = json_array();
     for (int i = 0; i < n; i++)
         json_array_append_new(m, json_string(members[i]));
     json_object_set_new(msg, "members", m);
+    if (dist != NULL)
+        json_object_set_new(msg, "dist", json_string(dist));
     return call(c, msg);
+}
+
+/* results over RC: this test's members are made by hand and take them
+ * from their leaf AN only */
+static json_t *group_create(client_t *c, uint64_t job,
+                            const char *const *members, int n)
+{
+    return group_create_dist(c, job, members, n, "rc");
 }
 
 static int64_t group_id(const json_t *r)
@@ -523,6 +535,7 @@ static void test_job_and_group(void **state)
                          0);
     }
     assert_string_equal(json_string_value(json_object_get(g, "job_key")), keep);
+    assert_string_equal(json_string_value(json_object_get(g, "dist")), "rc");
 
     /* the admin view */
     json_t *gl = admin("groups");
@@ -534,10 +547,14 @@ static void test_job_and_group(void **state)
 
     /* members on one leaf: trimmed to that leaf */
     static const char *same[] = {"n00005", "n00005"};
-    json_t *r2 = group_create(c, 42, same, 2);
+    json_t *r2 = group_create_dist(c, 42, same, 2, NULL);
     assert_int_equal(status_of(r2), 0);
     ans = json_object_get(json_object_get(r2, "group"), "ans");
     assert_int_equal(json_array_size(ans), 1);
+    /* the default, dist auto: its AN speaks tcp and multicasts */
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(r2, "group"), "dist")),
+                        "mcast");
     assert_string_equal(json_string_value(json_array_get(ans, 0)), "leaf03");
 
     /* the ANs really hold the group: 300 sums through it, checked */
