@@ -632,7 +632,8 @@ static void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast)
         shp_an_child_t *c = &g->children[i];
         /* ANs always get the result (their members may ask for it);
          * members over RC unless multicast alone serves them */
-        if (c->is_an || (g->dist & SHP_AN_DIST_RC) || unicast || s->want[i]) {
+        if (c->is_an || (g->dist & SHP_AN_DIST_RC) || unicast || s->want[i] ||
+            c->rc_only) {
             shp_an_result_hdr(g, s,
                               (s->want[i] ? SHP_WIRE_F_RETRANS : 0) |
                                   (unicast ? SHP_WIRE_F_UNICAST : 0),
@@ -869,6 +870,14 @@ static void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
         return;
     }
     l->an->stats.retransmits++;
+    if ((hdr->flags & SHP_WIRE_F_RC_ONLY) && !g->children[ci].is_an &&
+        !g->children[ci].rc_only) {
+        g->children[ci].rc_only = 1;
+        shp_warn_id("AN0204",
+                    "group %u: multicast does not reach member %u (%s): its "
+                    "results go over RC",
+                    g->id, ci, l->ep != NULL ? l->ep->peer : "?");
+    }
     s = &g->slots[hdr->seq % g->nslots];
     if (s->seq != hdr->seq || s->state == SHP_AN_SLOT_FREE) {
         shp_an_send_error(l, g->tree_id, g->id, hdr->seq, SHP_ERR_SEQ_WINDOW,
@@ -933,6 +942,7 @@ static void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     }
     if (status == SHP_OK) {
         g->children[join.child_index].link = l;
+        g->children[join.child_index].rc_only = 0;
         if (g->children[join.child_index].left) {
             g->children[join.child_index].left = 0;
             g->nleft--;

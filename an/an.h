@@ -74,7 +74,8 @@ typedef struct shp_an_child {
     shp_an_link_t *link;
     uint32_t next_seq; /* the next operation this child must send */
     int is_an;
-    int left; /* the member left the group cleanly (group_leave) */
+    int left;    /* the member left the group cleanly (group_leave) */
+    int rc_only; /* multicast does not reach it: results over RC */
 } shp_an_child_t;
 
 enum {

@@ -63,9 +63,16 @@ typedef enum shp_wire_opcode {
 /* exact mode (common/exact.h): the payload is int64 lanes (dtype I64, op
  * SUM), `lanes` of them per element, each within +-SHP_EXACT_LANE_MAX */
 #define SHP_WIRE_F_EXACT (1u << 4)
+/* on a retransmit request: the member has had none of its group's results
+ * by multicast (it does not reach it), only retransmitted ones; its AN
+ * sends it every later result over RC */
+#define SHP_WIRE_F_RC_ONLY (1u << 5)
 #define SHP_WIRE_F_KNOWN                                                       \
     (SHP_WIRE_F_MCAST | SHP_WIRE_F_RETRANS | SHP_WIRE_F_BARRIER |              \
-     SHP_WIRE_F_UNICAST | SHP_WIRE_F_EXACT)
+     SHP_WIRE_F_UNICAST | SHP_WIRE_F_EXACT | SHP_WIRE_F_RC_ONLY)
+/* retransmitted results a member takes, none by multicast, before it sets
+ * SHP_WIRE_F_RC_ONLY */
+#define SHP_WIRE_RC_ONLY_AFTER 3
 
 /* How long a member waits before retransmit request number `asks` (0: the
  * first) for a multicast result: `first`, then twice as long each time, at

@@ -182,8 +182,10 @@ static void on_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
     }
     if (hdr->flags & SHP_WIRE_F_MCAST) {
         comm->ctx->stats.mcast_results++;
+        comm->mcast_got++;
     } else {
         comm->ctx->stats.rc_results++;
+        comm->retrans_got += (hdr->flags & SHP_WIRE_F_RETRANS) != 0;
     }
     f->done = 1;
     if (++r->done == r->nfrags) {
@@ -300,6 +302,10 @@ void coll_comm_tick(coll_comm_t *comm, uint64_t now)
             shp_wire_hdr_t h;
             shp_wire_hdr_init(&h, SHP_WIRE_OP_RETRANS_REQ, comm->tree_id,
                               comm->group_id, s);
+            if (comm->mcast_got == 0 &&
+                comm->retrans_got >= SHP_WIRE_RC_ONLY_AFTER) {
+                h.flags |= SHP_WIRE_F_RC_ONLY; /* multicast never came */
+            }
             f->asked_ns = now;
             f->asks++;
             ctx->stats.retrans++;

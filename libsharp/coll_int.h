@@ -106,6 +106,8 @@ struct sharp_coll_comm {
     unsigned osts, depth;
     uint32_t payload;
     int mcast;
+    /* results taken by multicast, and retransmitted over RC on request */
+    uint64_t mcast_got, retrans_got;
     const shp_tp_ops_t *rc_ops; /* the leaf AN's transport: tcp, verbs, shm */
     char leaf[64], mcast_addr[64];
     unsigned child;

@@ -64,6 +64,7 @@ static uint8_t *sendbuf, *expect, *scratch;
 static const void **srcs;
 static uint64_t last_progress;
 static long retrans_sent, results_rc, results_mcast, results_unicast;
+static long results_retrans; /* results that came on request */
 
 static uint64_t mix(uint64_t x)
 {
@@ -274,6 +275,7 @@ static void on_result(const shp_wire_hdr_t *hdr, const void *payload)
         results_rc++;
     }
     results_unicast += (hdr->flags & SHP_WIRE_F_UNICAST) != 0;
+    results_retrans += (hdr->flags & SHP_WIRE_F_RETRANS) != 0;
     pump();
 }
 
@@ -364,6 +366,10 @@ static void tick_cb(struct ev_loop *l, ev_timer *w, int revents)
                 shp_wire_hdr_t h;
                 shp_wire_hdr_init(&h, SHP_WIRE_OP_RETRANS_REQ, o.tree, o.group,
                                   (uint32_t)k);
+                if (results_mcast == 0 &&
+                    results_retrans >= SHP_WIRE_RC_ONLY_AFTER) {
+                    h.flags |= SHP_WIRE_F_RC_ONLY; /* as libsharp_coll does */
+                }
                 op->sent_ns = now;
                 op->retrans++;
                 retrans_sent++;
