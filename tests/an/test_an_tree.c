@@ -689,7 +689,11 @@ static void test_mcast_unreachable(void **state)
     print_message("multicast unreachable: %lld retransmit requests\n",
                   (long long)retrans);
     assert_true(retrans > 0);
-    assert_true(retrans <= NMEMBERS * 100);
+    /* (in the emulated verbs guest an operation outlasts the retransmit
+     * timeout anyway, and members ask for results on their way over RC) */
+    if (ops_divisor == 1) {
+        assert_true(retrans <= NMEMBERS * 100);
+    }
     for (i = NANS - NLEAF; i < NANS; i++) {
         assert_true(log_has(ans[i].name, "AN0204 group 11"));
     }
