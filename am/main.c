@@ -53,7 +53,7 @@ static const shp_config_opt_t am_opts[] = {
      offsetof(shp_am_config_t, job_max_groups), &shp_cfg_uint, &count_range},
     {"group_osts", "16", "outstanding operations per group (quota)",
      offsetof(shp_am_config_t, group_osts), &shp_cfg_uint, &count_range},
-    {"group_payload", "16k", "payload bytes per operation (quota)",
+    {"group_payload", "32k", "payload bytes per operation (quota)",
      offsetof(shp_am_config_t, group_payload), &shp_cfg_size},
     {"dist", "auto",
      "default result distribution: rc, mcast, both or auto (mcast where "

@@ -48,7 +48,7 @@
 #define MAXMEM 8
 #define REPORT_BOUND_MS 5000
 #define HANG_S 30
-#define MEM_BOUND_KIB (16 * 1024)
+#define MEM_BOUND_KIB (32 * 1024)
 
 typedef struct {
     uint64_t ops, verified, wrong, fails, setup_fails, incarnations;
