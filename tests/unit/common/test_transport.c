@@ -440,27 +440,24 @@ static void shm_child(const char *addr, int n, uint64_t spin_ns)
     _exit(spin_ns > 0 && tp.stats.bells > (uint64_t)n / 10 ? 5 : 0);
 }
 
-/* two processes that sleep in their loops: every message must wake the
- * other side by itself (no timer does it: the tick is 50 ms, the test
- * would take minutes) */
-static void test_shm_processes(void **state)
+/* A child process (shm_child, spinning spin_ns before it sleeps, as this
+ * side does) connects to tp; n messages go to it, each after the echo of
+ * the one before.  Returns the microseconds per round trip. */
+static double shm_pingpong(shp_tp_t *tp, int n, uint64_t spin_ns, pid_t *pid)
 {
-    shp_tp_t tp;
     shp_wire_hdr_t h;
     uint32_t one = 1;
-    int n = 3000, st;
 
-    (void)state;
-    assert_int_equal(shp_tp_init(&tp, shp_tp_find("shm"), loop, 1024, NULL),
+    assert_int_equal(shp_tp_init(tp, shp_tp_find("shm"), loop, 1024, NULL),
                      SHP_OK);
-    assert_int_equal(tp.ops->listen(&tp, "127.0.0.1:0", on_accept), SHP_OK);
-    pid_t pid = fork();
-    if (pid == 0) {
-        shm_child(tp.ops->listen_addr(&tp), n, 0);
+    assert_int_equal(tp->ops->listen(tp, "127.0.0.1:0", on_accept), SHP_OK);
+    *pid = fork();
+    if (*pid == 0) {
+        shm_child(tp->ops->listen_addr(tp), n, spin_ns);
     }
     RUN_BLOCKING(loop, server_rx.ep == NULL, 5);
     assert_non_null(server_rx.ep);
-    /* ping-pong: one message out, wait for its echo */
+    tp->spin_ns = spin_ns;
     uint64_t t0 = shp_time_ns();
     ticks = 0;
     for (int i = 0; i < n; i++) {
@@ -469,11 +466,24 @@ static void test_shm_processes(void **state)
         RUN_BLOCKING(loop, server_rx.msgs <= i, 5);
         assert_int_equal(server_rx.msgs, i + 1);
     }
-    double us = (double)(shp_time_ns() - t0) / 1e3 / n;
+    assert_int_equal(server_rx.out_of_order, 0);
+    return (double)(shp_time_ns() - t0) / 1e3 / n;
+}
+
+/* two processes that sleep in their loops: every message must wake the
+ * other side by itself (no timer does it: the tick is 50 ms, the test
+ * would take minutes) */
+static void test_shm_processes(void **state)
+{
+    shp_tp_t tp;
+    int n = 3000, st;
+    pid_t pid;
+
+    (void)state;
+    double us = shm_pingpong(&tp, n, 0, &pid);
     print_message("shm ping-pong between sleeping processes: %.1f us per round "
                   "trip, %d timer ticks\n",
                   us, ticks);
-    assert_int_equal(server_rx.out_of_order, 0);
     assert_true(ticks < n / 10); /* wake-ups came from the bells */
     assert_true(tp.stats.bells > 0);
     assert_int_equal(waitpid(pid, &st, 0), pid);
@@ -505,33 +515,14 @@ static void test_shm_processes(void **state)
 static void test_shm_spin(void **state)
 {
     shp_tp_t tp;
-    shp_wire_hdr_t h;
-    uint32_t one = 1;
     int n = 2000, st;
-    uint64_t spin = 100 * SHP_NSEC_PER_MSEC;
+    pid_t pid;
 
     (void)state;
-    assert_int_equal(shp_tp_init(&tp, shp_tp_find("shm"), loop, 1024, NULL),
-                     SHP_OK);
-    assert_int_equal(tp.ops->listen(&tp, "127.0.0.1:0", on_accept), SHP_OK);
-    pid_t pid = fork();
-    if (pid == 0) {
-        shm_child(tp.ops->listen_addr(&tp), n, spin);
-    }
-    RUN_BLOCKING(loop, server_rx.ep == NULL, 5);
-    assert_non_null(server_rx.ep);
-    tp.spin_ns = spin;
-    uint64_t t0 = shp_time_ns();
-    for (int i = 0; i < n; i++) {
-        make_msg(&h, (uint32_t)i, 1);
-        assert_int_equal(shp_tp_send(server_rx.ep, &h, &one), SHP_OK);
-        RUN_BLOCKING(loop, server_rx.msgs <= i, 5);
-        assert_int_equal(server_rx.msgs, i + 1);
-    }
+    double us = shm_pingpong(&tp, n, 100 * SHP_NSEC_PER_MSEC, &pid);
     print_message("shm ping-pong between spinning processes: %.1f us per "
                   "round trip, %" PRIu64 " bells\n",
-                  (double)(shp_time_ns() - t0) / 1e3 / n, tp.stats.bells);
-    assert_int_equal(server_rx.out_of_order, 0);
+                  us, tp.stats.bells);
     assert_true(tp.stats.bells < (uint64_t)n / 10);
     tp.spin_ns = 0; /* the child's close must not wait for a look */
     assert_int_equal(waitpid(pid, &st, 0), pid);
