@@ -19,6 +19,10 @@
 #include <unistd.h>
 
 #define SHP_UDP_MAX_DGRAM 65507
+/* datagrams taken by one recvmmsg: fewer than this means the socket is
+ * empty, which saves the call that would only say EAGAIN (a member
+ * usually has one result waiting when it wakes) */
+#define SHP_UDP_RX_BATCH 2
 
 typedef struct {
     shp_tp_ep_t base;
@@ -104,19 +108,34 @@ static void shp_udp_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     (void)loop;
     (void)revents;
     ep->in_cb = 1;
-    for (i = 0; i < 64 && !ep->closing; i++) { /* a batch per wake-up */
-        n = recv(ep->fd, ep->buf, SHP_UDP_MAX_DGRAM, 0);
-        if (n < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    for (i = 0; i < 32 && !ep->closing; i++) { /* a batch per wake-up */
+        struct mmsghdr mm[SHP_UDP_RX_BATCH];
+        struct iovec iov[SHP_UDP_RX_BATCH];
+        memset(mm, 0, sizeof(mm));
+        for (int k = 0; k < SHP_UDP_RX_BATCH; k++) {
+            iov[k].iov_base = ep->buf + (size_t)k * SHP_UDP_MAX_DGRAM;
+            iov[k].iov_len = SHP_UDP_MAX_DGRAM;
+            mm[k].msg_hdr.msg_iov = &iov[k];
+            mm[k].msg_hdr.msg_iovlen = 1;
+        }
+        n = recvmmsg(ep->fd, mm, SHP_UDP_RX_BATCH, MSG_DONTWAIT, NULL);
+        if (n <= 0) {
+            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                errno != EINTR) {
                 shp_warn_sparse(1000, "multicast receive: %m");
             }
             break;
         }
-        if (shp_tp_drop_datagram(tp)) {
-            continue;
+        for (int k = 0; k < n && !ep->closing; k++) {
+            if (shp_tp_drop_datagram(tp)) {
+                continue;
+            }
+            /* a malformed datagram is dropped (counted), never fatal */
+            (void)shp_tp_deliver(&ep->base, iov[k].iov_base, mm[k].msg_len);
         }
-        /* a malformed datagram is dropped (counted), never fatal */
-        (void)shp_tp_deliver(&ep->base, ep->buf, (size_t)n);
+        if (n < SHP_UDP_RX_BATCH) {
+            break; /* the socket is empty */
+        }
     }
     ep->in_cb = 0;
     if (ep->closing) {
@@ -132,7 +151,8 @@ static shp_udp_ep_t *shp_udp_ep_new(shp_tp_t *tp, int fd, const char *group,
     shp_udp_ep_t *ep = calloc(1, sizeof(*ep));
 
     if (ep == NULL ||
-        (!is_sender && (ep->buf = malloc(SHP_UDP_MAX_DGRAM)) == NULL)) {
+        (!is_sender && (ep->buf = malloc((size_t)SHP_UDP_RX_BATCH *
+                                         SHP_UDP_MAX_DGRAM)) == NULL)) {
         free(ep);
         close(fd);
         return NULL;
