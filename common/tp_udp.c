@@ -107,17 +107,17 @@ static void shp_udp_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 
     (void)loop;
     (void)revents;
+    struct mmsghdr mm[SHP_UDP_RX_BATCH];
+    struct iovec iov[SHP_UDP_RX_BATCH];
+    memset(mm, 0, sizeof(mm));
+    for (int k = 0; k < SHP_UDP_RX_BATCH; k++) {
+        iov[k].iov_base = ep->buf + (size_t)k * SHP_UDP_MAX_DGRAM;
+        iov[k].iov_len = SHP_UDP_MAX_DGRAM;
+        mm[k].msg_hdr.msg_iov = &iov[k];
+        mm[k].msg_hdr.msg_iovlen = 1;
+    }
     ep->in_cb = 1;
     for (i = 0; i < 32 && !ep->closing; i++) { /* a batch per wake-up */
-        struct mmsghdr mm[SHP_UDP_RX_BATCH];
-        struct iovec iov[SHP_UDP_RX_BATCH];
-        memset(mm, 0, sizeof(mm));
-        for (int k = 0; k < SHP_UDP_RX_BATCH; k++) {
-            iov[k].iov_base = ep->buf + (size_t)k * SHP_UDP_MAX_DGRAM;
-            iov[k].iov_len = SHP_UDP_MAX_DGRAM;
-            mm[k].msg_hdr.msg_iov = &iov[k];
-            mm[k].msg_hdr.msg_iovlen = 1;
-        }
         n = recvmmsg(ep->fd, mm, SHP_UDP_RX_BATCH, MSG_DONTWAIT, NULL);
         if (n <= 0) {
             if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&

@@ -165,14 +165,10 @@ static void wake_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents;
 }
 
-/* How long the shm transport looks for an answer before the loop sleeps:
- * only in a wait that would sleep, and not while other threads may be
- * waiting for the lock this thread holds. */
-static void set_spin(coll_ctx_t *ctx, int may_block)
+/* How long the shm transport looks for an answer before the loop sleeps
+ * (tp->spin_ns): set for a turn that may sleep, 0 at every other time. */
+static void set_spin(coll_ctx_t *ctx, uint64_t ns)
 {
-    uint64_t ns = may_block && !ctx->mt && !ctx->cfg.polling
-                      ? (uint64_t)ctx->cfg.spin_us * 1000
-                      : 0;
     for (int i = 0; i < COLL_NTP; i++) {
         ctx->tps[i].spin_ns = ns;
     }
@@ -180,7 +176,6 @@ static void set_spin(coll_ctx_t *ctx, int may_block)
 
 void coll_progress_once(coll_ctx_t *ctx, int may_block)
 {
-    set_spin(ctx, may_block);
     if (!may_block || ctx->cfg.polling) {
         ev_run(ctx->loop, EVRUN_NOWAIT);
     } else {
@@ -191,7 +186,10 @@ void coll_progress_once(coll_ctx_t *ctx, int may_block)
         double s = ctx->spec.progress_func != NULL || ctx->mt ? 0.001 : 0.05;
         ev_timer_init(&wake, wake_cb, s, 0.);
         ev_timer_start(ctx->loop, &wake);
+        /* not while other threads may wait for the lock this one holds */
+        set_spin(ctx, ctx->mt ? 0 : (uint64_t)ctx->cfg.spin_us * 1000);
         ev_run(ctx->loop, EVRUN_ONCE);
+        set_spin(ctx, 0);
         ev_timer_stop(ctx->loop, &wake);
     }
     if (ctx->spec.progress_func != NULL) {
@@ -775,7 +773,6 @@ SHP_API int sharp_coll_progress(struct sharp_coll_context *ctx)
         return SHARP_COLL_EINVAL;
     }
     coll_lock(ctx);
-    set_spin(ctx, 0);
     for (unsigned i = 0; i < ctx->cfg.poll_batch; i++) {
         ev_run(ctx->loop, EVRUN_NOWAIT);
     }
