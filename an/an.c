@@ -18,6 +18,7 @@
 #include "common/time.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1128,6 +1129,36 @@ static void shp_an_on_accept(shp_tp_t *tp, shp_tp_ep_t *ep)
 
 /* Start / stop ------------------------------------------------------------ */
 
+/* How many contributions may arrive before one of them must wake us
+ * (shm: the transport's wake_need): the fewest any operation still misses.
+ * An operation completes only when every child's payload is in, and one
+ * not begun misses them all, so no operation can finish sooner; a failed
+ * group or one a member left answers every request at once (1).  Too many
+ * groups to look at each turn: 1, every message wakes us as before. */
+static uint32_t shp_an_wake_need(void *arg)
+{
+    shp_an_t *an = arg;
+    unsigned need = UINT_MAX, n = 0;
+
+    for (shp_an_group_t *g = an->groups; g != NULL; g = g->hh.next) {
+        if (++n > 64 || g->failed || g->nleft > 0) {
+            return 1;
+        }
+        unsigned g_need = g->nchildren;
+        for (unsigned i = 0; i < g->nslots; i++) {
+            const shp_an_slot_t *s = &g->slots[i];
+            if (s->state == SHP_AN_SLOT_FOLD && s->arrived < g->nchildren &&
+                g->nchildren - s->arrived < g_need) {
+                g_need = g->nchildren - s->arrived;
+            }
+        }
+        if (g_need < need) {
+            need = g_need;
+        }
+    }
+    return need == UINT_MAX || need == 0 ? 1 : need;
+}
+
 shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop)
 {
     const shp_tp_ops_t *ops = shp_tp_find(shp_an_transports[an->cfg.transport]);
@@ -1148,6 +1179,8 @@ shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop)
         return status;
     }
     an->tp.spin_ns = (uint64_t)an->cfg.spin_us * 1000;
+    an->tp.wake_need = shp_an_wake_need;
+    an->tp.wake_arg = an;
     status = an->tp.ops->listen(&an->tp, an->cfg.listen, shp_an_on_accept);
     if (status != SHP_OK) {
         shp_error_id("AN0002", "cannot listen on %s: %s", an->cfg.listen,

@@ -27,6 +27,19 @@
  * between looks (shm_spin): most answers come within it, and neither side
  * then pays for a sleep, a wake-up or the doorbell.
  *
+ * A listener (an AN) that waits for the contributions of several children
+ * need not wake for each: it passes every connector its board (a second
+ * sealed memfd, in the answer to the hello) and, before it sleeps, stores
+ * there how many contributions (AGG_REQ) it waits for (tp->wake_need, the
+ * owner's count: the fewest any operation misses).  A connector that
+ * publishes one counts the board down and rings only if it was the last;
+ * any other message, and a full ring, rings as before.  So an operation
+ * costs the AN one wake-up, not one per child, and it does not spin while
+ * it waits for several (spinning there took one core's worth of turns
+ * from the members).  The board is writable by every connector: a sleep
+ * on a count greater than one lasts 1 ms at most, so a wrong count (or a
+ * peer that wrote one) delays messages, never loses them.
+ *
  * What arrives is untrusted like a tcp stream: a record's length and the
  * ring positions are checked before use, every message goes through
  * shp_tp_deliver() (shp_wire_validate), and anything wrong closes the
@@ -56,6 +69,7 @@
 typedef struct shm_backlog {
     struct shm_backlog *next;
     uint32_t len;
+    int counted; /* a contribution (see shm_after_put) */
     uint8_t msg[];
 } shm_backlog_t;
 
@@ -72,8 +86,10 @@ typedef struct shm_ep {
     shm_ring_t *tx, *rx;
     uint8_t *tx_data, *rx_data;
     shm_backlog_t *backlog, **backlog_tail;
-    int up;          /* the segment is mapped: messages may flow */
-    int announced;   /* on_connect was called */
+    shm_board_t *board; /* outbound: the listener's, once it sent it */
+    int up;             /* the segment is mapped: messages may flow */
+    int inbound;        /* accepted here (the peer created the segment) */
+    int announced;      /* on_connect was called */
     int accepted;    /* inbound: the owner has not seen it before the hello */
     int dispatching; /* inside on_msg */
     int closed;
@@ -90,7 +106,10 @@ typedef struct {
     shp_tp_accept_cb_t on_accept;
     char listen_addr[64];
     shm_ep_t *eps;
-    shm_ep_t *dead; /* kept until prepare: a walk of eps may stand on one */
+    shm_ep_t *dead;     /* kept until prepare: a walk of eps may stand on one */
+    shm_board_t *board; /* a listener's, shared with its connectors */
+    int board_fd;
+    ev_timer cap; /* a sleep waiting for several contributions: 1 ms at most */
     ev_prepare prep;
     ev_check check;
     ev_idle idle;
@@ -154,6 +173,9 @@ static void shm_ep_free(shm_ep_t *ep)
     }
     if (ep->seg != NULL) {
         munmap(ep->seg, ep->seg_len);
+    }
+    if (ep->board != NULL) {
+        munmap(ep->board, SHM_BOARD_LEN);
     }
     free(ep);
 }
@@ -237,12 +259,20 @@ static int shm_ring_put(shm_ep_t *ep, const uint8_t *hdr, const void *payload,
     return 1;
 }
 
-/* After publishing: wake the consumer if it may be asleep. */
-static void shm_after_put(shm_ep_t *ep)
+/* After publishing: wake the consumer if it may be asleep.  A contribution
+ * (`counted`) to a listener that waits for several rings only if it is the
+ * last of them (the board's `need`). */
+static void shm_after_put(shm_ep_t *ep, int counted)
 {
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&ep->tx->sleeping, memory_order_relaxed) &&
-        atomic_exchange(&ep->tx->sleeping, 0)) {
+    if (!atomic_load_explicit(&ep->tx->sleeping, memory_order_relaxed)) {
+        return;
+    }
+    if (counted && ep->board != NULL &&
+        atomic_fetch_sub(&ep->board->need, 1) > 1) {
+        return;
+    }
+    if (atomic_exchange(&ep->tx->sleeping, 0)) {
         shm_ring_bell(ep);
     }
 }
@@ -250,7 +280,7 @@ static void shm_after_put(shm_ep_t *ep)
 /* Move queued messages into the ring while they fit. */
 static void shm_flush_backlog(shm_ep_t *ep)
 {
-    int moved = 0;
+    int moved = 0, counted = 0;
     shm_backlog_t *b;
 
     while ((b = ep->backlog) != NULL) {
@@ -262,9 +292,15 @@ static void shm_flush_backlog(shm_ep_t *ep)
             atomic_thread_fence(memory_order_seq_cst);
             if (!shm_ring_put(ep, b->msg, b->msg + SHP_WIRE_HDR_LEN,
                               b->len - SHP_WIRE_HDR_LEN)) {
+                /* a full ring wakes its consumer whatever it waits for */
+                if (atomic_load(&ep->tx->sleeping) &&
+                    atomic_exchange(&ep->tx->sleeping, 0)) {
+                    shm_ring_bell(ep);
+                }
                 break;
             }
         }
+        counted |= b->counted;
         ep->backlog = b->next;
         if (ep->backlog == NULL) {
             ep->backlog_tail = &ep->backlog;
@@ -273,7 +309,7 @@ static void shm_flush_backlog(shm_ep_t *ep)
         moved = 1;
     }
     if (moved) {
-        shm_after_put(ep);
+        shm_after_put(ep, counted);
     }
 }
 
@@ -290,9 +326,10 @@ static shp_status_t shm_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
         return SHP_ERR_TOO_LARGE;
     }
     shp_wire_hdr_pack(hdr, raw);
+    int counted = hdr->opcode == SHP_WIRE_OP_AGG_REQ;
     if (ep->up && ep->backlog == NULL &&
         shm_ring_put(ep, raw, payload, hdr->payload_len)) {
-        shm_after_put(ep);
+        shm_after_put(ep, counted);
     } else {
         shm_backlog_t *b =
             malloc(sizeof(*b) + SHP_WIRE_HDR_LEN + hdr->payload_len);
@@ -301,6 +338,7 @@ static shp_status_t shm_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
         }
         b->next = NULL;
         b->len = SHP_WIRE_HDR_LEN + hdr->payload_len;
+        b->counted = counted;
         memcpy(b->msg, raw, SHP_WIRE_HDR_LEN);
         if (hdr->payload_len > 0) {
             memcpy(b->msg + SHP_WIRE_HDR_LEN, payload, hdr->payload_len);
@@ -391,24 +429,30 @@ malformed:
     return -1;
 }
 
+/* A sealed memfd of the given length (anything else could shrink under
+ * us, and a fault on it would kill the process): 1 if it is. */
+static int shm_memfd_ok(int memfd, size_t len)
+{
+    struct stat stt;
+    int seals = fcntl(memfd, F_GET_SEALS);
+
+    return seals >= 0 &&
+           (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) ==
+               (F_SEAL_SHRINK | F_SEAL_SEAL) &&
+           fstat(memfd, &stt) == 0 && (size_t)stt.st_size == len;
+}
+
 /* The hello: map the peer's segment (acceptor side). */
 static shp_status_t shm_take_hello(shm_ep_t *ep, const shm_hello_t *h,
                                    int memfd)
 {
-    struct stat stt;
     shp_tp_t *tp = ep->base.tp;
-    /* sealed against shrinking (or we could fault on it) and against new
-     * seals; -1: not a memfd at all */
-    int seals = fcntl(memfd, F_GET_SEALS);
 
-    if (seals < 0 ||
-        (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) !=
-            (F_SEAL_SHRINK | F_SEAL_SEAL) ||
-        h->magic != SHM_MAGIC || h->version != SHM_VERSION ||
+    if (h->magic != SHM_MAGIC || h->version != SHM_VERSION ||
         h->cap < SHM_MIN_CAP || h->cap > SHM_MAX_CAP ||
         (h->cap & (h->cap - 1)) != 0 ||
         h->cap < 2 * (SHM_REC_HDR + SHP_WIRE_HDR_LEN + tp->max_payload) ||
-        fstat(memfd, &stt) != 0 || (size_t)stt.st_size != shm_seg_len(h->cap)) {
+        !shm_memfd_ok(memfd, shm_seg_len(h->cap))) {
         return SHP_ERR_PROTO;
     }
     /* populated: a ring cycling through pages touched for the first time
@@ -426,6 +470,51 @@ static shp_status_t shm_take_hello(shm_ep_t *ep, const shm_hello_t *h,
     }
     shm_ep_map(ep, 0);
     return SHP_OK;
+}
+
+/* The listener's answer to our hello: its board (outbound side). */
+static shp_status_t shm_take_board(shm_ep_t *ep, const shm_hello_t *h,
+                                   int memfd)
+{
+    if (h->magic != SHM_MAGIC || h->version != SHM_VERSION || h->cap != 0 ||
+        !shm_memfd_ok(memfd, SHM_BOARD_LEN)) {
+        return SHP_ERR_PROTO;
+    }
+    void *m =
+        mmap(NULL, SHM_BOARD_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    if (m == MAP_FAILED) {
+        return SHP_ERR_NO_MEMORY;
+    }
+    shm_board_t *b = m;
+    if (b->magic != SHM_MAGIC || b->version != SHM_VERSION) {
+        munmap(m, SHM_BOARD_LEN);
+        return SHP_ERR_PROTO;
+    }
+    ep->board = b;
+    return SHP_OK;
+}
+
+/* Send a descriptor with a hello: the segment (connector) or the board
+ * (listener).  Returns 0 or -1. */
+static int shm_send_fd(int fd, const shm_hello_t *hello, int memfd)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    memset(cbuf, 0, sizeof(cbuf));
+    struct iovec iov = {(void *)hello, sizeof(*hello)};
+    struct msghdr mh = {0};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cbuf;
+    mh.msg_controllen = sizeof(cbuf);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &memfd, sizeof(int));
+    return sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+                   (ssize_t)sizeof(*hello)
+               ? 0
+               : -1;
 }
 
 /* Read the socket: the hello (inbound, once), bells, or EOF. */
@@ -473,9 +562,18 @@ static shp_status_t shm_read_socket(shm_ep_t *ep)
             }
             continue;
         }
-        if (memfd >= 0) { /* only the hello carries a descriptor */
+        if (memfd >= 0) { /* only the hellos carry a descriptor */
+            shp_status_t st = !ep->inbound && ep->board == NULL &&
+                                      n == (ssize_t)sizeof(shm_hello_t)
+                                  ? shm_take_board(ep, &buf.hello, memfd)
+                                  : SHP_ERR_PROTO;
             close(memfd);
-            return SHP_ERR_PROTO;
+            if (st != SHP_OK) {
+                ep->base.tp->stats.malformed++;
+                shp_warn_sparse(1000, "bad shared-memory board from %s",
+                                ep->base.peer);
+                return st;
+            }
         }
     }
 }
@@ -491,6 +589,12 @@ static void shm_io_cb(struct ev_loop *loop, ev_io *w, int revents)
         /* inbound and mapped: the owner takes it now */
         shm_priv_t *priv = ep->base.tp->priv;
         ev_timer_stop(loop, &ep->hello_timer);
+        if (priv->board != NULL) {
+            /* without it the peer rings for every message: slower, not
+             * wrong */
+            shm_hello_t bh = {SHM_MAGIC, SHM_VERSION, 0, 0};
+            (void)shm_send_fd(ep->fd, &bh, priv->board_fd);
+        }
         ep->accepted = 0;
         ep->announced = 1;
         ep->dispatching = 1;
@@ -568,8 +672,26 @@ static void shm_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 
     (void)revents;
     shm_free_dead(priv);
-    ready = shm_any_ready(priv) || shm_spin(priv);
+    ready = shm_any_ready(priv);
+    /* a listener waiting for several contributions sleeps at once: one
+     * of them may arrive soon, not all of them */
+    uint32_t need = !ready && priv->board != NULL && priv->tp->wake_need
+                        ? priv->tp->wake_need(priv->tp->wake_arg)
+                        : 1;
+    if (!ready && need <= 1) {
+        ready = shm_spin(priv);
+    }
     if (!ready) {
+        if (priv->board != NULL) {
+            atomic_store(&priv->board->need,
+                         need > INT32_MAX ? INT32_MAX : (int32_t)need);
+            if (need > 1) {
+                /* the owner's count is a promise of its protocol, not of
+                 * its peers: never sleep on it for long */
+                ev_timer_set(&priv->cap, 0.001, 0.);
+                ev_timer_start(loop, &priv->cap);
+            }
+        }
         for (ep = priv->eps; ep != NULL; ep = ep->next) {
             if (ep->up && !ep->closed) {
                 atomic_store(&ep->rx->sleeping, 1);
@@ -587,8 +709,8 @@ static void shm_check_cb(struct ev_loop *loop, ev_check *w, int revents)
 {
     shm_priv_t *priv = w->data;
 
-    (void)loop;
     (void)revents;
+    ev_timer_stop(loop, &priv->cap);
     for (shm_ep_t *ep = priv->eps; ep != NULL; ep = ep->next) {
         if (ep->up && !ep->closed &&
             atomic_load_explicit(&ep->rx->sleeping, memory_order_relaxed)) {
@@ -696,7 +818,51 @@ static void shm_accept_cb(struct ev_loop *loop, ev_io *w, int revents)
             snprintf(ep->base.peer, sizeof(ep->base.peer), "shm");
         }
         ep->accepted = 1; /* offered to the owner once the hello is in */
+        ep->inbound = 1;
         ev_timer_start(loop, &ep->hello_timer);
+    }
+}
+
+static void shm_cap_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents; /* the loop turned: enough */
+}
+
+/* The listener's board (see tp_shm.h), sealed like a segment. */
+static shp_status_t shm_board_new(shm_priv_t *priv)
+{
+    int fd = memfd_create("sharp-shm-board", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    void *m = MAP_FAILED;
+
+    if (fd < 0 || ftruncate(fd, SHM_BOARD_LEN) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
+            0 ||
+        (m = mmap(NULL, SHM_BOARD_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                  0)) == MAP_FAILED) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return SHP_ERR_NO_MEMORY;
+    }
+    priv->board = m;
+    priv->board->magic = SHM_MAGIC;
+    priv->board->version = SHM_VERSION;
+    atomic_store(&priv->board->need, 1);
+    priv->board_fd = fd;
+    return SHP_OK;
+}
+
+static void shm_board_free(shm_priv_t *priv)
+{
+    if (priv->board != NULL) {
+        munmap(priv->board, SHM_BOARD_LEN);
+        priv->board = NULL;
+    }
+    if (priv->board_fd >= 0) {
+        close(priv->board_fd);
+        priv->board_fd = -1;
     }
 }
 
@@ -708,11 +874,12 @@ static shp_status_t shm_init(shp_tp_t *tp)
         return SHP_ERR_NO_MEMORY;
     }
     priv->tp = tp;
-    priv->lfd = priv->rsv = -1;
+    priv->lfd = priv->rsv = priv->board_fd = -1;
     ev_prepare_init(&priv->prep, shm_prepare_cb);
     ev_check_init(&priv->check, shm_check_cb);
     ev_idle_init(&priv->idle, shm_idle_cb);
     ev_timer_init(&priv->pause, shm_resume_cb, 0., 0.);
+    ev_timer_init(&priv->cap, shm_cap_cb, 0., 0.);
     priv->prep.data = priv->check.data = priv->idle.data = priv;
     priv->pause.data = priv;
     ev_prepare_start(tp->loop, &priv->prep);
@@ -750,6 +917,8 @@ static void shm_cleanup(shp_tp_t *tp)
     if (priv->rsv >= 0) {
         close(priv->rsv);
     }
+    shm_board_free(priv);
+    ev_timer_stop(tp->loop, &priv->cap);
     ev_ref(tp->loop);
     ev_ref(tp->loop);
     ev_prepare_stop(tp->loop, &priv->prep);
@@ -800,6 +969,10 @@ static shp_status_t shm_listen(shp_tp_t *tp, const char *addr,
         st = errno == EADDRINUSE ? SHP_ERR_EXISTS : SHP_ERR_IO;
         goto fail;
     }
+    st = shm_board_new(priv);
+    if (st != SHP_OK) {
+        goto fail;
+    }
     priv->on_accept = on_accept;
     ev_io_init(&priv->lio, shm_accept_cb, priv->lfd, EV_READ);
     priv->lio.data = tp;
@@ -814,6 +987,7 @@ fail:
         close(priv->rsv);
     }
     priv->lfd = priv->rsv = -1;
+    shm_board_free(priv);
     return st;
 }
 
@@ -868,20 +1042,7 @@ static shp_status_t shm_connect(shp_tp_t *tp, const char *addr,
     seg->version = SHM_VERSION;
     seg->cap = cap;
     shm_hello_t hello = {SHM_MAGIC, SHM_VERSION, cap, tp->max_payload};
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    memset(cbuf, 0, sizeof(cbuf));
-    struct iovec iov = {&hello, sizeof(hello)};
-    struct msghdr mh = {0};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = cbuf;
-    mh.msg_controllen = sizeof(cbuf);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &memfd, sizeof(int));
-    if (sendmsg(fd, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(hello)) {
+    if (shm_send_fd(fd, &hello, memfd) != 0) {
         st = SHP_ERR_CONN_RESET;
         goto fail;
     }

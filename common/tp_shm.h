@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #define SHM_MAGIC 0x73687031u /* "shp1" */
-#define SHM_VERSION 1
+#define SHM_VERSION 2
 #define SHM_REC_HDR 8
 #define SHM_WRAP UINT32_MAX
 #define SHM_MIN_CAP (64u * 1024)
@@ -37,5 +37,18 @@ typedef struct {
 typedef struct {
     uint32_t magic, version, cap, max_payload;
 } shm_hello_t;
+
+/* A listener's board, shared with every process connected to it (passed
+ * in the answer to the hello, a shm_hello_t with cap 0): before it sleeps
+ * the listener stores how many contributions it waits for in `need`; a
+ * connector that publishes one counts it down and rings only the last. */
+typedef struct {
+    uint32_t magic, version;
+    char pad0[56];
+    _Atomic int32_t need;
+    char pad1[60];
+} shm_board_t;
+
+#define SHM_BOARD_LEN 4096
 
 #endif

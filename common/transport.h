@@ -92,6 +92,13 @@ struct shp_tp {
      * at them this long, yielding the core between looks; 0: sleep at once.
      * The owner may change it between turns of the loop. */
     uint64_t spin_ns;
+    /* shm, a listener: how many contributions (AGG_REQ) from its
+     * connectors may arrive before one of them must wake it; asked before
+     * each sleep, NULL: 1 (every message wakes a sleeper).  The owner
+     * answers the fewest that could let any operation complete: waking
+     * early is safe, waking late would delay it (see tp_shm.c). */
+    uint32_t (*wake_need)(void *arg);
+    void *wake_arg;
     shp_tp_stats_t stats;
     void *priv;
 };

@@ -74,7 +74,7 @@ static const shp_config_opt_t coll_opts[] = {
     {"polling", "0",
      "spin while waiting instead of sleeping on the sockets (dedicated cores)",
      offsetof(coll_cfg_t, polling), &shp_cfg_bool},
-    {"spin_us", "50",
+    {"spin_us", "200",
      "shm transport: before sleeping in a wait, look for the answer this "
      "many microseconds, yielding the core between looks (0: sleep at once)",
      offsetof(coll_cfg_t, spin_us), &shp_cfg_uint, &r_spin},
