@@ -110,6 +110,7 @@ typedef struct {
     shm_board_t *board; /* a listener's, shared with its connectors */
     int board_fd;
     ev_timer cap; /* a sleep waiting for several contributions: 1 ms at most */
+    uint64_t polled_ns; /* the last turn that polled (check ran) */
     ev_prepare prep;
     ev_check check;
     ev_idle idle;
@@ -663,6 +664,22 @@ static int shm_spin(shm_priv_t *priv)
     return 0;
 }
 
+/* Deliver what every ring holds, a fair share of each. */
+static void shm_drain_all(shm_priv_t *priv)
+{
+    shm_ep_t *ep, *next;
+
+    for (ep = priv->eps; ep != NULL; ep = next) {
+        next = ep->next; /* closed endpoints stay in memory until prepare */
+        if (!ep->dead && shm_rx_ready(ep)) {
+            /* a fair share each turn; the prepare watcher comes back */
+            if (shm_drain(ep, 64) == 0) {
+                shm_flush_backlog(ep);
+            }
+        }
+    }
+}
+
 /* The loop's prepare / check / idle: see the header comment. */
 static void shm_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 {
@@ -680,6 +697,12 @@ static void shm_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
                         : 1;
     if (!ready && need <= 1) {
         ready = shm_spin(priv);
+    }
+    if (ready && priv->tp->spin_break && priv->tp->spin_ns > 0 &&
+        shp_time_ns() - priv->polled_ns < SHP_NSEC_PER_MSEC) {
+        shm_drain_all(priv);
+        ev_break(loop, EVBREAK_ONE);
+        return;
     }
     if (!ready) {
         if (priv->board != NULL) {
@@ -711,6 +734,7 @@ static void shm_check_cb(struct ev_loop *loop, ev_check *w, int revents)
 
     (void)revents;
     ev_timer_stop(loop, &priv->cap);
+    priv->polled_ns = shp_time_ns();
     for (shm_ep_t *ep = priv->eps; ep != NULL; ep = ep->next) {
         if (ep->up && !ep->closed &&
             atomic_load_explicit(&ep->rx->sleeping, memory_order_relaxed)) {
@@ -721,20 +745,9 @@ static void shm_check_cb(struct ev_loop *loop, ev_check *w, int revents)
 
 static void shm_idle_cb(struct ev_loop *loop, ev_idle *w, int revents)
 {
-    shm_priv_t *priv = w->data;
-    shm_ep_t *ep, *next;
-
     (void)revents;
     ev_idle_stop(loop, w);
-    for (ep = priv->eps; ep != NULL; ep = next) {
-        next = ep->next; /* closed endpoints stay in memory until prepare */
-        if (!ep->dead && shm_rx_ready(ep)) {
-            /* a fair share each turn; the prepare watcher comes back */
-            if (shm_drain(ep, 64) == 0) {
-                shm_flush_backlog(ep);
-            }
-        }
-    }
+    shm_drain_all(w->data);
 }
 
 /* Endpoints ---------------------------------------------------------------

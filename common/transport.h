@@ -92,6 +92,13 @@ struct shp_tp {
      * at them this long, yielding the core between looks; 0: sleep at once.
      * The owner may change it between turns of the loop. */
     uint64_t spin_ns;
+    /* shm, with spin_ns: messages found before the loop would poll are
+     * delivered at once and the turn ends there (ev_break), without the
+     * poll's system call; at least one whole turn a millisecond still
+     * polls every descriptor and runs the timers.  Only for an owner that
+     * runs the loop a turn at a time (EVRUN_ONCE) and looks at what
+     * arrived after each. */
+    int spin_break;
     /* shm, a listener: how many contributions (AGG_REQ) from its
      * connectors may arrive before one of them must wake it; asked before
      * each sleep, NULL: 1 (every message wakes a sleeper).  The owner

@@ -171,6 +171,7 @@ static void set_spin(coll_ctx_t *ctx, uint64_t ns)
 {
     for (int i = 0; i < COLL_NTP; i++) {
         ctx->tps[i].spin_ns = ns;
+        ctx->tps[i].spin_break = ns > 0; /* the wait looks after each turn */
     }
 }
 

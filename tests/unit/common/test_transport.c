@@ -423,6 +423,7 @@ static void shm_child(const char *addr, int n, uint64_t spin_ns)
         _exit(2);
     }
     tp.spin_ns = spin_ns;
+    tp.spin_break = spin_ns > 0;
     if (n == 0) {
         shp_wire_hdr_t h;
         uint32_t one = 1;
@@ -443,6 +444,8 @@ static void shm_child(const char *addr, int n, uint64_t spin_ns)
 /* A child process (shm_child, spinning spin_ns before it sleeps, as this
  * side does) connects to tp; n messages go to it, each after the echo of
  * the one before.  Returns the microseconds per round trip. */
+static unsigned pingpong_polls; /* this side's loop polled so many times */
+
 static double shm_pingpong(shp_tp_t *tp, int n, uint64_t spin_ns, pid_t *pid)
 {
     shp_wire_hdr_t h;
@@ -458,7 +461,9 @@ static double shm_pingpong(shp_tp_t *tp, int n, uint64_t spin_ns, pid_t *pid)
     RUN_BLOCKING(loop, server_rx.ep == NULL, 5);
     assert_non_null(server_rx.ep);
     tp->spin_ns = spin_ns;
+    tp->spin_break = spin_ns > 0;
     uint64_t t0 = shp_time_ns();
+    unsigned it0 = ev_iteration(loop);
     ticks = 0;
     for (int i = 0; i < n; i++) {
         make_msg(&h, (uint32_t)i, 1);
@@ -467,6 +472,7 @@ static double shm_pingpong(shp_tp_t *tp, int n, uint64_t spin_ns, pid_t *pid)
         assert_int_equal(server_rx.msgs, i + 1);
     }
     assert_int_equal(server_rx.out_of_order, 0);
+    pingpong_polls = ev_iteration(loop) - it0;
     return (double)(shp_time_ns() - t0) / 1e3 / n;
 }
 
@@ -521,9 +527,12 @@ static void test_shm_spin(void **state)
     (void)state;
     double us = shm_pingpong(&tp, n, 100 * SHP_NSEC_PER_MSEC, &pid);
     print_message("shm ping-pong between spinning processes: %.1f us per "
-                  "round trip, %" PRIu64 " bells\n",
-                  us, tp.stats.bells);
+                  "round trip, %" PRIu64 " bells, %u polls\n",
+                  us, tp.stats.bells, pingpong_polls);
     assert_true(tp.stats.bells < (uint64_t)n / 10);
+    /* answers found by looking end the turn without polling (spin_break):
+     * a poll a millisecond remains, far fewer than one per message */
+    assert_true(pingpong_polls < (unsigned)n / 4);
     tp.spin_ns = 0; /* the child's close must not wait for a look */
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st));
