@@ -78,7 +78,9 @@ static const shp_config_opt_t coll_opts[] = {
      "shm transport: before sleeping in a wait, look for the answer this "
      "many microseconds, yielding the core between looks (0: sleep at once)",
      offsetof(coll_cfg_t, spin_us), &shp_cfg_uint, &r_spin},
-    {"poll_batch", "16", "loop iterations per sharp_coll_progress() call",
+    {"poll_batch", "16",
+     "most loop turns per sharp_coll_progress() call (it stops at the "
+     "first turn that brought no message)",
      offsetof(coll_cfg_t, poll_batch), &shp_cfg_uint, &r_batch},
     {"retrans_timeout", "20ms",
      "ask the leaf AN for a multicast result not received after this "
@@ -768,14 +770,30 @@ SHP_API int sharp_coll_finalize(struct sharp_coll_context *ctx)
     return SHARP_COLL_SUCCESS;
 }
 
+static uint64_t msgs_in(const coll_ctx_t *ctx)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < COLL_NTP; i++) {
+        n += ctx->tps[i].stats.msgs_in;
+    }
+    return n;
+}
+
 SHP_API int sharp_coll_progress(struct sharp_coll_context *ctx)
 {
     if (ctx == NULL) {
         return SHARP_COLL_EINVAL;
     }
     coll_lock(ctx);
+    /* turn while turns bring messages: a turn costs a poll (a system
+     * call), and a program that calls this in a loop would otherwise pay
+     * poll_batch of them each time for nothing */
     for (unsigned i = 0; i < ctx->cfg.poll_batch; i++) {
+        uint64_t before = msgs_in(ctx);
         ev_run(ctx->loop, EVRUN_NOWAIT);
+        if (msgs_in(ctx) == before) {
+            break;
+        }
     }
     coll_unlock(ctx);
     return SHARP_COLL_SUCCESS;
