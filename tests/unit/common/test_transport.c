@@ -1,7 +1,8 @@
 /* Transports: tcp messages both ways with validation, malformed input,
  * udp multicast on loopback with and without induced loss, shm rings
- * (within a process, across processes that sleep, a peer killed, a hand-made
- * peer's bad segment and records), stubs. */
+ * (within a process, across processes that sleep or spin, a peer killed, a
+ * listener woken by the last of several processes' contributions only, a
+ * hand-made peer's bad segment and records), stubs. */
 #include "../test_util.h"
 
 #include "common/net.h"
