@@ -575,7 +575,12 @@ static shp_status_t shm_read_socket(shm_ep_t *ep)
                                 ep->base.peer);
                 return st;
             }
+            continue;
         }
+        /* a bell: one rings per sleep, so there is seldom a second; if
+         * there is, the socket stays readable and costs a turn, where
+         * reading on to EAGAIN cost a system call every wake-up */
+        return SHP_OK;
     }
 }
 
@@ -686,44 +691,57 @@ static void shm_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
     shm_priv_t *priv = w->data;
     shm_ep_t *ep;
     int ready;
+    uint32_t need = 1;
 
     (void)revents;
     shm_free_dead(priv);
-    ready = shm_any_ready(priv);
-    /* a listener waiting for several contributions sleeps at once: one
-     * of them may arrive soon, not all of them */
-    uint32_t need = !ready && priv->board != NULL && priv->tp->wake_need
-                        ? priv->tp->wake_need(priv->tp->wake_arg)
-                        : 1;
-    if (!ready && need <= 1) {
-        ready = shm_spin(priv);
-    }
-    if (ready && priv->tp->spin_break && priv->tp->spin_ns > 0 &&
-        shp_time_ns() - priv->polled_ns < SHP_NSEC_PER_MSEC) {
-        shm_drain_all(priv);
-        ev_break(loop, EVBREAK_ONE);
-        return;
-    }
-    if (!ready) {
-        if (priv->board != NULL) {
-            atomic_store(&priv->board->need,
-                         need > INT32_MAX ? INT32_MAX : (int32_t)need);
-            if (need > 1) {
-                /* the owner's count is a promise of its protocol, not of
-                 * its peers: never sleep on it for long */
-                ev_timer_set(&priv->cap, 0.001, 0.);
-                ev_timer_start(loop, &priv->cap);
-            }
-        }
-        for (ep = priv->eps; ep != NULL; ep = ep->next) {
-            if (ep->up && !ep->closed) {
-                atomic_store(&ep->rx->sleeping, 1);
-            }
-        }
-        atomic_thread_fence(memory_order_seq_cst);
+    for (int turn = 0;; turn++) {
         ready = shm_any_ready(priv);
+        if (!ready) {
+            /* a listener waiting for several contributions sleeps at
+             * once: one of them may arrive soon, not all of them */
+            need = priv->board != NULL && priv->tp->wake_need
+                       ? priv->tp->wake_need(priv->tp->wake_arg)
+                       : 1;
+            if (need <= 1) {
+                ready = shm_spin(priv);
+            }
+        }
+        if (!ready) {
+            break;
+        }
+        /* what is in the rings is delivered here, not after a poll that
+         * would find nothing else (a system call); a whole turn, every
+         * socket polled and the timers run, at least every millisecond */
+        int early = priv->tp->spin_break && priv->tp->spin_ns > 0;
+        if ((!early && !priv->tp->runs_free) || turn >= 16 ||
+            shp_time_ns() - priv->polled_ns >= SHP_NSEC_PER_MSEC) {
+            ev_idle_start(loop, &priv->idle); /* poll, do not sleep */
+            return;
+        }
+        shm_drain_all(priv);
+        if (early) {
+            ev_break(loop, EVBREAK_ONE); /* the waiter looks at once */
+            return;
+        }
     }
-    if (ready) {
+    if (priv->board != NULL) {
+        atomic_store(&priv->board->need,
+                     need > INT32_MAX ? INT32_MAX : (int32_t)need);
+        if (need > 1) {
+            /* the owner's count is a promise of its protocol, not of its
+             * peers: never sleep on it for long */
+            ev_timer_set(&priv->cap, 0.001, 0.);
+            ev_timer_start(loop, &priv->cap);
+        }
+    }
+    for (ep = priv->eps; ep != NULL; ep = ep->next) {
+        if (ep->up && !ep->closed) {
+            atomic_store(&ep->rx->sleeping, 1);
+        }
+    }
+    atomic_thread_fence(memory_order_seq_cst);
+    if (shm_any_ready(priv)) {
         ev_idle_start(loop, &priv->idle); /* poll, do not sleep */
     }
 }

@@ -99,6 +99,11 @@ struct shp_tp {
      * runs the loop a turn at a time (EVRUN_ONCE) and looks at what
      * arrived after each. */
     int spin_break;
+    /* shm: the owner runs the loop until it stops it (an AN), not a turn
+     * at a time: messages found before a poll are delivered there and the
+     * loop goes on (a poll that would find nothing else is a system call
+     * saved), at least one whole turn a millisecond as above */
+    int runs_free;
     /* shm, a listener: how many contributions (AGG_REQ) from its
      * connectors may arrive before one of them must wake it; asked before
      * each sleep, NULL: 1 (every message wakes a sleeper).  The owner
