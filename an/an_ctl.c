@@ -43,6 +43,12 @@ static void shp_an_ctl_send(shp_an_t *an, json_t *msg)
         shp_warn("cannot send %s to the aggregation manager",
                  shp_ctl_type(msg));
     }
+    /* at once, not before the loop sleeps: over shm the data path runs in
+     * the loop's prepare step (runs_free), where a flush queued for that
+     * step would wait for the next wake-up */
+    if (an->am_up) {
+        shp_conn_flush(&an->am);
+    }
     json_decref(msg);
 }
 
