@@ -260,6 +260,15 @@ static int shm_ring_put(shm_ep_t *ep, const uint8_t *hdr, const void *payload,
     return 1;
 }
 
+/* Ring the consumer if it marked itself asleep (once: the mark is taken). */
+static void shm_ring_sleeper(shm_ep_t *ep)
+{
+    if (atomic_load_explicit(&ep->tx->sleeping, memory_order_relaxed) &&
+        atomic_exchange(&ep->tx->sleeping, 0)) {
+        shm_ring_bell(ep);
+    }
+}
+
 /* After publishing: wake the consumer if it may be asleep.  A contribution
  * (`counted`) to a listener that waits for several rings only if it is the
  * last of them (the board's `need`). */
@@ -273,9 +282,7 @@ static void shm_after_put(shm_ep_t *ep, int counted)
         atomic_fetch_sub(&ep->board->need, 1) > 1) {
         return;
     }
-    if (atomic_exchange(&ep->tx->sleeping, 0)) {
-        shm_ring_bell(ep);
-    }
+    shm_ring_sleeper(ep);
 }
 
 /* Move queued messages into the ring while they fit. */
@@ -294,10 +301,7 @@ static void shm_flush_backlog(shm_ep_t *ep)
             if (!shm_ring_put(ep, b->msg, b->msg + SHP_WIRE_HDR_LEN,
                               b->len - SHP_WIRE_HDR_LEN)) {
                 /* a full ring wakes its consumer whatever it waits for */
-                if (atomic_load(&ep->tx->sleeping) &&
-                    atomic_exchange(&ep->tx->sleeping, 0)) {
-                    shm_ring_bell(ep);
-                }
+                shm_ring_sleeper(ep);
                 break;
             }
         }
@@ -548,31 +552,24 @@ static shp_status_t shm_read_socket(shm_ep_t *ep)
             c->cmsg_len == CMSG_LEN(sizeof(int))) {
             memcpy(&memfd, CMSG_DATA(c), sizeof(int));
         }
-        if (!ep->up) {
-            shp_status_t st = memfd >= 0 && n == (ssize_t)sizeof(shm_hello_t)
-                                  ? shm_take_hello(ep, &buf.hello, memfd)
-                                  : SHP_ERR_PROTO;
+        if (!ep->up || memfd >= 0) {
+            /* a descriptor comes with a hello only: the peer's segment
+             * (inbound, first) or the listener's board (outbound, once) */
+            int board = ep->up;
+            shp_status_t st = SHP_ERR_PROTO;
+            if (memfd >= 0 && n == (ssize_t)sizeof(shm_hello_t)) {
+                st = !board ? shm_take_hello(ep, &buf.hello, memfd)
+                     : !ep->inbound && ep->board == NULL
+                         ? shm_take_board(ep, &buf.hello, memfd)
+                         : SHP_ERR_PROTO;
+            }
             if (memfd >= 0) {
                 close(memfd);
             }
             if (st != SHP_OK) {
                 ep->base.tp->stats.malformed++;
-                shp_warn_sparse(1000, "bad shared-memory hello from %s",
-                                ep->base.peer);
-                return st;
-            }
-            continue;
-        }
-        if (memfd >= 0) { /* only the hellos carry a descriptor */
-            shp_status_t st = !ep->inbound && ep->board == NULL &&
-                                      n == (ssize_t)sizeof(shm_hello_t)
-                                  ? shm_take_board(ep, &buf.hello, memfd)
-                                  : SHP_ERR_PROTO;
-            close(memfd);
-            if (st != SHP_OK) {
-                ep->base.tp->stats.malformed++;
-                shp_warn_sparse(1000, "bad shared-memory board from %s",
-                                ep->base.peer);
+                shp_warn_sparse(1000, "bad shared-memory %s from %s",
+                                board ? "board" : "hello", ep->base.peer);
                 return st;
             }
             continue;

@@ -102,7 +102,10 @@ struct shp_tp {
     /* shm: the owner runs the loop until it stops it (an AN), not a turn
      * at a time: messages found before a poll are delivered there and the
      * loop goes on (a poll that would find nothing else is a system call
-     * saved), at least one whole turn a millisecond as above */
+     * saved), at least one whole turn a millisecond as above.  Sends the
+     * owner queues for a prepare watcher of its own (shp_conn's flush)
+     * from a handler run there wait for the next wake-up: such an owner
+     * writes them at once (the AN's control link does) */
     int runs_free;
     /* shm, a listener: how many contributions (AGG_REQ) from its
      * connectors may arrive before one of them must wake it; asked before
