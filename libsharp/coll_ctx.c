@@ -12,6 +12,7 @@
 #include "common/time.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -78,6 +79,11 @@ static const shp_config_opt_t coll_opts[] = {
      "shm transport: before sleeping in a wait, look for the answer this "
      "many microseconds, yielding the core between looks (0: sleep at once)",
      offsetof(coll_cfg_t, spin_us), &shp_cfg_uint, &r_spin},
+    {"sock_spin_us", "200",
+     "tcp, udp and verbs: before sleeping in a wait, poll the sockets for "
+     "this many microseconds after the last message in or out, yielding "
+     "the core between polls (0: sleep at once)",
+     offsetof(coll_cfg_t, sock_spin_us), &shp_cfg_uint, &r_spin},
     {"poll_batch", "16",
      "most loop turns per sharp_coll_progress() call (it stops at the "
      "first turn that brought no message)",
@@ -177,11 +183,51 @@ static void set_spin(coll_ctx_t *ctx, uint64_t ns)
     }
 }
 
+/* Messages in and out of every transport: a wait's socket spin runs while
+ * this moves (an operation's post counts). */
+static uint64_t msgs_io(const coll_ctx_t *ctx)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < COLL_NTP; i++) {
+        n += ctx->tps[i].stats.msgs_in + ctx->tps[i].stats.msgs_out;
+    }
+    return n;
+}
+
+/* A turn of a blocking wait that polls the sockets without sleeping, with
+ * the core yielded when it brought nothing: 1 if it ran (the wait spins),
+ * 0 if the wait should sleep.  It spins sock_spin_us after the last
+ * message in or out over a socket transport (tcp, udp, verbs; shm looks at
+ * its rings in its own spin, without system calls).  On cores shared by
+ * more processes than cores, a sleeping member lets its core go idle and
+ * its wake-up is the costly part (a virtual CPU halted and woken); a
+ * spinner that yields hands its core to whoever has work. */
+static int sock_spin_turn(coll_ctx_t *ctx)
+{
+    if (ctx->cfg.sock_spin_us == 0 || ctx->mt ||
+        !(ctx->tps_up[0] || ctx->tps_up[1] || ctx->tps_up[2])) {
+        return 0;
+    }
+    uint64_t n = msgs_io(ctx), now = shp_time_ns();
+    if (n != ctx->spin_msgs) {
+        ctx->spin_msgs = n;
+        ctx->spin_from_ns = now;
+    }
+    if (now - ctx->spin_from_ns >= (uint64_t)ctx->cfg.sock_spin_us * 1000) {
+        return 0;
+    }
+    ev_run(ctx->loop, EVRUN_NOWAIT);
+    if (msgs_io(ctx) == n) {
+        sched_yield();
+    }
+    return 1;
+}
+
 void coll_progress_once(coll_ctx_t *ctx, int may_block)
 {
     if (!may_block || ctx->cfg.polling) {
         ev_run(ctx->loop, EVRUN_NOWAIT);
-    } else {
+    } else if (!sock_spin_turn(ctx)) {
         /* sleep on the sockets, but not for long: callers check deadlines
          * between turns, and the caller's progress function (or other
          * threads) must not wait on us for more than a millisecond */

@@ -38,6 +38,7 @@ typedef struct coll_cfg {
     int lock_on_comm_init;   /* accepted */
     int polling;             /* spin instead of sleeping in waits */
     unsigned spin_us;        /* shm: look this long before sleeping */
+    unsigned sock_spin_us;   /* tcp/udp/verbs: poll this long before sleeping */
     unsigned poll_batch;     /* loop iterations per progress call */
     int64_t retrans_ms;      /* ask again for a result after this */
     int64_t coll_timeout_ms; /* -1: wait forever */
@@ -78,6 +79,9 @@ struct sharp_coll_context {
     /* one transport per provider (tcp, udp, verbs, shm), up on first use */
     shp_tp_t tps[COLL_NTP];
     int tps_up[COLL_NTP];
+    /* the socket spin (coll_progress_once): messages in and out counted
+     * at the last turn, and when that count last moved */
+    uint64_t spin_msgs, spin_from_ns;
     coll_comm_t *comms;
     ev_timer tick;
     ev_async cancel_w; /* a comm was canceled from another thread */

@@ -547,12 +547,13 @@ static void test_collectives(void **state)
  * bits, and the same bits on every repetition, whatever the arrival order */
 /* The event loop's polls, counted: libev's epoll_wait resolves to this one
  * (the program exports it: tests/module.mk). */
-static unsigned long polls;
+static unsigned long polls, sleeps; /* sleeps: polls that may wait */
 
 __attribute__((visibility("default"))) int
 epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
 {
     polls++;
+    sleeps += timeout != 0;
     return epoll_pwait(epfd, ev, max, timeout, NULL);
 }
 
@@ -911,6 +912,55 @@ static int m_caps(int rank, void *arg)
     CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
     CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
     return 0;
+}
+
+/* A blocking wait over a socket transport polls without sleeping for
+ * SHARP_COLL_SOCK_SPIN_US after the last message (arg: the setting), and
+ * sleeps at once with 0.  Over shm the rings' own spin applies instead. */
+static int m_sock_spin(int rank, void *arg)
+{
+    const char *us = arg;
+    const char *tp = getenv("SHARP_AN_TRANSPORT");
+    int sockets = tp == NULL || strcmp(tp, "shm") != 0;
+    enum { OPS = 100 };
+    setenv("SHARP_COLL_SOCK_SPIN_US", us, 1);
+    become_host(rank);
+    CHECK(member_init(rank, NHOST, 1020 + (uint64_t)(atoi(us) > 0)) == 0,
+          "init");
+    CHECK(comm_of(&world_oob, &world) == 0, "comm_init");
+    float in = (float)rank, out = 0;
+    struct sharp_coll_reduce_spec sp;
+    memset(&sp, 0, sizeof(sp));
+    sp.sbuf_desc = buf_desc(&in, sizeof(in));
+    sp.rbuf_desc = buf_desc(&out, sizeof(out));
+    sp.dtype = SHARP_DTYPE_FLOAT;
+    sp.op = SHARP_OP_SUM;
+    sp.length = 1;
+    CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "allreduce");
+    unsigned long s0 = sleeps;
+    for (int i = 0; i < OPS; i++) {
+        CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "allreduce");
+        CHECK(out == (float)(NHOST * (NHOST - 1) / 2), "sum %g", out);
+    }
+    unsigned long slept = sleeps - s0;
+    if (sockets && atoi(us) > 0) {
+        /* 10 ms: far longer than an 8-byte allreduce takes here */
+        CHECK(slept <= OPS / 2, "%d waits spinning slept %lu times", OPS,
+              slept);
+    } else if (sockets) {
+        CHECK(slept >= OPS / 2, "%d waits not spinning slept only %lu times",
+              OPS, slept);
+    }
+    CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
+    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    return 0;
+}
+
+static void test_sock_spin(void **state)
+{
+    (void)state;
+    run_members(m_sock_spin, "10000", NHOST, NHOST);
+    run_members(m_sock_spin, "0", NHOST, NHOST);
 }
 
 static void test_caps(void **state)
@@ -1600,6 +1650,7 @@ int main(void)
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_repeatable),
         cmocka_unit_test(test_caps),
+        cmocka_unit_test(test_sock_spin),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_threads_unrequested),
         cmocka_unit_test(test_no_sharpd),
