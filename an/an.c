@@ -1180,6 +1180,7 @@ shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop)
     }
     an->tp.spin_ns = (uint64_t)an->cfg.spin_us * 1000;
     an->tp.wake_need = shp_an_wake_need;
+    an->tp.spin_many = an->cfg.spin_many;
     an->tp.wake_arg = an;
     an->tp.runs_free = 1; /* main() runs the loop until we stop */
     status = an->tp.ops->listen(&an->tp, an->cfg.listen, shp_an_on_accept);

@@ -43,6 +43,7 @@ typedef struct shp_an_config {
     char *advertise;
     int sched;        /* index into shp_an_scheds */
     unsigned spin_us; /* shm: look at the rings this long before sleeping */
+    int spin_many;    /* shm: spin also while waiting for several children */
 } shp_an_config_t;
 
 extern const char *const shp_an_transports[];

@@ -69,6 +69,11 @@ static const shp_config_opt_t shp_an_opts[] = {
      "shm transport: before sleeping, look at the rings this many "
      "microseconds, yielding the core between looks (0: sleep at once)",
      offsetof(shp_an_config_t, spin_us), &shp_cfg_uint, &shp_an_spin_range},
+    {"spin_many", "0",
+     "shm transport: spin (spin_us) also while waiting for several "
+     "children's data, not only for the last (hosts where a process switch "
+     "is cheap); 0: sleep until the last one rings",
+     offsetof(shp_an_config_t, spin_many), &shp_cfg_bool},
     {NULL}};
 
 static const shp_config_table_t shp_an_table = {

@@ -696,11 +696,12 @@ static void shm_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
         ready = shm_any_ready(priv);
         if (!ready) {
             /* a listener waiting for several contributions sleeps at
-             * once: one of them may arrive soon, not all of them */
+             * once unless told to spin for them too (spin_many): one of
+             * them may arrive soon, not all of them */
             need = priv->board != NULL && priv->tp->wake_need
                        ? priv->tp->wake_need(priv->tp->wake_arg)
                        : 1;
-            if (need <= 1) {
+            if (need <= 1 || priv->tp->spin_many) {
                 ready = shm_spin(priv);
             }
         }

@@ -114,6 +114,11 @@ struct shp_tp {
      * early is safe, waking late would delay it (see tp_shm.c). */
     uint32_t (*wake_need)(void *arg);
     void *wake_arg;
+    /* shm, a listener with wake_need: spin (spin_ns) also while it waits
+     * for several contributions, instead of sleeping at once on the board
+     * (pays where a process switch is cheap: the spin's yields hand the
+     * core to the members that owe them, and no wake-up is paid) */
+    int spin_many;
     shp_tp_stats_t stats;
     void *priv;
 };
