@@ -19,6 +19,10 @@
 
 #include <inttypes.h>
 #include <limits.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1157,6 +1161,86 @@ static uint32_t shp_an_wake_need(void *arg)
         }
     }
     return need == UINT_MAX || need == 0 ? 1 : need;
+}
+
+/* Messages in and out of both transports: the socket spin runs while this
+ * moves. */
+static uint64_t shp_an_msgs(const shp_an_t *an)
+{
+    return an->tp.stats.msgs_in + an->tp.stats.msgs_out +
+           an->mcast_tp.stats.msgs_in + an->mcast_tp.stats.msgs_out;
+}
+
+/* Whether no more processes are runnable than there are cores (this one
+ * counted), looked up at most once a millisecond: the fourth field of
+ * /proc/loadavg is the number runnable now.  Unknown: no. */
+static int shp_an_core_free(shp_an_t *an, uint64_t now)
+{
+    static long ncpu;
+    char b[128];
+
+    if (now - an->load_at < SHP_NSEC_PER_MSEC) {
+        return an->core_free;
+    }
+    an->load_at = now;
+    an->core_free = 0;
+    if (ncpu == 0) {
+        ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    }
+    ssize_t n =
+        an->loadavg_fd >= 0 ? pread(an->loadavg_fd, b, sizeof(b) - 1, 0) : -1;
+    unsigned long running;
+    if (n > 0) {
+        b[n] = '\0';
+        if (sscanf(b, "%*s %*s %*s %lu/", &running) == 1) {
+            an->core_free = ncpu > 0 && running <= (unsigned long)ncpu;
+        }
+    }
+    return an->core_free;
+}
+
+void shp_an_run(shp_an_t *an)
+{
+    uint64_t spin = (uint64_t)an->cfg.sock_spin_us * SHP_NSEC_PER_USEC;
+
+    an->stop = 0;
+    if (spin == 0 || an->tp.ops == &shp_tp_shm_ops) {
+        ev_run(an->loop, 0); /* shm spins in its own way (tp_shm.c) */
+        return;
+    }
+    an->loadavg_fd =
+        open(an->loadavg_path != NULL ? an->loadavg_path : "/proc/loadavg",
+             O_RDONLY | O_CLOEXEC);
+    an->load_at = 0;
+    /* over sockets: poll for sock_spin_us after the last message in or
+     * out, yielding the core when a poll brought nothing, then sleep (a
+     * sleeping AN lets its core halt, and the next child's message pays
+     * for waking it) */
+    uint64_t seen = shp_an_msgs(an), from = shp_time_ns();
+    while (!an->stop) {
+        uint64_t n = shp_an_msgs(an), now = shp_time_ns();
+        if (n != seen) {
+            seen = n;
+            from = now;
+        }
+        if (now - from < spin && shp_an_core_free(an, now)) {
+            ev_run(an->loop, EVRUN_NOWAIT);
+            if (shp_an_msgs(an) == n) {
+                sched_yield();
+            }
+        } else {
+            ev_run(an->loop, EVRUN_ONCE);
+        }
+    }
+    if (an->loadavg_fd >= 0) {
+        close(an->loadavg_fd);
+    }
+}
+
+void shp_an_quit(shp_an_t *an)
+{
+    an->stop = 1;
+    ev_break(an->loop, EVBREAK_ALL);
 }
 
 shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop)

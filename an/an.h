@@ -44,6 +44,7 @@ typedef struct shp_an_config {
     int sched;        /* index into shp_an_scheds */
     unsigned spin_us; /* shm: look at the rings this long before sleeping */
     int spin_many;    /* shm: spin also while waiting for several children */
+    unsigned sock_spin_us; /* tcp: poll this long after a message, then sleep */
 } shp_an_config_t;
 
 extern const char *const shp_an_transports[];
@@ -181,11 +182,21 @@ struct shp_an {
     double am_backoff;
     ev_timer am_timer;
     int stopping;
+    int stop; /* shp_an_run returns */
+    /* the socket spin's look at the machine (shp_an_run): /proc/loadavg,
+     * when it was read, whether a core was free then */
+    const char *loadavg_path; /* NULL: /proc/loadavg (tests: a file) */
+    int loadavg_fd;
+    uint64_t load_at;
+    int core_free;
 };
 
 /* an.c: the data path */
 SHP_WUR shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop);
 void shp_an_stop(shp_an_t *an);
+/* Run the loop until shp_an_quit. */
+void shp_an_run(shp_an_t *an);
+void shp_an_quit(shp_an_t *an);
 shp_an_group_t *shp_an_group_find(shp_an_t *an, uint32_t id);
 /* Create a group from an AM request; `why` explains a refusal. */
 SHP_WUR shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req,

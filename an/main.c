@@ -74,6 +74,13 @@ static const shp_config_opt_t shp_an_opts[] = {
      "children's data, not only for the last (hosts where a process switch "
      "is cheap); 0: sleep until the last one rings",
      offsetof(shp_an_config_t, spin_many), &shp_cfg_bool},
+    {"sock_spin_us", "200",
+     "tcp: after a message in or out, poll the sockets this many "
+     "microseconds, yielding the core between polls, while no more "
+     "processes are runnable than there are cores; then sleep (0: sleep "
+     "at once)",
+     offsetof(shp_an_config_t, sock_spin_us), &shp_cfg_uint,
+     &shp_an_spin_range},
     {NULL}};
 
 static const shp_config_table_t shp_an_table = {
@@ -84,7 +91,7 @@ static void shp_an_on_stop(void *arg, int signum)
     shp_an_t *an = arg;
 
     shp_info("signal %d: shutting down", signum);
-    ev_break(an->loop, EVBREAK_ALL);
+    shp_an_quit(an);
 }
 
 static void shp_an_on_reload(void *arg)
@@ -176,7 +183,7 @@ int main(int argc, char **argv)
     printf("sharp_an %s listening on %s\n", an.cfg.name, an.data_addr);
     fflush(stdout);
 
-    ev_run(loop, 0);
+    shp_an_run(&an);
 
     an.stopping = 1;
     ev_signal_stop(loop, &usr1);

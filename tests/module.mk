@@ -104,9 +104,11 @@ $(VERBS_TEST): $(OBJDIR)/tests/verbs/test_verbs.o $(COMMON_LIB)
 	$(call link_prog)
 
 # Unit tests of the aggregation node link the AN's data path, on their own
-# transport (shp_tp_find wrapped).
+# transport (shp_tp_find wrapped); epoll_wait exported: test_an_link counts
+# the loop's sleeps through it.
 $(filter $(TESTDIR)/unit/an/%,$(UNIT_TESTS)): $(call obj_of,an/an.c an/an_ctl.c)
-$(filter $(TESTDIR)/unit/an/%,$(UNIT_TESTS)): LDFLAGS += -Wl,--wrap=shp_tp_find
+$(filter $(TESTDIR)/unit/an/%,$(UNIT_TESTS)): LDFLAGS += -Wl,--wrap=shp_tp_find \
+	-Wl,--export-dynamic-symbol=epoll_wait
 
 # The recovery protocol of libsharp_mpi, with forked members (no MPI).
 $(filter $(TESTDIR)/unit/mpi/%,$(UNIT_TESTS)): $(call obj_of,mpi-coll/recover.c)

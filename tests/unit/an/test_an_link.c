@@ -8,6 +8,9 @@
 #include "common/ctl.h"
 
 #include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 const char *const shp_an_transports[] = {"tcp", NULL};
 
@@ -348,6 +351,86 @@ static void test_removal_after_leave_is_silent(void **state)
     shp_an_stop(&an);
 }
 
+/* The loop's polls that may sleep (timeout != 0), counted: libev's
+ * epoll_wait resolves to this one (the program exports it:
+ * tests/module.mk). */
+static unsigned long sleeps;
+
+__attribute__((visibility("default"))) int
+epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
+{
+    sleeps += timeout != 0;
+    return epoll_pwait(epfd, ev, max, timeout, NULL);
+}
+
+/* shp_an_run's socket spin: a message every 200 us (counted as the
+ * transport counts one), 50 of them, then quit; returns how many times
+ * the loop could sleep meanwhile. */
+static shp_an_t *run_an;
+static int run_ticks;
+
+static void tick_cb(struct ev_loop *l, ev_timer *w, int revents)
+{
+    (void)l;
+    (void)revents;
+    run_an->tp.stats.msgs_in++;
+    if (++run_ticks == 50) {
+        shp_an_quit(run_an);
+    } else { /* the next one 200 us from now: a loop turn each */
+        ev_timer_set(w, 0.0002, 0.);
+        ev_timer_start(l, w);
+    }
+}
+
+static unsigned long run_with(unsigned spin_us, const char *loadavg)
+{
+    static shp_an_t an;
+    static char path[] = "/tmp/sharp-test-loadavg.XXXXXX";
+    char p[sizeof(path)];
+    memcpy(p, path, sizeof(path));
+    int fd = mkstemp(p);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, loadavg, strlen(loadavg)),
+                     (ssize_t)strlen(loadavg));
+    close(fd);
+
+    memset(&an, 0, sizeof(an));
+    an.loop = loop;
+    an.cfg.sock_spin_us = spin_us;
+    an.loadavg_path = p;
+    assert_int_equal(shp_tp_init(&an.tp, &mem_ops, loop, 4096, NULL), SHP_OK);
+    run_an = &an;
+    run_ticks = 0;
+    ev_timer t;
+    ev_timer_init(&t, tick_cb, 0.0002, 0.);
+    ev_timer_start(loop, &t);
+    unsigned long s0 = sleeps;
+    shp_an_run(&an);
+    unsigned long slept = sleeps - s0;
+    assert_int_equal(run_ticks, 50);
+    shp_tp_cleanup(&an.tp);
+    unlink(p);
+    return slept;
+}
+
+/* Over sockets the AN polls, without sleeping, for sock_spin_us after each
+ * message while no more processes are runnable than there are cores; on
+ * a busy machine, or with 0, it sleeps between messages. */
+static void test_run_spins_while_a_core_is_free(void **state)
+{
+    (void)state;
+    unsigned long free_ = run_with(10000, "0.10 0.10 0.10 1/80 4242\n");
+    unsigned long busy = run_with(10000, "9.00 9.00 9.00 4000/4100 4242\n");
+    unsigned long off = run_with(0, "0.10 0.10 0.10 1/80 4242\n");
+    print_message("50 messages 200 us apart: the loop could sleep %lu times "
+                  "spinning with a core free, %lu on a busy machine, %lu "
+                  "not spinning\n",
+                  free_, busy, off);
+    assert_true(free_ <= 5);
+    assert_true(busy >= 45); /* each message a turn, each turn a sleep */
+    assert_true(off >= 45);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -355,6 +438,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_member_joins_twice),
         cmocka_unit_test(test_removed_group_fails_its_members),
         cmocka_unit_test(test_removal_after_leave_is_silent),
+        cmocka_unit_test(test_run_spins_while_a_core_is_free),
     };
 
     /* freed memory filled with 0x5a, no per-thread cache that skips it:
