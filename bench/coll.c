@@ -155,7 +155,6 @@ int main(int argc, char **argv)
     for (int k = 0; k < NSIZES; k++) {
         printf("  %9zu %12.1f %10.1f\n", sizes[k], us[k], us[k] / rtt);
     }
-    printf("  one loopback TCP round trip (8 B ping-pong): %.1f us\n", rtt);
     printf("RESULT coll_8B_np8_over_rtt=%.2f\n", us[0] / rtt);
     return 0;
 }
