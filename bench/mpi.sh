@@ -17,7 +17,12 @@
 #          mpi_layer_ns=.. mpi_allreduce_8B_np8_shm_vs_shm=..
 #          mpi_allreduce_8B_np16_shm_vs_shm=..
 # (sharp over tcp/udp against Open MPI over TCP, sharp over shm against
-# Open MPI over shared memory; a ratio below 1 is sharp faster).  SHARP_BENCH_SCALE=0.2 runs a fifth of the iterations.
+# Open MPI over shared memory; a ratio below 1 is sharp faster).
+#
+# SHARP_BENCH_ROUNDS (default 3): the four ways run this many times,
+# alternated; every figure printed is a median over the rounds.
+# SHARP_BENCH_SCALE (default 0.5): the fraction of bench_mpi_lat's
+# iterations each run makes (1: 1500 at <= 4 KiB).
 set -euo pipefail
 O=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,7 +30,7 @@ BIN=$(cd "$O/bin" && pwd)
 LIB=$(cd "$O/lib" && pwd)
 DIR=$(mktemp -d /tmp/sharp-bench-mpi.XXXXXX)
 trap '"$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null 2>&1; rm -rf "$DIR"' EXIT
-export SHARP_BENCH_SCALE=${SHARP_BENCH_SCALE:-1}
+export SHARP_BENCH_SCALE=${SHARP_BENCH_SCALE:-0.5}
 run() { # NP, then mpirun arguments
     local np=$1
     shift
@@ -54,33 +59,60 @@ table() { # TITLE SHARP SHARP_SHM TCP SHM
 val() { # FILE OP BYTES COLUMN
     awk -v o="$2" -v b="$3" -v c="$4" '$1 == o && $2 == b { print $c }' "$1"
 }
+median() { # the median of the numbers on standard input, one a line
+    sort -g | awk '{ v[NR] = $1 } END { if (!NR) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+median_rows() { # FILE...: bench_mpi_lat's lines, each number the median over the files
+    local f op bytes c
+    awk '{ print $1, $2 }' "$1" | while read -r op bytes; do
+        printf '%s %s' "$op" "$bytes"
+        for c in 3 4 5; do
+            printf ' %s' "$(for f in "$@"; do val "$f" "$op" "$bytes" "$c"; done | median)"
+        done
+        echo
+    done
+}
 
+# Each round runs the four ways at np 8 and 16 back to back; a cell of the
+# tables is the median over the rounds, a RESULT ratio the median of the
+# rounds' own ratios (sharp and Open MPI minutes apart on a shared host
+# drift more than either does within a round)
+ROUNDS=${SHARP_BENCH_ROUNDS:-3}
+for round in $(seq "$ROUNDS"); do
+    for np in 8 16; do
+        if [ "$np" = 8 ]; then
+            cp "$SRC/examples/fat-tree-2l.ibnd" "$DIR/topo.ibnd"
+        else
+            "$BIN/sharp-topo" fat-tree --radix 8 --hosts 16 >"$DIR/topo.ibnd"
+        fi
+        "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/topo.ibnd" --net 127.20 >/dev/null
+        # np 8: the MPI layer's own cost, measured by a shim in front of it
+        PRELOAD=
+        [ "$np" = 8 ] && PRELOAD="$LIB/bench_mpi_layer.so"
+        PRELOAD=$PRELOAD sharp_run "$np" "$DIR/sharp$np.$round"
+        "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
+        SHARP_AN_TRANSPORT=shm "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/topo.ibnd" \
+            --net 127.20 >/dev/null
+        PRELOAD= sharp_run "$np" "$DIR/sharpshm$np.$round"
+        "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
+        run "$np" --mca btl tcp,self "$BIN/bench_mpi_lat" >"$DIR/tcp$np.$round"
+        run "$np" --mca btl self,vader "$BIN/bench_mpi_lat" >"$DIR/shm$np.$round"
+    done
+done
+for f in sharp sharpshm tcp shm; do
+    for np in 8 16; do
+        median_rows $(for k in $(seq "$ROUNDS"); do echo "$DIR/$f$np.$k"; done) \
+            >"$DIR/$f$np.txt"
+    done
+done
 for np in 8 16; do
-    if [ "$np" = 8 ]; then
-        cp "$SRC/examples/fat-tree-2l.ibnd" "$DIR/topo.ibnd"
-    else
-        "$BIN/sharp-topo" fat-tree --radix 8 --hosts 16 >"$DIR/topo.ibnd"
-    fi
-    "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/topo.ibnd" --net 127.20 >/dev/null
-    # np 8: the MPI layer's own cost, measured by a shim in front of it
-    PRELOAD=
-    [ "$np" = 8 ] && PRELOAD="$LIB/bench_mpi_layer.so"
-    PRELOAD=$PRELOAD sharp_run "$np" "$DIR/sharp$np.txt"
-    "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
-    SHARP_AN_TRANSPORT=shm "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/topo.ibnd" \
-        --net 127.20 >/dev/null
-    PRELOAD= sharp_run "$np" "$DIR/sharpshm$np.txt"
-    "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
-    run "$np" --mca btl tcp,self "$BIN/bench_mpi_lat" >"$DIR/tcp$np.txt"
-    run "$np" --mca btl self,vader "$BIN/bench_mpi_lat" >"$DIR/shm$np.txt"
-    table "MPI_Allreduce, MPI_Iallreduce (+ MPI_Wait; float sum) and MPI_Barrier, $np ranks, one per host" \
+    table "MPI_Allreduce, MPI_Iallreduce (+ MPI_Wait; float sum) and MPI_Barrier, $np ranks, one per host (medians of $ROUNDS rounds)" \
         "$DIR/sharp$np.txt" "$DIR/sharpshm$np.txt" "$DIR/tcp$np.txt" "$DIR/shm$np.txt"
     echo
 done
-layer=$(sed -n "s/.*MPI layer's own cost: \([0-9.]*\) ns.*/\1/p" "$DIR/sharp8.txt.err" | sort -n |
-    awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : "nan" }')
+layer=$(cat "$DIR"/sharp8.[0-9]*.err | sed -n "s/.*MPI layer's own cost: \([0-9.]*\) ns.*/\1/p" | median)
 echo "The MPI layer's own cost per offloaded call (libsharp_mpi minus the"
-echo "libsharp_coll call it makes; median of the 8 ranks): $layer ns"
+echo "libsharp_coll call it makes; median of the 8 ranks of every round): $layer ns"
 echo "Every process shares 2 cores: sharp's AN and the ranks, or Open MPI's"
 echo "ranks. Compare like with like: sharp tcp with ompi tcp (the same"
 echo "loopback network), sharp shm with ompi shm (vader)."
@@ -99,10 +131,14 @@ printf '%-10s %9s %12s %12s %8s\n' op bytes "per node" "per process" ratio
 paste "$DIR/aggr1.txt" "$DIR/aggr0.txt" |
     awk '{ printf "%-10s %9s %12.1f %12.1f %8.2f\n", $1, $2, $3, $8, $3 / $8 }'
 
-r() { # OP BYTES NP COLUMN [SHARP MPI]: sharp / Open MPI (tcp by default)
-    awk -v s="$(val "$DIR/${5:-sharp}$3.txt" "$1" "$2" "$4")" \
-        -v t="$(val "$DIR/${6:-tcp}$3.txt" "$1" "$2" "$4")" \
-        'BEGIN { printf "%.2f", s / t }'
+r() { # OP BYTES NP COLUMN [SHARP MPI]: sharp / Open MPI (tcp by default),
+    # the median of the rounds' ratios
+    local k
+    for k in $(seq "$ROUNDS"); do
+        awk -v s="$(val "$DIR/${5:-sharp}$3.$k" "$1" "$2" "$4")" \
+            -v t="$(val "$DIR/${6:-tcp}$3.$k" "$1" "$2" "$4")" \
+            'BEGIN { if (s != "" && t > 0) print s / t }'
+    done | median | awk '{ printf "%.2f", $1 }'
 }
 echo "RESULT mpi_allreduce_8B_np8_vs_tcp=$(r allreduce 8 8 3)" \
     "mpi_allreduce_8B_np16_vs_tcp=$(r allreduce 8 16 3)" \
