@@ -733,6 +733,30 @@ static void shp_config_env_name(const shp_config_table_t *table,
     buf[n < len ? n : len - 1] = '\0';
 }
 
+/* `text` as "# " comment lines of at most 78 columns, broken between
+ * words: the file parser (inih) splits longer lines, and the rest of a
+ * long comment would then be read as an option */
+static void shp_config_comment(FILE *stream, const char *text)
+{
+    const char *p = text;
+
+    while (*p != '\0') {
+        size_t len = strlen(p), cut = len;
+        if (len > 76) {
+            for (cut = 76; cut > 0 && p[cut] != ' '; cut--) {
+            }
+            if (cut == 0) { /* one word longer than a line */
+                cut = strcspn(p, " ");
+            }
+        }
+        fprintf(stream, "# %.*s\n", (int)cut, p);
+        p += cut;
+        while (*p == ' ') {
+            p++;
+        }
+    }
+}
+
 void shp_config_dump(const shp_config_table_t *table, const void *obj,
                      FILE *stream, unsigned flags)
 {
@@ -749,17 +773,23 @@ void shp_config_dump(const shp_config_table_t *table, const void *obj,
         o->parser->format((const char *)obj + o->offset, o->arg, value,
                           sizeof(value));
         if (flags & SHP_CONFIG_DUMP_DOC) {
-            fprintf(stream, "\n# %s", o->doc);
+            char doc[2048];
+            int n = snprintf(doc, sizeof(doc), "%s", o->doc);
             if (o->parser == &shp_cfg_enum) {
                 const char *const *names = o->arg;
-                int i;
-                fprintf(stream, " (");
-                for (i = 0; names[i] != NULL; i++) {
-                    fprintf(stream, "%s%s", i ? "|" : "", names[i]);
+                for (int i = 0;
+                     names[i] != NULL && n > 0 && (size_t)n < sizeof(doc);
+                     i++) {
+                    n += snprintf(doc + n, sizeof(doc) - (size_t)n, "%s%s",
+                                  i ? "|" : " (", names[i]);
                 }
-                fprintf(stream, ")");
+                if (n > 0 && (size_t)n < sizeof(doc)) {
+                    snprintf(doc + n, sizeof(doc) - (size_t)n, ")");
+                }
             }
-            fprintf(stream, "\n# type: %s, default: %s\n", o->parser->type_name,
+            fputc('\n', stream);
+            shp_config_comment(stream, doc);
+            fprintf(stream, "# type: %s, default: %s\n", o->parser->type_name,
                     o->defval[0] != '\0' ? o->defval : "(empty)");
         }
         if (flags & SHP_CONFIG_DUMP_ENV) {

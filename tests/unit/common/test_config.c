@@ -34,7 +34,14 @@ static const shp_config_opt_t opts[] = {
      &shp_cfg_size},
     {"timeout", "5s", "peer timeout", offsetof(cfg_t, timeout_ms),
      &shp_cfg_time},
-    {"ratio", "0.5", "a ratio", offsetof(cfg_t, ratio), &shp_cfg_double},
+    /* a doc longer than a line of the file parser (inih splits what is
+     * longer): the dump must wrap it, or its tail would load as an option */
+    {"ratio", "0.5",
+     "a ratio, documented at length as some options are: what it is for, "
+     "when it applies and when not, what its unit is and what the default "
+     "does on a host of its own; only on some hosts; 0: off, any other "
+     "value: on, as the sentence that ends here says",
+     offsetof(cfg_t, ratio), &shp_cfg_double},
     {"transport", "tcp", "data transport", offsetof(cfg_t, transport),
      &shp_cfg_enum, transports},
     {"log_level", "info", "log level", offsetof(cfg_t, level),
