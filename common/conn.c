@@ -9,11 +9,16 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #define SHP_CONN_RBUF_MIN (64 * 1024)
+/* SO_RCVLOWAT of a quiet connection: more than a peer sends between two
+ * reads of its owner (one message); if that many bytes ever wait, they wake
+ * the loop as usual (TCP also grows the receive buffer to hold them) */
+#define SHP_CONN_QUIET_LOWAT (256 * 1024)
 
 static void shp_conn_read_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void shp_conn_write_cb(struct ev_loop *loop, ev_io *w, int revents);
@@ -386,6 +391,24 @@ static void shp_conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     }
 }
 
+shp_status_t shp_conn_set_quiet(shp_conn_t *conn, int quiet)
+{
+    int v = quiet ? SHP_CONN_QUIET_LOWAT : 1;
+
+    if (conn->fd < 0 ||
+        setsockopt(conn->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) != 0) {
+        return SHP_ERR_UNSUPPORTED;
+    }
+    return SHP_OK;
+}
+
+void shp_conn_pull(shp_conn_t *conn)
+{
+    if (conn->state == SHP_CONN_OPEN && conn->fd >= 0) {
+        shp_conn_read_cb(conn->loop, &conn->rio, EV_READ);
+    }
+}
+
 /* Bytes from the peer wait in the socket.  A process that did not run for
  * longer than the keepalive (stopped, or starved of CPU) finds its timers
  * and its input due at once, and libev runs the timers first: the peer
@@ -393,8 +416,13 @@ static void shp_conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 static int shp_conn_input_waits(const shp_conn_t *conn)
 {
     struct pollfd pf = {.fd = conn->fd, .events = POLLIN};
+    int queued = 0;
 
-    return conn->fd >= 0 && poll(&pf, 1, 0) == 1 && (pf.revents & POLLIN);
+    /* a quiet socket (shp_conn_set_quiet) is not readable to poll below
+     * its low-water mark: ask how many bytes wait */
+    return conn->fd >= 0 &&
+           ((poll(&pf, 1, 0) == 1 && (pf.revents & POLLIN)) ||
+            (ioctl(conn->fd, FIONREAD, &queued) == 0 && queued > 0));
 }
 
 static void shp_conn_ka_cb(struct ev_loop *loop, ev_timer *w, int revents)

@@ -106,6 +106,18 @@ SHP_WUR shp_status_t shp_conn_send(shp_conn_t *conn, const void *a, size_t alen,
 /* Write what is queued now (normally done before the loop sleeps). */
 void shp_conn_flush(shp_conn_t *conn);
 
+/* Quiet (1): the peer's bytes no longer wake the loop (SO_RCVLOWAT set
+ * far above what one peer sends between two reads: the kernel neither
+ * reports the socket readable nor wakes a waiter for them); a closed or
+ * reset connection still does.  The owner reads them with shp_conn_pull.
+ * 0: back to normal (the kernel reports what waits at once).  Stream
+ * sockets (TCP) only; SHP_ERR_UNSUPPORTED where the socket refuses. */
+shp_status_t shp_conn_set_quiet(shp_conn_t *conn, int quiet);
+
+/* Read what the peer sent, as if the socket had been reported readable
+ * (one recv, frames dispatched).  May close the connection (on_close). */
+void shp_conn_pull(shp_conn_t *conn);
+
 /* Close: stops watchers, closes the socket, frees buffers, then calls
  * on_close(reason) (deferred while inside on_frame).  Idempotent. */
 void shp_conn_close(shp_conn_t *conn, shp_status_t reason);

@@ -1151,4 +1151,6 @@ const shp_tp_ops_t shp_tp_shm_ops = {
     .mcast_join = shp_tp_stub_ep,
     .mcast_sender = shp_tp_stub_ep,
     .dump = shm_dump,
+    .quiet = shp_tp_stub_quiet,
+    .pull = shp_tp_stub_pull,
 };

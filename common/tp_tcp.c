@@ -220,6 +220,16 @@ static void shp_tcp_close(shp_tp_ep_t *base)
     shp_conn_close(&ep->conn, SHP_ERR_CANCELED);
 }
 
+static shp_status_t shp_tcp_quiet(shp_tp_ep_t *base, int on)
+{
+    return shp_conn_set_quiet(&((shp_tcp_ep_t *)base)->conn, on);
+}
+
+static void shp_tcp_pull(shp_tp_ep_t *base)
+{
+    shp_conn_pull(&((shp_tcp_ep_t *)base)->conn);
+}
+
 const shp_tp_ops_t shp_tp_tcp_ops = {
     .name = "tcp",
     .init = shp_tcp_init,
@@ -232,4 +242,6 @@ const shp_tp_ops_t shp_tp_tcp_ops = {
     .mcast_join = shp_tp_stub_ep,
     .mcast_sender = shp_tp_stub_ep,
     .dump = shp_tp_stub_dump,
+    .quiet = shp_tcp_quiet,
+    .pull = shp_tcp_pull,
 };

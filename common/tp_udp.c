@@ -296,4 +296,6 @@ const shp_tp_ops_t shp_tp_udp_ops = {
     .mcast_join = shp_udp_mcast_join,
     .mcast_sender = shp_udp_mcast_sender,
     .dump = shp_tp_stub_dump,
+    .quiet = shp_tp_stub_quiet,
+    .pull = shp_tp_stub_pull,
 };

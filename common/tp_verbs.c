@@ -885,4 +885,6 @@ const shp_tp_ops_t shp_tp_verbs_ops = {
     .mcast_join = vb_mcast_join,
     .mcast_sender = vb_mcast_sender,
     .dump = vb_dump,
+    .quiet = shp_tp_stub_quiet,
+    .pull = shp_tp_stub_pull,
 };

@@ -109,6 +109,18 @@ void shp_tp_stub_dump(shp_tp_t *tp)
     (void)tp;
 }
 
+shp_status_t shp_tp_stub_quiet(shp_tp_ep_t *ep, int on)
+{
+    (void)ep;
+    (void)on;
+    return SHP_ERR_UNSUPPORTED;
+}
+
+void shp_tp_stub_pull(shp_tp_ep_t *ep)
+{
+    (void)ep;
+}
+
 shp_status_t shp_tp_stub_listen(shp_tp_t *tp, const char *addr,
                                 shp_tp_accept_cb_t on_accept)
 {

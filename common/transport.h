@@ -79,6 +79,13 @@ typedef struct shp_tp_ops {
                                  shp_tp_ep_t **ep);
     /* log the state of every endpoint (diagnostics, SIGUSR1) */
     void (*dump)(shp_tp_t *tp);
+    /* quiet (1): the peer's messages stop waking the loop (they wait,
+     * read by `pull`); a lost connection still wakes it.  0: as before.
+     * SHP_ERR_UNSUPPORTED where the provider cannot (only tcp can) */
+    shp_status_t (*quiet)(shp_tp_ep_t *ep, int on);
+    /* deliver what the peer sent and waits (a quiet endpoint's messages);
+     * may close the endpoint (on_close) */
+    void (*pull)(shp_tp_ep_t *ep);
 } shp_tp_ops_t;
 
 struct shp_tp {
@@ -169,6 +176,8 @@ shp_status_t shp_tp_stub_ep(shp_tp_t *tp, const char *addr,
 shp_status_t shp_tp_stub_send(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
                               const void *payload);
 void shp_tp_stub_close(shp_tp_ep_t *ep);
+shp_status_t shp_tp_stub_quiet(shp_tp_ep_t *ep, int on);
+void shp_tp_stub_pull(shp_tp_ep_t *ep);
 
 extern const shp_tp_ops_t shp_tp_tcp_ops;
 extern const shp_tp_ops_t shp_tp_udp_ops;

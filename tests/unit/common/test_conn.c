@@ -389,6 +389,57 @@ static void test_tcp_connect(void **state)
     shp_listener_stop(&l);
 }
 
+/* A quiet connection (the AN's children but one, while it sleeps): what
+ * the peer sends neither wakes the loop nor is read until pulled, in order;
+ * lowering the mark reports what waits; the peer's close still wakes it. */
+static void test_tcp_quiet(void **state)
+{
+    shp_listener_t l;
+    shp_sockaddr_t addr;
+    server_t s;
+    peer_t c;
+    int never = 0;
+
+    (void)state;
+    memset(&s, 0, sizeof(s));
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(shp_sockaddr_parse("127.0.0.1:0", 0, &addr), SHP_OK);
+    assert_int_equal(shp_listener_start(&l, loop, &addr, on_accept, &s),
+                     SHP_OK);
+    shp_conn_init(&c.conn, loop, &peer_ops, &c, SHP_CTL_MAX_FRAME);
+    assert_int_equal(shp_conn_connect(&c.conn, &l.addr, NULL), SHP_OK);
+    send_n(&c, 0);
+    assert_true(run_until(&s.peers[0].msgs, 2));
+    peer_t *q = &s.peers[0];
+
+    assert_int_equal(shp_conn_set_quiet(&q->conn, 1), SHP_OK);
+    for (int64_t n = 1; n <= 3; n++) {
+        send_n(&c, n);
+    }
+    run_until(&never, 0.1); /* the client writes; the server reads nothing */
+    assert_int_equal(q->msgs, 1);
+    shp_conn_pull(&q->conn);
+    assert_int_equal(q->msgs, 4);
+    assert_int_equal(q->bad_order, 0);
+
+    send_n(&c, 4);
+    run_until(&never, 0.1);
+    assert_int_equal(q->msgs, 4);
+    assert_int_equal(shp_conn_set_quiet(&q->conn, 0), SHP_OK);
+    run_until(&never, 0.05);
+    assert_int_equal(q->msgs, 5); /* loud again: reported at once */
+
+    assert_int_equal(shp_conn_set_quiet(&q->conn, 1), SHP_OK);
+    send_n(&c, 5);
+    shp_conn_flush(&c.conn);
+    shp_conn_close(&c.conn, SHP_OK);
+    /* the close wakes the quiet side, which reads what came before it */
+    assert_true(run_until(&q->closes, 2));
+    assert_int_equal(q->msgs, 6);
+    assert_int_equal(q->bad_order, 0);
+    shp_listener_stop(&l);
+}
+
 /* Found by fuzzing the AN (tests/fuzz/fuzz_an): a send that fails in
  * on_connect closes the connection there; on_close (which may free it)
  * ran inside on_connect, and conn.c read the connection afterwards. */
@@ -548,6 +599,7 @@ int main(void)
         T(test_keepalive_alive_peer),
         T(test_close_inside_frame),
         T(test_tcp_connect),
+        T(test_tcp_quiet),
         T(test_close_inside_connect),
         T(test_tcp_refused),
         T(test_queue_limit),
