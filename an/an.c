@@ -73,6 +73,7 @@ static void shp_an_link_free(shp_an_link_t *l)
     shp_an_t *an = l->an;
     shp_an_link_t **pp;
 
+    an->nquiet -= l->quiet != 0;
     for (pp = &an->links; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == l) {
             *pp = l->next;
@@ -1199,23 +1200,172 @@ static int shp_an_core_free(shp_an_t *an, uint64_t now)
     return an->core_free;
 }
 
+/* Quiet links (tcp) --------------------------------------------------------
+ *
+ * A sleeping AN is woken by every child's message, and an operation
+ * completes only with the last one: with 8 children, 8 wake-ups (each a
+ * pair of context switches on a shared core) where one would do.  So while
+ * the AN sleeps, the links of its group's children are quiet (the socket
+ * reports nothing below a low-water mark far above one message; see
+ * shp_conn_set_quiet) except one, the sentinel: a child that still owes the
+ * oldest unfolded operation, which therefore cannot complete before its
+ * message comes.  When anything wakes the AN, it reads every quiet link
+ * (pull), in fold order.  The sentinel stays while it owes; when it sent
+ * and others still owe, one of them takes its place: a wrong guess costs a
+ * wake-up, never a delay.  A lost connection
+ * still wakes the AN; any other message on a quiet link (a retransmit
+ * request, a leave) waits at most SHP_AN_QUIET_WAKE_NS, and after
+ * SHP_AN_QUIET_IDLE_NS without a message every link is loud again. */
+#define SHP_AN_QUIET_WAKE_NS (2 * SHP_NSEC_PER_MSEC)
+#define SHP_AN_QUIET_IDLE_NS (20 * SHP_NSEC_PER_MSEC)
+
+/* The group whose children may be quiet: the AN's only one, sound, every
+ * child on a link of its own and at most one operation ahead of the oldest
+ * unfolded one (then the ones that owe it are the only news that can
+ * complete anything).  NULL: every link is loud. */
+static shp_an_group_t *shp_an_quiet_group(shp_an_t *an)
+{
+    shp_an_group_t *g = an->groups;
+
+    if (!an->cfg.quiet_links || an->ngroups != 1 || g == NULL || g->failed ||
+        g->nleft > 0 || g->nchildren < 2 || an->tp.ops->quiet == NULL ||
+        an->tp.ops->pull == NULL) {
+        return NULL;
+    }
+    for (unsigned i = 0; i < g->nchildren; i++) {
+        const shp_an_child_t *c = &g->children[i];
+        int32_t ahead = shp_seq_diff(c->next_seq, g->folded);
+        if (c->link == NULL || c->link->ep == NULL || c->link->is_parent ||
+            c->link->ngroups != 1 || ahead < 0 || ahead > 1) {
+            return NULL;
+        }
+    }
+    return g;
+}
+
+/* g's sentinel: the one of before while it owes the oldest operation (it
+ * was the last to send the operations before: the slowest stays the
+ * slowest, most often), else the first child that owes it;
+ * g->nchildren if none does */
+static unsigned shp_an_quiet_sentinel(const shp_an_group_t *g)
+{
+    if (g->sentinel < g->nchildren &&
+        g->children[g->sentinel].next_seq == g->folded) {
+        return g->sentinel;
+    }
+    for (unsigned i = 0; i < g->nchildren; i++) {
+        if (g->children[i].next_seq == g->folded) {
+            return i;
+        }
+    }
+    return g->nchildren;
+}
+
+static void shp_an_quiet_set(shp_an_link_t *l, int on)
+{
+    if (l->quiet == on || l->ep == NULL) {
+        return;
+    }
+    if (!on) {
+        (void)l->ep->tp->ops->quiet(l->ep, 0);
+        l->quiet = 0;
+        l->an->nquiet--;
+    } else if (l->ep->tp->ops->quiet(l->ep, 1) == SHP_OK) {
+        l->quiet = 1;
+        l->an->nquiet++;
+    }
+}
+
+/* Before a sleep: the children of g but its sentinel quiet, every other
+ * link loud (g NULL: all) */
+/* whether l may be quiet while g's sentinel wakes us */
+static int shp_an_quiet_may(const shp_an_link_t *l, const shp_an_group_t *g)
+{
+    return g != NULL && !l->is_parent && l->ngroups == 1 &&
+           l->groups[0] == g->id;
+}
+
+static void shp_an_quiet_plan(shp_an_t *an, shp_an_group_t *g)
+{
+    const shp_an_link_t *wake = NULL;
+
+    if (g != NULL) {
+        g->sentinel = shp_an_quiet_sentinel(g);
+        if (g->sentinel < g->nchildren) {
+            wake = g->children[g->sentinel].link;
+        } else {
+            g = NULL;
+        }
+    }
+    if (g == NULL && an->nquiet == 0) {
+        return;
+    }
+    for (shp_an_link_t *l = an->links; l != NULL; l = l->next) {
+        shp_an_quiet_set(l, l != wake && shp_an_quiet_may(l, g));
+    }
+}
+
+/* After a wake-up: what waits on the quiet links, the group's children in
+ * fold order (a payload ahead of its turn is copied), then any other */
+static void shp_an_quiet_pull(shp_an_t *an)
+{
+    shp_an_group_t *g = an->ngroups == 1 ? an->groups : NULL;
+
+    if (an->nquiet == 0) {
+        return;
+    }
+    if (g != NULL) {
+        uint32_t id = g->id;
+        for (unsigned i = 0; i < g->nchildren; i++) {
+            shp_an_link_t *l = g->children[i].link;
+            if (l != NULL && l->quiet && l->ep != NULL) {
+                uint64_t in = an->tp.stats.msgs_in;
+                l->ep->tp->ops->pull(l->ep); /* may free l */
+                an->stats.quiet_msgs += an->tp.stats.msgs_in - in;
+                if ((g = shp_an_group_find(an, id)) == NULL) {
+                    break;
+                }
+            }
+        }
+    }
+    /* any other (its group gone or changed since the plan): loud again,
+     * so that the loop reports what it holds */
+    for (shp_an_link_t *l = an->links; an->nquiet > 0 && l != NULL;
+         l = l->next) {
+        if (l->quiet && !shp_an_quiet_may(l, g)) {
+            shp_an_quiet_set(l, 0);
+        }
+    }
+}
+
+static void shp_an_quiet_wake_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents; /* ending the loop's turn is all it is for */
+}
+
 void shp_an_run(shp_an_t *an)
 {
     uint64_t spin = (uint64_t)an->cfg.sock_spin_us * SHP_NSEC_PER_USEC;
 
     an->stop = 0;
-    if (spin == 0 || an->tp.ops == &shp_tp_shm_ops) {
+    if (an->tp.ops == &shp_tp_shm_ops) {
         ev_run(an->loop, 0); /* shm spins in its own way (tp_shm.c) */
         return;
     }
-    an->loadavg_fd =
-        open(an->loadavg_path != NULL ? an->loadavg_path : "/proc/loadavg",
-             O_RDONLY | O_CLOEXEC);
+    an->loadavg_fd = spin == 0
+                         ? -1
+                         : open(an->loadavg_path != NULL ? an->loadavg_path
+                                                         : "/proc/loadavg",
+                                O_RDONLY | O_CLOEXEC);
     an->load_at = 0;
+    ev_init(&an->quiet_wake, shp_an_quiet_wake_cb);
+    an->quiet_wake.repeat = (double)SHP_AN_QUIET_WAKE_NS / 1e9;
     /* over sockets: poll for sock_spin_us after the last message in or
      * out, yielding the core when a poll brought nothing, then sleep (a
      * sleeping AN lets its core halt, and the next child's message pays
-     * for waking it) */
+     * for waking it: one child's only, with quiet links) */
     uint64_t seen = shp_an_msgs(an), from = shp_time_ns();
     while (!an->stop) {
         uint64_t n = shp_an_msgs(an), now = shp_time_ns();
@@ -1223,14 +1373,28 @@ void shp_an_run(shp_an_t *an)
             seen = n;
             from = now;
         }
-        if (now - from < spin && shp_an_core_free(an, now)) {
+        if (spin != 0 && now - from < spin && shp_an_core_free(an, now)) {
+            shp_an_quiet_plan(an, NULL);
             ev_run(an->loop, EVRUN_NOWAIT);
             if (shp_an_msgs(an) == n) {
                 sched_yield();
             }
-        } else {
-            ev_run(an->loop, EVRUN_ONCE);
+            continue;
         }
+        shp_an_quiet_plan(an, now - from < SHP_AN_QUIET_IDLE_NS
+                                  ? shp_an_quiet_group(an)
+                                  : NULL);
+        if (an->nquiet > 0) {
+            ev_timer_again(an->loop, &an->quiet_wake);
+        } else if (ev_is_active(&an->quiet_wake)) {
+            ev_timer_stop(an->loop, &an->quiet_wake);
+        }
+        ev_run(an->loop, EVRUN_ONCE);
+        shp_an_quiet_pull(an);
+    }
+    shp_an_quiet_plan(an, NULL);
+    if (ev_is_active(&an->quiet_wake)) {
+        ev_timer_stop(an->loop, &an->quiet_wake);
     }
     if (an->loadavg_fd >= 0) {
         close(an->loadavg_fd);
@@ -1344,7 +1508,7 @@ json_t *shp_an_stats_json(const shp_an_t *an)
     }
     json_t *r = json_pack(
         "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-        "s:I, s:I, s:I, s:I, s:I}",
+        "s:I, s:I, s:I, s:I, s:I, s:I}",
         "groups", (json_int_t)an->ngroups, "trees", (json_int_t)an->ntrees,
         "join_early", (json_int_t)s->join_early, "ops", (json_int_t)s->ops,
         "results", (json_int_t)s->results, "mcast_sent",
@@ -1357,7 +1521,8 @@ json_t *shp_an_stats_json(const shp_an_t *an)
         (json_int_t)(s->err_malformed + an->tp.stats.malformed), "err_protocol",
         (json_int_t)s->err_protocol, "groups_failed",
         (json_int_t)s->groups_failed, "links_lost", (json_int_t)s->links_lost,
-        "bytes_in", (json_int_t)an->tp.stats.bytes_in);
+        "bytes_in", (json_int_t)an->tp.stats.bytes_in, "quiet_msgs",
+        (json_int_t)s->quiet_msgs);
     if (r != NULL) {
         json_object_set_new(r, "exact_ops", exact);
     } else {

@@ -45,6 +45,7 @@ typedef struct shp_an_config {
     unsigned spin_us; /* shm: look at the rings this long before sleeping */
     int spin_many;    /* shm: spin also while waiting for several children */
     unsigned sock_spin_us; /* tcp: poll this long after a message, then sleep */
+    int quiet_links;       /* tcp: one child owing an operation wakes us */
 } shp_an_config_t;
 
 extern const char *const shp_an_transports[];
@@ -65,6 +66,7 @@ typedef struct shp_an_link {
     int connected;
     int in_connect; /* on_connect runs: a close there leaves the free to it */
     uint16_t tree_id;
+    int quiet; /* its messages wait until pulled (shp_an_run) */
     char addr[64];
     uint32_t *groups; /* ids of the groups this link is part of */
     unsigned ngroups, cap_groups;
@@ -125,7 +127,8 @@ struct shp_an_group {
     shp_tp_ep_t *mcast_tx;
     unsigned osts;
     uint32_t payload;
-    uint32_t folded; /* operations fully folded here, in order */
+    uint32_t folded;   /* operations fully folded here, in order */
+    unsigned sentinel; /* the child whose link wakes us (quiet links) */
     unsigned nslots;
     shp_an_slot_t *slots;
     uint8_t **free_bufs; /* recycled payload copies */
@@ -155,6 +158,7 @@ typedef struct shp_an_stats {
         err_malformed, err_protocol;
     uint64_t groups_failed;
     uint64_t links_lost;
+    uint64_t quiet_msgs; /* messages read from quiet links (shp_an_run) */
 } shp_an_stats_t;
 
 struct shp_an {
@@ -189,6 +193,9 @@ struct shp_an {
     int loadavg_fd;
     uint64_t load_at;
     int core_free;
+    unsigned nquiet; /* links quiet now */
+    ev_timer
+        quiet_wake; /* a sleep with quiet links ends by this at the latest */
 };
 
 /* an.c: the data path */

@@ -81,6 +81,12 @@ static const shp_config_opt_t shp_an_opts[] = {
      "at once)",
      offsetof(shp_an_config_t, sock_spin_us), &shp_cfg_uint,
      &shp_an_spin_range},
+    {"quiet_links", "1",
+     "tcp: while the AN sleeps, only one child that still owes the oldest "
+     "operation wakes it, the others' messages wait in their sockets and "
+     "are read then (one wake-up an operation, not one a child); only with "
+     "a single group; 0: every message wakes it",
+     offsetof(shp_an_config_t, quiet_links), &shp_cfg_bool},
     {NULL}};
 
 static const shp_config_table_t shp_an_table = {

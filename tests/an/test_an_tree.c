@@ -723,6 +723,73 @@ static void test_mcast_unfit(void **state)
     assert_true(log_has(ans[0].name, "AN0203 group 10"));
 }
 
+/* voluntary context switches of process pid so far (its sleeps) */
+static long vol_switches(pid_t pid)
+{
+    char path[64], line[256];
+    long v = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if ((f = fopen(path, "r")) == NULL) {
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+/* The ANs sleep between messages (no socket spin: SHARP_AN_SOCK_SPIN_US=0
+ * for this test) and the members run one operation at a time: a leaf AN
+ * is then woken by one of its 4 members an operation (the sentinel) and
+ * reads the other three from their quiet links, not woken by each.  Every
+ * result is still checked by the members. */
+static void test_quiet_links(void **state)
+{
+    char nops[16];
+    const char *const extra[] = {"--ops", scaled(1500, nops), NULL};
+    group_t g = {12, 7, key_a, "mcast", "239.77.12.1:17405", 1, 256};
+    long before[NANS];
+    int i;
+
+    (void)state;
+    if (strcmp(tr_name, "tcp") != 0) {
+        skip(); /* shm wakes on the last contribution its own way */
+    }
+    create_group(&g);
+    for (i = 0; i < NANS; i++) {
+        before[i] = vol_switches(ans[i].pid);
+    }
+    run_members(&g, "stream", extra, 0, 120);
+    for (i = 1; i < NANS; i++) {
+        int64_t ops = an_stat_now(i, "ops"),
+                quiet = an_stat_now(i, "quiet_msgs");
+        double wakes = (double)(vol_switches(ans[i].pid) - before[i]) / ops;
+        print_message("%s: %lld operations, %lld messages read from quiet "
+                      "links, %.2f sleeps an operation\n",
+                      ans[i].name, (long long)ops, (long long)quiet, wakes);
+        assert_int_equal(ops, atoi(nops));
+        /* most operations: three of the four read without a wake-up */
+        assert_true(quiet >= ops * (PER_LEAF - 1) / 2);
+        /* woken once for the sentinel, once for the result from the root,
+         * sometimes for a wrong guess: not once a member */
+        assert_true(wakes < 3);
+    }
+}
+
+static int setup_sleeping(void **state)
+{
+    setenv("SHARP_AN_SOCK_SPIN_US", "0", 1);
+    start_fabric();
+    unsetenv("SHARP_AN_SOCK_SPIN_US");
+    (void)state;
+    return 0;
+}
+
 static void test_two_jobs(void **state)
 {
     char nops[16];
@@ -892,11 +959,18 @@ int main(int argc, char **argv)
 {
 #define T(_f) cmocka_unit_test_setup_teardown(_f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_all_dtypes_ops), T(test_determinism),
-        T(test_mcast_loss),     T(test_mcast_unreachable),
-        T(test_mcast_unfit),    T(test_two_jobs),
-        T(test_bad_input),      T(test_mismatch_fails_group),
-        T(test_kill_leaf),      T(test_kill_root),
+        T(test_all_dtypes_ops),
+        T(test_determinism),
+        T(test_mcast_loss),
+        T(test_mcast_unreachable),
+        T(test_mcast_unfit),
+        T(test_two_jobs),
+        T(test_bad_input),
+        T(test_mismatch_fails_group),
+        T(test_kill_leaf),
+        T(test_kill_root),
+        cmocka_unit_test_setup_teardown(test_quiet_links, setup_sleeping,
+                                        teardown),
     };
     char self[300];
     ssize_t n;
