@@ -360,24 +360,31 @@ static void on_accept(shp_listener_t *l, int fd, const shp_sockaddr_t *peer)
     assert_int_equal(shp_conn_open_fd(&p->conn, fd), SHP_OK);
 }
 
+/* A listener on 127.0.0.1 (any port) accepting into s, and c connecting
+ * to it; c's first message is queued while it connects. */
+static void tcp_pair(shp_listener_t *l, server_t *s, peer_t *c)
+{
+    shp_sockaddr_t addr;
+
+    memset(s, 0, sizeof(*s));
+    memset(c, 0, sizeof(*c));
+    assert_int_equal(shp_sockaddr_parse("127.0.0.1:0", 0, &addr), SHP_OK);
+    assert_int_equal(shp_listener_start(l, loop, &addr, on_accept, s), SHP_OK);
+    assert_true(shp_sockaddr_port(&l->addr) > 0);
+    shp_conn_init(&c->conn, loop, &peer_ops, c, SHP_CTL_MAX_FRAME);
+    assert_int_equal(shp_conn_connect(&c->conn, &l->addr, NULL), SHP_OK);
+    send_n(c, 0);
+}
+
 static void test_tcp_connect(void **state)
 {
     shp_listener_t l;
-    shp_sockaddr_t addr;
     server_t s;
     peer_t c;
     char name[64];
 
     (void)state;
-    memset(&s, 0, sizeof(s));
-    memset(&c, 0, sizeof(c));
-    assert_int_equal(shp_sockaddr_parse("127.0.0.1:0", 0, &addr), SHP_OK);
-    assert_int_equal(shp_listener_start(&l, loop, &addr, on_accept, &s),
-                     SHP_OK);
-    assert_true(shp_sockaddr_port(&l.addr) > 0);
-    shp_conn_init(&c.conn, loop, &peer_ops, &c, SHP_CTL_MAX_FRAME);
-    assert_int_equal(shp_conn_connect(&c.conn, &l.addr, NULL), SHP_OK);
-    send_n(&c, 0); /* queued while connecting */
+    tcp_pair(&l, &s, &c);
     assert_true(run_until(&c.connected, 2));
     assert_true(run_until(&s.peers[0].msgs, 2));
     send_n(&s.peers[0], 0);
@@ -395,20 +402,12 @@ static void test_tcp_connect(void **state)
 static void test_tcp_quiet(void **state)
 {
     shp_listener_t l;
-    shp_sockaddr_t addr;
     server_t s;
     peer_t c;
     int never = 0;
 
     (void)state;
-    memset(&s, 0, sizeof(s));
-    memset(&c, 0, sizeof(c));
-    assert_int_equal(shp_sockaddr_parse("127.0.0.1:0", 0, &addr), SHP_OK);
-    assert_int_equal(shp_listener_start(&l, loop, &addr, on_accept, &s),
-                     SHP_OK);
-    shp_conn_init(&c.conn, loop, &peer_ops, &c, SHP_CTL_MAX_FRAME);
-    assert_int_equal(shp_conn_connect(&c.conn, &l.addr, NULL), SHP_OK);
-    send_n(&c, 0);
+    tcp_pair(&l, &s, &c);
     assert_true(run_until(&s.peers[0].msgs, 2));
     peer_t *q = &s.peers[0];
 
