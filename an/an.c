@@ -1212,10 +1212,10 @@ static int shp_an_core_free(shp_an_t *an, uint64_t now)
  * message comes.  When anything wakes the AN, it reads every quiet link
  * (pull), in fold order.  The sentinel stays while it owes; when it sent
  * and others still owe, one of them takes its place: a wrong guess costs a
- * wake-up, never a delay.  A lost connection
- * still wakes the AN; any other message on a quiet link (a retransmit
- * request, a leave) waits at most SHP_AN_QUIET_WAKE_NS, and after
- * SHP_AN_QUIET_IDLE_NS without a message every link is loud again. */
+ * wake-up, never a delay.  A lost connection still wakes the AN; any other
+ * message on a quiet link (a retransmit request, a leave) waits at most
+ * SHP_AN_QUIET_WAKE_NS, and after SHP_AN_QUIET_IDLE_NS without a message
+ * every link is loud again. */
 #define SHP_AN_QUIET_WAKE_NS (2 * SHP_NSEC_PER_MSEC)
 #define SHP_AN_QUIET_IDLE_NS (20 * SHP_NSEC_PER_MSEC)
 
@@ -1229,7 +1229,7 @@ static shp_an_group_t *shp_an_quiet_group(shp_an_t *an)
 
     if (!an->cfg.quiet_links || an->ngroups != 1 || g == NULL || g->failed ||
         g->nleft > 0 || g->nchildren < 2 || an->tp.ops->quiet == NULL ||
-        an->tp.ops->pull == NULL) {
+        an->tp.ops->quiet == shp_tp_stub_quiet || an->tp.ops->pull == NULL) {
         return NULL;
     }
     for (unsigned i = 0; i < g->nchildren; i++) {
@@ -1276,8 +1276,6 @@ static void shp_an_quiet_set(shp_an_link_t *l, int on)
     }
 }
 
-/* Before a sleep: the children of g but its sentinel quiet, every other
- * link loud (g NULL: all) */
 /* whether l may be quiet while g's sentinel wakes us */
 static int shp_an_quiet_may(const shp_an_link_t *l, const shp_an_group_t *g)
 {
@@ -1285,6 +1283,8 @@ static int shp_an_quiet_may(const shp_an_link_t *l, const shp_an_group_t *g)
            l->groups[0] == g->id;
 }
 
+/* Before a sleep: the children of g but its sentinel quiet, every other
+ * link loud (g NULL: all) */
 static void shp_an_quiet_plan(shp_an_t *an, shp_an_group_t *g)
 {
     const shp_an_link_t *wake = NULL;
