@@ -1205,7 +1205,7 @@ static int shp_an_core_free(shp_an_t *an, uint64_t now)
  * A sleeping AN is woken by every child's message, and an operation
  * completes only with the last one: with 8 children, 8 wake-ups (each a
  * pair of context switches on a shared core) where one would do.  So while
- * the AN sleeps, the links of its group's children are quiet (the socket
+ * the AN sleeps, the links of each group's children are quiet (the socket
  * reports nothing below a low-water mark far above one message; see
  * shp_conn_set_quiet) except one, the sentinel: a child that still owes the
  * oldest unfolded operation, which therefore cannot complete before its
@@ -1219,28 +1219,28 @@ static int shp_an_core_free(shp_an_t *an, uint64_t now)
 #define SHP_AN_QUIET_WAKE_NS (2 * SHP_NSEC_PER_MSEC)
 #define SHP_AN_QUIET_IDLE_NS (20 * SHP_NSEC_PER_MSEC)
 
-/* The group whose children may be quiet: the AN's only one, sound, every
- * child on a link of its own and at most one operation ahead of the oldest
- * unfolded one (then the ones that owe it are the only news that can
- * complete anything).  NULL: every link is loud. */
-static shp_an_group_t *shp_an_quiet_group(shp_an_t *an)
-{
-    shp_an_group_t *g = an->groups;
+/* Groups looked at before each sleep, at most; with more, every link is
+ * loud (as the shm board's count gives up: docs/an.md) */
+#define SHP_AN_QUIET_MAX_GROUPS 64
 
-    if (!an->cfg.quiet_links || an->ngroups != 1 || g == NULL || g->failed ||
-        g->nleft > 0 || g->nchildren < 2 || an->tp.ops->quiet == NULL ||
-        an->tp.ops->quiet == shp_tp_stub_quiet || an->tp.ops->pull == NULL) {
-        return NULL;
+/* Whether g's children may be quiet: sound, every child on a link of its
+ * own (no other group's messages on it) and at most one operation ahead
+ * of the oldest unfolded one (then the ones that owe it are the only news
+ * that can complete anything). */
+static int shp_an_quiet_ok(const shp_an_group_t *g)
+{
+    if (g->failed || g->nleft > 0 || g->nchildren < 2) {
+        return 0;
     }
     for (unsigned i = 0; i < g->nchildren; i++) {
         const shp_an_child_t *c = &g->children[i];
         int32_t ahead = shp_seq_diff(c->next_seq, g->folded);
         if (c->link == NULL || c->link->ep == NULL || c->link->is_parent ||
             c->link->ngroups != 1 || ahead < 0 || ahead > 1) {
-            return NULL;
+            return 0;
         }
     }
-    return g;
+    return 1;
 }
 
 /* g's sentinel: the one of before while it owes the oldest operation (it
@@ -1276,64 +1276,66 @@ static void shp_an_quiet_set(shp_an_link_t *l, int on)
     }
 }
 
-/* whether l may be quiet while g's sentinel wakes us */
-static int shp_an_quiet_may(const shp_an_link_t *l, const shp_an_group_t *g)
+/* Before a sleep (on: quiet links wanted): every group's children but its
+ * sentinel quiet where the group allows it (g->quiet), every other link
+ * loud; !on: all loud */
+static void shp_an_quiet_plan(shp_an_t *an, int on)
 {
-    return g != NULL && !l->is_parent && l->ngroups == 1 &&
-           l->groups[0] == g->id;
-}
+    shp_an_group_t *g, *tmp;
+    unsigned n = 0;
 
-/* Before a sleep: the children of g but its sentinel quiet, every other
- * link loud (g NULL: all) */
-static void shp_an_quiet_plan(shp_an_t *an, shp_an_group_t *g)
-{
-    const shp_an_link_t *wake = NULL;
-
-    if (g != NULL) {
-        g->sentinel = shp_an_quiet_sentinel(g);
-        if (g->sentinel < g->nchildren) {
-            wake = g->children[g->sentinel].link;
-        } else {
-            g = NULL;
+    on = on && an->cfg.quiet_links && an->tp.ops->quiet != NULL &&
+         an->tp.ops->quiet != shp_tp_stub_quiet && an->tp.ops->pull != NULL;
+    if (on) {
+        HASH_ITER(hh, an->groups, g, tmp)
+        {
+            if (++n > SHP_AN_QUIET_MAX_GROUPS) {
+                on = 0;
+                break;
+            }
+            g->quiet = shp_an_quiet_ok(g) &&
+                       (g->sentinel = shp_an_quiet_sentinel(g)) < g->nchildren;
         }
     }
-    if (g == NULL && an->nquiet == 0) {
+    if (!on && an->nquiet == 0) {
         return;
     }
     for (shp_an_link_t *l = an->links; l != NULL; l = l->next) {
-        shp_an_quiet_set(l, l != wake && shp_an_quiet_may(l, g));
+        g = on && !l->is_parent && l->ngroups == 1
+                ? shp_an_group_find(an, l->groups[0])
+                : NULL;
+        shp_an_quiet_set(l, g != NULL && g->quiet &&
+                                l != g->children[g->sentinel].link);
     }
 }
 
-/* After a wake-up: what waits on the quiet links, the group's children in
- * fold order (a payload ahead of its turn is copied), then any other */
+/* After a wake-up: what waits on the quiet links, each group's children
+ * in fold order (a payload ahead of its turn is copied) */
 static void shp_an_quiet_pull(shp_an_t *an)
 {
-    shp_an_group_t *g = an->ngroups == 1 ? an->groups : NULL;
+    uint32_t ids[SHP_AN_QUIET_MAX_GROUPS];
+    shp_an_group_t *g, *tmp;
+    unsigned n = 0;
 
     if (an->nquiet == 0) {
         return;
     }
-    if (g != NULL) {
-        uint32_t id = g->id;
-        for (unsigned i = 0; i < g->nchildren; i++) {
+    HASH_ITER(hh, an->groups, g, tmp)
+    {
+        if (g->quiet && n < SHP_AN_QUIET_MAX_GROUPS) {
+            ids[n++] = g->id;
+        }
+    }
+    for (unsigned k = 0; k < n; k++) {
+        g = shp_an_group_find(an, ids[k]);
+        for (unsigned i = 0; g != NULL && i < g->nchildren; i++) {
             shp_an_link_t *l = g->children[i].link;
             if (l != NULL && l->quiet && l->ep != NULL) {
                 uint64_t in = an->tp.stats.msgs_in;
                 l->ep->tp->ops->pull(l->ep); /* may free l */
                 an->stats.quiet_msgs += an->tp.stats.msgs_in - in;
-                if ((g = shp_an_group_find(an, id)) == NULL) {
-                    break;
-                }
+                g = shp_an_group_find(an, ids[k]);
             }
-        }
-    }
-    /* any other (its group gone or changed since the plan): loud again,
-     * so that the loop reports what it holds */
-    for (shp_an_link_t *l = an->links; an->nquiet > 0 && l != NULL;
-         l = l->next) {
-        if (l->quiet && !shp_an_quiet_may(l, g)) {
-            shp_an_quiet_set(l, 0);
         }
     }
 }
@@ -1374,16 +1376,14 @@ void shp_an_run(shp_an_t *an)
             from = now;
         }
         if (spin != 0 && now - from < spin && shp_an_core_free(an, now)) {
-            shp_an_quiet_plan(an, NULL);
+            shp_an_quiet_plan(an, 0);
             ev_run(an->loop, EVRUN_NOWAIT);
             if (shp_an_msgs(an) == n) {
                 sched_yield();
             }
             continue;
         }
-        shp_an_quiet_plan(an, now - from < SHP_AN_QUIET_IDLE_NS
-                                  ? shp_an_quiet_group(an)
-                                  : NULL);
+        shp_an_quiet_plan(an, now - from < SHP_AN_QUIET_IDLE_NS);
         if (an->nquiet > 0) {
             ev_timer_again(an->loop, &an->quiet_wake);
         } else if (ev_is_active(&an->quiet_wake)) {
@@ -1392,7 +1392,7 @@ void shp_an_run(shp_an_t *an)
         ev_run(an->loop, EVRUN_ONCE);
         shp_an_quiet_pull(an);
     }
-    shp_an_quiet_plan(an, NULL);
+    shp_an_quiet_plan(an, 0);
     if (ev_is_active(&an->quiet_wake)) {
         ev_timer_stop(an->loop, &an->quiet_wake);
     }

@@ -129,6 +129,7 @@ struct shp_an_group {
     uint32_t payload;
     uint32_t folded;   /* operations fully folded here, in order */
     unsigned sentinel; /* the child whose link wakes us (quiet links) */
+    int quiet;         /* its other children's links are quiet now */
     unsigned nslots;
     shp_an_slot_t *slots;
     uint8_t **free_bufs; /* recycled payload copies */

@@ -84,8 +84,8 @@ static const shp_config_opt_t shp_an_opts[] = {
     {"quiet_links", "1",
      "tcp: while the AN sleeps, only one child that still owes the oldest "
      "operation wakes it, the others' messages wait in their sockets and "
-     "are read then (one wake-up an operation, not one a child); only with "
-     "a single group; 0: every message wakes it",
+     "are read then (one wake-up an operation, not one a child); up to 64 "
+     "groups; 0: every message wakes it",
      offsetof(shp_an_config_t, quiet_links), &shp_cfg_bool},
     {NULL}};
 

@@ -744,35 +744,48 @@ static long vol_switches(pid_t pid)
 }
 
 /* The ANs sleep between messages (no socket spin: SHARP_AN_SOCK_SPIN_US=0
- * for this test) and the members run one operation at a time: a leaf AN
- * is then woken by one of its 4 members an operation (the sentinel) and
- * reads the other three from their quiet links, not woken by each.  Every
- * result is still checked by the members. */
+ * for this test) and two jobs' members run one operation at a time: a
+ * leaf AN is then woken by one of a group's 4 members an operation (the
+ * sentinel) and reads the other three from their quiet links, not woken by
+ * each.  Every result is still checked by the members. */
 static void test_quiet_links(void **state)
 {
     char nops[16];
-    const char *const extra[] = {"--ops", scaled(1500, nops), NULL};
-    group_t g = {12, 7, key_a, "mcast", "239.77.12.1:17405", 1, 256};
+    const char *const extra[] = {"--ops", scaled(1000, nops), NULL};
+    group_t a = {12, 7, key_a, "mcast", "239.77.12.1:17405", 1, 256};
+    group_t b = {13, 300, key_b, "rc", NULL, 1, 256};
+    pid_t pids[2 * NMEMBERS];
+    int codes[2 * NMEMBERS], i;
     long before[NANS];
-    int i;
 
     (void)state;
     if (strcmp(tr_name, "tcp") != 0) {
         skip(); /* shm wakes on the last contribution its own way */
     }
-    create_group(&g);
+    create_group(&a);
+    create_group(&b);
     for (i = 0; i < NANS; i++) {
         before[i] = vol_switches(ans[i].pid);
     }
-    run_members(&g, "stream", extra, 0, 120);
+    for (i = 0; i < NMEMBERS; i++) {
+        pids[i] = start_member(&a, i, "stream", extra, NULL);
+        pids[NMEMBERS + i] = start_member(&b, i, "stream", extra, NULL);
+    }
+    wait_all(pids, 2 * NMEMBERS, codes, 180);
+    for (i = 0; i < 2 * NMEMBERS; i++) {
+        if (codes[i] != 0) {
+            fail_msg("member %d of job %s exited %d (logs in %s)", i % NMEMBERS,
+                     i < NMEMBERS ? "A" : "B", codes[i], logdir);
+        }
+    }
     for (i = 1; i < NANS; i++) {
         int64_t ops = an_stat_now(i, "ops"),
                 quiet = an_stat_now(i, "quiet_msgs");
         double wakes = (double)(vol_switches(ans[i].pid) - before[i]) / ops;
-        print_message("%s: %lld operations, %lld messages read from quiet "
-                      "links, %.2f sleeps an operation\n",
+        print_message("%s: %lld operations of two groups, %lld messages read "
+                      "from quiet links, %.2f sleeps an operation\n",
                       ans[i].name, (long long)ops, (long long)quiet, wakes);
-        assert_int_equal(ops, atoi(nops));
+        assert_int_equal(ops, 2 * atoi(nops));
         /* most operations: three of the four read without a wake-up */
         assert_true(quiet >= ops * (PER_LEAF - 1) / 2);
         /* woken once for the sentinel, once for the result from the root,
