@@ -195,8 +195,8 @@ struct shp_an {
     uint64_t load_at;
     int core_free;
     unsigned nquiet; /* links quiet now */
-    ev_timer
-        quiet_wake; /* a sleep with quiet links ends by this at the latest */
+    /* a sleep with quiet links ends by this at the latest */
+    ev_timer quiet_wake;
 };
 
 /* an.c: the data path */
