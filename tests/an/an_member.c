@@ -36,6 +36,7 @@ typedef struct {
     uint32_t payload, count; /* count: elements per stream operation */
     double drop, timeout;
     long ops;
+    unsigned retrans_ms; /* first retransmit request after this long */
     unsigned seed;
     int done_fd;
 } opts_t;
@@ -360,9 +361,10 @@ static void tick_cb(struct ev_loop *l, ev_timer *w, int revents)
     if (joined == SHP_OK && mep != NULL) { /* RC results are never lost */
         for (k = next_done; k < next_send; k++) {
             op_t *op = &ops[k];
-            if (!op->done && now - op->sent_ns >
-                                 shp_wire_retrans_gap(20 * SHP_NSEC_PER_MSEC,
-                                                      (unsigned)op->retrans)) {
+            if (!op->done &&
+                now - op->sent_ns >
+                    shp_wire_retrans_gap(o.retrans_ms * SHP_NSEC_PER_MSEC,
+                                         (unsigned)op->retrans)) {
                 shp_wire_hdr_t h;
                 shp_wire_hdr_init(&h, SHP_WIRE_OP_RETRANS_REQ, o.tree, o.group,
                                   (uint32_t)k);
@@ -450,6 +452,7 @@ static void build_plan(void)
 
 int main(int argc, char **argv)
 {
+    // clang-format off
     static const struct option lopts[] = {
         {"leaf", 1, 0, 'l'},      {"group", 1, 0, 'g'},
         {"tree", 1, 0, 't'},      {"job", 1, 0, 'j'},
@@ -461,7 +464,9 @@ int main(int argc, char **argv)
         {"ops", 1, 0, 'n'},       {"timeout", 1, 0, 'T'},
         {"count", 1, 0, 'C'},     {"local", 1, 0, 'i'},
         {"seed", 1, 0, 's'},      {"done-fd", 1, 0, 'D'},
-        {"transport", 1, 0, 'X'}, {0, 0, 0, 0}};
+        {"transport", 1, 0, 'X'}, {"retrans-ms", 1, 0, 'R'},
+        {0, 0, 0, 0}};
+    // clang-format on
     ev_signal term;
     ev_timer tick;
     size_t maxbytes;
@@ -473,6 +478,7 @@ int main(int argc, char **argv)
     o.leaves = 1;
     o.per_leaf = 1;
     o.timeout = 10;
+    o.retrans_ms = 20;
     o.count = 4;
     o.local_ip = "127.0.0.1";
     o.done_fd = -1;
@@ -505,6 +511,7 @@ int main(int argc, char **argv)
         case 's': o.seed = (unsigned)atoi(optarg); break;
         case 'D': o.done_fd = atoi(optarg); break;
         case 'X': o.transport = optarg; break;
+        case 'R': o.retrans_ms = (unsigned)atoi(optarg); break;
         default: return 2;
         }
     }
