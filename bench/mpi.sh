@@ -29,7 +29,17 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(cd "$O/bin" && pwd)
 LIB=$(cd "$O/lib" && pwd)
 DIR=$(mktemp -d /tmp/sharp-bench-mpi.XXXXXX)
-trap '"$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null 2>&1; rm -rf "$DIR"' EXIT
+# the fabric's logs stay when the bench fails, for the reason in them
+cleanup() {
+    local rc=$?
+    "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null 2>&1 || true
+    if [ "$rc" = 0 ]; then
+        rm -rf "$DIR"
+    else
+        echo "bench-mpi: failed; the fabric's logs are in $DIR/fabric/logs" >&2
+    fi
+}
+trap cleanup EXIT
 export SHARP_BENCH_SCALE=${SHARP_BENCH_SCALE:-0.5}
 run() { # NP, then mpirun arguments
     local np=$1
