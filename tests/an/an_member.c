@@ -452,7 +452,7 @@ static void build_plan(void)
 
 int main(int argc, char **argv)
 {
-    // clang-format off
+    /* clang-format off */
     static const struct option lopts[] = {
         {"leaf", 1, 0, 'l'},      {"group", 1, 0, 'g'},
         {"tree", 1, 0, 't'},      {"job", 1, 0, 'j'},
@@ -466,7 +466,7 @@ int main(int argc, char **argv)
         {"seed", 1, 0, 's'},      {"done-fd", 1, 0, 'D'},
         {"transport", 1, 0, 'X'}, {"retrans-ms", 1, 0, 'R'},
         {0, 0, 0, 0}};
-    // clang-format on
+    /* clang-format on */
     ev_signal term;
     ev_timer tick;
     size_t maxbytes;
