@@ -444,12 +444,27 @@ static void sample_memory(int end)
     }
 }
 
+/* sharp-fabric WHAT NAME; on failure its reason (the last line it wrote
+ * to the chaos log) goes to stderr too: the log is gone after the run */
 static void fabric(const char *what, const char *name)
 {
+    char path[600], line[512], last[512] = "";
+    FILE *f;
+
     if (run("%s/sharp-fabric --dir %s %s %s >>%s/logs/chaos.log 2>&1", bindir,
-            dir, what, name, dir) != 0) {
-        fprintf(stderr, "soak: sharp-fabric %s %s failed\n", what, name);
+            dir, what, name, dir) == 0) {
+        return;
     }
+    snprintf(path, sizeof(path), "%s/logs/chaos.log", dir);
+    if ((f = fopen(path, "r")) != NULL) {
+        while (fgets(line, sizeof(line), f) != NULL) {
+            snprintf(last, sizeof(last), "%s", line);
+        }
+        fclose(f);
+    }
+    last[strcspn(last, "\n")] = '\0';
+    fprintf(stderr, "soak: sharp-fabric %s %s failed%s%s\n", what, name,
+            last[0] ? ": " : "", last);
 }
 
 static FILE *chaos_log;
