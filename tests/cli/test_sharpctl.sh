@@ -98,6 +98,36 @@ for _ in $(seq 50); do # the two dropped sharpds come back (backoff)
 done
 check "trees span 8 hosts again" test "$(ctl trees --json | jq '[.[] | .hosts] | max')" = 8
 
+# sharp-fabric kill / start, as the chaos soak uses them: kill returns once
+# the daemon is gone, start once it listens again, and the manager takes it
+# back
+pid_of() { awk -v n="$1" '$2 == n { p = $4 } END { print p }' "$DIR/fabric/pids"; }
+# RC 0 and PID gone: no such process, or a zombie (nothing may reap
+# orphans here)
+killed() {
+    [ "$1" = 0 ] &&
+        { [ ! -e "/proc/$2" ] || [ "$(awk '{print $3}' "/proc/$2/stat" 2>/dev/null)" = Z ]; }
+}
+leaf01() { ctl ans --json | jq -r '.[] | select(.name == "leaf01") | "\(.state) \(.registrations)"'; }
+old=$(pid_of leaf01)
+fabric kill leaf01
+check "sharp-fabric kill leaf01: gone when it returns" killed $? "$old"
+check "sharp-fabric status: leaf01 dead" \
+    bash -c "$(printf %q "$BIN/sharp-fabric") --dir $DIR/fabric status | grep -q '^an *leaf01 .* dead\$'"
+for _ in $(seq 50); do [ "$(leaf01)" = "down 1" ] && break; sleep 0.1; done
+check "the manager has leaf01 down" test "$(leaf01)" = "down 1"
+fabric kill leaf01 2>"$DIR/err"
+check "sharp-fabric kill of a dead daemon: exit 1, said so" \
+    bash -c "[ $? = 1 ] && grep -q 'not running' $DIR/err"
+fabric start leaf01
+check "sharp-fabric start leaf01: exit 0, a new process" \
+    bash -c "[ $? = 0 ] && [ $(pid_of leaf01) != $old ] && kill -0 $(pid_of leaf01)"
+fabric start leaf01 2>"$DIR/err"
+check "sharp-fabric start of a running daemon: exit 1, said so" \
+    bash -c "[ $? = 1 ] && grep -q 'is running' $DIR/err"
+for _ in $(seq 100); do [ "$(leaf01)" = "up 2" ] && break; sleep 0.1; done
+check "the manager has leaf01 back (registered twice)" test "$(leaf01)" = "up 2"
+
 if [ "${SAN:-0}" != 1 ]; then
     # a live job: 4 ranks looping allreduces for up to 60 s (aborting when
     # sharp fails: the default would go on over MPI after job kill)
