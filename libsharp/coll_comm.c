@@ -782,12 +782,12 @@ static int wait_req(coll_req_t *r)
     return st;
 }
 
-/* a buffer descriptor's contiguous pointer (IOV: only one entry) */
 /* A buffer descriptor as one contiguous range.  An IOV of several entries
- * is gathered into a buffer of our own (`in`: copied in now) and, for a
- * result, scattered back when the operation completes. */
+ * is gathered into a buffer of our own now and, for a result, scattered
+ * back when the operation completes (so bytes the result does not cover
+ * keep what they held). */
 static int desc_ptr(const struct sharp_coll_data_desc *d, void **ptr,
-                    size_t *len, coll_iov_t *own, int in)
+                    size_t *len, coll_iov_t *own)
 {
     if (d->mem_type != SHARP_MEM_TYPE_HOST) {
         return SHARP_COLL_ENOT_SUPP;
@@ -819,12 +819,98 @@ static int desc_ptr(const struct sharp_coll_data_desc *d, void **ptr,
     }
     own->n = d->iov.count;
     memcpy(own->v, d->iov.vector, sizeof(own->v[0]) * own->n);
-    for (unsigned i = 0; in && i < own->n; i++) {
+    for (unsigned i = 0; i < own->n; i++) {
         memcpy(own->buf + off, own->v[i].ptr, own->v[i].length);
         off += own->v[i].length;
     }
     *ptr = own->buf;
     *len = total;
+    return SHARP_COLL_SUCCESS;
+}
+
+/*
+ * Overlapping buffers.  The result of stream byte x lands at
+ * dst + (x - r_lo); its input was read from src + (x - s_lo).  Overlapping
+ * ranges are accepted only in place: every byte's result lands exactly on
+ * its own input (so nothing not yet sent is overwritten).  Gathered IOVs
+ * are our own copies and never overlap.
+ */
+static int overlap_ok(const coll_req_t *r)
+{
+    if (r->src == NULL || r->dst == NULL || r->s_lo == r->s_hi ||
+        r->r_lo == r->r_hi) {
+        return 1;
+    }
+    uintptr_t s0 = (uintptr_t)r->src, s1 = s0 + (r->s_hi - r->s_lo);
+    uintptr_t d0 = (uintptr_t)r->dst, d1 = d0 + (r->r_hi - r->r_lo);
+    if (d1 <= s0 || s1 <= d0) {
+        return 1;
+    }
+    return s0 + r->r_lo == d0 + r->s_lo;
+}
+
+/*
+ * Which bytes a reduce-scatter sends and keeps (docs/libsharp.md, "Buffers
+ * and lengths").  The whole vector is `size` blocks of `blk` bytes; the
+ * call reduces the window [wlo, wlo + total) of it, which src holds from
+ * its first byte; the member keeps the window's part of its own block, at
+ * dst.  Three forms, told apart by the lengths the caller gave:
+ *
+ *   per-rank  sbuf holds size x length elements: the window is the whole
+ *             vector, the block `length` elements, dst the block (offset 0)
+ *   in place  the same, with sbuf = rbuf: the block lands at the member's
+ *             offset in that buffer; when the receive length is only
+ *             `length` elements (UCC's tl/sharp: an in-place dst count is
+ *             the whole vector's), length counts the whole vector
+ *   window    sbuf holds `length` elements (NCCL's CollNet plugin): they
+ *             are the window at byte `offset` of the whole vector, the
+ *             block is the receive length, dst takes the window's part of
+ *             the member's block from its first byte
+ */
+static int rs_layout(coll_comm_t *comm,
+                     const struct sharp_coll_reduce_spec *spec, coll_req_t *r,
+                     uint8_t *sp, size_t sl, uint8_t *rp, size_t rl)
+{
+    size_t es = r->es, size = (size_t)comm->size, rank = (size_t)comm->rank;
+    size_t n = spec->length * es, blk, wlo, whi;
+    uint8_t *dst = rp;
+
+    if (n <= sl / size) { /* per-rank, or in place */
+        if (spec->offset != 0) {
+            return SHARP_COLL_EINVAL;
+        }
+        blk = n;
+        if (sp == rp && r->src_iov.buf == NULL && r->dst_iov.buf == NULL) {
+            if (rl / size < n) { /* the buffer is `length` elements */
+                if (rl < n || spec->length % size != 0) {
+                    return SHARP_COLL_EINVAL;
+                }
+                blk = n / size;
+            }
+            dst = rp + rank * blk;
+        } else if (rl < n) {
+            return SHARP_COLL_EINVAL;
+        }
+        wlo = 0;
+        whi = size * blk;
+    } else { /* a window */
+        blk = rl;
+        wlo = spec->offset;
+        whi = wlo + n;
+        if (blk % es != 0 || wlo % es != 0 || whi < wlo || blk == 0 ||
+            blk > SIZE_MAX / size || whi > size * blk) {
+            return SHARP_COLL_EINVAL;
+        }
+    }
+    size_t lo = rank * blk > wlo ? rank * blk : wlo;
+    size_t hi = (rank + 1) * blk < whi ? (rank + 1) * blk : whi;
+    r->total = whi - wlo;
+    r->src = sp;
+    r->s_lo = 0;
+    r->s_hi = r->total;
+    r->dst = lo < hi ? dst : NULL;
+    r->r_lo = lo < hi ? lo - wlo : 0;
+    r->r_hi = lo < hi ? hi - wlo : 0;
     return SHARP_COLL_SUCCESS;
 }
 
@@ -856,6 +942,10 @@ static int reduce_req(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
     if (kind == K_REDUCE && (spec->root < 0 || spec->root >= comm->size)) {
         return SHARP_COLL_EINVAL;
     }
+    size_t es = shp_reduce_elem_size(&d);
+    if (spec->length > SIZE_MAX / es) {
+        return SHARP_COLL_EINVAL;
+    }
     coll_req_t *r = calloc(1, sizeof(*r));
     if (r == NULL) {
         return SHARP_COLL_ENOMEM;
@@ -863,34 +953,40 @@ static int reduce_req(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
     int keep = kind != K_REDUCE || spec->root == comm->rank;
     rp = NULL;
     rl = 0;
-    if ((rc = desc_ptr(&spec->sbuf_desc, &sp, &sl, &r->src_iov, 1)) !=
+    if ((rc = desc_ptr(&spec->sbuf_desc, &sp, &sl, &r->src_iov)) !=
             SHARP_COLL_SUCCESS ||
-        (keep && (rc = desc_ptr(&spec->rbuf_desc, &rp, &rl, &r->dst_iov, 0)) !=
+        (keep && (rc = desc_ptr(&spec->rbuf_desc, &rp, &rl, &r->dst_iov)) !=
                      SHARP_COLL_SUCCESS)) {
         req_release(r);
         return rc;
     }
     r->desc = d;
-    r->es = shp_reduce_elem_size(&d);
-    size_t n = spec->length * r->es;
-    r->total = kind == K_REDUCE_SCATTER ? n * (size_t)comm->size : n;
-    if ((spec->length > 0 && (sp == NULL || (keep && rp == NULL))) ||
-        (kind == K_REDUCE_SCATTER && r->total / (size_t)comm->size != n) ||
-        (r->src_iov.buf && sl < r->total) ||
-        (r->dst_iov.buf && rl < (kind == K_REDUCE_SCATTER ? n : r->total))) {
-        req_release(r);
-        return SHARP_COLL_EINVAL;
-    }
-    r->src = sp;
-    r->s_lo = 0;
-    r->s_hi = r->total;
-    r->dst = rp;
-    if (kind == K_REDUCE_SCATTER) {
-        r->r_lo = (size_t)comm->rank * n;
-        r->r_hi = r->r_lo + n;
+    r->es = es;
+    size_t n = spec->length * es;
+    rc = SHARP_COLL_SUCCESS;
+    if (n == 0) {
+        r->total = 0; /* nothing is read or written */
+    } else if (sp == NULL || (keep && rp == NULL)) {
+        rc = SHARP_COLL_EINVAL;
+    } else if (kind == K_REDUCE_SCATTER) {
+        rc = rs_layout(comm, spec, r, sp, sl, rp, rl);
+    } else if (sl < n || (keep && rl < n)) {
+        rc = SHARP_COLL_EINVAL;
     } else {
+        r->total = n;
+        r->src = sp;
+        r->s_lo = 0;
+        r->s_hi = n;
+        r->dst = rp;
         r->r_lo = 0;
         r->r_hi = keep ? n : 0;
+    }
+    if (rc == SHARP_COLL_SUCCESS && !overlap_ok(r)) {
+        rc = SHARP_COLL_EINVAL;
+    }
+    if (rc != SHARP_COLL_SUCCESS) {
+        req_release(r);
+        return rc;
     }
     *out = r;
     return SHARP_COLL_SUCCESS;
@@ -985,14 +1081,14 @@ static int exact_sum(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
     if (bytes / es / (size_t)ncontrib != n) {
         return SHARP_COLL_EINVAL;
     }
-    if ((rc = desc_ptr(&spec->sbuf_desc, &sp, &sl, &siov, 1)) !=
+    if ((rc = desc_ptr(&spec->sbuf_desc, &sp, &sl, &siov)) !=
             SHARP_COLL_SUCCESS ||
-        (keep && (rc = desc_ptr(&spec->rbuf_desc, &rp, &rl, &diov, 0)) !=
+        (keep && (rc = desc_ptr(&spec->rbuf_desc, &rp, &rl, &diov)) !=
                      SHARP_COLL_SUCCESS)) {
         goto out;
     }
-    if (sp == NULL || (keep && rp == NULL) || (siov.buf && sl < bytes) ||
-        (diov.buf && rl < n * es)) {
+    if (sp == NULL || (keep && rp == NULL) || sl < bytes ||
+        (keep && rl < n * es)) {
         rc = SHARP_COLL_EINVAL;
         goto out;
     }
@@ -1185,13 +1281,12 @@ static int do_bcast(coll_comm_t *comm, struct sharp_coll_bcast_spec *spec,
     /* the root's buffer is the source (an IOV gathered), the others' the
      * destination (an IOV scattered at the end) */
     if ((rc = desc_ptr(&spec->buf_desc, &p, &len,
-                       root ? &r->src_iov : &r->dst_iov, root)) !=
+                       root ? &r->src_iov : &r->dst_iov)) !=
         SHARP_COLL_SUCCESS) {
         req_release(r);
         return rc;
     }
-    if (spec->size > 0 && (p == NULL || ((r->src_iov.buf || r->dst_iov.buf) &&
-                                         len < spec->size))) {
+    if (spec->size > 0 && (p == NULL || len < spec->size)) {
         req_release(r);
         return SHARP_COLL_EINVAL;
     }
@@ -1215,12 +1310,21 @@ SHP_API int sharp_coll_do_bcast_nb(struct sharp_coll_comm *comm,
     return handle ? do_bcast(comm, spec, handle) : SHARP_COLL_EINVAL;
 }
 
+/*
+ * An allgather (docs/libsharp.md, "Buffers and lengths").  The whole
+ * vector is `size` blocks of the send length; the call fills the window
+ * [offset, offset + receive length) of it (offset 0 and a receive buffer
+ * of the whole vector: the plain form; the window is cut where the vector
+ * ends).  sbuf holds, from its first byte, the window's part of the
+ * member's block (NCCL's CollNet plugin moves the pointer with the
+ * window).  In place: sbuf is the member's block inside rbuf.
+ */
 static int do_allgather(coll_comm_t *comm, struct sharp_coll_gather_spec *spec,
                         void **handle)
 {
     coll_req_t *r = NULL;
     void *sp, *rp;
-    size_t n, rl;
+    size_t blk, rl;
     int rc;
 
     if (comm == NULL || spec == NULL) {
@@ -1229,23 +1333,31 @@ static int do_allgather(coll_comm_t *comm, struct sharp_coll_gather_spec *spec,
     if ((r = calloc(1, sizeof(*r))) == NULL) {
         return SHARP_COLL_ENOMEM;
     }
-    /* the length comes from the send buffer (size may be garbage) */
-    if ((rc = desc_ptr(&spec->sbuf_desc, &sp, &n, &r->src_iov, 1)) !=
+    /* the block comes from the send buffer (size may be garbage) */
+    if ((rc = desc_ptr(&spec->sbuf_desc, &sp, &blk, &r->src_iov)) !=
             SHARP_COLL_SUCCESS ||
-        (rc = desc_ptr(&spec->rbuf_desc, &rp, &rl, &r->dst_iov, 0)) !=
+        (rc = desc_ptr(&spec->rbuf_desc, &rp, &rl, &r->dst_iov)) !=
             SHARP_COLL_SUCCESS) {
         req_release(r);
         return rc;
     }
-    size_t total = n * (size_t)comm->size;
-    if (n > 0 && (sp == NULL || rp == NULL || total / (size_t)comm->size != n ||
-                  rl < total)) {
+    size_t size = (size_t)comm->size, rank = (size_t)comm->rank;
+    size_t whole = blk * size, wlo = spec->offset;
+    if (blk > 0 && (sp == NULL || rp == NULL || whole / size != blk ||
+                    wlo >= whole || rl == 0)) {
         req_release(r);
         return SHARP_COLL_EINVAL;
     }
-    size_t lo = (size_t)comm->rank * n;
+    size_t total = blk == 0 ? 0 : (rl < whole - wlo ? rl : whole - wlo);
+    size_t lo = rank * blk > wlo ? rank * blk : wlo;
+    size_t hi = (rank + 1) * blk < wlo + total ? (rank + 1) * blk : wlo + total;
+    rc = bytes_req(sp, lo < hi ? lo - wlo : 0, lo < hi ? hi - wlo : 0, rp,
+                   total, r);
+    if (!overlap_ok(r)) {
+        req_release(r);
+        return SHARP_COLL_EINVAL;
+    }
     coll_lock(comm->ctx);
-    rc = bytes_req(sp, lo, lo + n, rp, total, r);
     rc = run(comm, r, rc, handle);
     coll_unlock(comm->ctx);
     return rc;

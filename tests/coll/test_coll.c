@@ -421,6 +421,7 @@ static int m_collectives(int rank, void *arg)
         }
         struct sharp_coll_gather_spec gs;
         memset(&gs, 0x77, sizeof(gs));
+        gs.offset = 0;
         gs.sbuf_desc = buf_desc(s, sizeof(s));
         gs.rbuf_desc = buf_desc(r, sizeof(r));
         gs.dtype = SHARP_DTYPE_INT8;
@@ -967,6 +968,393 @@ static void test_caps(void **state)
 {
     (void)state;
     run_members(m_caps, NULL, NHOST, NHOST);
+}
+
+/*
+ * The buffer forms of the clients (include/sharp/api/sharp_coll.h,
+ * "Buffers and lengths"), called exactly as each client calls them (the
+ * same pointers, lengths and offset), on teams of several sizes and rank
+ * orders; buffers are allocated to the byte so that AddressSanitizer sees
+ * any access past a length; every result is compared with a reference,
+ * and bytes outside the result must keep what they held.
+ */
+typedef struct team {
+    int tag, size;
+    int rank_of[NHOST]; /* world rank -> rank in the team, -1: not in it */
+} team_t;
+
+static const team_t teams[] = {
+    {60, 8, {0, 1, 2, 3, 4, 5, 6, 7}},      /* world */
+    {61, 8, {7, 6, 5, 4, 3, 2, 1, 0}},      /* reversed */
+    {62, 4, {0, 1, 2, 3, -1, -1, -1, -1}},  /* half */
+    {63, 4, {-1, 3, -1, 2, -1, 1, -1, 0}},  /* odd, descending */
+    {64, 3, {2, -1, -1, 0, -1, -1, 1, -1}}, /* three, shuffled */
+};
+
+#define FORM_CHECK(cond, ...)                                                  \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "rank %d: ", rank);                                \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                               \
+            bad = 1;                                                           \
+            goto out;                                                          \
+        }                                                                      \
+    } while (0)
+
+/* a reduce-scatter, blocking or not */
+static int do_rs(struct sharp_coll_comm *c, struct sharp_coll_reduce_spec *sp,
+                 int nb)
+{
+    void *h = NULL;
+    if (!nb) {
+        return sharp_coll_do_reduce_scatter(c, sp);
+    }
+    int rc = sharp_coll_do_reduce_scatter_nb(c, sp, &h);
+    return rc == SHARP_COLL_SUCCESS ? sharp_coll_req_wait(h) : rc;
+}
+
+static int do_ag(struct sharp_coll_comm *c, struct sharp_coll_gather_spec *gs,
+                 int nb)
+{
+    void *h = NULL;
+    if (!nb) {
+        return sharp_coll_do_allgather(c, gs);
+    }
+    int rc = sharp_coll_do_allgather_nb(c, gs, &h);
+    return rc == SHARP_COLL_SUCCESS ? sharp_coll_req_wait(h) : rc;
+}
+
+static struct sharp_coll_reduce_spec rs_spec(enum sharp_datatype dt,
+                                             enum sharp_reduce_op op)
+{
+    struct sharp_coll_reduce_spec sp;
+    memset(&sp, 0x5a, sizeof(sp)); /* root, stream_lock_batch_size: unread */
+    sp.dtype = dt;
+    sp.op = op;
+    sp.tag_dtype = SHARP_DTYPE_INT;
+    sp.aggr_mode = SHARP_AGGREGATION_NONE;
+    return sp;
+}
+
+/*
+ * UCC's in-place reduce-scatter (tl/sharp): the destination as source and
+ * destination, source length count x size, destination length count,
+ * length count, offset 0, where count is the whole vector's; the member's
+ * block lands at rank x block of the buffer, the rest keeps its input.
+ */
+static int rs_ucc_in_place(struct sharp_coll_comm *c, int rank, int size,
+                           shp_reduce_desc_t *d, size_t all, uint64_t salt,
+                           int nb)
+{
+    size_t es = shp_reduce_elem_size(d), blk = all / (size_t)size * es;
+    uint8_t *buf = malloc(all * es), *in = malloc(all * es),
+            *want = malloc(all * es);
+    int bad = 0;
+    my_data(d, all, rank, salt, buf);
+    memcpy(in, buf, all * es);
+    FORM_CHECK(reference(d, all, size, salt, want) == 0, "reference");
+    struct sharp_coll_reduce_spec sp =
+        rs_spec((enum sharp_datatype)d->dtype, (enum sharp_reduce_op)d->op);
+    sp.tag_dtype = (enum sharp_datatype)d->tag_dtype;
+    sp.sbuf_desc = buf_desc(buf, all * es * (size_t)size);
+    sp.rbuf_desc = buf_desc(buf, all * es);
+    sp.length = all;
+    sp.offset = 0;
+    int rc = do_rs(c, &sp, nb);
+    size_t at = (size_t)rank * blk;
+    FORM_CHECK(rc == 0, "UCC in-place reduce-scatter: %s",
+               sharp_coll_strerror(rc));
+    FORM_CHECK(memcmp(buf + at, want + at, blk) == 0,
+               "UCC in-place reduce-scatter dtype %d op %d n %zu: wrong block",
+               d->dtype, d->op, all);
+    FORM_CHECK(memcmp(buf, in, at) == 0 && memcmp(buf + at + blk, in + at + blk,
+                                                  all * es - at - blk) == 0,
+               "UCC in-place reduce-scatter: wrote outside the block");
+out:
+    free(buf);
+    free(in);
+    free(want);
+    return bad;
+}
+
+/*
+ * NCCL's CollNet plugin (ireducescatter): the vector cut into windows of
+ * `wb` bytes; each call's send buffer is the window (length its elements,
+ * offset its first byte), the receive length the block, and the receive
+ * pointer the block's start moved by where the window starts in it.  In
+ * place: the receive buffer is the member's block of the send buffer.
+ */
+static int rs_nccl(struct sharp_coll_comm *c, int rank, int size,
+                   shp_reduce_desc_t *d, size_t all, size_t wb, uint64_t salt,
+                   int in_place)
+{
+    size_t es = shp_reduce_elem_size(d), total = all * es;
+    size_t blk = total / (size_t)size;
+    uint8_t *g = malloc(total), *in = malloc(total), *want = malloc(total);
+    uint8_t *own = in_place ? NULL : malloc(blk);
+    uint8_t *recv = in_place ? g + (size_t)rank * blk : own;
+    int bad = 0;
+    my_data(d, all, rank, salt, g);
+    memcpy(in, g, total);
+    if (own != NULL) {
+        memset(own, 0xee, blk);
+    }
+    FORM_CHECK(reference(d, all, size, salt, want) == 0, "reference");
+    for (size_t wo = 0; wo < total; wo += wb) {
+        size_t w = total - wo < wb ? total - wo : wb;
+        struct sharp_coll_reduce_spec sp =
+            rs_spec((enum sharp_datatype)d->dtype, (enum sharp_reduce_op)d->op);
+        sp.tag_dtype = (enum sharp_datatype)d->tag_dtype;
+        sp.sbuf_desc = buf_desc(g + wo, w);
+        sp.rbuf_desc =
+            buf_desc(recv + ((int)(wo / blk) == rank ? wo % blk : 0), blk);
+        sp.length = w / es;
+        sp.offset = wo;
+        int rc = do_rs(c, &sp, (int)(wo / wb) % 2);
+        FORM_CHECK(rc == 0, "NCCL reduce-scatter window %zu: %s", wo,
+                   sharp_coll_strerror(rc));
+    }
+    size_t at = (size_t)rank * blk;
+    FORM_CHECK(memcmp(recv, want + at, blk) == 0,
+               "NCCL reduce-scatter%s dtype %d op %d n %zu window %zu: wrong "
+               "block",
+               in_place ? " in place" : "", d->dtype, d->op, all, wb);
+    if (in_place) {
+        FORM_CHECK(memcmp(g, in, at) == 0 && memcmp(g + at + blk, in + at + blk,
+                                                    total - at - blk) == 0,
+                   "NCCL in-place reduce-scatter: wrote outside the block");
+    }
+out:
+    free(g);
+    free(in);
+    free(want);
+    free(own);
+    return bad;
+}
+
+static uint8_t ag_byte(int k, size_t i, uint64_t salt)
+{
+    return (uint8_t)(i * 29 + (size_t)k * 101 + salt * 7 + 1);
+}
+
+/*
+ * Allgather as the clients call it: UCC (offset 0, the receive buffer the
+ * whole vector; in place the send buffer is the member's block of it) and
+ * NCCL's plugin (windows of `wb` bytes of the receive buffer at `offset`,
+ * the send pointer moved by where the window starts in the member's
+ * block, the send length the block; in place the send buffer is the
+ * member's block of the receive buffer).  wb 0: UCC's form.
+ */
+static int ag_form(struct sharp_coll_comm *c, int rank, int size, size_t blk,
+                   size_t wb, int in_place, uint64_t salt)
+{
+    size_t total = blk * (size_t)size;
+    uint8_t *r = malloc(total), *own = in_place ? NULL : malloc(blk);
+    uint8_t *s = in_place ? r + (size_t)rank * blk : own;
+    int bad = 0;
+    memset(r, 0xee, total);
+    for (size_t i = 0; i < blk; i++) {
+        s[i] = ag_byte(rank, i, salt);
+    }
+    if (wb == 0) {
+        wb = total;
+    }
+    for (size_t wo = 0; wo < total; wo += wb) {
+        size_t w = total - wo < wb ? total - wo : wb;
+        struct sharp_coll_gather_spec gs;
+        memset(&gs, 0x77, sizeof(gs)); /* dtype: unread */
+        gs.sbuf_desc =
+            buf_desc(s + ((int)(wo / blk) == rank ? wo % blk : 0), blk);
+        gs.rbuf_desc = buf_desc(r + wo, w);
+        gs.dtype = SHARP_DTYPE_INT8;
+        if (w < total) { /* NCCL sets size to the window; UCC leaves it */
+            gs.size = w;
+        }
+        gs.offset = wo;
+        int rc = do_ag(c, &gs, (int)(wo / wb) % 2);
+        FORM_CHECK(rc == 0, "allgather window %zu: %s", wo,
+                   sharp_coll_strerror(rc));
+    }
+    for (int k = 0; k < size; k++) {
+        for (size_t i = 0; i < blk; i++) {
+            FORM_CHECK(r[(size_t)k * blk + i] == ag_byte(k, i, salt),
+                       "allgather%s block %zu window %zu: member %d byte %zu",
+                       in_place ? " in place" : "", blk, wb, k, i);
+        }
+    }
+out:
+    free(r);
+    free(own);
+    return bad;
+}
+
+/* overlaps that are not in place, and lengths too short: EINVAL, before
+ * anything is sent, and nothing written */
+static int forms_refused(struct sharp_coll_comm *c, int rank, int size)
+{
+    enum { N = 64 };
+    int32_t buf[N * NHOST + 2], keep[N * NHOST + 2], out[N], out0[N];
+    int bad = 0, rc;
+    for (int i = 0; i < N * NHOST + 2; i++) {
+        buf[i] = keep[i] = rank * 1000 + i;
+    }
+    for (int i = 0; i < N; i++) {
+        out[i] = out0[i] = -i;
+    }
+    struct sharp_coll_reduce_spec sp = rs_spec(SHARP_DTYPE_INT, SHARP_OP_SUM);
+    /* allreduce: the result one element past the input, and before it */
+    for (int shift = -1; shift <= 1; shift += 2) {
+        sp.sbuf_desc = buf_desc(buf + 1, N * 4);
+        sp.rbuf_desc = buf_desc(buf + 1 + shift, N * 4);
+        sp.length = N;
+        rc = sharp_coll_do_allreduce(c, &sp);
+        FORM_CHECK(rc == SHARP_COLL_EINVAL, "allreduce overlap %d: %d", shift,
+                   rc);
+    }
+    /* allreduce: a receive buffer one byte short; a send buffer too */
+    sp.sbuf_desc = buf_desc(buf, N * 4);
+    sp.rbuf_desc = buf_desc(out, N * 4 - 1);
+    rc = sharp_coll_do_allreduce(c, &sp);
+    FORM_CHECK(rc == SHARP_COLL_EINVAL, "allreduce short rbuf: %d", rc);
+    sp.sbuf_desc = buf_desc(buf, N * 4 - 4);
+    sp.rbuf_desc = buf_desc(out, N * 4);
+    rc = sharp_coll_do_allreduce(c, &sp);
+    FORM_CHECK(rc == SHARP_COLL_EINVAL, "allreduce short sbuf: %d", rc);
+    /* reduce-scatter: the block one element into the send buffer */
+    sp.sbuf_desc = buf_desc(buf, (size_t)N * 4 * (size_t)size);
+    sp.rbuf_desc = buf_desc(buf + 1, N * 4);
+    sp.length = N;
+    sp.offset = 0;
+    rc = sharp_coll_do_reduce_scatter(c, &sp);
+    FORM_CHECK(rc == SHARP_COLL_EINVAL, "reduce-scatter overlap: %d", rc);
+    /* reduce-scatter: per-rank form with an offset; in place with a
+     * length that does not divide by size; a window not on an element or
+     * past the vector; a receive buffer short of the block */
+    sp.rbuf_desc = buf_desc(out, N * 4);
+    sp.offset = 4;
+    rc = sharp_coll_do_reduce_scatter(c, &sp);
+    FORM_CHECK(rc == SHARP_COLL_EINVAL, "per-rank offset: %d", rc);
+    sp.offset = 0;
+    sp.sbuf_desc = buf_desc(buf, (size_t)(N + 1) * 4 * (size_t)size);
+    sp.rbuf_desc = buf_desc(buf, (N + 1) * 4);
+    sp.length = N + 1;
+    rc = size > 1 && (N + 1) % size != 0 ? sharp_coll_do_reduce_scatter(c, &sp)
+                                         : SHARP_COLL_EINVAL;
+    FORM_CHECK(rc == SHARP_COLL_EINVAL, "in place, length %% size: %d", rc);
+    sp.sbuf_desc = buf_desc(buf, 8 * 4);
+    sp.rbuf_desc = buf_desc(out, 8 * 4);
+    sp.length = 8;
+    sp.offset = 2;
+    rc = sharp_coll_do_reduce_scatter(c, &sp);
+    FORM_CHECK(rc == SHARP_COLL_EINVAL, "window off an element: %d", rc);
+    sp.offset = (size_t)size * 8 * 4 - 4;
+    rc = sharp_coll_do_reduce_scatter(c, &sp);
+    FORM_CHECK(rc == SHARP_COLL_EINVAL, "window past the vector: %d", rc);
+    sp.sbuf_desc = buf_desc(buf, (size_t)N * 4 * (size_t)size);
+    sp.rbuf_desc = buf_desc(out, N * 4 - 4);
+    sp.length = N;
+    sp.offset = 0;
+    rc = sharp_coll_do_reduce_scatter(c, &sp);
+    FORM_CHECK(rc == SHARP_COLL_EINVAL || size == 1, "short block: %d", rc);
+    /* allgather: the send buffer one byte off the member's block of the
+     * receive buffer; an offset past the vector */
+    struct sharp_coll_gather_spec gs;
+    memset(&gs, 0, sizeof(gs));
+    gs.sbuf_desc = buf_desc((uint8_t *)buf + (size_t)rank * 16 + 1, 16);
+    gs.rbuf_desc = buf_desc(buf, 16 * (size_t)size);
+    rc = sharp_coll_do_allgather(c, &gs);
+    FORM_CHECK(rc == SHARP_COLL_EINVAL, "allgather overlap: %d", rc);
+    gs.sbuf_desc = buf_desc(buf + N * NHOST - 4, 16);
+    gs.offset = 16 * (size_t)size;
+    rc = sharp_coll_do_allgather(c, &gs);
+    FORM_CHECK(rc == SHARP_COLL_EINVAL, "allgather offset: %d", rc);
+    FORM_CHECK(memcmp(buf, keep, sizeof(buf)) == 0 &&
+                   memcmp(out, out0, sizeof(out)) == 0,
+               "a refused call wrote");
+out:
+    return bad;
+}
+
+static int m_forms(int rank, void *arg)
+{
+    (void)arg;
+    become_host(rank);
+    setenv("SHARP_COLL_ENABLE_SAT", "1", 1);
+    CHECK(member_init(rank, NHOST, 1006) == SHARP_COLL_SUCCESS, "init");
+    struct sharp_coll_caps caps;
+    CHECK(sharp_coll_caps_query(ctx, &caps) == 0, "caps");
+    uint64_t dts = caps.support_mask.dtypes, ops = caps.support_mask.reduce_ops;
+    size_t payload = (size_t)caps.resources.user_data_per_ost;
+    int bad = 0, combo = 0;
+    for (unsigned t = 0; t < sizeof(teams) / sizeof(teams[0]); t++) {
+        const team_t *tm = &teams[t];
+        int r = tm->rank_of[rank], size = tm->size;
+        if (r < 0) {
+            continue;
+        }
+        hub_oob_t o = {tm->tag, r, size};
+        struct sharp_coll_comm *c = NULL;
+        int rc = comm_of(&o, &c);
+        CHECK(rc == 0, "team %u comm_init: %s", t, sharp_coll_strerror(rc));
+        combo = 0; /* the same rotation on every member of the team */
+        /* every claimed dtype x op on the world, a rotation elsewhere */
+        for (int dt = 0; dt < SHARP_DTYPE_NULL; dt++) {
+            for (int op = 0; op < SHARP_OP_NULL; op++) {
+                shp_reduce_desc_t d = {(shp_dtype_t)dt, (shp_op_t)op,
+                                       shp_op_is_loc((shp_op_t)op)
+                                           ? SHP_DTYPE_I32
+                                           : SHP_DTYPE_NULL};
+                if (!(dts & (1ull << dt)) || !(ops & (1ull << op)) ||
+                    shp_reduce_desc_check(&d, NULL) != SHP_OK ||
+                    (t > 0 && combo++ % 9 != (int)t)) {
+                    continue;
+                }
+                size_t es = shp_reduce_elem_size(&d);
+                /* a vector across the fragment boundary, whole blocks */
+                size_t cnt = (2 * payload / es + 3) / (size_t)size + 1;
+                size_t all = cnt * (size_t)size;
+                uint64_t salt = (uint64_t)(t * 1000 + dt * 37 + op);
+                bad |= rs_ucc_in_place(c, r, size, &d, all, salt, op % 2);
+                bad |= rs_check(c, r, size, (enum sharp_datatype)dt,
+                                (enum sharp_reduce_op)op, SHARP_DTYPE_INT, cnt,
+                                salt + 1, dt % 2);
+                /* windows of 1.5 blocks and one element, and of less
+                 * than a block */
+                bad |= rs_nccl(c, r, size, &d, all, (cnt + cnt / 2 + 1) * es,
+                               salt + 2, 0);
+                bad |= rs_nccl(c, r, size, &d, all, (cnt / 3 + 1) * es,
+                               salt + 3, 1);
+                CHECK(!bad, "team %u: dtype %d op %d", t, dt, op);
+            }
+        }
+        /* allgather: blocks of 1, 333 and two fragments' bytes */
+        size_t blks[] = {1, 333, 2 * payload + 5};
+        for (int k = 0; k < 3; k++) {
+            size_t blk = blks[k], wins[] = {0, blk * 3 / 2 + 1, blk / 2 + 1};
+            for (int w = 0; w < 3; w++) {
+                for (int ip = 0; ip < 2; ip++) {
+                    bad |= ag_form(c, r, size, blk, wins[w], ip,
+                                   (uint64_t)(t + k * 3 + w));
+                }
+            }
+            CHECK(!bad, "team %u: allgather", t);
+        }
+        CHECK(forms_refused(c, r, size) == 0, "team %u: refused forms", t);
+        /* the communicator goes on after the refused calls */
+        CHECK(allreduce_check(c, r, size, SHARP_DTYPE_INT, SHARP_OP_SUM, 100, t,
+                              AR_IN_PLACE) == 0,
+              "team %u: after the refused calls", t);
+        CHECK(sharp_coll_comm_destroy(c) == 0, "team %u: destroy", t);
+    }
+    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    return 0;
+}
+
+static void test_forms(void **state)
+{
+    (void)state;
+    run_members(m_forms, NULL, NHOST, NHOST);
 }
 
 /*
@@ -1650,6 +2038,7 @@ int main(void)
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_repeatable),
         cmocka_unit_test(test_caps),
+        cmocka_unit_test(test_forms),
         cmocka_unit_test(test_sock_spin),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_threads_unrequested),

@@ -224,7 +224,7 @@ struct sharp_coll_reduce_spec {
     enum sharp_datatype tag_dtype;
     enum sharp_aggregation_mode aggr_mode;
     int stream_lock_batch_size;
-    size_t offset;
+    size_t offset; /* reduce-scatter: bytes into the vector (a window) */
     int reserved[2];
 };
 
@@ -248,7 +248,7 @@ struct sharp_coll_gather_spec {
     struct sharp_coll_data_desc rbuf_desc;
     enum sharp_datatype dtype;
     size_t size;
-    size_t offset;
+    size_t offset; /* bytes into the gathered vector (a window) */
     int reserved[4];
 };
 
@@ -293,11 +293,43 @@ int sharp_coll_do_reduce_nb(struct sharp_coll_comm *comm,
 int sharp_coll_do_allreduce_exact_n(struct sharp_coll_comm *comm,
                                     struct sharp_coll_reduce_spec *spec,
                                     int ncontrib);
+/*
+ * Buffers and lengths (docs/libsharp.md has the whole rule).  Every length
+ * given is believed and never exceeded: a buffer too short for the call
+ * is SHARP_COLL_EINVAL, before anything is sent.  Send and receive
+ * buffers may overlap only in place, where each result element lands on
+ * that element's own input (allreduce and reduce: the same pointer);
+ * any other overlap is SHARP_COLL_EINVAL.
+ *
+ * Reduce-scatter: the vector of `size` blocks is reduced, and each member
+ * keeps its block.  The form is told from the send length:
+ *  - send length >= size x length elements: `length` is the block, the
+ *    receive buffer gets the block, offset must be 0;
+ *  - in place (send pointer = receive pointer): the buffer holds the whole
+ *    vector and the block lands at the member's offset in it; if the
+ *    receive length is only `length` elements, `length` counts the whole
+ *    vector (as UCC's tl/sharp passes an in-place call) and must divide
+ *    by size;
+ *  - send length = length elements (< size x length): a window of the
+ *    vector, starting `offset` bytes in; the block is the receive length;
+ *    the receive buffer gets, from its first byte, the window's part of
+ *    the member's block (nothing if they do not meet).  NCCL's CollNet
+ *    plugin calls it so.
+ */
 int sharp_coll_do_reduce_scatter(struct sharp_coll_comm *comm,
                                  struct sharp_coll_reduce_spec *spec);
 int sharp_coll_do_reduce_scatter_nb(struct sharp_coll_comm *comm,
                                     struct sharp_coll_reduce_spec *spec,
                                     void **handle);
+/*
+ * Allgather: the vector is `size` blocks of the send length (spec->size
+ * and dtype are not read); the receive buffer gets the window of it that
+ * starts `offset` bytes in and is the receive length long (cut where the
+ * vector ends: offset 0 and a receive buffer of the whole vector is the
+ * plain form).  The send buffer holds, from its first byte, the window's
+ * part of the member's block.  In place: the send buffer is the member's
+ * block inside the receive buffer.
+ */
 int sharp_coll_do_allgather(struct sharp_coll_comm *comm,
                             struct sharp_coll_gather_spec *spec);
 int sharp_coll_do_allgather_nb(struct sharp_coll_comm *comm,
