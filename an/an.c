@@ -415,7 +415,7 @@ static shp_status_t shp_an_group_alloc_slots(shp_an_group_t *g)
         s->copies = calloc(g->nchildren, sizeof(*s->copies));
         s->pending = calloc(g->nchildren, sizeof(*s->pending));
         s->want = calloc(g->nchildren, 1);
-        s->acc = malloc(g->payload ? g->payload : 1);
+        s->acc = malloc(g->payload + SHP_WIRE_MAC_LEN); /* room for a tag */
         if (s->copies == NULL || s->pending == NULL || s->want == NULL ||
             s->acc == NULL) {
             return SHP_ERR_NO_MEMORY;
@@ -504,6 +504,7 @@ shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
         free(g);
         return SHP_ERR_INVALID_PARAM;
     }
+    shp_wire_mac_key(g->key, g->tree_id, g->id, g->mac_key);
     g->children = calloc(g->nchildren, sizeof(*g->children));
     if (g->children == NULL || shp_an_group_alloc_slots(g) != SHP_OK) {
         shp_an_group_free(an, g);
@@ -619,7 +620,21 @@ static void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast)
     g->an->stats.results++;
     if (g->is_top && g->mcast_tx != NULL) {
         shp_status_t st;
-        shp_an_result_hdr(g, s, SHP_WIRE_F_MCAST, &h);
+        /* the operation's number with its wraps: the seq is within a
+         * window of the last one multicast */
+        uint64_t seq64 =
+            g->mcast_seq64 +
+            (uint64_t)(int64_t)(int32_t)(s->seq - (uint32_t)g->mcast_seq64);
+        if (seq64 > g->mcast_seq64) {
+            g->mcast_seq64 = seq64;
+        }
+        if (SHP_MCAST_MAC) {
+            shp_an_result_hdr(g, s, SHP_WIRE_F_MCAST | SHP_WIRE_F_MAC, &h);
+            h.payload_len = s->len + SHP_WIRE_MAC_LEN;
+            shp_wire_mac(g->mac_key, seq64, &h, s->acc, s->acc + s->len);
+        } else {
+            shp_an_result_hdr(g, s, SHP_WIRE_F_MCAST, &h);
+        }
         st = shp_tp_send(g->mcast_tx, &h, s->acc);
         if (st == SHP_OK) {
             g->an->stats.mcast_sent++;
@@ -986,6 +1001,20 @@ static void shp_an_leave(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
     shp_an_send(l, &ack, NULL);
 }
 
+/* whether link l is g's parent or one of its children's links */
+static int shp_an_link_in_group(const shp_an_link_t *l, const shp_an_group_t *g)
+{
+    if (g->parent == l) {
+        return 1;
+    }
+    for (unsigned i = 0; i < g->nchildren; i++) {
+        if (g->children[i].link == l) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void shp_an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
                                const void *payload)
 {
@@ -1034,7 +1063,14 @@ static void shp_an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
         return;
     case SHP_WIRE_OP_ERROR:
         g = shp_an_group_find(l->an, hdr->group_id);
-        if (g != NULL) {
+        if (g != NULL && !shp_an_link_in_group(l, g)) {
+            /* only the group's own links may fail it */
+            l->an->stats.err_forged++;
+            shp_warn_sparse(1000,
+                            "an error for group %u from %s, which is not "
+                            "part of it: ignored",
+                            hdr->group_id, l->addr);
+        } else if (g != NULL) {
             char text[SHP_WIRE_ERR_MSG_MAX + 1];
             snprintf(text, sizeof(text), "%.*s", (int)hdr->payload_len,
                      (const char *)payload);
@@ -1457,7 +1493,8 @@ shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop)
     }
     an->have_mcast =
         shp_tp_init(&an->mcast_tp, shp_tp_mcast_ops(ops), loop,
-                    (uint32_t)an->cfg.max_payload, an->local_ip) == SHP_OK;
+                    (uint32_t)an->cfg.max_payload + SHP_WIRE_MAC_LEN,
+                    an->local_ip) == SHP_OK;
     shp_info("aggregation node %s: data on %s (%s), multicast %s", an->cfg.name,
              an->data_addr, ops->name,
              an->have_mcast ? "available" : "unavailable");
@@ -1519,9 +1556,10 @@ json_t *shp_an_stats_json(const shp_an_t *an)
         (json_int_t)s->err_seq_window, "err_mismatch",
         (json_int_t)s->err_mismatch, "err_malformed",
         (json_int_t)(s->err_malformed + an->tp.stats.malformed), "err_protocol",
-        (json_int_t)s->err_protocol, "groups_failed",
-        (json_int_t)s->groups_failed, "links_lost", (json_int_t)s->links_lost,
-        "bytes_in", (json_int_t)an->tp.stats.bytes_in, "quiet_msgs",
+        (json_int_t)s->err_protocol, "err_forged", (json_int_t)s->err_forged,
+        "groups_failed", (json_int_t)s->groups_failed, "links_lost",
+        (json_int_t)s->links_lost, "bytes_in",
+        (json_int_t)an->tp.stats.bytes_in, "quiet_msgs",
         (json_int_t)s->quiet_msgs);
     if (r != NULL) {
         json_object_set_new(r, "exact_ops", exact);

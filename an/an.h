@@ -111,6 +111,8 @@ struct shp_an_group {
     uint16_t tree_id;
     uint64_t job_id;
     uint8_t key[SHP_WIRE_JOB_KEY_LEN];
+    uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN]; /* its multicast results' tags */
+    uint64_t mcast_seq64; /* the last operation multicast, with seq wraps */
     unsigned nchildren;
     unsigned nleft; /* children that left (group_leave) */
     shp_an_child_t *children;
@@ -156,7 +158,7 @@ typedef struct shp_an_stats {
     uint64_t join_early; /* a child AN asked before the group was here (it
                             retries: part of setting a group up) */
     uint64_t err_bad_key, err_unknown_group, err_seq_window, err_mismatch,
-        err_malformed, err_protocol;
+        err_malformed, err_protocol, err_forged;
     uint64_t groups_failed;
     uint64_t links_lost;
     uint64_t quiet_msgs; /* messages read from quiet links (shp_an_run) */

@@ -16,6 +16,7 @@
 #          mpi_cpu_per_op_np8_vs_tcp=.. mpi_barrier_np8_vs_tcp=..
 #          mpi_layer_ns=.. mpi_allreduce_8B_np8_shm_vs_shm=..
 #          mpi_allreduce_8B_np16_shm_vs_shm=..
+#          mpi_mcast_mac_8B_vs_untagged=.. mpi_mcast_mac_1M_vs_untagged=..
 # (sharp over tcp/udp against Open MPI over TCP, sharp over shm against
 # Open MPI over shared memory; a ratio below 1 is sharp faster).
 #
@@ -23,6 +24,8 @@
 # alternated; every figure printed is a median over the rounds.
 # SHARP_BENCH_SCALE (default 0.5): the fraction of bench_mpi_lat's
 # iterations each run makes (1: 1500 at <= 4 KiB).
+# SHARP_BENCH_MAC (default 1): 0 skips the multicast tags' cost (it builds
+# a second tree without them, in O/nomac, and runs sharp twice more).
 set -euo pipefail
 O=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -141,6 +144,39 @@ printf '%-10s %9s %12s %12s %8s\n' op bytes "per node" "per process" ratio
 paste "$DIR/aggr1.txt" "$DIR/aggr0.txt" |
     awk '{ printf "%-10s %9s %12.1f %12.1f %8.2f\n", $1, $2, $3, $8, $3 / $8 }'
 
+# What multicast result tags cost (docs/security.md): sharp over tcp/udp,
+# 8 ranks, against a build that neither makes nor checks them
+# (-DSHP_MCAST_MAC=0, in $O/nomac: the product has no switch for it),
+# alternated over the rounds
+if [ "${SHARP_BENCH_MAC:-1}" = 1 ]; then
+    make -s -C "$SRC" O="$O/nomac" CPPFLAGS=-DSHP_MCAST_MAC=0 all >/dev/null
+    NOMAC=$(cd "$O/nomac" && pwd)
+    cp "$SRC/examples/fat-tree-2l.ibnd" "$DIR/topo.ibnd"
+    for round in $(seq "$ROUNDS"); do
+        "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/topo.ibnd" --net 127.20 >/dev/null
+        PRELOAD= sharp_run 8 "$DIR/mac8.$round"
+        "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
+        "$NOMAC/bin/sharp-fabric" --dir "$DIR/fabric" up "$DIR/topo.ibnd" --net 127.20 >/dev/null
+        BIN=$NOMAC LIB=$NOMAC/lib PRELOAD= sharp_run 8 "$DIR/nomac8.$round"
+        "$NOMAC/bin/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
+    done
+    echo
+    echo "Multicast result tags: allreduce, 8 ranks, sharp over tcp/udp with"
+    echo "them (the product) and without (a -DSHP_MCAST_MAC=0 build), us"
+    echo "(medians of $ROUNDS alternated rounds)"
+    printf '%-10s %9s %10s %10s %8s %10s %10s\n' op bytes "tagged" "untagged" ratio \
+        "CPU tagged" "untagged"
+    for b in 8 4096 1048576; do
+        lt=$(for k in $(seq "$ROUNDS"); do val "$DIR/mac8.$k" allreduce $b 3; done | median)
+        lu=$(for k in $(seq "$ROUNDS"); do val "$DIR/nomac8.$k" allreduce $b 3; done | median)
+        ct=$(for k in $(seq "$ROUNDS"); do val "$DIR/mac8.$k" allreduce $b 4; done | median)
+        cu=$(for k in $(seq "$ROUNDS"); do val "$DIR/nomac8.$k" allreduce $b 4; done | median)
+        awk -v b=$b -v lt="$lt" -v lu="$lu" -v ct="$ct" -v cu="$cu" 'BEGIN {
+            printf "%-10s %9s %10.1f %10.1f %8.2f %10.0f %10.0f\n", "allreduce", b,
+                lt, lu, lu > 0 ? lt / lu : 0, ct, cu }'
+    done
+fi
+
 r() { # OP BYTES NP COLUMN [SHARP MPI]: sharp / Open MPI (tcp by default),
     # the median of the rounds' ratios
     local k
@@ -159,4 +195,6 @@ echo "RESULT mpi_allreduce_8B_np8_vs_tcp=$(r allreduce 8 8 3)" \
     "mpi_barrier_np8_vs_tcp=$(r barrier 0 8 3)" \
     "mpi_layer_ns=$layer" \
     "mpi_allreduce_8B_np8_shm_vs_shm=$(r allreduce 8 8 3 sharpshm shm)" \
-    "mpi_allreduce_8B_np16_shm_vs_shm=$(r allreduce 8 16 3 sharpshm shm)"
+    "mpi_allreduce_8B_np16_shm_vs_shm=$(r allreduce 8 16 3 sharpshm shm)" \
+    ${NOMAC:+"mpi_mcast_mac_8B_vs_untagged=$(r allreduce 8 8 3 mac nomac)"} \
+    ${NOMAC:+"mpi_mcast_mac_1M_vs_untagged=$(r allreduce 1048576 8 3 mac nomac)"}

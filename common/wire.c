@@ -2,6 +2,8 @@
 #include "common/wire.h"
 
 #include <endian.h>
+#include <sodium.h>
+#include <stdlib.h>
 #include <string.h>
 
 void shp_wire_hdr_pack(const shp_wire_hdr_t *hdr, void *buf)
@@ -131,7 +133,9 @@ static shp_status_t shp_wire_check_start(const shp_wire_hdr_t *hdr,
     if (hdr->opcode == 0 || hdr->opcode >= SHP_WIRE_OP_LAST) {
         return shp_wire_reject(SHP_ERR_PROTO, "unknown opcode", why);
     }
-    if (hdr->payload_len > max_payload) {
+    if ((uint64_t)hdr->payload_len >
+        (uint64_t)max_payload +
+            (hdr->flags & SHP_WIRE_F_MAC ? SHP_WIRE_MAC_LEN : 0)) {
         return shp_wire_reject(SHP_ERR_TOO_LARGE,
                                "payload above the negotiated maximum", why);
     }
@@ -157,11 +161,23 @@ shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr, size_t msg_len,
         return shp_wire_reject(SHP_ERR_PROTO, "unknown flags", why);
     }
 
+    /* the tag: only on a multicast result, after its data */
+    uint32_t data_len = hdr->payload_len;
+    if (hdr->flags & SHP_WIRE_F_MAC) {
+        if (hdr->opcode != SHP_WIRE_OP_AGG_RESULT ||
+            !(hdr->flags & SHP_WIRE_F_MCAST) ||
+            hdr->payload_len < SHP_WIRE_MAC_LEN) {
+            return shp_wire_reject(
+                SHP_ERR_PROTO, "a tag on what is not a multicast result", why);
+        }
+        data_len -= SHP_WIRE_MAC_LEN;
+    }
+
     switch (hdr->opcode) {
     case SHP_WIRE_OP_AGG_REQ:
     case SHP_WIRE_OP_AGG_RESULT:
         if (hdr->flags & SHP_WIRE_F_BARRIER) {
-            if (hdr->count != 0 || hdr->payload_len != 0) {
+            if (hdr->count != 0 || data_len != 0) {
                 return shp_wire_reject(SHP_ERR_PROTO, "barrier with a payload",
                                        why);
             }
@@ -184,7 +200,7 @@ shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr, size_t msg_len,
             return status;
         }
         esize = shp_reduce_elem_size(&desc);
-        if ((uint64_t)hdr->count * esize != hdr->payload_len) {
+        if ((uint64_t)hdr->count * esize != data_len) {
             return shp_wire_reject(SHP_ERR_PROTO,
                                    "count x element size != payload_len", why);
         }
@@ -293,4 +309,53 @@ void shp_wire_payload_swap(const shp_reduce_desc_t *desc, void *buf,
     (void)buf;
     (void)count;
 #endif
+}
+
+/* Multicast result tags ----------------------------------------------------- */
+
+void shp_wire_mac_key(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+                      uint16_t tree_id, uint32_t group_id,
+                      uint8_t key[SHP_WIRE_MAC_KEY_LEN])
+{
+    _Static_assert(SHP_WIRE_JOB_KEY_LEN == crypto_kdf_KEYBYTES,
+                   "the job key is a KDF key");
+    if (sodium_init() < 0) { /* cannot fail once it has succeeded */
+        abort();
+    }
+    crypto_kdf_derive_from_key(key, SHP_WIRE_MAC_KEY_LEN,
+                               ((uint64_t)tree_id << 32) | group_id, "shpmcast",
+                               job_key);
+}
+
+void shp_wire_mac(const uint8_t key[SHP_WIRE_MAC_KEY_LEN], uint64_t seq64,
+                  const shp_wire_hdr_t *hdr, const void *data,
+                  uint8_t tag[SHP_WIRE_MAC_LEN])
+{
+    uint8_t nonce[crypto_stream_chacha20_ietf_NONCEBYTES] = {0};
+    uint8_t otk[crypto_onetimeauth_KEYBYTES], raw[SHP_WIRE_HDR_LEN];
+    crypto_onetimeauth_state st;
+
+    for (int i = 0; i < 8; i++) {
+        nonce[i] = (uint8_t)(seq64 >> (8 * i));
+    }
+    crypto_stream_chacha20_ietf(otk, sizeof(otk), nonce, key);
+    shp_wire_hdr_pack(hdr, raw);
+    crypto_onetimeauth_init(&st, otk);
+    crypto_onetimeauth_update(&st, raw, sizeof(raw));
+    crypto_onetimeauth_update(&st, data, hdr->payload_len - SHP_WIRE_MAC_LEN);
+    crypto_onetimeauth_final(&st, tag);
+    sodium_memzero(otk, sizeof(otk));
+}
+
+int shp_wire_mac_ok(const uint8_t key[SHP_WIRE_MAC_KEY_LEN], uint64_t seq64,
+                    const shp_wire_hdr_t *hdr, const void *payload)
+{
+    uint8_t tag[SHP_WIRE_MAC_LEN];
+
+    if (!(hdr->flags & SHP_WIRE_F_MAC) || hdr->payload_len < SHP_WIRE_MAC_LEN) {
+        return 0;
+    }
+    shp_wire_mac(key, seq64, hdr, payload, tag);
+    return crypto_verify_16(tag, (const uint8_t *)payload + hdr->payload_len -
+                                     SHP_WIRE_MAC_LEN) == 0;
 }

@@ -25,7 +25,16 @@
  *
  * Version history (never reuse a retired value or bit):
  *   1  first version (opcode 7, group_leave, added compatibly: an AN
- *      that does not know it closes the link, as before).
+ *      that does not know it closes the link, as before; flag MAC: every
+ *      multicast result carries a tag, and members take no multicast
+ *      result without a valid one).
+ *
+ * Multicast results are authenticated (anyone on the data network can send
+ * a datagram to a group's address): a Poly1305 tag over the packed header
+ * and the result, with a one-time key made by ChaCha20 as RFC 8439 (2.6)
+ * makes it (libsodium's primitives) keyed by a key derived from the
+ * job key for the tree and group, and the operation's 64-bit number as
+ * nonce (so a result replayed after the 32-bit seq wraps does not verify).
  */
 #ifndef SHP_COMMON_WIRE_H
 #define SHP_COMMON_WIRE_H
@@ -67,9 +76,13 @@ typedef enum shp_wire_opcode {
  * by multicast (it does not reach it), only retransmitted ones; its AN
  * sends it every later result over RC */
 #define SHP_WIRE_F_RC_ONLY (1u << 5)
+/* a multicast result: the last SHP_WIRE_MAC_LEN bytes of the payload are
+ * its tag (shp_wire_mac), keyed per group; payload_len counts them */
+#define SHP_WIRE_F_MAC (1u << 6)
 #define SHP_WIRE_F_KNOWN                                                       \
     (SHP_WIRE_F_MCAST | SHP_WIRE_F_RETRANS | SHP_WIRE_F_BARRIER |              \
-     SHP_WIRE_F_UNICAST | SHP_WIRE_F_EXACT | SHP_WIRE_F_RC_ONLY)
+     SHP_WIRE_F_UNICAST | SHP_WIRE_F_EXACT | SHP_WIRE_F_RC_ONLY |              \
+     SHP_WIRE_F_MAC)
 /* retransmitted results a member takes, none by multicast, before it sets
  * SHP_WIRE_F_RC_ONLY */
 #define SHP_WIRE_RC_ONLY_AFTER 3
@@ -156,7 +169,8 @@ void shp_wire_hdr_init_agg(shp_wire_hdr_t *hdr, shp_wire_opcode_t opcode,
 
 /*
  * Checks a received message: `msg_len` is the number of bytes it occupies
- * (header + payload), `max_payload` the negotiated maximum.  Rejects an
+ * (header + payload), `max_payload` the negotiated maximum (a multicast
+ * result's tag comes on top of it: payload_len counts data and tag).  Rejects an
  * unknown version (SHP_ERR_VERSION) or opcode, a length mismatch, count x
  * element size != payload_len, a dtype/op combination that makes no sense
  * (SHP_ERR_UNSUPPORTED), a payload above the maximum (SHP_ERR_TOO_LARGE).
@@ -186,5 +200,30 @@ void shp_wire_bswap_elems(const shp_reduce_desc_t *desc, void *buf,
                           size_t count);
 
 const char *shp_wire_opcode_name(unsigned opcode);
+
+#define SHP_WIRE_MAC_LEN 16
+#define SHP_WIRE_MAC_KEY_LEN 32
+/* Multicast results carry tags, and members take none without a right one.
+ * 0 only in the build `make bench-mpi` makes to measure what the tags cost
+ * (such a build takes forged results): there is no run-time switch. */
+#ifndef SHP_MCAST_MAC
+#define SHP_MCAST_MAC 1
+#endif
+
+/* The key of a group's multicast results, from its job's key: only the
+ * job's members and the group's ANs can make it. */
+void shp_wire_mac_key(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+                      uint16_t tree_id, uint32_t group_id,
+                      uint8_t key[SHP_WIRE_MAC_KEY_LEN]);
+/* The tag of a multicast result: hdr as sent (flags MAC, payload_len with
+ * the tag), its payload_len - SHP_WIRE_MAC_LEN bytes of data, operation
+ * number seq64 (seq with its wraps). */
+void shp_wire_mac(const uint8_t key[SHP_WIRE_MAC_KEY_LEN], uint64_t seq64,
+                  const shp_wire_hdr_t *hdr, const void *data,
+                  uint8_t tag[SHP_WIRE_MAC_LEN]);
+/* Whether payload (data, then the tag) carries the right tag (compared in
+ * constant time); hdr must have the MAC flag and room for the tag. */
+int shp_wire_mac_ok(const uint8_t key[SHP_WIRE_MAC_KEY_LEN], uint64_t seq64,
+                    const shp_wire_hdr_t *hdr, const void *payload);
 
 #endif

@@ -195,8 +195,42 @@ static void on_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
            comm->win[comm->done_seq % comm->osts].done) {
         comm->win[comm->done_seq % comm->osts].busy = 0;
         comm->done_seq++;
+        comm->done_seq64++;
     }
     pump(comm);
+}
+
+/*
+ * A datagram on the group's multicast address: anyone on the data network
+ * can send one, so only a result whose tag verifies with the group's key
+ * (docs/security.md) is taken, the rest dropped and counted.  Results
+ * outside the window (late duplicates of RC ones) are not checked.
+ */
+static void on_mcast(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
+                     const void *payload)
+{
+    uint32_t seq = hdr->seq;
+    if (hdr->opcode == SHP_WIRE_OP_AGG_RESULT &&
+        seq - comm->done_seq >= comm->next_seq - comm->done_seq) {
+        return;
+    }
+    uint64_t seq64 = comm->done_seq64 + (uint32_t)(seq - comm->done_seq);
+    if (hdr->opcode != SHP_WIRE_OP_AGG_RESULT ||
+        !(hdr->flags & SHP_WIRE_F_MCAST) ||
+        (SHP_MCAST_MAC &&
+         !shp_wire_mac_ok(comm->mac_key, seq64, hdr, payload))) {
+        comm->ctx->stats.mcast_rejected++;
+        shp_warn_sparse(1000,
+                        "group %u: a multicast %s without a right tag: "
+                        "dropped (forged?)",
+                        comm->group_id, shp_wire_opcode_name(hdr->opcode));
+        return;
+    }
+    shp_wire_hdr_t h = *hdr;
+    h.payload_len -= SHP_MCAST_MAC ? SHP_WIRE_MAC_LEN : 0;
+    if (comm->failed == SHP_OK) {
+        on_result(comm, &h, payload);
+    }
 }
 
 static void on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
@@ -205,6 +239,10 @@ static void on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
     coll_comm_t *comm = ep->arg;
 
     if (comm == NULL || hdr->group_id != comm->group_id) {
+        return;
+    }
+    if (ep != comm->ep) {
+        on_mcast(comm, hdr, payload);
         return;
     }
     switch (hdr->opcode) {
@@ -454,6 +492,8 @@ static int group_join(coll_comm_t *comm)
         return SHARP_COLL_ECONN_TREE;
     }
     if (comm->mcast && ctx->cfg.enable_mcast_target) {
+        shp_wire_mac_key(ctx->job_key, comm->tree_id, comm->group_id,
+                         comm->mac_key);
         if ((mtp = tp_get(ctx, shp_tp_mcast_ops(rc))) == NULL ||
             mtp->ops->mcast_join(mtp, comm->mcast_addr, &ep_cbs, comm,
                                  &comm->mep) != SHP_OK) {

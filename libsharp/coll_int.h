@@ -50,6 +50,7 @@ typedef struct coll_cfg {
 
 typedef struct coll_stats {
     uint64_t ops, bytes, frags, retrans, errors, mcast_results, rc_results;
+    uint64_t mcast_rejected; /* datagrams without a right tag (forged) */
 } coll_stats_t;
 
 typedef struct coll_req coll_req_t;
@@ -124,7 +125,9 @@ struct sharp_coll_comm {
     atomic_int cancel; /* sharp_coll_comm_cancel: fail it in the loop */
     coll_frag_t *win;  /* osts entries, seq % osts */
     uint32_t next_seq, done_seq;
-    coll_req_t *queue, *queue_tail; /* with fragments not yet sent */
+    uint64_t done_seq64; /* done_seq with its wraps: multicast tags' nonce */
+    uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN]; /* multicast results' tags */
+    coll_req_t *queue, *queue_tail;        /* with fragments not yet sent */
     uint8_t *stage;
 };
 

@@ -242,15 +242,29 @@ static void pump(void)
     }
 }
 
-static void on_result(const shp_wire_hdr_t *hdr, const void *payload)
+static void on_result(const shp_wire_hdr_t *in, const void *payload)
 {
-    long k = (long)hdr->seq;
+    long k = (long)in->seq;
+    shp_wire_hdr_t h = *in, *hdr = &h;
     op_t *op;
     size_t bytes;
 
     if (hdr->group_id != o.group || k < next_done || k >= next_send ||
         ops[k].done) {
         return; /* not ours, or a duplicate (RC and multicast both) */
+    }
+    if (hdr->flags & SHP_WIRE_F_MCAST) { /* as libsharp: tagged, checked */
+        uint8_t key[SHP_WIRE_MAC_KEY_LEN];
+        shp_wire_mac_key(o.key, o.tree, o.group, key);
+        if (!shp_wire_mac_ok(key, (uint64_t)k, hdr, payload)) {
+            fprintf(stderr,
+                    "member %u: op %ld: multicast result without a "
+                    "right tag\n",
+                    o.rank, k);
+            finish(1);
+            return;
+        }
+        hdr->payload_len -= SHP_WIRE_MAC_LEN;
     }
     op = &ops[k];
     bytes =

@@ -14,7 +14,12 @@
 #include <sharp/api/sharp.h>
 
 #include "common/reduce.h"
+#include "common/wire.h"
 #include "tests/coll/oob_hub.h"
+
+#include <arpa/inet.h>
+#include <grp.h>
+#include <netinet/in.h>
 
 #include <pthread.h>
 #include <sched.h>
@@ -1981,6 +1986,175 @@ static void test_netns_an_link_cut(void **state)
     link_cut_case("leaf02");
 }
 
+/*
+ * Forged data-path messages (docs/security.md), sent by an unprivileged
+ * user (uid 65534) from one host's namespace while a job runs: datagrams
+ * to the group's multicast address (results with a wrong value, with and
+ * without a made-up tag, and errors), and an error for the group over a
+ * connection of its own to every AN of the group.  Rank 0 contributes
+ * 10 ms late to every operation, so the other members wait for each
+ * result while the forgeries arrive.  Every result stays right, no member
+ * fails, and the ANs count the forged errors.
+ */
+enum { FORGE_OPS = 150, FORGE_SECS = 4 };
+static const uint64_t forge_job = 3010;
+
+static int m_forged_job(int rank)
+{
+    hub_oob_t up = {71, rank, NHOST + 1}, done = {72, rank, NHOST + 1};
+    int size = NHOST;
+    become_host(rank);
+    CHECK(member_init(rank, size, forge_job) == 0, "init");
+    CHECK(comm_of(&world_oob, &world) == 0, "comm_init");
+    CHECK(hub_barrier(&up) == 0, "sync");
+    for (int k = 0; k < FORGE_OPS; k++) {
+        int64_t v = rank + k, out = -1;
+        struct sharp_coll_reduce_spec sp;
+        memset(&sp, 0, sizeof(sp));
+        sp.sbuf_desc = buf_desc(&v, 8);
+        sp.rbuf_desc = buf_desc(&out, 8);
+        sp.dtype = SHARP_DTYPE_LONG;
+        sp.op = SHARP_OP_SUM;
+        sp.length = 1;
+        if (rank == 0) {
+            usleep(10000);
+        }
+        int rc = sharp_coll_do_allreduce(world, &sp);
+        CHECK(rc == 0, "op %d: %s", k, sharp_coll_strerror(rc));
+        CHECK(out == size * (size - 1) / 2 + size * k,
+              "op %d: %lld, want %d (a forged result taken)", k, (long long)out,
+              size * (size - 1) / 2 + size * k);
+    }
+    sharp_coll_dump_stats(ctx);
+    CHECK(hub_barrier(&done) == 0, "sync");
+    CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
+    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    return 0;
+}
+
+/* the forger: the group's id and multicast address, and every AN's
+ * address, from the manager (an attacker would guess the first: ids count
+ * up from 1) */
+static int m_forger(void)
+{
+    hub_oob_t up = {71, NHOST, NHOST + 1}, done = {72, NHOST, NHOST + 1};
+    char cmd[2400], line[128], ans[8][128];
+    unsigned gid = 0, tree = 0, port = 0, nans = 0, a, b, c, d;
+    struct sockaddr_in mc = {.sin_family = AF_INET};
+
+    CHECK(hub_barrier(&up) == 0, "sync");
+    snprintf(cmd, sizeof(cmd),
+             "%s/sharpctl --socket %s/am.sock --json groups --job %llu | "
+             "jq -r '.. | objects | select(has(\"group_id\")) | "
+             "\"\\(.group_id) \\(.tree_id) \\(.mcast_addr)\"'; "
+             "%s/sharpctl --socket %s/am.sock --json ans | "
+             "jq -r '.. | objects | select(has(\"addr\")) | .addr'",
+             bindir, nsdir, (unsigned long long)forge_job, bindir, nsdir);
+    FILE *f = popen(cmd, "r");
+    CHECK(f != NULL, "popen");
+    if (fgets(line, sizeof(line), f) == NULL ||
+        sscanf(line, "%u %u %u.%u.%u.%u:%u", &gid, &tree, &a, &b, &c, &d,
+               &port) != 7) {
+        pclose(f);
+        CHECK(0, "no group of job %llu", (unsigned long long)forge_job);
+    }
+    while (nans < 8 && fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        snprintf(ans[nans++], sizeof(ans[0]), "%s", line);
+    }
+    pclose(f);
+    CHECK(nans > 0, "no AN addresses");
+    mc.sin_addr.s_addr = htonl(a << 24 | b << 16 | c << 8 | d);
+    mc.sin_port = htons((uint16_t)port);
+    become_host(NHOST - 1); /* into a host's namespace, then nobody */
+    CHECK(setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0,
+          "cannot become uid 65534");
+    /* an error for the group from a link of its own, to every AN */
+    for (unsigned i = 0; i < nans; i++) {
+        char host[128], *colon = strrchr(ans[i], ':');
+        if (colon == NULL) {
+            continue;
+        }
+        snprintf(host, sizeof(host), "%.*s", (int)(colon - ans[i]), ans[i]);
+        struct sockaddr_in an = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)atoi(colon + 1))};
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        uint8_t raw[SHP_WIRE_HDR_LEN];
+        shp_wire_hdr_t h;
+        shp_wire_hdr_init(&h, SHP_WIRE_OP_ERROR, (uint16_t)tree, gid, 0);
+        h.status = SHP_ERR_GROUP_FAILED;
+        shp_wire_hdr_pack(&h, raw);
+        CHECK(s >= 0 && inet_pton(AF_INET, host, &an.sin_addr) == 1 &&
+                  connect(s, (struct sockaddr *)&an, sizeof(an)) == 0,
+              "cannot connect to the AN at %s: %s", ans[i], strerror(errno));
+        CHECK(write(s, raw, sizeof(raw)) == (ssize_t)sizeof(raw), "send to %s",
+              ans[i]);
+        usleep(100000);
+        close(s);
+    }
+    /* results of 1337 for every seq a member may wait on, without a tag,
+     * with a made-up one, and errors, by multicast, for FORGE_SECS */
+    int u = socket(AF_INET, SOCK_DGRAM, 0);
+    struct in_addr ifa;
+    snprintf(line, sizeof(line), "10.77.64.%d", NHOST);
+    inet_pton(AF_INET, line, &ifa);
+    setsockopt(u, IPPROTO_IP, IP_MULTICAST_IF, &ifa, sizeof(ifa));
+    uint64_t end = shp_time_ns() + FORGE_SECS * 1000000000ull;
+    long sent = 0;
+    while (shp_time_ns() < end) {
+        for (uint32_t seq = 0; seq < FORGE_OPS + 4; seq++) {
+            uint8_t m[SHP_WIRE_HDR_LEN + 8 + SHP_WIRE_MAC_LEN];
+            shp_reduce_desc_t dsc = {SHP_DTYPE_I64, SHP_OP_SUM, SHP_DTYPE_NULL};
+            shp_wire_hdr_t h;
+            int64_t v = 1337;
+            int kind = (int)(seq % 3);
+            shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_RESULT, (uint16_t)tree,
+                                  gid, seq, &dsc, 1);
+            h.flags = SHP_WIRE_F_MCAST;
+            h.payload_len = 8;
+            if (kind == 1) { /* a tag of random bytes */
+                h.flags |= SHP_WIRE_F_MAC;
+                h.payload_len += SHP_WIRE_MAC_LEN;
+            } else if (kind == 2) {
+                shp_wire_hdr_init(&h, SHP_WIRE_OP_ERROR, (uint16_t)tree, gid,
+                                  seq);
+                h.status = SHP_ERR_GROUP_FAILED;
+            }
+            shp_wire_hdr_pack(&h, m);
+            memcpy(m + SHP_WIRE_HDR_LEN, &v, 8);
+            for (int i = 0; i < SHP_WIRE_MAC_LEN; i++) {
+                m[SHP_WIRE_HDR_LEN + 8 + i] = (uint8_t)rand();
+            }
+            sent += sendto(u, m, SHP_WIRE_HDR_LEN + h.payload_len, 0,
+                           (struct sockaddr *)&mc, sizeof(mc)) > 0;
+        }
+        usleep(200);
+    }
+    close(u);
+    print_message("forger (uid %d): %ld datagrams to %s\n", (int)getuid(), sent,
+                  inet_ntoa(mc.sin_addr));
+    CHECK(sent > 0, "sent nothing");
+    CHECK(hub_barrier(&done) == 0, "sync");
+    return 0;
+}
+
+static int m_forged(int rank, void *arg)
+{
+    (void)arg;
+    return rank < NHOST ? m_forged_job(rank) : m_forger();
+}
+
+static void test_netns_forged(void **state)
+{
+    (void)state;
+    long before = an_counter_sum("err_forged");
+    run_members(m_forged, NULL, NHOST + 1, NHOST + 1);
+    usleep(700000); /* two rounds of AN counters */
+    long forged = an_counter_sum("err_forged");
+    print_message("forged errors the ANs ignored: %ld\n", forged - before);
+    assert_true(forged > before);
+}
+
 static int setup_netns(void **state)
 {
     (void)state;
@@ -2050,14 +2224,16 @@ int main(void)
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     /* network namespaces need root and iproute2 */
-    if (getenv("SHARP_TEST_ONLY") != NULL) {
-        printf("netns tests skipped: SHARP_TEST_ONLY is set\n");
+    const char *only = getenv("SHARP_TEST_ONLY");
+    if (only != NULL && strncmp(only, "test_netns", 10) != 0) {
+        printf("netns tests skipped: SHARP_TEST_ONLY names none\n");
     } else if (getuid() == 0 &&
                system("command -v ip >/dev/null && command -v tc "
                       ">/dev/null") == 0) {
         const struct CMUnitTest ns_tests[] = {
             cmocka_unit_test(test_netns_mcast_loss),
             cmocka_unit_test(test_netns_mcast_unreachable),
+            cmocka_unit_test(test_netns_forged),
             /* last: they cut links (a host's, then an AN's) */
             cmocka_unit_test(test_netns_link_cut),
             cmocka_unit_test(test_netns_an_link_cut),

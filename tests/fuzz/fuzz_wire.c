@@ -49,7 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break; /* the transport closes the connection */
         }
         FZ_CHECK(len >= SHP_WIRE_HDR_LEN);
-        FZ_CHECK(len - SHP_WIRE_HDR_LEN <= max_payload);
+        FZ_CHECK(len - SHP_WIRE_HDR_LEN <=
+                 (uint64_t)max_payload + SHP_WIRE_MAC_LEN);
         if (len > avail) {
             break; /* waits for more bytes */
         }
@@ -67,6 +68,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         st = shp_wire_validate(&hdr, len, max_payload, &why);
         if (st == SHP_OK) {
             FZ_CHECK(hdr.payload_len == len - SHP_WIRE_HDR_LEN);
+            /* a tag only on a multicast result, and room for it */
+            FZ_CHECK(!(hdr.flags & SHP_WIRE_F_MAC) ||
+                     (hdr.opcode == SHP_WIRE_OP_AGG_RESULT &&
+                      (hdr.flags & SHP_WIRE_F_MCAST) &&
+                      hdr.payload_len >= SHP_WIRE_MAC_LEN));
             if ((hdr.opcode == SHP_WIRE_OP_AGG_REQ ||
                  hdr.opcode == SHP_WIRE_OP_AGG_RESULT) &&
                 !(hdr.flags & SHP_WIRE_F_BARRIER)) {
@@ -74,7 +80,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 size_t es = shp_reduce_elem_size(&d);
                 uint8_t *copy = malloc(hdr.payload_len + 1);
                 FZ_CHECK(copy != NULL);
-                FZ_CHECK((uint64_t)hdr.count * es == hdr.payload_len);
+                FZ_CHECK((uint64_t)hdr.count * es ==
+                         hdr.payload_len - (hdr.flags & SHP_WIRE_F_MAC
+                                                ? SHP_WIRE_MAC_LEN
+                                                : 0));
                 memcpy(copy, p + SHP_WIRE_HDR_LEN, hdr.payload_len);
                 shp_wire_bswap_elems(&d, copy, hdr.count);
                 shp_wire_bswap_elems(&d, copy, hdr.count);

@@ -135,6 +135,38 @@ static void seeds_wire(void)
     save_buf("wire", "control-ops", &b);
 }
 
+/* mcast: a seq byte, then one multicast result with a tag of zeros (the
+ * harness makes the right one itself) */
+static void seeds_mcast(void)
+{
+    static const shp_reduce_desc_t descs[] = {
+        {SHP_DTYPE_F32, SHP_OP_SUM, SHP_DTYPE_NULL},
+        {SHP_DTYPE_I64, SHP_OP_MAX, SHP_DTYPE_NULL},
+        {SHP_DTYPE_F64, SHP_OP_MINLOC, SHP_DTYPE_I32},
+    };
+    uint8_t payload[256 + SHP_WIRE_MAC_LEN] = {0};
+    shp_wire_hdr_t h;
+    buf_t b = {0};
+    char name[32];
+
+    for (unsigned i = 0; i < sizeof(descs) / sizeof(descs[0]); i++) {
+        put8(&b, (uint8_t)(i * 40));
+        shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_RESULT, 1, 5, i, &descs[i],
+                              4);
+        h.flags = SHP_WIRE_F_MCAST | SHP_WIRE_F_MAC;
+        h.payload_len += SHP_WIRE_MAC_LEN;
+        put_msg(&b, &h, payload);
+        snprintf(name, sizeof(name), "result-%u", i);
+        save_buf("mcast", name, &b);
+    }
+    put8(&b, 9); /* a barrier's result: only the tag */
+    shp_wire_hdr_init(&h, SHP_WIRE_OP_AGG_RESULT, 1, 5, 9);
+    h.flags = SHP_WIRE_F_MCAST | SHP_WIRE_F_MAC | SHP_WIRE_F_BARRIER;
+    h.payload_len = SHP_WIRE_MAC_LEN;
+    put_msg(&b, &h, payload);
+    save_buf("mcast", "barrier", &b);
+}
+
 /* ctl ------------------------------------------------------------------------- */
 
 static void put_json(buf_t *b, json_t *m)
@@ -693,6 +725,7 @@ int main(int argc, char **argv)
     }
     outdir = argv[1];
     seeds_wire();
+    seeds_mcast();
     seeds_ctl();
     seeds_auth();
     seeds_config();

@@ -16,7 +16,7 @@ FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
 FUZZ_CFLAGS := -std=gnu11 -O1 -g -Wall -Wextra -Werror -Wshadow \
 	-Wno-missing-field-initializers -fno-strict-aliasing -MMD -MP \
 	$(FUZZ_SAN) -fsanitize=fuzzer-no-link
-FUZZ_HARNESSES := wire ctl auth config topo an am sharpd
+FUZZ_HARNESSES := wire mcast ctl auth config topo an am sharpd
 FUZZ_BINS := $(patsubst %,$(FUZZ_O)/bin/fuzz_%,$(FUZZ_HARNESSES))
 FUZZ_GEN := $(FUZZ_O)/bin/gen_seeds
 FUZZ_SEEDS_STAMP := $(FUZZ_O)/seeds/.stamp
@@ -44,6 +44,8 @@ $(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $(1) $(FUZZ_LDLIBS) \
 endef
 
 $(FUZZ_O)/bin/fuzz_wire: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_wire.o $(FUZZ_COMMON_OBJS)
+	$(call fuzz_link,$^)
+$(FUZZ_O)/bin/fuzz_mcast: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_mcast.o $(FUZZ_COMMON_OBJS)
 	$(call fuzz_link,$^)
 $(FUZZ_O)/bin/fuzz_ctl: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_ctl.o $(FUZZ_COMMON_OBJS)
 	$(call fuzz_link,$^)

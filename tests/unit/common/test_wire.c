@@ -396,6 +396,73 @@ static void test_validate_random(void **state)
     assert_true(accepted > 0);
 }
 
+/* multicast result tags: validation of the flag, and the tag itself */
+static void test_mac(void **state)
+{
+    static const uint8_t job[SHP_WIRE_JOB_KEY_LEN] = {1, 2, 3};
+    uint8_t key[SHP_WIRE_MAC_KEY_LEN], k2[SHP_WIRE_MAC_KEY_LEN];
+    uint8_t payload[8 * 4 + SHP_WIRE_MAC_LEN];
+    shp_reduce_desc_t d = {SHP_DTYPE_F32, SHP_OP_SUM, SHP_DTYPE_NULL};
+    shp_wire_hdr_t h;
+    (void)state;
+
+    shp_wire_mac_key(job, 3, 77, key);
+    shp_wire_mac_key(job, 3, 78, k2);
+    assert_memory_not_equal(key, k2, sizeof(key));
+    for (unsigned i = 0; i < sizeof(payload); i++) {
+        payload[i] = (uint8_t)(i * 13);
+    }
+    shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_RESULT, 3, 77, 5, &d, 8);
+    h.flags = SHP_WIRE_F_MCAST | SHP_WIRE_F_MAC;
+    h.payload_len = 32 + SHP_WIRE_MAC_LEN;
+    assert_int_equal(
+        shp_wire_validate(&h, SHP_WIRE_HDR_LEN + h.payload_len, 32, NULL),
+        SHP_OK); /* the tag is on top of the maximum */
+    shp_wire_mac(key, 5, &h, payload, payload + 32);
+    assert_true(shp_wire_mac_ok(key, 5, &h, payload));
+    assert_false(shp_wire_mac_ok(k2, 5, &h, payload)); /* group */
+    assert_false(
+        shp_wire_mac_ok(key, 5 + (1ull << 32), &h, payload)); /* wrap */
+    shp_wire_hdr_t h2 = h;
+    h2.seq = 6;
+    assert_false(shp_wire_mac_ok(key, 5, &h2, payload)); /* header */
+    h2 = h;
+    h2.flags &= (uint16_t)~SHP_WIRE_F_MAC;
+    assert_false(shp_wire_mac_ok(key, 5, &h2, payload)); /* no tag */
+    for (unsigned i = 0; i < sizeof(payload); i++) {     /* data or tag */
+        payload[i] ^= 0x10;
+        assert_false(shp_wire_mac_ok(key, 5, &h, payload));
+        payload[i] ^= 0x10;
+    }
+    assert_true(shp_wire_mac_ok(key, 5, &h, payload));
+    /* the flag only on a multicast result with room for the tag */
+    h2 = h;
+    h2.opcode = SHP_WIRE_OP_AGG_REQ;
+    assert_int_equal(
+        shp_wire_validate(&h2, SHP_WIRE_HDR_LEN + h2.payload_len, 4096, NULL),
+        SHP_ERR_PROTO);
+    h2 = h;
+    h2.flags = SHP_WIRE_F_MAC;
+    assert_int_equal(
+        shp_wire_validate(&h2, SHP_WIRE_HDR_LEN + h2.payload_len, 4096, NULL),
+        SHP_ERR_PROTO);
+    h2 = h;
+    h2.payload_len = 32; /* the data without a tag */
+    assert_int_equal(
+        shp_wire_validate(&h2, SHP_WIRE_HDR_LEN + h2.payload_len, 4096, NULL),
+        SHP_ERR_PROTO);
+    shp_wire_hdr_init(&h2, SHP_WIRE_OP_AGG_RESULT, 3, 77, 5);
+    h2.flags = SHP_WIRE_F_MCAST | SHP_WIRE_F_MAC | SHP_WIRE_F_BARRIER;
+    h2.payload_len = SHP_WIRE_MAC_LEN - 1;
+    assert_int_equal(
+        shp_wire_validate(&h2, SHP_WIRE_HDR_LEN + h2.payload_len, 4096, NULL),
+        SHP_ERR_PROTO);
+    h2.payload_len = SHP_WIRE_MAC_LEN;
+    assert_int_equal(
+        shp_wire_validate(&h2, SHP_WIRE_HDR_LEN + h2.payload_len, 4096, NULL),
+        SHP_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -415,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_frame_len),
         cmocka_unit_test(test_payload_swap),
         cmocka_unit_test(test_validate_random),
+        cmocka_unit_test(test_mac),
     };
     return cmocka_run_group_tests_name("wire", tests, NULL, NULL);
 }
