@@ -1340,6 +1340,9 @@ static void peer_frame(shp_conn_t *conn, const void *frame, size_t len)
         } else if (chal) {
             am_send(p, chal);
         }
+        if (p->auth.state >= 2) { /* proved: full-sized frames from now */
+            p->conn.max_frame = SHP_CTL_MAX_FRAME;
+        }
     } else if (p->role == AM_PEER_NEW) {
         const char *type = shp_ctl_type(msg);
         if (!strcmp(type, "an_register") && !strcmp(p->auth.role, "an"))
@@ -1406,7 +1409,10 @@ static shp_am_peer_t *peer_new(shp_am_t *am, int fd, am_role_t role)
     p->am = am;
     p->role = role;
     p->an = -1;
-    shp_conn_init(&p->conn, am->loop, &peer_ops, p, SHP_CTL_MAX_FRAME);
+    /* until a TCP peer proves the cluster secret, only small frames */
+    shp_conn_init(&p->conn, am->loop, &peer_ops, p,
+                  role == AM_PEER_ADMIN ? SHP_CTL_MAX_FRAME
+                                        : SHP_CTL_PREAUTH_MAX_FRAME);
     if (shp_conn_open_fd(&p->conn, fd) != SHP_OK) {
         free(p);
         return NULL;

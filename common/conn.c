@@ -316,19 +316,22 @@ static shp_status_t shp_conn_dispatch(shp_conn_t *conn)
             break;
         }
         if (len > conn->rlen - off) {
-            /* incomplete: make room for the whole frame */
-            if (len > conn->rcap) {
-                uint8_t *p;
-                memmove(conn->rbuf, conn->rbuf + off, conn->rlen - off);
-                conn->rlen -= off;
-                off = 0;
-                p = realloc(conn->rbuf, len);
+            /* incomplete: room for more of it, as its bytes come (twice
+             * the buffer once it is full, up to the frame), never the
+             * announced length at once: what a peer makes us hold is what
+             * it sent */
+            memmove(conn->rbuf, conn->rbuf + off, conn->rlen - off);
+            conn->rlen -= off;
+            off = 0;
+            if (conn->rlen == conn->rcap && len > conn->rcap) {
+                size_t cap = 2 * conn->rcap < len ? 2 * conn->rcap : len;
+                uint8_t *p = realloc(conn->rbuf, cap);
                 if (p == NULL) {
                     status = SHP_ERR_NO_MEMORY;
                     break;
                 }
                 conn->rbuf = p;
-                conn->rcap = len;
+                conn->rcap = cap;
             }
             break;
         }

@@ -954,6 +954,20 @@ static void test_wrong_secret(void **state)
     assert_null(client_read(&raw, 5000)); /* and closed */
     close(fd);
     json_decref(raw.notices);
+
+    /* before it proves the secret a peer may send no large frame: one that
+     * announces 1 MiB is dropped at once (the AM used to make room for it
+     * and wait) */
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa.ss, sa.len), 0);
+    uint8_t hdr[SHP_CTL_HDR_LEN];
+    shp_ctl_hdr_pack(SHP_CTL_FRAME_MSG, 1u << 20, hdr);
+    assert_int_equal(write(fd, hdr, sizeof(hdr)), (ssize_t)sizeof(hdr));
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    char c;
+    assert_int_equal(poll(&pf, 1, 5000), 1);
+    assert_int_equal(recv(fd, &c, 1, 0), 0); /* EOF */
+    close(fd);
     json_t *st = admin("stats");
     assert_int_equal(json_integer_value(json_object_get(
                          json_object_get(st, "stats"), "auth_failures")),

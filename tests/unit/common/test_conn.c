@@ -236,6 +236,39 @@ static void test_oversize_closes(void **state)
     test_log_warnings = 0;
 }
 
+/* A peer that announces a frame of the largest size and sends a little of
+ * it makes us hold what it sent, not what it announced (a 4 MiB buffer
+ * per connection before: issue 28's unauthenticated peers). */
+static void test_announced_length(void **state)
+{
+    uint8_t hdr[SHP_CTL_HDR_LEN], body[96 * 1024];
+    int sv[2];
+    peer_t b;
+
+    (void)state;
+    memset(&b, 0, sizeof(b));
+    memset(body, '{', sizeof(body));
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    shp_conn_init(&b.conn, loop, &peer_ops, &b, SHP_CTL_MAX_FRAME);
+    assert_int_equal(shp_conn_open_fd(&b.conn, sv[1]), SHP_OK);
+    shp_ctl_hdr_pack(SHP_CTL_FRAME_MSG, SHP_CTL_MAX_FRAME - SHP_CTL_HDR_LEN,
+                     hdr);
+    assert_int_equal(write(sv[0], hdr, sizeof(hdr)), (ssize_t)sizeof(hdr));
+    assert_int_equal(write(sv[0], body, 100), 100);
+    TEST_RUN_WHILE(loop, b.conn.rlen < 108, 2);
+    assert_int_equal(b.conn.rlen, 108);
+    assert_true(b.conn.rcap <= 64 * 1024);
+    /* more of it: the buffer grows with what came, by doubling */
+    assert_int_equal(write(sv[0], body, sizeof(body)), (ssize_t)sizeof(body));
+    TEST_RUN_WHILE(loop, b.conn.rlen < 108 + sizeof(body), 2);
+    assert_int_equal(b.conn.rlen, 108 + sizeof(body));
+    assert_true(b.conn.rcap >= b.conn.rlen && b.conn.rcap <= 256 * 1024);
+    assert_int_equal(b.frames, 0);
+    assert_int_equal(b.closes, 0);
+    shp_conn_close(&b.conn, SHP_OK);
+    close(sv[0]);
+}
+
 static void test_eof(void **state)
 {
     peer_t a, b;
@@ -588,21 +621,14 @@ int main(void)
 {
 #define T(_f) cmocka_unit_test_setup_teardown(_f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_many_small_batched),
-        T(test_large_frame),
-        T(test_malformed_closes),
-        T(test_oversize_closes),
-        T(test_eof),
-        T(test_keepalive_dead_peer),
-        T(test_keepalive_after_own_stall),
-        T(test_keepalive_alive_peer),
-        T(test_close_inside_frame),
-        T(test_tcp_connect),
-        T(test_tcp_quiet),
-        T(test_close_inside_connect),
-        T(test_tcp_refused),
-        T(test_queue_limit),
-        T(test_listener_emfile),
+        T(test_many_small_batched),   T(test_large_frame),
+        T(test_malformed_closes),     T(test_oversize_closes),
+        T(test_announced_length),     T(test_eof),
+        T(test_keepalive_dead_peer),  T(test_keepalive_after_own_stall),
+        T(test_keepalive_alive_peer), T(test_close_inside_frame),
+        T(test_tcp_connect),          T(test_tcp_quiet),
+        T(test_close_inside_connect), T(test_tcp_refused),
+        T(test_queue_limit),          T(test_listener_emfile),
         T(test_sockaddr_parse),
     };
     signal(SIGPIPE, SIG_IGN);
