@@ -96,19 +96,42 @@ static void group_free(shp_am_t *am, shp_am_group_t *g)
 }
 
 /* Tell the sharpds of the job's hosts. */
+/* A new set of membership marks over the topology's nodes (am->mark[i] ==
+ * am->mark_gen: marked), so that a list is checked against another in time
+ * linear in both. */
+static shp_status_t am_mark_begin(shp_am_t *am)
+{
+    size_t n = shp_topo_count(am->topo);
+    if (am->nmark != n) {
+        unsigned *m = calloc(n ? n : 1, sizeof(*m));
+        if (!m)
+            return SHP_ERR_NO_MEMORY;
+        free(am->mark);
+        am->mark = m;
+        am->nmark = n;
+        am->mark_gen = 0;
+    }
+    if (++am->mark_gen == 0) { /* wrapped: old marks could match */
+        memset(am->mark, 0, n * sizeof(*am->mark));
+        am->mark_gen = 1;
+    }
+    return SHP_OK;
+}
+
 static void job_notify(shp_am_t *am, shp_am_job_t *j, json_t *msg)
 {
+    /* a host listed twice is told once (without marks, twice) */
+    int marks = am_mark_begin(am) == SHP_OK;
     for (int h = 0; h < j->nhosts; h++) {
         if (!j->attached[h])
             continue;
-        /* a host listed twice is told once */
-        int dup = 0;
-        for (int k = 0; k < h; k++)
-            dup |= j->attached[k] && j->hosts[k] == j->hosts[h];
+        if (marks) {
+            if (am->mark[j->hosts[h]] == am->mark_gen)
+                continue;
+            am->mark[j->hosts[h]] = am->mark_gen;
+        }
         shp_am_peer_t *p =
-            dup ? NULL
-                : sharpd_of_host(am,
-                                 shp_topo_node(am->topo, j->hosts[h])->host);
+            sharpd_of_host(am, shp_topo_node(am->topo, j->hosts[h])->host);
         if (p)
             am_send(p, json_incref(msg));
     }
@@ -632,9 +655,16 @@ static shp_status_t hosts_resolve(shp_am_t *am, const json_t *arr, int **out,
 {
     size_t cnt = json_array_size(arr), i;
     json_t *v;
-    if (cnt == 0 || cnt > 1u << 20) {
-        snprintf(why, whylen, "empty or oversized host list");
+    if (cnt == 0) {
+        snprintf(why, whylen, "empty host list");
         return SHP_ERR_INVALID_PARAM;
+    }
+    if (cnt > am->cfg.max_list) {
+        snprintf(why, whylen,
+                 "a list of %zu hosts is over this manager's limit of %u "
+                 "(max_list)",
+                 cnt, am->cfg.max_list);
+        return SHP_ERR_TOO_LARGE;
     }
     int *nodes = malloc(sizeof(int) * cnt);
     if (!nodes)
@@ -1055,11 +1085,14 @@ static void group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     }
     int *nodes, n;
     shp_status_t st = hosts_resolve(am, members, &nodes, &n, why, sizeof(why));
+    if (st == SHP_OK && (st = am_mark_begin(am)) != SHP_OK) {
+        snprintf(why, sizeof(why), "out of memory");
+        free(nodes);
+    }
+    for (int h = 0; st == SHP_OK && h < j->nhosts; h++)
+        am->mark[j->hosts[h]] = am->mark_gen;
     for (int k = 0; st == SHP_OK && k < n; k++) {
-        int in_job = 0;
-        for (int h = 0; h < j->nhosts && !in_job; h++)
-            in_job = j->hosts[h] == nodes[k];
-        if (!in_job) {
+        if (am->mark[nodes[k]] != am->mark_gen) {
             snprintf(why, sizeof(why),
                      "member %s is not a host of job %" PRIu64,
                      shp_topo_node(am->topo, nodes[k])->host, j->id);
@@ -1648,5 +1681,6 @@ void shp_am_stop(shp_am_t *am)
     free(am->ans);
     free(am->an_expected);
     free(am->leaf);
+    free(am->mark);
     shp_topo_free(am->topo);
 }

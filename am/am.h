@@ -33,6 +33,7 @@ typedef struct shp_am_config {
     unsigned radix;
     unsigned flat_max; /* groups of at most this many members: one AN */
     unsigned max_jobs;
+    unsigned max_list; /* hosts or members in one request, at most */
     unsigned job_max_groups;
     unsigned group_osts;
     size_t group_payload;
@@ -147,6 +148,11 @@ struct shp_am {
     shp_topo_t *topo;
     uint8_t *an_expected; /* [topology nodes] may host an AN */
     int *leaf;            /* [topology nodes] leaf AN node of hosts */
+    /* [topology nodes] membership marks: those of the last am_mark_begin()
+     * equal mark_gen (linear checks of host lists) */
+    unsigned *mark;
+    size_t nmark;
+    unsigned mark_gen;
     shp_am_an_t *ans;
     int nans, capans;
     shp_am_tree_t trees[SHP_AM_MAX_TREE_ID];

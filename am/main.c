@@ -16,6 +16,7 @@ static const shp_config_range_t trees_range = {1, SHP_AM_MAX_TREE_ID};
 static const shp_config_range_t radix_range = {1, 4096};
 static const shp_config_range_t flat_range = {0, 4096};
 static const shp_config_range_t count_range = {1, 1000000};
+static const shp_config_range_t list_range = {1, 1u << 20};
 static const shp_config_range_t port_range = {1024, 45000};
 
 static const shp_config_opt_t am_opts[] = {
@@ -49,6 +50,9 @@ static const shp_config_opt_t am_opts[] = {
      offsetof(shp_am_config_t, flat_max), &shp_cfg_uint, &flat_range},
     {"max_jobs", "1024", "jobs admitted at once, at most",
      offsetof(shp_am_config_t, max_jobs), &shp_cfg_uint, &count_range},
+    {"max_list", "65536",
+     "hosts of a job, or members of a group, in one request, at most",
+     offsetof(shp_am_config_t, max_list), &shp_cfg_uint, &list_range},
     {"job_max_groups", "16", "groups per job, at most",
      offsetof(shp_am_config_t, job_max_groups), &shp_cfg_uint, &count_range},
     {"group_osts", "16", "outstanding operations per group (quota)",

@@ -20,7 +20,12 @@
 #include <sharp/api/sharp.h>
 #include "tests/coll/oob_hub.h"
 
+#include "common/ctl.h"
+#include "common/time.h"
+
 #include <arpa/inet.h>
+#include <errno.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <sys/resource.h>
@@ -561,6 +566,101 @@ static void test_stalled_member(void **state)
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 3);
 }
 
+/* --- long lists ------------------------------------------------------------- */
+
+static char sd_error[300]; /* the last answer's error text */
+
+/* one request to sharpd over `fd`, its answer's status; *ms its time */
+static int sd_call(int fd, json_t *req, double *ms)
+{
+    shp_status_t st = SHP_OK;
+    const char *why = NULL;
+    uint64_t t0 = shp_time_ns();
+    json_t *r = shp_ctl_call_fd(fd, req, &st, &why);
+    *ms = (double)(shp_time_ns() - t0) / 1e6;
+    json_decref(req);
+    if (r == NULL) {
+        return -1000;
+    }
+    int s = (int)shp_json_opt_int(r, "status", INT32_MIN, INT32_MAX, -999);
+    const char *e = json_string_value(json_object_get(r, "error"));
+    snprintf(sd_error, sizeof(sd_error), "%s", e ? e : "");
+    json_decref(r);
+    return s;
+}
+
+/* as uid 65534: a job of more hosts than the manager takes; then a job of
+ * the most it takes (every host but the last entry n00001) and a group
+ * whose every member is the last host: one lookup per member took the
+ * whole host list before (4 billion comparisons; the single-threaded
+ * manager, and with it every job's keepalives, stopped for seconds) */
+static int m_lists(int rank, void *arg)
+{
+    (void)arg;
+    rank_of = rank;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    CHECK(snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/hosts/n00001.sock",
+                   dir) < (int)sizeof(sa.sun_path),
+          "socket path too long");
+    CHECK(setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0,
+          "cannot become uid 65534");
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
+          "connect %s: %s", sa.sun_path, strerror(errno));
+    double ms;
+    CHECK(sd_call(fd, json_pack("{s:s, s:i}", "type", "hello", "id", 1), &ms) ==
+              0,
+          "hello");
+    enum { OVER = 160000, MAX = 65536 };
+    json_t *hosts = json_array();
+    for (int i = 0; i < OVER; i++) {
+        json_array_append_new(hosts, json_string("n00001"));
+    }
+    int st =
+        sd_call(fd,
+                json_pack("{s:s, s:i, s:I, s:o}", "type", "job_begin", "id", 2,
+                          "job_id", (json_int_t)7301, "hosts", hosts),
+                &ms);
+    print_message("job of %d hosts: status %d (%s) in %.0f ms\n", OVER, st,
+                  sd_error, ms);
+    CHECK(st != 0 && strstr(sd_error, "max_list") != NULL,
+          "job of %d hosts: status %d (%s)", OVER, st, sd_error);
+    hosts = json_array();
+    for (int i = 0; i < MAX; i++) {
+        json_array_append_new(hosts,
+                              json_string(i < MAX - 1 ? "n00001" : "n00008"));
+    }
+    st = sd_call(fd,
+                 json_pack("{s:s, s:i, s:I, s:o}", "type", "job_begin", "id", 3,
+                           "job_id", (json_int_t)7302, "hosts", hosts),
+                 &ms);
+    print_message("job of %d hosts: status %d in %.0f ms\n", MAX, st, ms);
+    CHECK(st == 0, "job of %d hosts: status %d", MAX, st);
+    json_t *members = json_array();
+    for (int i = 0; i < MAX; i++) {
+        json_array_append_new(members, json_string("n00008"));
+    }
+    st = sd_call(fd,
+                 json_pack("{s:s, s:i, s:I, s:o}", "type", "group_create", "id",
+                           4, "job_id", (json_int_t)7302, "members", members),
+                 &ms);
+    print_message("group of %d members: status %d in %.0f ms\n", MAX, st, ms);
+    CHECK(ms < 1000, "a group of %d members took the manager %.0f ms", MAX, ms);
+    close(fd);
+    return 0;
+}
+
+static void test_long_lists(void **state)
+{
+    (void)state;
+    /* uid 65534 may reach sharpd's socket, as any local user */
+    chmod(dir, 0711);
+    char hd[400];
+    snprintf(hd, sizeof(hd), "%s/hosts", dir);
+    chmod(hd, 0711);
+    run_members(1, m_lists, NULL, 1, 60);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -613,6 +713,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_group_quota),
         cmocka_unit_test(test_stalled_member),
+        cmocka_unit_test(test_long_lists),
         cmocka_unit_test(test_many_connections),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
