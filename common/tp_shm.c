@@ -128,6 +128,16 @@ static uint32_t shm_ring_cap(const shp_tp_t *tp)
     return cap;
 }
 
+/* The largest ring an acceptor maps for a peer: what its own largest
+ * message needs, or what a client's (256 KiB payloads: 1 MiB) does, not
+ * what the peer asks for (a never-joining peer made an AN map and populate
+ * 128 MiB). */
+static uint32_t shm_accept_cap(const shp_tp_t *tp)
+{
+    uint32_t own = shm_ring_cap(tp);
+    return own > (1u << 20) ? own : 1u << 20;
+}
+
 static size_t shm_seg_len(uint32_t cap)
 {
     return sizeof(shm_seg_t) + 2 * (size_t)cap;
@@ -454,7 +464,7 @@ static shp_status_t shm_take_hello(shm_ep_t *ep, const shm_hello_t *h,
     shp_tp_t *tp = ep->base.tp;
 
     if (h->magic != SHM_MAGIC || h->version != SHM_VERSION ||
-        h->cap < SHM_MIN_CAP || h->cap > SHM_MAX_CAP ||
+        h->cap < SHM_MIN_CAP || h->cap > shm_accept_cap(tp) ||
         (h->cap & (h->cap - 1)) != 0 ||
         h->cap < 2 * (SHM_REC_HDR + SHP_WIRE_HDR_LEN + tp->max_payload) ||
         !shm_memfd_ok(memfd, shm_seg_len(h->cap))) {

@@ -885,6 +885,19 @@ static void test_shm_malformed(void **state)
     close(fd);
     munmap(seg, seg_len);
 
+    /* rings larger than the acceptor maps for anyone (64 MiB asked):
+     * refused, nothing mapped */
+    {
+        uint32_t big = 64u << 20;
+        fd = shm_raw_peer(la, big, 1, &seg);
+        TEST_RUN_WHILE(loop, tp.stats.malformed < 3, 2);
+        assert_int_equal(tp.stats.malformed, 3);
+        assert_null(server_rx.ep);
+        TEST_RUN_WHILE(loop, read(fd, &b, 1) != 0, 2);
+        close(fd);
+        munmap(seg, sizeof(shm_seg_t) + 2 * (size_t)big);
+    }
+
     /* a record longer than any message: closed, counted */
     fd = shm_raw_peer(la, cap, 1, &seg);
     TEST_RUN_WHILE(loop, server_rx.ep == NULL, 2);
@@ -895,7 +908,7 @@ static void test_shm_malformed(void **state)
     TEST_RUN_WHILE(loop, server_rx.closes < 1, 2);
     assert_int_equal(server_rx.reason, SHP_ERR_PROTO);
     assert_int_equal(server_rx.msgs, 0);
-    assert_int_equal(tp.stats.malformed, 3);
+    assert_int_equal(tp.stats.malformed, 4);
     close(fd);
     munmap(seg, seg_len);
 
@@ -910,7 +923,7 @@ static void test_shm_malformed(void **state)
     TEST_RUN_WHILE(loop, server_rx.closes < 1, 2);
     assert_int_equal(server_rx.reason, SHP_ERR_PROTO);
     assert_int_equal(server_rx.msgs, 0);
-    assert_int_equal(tp.stats.malformed, 4);
+    assert_int_equal(tp.stats.malformed, 5);
     close(fd);
     munmap(seg, seg_len);
 
@@ -922,7 +935,7 @@ static void test_shm_malformed(void **state)
     assert_int_equal(write(fd, &b, 1), 1);
     TEST_RUN_WHILE(loop, server_rx.closes < 1, 2);
     assert_int_equal(server_rx.reason, SHP_ERR_PROTO);
-    assert_int_equal(tp.stats.malformed, 5);
+    assert_int_equal(tp.stats.malformed, 6);
     close(fd);
     munmap(seg, seg_len);
 
