@@ -113,10 +113,31 @@ const char *shp_log_level_name(int level)
     return shp_log_names[level];
 }
 
+/* Control characters (a newline in a peer's host name, an escape sequence)
+ * as \xNN: one log call stays one line, and nothing a peer says can plant
+ * a line of its own or drive a terminal. */
+static void shp_log_escape(const char *in, char *out, size_t outlen)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)in;
+         *p != '\0' && o + 5 < outlen; p++) {
+        if (*p < 0x20 || *p == 0x7f) {
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[*p >> 4];
+            out[o++] = hex[*p & 15];
+        } else {
+            out[o++] = (char)*p;
+        }
+    }
+    out[o] = '\0';
+}
+
 void shp_log_write(int level, const char *err_id, const char *fmt, ...)
 {
     int saved_errno = errno;
-    char msg[1024];
+    char raw[1024], msg[4096];
     char stamp[32];
     struct timeval tv;
     struct tm tm;
@@ -130,8 +151,9 @@ void shp_log_write(int level, const char *err_id, const char *fmt, ...)
     }
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    shp_log_escape(raw, msg, sizeof(msg));
 
     if (shp_log_handler != NULL) {
         shp_log_handler(level, err_id, msg, shp_log_handler_arg);

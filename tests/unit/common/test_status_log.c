@@ -115,6 +115,27 @@ static void test_log_preserves_errno(void **state)
     fclose(f);
 }
 
+/* what a peer names (a host with a newline and a fake line after it, an
+ * escape sequence) stays inside its one line */
+static void test_log_escapes(void **state)
+{
+    char buf[512] = "";
+    FILE *f = fmemopen(buf, sizeof(buf) - 1, "w");
+
+    (void)state;
+    shp_log_set_stream(f);
+    shp_warn("sharpd of host %s registered",
+             "n1\n[2026-01-01T00:00:00.000000] sharp_am[1] WARN job 5555 "
+             "killed by uid 0\x1b[2J");
+    fflush(f);
+    assert_int_equal(strchr(buf, '\n') - buf, (long)strlen(buf) - 1);
+    assert_null(strchr(buf, '\x1b'));
+    assert_non_null(strstr(buf, "n1\\x0a[2026"));
+    assert_non_null(strstr(buf, "\\x1b[2J"));
+    shp_log_set_stream(NULL);
+    fclose(f);
+}
+
 /* the journal format only when stderr is the stream JOURNAL_STREAM names */
 static void test_log_detect_journal(void **state)
 {
@@ -208,6 +229,7 @@ int main(void)
         cmocka_unit_test(test_status_from_errno),
         cmocka_unit_test(test_log_levels),
         cmocka_unit_test(test_log_preserves_errno),
+        cmocka_unit_test(test_log_escapes),
         cmocka_unit_test(test_log_detect_journal),
         cmocka_unit_test(test_log_parse),
         cmocka_unit_test(test_log_sparse),
