@@ -12,11 +12,15 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #ifndef SHP_VERSION
 #define SHP_VERSION "0.1.0"
@@ -402,21 +406,43 @@ static int cmd_tree(int argc, char **argv)
     }
     json_t *t = json_object_get(r, "tree");
     if (png != NULL) {
-        char cmd[1200];
         if (system("command -v dot >/dev/null 2>&1") != 0) {
             fprintf(stderr, "sharpctl: --png needs Graphviz's dot, which is "
                             "not installed (use --dot)\n");
             json_decref(r);
             return EXIT_USAGE;
         }
-        snprintf(cmd, sizeof(cmd), "dot -Tpng -o '%s'", png);
-        FILE *f = popen(cmd, "w");
+        /* dot gets the file name as an argument, never through a shell */
+        int pfd[2];
+        pid_t pid = -1;
+        posix_spawn_file_actions_t fa;
+        char *const dargv[] = {"dot", "-Tpng", "-o", (char *)png, NULL};
+        if (pipe(pfd) != 0) {
+            json_decref(r);
+            return EXIT_AM;
+        }
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, pfd[0], STDIN_FILENO);
+        posix_spawn_file_actions_addclose(&fa, pfd[1]);
+        int err = posix_spawnp(&pid, "dot", &fa, NULL, dargv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        close(pfd[0]);
+        FILE *f = err == 0 ? fdopen(pfd[1], "w") : NULL;
         if (f == NULL) {
+            close(pfd[1]);
+            if (pid > 0) {
+                waitpid(pid, NULL, 0);
+            }
             json_decref(r);
             return EXIT_AM;
         }
         tree_dot(f, t);
-        rc = pclose(f) == 0 ? 0 : EXIT_AM;
+        fclose(f);
+        int wst = 0;
+        rc = waitpid(pid, &wst, 0) == pid && WIFEXITED(wst) &&
+                     WEXITSTATUS(wst) == 0
+                 ? 0
+                 : EXIT_AM;
         if (rc == 0 && !as_json) {
             printf("tree %ld written to %s\n", id, png);
         }

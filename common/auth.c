@@ -40,6 +40,14 @@ shp_status_t shp_auth_key_load(const char *path, shp_auth_key_t *key, char *err,
         snprintf(err, errlen, "cluster secret %s: not a regular file", path);
         return SHP_ERR_INVALID_PARAM;
     }
+    if (st.st_uid != geteuid()) { /* another user could have written it */
+        close(fd);
+        snprintf(err, errlen,
+                 "cluster secret %s: owned by uid %u, not by this process's "
+                 "user (%u); chown it",
+                 path, (unsigned)st.st_uid, (unsigned)geteuid());
+        return SHP_ERR_PERM;
+    }
     if (st.st_mode & 077) {
         close(fd);
         snprintf(err, errlen,

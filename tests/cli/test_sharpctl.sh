@@ -48,6 +48,12 @@ if command -v dot >/dev/null; then
         bash -c "$(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock tree show 0 --dot | dot -Tsvg >/dev/null"
     check "tree show 0 --png: a PNG" \
         bash -c "$(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock tree show 0 --png $DIR/t.png >/dev/null && head -c 8 $DIR/t.png | grep -q PNG"
+    # the file name reaches dot as an argument: quotes and ; in it are a name
+    check "tree show 0 --png with a quote and ; in the name: that file, no shell" \
+        bash -c 'cd "$1" && "$2" --socket "$1/fabric/am.sock" tree show 0 \
+            --png "o'"'"'dd; touch pwned; '"'"'.png" >/dev/null &&
+            head -c 8 "o'"'"'dd; touch pwned; '"'"'.png" | grep -q PNG && [ ! -e pwned ]' \
+        _ "$DIR" "$BIN/sharpctl"
 fi
 check "topology show --json: 6 switches, 8 hosts" \
     test "$(ctl topology show --json | jq -c '[.switches, .hosts]')" = "[6,8]"

@@ -48,6 +48,15 @@ static void test_key_files(void **state)
     assert_non_null(strstr(err, "/nonexistent/secret"));
     assert_int_equal(shp_auth_key_load(dir, &b, err, sizeof(err)),
                      SHP_ERR_INVALID_PARAM);
+    /* 0600 but another user's (root can make one): that user could have
+     * written it */
+    if (geteuid() == 0) {
+        p = write_secret("theirs", "0123456789abcdef-secret\n", 0600);
+        assert_int_equal(chown(p, 65534, 65534), 0);
+        assert_int_equal(shp_auth_key_load(p, &b, err, sizeof(err)),
+                         SHP_ERR_PERM);
+        assert_non_null(strstr(err, "chown"));
+    }
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
