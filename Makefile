@@ -142,12 +142,13 @@ include libsharp/module.mk
 include mpi-coll/module.mk
 include cli/module.mk
 include slurm/module.mk
+include man/module.mk
 include tests/module.mk
 include tests/fuzz/module.mk
 include bench/module.mk
 
 .PHONY: all
-all: $(LIBS) $(BINS) $(TESTS) $(TEST_HELPERS) $(BENCHES)
+all: $(LIBS) $(BINS) $(MANS) $(TESTS) $(TEST_HELPERS) $(BENCHES)
 
 # Tests ---------------------------------------------------------------------
 .PHONY: check
@@ -179,7 +180,7 @@ subst_paths = sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
 	-e 's|@RUNSTATEDIR@|$(RUNSTATEDIR)|g'
 
 .PHONY: install uninstall
-install: $(LIBS) $(BINS)
+install: $(LIBS) $(BINS) install-man
 	$(Q)install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/sharp/api $(DESTDIR)$(UNITDIR) \
 		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/sharp \
@@ -218,7 +219,7 @@ else
 	    "$(SYSCONFDIR)/sharp/secret (mode 0600) on the nodes (docs/admin.md)"
 endif
 
-uninstall:
+uninstall: uninstall-man
 	$(Q)rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(INST_BINS)))
 	$(Q)rm -f $(DESTDIR)$(PREFIX)/lib/libsharp_coll.* $(DESTDIR)$(PREFIX)/lib/libsharp_mpi_*.so \
 		$(DESTDIR)$(PREFIX)/lib/libosm_sharp.so \

@@ -23,6 +23,7 @@ PKGS=(
     mpich libmpich-dev         # libsharp_mpi for MPICH
     libevent-dev               # libsharp_mpi_ompi links libevent first
     jq graphviz                # the sharpctl test: --json checks, --png
+    groff-base man-db          # the man page test: groff -ww, man -w
     iproute2 nftables          # sharp-fabric --netns: namespaces, loss
     libmicrohttpd-dev          # sharp_am's Prometheus metrics endpoint
     prometheus curl            # its test: a real Prometheus scrapes a fabric

@@ -90,6 +90,10 @@ $(SLURM_RANK): $(OBJDIR)/tests/slurm/slurm_rank.o $(COLL_SO)
 # sharpctl against a running fabric.
 TEST_SCRIPTS += tests/cli/test_sharpctl.sh
 
+# The manual pages: rendered with every warning on, every option of --help
+# and --dump-config in them, installed under MANDIR.
+TEST_SCRIPTS += tests/man/test_man.sh
+
 # make install as a user without privileges: into a prefix (the paths the
 # programs, configurations and units name; the daemons run from it) and
 # staged with DESTDIR.
