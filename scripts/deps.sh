@@ -31,6 +31,11 @@ PKGS=(
     slurmctld slurmd slurm-client munge  # its test: real Slurm daemons
 )
 
+# `deps.sh deb` (make deb): also what builds and checks the Debian packages
+if [ "${1:-}" = deb ]; then
+    PKGS+=(dpkg-dev debhelper fakeroot lintian)
+fi
+
 missing=()
 for p in "${PKGS[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
