@@ -90,6 +90,10 @@ $(SLURM_RANK): $(OBJDIR)/tests/slurm/slurm_rank.o $(COLL_SO)
 # sharpctl against a running fabric.
 TEST_SCRIPTS += tests/cli/test_sharpctl.sh
 
+# sharp-hello, healthy and in each broken case (sharpd, manager, secret,
+# topology, tree, quota) on a fabric of its own.
+TEST_SCRIPTS += tests/cli/test_hello.sh
+
 # The manual pages: rendered with every warning on, every option of --help
 # and --dump-config in them, installed under MANDIR.
 TEST_SCRIPTS += tests/man/test_man.sh
