@@ -7,7 +7,8 @@
 #  - a client built from libsharp-coll-dev through pkg-config runs;
 #  - sharp-fabric (installed) brings up a fabric of the installed daemons on
 #    127.60 and an MPI job, LD_PRELOAD=/usr/lib/libsharp_mpi_ompi.so, runs
-#    through it (the aggregation nodes count its operations);
+#    through it (the aggregation nodes count its operations); sharp-hello
+#    passes on a host of it;
 #  - apt-get remove leaves only the conffiles (and the secret) in
 #    /etc/sharp, nothing else of the packages; purge removes those too.
 # Root only (it installs system-wide); it purges the packages when done.
@@ -110,6 +111,8 @@ if SHARP_AM_STATS_INTERVAL=1s sharp-fabric --dir "$FAB" up "$T/f.ibnd" --net 127
         echo "FAIL the MPI job"
         fails=$((fails + 1))
     fi
+    check "sharp-hello (installed) passes its six steps on a host of the fabric" \
+        bash -c "sharp-fabric --dir $FAB exec n00001 -- sharp-hello >$T/hello.log 2>&1"
     sleep 2.5 # the manager reads the ANs' counters every second
     ops=$(sharpctl --socket "$FAB/am.sock" ans --json | jq '[.. | objects | .ops? | numbers] | add // 0')
     check "the aggregation nodes folded the job's operations ($ops)" test "${ops:-0}" -gt 0
