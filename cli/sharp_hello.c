@@ -12,6 +12,12 @@
  *              leaf aggregation node
  *   6 allreduce  an allreduce through the fabric returns the right result
  *
+ * With --peers HOST:PORT --rank R --size N (or the rank and size a launcher
+ * sets: SLURM_PROCID/SLURM_NPROCS, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/
+ * PMI_SIZE) N copies, one per host, make steps 5 and 6 one job and one
+ * group of N members: rank 0 listens on HOST:PORT, the others connect to it,
+ * and the out-of-band collectives go through rank 0.
+ *
  * The exit status is the number of the step that failed (0: all passed,
  * 64: usage).  --json prints one JSON object instead of text.
  */
@@ -22,8 +28,12 @@
 
 #include <sharp/api/sharp_coll.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -104,22 +114,151 @@ static json_t *sharpd_call(const char *sock, json_t *req, const char **why)
     return r;
 }
 
-/* out-of-band collectives of a job of one process: nothing to exchange */
-static int oob_bcast(void *ctx, void *buf, int len, int root)
+/* Out-of-band collectives: nothing to exchange for one process; with
+ * --peers, a star through rank 0 (every collective of libsharp_coll is
+ * rooted at 0, and every rank calls them in the same order). */
+static struct {
+    int rank, size;
+    int *fds; /* rank 0: one connection per other rank; else fds[0]: to 0 */
+} peers = {0, 1, NULL};
+
+static int xfer(int fd, void *buf, size_t len, int out)
 {
-    (void)ctx, (void)buf, (void)len, (void)root;
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = out ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
     return 0;
 }
-static int oob_barrier(void *ctx)
-{
-    (void)ctx;
-    return 0;
-}
+
 static int oob_gather(void *ctx, int root, void *sbuf, void *rbuf, int len)
 {
-    (void)ctx, (void)root;
-    memcpy(rbuf, sbuf, (size_t)len);
+    (void)ctx;
+    if (root != 0)
+        return -1;
+    if (peers.rank != 0)
+        return xfer(peers.fds[0], sbuf, (size_t)len, 1);
+    memmove(rbuf, sbuf, (size_t)len);
+    for (int r = 1; r < peers.size; r++)
+        if (xfer(peers.fds[r], (char *)rbuf + (size_t)r * (size_t)len,
+                 (size_t)len, 0))
+            return -1;
     return 0;
+}
+
+static int oob_bcast(void *ctx, void *buf, int len, int root)
+{
+    (void)ctx;
+    if (root != 0)
+        return -1;
+    if (peers.rank != 0)
+        return xfer(peers.fds[0], buf, (size_t)len, 0);
+    for (int r = 1; r < peers.size; r++)
+        if (xfer(peers.fds[r], buf, (size_t)len, 1))
+            return -1;
+    return 0;
+}
+
+static int oob_barrier(void *ctx)
+{
+    char b = 0, one[1];
+    if (peers.size == 1)
+        return 0;
+    char *rb = peers.rank == 0 ? malloc((size_t)peers.size) : one;
+    int rc = rb ? oob_gather(ctx, 0, &b, rb, 1) : -1;
+    if (peers.rank == 0)
+        free(rb);
+    return rc ? rc : oob_bcast(ctx, &b, 1, 0);
+}
+
+/* the star: rank 0 accepts size-1 connections on addr:port (each says its
+ * rank), the others connect (retrying for `wait_s`); NULL or why not */
+static const char *peers_connect(const char *where, int wait_s)
+{
+    static char why[300];
+    char host[256];
+    const char *colon = strrchr(where, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    int one = 1;
+
+    if (!colon || (size_t)(colon - where) >= sizeof(host))
+        return "--peers wants HOST:PORT (an IPv4 address)";
+    memcpy(host, where, (size_t)(colon - where));
+    host[colon - where] = '\0';
+    sa.sin_port = htons((uint16_t)atoi(colon + 1));
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1 || sa.sin_port == 0)
+        return "--peers wants HOST:PORT (an IPv4 address)";
+    peers.fds = calloc((size_t)peers.size, sizeof(int));
+    if (!peers.fds)
+        return "no memory";
+    if (peers.rank == 0) {
+        int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (l >= 0)
+            setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof(sa)) ||
+            listen(l, peers.size)) {
+            snprintf(why, sizeof(why), "rank 0 cannot listen on %s: %s", where,
+                     strerror(errno));
+            return why;
+        }
+        struct timeval tv = {.tv_sec = wait_s};
+        setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        for (int n = 1; n < peers.size; n++) {
+            int fd = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+            int32_t r = -1;
+            if (fd < 0 || xfer(fd, &r, sizeof(r), 0) || r < 1 ||
+                r >= peers.size || peers.fds[r]) {
+                snprintf(why, sizeof(why),
+                         "rank 0: %d of the %d peers came within %d s to %s",
+                         n - 1, peers.size - 1, wait_s, where);
+                close(l);
+                return why;
+            }
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            peers.fds[r] = fd;
+        }
+        close(l);
+        return NULL;
+    }
+    for (int t = 0; t < wait_s * 10; t++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int32_t r = peers.rank;
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+            xfer(fd, &r, sizeof(r), 1) == 0) {
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            peers.fds[0] = fd;
+            return NULL;
+        }
+        if (fd >= 0)
+            close(fd);
+        usleep(100000);
+    }
+    snprintf(why, sizeof(why), "rank %d cannot reach rank 0 at %s within %d s",
+             peers.rank, where, wait_s);
+    return why;
+}
+
+/* a launcher's rank and size, if it set them */
+static void launcher_rank(int *rank, int *size)
+{
+    static const char *const vars[][2] = {
+        {"SLURM_PROCID", "SLURM_NPROCS"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+        {"PMI_RANK", "PMI_SIZE"}};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *r = getenv(vars[i][0]), *n = getenv(vars[i][1]);
+        if (r && n) {
+            *rank = atoi(r);
+            *size = atoi(n);
+            return;
+        }
+    }
 }
 
 static double now_us(void)
@@ -131,6 +270,7 @@ static double now_us(void)
 
 static const char usage_text[] =
     "Usage: sharp-hello [--socket PATH] [--json] [--count N] [--hold S]\n"
+    "                   [--peers HOST:PORT [--rank R --size N]]\n"
     "\n"
     "Why does my job not get sharp?  Run on a compute node, as the user:\n"
     "checks step by step that this host's sharpd answers (and who it takes\n"
@@ -145,6 +285,14 @@ static const char usage_text[] =
     "  --count N       elements of the test allreduce (default 1000)\n"
     "  --hold S        keep the job and its group S seconds after the\n"
     "                  allreduce (to see them in sharpctl jobs, groups)\n"
+    "  --peers HOST:PORT  N copies, one per host, make steps 5 and 6 one job\n"
+    "                  of N hosts: rank 0 listens on HOST:PORT (IPv4), the\n"
+    "                  others connect to it\n"
+    "  --rank R, --size N  this copy's rank and the number of copies "
+    "(default:\n"
+    "                  SLURM_PROCID/SLURM_NPROCS, OMPI_COMM_WORLD_RANK/SIZE "
+    "or\n"
+    "                  PMI_RANK/PMI_SIZE)\n"
     "  --json          one JSON object: {\"ok\", \"failed_step\", \"steps\": "
     "[...]}\n"
     "  --help          this text\n"
@@ -178,11 +326,16 @@ int main(int argc, char **argv)
         {"json", no_argument, NULL, 'j'},
         {"count", required_argument, NULL, 'n'},
         {"hold", required_argument, NULL, 'H'},
+        {"peers", required_argument, NULL, 'P'},
+        {"rank", required_argument, NULL, 'r'},
+        {"size", required_argument, NULL, 'z'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0}};
     const char *sock = getenv("SHARP_COLL_SHARPD_SOCKET");
     long count = 1000, hold = 0;
+    const char *peers_at = NULL;
+    int rank = -1, size = -1;
     int c;
 
     if (sock == NULL || *sock == '\0')
@@ -205,6 +358,9 @@ int main(int argc, char **argv)
                 return EXIT_USAGE_;
             }
             break;
+        case 'P': peers_at = optarg; break;
+        case 'r': rank = atoi(optarg); break;
+        case 'z': size = atoi(optarg); break;
         case 'h': fputs(usage_text, stdout); return 0;
         case 'V': printf("sharp-hello %s\n", SHP_VERSION); return 0;
         default: fputs(usage_text, stderr); return EXIT_USAGE_;
@@ -212,6 +368,20 @@ int main(int argc, char **argv)
     }
     if (optind < argc) {
         fputs(usage_text, stderr);
+        return EXIT_USAGE_;
+    }
+    if (peers_at) {
+        int lr = -1, ls = -1;
+        launcher_rank(&lr, &ls);
+        peers.rank = rank >= 0 ? rank : lr;
+        peers.size = size >= 0 ? size : ls;
+        if (peers.size < 1 || peers.rank < 0 || peers.rank >= peers.size) {
+            fprintf(stderr, "sharp-hello: --peers needs --rank R --size N "
+                            "(0 <= R < N) or a launcher's rank and size\n");
+            return EXIT_USAGE_;
+        }
+    } else if (rank >= 0 || size >= 0) {
+        fprintf(stderr, "sharp-hello: --rank and --size go with --peers\n");
         return EXIT_USAGE_;
     }
     steps = json_array();
@@ -330,8 +500,8 @@ int main(int argc, char **argv)
     struct sharp_coll_context *ctx = NULL;
     struct sharp_coll_comm *comm = NULL;
     spec.job_id = probe + 1;
-    spec.world_rank = 0;
-    spec.world_size = 1;
+    spec.world_rank = peers.rank;
+    spec.world_size = peers.size;
     spec.world_local_rank = 0;
     spec.config = sharp_coll_default_config;
     spec.config.flags |= SHARP_COLL_HIDE_ERRORS;
@@ -339,13 +509,33 @@ int main(int argc, char **argv)
     spec.oob_colls.barrier = oob_barrier;
     spec.oob_colls.gather = oob_gather;
     setenv("SHARP_COLL_SHARPD_SOCKET", sock, 1);
+    if (peers.size > 1) {
+        const char *perr = peers_connect(peers_at, 30);
+        if (perr) {
+            report(5, 0,
+                   fmt("rank %d of %d: no job across the peers", peers.rank,
+                       peers.size),
+                   perr,
+                   "start one copy per host with the same --peers HOST:PORT "
+                   "(rank 0's address, reachable from every host) and "
+                   "--size, each with its own --rank");
+            return finish(5);
+        }
+        /* one job id for all: rank 0's */
+        if (oob_bcast(NULL, &spec.job_id, sizeof(spec.job_id), 0))
+            return finish(5);
+    }
     int rc = sharp_coll_init(&spec, &ctx);
     if (rc == SHARP_COLL_SUCCESS) {
-        struct sharp_coll_comm_init_spec cs = {.rank = 0, .size = 1};
+        struct sharp_coll_comm_init_spec cs = {.rank = peers.rank,
+                                               .size = peers.size};
         rc = sharp_coll_comm_init(ctx, &cs, &comm);
     }
     if (rc != SHARP_COLL_SUCCESS) {
-        report(5, 0, "no group of one member", sharp_coll_strerror(rc),
+        report(5, 0,
+               fmt("no group of %d member%s", peers.size,
+                   peers.size > 1 ? "s (one per host)" : ""),
+               sharp_coll_strerror(rc),
                rc == SHARP_COLL_ECONN_TREE || rc == SHARP_COLL_EGROUP_JOIN
                    ? "the leaf aggregation node cannot be reached from this "
                      "host: check its advertise address and firewalls "
@@ -356,14 +546,19 @@ int main(int argc, char **argv)
             sharp_coll_finalize(ctx);
         return finish(5);
     }
-    report(5, 1, "a group of one member, joined at its leaf aggregation node",
+    report(5, 1,
+           peers.size > 1
+               ? fmt("rank %d: a group of %d members (one per host), joined "
+                     "at this host's leaf aggregation node",
+                     peers.rank, peers.size)
+               : "a group of one member, joined at its leaf aggregation node",
            NULL, NULL);
 
     int32_t *in = malloc((size_t)count * sizeof(*in));
     int32_t *out = calloc((size_t)count, sizeof(*out));
     struct sharp_coll_reduce_spec rs = {0};
     for (long i = 0; in && i < count; i++)
-        in[i] = (int32_t)(i * 7 - 3);
+        in[i] = (int32_t)(i * 7 - 3 + peers.rank);
     rs.sbuf_desc.type = SHARP_DATA_BUFFER;
     rs.sbuf_desc.mem_type = SHARP_MEM_TYPE_HOST;
     rs.sbuf_desc.buffer.ptr = in;
@@ -377,10 +572,14 @@ int main(int argc, char **argv)
     rc = in && out ? sharp_coll_do_allreduce(comm, &rs) : SHARP_COLL_ENOMEM;
     double us = now_us() - t0;
     int wrong = 0;
+    /* rank r contributes i * 7 - 3 + r */
+    int64_t ranks = (int64_t)peers.size * (peers.size - 1) / 2;
     for (long i = 0; rc == SHARP_COLL_SUCCESS && i < count; i++)
-        wrong += out[i] != in[i];
+        wrong += out[i] != (int32_t)((i * 7 - 3) * peers.size + ranks);
     if (rc != SHARP_COLL_SUCCESS || wrong) {
-        report(6, 0, fmt("allreduce of %ld int32", count),
+        report(6, 0,
+               fmt("allreduce of %ld int32 over %d host%s", count, peers.size,
+                   peers.size > 1 ? "s" : ""),
                rc != SHARP_COLL_SUCCESS
                    ? sharp_coll_strerror(rc)
                    : fmt("%d of %ld elements wrong", wrong, count),
@@ -388,9 +587,9 @@ int main(int argc, char **argv)
                "'sharp_an@*'); sharpctl groups shows the group's state");
     } else {
         report(6, 1,
-               fmt("allreduce of %ld int32 through the fabric: right, "
-                   "%.0f us",
-                   count, us),
+               fmt("allreduce of %ld int32 over %d host%s through the "
+                   "fabric: right, %.0f us",
+                   count, peers.size, peers.size > 1 ? "s" : "", us),
                NULL, NULL);
     }
     free(in);

@@ -2,7 +2,8 @@
 # sharp-hello against a fabric (sharp-fabric, 127.62, 2 leaves, 4 hosts,
 # max_jobs 1) in health and in each broken case, as a process of a host:
 #  - healthy: exit 0, six steps ok, the caller's uid as sharpd saw it;
-#    --json: ok true, failed_step 0, six steps;
+#    --json: ok true, failed_step 0, six steps; --peers: 4 copies on 4
+#    hosts, one job, the allreduce's sum checked by each;
 #  - quota exhausted (a sharp-hello --hold holds the one job): exit 4, the
 #    manager's reason;
 #  - wrong secret (a sharpd of its own with another secret): exit 2, the
@@ -68,6 +69,21 @@ check "healthy: sharpd names the caller (uid $(id -u))" grep -q "you are uid $(i
 hello n00002 --json
 check "healthy --json: ok, failed_step 0, six steps ok" \
     test "$(jq -c '[.ok, .failed_step, ([.steps[] | select(.ok)] | length)]' "$T/out")" = "[true,0,6]"
+
+# four hosts, one job: --peers (rank 0 listens on 127.0.0.1:PORT)
+port=$((30000 + $$ % 20000))
+for r in 0 1 2 3; do
+    "${F[@]}" exec "n0000$((r + 1))" -- "$B/sharp-hello" --peers "127.0.0.1:$port" \
+        --rank "$r" --size 4 >"$T/peer$r" 2>&1 &
+    pids+=($!)
+done
+prc=0
+for p in "${pids[@]}"; do wait "$p" || prc=1; done
+pids=()
+sed 's/^/     /' "$T/peer3"
+check "--peers: 4 hosts, every copy exits 0" test "$prc" = 0
+check "--peers: every copy checked the sum of the 4 hosts' data" \
+    test "$(cat "$T"/peer[0-3] | grep -c '^\[6/6\] allreduce ok: allreduce of 1000 int32 over 4 hosts')" = 4
 
 # quota: one job at most, held by another sharp-hello
 "${F[@]}" exec n00003 -- "$B/sharp-hello" --hold 30 >"$T/holder" 2>&1 &
