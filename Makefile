@@ -93,9 +93,14 @@ CLEAN_EXTRA :=
 
 # Dependencies stamp: `all` and `check` make sure the system packages exist.
 DEPS_STAMP := $(O)/.deps-ok
+# NO_DEPS_CHECK=1 (a package build: its Build-Depends are the check) skips it.
+ifeq ($(NO_DEPS_CHECK),1)
+DEPS_STAMP :=
+else
 $(DEPS_STAMP): scripts/deps.sh
 	$(Q)bash scripts/deps.sh
 	$(Q)mkdir -p $(@D) && touch $@
+endif
 
 .PHONY: deps
 deps:
@@ -142,12 +147,13 @@ include libsharp/module.mk
 include mpi-coll/module.mk
 include cli/module.mk
 include slurm/module.mk
+include man/module.mk
 include tests/module.mk
 include tests/fuzz/module.mk
 include bench/module.mk
 
 .PHONY: all
-all: $(LIBS) $(BINS) $(TESTS) $(TEST_HELPERS) $(BENCHES)
+all: $(LIBS) $(BINS) $(MANS) $(TESTS) $(TEST_HELPERS) $(BENCHES)
 
 # Tests ---------------------------------------------------------------------
 .PHONY: check
@@ -178,8 +184,12 @@ subst_paths = sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
 	    -e '/^@RUNTIMEDIR@/d' -e 's|^@RUNSTATEDIR@||') \
 	-e 's|@RUNSTATEDIR@|$(RUNSTATEDIR)|g'
 
+# what make install installs, built
+.PHONY: programs
+programs: $(LIBS) $(BINS) $(MANS)
+
 .PHONY: install uninstall
-install: $(LIBS) $(BINS)
+install: programs install-man
 	$(Q)install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/sharp/api $(DESTDIR)$(UNITDIR) \
 		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/sharp \
@@ -191,8 +201,8 @@ install: $(LIBS) $(BINS)
 	$(Q)ln -sf $(COLL_SONAME).0.0 $(DESTDIR)$(PREFIX)/lib/$(COLL_SONAME)
 	$(Q)ln -sf $(COLL_SONAME) $(DESTDIR)$(PREFIX)/lib/libsharp_coll.so
 	$(Q)install -m 0644 $(COLL_A) $(DESTDIR)$(PREFIX)/lib/
-	$(Q)install -m 0755 $(SHARP_MPI_OMPI) $(SHARP_MPI_MPICH) $(OSM_PLUGIN) \
-		$(DESTDIR)$(PREFIX)/lib/
+	$(Q)install -m 0755 $(SHARP_MPI_OMPI) $(SHARP_MPI_MPICH) $(SHARP_YIELD) \
+		$(OSM_PLUGIN) $(DESTDIR)$(PREFIX)/lib/
 	$(Q)install -d $(DESTDIR)$(PREFIX)/lib/sharp
 	$(Q)install -m 0755 $(SPANK_SHARP) $(DESTDIR)$(PREFIX)/lib/sharp/
 	$(Q)$(subst_paths) dist/slurm/plugstack.conf.in > $(DESTDIR)$(DOCDIR)/plugstack.sharp.conf
@@ -218,9 +228,10 @@ else
 	    "$(SYSCONFDIR)/sharp/secret (mode 0600) on the nodes (docs/admin.md)"
 endif
 
-uninstall:
+uninstall: uninstall-man
 	$(Q)rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(INST_BINS)))
 	$(Q)rm -f $(DESTDIR)$(PREFIX)/lib/libsharp_coll.* $(DESTDIR)$(PREFIX)/lib/libsharp_mpi_*.so \
+		$(DESTDIR)$(PREFIX)/lib/libsharp_yield.so \
 		$(DESTDIR)$(PREFIX)/lib/libosm_sharp.so \
 		$(DESTDIR)$(PREFIX)/lib/sharp/spank_sharp.so \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/sharp_coll.pc
@@ -229,6 +240,18 @@ uninstall:
 	$(Q)rm -f $(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS))
 	$(Q)$(if $(RUNDIR_SYSTEMD),,rmdir --ignore-fail-on-non-empty $(DESTDIR)$(RUNSTATEDIR)/sharp 2>/dev/null || true)
 	$(Q)echo "uninstall: $(SYSCONFDIR)/sharp (configuration, secret) left in place"
+
+# Debian packages -------------------------------------------------------------
+# debian/ built with dpkg-buildpackage -us -uc -b in a copy of the tree
+# ($(O)/deb/sharp-VERSION; the .debs land in $(O)/deb), then lintian.
+# tests/deb/test_deb.sh (make deb-check, as root) also installs them.
+.PHONY: deb deb-check
+deb:
+	$(Q)bash scripts/deps.sh deb
+	$(Q)bash scripts/build-deb.sh $(O)
+
+deb-check: deb
+	$(Q)O=$(O) SAN=$(SAN) bash tests/run-tests.sh tests/deb/test_deb.sh
 
 # Formatting ----------------------------------------------------------------
 FORMAT_SRCS = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' 2>/dev/null)

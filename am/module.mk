@@ -34,5 +34,5 @@ CFLAGS_am_osm_osm_sharp := -I/usr/include/infiniband
 $(OSM_PLUGIN): $(OBJDIR)/am/osm/osm_sharp.o $(AM_LIB) $(COMMON_LIB)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -shared -o $@ $< $(AM_LIB) $(COMMON_LIB) \
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(@F) -o $@ $< $(AM_LIB) $(COMMON_LIB) \
 		$(COMMON_LDLIBS)

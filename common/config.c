@@ -635,6 +635,14 @@ shp_status_t shp_config_load(const shp_config_table_t *table, void *obj,
             act = SHP_CONFIG_DUMP;
         } else if (!strcmp(argv[i], "--version")) {
             act = SHP_CONFIG_VERSION;
+        } else if (!strcmp(argv[i], "--man-options")) {
+            shp_config_man(table, SHP_CONFIG_MAN_FLAGS, stdout);
+            *action = SHP_CONFIG_MAN;
+            return SHP_OK;
+        } else if (!strcmp(argv[i], "--man-config")) {
+            shp_config_man(table, SHP_CONFIG_MAN_FILE, stdout);
+            *action = SHP_CONFIG_MAN;
+            return SHP_OK;
         } else if (shp_config_is_flag(argv[i], "--config")) {
             if (argv[i][8] == '=') {
                 file = argv[i] + 9;
@@ -840,6 +848,138 @@ void shp_config_help(const shp_config_table_t *table, const char *usage,
         }
         fprintf(stream, "  %-28s %s (default: %s)\n", flag, o->doc,
                 o->defval[0] != '\0' ? o->defval : "none");
+    }
+}
+
+/* `text` as roff: backslashes and hyphens escaped, a leading control
+ * character made text */
+static void shp_config_roff(FILE *stream, const char *text)
+{
+    if (*text == '.' || *text == '\'') {
+        fputs("\\&", stream);
+    }
+    for (; *text != '\0'; text++) {
+        switch (*text) {
+        case '\\': fputs("\\e", stream); break;
+        case '-': fputs("\\-", stream); break;
+        case '\n': fputc(' ', stream); break;
+        default: fputc(*text, stream); break;
+        }
+    }
+}
+
+/* `name` with '_' as '-' (the command-line spelling), as roff */
+static void shp_config_roff_flag(FILE *stream, const char *name)
+{
+    fputs("\\-\\-", stream);
+    for (; *name != '\0'; name++) {
+        if (*name == '_' || *name == '-') {
+            fputs("\\-", stream);
+        } else {
+            fputc(*name, stream);
+        }
+    }
+}
+
+void shp_config_man(const shp_config_table_t *table, shp_config_man_form_t form,
+                    FILE *stream)
+{
+    const shp_config_opt_t *o;
+    char envname[128];
+
+    if (form == SHP_CONFIG_MAN_FLAGS) {
+        fputs(".TP\n\\fB\\-\\-config\\fR \\fIFILE\\fR\n"
+              "the configuration file to read",
+              stream);
+        if (table->default_file != NULL) {
+            fputs(" (default: \\fB", stream);
+            shp_config_roff(stream, table->default_file);
+            fputs("\\fR, when it exists)", stream);
+        }
+        fputs(".\n.TP\n\\fB\\-\\-dump\\-config\\fR\n"
+              "print the resulting configuration (every option, with its "
+              "documentation) as a file this program reads back, and exit.\n"
+              ".TP\n\\fB\\-\\-help\\fR, \\fB\\-h\\fR\n"
+              "print the options and exit.\n"
+              ".TP\n\\fB\\-\\-version\\fR\nprint the version and exit.\n",
+              stream);
+    }
+    for (o = table->opts; o->name != NULL; o++) {
+        if (o->flags & SHP_CFG_HIDDEN) {
+            continue;
+        }
+        shp_config_env_name(table, o->name, envname, sizeof(envname));
+        fputs(".TP\n", stream);
+        switch (form) {
+        case SHP_CONFIG_MAN_FLAGS:
+            fputs("\\fB", stream);
+            shp_config_roff_flag(stream, o->name);
+            fputs(o->parser == &shp_cfg_bool ? "\\fR [\\fIyes\\fR|\\fIno\\fR]\n"
+                                             : "\\fR \\fIVALUE\\fR\n",
+                  stream);
+            break;
+        case SHP_CONFIG_MAN_FILE:
+            fputs("\\fB", stream);
+            shp_config_roff(stream, o->name);
+            fputs("\\fR = \\fIVALUE\\fR\n", stream);
+            break;
+        case SHP_CONFIG_MAN_ENV:
+            fprintf(stream, "\\fB%s\\fR\n", envname);
+            break;
+        }
+        shp_config_roff(stream, o->doc);
+        fputs(".\n", stream);
+        if (o->parser == &shp_cfg_enum) {
+            const char *const *names = o->arg;
+            fputs("One of", stream);
+            for (int i = 0; names[i] != NULL; i++) {
+                fprintf(stream, "%s\\fB", i ? "," : "");
+                fputc(' ', stream);
+                shp_config_roff(stream, names[i]);
+                fputs("\\fR", stream);
+            }
+            fputs(".\n", stream);
+        }
+        fprintf(stream, "Type: %s", o->parser->type_name);
+        if (o->parser == &shp_cfg_size) {
+            fputs(" (bytes; suffixes k, m, g)", stream);
+        } else if (o->parser == &shp_cfg_time) {
+            fputs(" (500ms, 5s, 2m; a bare number is ms; inf or \\-1: none)",
+                  stream);
+        } else if (o->parser == &shp_cfg_bool) {
+            fputs(" (yes or no, 1 or 0, true or false, on or off)", stream);
+        } else if (o->parser == &shp_cfg_loglevel) {
+            fputs(" (off, fatal, error, warn, info, debug, trace or 0\\-5)",
+                  stream);
+        } else if ((o->parser == &shp_cfg_int || o->parser == &shp_cfg_uint) &&
+                   o->arg != NULL) {
+            const shp_config_range_t *r = o->arg;
+            fprintf(stream, ", %s%lld to %lld", r->min < 0 ? "\\-" : "",
+                    r->min < 0 ? -(long long)r->min : (long long)r->min,
+                    (long long)r->max);
+        }
+        fputs(".\nDefault: ", stream);
+        if (o->defval[0] != '\0') {
+            fputs("\\fB", stream);
+            shp_config_roff(stream, o->defval);
+            fputs("\\fR", stream);
+        } else {
+            fputs("none", stream);
+        }
+        fputs(".\n", stream);
+        switch (form) {
+        case SHP_CONFIG_MAN_FLAGS:
+            fputs("In the file: \\fB", stream);
+            shp_config_roff(stream, o->name);
+            fprintf(stream, "\\fR; in the environment: \\fB%s\\fR.\n", envname);
+            break;
+        case SHP_CONFIG_MAN_FILE:
+            fputs("Command line: \\fB", stream);
+            shp_config_roff_flag(stream, o->name);
+            fprintf(stream, "\\fR; environment: \\fB%s\\fR.\n", envname);
+            break;
+        case SHP_CONFIG_MAN_ENV: break;
+        }
     }
 }
 

@@ -106,6 +106,7 @@ typedef enum shp_config_action {
     SHP_CONFIG_HELP,    /* --help was given: help printed, exit 0 */
     SHP_CONFIG_DUMP,    /* --dump-config: dump printed, exit 0 */
     SHP_CONFIG_VERSION, /* --version */
+    SHP_CONFIG_MAN,     /* --man-options / --man-config: roff printed */
 } shp_config_action_t;
 
 /*
@@ -133,6 +134,22 @@ void shp_config_dump(const shp_config_table_t *table, const void *obj,
 
 void shp_config_help(const shp_config_table_t *table, const char *usage,
                      FILE *stream);
+
+/*
+ * The options as a man page section body (roff, for .SH OPTIONS and the
+ * like), from the table that drives --help, so that the pages cannot drift
+ * from it.  Programs print it for `--man-options` (the command line: the
+ * flags --help lists) and `--man-config` (the file's keys); the build
+ * puts it into man/<page>.in at the line `@OPTIONS@`.
+ */
+typedef enum shp_config_man_form {
+    SHP_CONFIG_MAN_FLAGS, /* --name VALUE, with --config, --help ... */
+    SHP_CONFIG_MAN_FILE,  /* name = VALUE */
+    SHP_CONFIG_MAN_ENV,   /* PREFIX_NAME (a library's variables) */
+} shp_config_man_form_t;
+
+void shp_config_man(const shp_config_table_t *table, shp_config_man_form_t form,
+                    FILE *stream);
 
 /* Free what the parsers allocated (strings). */
 void shp_config_release(const shp_config_table_t *table, void *obj);

@@ -116,6 +116,11 @@ static const shp_config_opt_t coll_opts[] = {
 static const shp_config_table_t coll_table = {"sharp_coll", "SHARP_COLL_", NULL,
                                               coll_opts};
 
+const shp_config_table_t *shp_coll_config_table(void)
+{
+    return &coll_table;
+}
+
 /* Configuration ---------------------------------------------------------- */
 
 static int cfg_load(coll_cfg_t *cfg)

@@ -13,6 +13,7 @@
 
 #include <sharp/api/sharp_coll.h>
 
+#include "common/config.h"
 #include "common/conn.h"
 #include "common/reduce.h"
 #include "common/transport.h"
@@ -179,5 +180,10 @@ void coll_arm_tick(coll_ctx_t *ctx);
 void coll_comm_fail(coll_comm_t *comm, shp_status_t st, const char *why);
 void coll_comm_tick(coll_comm_t *comm, uint64_t now);
 int coll_comm_busy(const coll_comm_t *comm);
+
+/* The SHARP_COLL_* settings' table (not exported from the shared
+ * library: tools/man_coll.c, linked with the static one, prints the
+ * ENVIRONMENT section of sharp_coll(3) from it). */
+const shp_config_table_t *shp_coll_config_table(void);
 
 #endif

@@ -23,12 +23,18 @@ PKGS=(
     mpich libmpich-dev         # libsharp_mpi for MPICH
     libevent-dev               # libsharp_mpi_ompi links libevent first
     jq graphviz                # the sharpctl test: --json checks, --png
+    groff-base man-db          # the man page test: groff -ww, man -w
     iproute2 nftables          # sharp-fabric --netns: namespaces, loss
     libmicrohttpd-dev          # sharp_am's Prometheus metrics endpoint
     prometheus curl            # its test: a real Prometheus scrapes a fabric
     libslurm-dev               # the Slurm SPANK plugin (<slurm/spank.h>)
     slurmctld slurmd slurm-client munge  # its test: real Slurm daemons
 )
+
+# `deps.sh deb` (make deb): also what builds and checks the Debian packages
+if [ "${1:-}" = deb ]; then
+    PKGS+=(dpkg-dev debhelper fakeroot lintian)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -24,6 +24,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,8 +93,13 @@ static struct {
     shp_auth_key_t key;
     shp_auth_client_t auth;
     shp_conn_t am;
-    int am_state;  /* 0 down, 1 connecting/authenticating, 2 registered */
-    int am_proved; /* this connection's AM proved the cluster secret */
+    int am_state;   /* 0 down, 1 connecting/authenticating, 2 registered */
+    int am_proved;  /* this connection's AM proved the cluster secret */
+    int am_reached; /* this connection got through to the AM */
+    /* why the AM is not registered (what hello tells sharp-hello), set
+     * once per connection attempt; empty once registered */
+    char am_error[400];
+    int am_error_set;
     double backoff;
     ev_timer am_timer;
     shp_listener_t listener;
@@ -103,6 +109,18 @@ static struct {
     int64_t next_id;
     int stopping;
 } d;
+
+/* the first reason of this connection attempt (hello reports it) */
+static void __attribute__((format(printf, 1, 2))) am_fail(const char *fmt, ...)
+{
+    va_list ap;
+    if (d.am_error_set)
+        return;
+    d.am_error_set = 1;
+    va_start(ap, fmt);
+    vsnprintf(d.am_error, sizeof(d.am_error), fmt, ap);
+    va_end(ap);
+}
 
 static void send_msg(shp_conn_t *c, json_t *m)
 {
@@ -209,6 +227,9 @@ static void am_handle(json_t *msg)
                          "answers the registration without proving the "
                          "cluster secret",
                          d.cfg.am);
+            am_fail("the aggregation manager at %s answered without "
+                    "proving the cluster secret",
+                    d.cfg.am);
             shp_conn_close(&d.am, SHP_ERR_AUTH);
             return;
         }
@@ -218,10 +239,15 @@ static void am_handle(json_t *msg)
                              "the aggregation manager refused this "
                              "host: %s",
                              shp_json_opt_str(msg, "error", "?"));
+                am_fail("the aggregation manager at %s refused this host "
+                        "(%s): %s",
+                        d.cfg.am, d.cfg.host,
+                        shp_json_opt_str(msg, "error", "?"));
                 shp_conn_close(&d.am, SHP_ERR_AUTH);
                 return;
             }
             d.am_state = 2;
+            d.am_error[0] = '\0';
             d.backoff = 0.1;
             shp_info("registered with the aggregation manager as %s",
                      d.cfg.host);
@@ -233,6 +259,9 @@ static void am_handle(json_t *msg)
         if (st != SHP_OK) {
             shp_error_id("SD0001", "refusing the aggregation manager at %s: %s",
                          d.cfg.am, why);
+            am_fail("refusing the aggregation manager at %s: %s (is the "
+                    "cluster secret %s the same as the manager's?)",
+                    d.cfg.am, why, d.cfg.secret_file);
             shp_conn_close(&d.am, st);
             return;
         }
@@ -290,6 +319,7 @@ static void am_frame(shp_conn_t *conn, const void *frame, size_t len)
 static void am_connected(shp_conn_t *conn)
 {
     (void)conn;
+    d.am_reached = 1;
     d.am_state = 1;
     d.am_proved = 0;
     shp_info("connected to the aggregation manager at %s", d.cfg.am);
@@ -299,6 +329,17 @@ static void am_connected(shp_conn_t *conn)
 static void am_closed(shp_conn_t *conn, shp_status_t reason)
 {
     (void)conn;
+    if (d.am_state == 2)
+        am_fail("lost the aggregation manager at %s: %s", d.cfg.am,
+                shp_status_str(reason));
+    else if (!d.am_reached)
+        am_fail("cannot connect to the aggregation manager at %s: %s", d.cfg.am,
+                shp_status_str(reason));
+    else
+        am_fail("the aggregation manager at %s closed the connection "
+                "before this host was registered (%s): is the cluster "
+                "secret %s the same as the manager's?",
+                d.cfg.am, shp_status_str(reason), d.cfg.secret_file);
     if (d.am_state == 2)
         shp_warn_id("SD0003",
                     "lost the aggregation manager: %s; "
@@ -354,11 +395,15 @@ static void am_connect(void)
     shp_sockaddr_t addr;
     if (shp_sockaddr_parse(d.cfg.am, 0, &addr) != SHP_OK) {
         shp_error("bad aggregation manager address '%s'", d.cfg.am);
+        am_fail("bad aggregation manager address '%s' (option am)", d.cfg.am);
         return;
     }
     shp_conn_init(&d.am, d.loop, &am_ops, NULL, SHP_CTL_MAX_FRAME);
     d.am_state = 1;
+    d.am_reached = 0;
+    d.am_error_set = 0;
     if (shp_conn_connect(&d.am, &addr, NULL) != SHP_OK) {
+        am_fail("cannot connect to the aggregation manager at %s", d.cfg.am);
         d.am_state = 0;
         am_schedule();
         return;
@@ -393,10 +438,20 @@ static void client_request(client_t *c, json_t *msg)
         return;
     }
     if (!strcmp(type, "hello")) {
-        /* who am I: the host name the AM knows this host by */
+        /* who am I: the host name the AM knows this host by, and the
+         * caller as the kernel says (SO_PEERCRED) */
         json_t *r = ack("hello", id, SHP_OK, NULL);
         json_object_set_new(r, "host", json_string(d.cfg.host));
         json_object_set_new(r, "am_up", json_boolean(d.am_state == 2));
+        json_object_set_new(r, "uid", json_integer(c->uid));
+        json_object_set_new(r, "pid", json_integer(c->pid));
+        json_object_set_new(r, "am", json_string(d.cfg.am));
+        if (d.am_state != 2)
+            json_object_set_new(r, "am_error",
+                                json_string(d.am_error[0]
+                                                ? d.am_error
+                                                : "connecting to the "
+                                                  "aggregation manager"));
         send_msg(&c->conn, r);
         return;
     }

@@ -90,6 +90,14 @@ $(SLURM_RANK): $(OBJDIR)/tests/slurm/slurm_rank.o $(COLL_SO)
 # sharpctl against a running fabric.
 TEST_SCRIPTS += tests/cli/test_sharpctl.sh
 
+# sharp-hello, healthy and in each broken case (sharpd, manager, secret,
+# topology, tree, quota) on a fabric of its own.
+TEST_SCRIPTS += tests/cli/test_hello.sh
+
+# The manual pages: rendered with every warning on, every option of --help
+# and --dump-config in them, installed under MANDIR.
+TEST_SCRIPTS += tests/man/test_man.sh
+
 # make install as a user without privileges: into a prefix (the paths the
 # programs, configurations and units name; the daemons run from it) and
 # staged with DESTDIR.

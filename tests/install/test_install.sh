@@ -78,6 +78,7 @@ for f in bin/sharp_am bin/sharp_an bin/sharpd bin/sharpctl bin/sharp-topo \
     lib/pkgconfig/sharp_coll.pc lib/systemd/system/sharp_am.service \
     lib/systemd/system/sharpd.service "lib/systemd/system/sharp_an@.service" \
     share/doc/sharp/README.md share/doc/sharp/sharpctl.txt \
+    share/man/man8/sharp_an.8 share/man/man5/sharpd.conf.5 share/man/man3/sharp_coll.3 \
     etc/sharp/sharp_am.conf etc/sharp/sharp_an.conf etc/sharp/sharpd.conf \
     etc/sharp/secret var/run/sharp; do
     [ -e "$P/$f" ] || { echo "missing $P/$f"; missing=$((missing + 1)); }

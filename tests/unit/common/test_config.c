@@ -426,6 +426,44 @@ static void test_help(void **state)
     assert_non_null(strstr(buf, "SHPTEST_<NAME>"));
 }
 
+/* the man page form: every option, its flag, key or variable, roff-safe */
+static void test_man(void **state)
+{
+    static const shp_config_opt_t tricky[] = {
+        {"dot_doc", "-1", ".starts with a dot, has a \\ and a -dash",
+         offsetof(cfg_t, port), &shp_cfg_int, &port_range},
+        {NULL}};
+    static const shp_config_table_t t2 = {"t2", "T2_", NULL, tricky};
+    char buf[8192] = "";
+    FILE *f = fmemopen(buf, sizeof(buf) - 1, "w");
+
+    (void)state;
+    assert_non_null(f);
+    shp_config_man(&table, SHP_CONFIG_MAN_FLAGS, f);
+    fclose(f);
+    /* every option as a flag, with its key and variable; --config & co */
+    assert_non_null(strstr(buf, "\\fB\\-\\-log\\-level\\fR \\fIVALUE\\fR"));
+    assert_non_null(strstr(buf, "In the file: \\fBlog_level\\fR"));
+    assert_non_null(strstr(buf, "\\fBSHPTEST_LOG_LEVEL\\fR"));
+    assert_non_null(
+        strstr(buf, "\\fB\\-\\-mcast\\fR [\\fIyes\\fR|\\fIno\\fR]"));
+    assert_non_null(strstr(buf, "\\fB\\-\\-dump\\-config\\fR"));
+    assert_non_null(strstr(buf, "One of\\fB tcp\\fR"));
+    assert_non_null(strstr(buf, "Type: int, 1 to 65535"));
+
+    memset(buf, 0, sizeof(buf));
+    f = fmemopen(buf, sizeof(buf) - 1, "w");
+    assert_non_null(f);
+    shp_config_man(&t2, SHP_CONFIG_MAN_FILE, f);
+    fclose(f);
+    /* a doc starting with '.' is text, backslashes and dashes escaped */
+    assert_non_null(
+        strstr(buf, "\n\\&.starts with a dot, has a \\e and a \\-dash.\n"));
+    assert_non_null(strstr(buf, "\\fBdot_doc\\fR = \\fIVALUE\\fR"));
+    assert_non_null(strstr(buf, "Default: \\fB\\-1\\fR"));
+    assert_null(strstr(buf, "\n.starts"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -442,6 +480,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dump_commented_is_default, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_man, setup, teardown),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
