@@ -742,6 +742,18 @@ static json_t *job_quota_reply(const char *type, int64_t id,
     return m;
 }
 
+/* jobs of uid running now */
+static unsigned uid_jobs(shp_am_t *am, uid_t uid)
+{
+    unsigned n = 0;
+    shp_am_job_t *j, *tmp;
+    HASH_ITER(hh, am->jobs, j, tmp)
+    {
+        n += j->uid == uid;
+    }
+    return n;
+}
+
 static void job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
                       int64_t id)
 {
@@ -764,8 +776,27 @@ static void job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         snprintf(why, sizeof(why), "the fabric runs its maximum of %u jobs",
                  am->cfg.max_jobs);
         st = SHP_ERR_QUOTA;
+    } else if (uid != 0 && uid_jobs(am, (uid_t)uid) >= am->cfg.uid_max_jobs) {
+        snprintf(why, sizeof(why),
+                 "uid %" PRIu64 " runs its maximum of %u jobs (uid_max_jobs)",
+                 uid, am->cfg.uid_max_jobs);
+        st = SHP_ERR_QUOTA;
     } else {
         st = hosts_resolve(am, hosts, &nodes, &n, why, sizeof(why));
+    }
+    if (st == SHP_OK) {
+        /* a job is begun by one of its own hosts: one a process of it
+         * runs on, which ends it (a job of other hosts only would never
+         * be ended, and could squat their resources) */
+        int node = shp_topo_find(am->topo, p->host), own = 0;
+        for (int k = 0; k < n && !own; k++)
+            own = nodes[k] == node;
+        if (!own) {
+            snprintf(why, sizeof(why),
+                     "the job's hosts do not include %s, the host that asks",
+                     p->host);
+            st = SHP_ERR_PERM;
+        }
     }
     if (st == SHP_OK) {
         /* some tree must span every host */

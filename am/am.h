@@ -33,7 +33,8 @@ typedef struct shp_am_config {
     unsigned radix;
     unsigned flat_max; /* groups of at most this many members: one AN */
     unsigned max_jobs;
-    unsigned max_list; /* hosts or members in one request, at most */
+    unsigned max_list;     /* hosts or members in one request, at most */
+    unsigned uid_max_jobs; /* jobs of one user at once (root: no limit) */
     unsigned job_max_groups;
     unsigned group_osts;
     size_t group_payload;

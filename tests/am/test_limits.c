@@ -15,6 +15,10 @@
  * - A stalled member (SIGSTOP) of one job: another job's group on the same
  *   AN keeps completing operations; the stalled job's other member gets an
  *   error after its coll_timeout.
+ * - Long lists and many jobs from an unprivileged user (uid 65534, through
+ *   sharpd; the manager allows 3 jobs per user): a job of 160000 hosts is
+ *   refused, a group of 65536 members answered within a second, a job of
+ *   other hosts only refused, a fourth job refused.
  */
 #include "../unit/test_util.h"
 #include <sharp/api/sharp.h>
@@ -646,6 +650,30 @@ static int m_lists(int rank, void *arg)
                  &ms);
     print_message("group of %d members: status %d in %.0f ms\n", MAX, st, ms);
     CHECK(ms < 1000, "a group of %d members took the manager %.0f ms", MAX, ms);
+    /* a job of other hosts than the one asking: refused (it would never
+     * be ended, and could squat their resources) */
+    st = sd_call(fd,
+                 json_pack("{s:s, s:i, s:I, s:[s]}", "type", "job_begin", "id",
+                           5, "job_id", (json_int_t)7310, "hosts", "n00002"),
+                 &ms);
+    CHECK(st != 0 && strstr(sd_error, "n00001") != NULL,
+          "a job of another host: status %d (%s)", st, sd_error);
+    /* the user's job quota (uid_max_jobs 3 in this fabric): 7302 and two
+     * more, then a clear refusal */
+    for (int k = 0; k < 3; k++) {
+        st = sd_call(fd,
+                     json_pack("{s:s, s:i, s:I, s:[s]}", "type", "job_begin",
+                               "id", 6 + k, "job_id", (json_int_t)(7311 + k),
+                               "hosts", "n00001"),
+                     &ms);
+        if (k < 2) {
+            CHECK(st == 0, "job %d of the user: status %d (%s)", k + 2, st,
+                  sd_error);
+        } else {
+            CHECK(st != 0 && strstr(sd_error, "uid_max_jobs") != NULL,
+                  "a fourth job of the user: status %d (%s)", st, sd_error);
+        }
+    }
     close(fd);
     return 0;
 }
@@ -671,6 +699,7 @@ static int setup(void **state)
     if (sh("%s/sharp-topo fat-tree --radix 4 --hosts 8 > %s", bindir, topo) !=
             0 ||
         sh("ulimit -n 1024 && SHARP_AM_JOB_MAX_GROUPS=2 SHARP_AM_KEEPALIVE=1s "
+           "SHARP_AM_UID_MAX_JOBS=3 "
            "SHARPD_KEEPALIVE=1s %s/sharp-fabric --dir %s up %s --net " NET
            " >/dev/null",
            bindir, dir, topo) != 0) {
