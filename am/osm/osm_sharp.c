@@ -29,11 +29,13 @@
 #include "common/paths.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -186,8 +188,18 @@ static void dump(osm_sharp_t *p)
         say(p, OSM_LOG_ERROR, "cannot build the topology (out of memory?)");
         return;
     }
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", p->file, (int)getpid());
-    FILE *f = fopen(tmp, "w");
+    /* a name of its own, created here (O_EXCL, no link followed): in a
+     * directory others can write, a planted link or file is refused */
+    snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", p->file);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd >= 0) {
+        fchmod(fd, 0644); /* a topology, read by the manager's user */
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (f == NULL && fd >= 0) {
+        close(fd);
+        unlink(tmp);
+    }
     if (f == NULL) {
         say(p, OSM_LOG_ERROR, "cannot write %s: %s", tmp, strerror(errno));
         shp_topo_free(t);
