@@ -66,6 +66,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+/* What may wait behind a full ring for a peer that does not read, as a
+ * connection's send queue (64 MiB on tcp): a peer that asks and never
+ * reads the answers gets its connection closed, not the AN's memory. */
+#define SHM_MAX_BACKLOG (16u << 20)
+
 typedef struct shm_backlog {
     struct shm_backlog *next;
     uint32_t len;
@@ -86,10 +91,11 @@ typedef struct shm_ep {
     shm_ring_t *tx, *rx;
     uint8_t *tx_data, *rx_data;
     shm_backlog_t *backlog, **backlog_tail;
-    shm_board_t *board; /* outbound: the listener's, once it sent it */
-    int up;             /* the segment is mapped: messages may flow */
-    int inbound;        /* accepted here (the peer created the segment) */
-    int announced;      /* on_connect was called */
+    size_t backlog_bytes; /* at most SHM_MAX_BACKLOG */
+    shm_board_t *board;   /* outbound: the listener's, once it sent it */
+    int up;               /* the segment is mapped: messages may flow */
+    int inbound;          /* accepted here (the peer created the segment) */
+    int announced;        /* on_connect was called */
     int accepted;    /* inbound: the owner has not seen it before the hello */
     int dispatching; /* inside on_msg */
     int closed;
@@ -320,6 +326,7 @@ static void shm_flush_backlog(shm_ep_t *ep)
         if (ep->backlog == NULL) {
             ep->backlog_tail = &ep->backlog;
         }
+        ep->backlog_bytes -= b->len;
         free(b);
         moved = 1;
     }
@@ -346,6 +353,13 @@ static shp_status_t shm_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
         shm_ring_put(ep, raw, payload, hdr->payload_len)) {
         shm_after_put(ep, counted);
     } else {
+        if (ep->backlog_bytes + SHP_WIRE_HDR_LEN + hdr->payload_len >
+            SHM_MAX_BACKLOG) {
+            shp_warn_sparse(1000,
+                            "%s does not read: %zu bytes wait for it, no more",
+                            ep->base.peer, ep->backlog_bytes);
+            return SHP_ERR_NO_RESOURCE;
+        }
         shm_backlog_t *b =
             malloc(sizeof(*b) + SHP_WIRE_HDR_LEN + hdr->payload_len);
         if (b == NULL) {
@@ -360,6 +374,7 @@ static shp_status_t shm_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
         }
         *ep->backlog_tail = b;
         ep->backlog_tail = &b->next;
+        ep->backlog_bytes += b->len;
         if (ep->up) {
             shm_flush_backlog(ep);
         }

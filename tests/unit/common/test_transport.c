@@ -898,6 +898,31 @@ static void test_shm_malformed(void **state)
         munmap(seg, sizeof(shm_seg_t) + 2 * (size_t)big);
     }
 
+    /* a peer that never reads what it is sent: what waits for it is
+     * bounded (16 MiB), then sends fail, and the owner closes (3 M
+     * unanswered requests grew an AN by 237 MB before) */
+    {
+        fd = shm_raw_peer(la, cap, 1, &seg);
+        TEST_RUN_WHILE(loop, server_rx.ep == NULL, 2);
+        assert_non_null(server_rx.ep);
+        uint32_t pl[200] = {0};
+        make_msg(&h, 0, 200);
+        shp_status_t st = SHP_OK;
+        size_t sent = 0;
+        while (st == SHP_OK && sent < (64u << 20)) {
+            st = shp_tp_send(server_rx.ep, &h, pl);
+            sent += st == SHP_OK ? SHP_WIRE_HDR_LEN + sizeof(pl) : 0;
+        }
+        assert_int_equal(st, SHP_ERR_NO_RESOURCE);
+        assert_true(sent <= (16u << 20) + 2 * (size_t)cap);
+        shp_tp_close(server_rx.ep);
+        TEST_RUN_WHILE(loop, read(fd, &b, 1) != 0, 2);
+        close(fd);
+        munmap(seg, seg_len);
+        memset(&server_rx, 0, sizeof(server_rx));
+        test_log_warnings = 0;
+    }
+
     /* a record longer than any message: closed, counted */
     fd = shm_raw_peer(la, cap, 1, &seg);
     TEST_RUN_WHILE(loop, server_rx.ep == NULL, 2);
