@@ -606,9 +606,10 @@ static int nb_set_all(nb_set_t *s, MPI_Request reqs[], int test, int *flag,
     int ignore = statuses == MPI_STATUSES_IGNORE;
     MPI_Request *oth = malloc(sizeof(MPI_Request) * (size_t)n + 1);
     int *at = malloc(sizeof(int) * (size_t)n + 1);
+    /* MPI_STATUSES_IGNORE is NULL in Open MPI: not a failed malloc */
     MPI_Status *st = ignore ? MPI_STATUSES_IGNORE
                             : malloc(sizeof(MPI_Status) * (size_t)n + 1);
-    if (oth == NULL || at == NULL || st == NULL) {
+    if (oth == NULL || at == NULL || (!ignore && st == NULL)) {
         free(oth);
         free(at);
         if (!ignore) {
@@ -671,29 +672,6 @@ static int nb_set_pending(const nb_set_t *s, MPI_Request reqs[])
     return k;
 }
 
-/* while waiting: sharp's operations of this set in flight, blocking on
- * sharp's sockets when nothing else is awaited, else one turn and a
- * short sleep (MPI's requests are polled between) */
-static void nb_set_wait_turn(nb_set_t *s, MPI_Request reqs[], int all)
-{
-    if (s->others == 0) {
-        for (int i = 0; i < s->n; i++) {
-            nb_op_t *o = nb_find(reqs[i]);
-            if (o != NULL && o->active && !o->done) {
-                nb_poll(o, 1);
-                if (!all) {
-                    return;
-                }
-            }
-        }
-        return;
-    }
-    nb_progress_all();
-    nb_poke_mpi();
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
-}
-
 static int nb_any_active(void)
 {
     for (nb_op_t *o = nb_ops; o != NULL; o = o->next) {
@@ -704,19 +682,123 @@ static int nb_any_active(void)
     return 0;
 }
 
+/* an operation of ours, in any array or none, whose sharp part is not done:
+ * it may need this process (its later fragments are posted as earlier ones
+ * complete), and the other ranks may wait for it */
+static int nb_sharp_busy(void)
+{
+    for (nb_op_t *o = nb_ops; o != NULL; o = o->next) {
+        if (o->active && !o->done) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The completion calls: one loop for all.  Each turn progresses sharp (an
+ * operation whose sharp part is done gets its generalized request
+ * completed), then asks MPI with the test form of the call on the array
+ * (active persistent handles of ours replaced by their activations); a
+ * wait repeats until that is satisfied.  While one of our operations is in
+ * flight anywhere a wait never blocks inside MPI (the operation's later
+ * fragments need this process, and the other ranks may wait for them), nor
+ * inside sharp (MPI's own requests, in this array or not, progress only in
+ * MPI calls, and the other ranks may wait for those): a turn of each, then
+ * a short sleep.  With none of ours in flight the wait is MPI's own. */
+enum { NB_ONE, NB_ALL, NB_ANY, NB_SOME };
+
+/* the empty status (MPI 4.0, 3.7.3) */
+static void nb_status_empty(MPI_Status *st)
+{
+    if (st == MPI_STATUS_IGNORE) {
+        return;
+    }
+    st->MPI_SOURCE = MPI_ANY_SOURCE;
+    st->MPI_TAG = MPI_ANY_TAG;
+    st->MPI_ERROR = MPI_SUCCESS;
+    PMPI_Status_set_elements(st, MPI_BYTE, 0);
+    PMPI_Status_set_cancelled(st, 0);
+}
+
+static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
+                       int *index, int *outcount, int indices[],
+                       MPI_Status *statuses)
+{
+    for (unsigned turn = 0;; turn++) {
+        nb_set_t s;
+        int rc, done = 0, f = 0;
+        nb_progress_all();
+        int busy = nb_sharp_busy();
+        rc = nb_set_make(&s, n, reqs);
+        if (rc != MPI_SUCCESS) {
+            return rc;
+        }
+        if (wait && !busy) {
+            switch (form) {
+            case NB_ONE: rc = PMPI_Wait(s.sub, statuses); break;
+            case NB_ALL:
+                /* ours in the array are complete to MPI */
+                rc = s.ours == 0 ? PMPI_Waitall(n, s.sub, statuses)
+                                 : nb_set_all(&s, reqs, 0, &f, statuses);
+                break;
+            case NB_ANY: rc = PMPI_Waitany(n, s.sub, index, statuses); break;
+            default: rc = PMPI_Waitsome(n, s.sub, outcount, indices, statuses);
+            }
+            nb_set_done(&s, reqs);
+            return rc;
+        }
+        switch (form) {
+        case NB_ONE: rc = PMPI_Test(s.sub, &f, statuses); break;
+        case NB_ALL:
+            /* all or nothing: while one of ours is not done, nothing
+             * completes (MPICH 4.0.2's MPI_Testall fails with
+             * MPI_ERR_IN_STATUS on some arrays that mix generalized
+             * requests with others: they are never mixed) */
+            if (s.ours == 0) {
+                rc = PMPI_Testall(n, s.sub, &f, statuses);
+            } else if (nb_set_pending(&s, reqs) == 0) {
+                rc = nb_set_all(&s, reqs, 1, &f, statuses);
+            } else {
+                nb_poke_mpi();
+            }
+            break;
+        case NB_ANY:
+            rc = PMPI_Testany(n, s.sub, index, &f, statuses);
+            if (rc == MPI_SUCCESS && f && *index == MPI_UNDEFINED) {
+                /* nothing active: an empty status, which MPICH 4.0.2's
+                 * MPI_Testany of more than one request does not write
+                 * (its MPI_Waitany does) */
+                nb_status_empty(statuses);
+            }
+            break;
+        default:
+            rc = PMPI_Testsome(n, s.sub, outcount, indices, statuses);
+            f = *outcount != 0;
+        }
+        nb_set_done(&s, reqs);
+        done = f;
+        if (flag != NULL) {
+            *flag = f;
+        }
+        if (rc != MPI_SUCCESS || done || !wait) {
+            return rc;
+        }
+        /* nothing yet: let the others run (2 cores may hold many ranks) */
+        struct timespec ts = {0, turn < 16 ? 0 : 20000};
+        if (ts.tv_nsec == 0) {
+            sched_yield();
+        } else {
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 API int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
 {
     if (!nb_any_active()) {
         return PMPI_Test(req, flag, status);
     }
-    nb_set_t s;
-    nb_progress_all();
-    int rc = nb_set_make(&s, 1, req);
-    if (rc == MPI_SUCCESS) {
-        rc = PMPI_Test(s.sub, flag, status);
-        nb_set_done(&s, req);
-    }
-    return rc;
+    return nb_complete(NB_ONE, 0, 1, req, flag, NULL, NULL, NULL, status);
 }
 
 API int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[])
@@ -724,23 +806,7 @@ API int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[])
     if (!nb_any_active()) {
         return PMPI_Testall(n, reqs, flag, statuses);
     }
-    nb_set_t s;
-    nb_progress_all();
-    int rc = nb_set_make(&s, n, reqs);
-    if (rc != MPI_SUCCESS) {
-        return rc;
-    }
-    /* all or nothing: while one of ours is not done, nothing completes
-     * (and MPICH 4.0.2's Testall fails with MPI_ERR_IN_STATUS on some
-     * mixes of complete and pending requests) */
-    if (nb_set_pending(&s, reqs) > 0) {
-        *flag = 0;
-        nb_poke_mpi();
-    } else {
-        rc = nb_set_all(&s, reqs, 1, flag, statuses);
-    }
-    nb_set_done(&s, reqs);
-    return rc;
+    return nb_complete(NB_ALL, 0, n, reqs, flag, NULL, NULL, NULL, statuses);
 }
 
 API int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
@@ -749,14 +815,7 @@ API int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
     if (!nb_any_active()) {
         return PMPI_Testany(n, reqs, index, flag, status);
     }
-    nb_set_t s;
-    nb_progress_all();
-    int rc = nb_set_make(&s, n, reqs);
-    if (rc == MPI_SUCCESS) {
-        rc = PMPI_Testany(n, s.sub, index, flag, status);
-        nb_set_done(&s, reqs);
-    }
-    return rc;
+    return nb_complete(NB_ANY, 0, n, reqs, flag, index, NULL, NULL, status);
 }
 
 API int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
@@ -765,14 +824,8 @@ API int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
     if (!nb_any_active()) {
         return PMPI_Testsome(n, reqs, outcount, indices, statuses);
     }
-    nb_set_t s;
-    nb_progress_all();
-    int rc = nb_set_make(&s, n, reqs);
-    if (rc == MPI_SUCCESS) {
-        rc = PMPI_Testsome(n, s.sub, outcount, indices, statuses);
-        nb_set_done(&s, reqs);
-    }
-    return rc;
+    return nb_complete(NB_SOME, 0, n, reqs, NULL, NULL, outcount, indices,
+                       statuses);
 }
 
 API int MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *status)
@@ -790,29 +843,12 @@ API int MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *status)
     return rc;
 }
 
-/* The waits: test until done, progressing sharp between (blocking on its
- * sockets when only sharp's operations are awaited). */
-
 API int MPI_Wait(MPI_Request *req, MPI_Status *status)
 {
-    nb_set_t s;
     if (!nb_any_active()) {
         return PMPI_Wait(req, status);
     }
-    nb_progress_all();
-    int rc = nb_set_make(&s, 1, req);
-    if (rc != MPI_SUCCESS) {
-        return rc;
-    }
-    if (s.ours == 0) { /* not ours: MPI's own wait */
-        nb_set_done(&s, req);
-        return PMPI_Wait(req, status);
-    }
-    /* ours: sharp's part done, then MPI's request is complete */
-    nb_set_wait_turn(&s, req, 1);
-    rc = PMPI_Wait(s.sub, status);
-    nb_set_done(&s, req);
-    return rc;
+    return nb_complete(NB_ONE, 1, 1, req, NULL, NULL, NULL, NULL, status);
 }
 
 API int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[])
@@ -820,27 +856,7 @@ API int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[])
     if (!nb_any_active()) {
         return PMPI_Waitall(n, reqs, statuses);
     }
-    for (;;) {
-        nb_set_t s;
-        nb_progress_all();
-        int rc = nb_set_make(&s, n, reqs);
-        if (rc != MPI_SUCCESS) {
-            return rc;
-        }
-        if (s.ours == 0) {
-            nb_set_done(&s, reqs);
-            return PMPI_Waitall(n, reqs, statuses);
-        }
-        if (nb_set_pending(&s, reqs) == 0) {
-            /* ours complete (to MPI): MPI's own wait for the rest */
-            int flag;
-            rc = nb_set_all(&s, reqs, 0, &flag, statuses);
-            nb_set_done(&s, reqs);
-            return rc;
-        }
-        nb_set_wait_turn(&s, reqs, 1);
-        nb_set_done(&s, reqs);
-    }
+    return nb_complete(NB_ALL, 1, n, reqs, NULL, NULL, NULL, NULL, statuses);
 }
 
 API int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status)
@@ -848,26 +864,7 @@ API int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status)
     if (!nb_any_active()) {
         return PMPI_Waitany(n, reqs, index, status);
     }
-    for (;;) {
-        nb_set_t s;
-        int flag = 0;
-        nb_progress_all();
-        int rc = nb_set_make(&s, n, reqs);
-        if (rc != MPI_SUCCESS) {
-            return rc;
-        }
-        if (s.ours == 0) {
-            nb_set_done(&s, reqs);
-            return PMPI_Waitany(n, reqs, index, status);
-        }
-        rc = PMPI_Testany(n, s.sub, index, &flag, status);
-        if (rc != MPI_SUCCESS || flag) {
-            nb_set_done(&s, reqs);
-            return rc;
-        }
-        nb_set_wait_turn(&s, reqs, 0);
-        nb_set_done(&s, reqs);
-    }
+    return nb_complete(NB_ANY, 1, n, reqs, NULL, index, NULL, NULL, status);
 }
 
 API int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
@@ -876,25 +873,8 @@ API int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
     if (!nb_any_active()) {
         return PMPI_Waitsome(n, reqs, outcount, indices, statuses);
     }
-    for (;;) {
-        nb_set_t s;
-        nb_progress_all();
-        int rc = nb_set_make(&s, n, reqs);
-        if (rc != MPI_SUCCESS) {
-            return rc;
-        }
-        if (s.ours == 0) {
-            nb_set_done(&s, reqs);
-            return PMPI_Waitsome(n, reqs, outcount, indices, statuses);
-        }
-        rc = PMPI_Testsome(n, s.sub, outcount, indices, statuses);
-        if (rc != MPI_SUCCESS || *outcount != 0) {
-            nb_set_done(&s, reqs);
-            return rc;
-        }
-        nb_set_wait_turn(&s, reqs, 0);
-        nb_set_done(&s, reqs);
-    }
+    return nb_complete(NB_SOME, 1, n, reqs, NULL, NULL, outcount, indices,
+                       statuses);
 }
 
 API int MPI_Request_free(MPI_Request *req)
