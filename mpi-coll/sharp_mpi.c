@@ -184,6 +184,13 @@ typedef struct comm_state {
     int fell;
     unsigned long since, retry_at;
     MPI_Comm all;
+    /* non-blocking operations with recovery (sharp_mpi_nb.c): the
+     * communicator's activations in posting order, the first in flight
+     * (through sharp, or on PMPI once the group failed); nb_fell: a
+     * non-blocking operation found the group failed (its later ones stay
+     * the layer's, done on PMPI: the same decision on every rank) */
+    struct nb_op *nbq_head, *nbq_tail;
+    int nb_fell;
     struct comm_state *next, **prev; /* every live state, for finalize */
 } comm_state_t;
 
@@ -229,6 +236,8 @@ static int oob_gather(void *ctx, int root, void *sbuf, void *rbuf, int len)
 /* Init and finalize ------------------------------------------------------------ */
 
 static void nb_drain(comm_state_t *s);
+static void nb_wait_hook(void);
+static int nb_posting; /* comm_sharp called to post a non-blocking one */
 
 /* What comm_setup made, undone: the group left, the record dropped (after
  * a barrier: a member may still be fetching a result from it), the
@@ -291,6 +300,7 @@ static void recovery_setup(int size, uint64_t cookie)
         note(1, "no recovery service (%s)", strerror(errno));
         ok = 0;
     }
+    smr_set_wait_hook(nb_wait_hook);
     g.addrs = calloc((size_t)size, sizeof(*g.addrs));
     if (g.addrs == NULL) {
         ok = 0;
@@ -671,12 +681,22 @@ static comm_state_t *comm_sharp(MPI_Comm comm)
     }
     PMPI_Comm_get_attr(comm, g.keyval, &s, &found);
     if (found) {
+        if (!nb_posting && s->nbq_head != NULL) {
+            /* a blocking call: the communicator's non-blocking operations
+             * first (they may find the group failed) */
+            nb_drain(s);
+        }
         if (!s->use && s->fell && cfg.regroup_calls > 0 &&
             ++s->since >= s->retry_at) {
+            nb_drain(NULL); /* as before making a group (below) */
             regroup(s, comm);
         }
         return s->use ? s : NULL;
     }
+    /* making the group is an agreement of the members, blocking: every
+     * non-blocking operation in flight completes first (the other ranks
+     * may wait for this one's part in them before they get here) */
+    nb_drain(NULL);
     s = calloc(1, sizeof(*s));
     if (s == NULL) {
         /* the other ranks go on to create the group: abort, not hang */

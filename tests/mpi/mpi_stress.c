@@ -28,8 +28,9 @@
  * handle unchanged, statuses as MPI defines them; then the result against
  * the reference (receive buffers carry a guard pattern behind the data).
  *
- * mpi_stress [--seed S] [--seeds N] [--ops K] [--ppn P]: seeds S..S+N-1,
- * K operations each.  Rank 0 prints "mpi_stress: expect offloaded
+ * mpi_stress [--seed S] [--seeds N] [--ops K] [--ppn P] [--signal-at N
+ * FILE]: seeds S..S+N-1, K operations each; rank 0 creates FILE after its
+ * N-th completion (of the first seed: the test kills a daemon then).  Rank 0 prints "mpi_stress: expect offloaded
  * MPI_Iallreduce A MPI_Ireduce R MPI_Ibcast B MPI_Ibarrier C" (summed over
  * ranks, as libsharp_mpi's report counts them; persistent starts count as
  * MPI_Iallreduce) and "every result right" or the failing seed.
@@ -61,6 +62,10 @@
 
 static int rank, size, errors, ppn = 1, last_rc;
 static const char *last_call = "";
+/* --signal-at N FILE: rank 0 creates FILE after N completions (a test
+ * kills a daemon then: operations are in flight on every communicator) */
+static unsigned long signal_at;
+static const char *signal_file;
 static unsigned long seed;
 static MPI_Comm comms[NCOMM];
 
@@ -497,6 +502,12 @@ static void completed_at(int i, const MPI_Status *st)
     }
     check_result(s);
     completed++;
+    if (signal_file != NULL && rank == 0 && completed == signal_at) {
+        FILE *f = fopen(signal_file, "w");
+        if (f != NULL) {
+            fclose(f);
+        }
+    }
     s->state = s->persistent ? S_PINACTIVE : S_FREE;
 }
 
@@ -858,6 +869,10 @@ int main(int argc, char **argv)
             ops = strtoul(argv[i + 1], NULL, 0);
         } else if (strcmp(argv[i], "--ppn") == 0) {
             ppn = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--signal-at") == 0 && i + 2 < argc) {
+            signal_at = strtoul(argv[i + 1], NULL, 0);
+            signal_file = argv[i + 2];
+            i++;
         }
     }
     if (size > 64) {
