@@ -333,6 +333,19 @@ static void sharp_setup(void)
         note(1, "disabled by SHARP_MPI_ENABLE=0: plain MPI");
         return;
     }
+    /* the layer's state (communicators, operations in flight, records)
+     * is not guarded for calls from several threads at once: with
+     * MPI_THREAD_MULTIPLE on any rank, plain MPI on every rank, said once */
+    int level = MPI_THREAD_SINGLE, top = MPI_THREAD_SINGLE;
+    PMPI_Query_thread(&level);
+    PMPI_Allreduce(&level, &top, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (top >= MPI_THREAD_MULTIPLE) {
+        if (g.rank == 0) {
+            note(0, "MPI_THREAD_MULTIPLE: collectives go to the MPI library "
+                    "(the layer is not thread-safe): plain MPI");
+        }
+        return;
+    }
     PMPI_Comm_dup(MPI_COMM_WORLD, &g.oob_world);
     g.have_oob = 1;
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_delete, &g.keyval,

@@ -22,11 +22,15 @@
  * when the group is made).  The first collective on a communicator makes
  * its group (an agreement of its members), blocking or not.
  *
- * Progress: a message up to the OST quota is wholly sent when posted, so
- * the network reduces it while the program computes; the result is read
- * at the next MPI_Wait* / MPI_Test* (or any call that progresses sharp).
- * A failed operation takes the failure path of the blocking calls (fail()).
- * Not thread-safe beyond MPI_THREAD_FUNNELED (as the rest of the layer).
+ * Progress: a message up to the OST quota is wholly sent when it goes to
+ * sharp, so the network reduces it while the program computes; the result
+ * is read at the next MPI_Wait* / MPI_Test* (or any call that progresses
+ * sharp).  With recovery (SHARP_MPI_ON_FAULT=fallback) a communicator's
+ * operations go to sharp one at a time (a queue per communicator), each
+ * received into the group's record, and a failed one is recovered as a
+ * blocking one is (nb_recover: fetched from a member, or redone on PMPI);
+ * without, they are pipelined and a failure aborts (fail()).
+ * MPI_THREAD_MULTIPLE jobs never get here (sharp_setup: plain MPI).
  */
 
 #ifdef OMPI_MAJOR_VERSION

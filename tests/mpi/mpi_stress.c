@@ -30,7 +30,9 @@
  *
  * mpi_stress [--seed S] [--seeds N] [--ops K] [--ppn P] [--signal-at N
  * FILE]: seeds S..S+N-1, K operations each; rank 0 creates FILE after its
- * N-th completion (of the first seed: the test kills a daemon then).  Rank 0 prints "mpi_stress: expect offloaded
+ * N-th completion (of the first seed: the test kills a daemon then);
+ * --thread-multiple: MPI_Init_thread(MPI_THREAD_MULTIPLE) (then nothing is
+ * expected offloaded: libsharp_mpi passes such programs to MPI).  Rank 0 prints "mpi_stress: expect offloaded
  * MPI_Iallreduce A MPI_Ireduce R MPI_Ibcast B MPI_Ibarrier C" (summed over
  * ranks, as libsharp_mpi's report counts them; persistent starts count as
  * MPI_Iallreduce) and "every result right" or the failing seed.
@@ -857,7 +859,16 @@ static void run(unsigned long s, unsigned long ops)
 int main(int argc, char **argv)
 {
     unsigned long s0 = 1, nseeds = 1, ops = 2000;
-    MPI_Init(&argc, &argv);
+    int provided = MPI_THREAD_SINGLE, multiple = 0;
+    for (int i = 1; i < argc; i++) {
+        multiple |= strcmp(argv[i], "--thread-multiple") == 0;
+    }
+    if (multiple) {
+        /* MPI_THREAD_MULTIPLE: libsharp_mpi passes everything to MPI */
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    } else {
+        MPI_Init(&argc, &argv);
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -873,6 +884,8 @@ int main(int argc, char **argv)
             signal_at = strtoul(argv[i + 1], NULL, 0);
             signal_file = argv[i + 2];
             i++;
+        } else if (strcmp(argv[i], "--thread-multiple") == 0) {
+            i--; /* no value */
         }
     }
     if (size > 64) {
@@ -912,7 +925,9 @@ int main(int argc, char **argv)
     if (rank == 0) {
         /* a communicator with two ranks on a host is hierarchical: its
          * non-blocking operations go to PMPI (--ppn > 1) */
-        unsigned long m = ppn > 1 ? 0 : (unsigned long)size;
+        unsigned long m = ppn > 1 || provided >= MPI_THREAD_MULTIPLE
+                              ? 0
+                              : (unsigned long)size;
         printf("mpi_stress: expect offloaded MPI_Iallreduce %lu MPI_Ireduce "
                "%lu MPI_Ibcast %lu MPI_Ibarrier %lu\n",
                expect[0] * m, expect[1] * m, expect[2] * m, expect[3] * m);

@@ -8,8 +8,8 @@
 # reposted; every result against a reference, every handle and status as
 # MPI defines them.  Open MPI and MPICH at 5 and 8 ranks, one per host,
 # several seeds each (SHARP_STRESS_SEED moves them; a failure names its
-# seed), the offloaded counts checked against the report; then 8 ranks,
-# two per host.
+# seed), the offloaded counts checked against the report; and with
+# MPI_THREAD_MULTIPLE (passed to MPI with one notice).
 set -u
 O=${O:-build}
 BIN=$(cd "$O/bin" && pwd)
@@ -88,6 +88,14 @@ stress ompi 5 "$DIR/fabric" "$S0" 4
 stress ompi 8 "$DIR/fabric" $((S0 + 4)) 3
 stress mpich 5 "$DIR/fabric" "$S0" 4
 stress mpich 8 "$DIR/fabric" $((S0 + 4)) 3
+# MPI_THREAD_MULTIPLE: the layer is not thread-safe: everything on MPI,
+# every result right, one notice (rank 0's), nothing offloaded
+for mpi in ompi mpich; do
+    OPS=1000 stress $mpi 5 "$DIR/fabric" "$S0" 1 --thread-multiple
+    n=$(grep -c "MPI_THREAD_MULTIPLE: collectives go to the MPI library" \
+        "$DIR/$mpi-5-$S0.out")
+    [ "$n" = 1 ] || bad "$mpi, MPI_THREAD_MULTIPLE: $n notices, not one"
+done
 "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
 
 [ $fails -eq 0 ]
