@@ -523,6 +523,22 @@ static void nb_poke_mpi(void)
                 MPI_STATUS_IGNORE);
 }
 
+/* a wait's empty turn: the first 16 yield the core, then sleeps of 20 us,
+ * doubling every 64 turns up to 1 ms (a long wait, on a machine that many
+ * processes share, must not take the CPU the daemons and the other ranks
+ * need: the network's keepalives and the operations waited for) */
+static void nb_idle(unsigned turn)
+{
+    if (turn < 16) {
+        sched_yield();
+        return;
+    }
+    unsigned shift = (turn - 16) / 64;
+    long ns = shift >= 6 ? 1000000 : 20000L << shift;
+    struct timespec ts = {0, ns < 1000000 ? ns : 1000000};
+    nanosleep(&ts, NULL);
+}
+
 /* some operation of s (s NULL: of any communicator) whose part is not
  * done */
 static int nb_pending(comm_state_t *s)
@@ -546,12 +562,7 @@ static void nb_drain(comm_state_t *s)
             break;
         }
         nb_poke_mpi();
-        struct timespec ts = {0, turn < 16 ? 0 : 20000};
-        if (ts.tv_nsec == 0) {
-            sched_yield();
-        } else {
-            nanosleep(&ts, NULL);
-        }
+        nb_idle(turn);
     }
 }
 
@@ -1080,12 +1091,7 @@ static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
             return rc;
         }
         /* nothing yet: let the others run (2 cores may hold many ranks) */
-        struct timespec ts = {0, turn < 16 ? 0 : 20000};
-        if (ts.tv_nsec == 0) {
-            sched_yield();
-        } else {
-            nanosleep(&ts, NULL);
-        }
+        nb_idle(turn);
     }
 }
 
@@ -1187,8 +1193,7 @@ API int MPI_Request_free(MPI_Request *req)
                 if (!nb_poll(o, 0)) {
                     nb_progress_all();
                     nb_poke_mpi();
-                    struct timespec ts = {0, turn < 16 ? 0 : 20000};
-                    nanosleep(&ts, NULL);
+                    nb_idle(turn);
                 }
             }
             if (o->greq != MPI_REQUEST_NULL) {
