@@ -125,3 +125,18 @@ $(MPI_NB_MPICH): tests/mpi/mpi_nb.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
+
+# Non-blocking collectives under stress, against references (tests/mpi).
+MPI_STRESS_OMPI := $(TESTDIR)/mpi/mpi_stress_ompi
+MPI_STRESS_MPICH := $(TESTDIR)/mpi/mpi_stress_mpich
+TEST_HELPERS += $(MPI_STRESS_OMPI) $(MPI_STRESS_MPICH)
+
+$(MPI_STRESS_OMPI): tests/mpi/mpi_stress.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
+
+$(MPI_STRESS_MPICH): tests/mpi/mpi_stress.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<

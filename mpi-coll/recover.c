@@ -482,6 +482,13 @@ static int fetch(smr_rec_t *r, int p, uint64_t k, size_t len)
     return 0;
 }
 
+static void (*wait_hook)(void);
+
+void smr_set_wait_hook(void (*hook)(void))
+{
+    wait_hook = hook;
+}
+
 uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
                     size_t whylen)
 {
@@ -574,6 +581,9 @@ uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
         if (shp_deadline_passed(end)) {
             free(pend);
             return 0;
+        }
+        if (wait_hook != NULL) {
+            wait_hook();
         }
         poll(NULL, 0, wait_ms);
         wait_ms = wait_ms < 64 ? wait_ms * 2 : 64;

@@ -85,4 +85,11 @@ uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
 /* F, once decided (0 before) */
 uint64_t smr_decided(const smr_rec_t *r);
 
+/* Called by smr_decide between its rounds of questions (in the caller's
+ * thread, no lock held): a member with operations of other groups in
+ * flight (non-blocking ones) ends those that completed or failed meanwhile
+ * (smr_end), or the other groups' members, asking about them, would wait
+ * for this one while it waits here. */
+void smr_set_wait_hook(void (*hook)(void));
+
 #endif

@@ -57,6 +57,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -183,6 +184,13 @@ typedef struct comm_state {
     int fell;
     unsigned long since, retry_at;
     MPI_Comm all;
+    /* non-blocking operations with recovery (sharp_mpi_nb.c): the
+     * communicator's activations in posting order, the first in flight
+     * (through sharp, or on PMPI once the group failed); nb_fell: a
+     * non-blocking operation found the group failed (its later ones stay
+     * the layer's, done on PMPI: the same decision on every rank) */
+    struct nb_op *nbq_head, *nbq_tail;
+    int nb_fell;
     struct comm_state *next, **prev; /* every live state, for finalize */
 } comm_state_t;
 
@@ -228,6 +236,8 @@ static int oob_gather(void *ctx, int root, void *sbuf, void *rbuf, int len)
 /* Init and finalize ------------------------------------------------------------ */
 
 static void nb_drain(comm_state_t *s);
+static void nb_wait_hook(void);
+static int nb_posting; /* comm_sharp called to post a non-blocking one */
 
 /* What comm_setup made, undone: the group left, the record dropped (after
  * a barrier: a member may still be fetching a result from it), the
@@ -290,6 +300,7 @@ static void recovery_setup(int size, uint64_t cookie)
         note(1, "no recovery service (%s)", strerror(errno));
         ok = 0;
     }
+    smr_set_wait_hook(nb_wait_hook);
     g.addrs = calloc((size_t)size, sizeof(*g.addrs));
     if (g.addrs == NULL) {
         ok = 0;
@@ -320,6 +331,19 @@ static void sharp_setup(void)
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
     if (!cfg.enable) {
         note(1, "disabled by SHARP_MPI_ENABLE=0: plain MPI");
+        return;
+    }
+    /* the layer's state (communicators, operations in flight, records)
+     * is not guarded for calls from several threads at once: with
+     * MPI_THREAD_MULTIPLE on any rank, plain MPI on every rank, said once */
+    int level = MPI_THREAD_SINGLE, top = MPI_THREAD_SINGLE;
+    PMPI_Query_thread(&level);
+    PMPI_Allreduce(&level, &top, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (top >= MPI_THREAD_MULTIPLE) {
+        if (g.rank == 0) {
+            note(0, "MPI_THREAD_MULTIPLE: collectives go to the MPI library "
+                    "(the layer is not thread-safe): plain MPI");
+        }
         return;
     }
     PMPI_Comm_dup(MPI_COMM_WORLD, &g.oob_world);
@@ -670,12 +694,22 @@ static comm_state_t *comm_sharp(MPI_Comm comm)
     }
     PMPI_Comm_get_attr(comm, g.keyval, &s, &found);
     if (found) {
+        if (!nb_posting && s->nbq_head != NULL) {
+            /* a blocking call: the communicator's non-blocking operations
+             * first (they may find the group failed) */
+            nb_drain(s);
+        }
         if (!s->use && s->fell && cfg.regroup_calls > 0 &&
             ++s->since >= s->retry_at) {
+            nb_drain(NULL); /* as before making a group (below) */
             regroup(s, comm);
         }
         return s->use ? s : NULL;
     }
+    /* making the group is an agreement of the members, blocking: every
+     * non-blocking operation in flight completes first (the other ranks
+     * may wait for this one's part in them before they get here) */
+    nb_drain(NULL);
     s = calloc(1, sizeof(*s));
     if (s == NULL) {
         /* the other ranks go on to create the group: abort, not hang */

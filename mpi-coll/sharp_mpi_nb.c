@@ -22,11 +22,15 @@
  * when the group is made).  The first collective on a communicator makes
  * its group (an agreement of its members), blocking or not.
  *
- * Progress: a message up to the OST quota is wholly sent when posted, so
- * the network reduces it while the program computes; the result is read
- * at the next MPI_Wait* / MPI_Test* (or any call that progresses sharp).
- * A failed operation takes the failure path of the blocking calls (fail()).
- * Not thread-safe beyond MPI_THREAD_FUNNELED (as the rest of the layer).
+ * Progress: a message up to the OST quota is wholly sent when it goes to
+ * sharp, so the network reduces it while the program computes; the result
+ * is read at the next MPI_Wait* / MPI_Test* (or any call that progresses
+ * sharp).  With recovery (SHARP_MPI_ON_FAULT=fallback) a communicator's
+ * operations go to sharp one at a time (a queue per communicator), each
+ * received into the group's record, and a failed one is recovered as a
+ * blocking one is (nb_recover: fetched from a member, or redone on PMPI);
+ * without, they are pipelined and a failure aborts (fail()).
+ * MPI_THREAD_MULTIPLE jobs never get here (sharp_setup: plain MPI).
  */
 
 #ifdef OMPI_MAJOR_VERSION
@@ -60,6 +64,16 @@ typedef struct nb_op {
     char *ps, *pr;
     MPI_Request greq; /* the activation's generalized request */
     int active, done;
+    /* with recovery (SHARP_MPI_ON_FAULT=fallback): one operation of a
+     * communicator in flight at a time, its result received into the
+     * group's record (recover.h); queued: waiting for its turn; preq: the
+     * operation done on PMPI instead (the group failed) */
+    int rec, queued;
+    int ended, end_rc; /* sharp's part ended inside another's recovery */
+    char *recbuf;
+    MPI_Request preq;
+    MPI_Op mop;
+    struct nb_op *qnext;
     /* persistent: the program's handle; freed while active */
     int persistent, user_freed;
     MPI_Request handle;
@@ -129,17 +143,16 @@ static const char *nb_name(const nb_op_t *o)
     return coll_names[o->kind];
 }
 
-static void nb_start(nb_op_t *o)
+/* sharp's part posted; dst: where a reduction's result goes (the record's
+ * buffer with recovery, which every member receives, a reduce's non-roots
+ * too), bsrc/bdst: a bcast's buffers */
+static int nb_post(nb_op_t *o, void *dst, int as_allreduce)
 {
-    int rc;
     comm_state_t *st = o->st;
-
-    o->done = 0;
-    o->active = 1;
-    PMPI_Grequest_start(nb_query, nb_free, nb_cancel, o, &o->greq);
     if (o->kind == C_IBARRIER) {
-        rc = sharp_coll_do_barrier_nb(st->sc, &o->h);
-    } else if (o->kind == C_IBCAST) {
+        return sharp_coll_do_barrier_nb(st->sc, &o->h);
+    }
+    if (o->kind == C_IBCAST) {
         struct sharp_coll_bcast_spec bs;
         char *p = o->direct;
         if (p == NULL) {
@@ -152,69 +165,74 @@ static void nb_start(nb_op_t *o)
                           o->comm);
             }
         }
+        if (dst != NULL && st->rank != o->root) {
+            p = dst; /* the record's buffer: unpacked from it after */
+        }
         memset(&bs, 0, sizeof(bs));
         bs.buf_desc = desc_of(p, o->bytes);
         bs.size = o->bytes;
         bs.root = o->root;
-        rc = sharp_coll_do_bcast_nb(st->sc, &bs, &o->h);
-    } else {
-        struct sharp_coll_reduce_spec spec;
-        const void *src = o->sbuf == MPI_IN_PLACE ? o->rbuf : o->sbuf;
-        void *dst = o->keep ? o->rbuf : NULL;
-        if (o->m.packed) {
-            if (o->ps == NULL) {
-                o->ps = xmalloc(o->bytes, o->comm, nb_name(o));
-            }
-            loc_pack(src, o->ps, o->n, &o->m);
-            src = o->ps;
-            if (o->keep) {
-                if (o->pr == NULL) {
-                    o->pr = xmalloc(o->bytes, o->comm, nb_name(o));
-                }
-                dst = o->pr;
-            }
-        }
-        memset(&spec, 0, sizeof(spec));
-        spec.dtype = (enum sharp_datatype)o->m.sdt;
-        spec.tag_dtype = (enum sharp_datatype)o->m.tag;
-        spec.op = (enum sharp_reduce_op)o->sop;
-        if (exact_wanted(o->sop, &o->m)) {
-            spec.op = SHARP_OP_SUM_EXACT; /* SHARP_MPI_REPRODUCIBLE */
-        }
-        spec.length = o->n * (size_t)o->m.mult;
-        spec.root = o->root < 0 ? 0 : o->root;
-        spec.sbuf_desc = desc_of((void *)src, o->bytes);
-        spec.rbuf_desc = desc_of(dst, o->bytes);
-        rc = o->kind == C_IALLREDUCE
-                 ? sharp_coll_do_allreduce_nb(st->sc, &spec, &o->h)
-                 : sharp_coll_do_reduce_nb(st->sc, &spec, &o->h);
+        return sharp_coll_do_bcast_nb(st->sc, &bs, &o->h);
     }
-    if (rc != SHARP_COLL_SUCCESS) {
-        o->h = NULL;
-        fail(o->comm, nb_name(o), rc);
+    struct sharp_coll_reduce_spec spec;
+    const void *src = o->sbuf == MPI_IN_PLACE ? o->rbuf : o->sbuf;
+    if (o->m.packed) {
+        if (o->ps == NULL) {
+            o->ps = xmalloc(o->bytes, o->comm, nb_name(o));
+        }
+        loc_pack(src, o->ps, o->n, &o->m);
+        src = o->ps;
+        if (dst == NULL && o->keep) {
+            if (o->pr == NULL) {
+                o->pr = xmalloc(o->bytes, o->comm, nb_name(o));
+            }
+            dst = o->pr;
+        }
+    } else if (dst == NULL && o->keep) {
+        dst = o->rbuf;
     }
-    /* small sends leave at the library's next loop turn (they are
-     * gathered and flushed before it sleeps): one turn now, so the
-     * network works while the program computes */
-    sharp_coll_progress(g.ctx);
-    g.calls[o->kind][0]++;
-    g.bytes[o->kind][0] += o->bytes;
+    memset(&spec, 0, sizeof(spec));
+    spec.dtype = (enum sharp_datatype)o->m.sdt;
+    spec.tag_dtype = (enum sharp_datatype)o->m.tag;
+    spec.op = (enum sharp_reduce_op)o->sop;
+    if (exact_wanted(o->sop, &o->m)) {
+        spec.op = SHARP_OP_SUM_EXACT; /* SHARP_MPI_REPRODUCIBLE */
+    }
+    spec.length = o->n * (size_t)o->m.mult;
+    spec.root = o->root < 0 ? 0 : o->root;
+    spec.sbuf_desc = desc_of((void *)src, o->bytes);
+    spec.rbuf_desc = desc_of(dst, o->bytes);
+    return o->kind == C_IALLREDUCE || as_allreduce
+               ? sharp_coll_do_allreduce_nb(st->sc, &spec, &o->h)
+               : sharp_coll_do_reduce_nb(st->sc, &spec, &o->h);
 }
 
-/* sharp's request is complete (status rc): the result into place, MPI's
- * request completed */
-static void nb_finish(nb_op_t *o, int rc)
+/* the program's buffers from a result of res (the record's buffer, or the
+ * one fetched from another member) */
+static void nb_deliver(nb_op_t *o, const char *res)
 {
-    o->h = NULL;
-    if (rc != SHARP_COLL_SUCCESS) {
-        fail(o->comm, nb_name(o), rc);
+    if (o->kind == C_IBCAST) {
+        if (o->st->rank == o->root) {
+            return;
+        }
+        if (o->direct != NULL) {
+            memcpy(o->direct, res, o->bytes);
+        } else {
+            pack_data(0, o->rbuf, o->count, o->dt, (void *)res, (int)o->bytes,
+                      o->comm);
+        }
+    } else if ((o->kind == C_IALLREDUCE || o->kind == C_IREDUCE) && o->keep) {
+        if (o->m.packed) {
+            loc_unpack(res, o->rbuf, o->n, &o->m);
+        } else {
+            memcpy(o->rbuf, res, o->bytes);
+        }
     }
-    if (o->kind == C_IBCAST && o->direct == NULL && o->st->rank != o->root) {
-        pack_data(0, o->rbuf, o->count, o->dt, o->pr, (int)o->bytes, o->comm);
-    } else if ((o->kind == C_IALLREDUCE || o->kind == C_IREDUCE) &&
-               o->m.packed && o->keep) {
-        loc_unpack(o->pr, o->rbuf, o->n, &o->m);
-    }
+}
+
+/* MPI's request of the activation completed (the result in place) */
+static void nb_complete_greq(nb_op_t *o)
+{
     o->done = 1;
     if (o->user_freed && !o->persistent) {
         /* MPI_Request_free came first: MPI may free it now */
@@ -226,11 +244,244 @@ static void nb_finish(nb_op_t *o, int rc)
     PMPI_Grequest_complete(o->greq);
 }
 
-/* 1 if o's sharp part is done; block: wait for it */
+static void nb_kick(comm_state_t *st);
+
+/* the head of its communicator's queue is done: the next one goes */
+static void nb_dequeue(nb_op_t *o)
+{
+    comm_state_t *st = o->st;
+    st->nbq_head = o->qnext;
+    if (st->nbq_head == NULL) {
+        st->nbq_tail = NULL;
+    }
+    o->qnext = NULL;
+    nb_complete_greq(o); /* o may be gone */
+    nb_kick(st);
+}
+
+/* the operation on PMPI, on the communicator's private duplicate (every
+ * rank does the same operations there in the same order: those from the
+ * failed one on), non-blocking so that this process waits nowhere */
+static void nb_redo(nb_op_t *o)
+{
+    comm_state_t *st = o->st;
+    MPI_Comm c = st->all;
+    int rc = MPI_SUCCESS, done = 0;
+    g.redone++;
+    o->preq = MPI_REQUEST_NULL;
+    switch (o->kind) {
+    case C_IBARRIER: rc = PMPI_Ibarrier(c, &o->preq); break;
+    case C_IBCAST:
+        rc = PMPI_Ibcast(o->rbuf, o->count, o->dt, o->root, c, &o->preq);
+        break;
+    default: {
+        int root = o->kind == C_IREDUCE ? o->root : -1, ret = MPI_SUCCESS;
+        if (exact_pmpi(o->sbuf, o->rbuf, o->count, o->dt, o->mop, root, c,
+                       &ret)) {
+            rc = ret; /* exact sums: the network's arithmetic, blocking */
+            done = 1;
+        } else if (root < 0) {
+            rc = PMPI_Iallreduce(o->sbuf, o->rbuf, o->count, o->dt, o->mop, c,
+                                 &o->preq);
+        } else {
+            rc = PMPI_Ireduce(o->sbuf, o->rbuf, o->count, o->dt, o->mop, root,
+                              c, &o->preq);
+        }
+    }
+    }
+    if (rc != MPI_SUCCESS) {
+        die(o->comm, "a non-blocking collective redone on MPI");
+    }
+    if (done || o->preq == MPI_REQUEST_NULL) {
+        o->preq = MPI_REQUEST_NULL;
+        nb_dequeue(o);
+    }
+}
+
+/* the group failed at o (or before it was posted): where the group's
+ * operations end, decided with the other members (docs/mpi.md, failure
+ * protocol): o's result fetched from a member that has it, or o and every
+ * later operation on PMPI */
+static void nb_recover(nb_op_t *o, int rc)
+{
+    comm_state_t *st = o->st;
+    char why[200] = "";
+    uint64_t before = smr_done(st->rec);
+    if (st->sc != NULL) {
+        note(2, "%s failed in the network (%s): recovering", nb_name(o),
+             sharp_coll_strerror(rc));
+        smr_set_cancel(st->rec, NULL, NULL, 0);
+        sharp_coll_comm_destroy(st->sc);
+        st->sc = NULL;
+    }
+    uint64_t t0 = shp_time_ns();
+    uint64_t F = smr_decide(st->rec, o->bytes, (int)cfg.recovery_timeout_ms,
+                            why, sizeof(why));
+    if (F == 0) {
+        fprintf(stderr,
+                "sharp_mpi[%d]: %s failed in the network and the members "
+                "could not agree on where their operations ended within "
+                "%ld ms (%s): aborting\n",
+                g.rank, nb_name(o), cfg.recovery_timeout_ms, why);
+        PMPI_Abort(o->comm, 70);
+    }
+    uint64_t us = (shp_time_ns() - t0) / SHP_NSEC_PER_USEC;
+    if (us > g.recovery_us_max) {
+        g.recovery_us_max = us;
+    }
+    if (!st->nb_fell) {
+        /* from here on the communicator's non-blocking operations stay
+         * the layer's and go to PMPI (every rank decides so at its own
+         * time: the posting decision must not depend on it), and it never
+         * tries a new group */
+        st->nb_fell = 1;
+        if (st->use) {
+            st->use = 0;
+            g.fallen++;
+            if (st->rank == 0) {
+                note(1,
+                     "a communicator of %d ranks falls back to MPI after a "
+                     "failure in the network",
+                     st->size);
+            }
+        }
+        st->fell = 0;
+    }
+    if (smr_done(st->rec) > before) {
+        g.fetched++; /* completed elsewhere: its result, from a member */
+        nb_deliver(o, smr_result(st->rec));
+        nb_dequeue(o);
+        return;
+    }
+    nb_redo(o);
+}
+
+/* the head of st's queue posted (through sharp, or on PMPI) */
+static void nb_kick(comm_state_t *st)
+{
+    nb_op_t *o = st->nbq_head;
+    if (o == NULL || !o->queued) {
+        return;
+    }
+    o->queued = 0;
+    if (!st->use && !st->nb_fell) {
+        /* fallen back by a blocking call (every rank at that call, with
+         * none of these in flight): PMPI */
+        nb_redo(o);
+        return;
+    }
+    if (st->nb_fell) {
+        nb_redo(o);
+        return;
+    }
+    int oom = 0;
+    o->recbuf = st->sc != NULL ? smr_begin(st->rec, o->bytes, &oom) : NULL;
+    if (oom) {
+        fail(o->comm, nb_name(o), SHARP_COLL_ENOMEM);
+    }
+    if (o->recbuf == NULL) {
+        nb_recover(o, SHARP_COLL_ERROR); /* a member asked: frozen */
+        return;
+    }
+    int rc = nb_post(o, o->recbuf, 1);
+    if (rc != SHARP_COLL_SUCCESS) {
+        o->h = NULL;
+        smr_end(st->rec, 0, o->bytes);
+        nb_recover(o, rc);
+    }
+}
+
+static void nb_start(nb_op_t *o)
+{
+    comm_state_t *st = o->st;
+
+    o->done = 0;
+    o->active = 1;
+    PMPI_Grequest_start(nb_query, nb_free, nb_cancel, o, &o->greq);
+    o->rec = cfg.fallback && st->recoverable;
+    g.calls[o->kind][0]++;
+    g.bytes[o->kind][0] += o->bytes;
+    if (o->rec) {
+        o->queued = 1;
+        o->qnext = NULL;
+        if (st->nbq_tail != NULL) {
+            st->nbq_tail->qnext = o;
+        } else {
+            st->nbq_head = o;
+        }
+        st->nbq_tail = o;
+        nb_kick(st);
+    } else {
+        int rc = nb_post(o, NULL, 0);
+        if (rc != SHARP_COLL_SUCCESS) {
+            o->h = NULL;
+            fail(o->comm, nb_name(o), rc);
+        }
+    }
+    /* small sends leave at the library's next loop turn (they are
+     * gathered and flushed before it sleeps): one turn now, so the
+     * network works while the program computes */
+    sharp_coll_progress(g.ctx);
+}
+
+/* sharp's request is complete (status rc): the result into place, MPI's
+ * request completed */
+static void nb_finish(nb_op_t *o, int rc)
+{
+    o->h = NULL;
+    if (o->rec) {
+        comm_state_t *st = o->st;
+        if (!o->ended) {
+            smr_end(st->rec, rc == SHARP_COLL_SUCCESS, o->bytes);
+        }
+        o->ended = 0;
+        if (rc != SHARP_COLL_SUCCESS) {
+            nb_recover(o, rc);
+            return;
+        }
+        if (o->kind == C_IBCAST && st->rank == o->root) {
+            /* the root sent from its data: now the record's last result */
+            memcpy(o->recbuf, o->direct != NULL ? o->direct : o->pr, o->bytes);
+        }
+        nb_deliver(o, o->recbuf);
+        nb_dequeue(o);
+        return;
+    }
+    if (rc != SHARP_COLL_SUCCESS) {
+        fail(o->comm, nb_name(o), rc);
+    }
+    if (o->kind == C_IBCAST && o->direct == NULL && o->st->rank != o->root) {
+        pack_data(0, o->rbuf, o->count, o->dt, o->pr, (int)o->bytes, o->comm);
+    } else if ((o->kind == C_IALLREDUCE || o->kind == C_IREDUCE) &&
+               o->m.packed && o->keep) {
+        loc_unpack(o->pr, o->rbuf, o->n, &o->m);
+    }
+    nb_complete_greq(o);
+}
+
+/* 1 if o's part is done (sharp's or PMPI's); block: wait for it */
 static int nb_poll(nb_op_t *o, int block)
 {
     if (!o->active || o->done) {
         return 1;
+    }
+    if (o->rec && (o->queued || o->preq != MPI_REQUEST_NULL)) {
+        if (o->preq != MPI_REQUEST_NULL) {
+            int flag = 0;
+            PMPI_Test(&o->preq, &flag, MPI_STATUS_IGNORE);
+            if (flag) {
+                nb_dequeue(o); /* o may be gone */
+                return 1;
+            }
+        }
+        return 0; /* its turn comes with the others' (nb_drain) */
+    }
+    if (o->ended) {
+        nb_finish(o, o->end_rc); /* ended in nb_wait_hook */
+        return 1;
+    }
+    if (o->h == NULL) {
+        return 0;
     }
     if (!block && !sharp_coll_req_test(o->h)) {
         return 0;
@@ -239,7 +490,22 @@ static int nb_poll(nb_op_t *o, int block)
     return 1;
 }
 
-/* every operation in flight a turn of sharp's progress */
+/* while this process decides a group's recovery (smr_decide): the
+ * operations of its other groups that ended meanwhile leave their records
+ * (the members of those groups may be asking about them) */
+static void nb_wait_hook(void)
+{
+    for (nb_op_t *o = nb_ops; o != NULL; o = o->next) {
+        if (o->rec && o->h != NULL && !o->ended && sharp_coll_req_test(o->h)) {
+            o->end_rc = sharp_coll_req_wait(o->h);
+            o->h = NULL;
+            o->ended = 1;
+            smr_end(o->st->rec, o->end_rc == SHARP_COLL_SUCCESS, o->bytes);
+        }
+    }
+}
+
+/* every operation in flight a turn of progress */
 static void nb_progress_all(void)
 {
     nb_op_t *o, *next;
@@ -249,16 +515,54 @@ static void nb_progress_all(void)
     }
 }
 
-/* before a communicator's group goes (MPI_Comm_free, MPI_Finalize): its
- * operations in flight complete first (s NULL: every communicator's) */
+/* a turn of MPI's own progress that completes nothing of the program's */
+static void nb_poke_mpi(void)
+{
+    int flag = 0;
+    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, g.oob_world, &flag,
+                MPI_STATUS_IGNORE);
+}
+
+/* a wait's empty turn: the first 16 yield the core, then sleeps of 20 us,
+ * doubling every 64 turns up to 1 ms (a long wait, on a machine that many
+ * processes share, must not take the CPU the daemons and the other ranks
+ * need: the network's keepalives and the operations waited for) */
+static void nb_idle(unsigned turn)
+{
+    if (turn < 16) {
+        sched_yield();
+        return;
+    }
+    unsigned shift = (turn - 16) / 64;
+    long ns = shift >= 6 ? 1000000 : 20000L << shift;
+    struct timespec ts = {0, ns < 1000000 ? ns : 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* some operation of s (s NULL: of any communicator) whose part is not
+ * done */
+static int nb_pending(comm_state_t *s)
+{
+    for (nb_op_t *o = nb_ops; o != NULL; o = o->next) {
+        if ((s == NULL || o->st == s) && o->active && !o->done) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* before a communicator's group goes (MPI_Comm_free, MPI_Finalize) or a
+ * blocking call on it: its operations in flight complete first (s NULL:
+ * every communicator's); both libraries progress meanwhile */
 static void nb_drain(comm_state_t *s)
 {
-    nb_op_t *o, *next;
-    for (o = nb_ops; o != NULL; o = next) {
-        next = o->next;
-        if (s == NULL || o->st == s) {
-            nb_poll(o, 1);
+    for (unsigned turn = 0; nb_pending(s); turn++) {
+        nb_progress_all();
+        if (!nb_pending(s)) {
+            break;
         }
+        nb_poke_mpi();
+        nb_idle(turn);
     }
 }
 
@@ -282,7 +586,17 @@ static nb_op_t *nb_find(MPI_Request r)
  * sharp there (the same answer on every rank), else NULL */
 static comm_state_t *nb_comm(MPI_Comm comm)
 {
-    comm_state_t *st = comm_sharp(comm);
+    comm_state_t *st = NULL;
+    int found = 0;
+    if (g.ctx != NULL && comm != MPI_COMM_NULL) {
+        PMPI_Comm_get_attr(comm, g.keyval, &st, &found);
+        if (found && st->nb_fell) {
+            return st; /* the layer's still, on PMPI (nb_recover) */
+        }
+    }
+    nb_posting = 1;
+    st = comm_sharp(comm);
+    nb_posting = 0;
     return st != NULL && !st->hier ? st : NULL;
 }
 
@@ -322,11 +636,12 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
     o->dt = dt;
     o->root = root;
     o->sop = sop;
+    o->mop = op;
     o->keep = keep;
     o->m = m;
     o->n = n;
     o->bytes = bytes;
-    o->greq = o->handle = MPI_REQUEST_NULL;
+    o->greq = o->handle = o->preq = MPI_REQUEST_NULL;
     nb_link(o);
     return o;
 }
@@ -360,7 +675,7 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
     o->dt = dt;
     o->root = root;
     o->bytes = (size_t)bytes;
-    o->greq = o->handle = MPI_REQUEST_NULL;
+    o->greq = o->handle = o->preq = MPI_REQUEST_NULL;
     nb_link(o);
     return o;
 }
@@ -378,7 +693,7 @@ static nb_op_t *nb_barrier_op(MPI_Comm comm)
     o->kind = C_IBARRIER;
     o->st = st;
     o->comm = comm;
-    o->greq = o->handle = MPI_REQUEST_NULL;
+    o->greq = o->handle = o->preq = MPI_REQUEST_NULL;
     nb_link(o);
     return o;
 }
@@ -606,9 +921,10 @@ static int nb_set_all(nb_set_t *s, MPI_Request reqs[], int test, int *flag,
     int ignore = statuses == MPI_STATUSES_IGNORE;
     MPI_Request *oth = malloc(sizeof(MPI_Request) * (size_t)n + 1);
     int *at = malloc(sizeof(int) * (size_t)n + 1);
+    /* MPI_STATUSES_IGNORE is NULL in Open MPI: not a failed malloc */
     MPI_Status *st = ignore ? MPI_STATUSES_IGNORE
                             : malloc(sizeof(MPI_Status) * (size_t)n + 1);
-    if (oth == NULL || at == NULL || st == NULL) {
+    if (oth == NULL || at == NULL || (!ignore && st == NULL)) {
         free(oth);
         free(at);
         if (!ignore) {
@@ -652,14 +968,6 @@ static int nb_set_all(nb_set_t *s, MPI_Request reqs[], int test, int *flag,
     return rc;
 }
 
-/* a turn of MPI's own progress that completes nothing of the program's */
-static void nb_poke_mpi(void)
-{
-    int flag = 0;
-    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, g.oob_world, &flag,
-                MPI_STATUS_IGNORE);
-}
-
 /* operations of ours in the set whose sharp part is not done */
 static int nb_set_pending(const nb_set_t *s, MPI_Request reqs[])
 {
@@ -669,29 +977,6 @@ static int nb_set_pending(const nb_set_t *s, MPI_Request reqs[])
         k += o != NULL && o->active && !o->done;
     }
     return k;
-}
-
-/* while waiting: sharp's operations of this set in flight, blocking on
- * sharp's sockets when nothing else is awaited, else one turn and a
- * short sleep (MPI's requests are polled between) */
-static void nb_set_wait_turn(nb_set_t *s, MPI_Request reqs[], int all)
-{
-    if (s->others == 0) {
-        for (int i = 0; i < s->n; i++) {
-            nb_op_t *o = nb_find(reqs[i]);
-            if (o != NULL && o->active && !o->done) {
-                nb_poll(o, 1);
-                if (!all) {
-                    return;
-                }
-            }
-        }
-        return;
-    }
-    nb_progress_all();
-    nb_poke_mpi();
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
 }
 
 static int nb_any_active(void)
@@ -704,19 +989,118 @@ static int nb_any_active(void)
     return 0;
 }
 
+/* an operation of ours, in any array or none, whose sharp part is not done:
+ * it may need this process (its later fragments are posted as earlier ones
+ * complete), and the other ranks may wait for it */
+static int nb_sharp_busy(void)
+{
+    for (nb_op_t *o = nb_ops; o != NULL; o = o->next) {
+        if (o->active && !o->done) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The completion calls: one loop for all.  Each turn progresses sharp (an
+ * operation whose sharp part is done gets its generalized request
+ * completed), then asks MPI with the test form of the call on the array
+ * (active persistent handles of ours replaced by their activations); a
+ * wait repeats until that is satisfied.  While one of our operations is in
+ * flight anywhere a wait never blocks inside MPI (the operation's later
+ * fragments need this process, and the other ranks may wait for them), nor
+ * inside sharp (MPI's own requests, in this array or not, progress only in
+ * MPI calls, and the other ranks may wait for those): a turn of each, then
+ * a short sleep.  With none of ours in flight the wait is MPI's own. */
+enum { NB_ONE, NB_ALL, NB_ANY, NB_SOME };
+
+/* the empty status (MPI 4.0, 3.7.3) */
+static void nb_status_empty(MPI_Status *st)
+{
+    if (st == MPI_STATUS_IGNORE) {
+        return;
+    }
+    st->MPI_SOURCE = MPI_ANY_SOURCE;
+    st->MPI_TAG = MPI_ANY_TAG;
+    st->MPI_ERROR = MPI_SUCCESS;
+    PMPI_Status_set_elements(st, MPI_BYTE, 0);
+    PMPI_Status_set_cancelled(st, 0);
+}
+
+static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
+                       int *index, int *outcount, int indices[],
+                       MPI_Status *statuses)
+{
+    for (unsigned turn = 0;; turn++) {
+        nb_set_t s;
+        int rc, done = 0, f = 0;
+        nb_progress_all();
+        int busy = nb_sharp_busy();
+        rc = nb_set_make(&s, n, reqs);
+        if (rc != MPI_SUCCESS) {
+            return rc;
+        }
+        if (wait && !busy) {
+            switch (form) {
+            case NB_ONE: rc = PMPI_Wait(s.sub, statuses); break;
+            case NB_ALL:
+                /* ours in the array are complete to MPI */
+                rc = s.ours == 0 ? PMPI_Waitall(n, s.sub, statuses)
+                                 : nb_set_all(&s, reqs, 0, &f, statuses);
+                break;
+            case NB_ANY: rc = PMPI_Waitany(n, s.sub, index, statuses); break;
+            default: rc = PMPI_Waitsome(n, s.sub, outcount, indices, statuses);
+            }
+            nb_set_done(&s, reqs);
+            return rc;
+        }
+        switch (form) {
+        case NB_ONE: rc = PMPI_Test(s.sub, &f, statuses); break;
+        case NB_ALL:
+            /* all or nothing: while one of ours is not done, nothing
+             * completes (MPICH 4.0.2's MPI_Testall fails with
+             * MPI_ERR_IN_STATUS on some arrays that mix generalized
+             * requests with others: they are never mixed) */
+            if (s.ours == 0) {
+                rc = PMPI_Testall(n, s.sub, &f, statuses);
+            } else if (nb_set_pending(&s, reqs) == 0) {
+                rc = nb_set_all(&s, reqs, 1, &f, statuses);
+            } else {
+                nb_poke_mpi();
+            }
+            break;
+        case NB_ANY:
+            rc = PMPI_Testany(n, s.sub, index, &f, statuses);
+            if (rc == MPI_SUCCESS && f && *index == MPI_UNDEFINED) {
+                /* nothing active: an empty status, which MPICH 4.0.2's
+                 * MPI_Testany of more than one request does not write
+                 * (its MPI_Waitany does) */
+                nb_status_empty(statuses);
+            }
+            break;
+        default:
+            rc = PMPI_Testsome(n, s.sub, outcount, indices, statuses);
+            f = *outcount != 0;
+        }
+        nb_set_done(&s, reqs);
+        done = f;
+        if (flag != NULL) {
+            *flag = f;
+        }
+        if (rc != MPI_SUCCESS || done || !wait) {
+            return rc;
+        }
+        /* nothing yet: let the others run (2 cores may hold many ranks) */
+        nb_idle(turn);
+    }
+}
+
 API int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
 {
     if (!nb_any_active()) {
         return PMPI_Test(req, flag, status);
     }
-    nb_set_t s;
-    nb_progress_all();
-    int rc = nb_set_make(&s, 1, req);
-    if (rc == MPI_SUCCESS) {
-        rc = PMPI_Test(s.sub, flag, status);
-        nb_set_done(&s, req);
-    }
-    return rc;
+    return nb_complete(NB_ONE, 0, 1, req, flag, NULL, NULL, NULL, status);
 }
 
 API int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[])
@@ -724,23 +1108,7 @@ API int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[])
     if (!nb_any_active()) {
         return PMPI_Testall(n, reqs, flag, statuses);
     }
-    nb_set_t s;
-    nb_progress_all();
-    int rc = nb_set_make(&s, n, reqs);
-    if (rc != MPI_SUCCESS) {
-        return rc;
-    }
-    /* all or nothing: while one of ours is not done, nothing completes
-     * (and MPICH 4.0.2's Testall fails with MPI_ERR_IN_STATUS on some
-     * mixes of complete and pending requests) */
-    if (nb_set_pending(&s, reqs) > 0) {
-        *flag = 0;
-        nb_poke_mpi();
-    } else {
-        rc = nb_set_all(&s, reqs, 1, flag, statuses);
-    }
-    nb_set_done(&s, reqs);
-    return rc;
+    return nb_complete(NB_ALL, 0, n, reqs, flag, NULL, NULL, NULL, statuses);
 }
 
 API int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
@@ -749,14 +1117,7 @@ API int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
     if (!nb_any_active()) {
         return PMPI_Testany(n, reqs, index, flag, status);
     }
-    nb_set_t s;
-    nb_progress_all();
-    int rc = nb_set_make(&s, n, reqs);
-    if (rc == MPI_SUCCESS) {
-        rc = PMPI_Testany(n, s.sub, index, flag, status);
-        nb_set_done(&s, reqs);
-    }
-    return rc;
+    return nb_complete(NB_ANY, 0, n, reqs, flag, index, NULL, NULL, status);
 }
 
 API int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
@@ -765,14 +1126,8 @@ API int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
     if (!nb_any_active()) {
         return PMPI_Testsome(n, reqs, outcount, indices, statuses);
     }
-    nb_set_t s;
-    nb_progress_all();
-    int rc = nb_set_make(&s, n, reqs);
-    if (rc == MPI_SUCCESS) {
-        rc = PMPI_Testsome(n, s.sub, outcount, indices, statuses);
-        nb_set_done(&s, reqs);
-    }
-    return rc;
+    return nb_complete(NB_SOME, 0, n, reqs, NULL, NULL, outcount, indices,
+                       statuses);
 }
 
 API int MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *status)
@@ -790,29 +1145,12 @@ API int MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *status)
     return rc;
 }
 
-/* The waits: test until done, progressing sharp between (blocking on its
- * sockets when only sharp's operations are awaited). */
-
 API int MPI_Wait(MPI_Request *req, MPI_Status *status)
 {
-    nb_set_t s;
     if (!nb_any_active()) {
         return PMPI_Wait(req, status);
     }
-    nb_progress_all();
-    int rc = nb_set_make(&s, 1, req);
-    if (rc != MPI_SUCCESS) {
-        return rc;
-    }
-    if (s.ours == 0) { /* not ours: MPI's own wait */
-        nb_set_done(&s, req);
-        return PMPI_Wait(req, status);
-    }
-    /* ours: sharp's part done, then MPI's request is complete */
-    nb_set_wait_turn(&s, req, 1);
-    rc = PMPI_Wait(s.sub, status);
-    nb_set_done(&s, req);
-    return rc;
+    return nb_complete(NB_ONE, 1, 1, req, NULL, NULL, NULL, NULL, status);
 }
 
 API int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[])
@@ -820,27 +1158,7 @@ API int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[])
     if (!nb_any_active()) {
         return PMPI_Waitall(n, reqs, statuses);
     }
-    for (;;) {
-        nb_set_t s;
-        nb_progress_all();
-        int rc = nb_set_make(&s, n, reqs);
-        if (rc != MPI_SUCCESS) {
-            return rc;
-        }
-        if (s.ours == 0) {
-            nb_set_done(&s, reqs);
-            return PMPI_Waitall(n, reqs, statuses);
-        }
-        if (nb_set_pending(&s, reqs) == 0) {
-            /* ours complete (to MPI): MPI's own wait for the rest */
-            int flag;
-            rc = nb_set_all(&s, reqs, 0, &flag, statuses);
-            nb_set_done(&s, reqs);
-            return rc;
-        }
-        nb_set_wait_turn(&s, reqs, 1);
-        nb_set_done(&s, reqs);
-    }
+    return nb_complete(NB_ALL, 1, n, reqs, NULL, NULL, NULL, NULL, statuses);
 }
 
 API int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status)
@@ -848,26 +1166,7 @@ API int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status)
     if (!nb_any_active()) {
         return PMPI_Waitany(n, reqs, index, status);
     }
-    for (;;) {
-        nb_set_t s;
-        int flag = 0;
-        nb_progress_all();
-        int rc = nb_set_make(&s, n, reqs);
-        if (rc != MPI_SUCCESS) {
-            return rc;
-        }
-        if (s.ours == 0) {
-            nb_set_done(&s, reqs);
-            return PMPI_Waitany(n, reqs, index, status);
-        }
-        rc = PMPI_Testany(n, s.sub, index, &flag, status);
-        if (rc != MPI_SUCCESS || flag) {
-            nb_set_done(&s, reqs);
-            return rc;
-        }
-        nb_set_wait_turn(&s, reqs, 0);
-        nb_set_done(&s, reqs);
-    }
+    return nb_complete(NB_ANY, 1, n, reqs, NULL, index, NULL, NULL, status);
 }
 
 API int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
@@ -876,25 +1175,8 @@ API int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
     if (!nb_any_active()) {
         return PMPI_Waitsome(n, reqs, outcount, indices, statuses);
     }
-    for (;;) {
-        nb_set_t s;
-        nb_progress_all();
-        int rc = nb_set_make(&s, n, reqs);
-        if (rc != MPI_SUCCESS) {
-            return rc;
-        }
-        if (s.ours == 0) {
-            nb_set_done(&s, reqs);
-            return PMPI_Waitsome(n, reqs, outcount, indices, statuses);
-        }
-        rc = PMPI_Testsome(n, s.sub, outcount, indices, statuses);
-        if (rc != MPI_SUCCESS || *outcount != 0) {
-            nb_set_done(&s, reqs);
-            return rc;
-        }
-        nb_set_wait_turn(&s, reqs, 0);
-        nb_set_done(&s, reqs);
-    }
+    return nb_complete(NB_SOME, 1, n, reqs, NULL, NULL, outcount, indices,
+                       statuses);
 }
 
 API int MPI_Request_free(MPI_Request *req)
@@ -907,7 +1189,13 @@ API int MPI_Request_free(MPI_Request *req)
         /* MPI lets an active one be freed; it must still complete (its
          * buffers are the program's): wait for it now */
         if (o->active) {
-            nb_poll(o, 1);
+            for (unsigned turn = 0; !o->done; turn++) {
+                if (!nb_poll(o, 0)) {
+                    nb_progress_all();
+                    nb_poke_mpi();
+                    nb_idle(turn);
+                }
+            }
             if (o->greq != MPI_REQUEST_NULL) {
                 PMPI_Request_free(&o->greq); /* nb_free: inactive */
             }

@@ -75,6 +75,8 @@ TEST_SCRIPTS += tests/coll/coll_shm.sh
 TEST_SCRIPTS += tests/mpi/test_mpi.sh
 # exact sums under MPI: the same bits for any placement
 TEST_SCRIPTS += tests/mpi/test_exact_mpi.sh
+# non-blocking collectives under stress, against references
+TEST_SCRIPTS += tests/mpi/test_stress.sh
 
 # libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
 TEST_SCRIPTS += tests/mpi/test_fault.sh

@@ -156,6 +156,55 @@ mid "leaf AN killed, 2 ranks per host (Open MPI, 8 ranks, 4 hosts)" ompi 8 \
 mid "top ANs killed (MPICH, 2 ranks)" mpich 2 "$DIR/ft8.ibnd" 127.33 \
     'kill -9 $(pid_of an spine)'
 
+# non-blocking operations in flight (tests/mpi/mpi_stress.c: 16 at once on
+# four communicators, mixed with MPI's own) when the leaf AN of the first
+# hosts is killed: the job goes on, every result right, the failed
+# operations and the later ones on those communicators redone on MPI (or
+# their results fetched from a member that completed them)
+nbmid() { # NAME MPI NP NET
+    local name=$1 mpi=$2 np=$3 net=$4 out="$DIR/nb-$2.out" t0=$SECONDS rc
+    [ -z "${FAULT_ONLY:-}" ] || [[ "$name" == *$FAULT_ONLY* ]] || return 0
+    up "$DIR/ft8.ibnd" "$net" || { bad "$name: fabric"; return; }
+    rm -f "$DIR/sig"
+    local args=(--seed 3 --seeds 3 --ops 2000 --signal-at 600 "$DIR/sig")
+    if [ "$mpi" = ompi ]; then
+        timeout 150 "${OMPI[@]}" -np "$np" -x LD_LIBRARY_PATH="$LIB" \
+            -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
+            -x SHARP_COLL_LOG_LEVEL=1 -x SHARP_FABRIC_DIR="$FAB" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_stress_ompi" \
+            "${args[@]}" >"$out" 2>&1 &
+    else
+        timeout 150 mpiexec.mpich -n "$np" -genv LD_LIBRARY_PATH "$LIB" \
+            -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
+            -genv SHARP_MPI_VERBOSE 1 -genv SHARP_COLL_LOG_LEVEL 1 \
+            -genv SHARP_FABRIC_DIR "$FAB" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_stress_mpich" \
+            "${args[@]}" >"$out" 2>&1 &
+    fi
+    jobpid=$!
+    if wait_file "$DIR/sig" 90; then
+        kill -9 $(pid_of an leaf01)
+    else
+        echo "  ($name: the stream never reached 600 completions)"
+    fi
+    wait $jobpid
+    rc=$?
+    local rec redone
+    rec=$(grep -o 'recovery: .*' "$out" | head -1)
+    redone=$(echo "$rec" | sed -n 's/.* \([0-9]*\) result(s) fetched.* \([0-9]*\) call(s) redone.*/\1 \2/p')
+    if [ $rc = 0 ] && grep -q "every result right" "$out" &&
+        [ -n "$redone" ] && [ "$redone" != "0 0" ]; then
+        ok "$name: every result right in $((SECONDS - t0)) s; $rec"
+    else
+        bad "$name (exit $rc${rec:+; $rec})"
+        grep -v '^\s*$' "$out" | grep -v "^\[vm" | tail -25
+        echo "  the manager's log:"
+        tail -15 "$FAB/logs/am.log" 2>/dev/null | sed 's/^/  /'
+    fi
+}
+nbmid "non-blocking collectives in flight, leaf AN killed (Open MPI, 8 ranks)" ompi 8 127.33
+nbmid "non-blocking collectives in flight, leaf AN killed (MPICH, 8 ranks)" mpich 8 127.33
+
 # FAULT_ONLY=TEXT: only the mid-stream cases whose name has TEXT
 [ -z "${FAULT_ONLY:-}" ] || { [ $fails -eq 0 ]; exit; }
 
