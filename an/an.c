@@ -1545,7 +1545,7 @@ json_t *shp_an_stats_json(const shp_an_t *an)
     }
     json_t *r = json_pack(
         "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-        "s:I, s:I, s:I, s:I, s:I, s:I}",
+        "s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
         "groups", (json_int_t)an->ngroups, "trees", (json_int_t)an->ntrees,
         "join_early", (json_int_t)s->join_early, "ops", (json_int_t)s->ops,
         "results", (json_int_t)s->results, "mcast_sent",
