@@ -179,6 +179,18 @@ static int oob_barrier(void *ctx)
 
 /* the star: rank 0 accepts size-1 connections on addr:port (each says its
  * rank), the others connect (retrying for `wait_s`); NULL or why not */
+/* Whether a TCP connection reached itself: before rank 0 listens, a
+ * connect to a port of the ephemeral range on this host can be given that
+ * very port as its own and "succeed" (simultaneous open). */
+static int self_connected(int fd)
+{
+    struct sockaddr_in a, b;
+    socklen_t la = sizeof(a), lb = sizeof(b);
+    return getsockname(fd, (struct sockaddr *)&a, &la) == 0 &&
+           getpeername(fd, (struct sockaddr *)&b, &lb) == 0 &&
+           a.sin_port == b.sin_port && a.sin_addr.s_addr == b.sin_addr.s_addr;
+}
+
 static const char *peers_connect(const char *where, int wait_s)
 {
     static char why[300];
@@ -230,7 +242,7 @@ static const char *peers_connect(const char *where, int wait_s)
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         int32_t r = peers.rank;
         if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-            xfer(fd, &r, sizeof(r), 1) == 0) {
+            !self_connected(fd) && xfer(fd, &r, sizeof(r), 1) == 0) {
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
             peers.fds[0] = fd;
             return NULL;

@@ -71,11 +71,15 @@ check "healthy --json: ok, failed_step 0, six steps ok" \
     test "$(jq -c '[.ok, .failed_step, ([.steps[] | select(.ok)] | length)]' "$T/out")" = "[true,0,6]"
 
 # four hosts, one job: --peers (rank 0 listens on 127.0.0.1:PORT)
-port=$((30000 + $$ % 20000))
+# (below the ephemeral range: a port there may be a connection's own)
+port=$((21000 + $$ % 8000))
+# one after the other: each checks a job of its own first (steps 3, 4), and
+# this fabric takes one job at a time (for the quota case below)
 for r in 0 1 2 3; do
     "${F[@]}" exec "n0000$((r + 1))" -- "$B/sharp-hello" --peers "127.0.0.1:$port" \
         --rank "$r" --size 4 >"$T/peer$r" 2>&1 &
     pids+=($!)
+    for i in $(seq 100); do grep -q '^\[4/6\]' "$T/peer$r" && break; sleep 0.1; done
 done
 prc=0
 for p in "${pids[@]}"; do wait "$p" || prc=1; done
@@ -134,6 +138,13 @@ sed 's/^/     /' "$T/out"
 # manager down
 "${F[@]}" kill sharp_am >/dev/null
 check "manager down: exit 2" until_exit 2 n00001
+# sharpd first says it lost the manager, then, once it has tried again,
+# that it cannot connect (within its backoff: 5 s here)
+for i in $(seq 50); do
+    grep -q "cause: .*cannot connect to the aggregation manager" "$T/out" && break
+    sleep 0.1
+    hello n00001
+done
 sed 's/^/     /' "$T/out"
 check "manager down: cannot connect" grep -q "cause: .*cannot connect to the aggregation manager" "$T/out"
 
