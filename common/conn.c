@@ -319,11 +319,9 @@ static shp_status_t shp_conn_dispatch(shp_conn_t *conn)
             /* incomplete: room for more of it, as its bytes come (twice
              * the buffer once it is full, up to the frame), never the
              * announced length at once: what a peer makes us hold is what
-             * it sent */
-            memmove(conn->rbuf, conn->rbuf + off, conn->rlen - off);
-            conn->rlen -= off;
-            off = 0;
-            if (conn->rlen == conn->rcap && len > conn->rcap) {
+             * it sent.  With frames before it (off > 0), moving it to the
+             * front below makes the room. */
+            if (off == 0 && conn->rlen == conn->rcap && len > conn->rcap) {
                 size_t cap = 2 * conn->rcap < len ? 2 * conn->rcap : len;
                 uint8_t *p = realloc(conn->rbuf, cap);
                 if (p == NULL) {

@@ -64,6 +64,7 @@ static int exit_code = -1;
 static uint8_t *sendbuf, *expect, *scratch;
 static const void **srcs;
 static uint64_t last_progress;
+static uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN]; /* the group's results' tags */
 static long retrans_sent, results_rc, results_mcast, results_unicast;
 static long results_retrans; /* results that came on request */
 
@@ -254,9 +255,7 @@ static void on_result(const shp_wire_hdr_t *in, const void *payload)
         return; /* not ours, or a duplicate (RC and multicast both) */
     }
     if (hdr->flags & SHP_WIRE_F_MCAST) { /* as libsharp: tagged, checked */
-        uint8_t key[SHP_WIRE_MAC_KEY_LEN];
-        shp_wire_mac_key(o.key, o.tree, o.group, key);
-        if (!shp_wire_mac_ok(key, (uint64_t)k, hdr, payload)) {
+        if (!shp_wire_mac_ok(mac_key, (uint64_t)k, hdr, payload)) {
             fprintf(stderr,
                     "member %u: op %ld: multicast result without a "
                     "right tag\n",
@@ -554,6 +553,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (o.mcast != NULL) {
+        shp_wire_mac_key(o.key, o.tree, o.group, mac_key);
         if (shp_tp_init(&mtp, shp_tp_mcast_ops(tops), loop, o.payload + 64,
                         o.local_ip) != SHP_OK ||
             mtp.ops->mcast_join(&mtp, o.mcast, &cbs, NULL, &mep) != SHP_OK) {
