@@ -115,10 +115,10 @@ static char **lines(const uint8_t *p, size_t n, int *count, char **store)
 
 static int harmless_arg(const char *a)
 {
-    /* no help or dump on stdout, no other file than the input */
+    /* no help, dump or man text on stdout, no other file than the input */
     return strcmp(a, "--help") && strcmp(a, "-h") &&
            strcmp(a, "--dump-config") && strcmp(a, "--version") &&
-           strncmp(a, "--config", 8);
+           strncmp(a, "--man-", 6) && strncmp(a, "--config", 8);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
