@@ -139,14 +139,23 @@ $(OBJDIR)/%.o: %.c | $(DEPS_STAMP) $(PATHS_H)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) $(CFLAGS_$(subst /,_,$*)) -c $< -o $@
 
-include common/module.mk
+include core/module.mk
+include reduce/module.mk
+include protocol/module.mk
+include transport/module.mk
+$(COMMON_LIB): $(call obj_of,$(COMMON_SRCS))
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+include topology/module.mk
 include an/module.mk
 include am/module.mk
 include sharpd/module.mk
 include libsharp/module.mk
 include mpi-coll/module.mk
 include cli/module.mk
-include slurm/module.mk
+include plugins/opensm/module.mk
+include plugins/slurm/module.mk
 include man/module.mk
 include tests/module.mk
 include tests/fuzz/module.mk
@@ -244,14 +253,14 @@ uninstall: uninstall-man
 # Debian packages -------------------------------------------------------------
 # debian/ built with dpkg-buildpackage -us -uc -b in a copy of the tree
 # ($(O)/deb/sharp-VERSION; the .debs land in $(O)/deb), then lintian.
-# tests/deb/test_deb.sh (make deb-check, as root) also installs them.
+# tests/debian/test_deb.sh (make deb-check, as root) also installs them.
 .PHONY: deb deb-check
 deb:
 	$(Q)bash scripts/deps.sh deb
 	$(Q)bash scripts/build-deb.sh $(O)
 
 deb-check: deb
-	$(Q)O=$(O) SAN=$(SAN) bash tests/run-tests.sh tests/deb/test_deb.sh
+	$(Q)O=$(O) SAN=$(SAN) bash tests/run-tests.sh tests/debian/test_deb.sh
 
 # Formatting ----------------------------------------------------------------
 FORMAT_SRCS = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' 2>/dev/null)

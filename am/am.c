@@ -2,7 +2,7 @@
  * The aggregation manager's core: control connections (ANs, sharpds),
  * AN registration, trees, jobs, groups and faults.
  *
- * Every TCP peer first proves the cluster secret (common/auth.h) and then
+ * Every TCP peer first proves the cluster secret (protocol/auth.h) and then
  * says what it is with its first message: an_register (an AN) or
  * sharpd_register (a host daemon).  Protocols: docs/am.md.
  */
@@ -16,10 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/ctl.h"
-#include "common/log.h"
-#include "common/time.h"
-#include "common/net.h"
+#include "protocol/ctl.h"
+#include "core/log.h"
+#include "core/time.h"
+#include "core/net.h"
 
 const char *const shp_am_dists[] = {"rc", "mcast", "both", "auto", NULL};
 

@@ -13,11 +13,11 @@
 #include <sys/types.h>
 #include <uthash.h>
 
-#include "am/topo.h"
-#include "am/trees.h"
-#include "common/auth.h"
-#include "common/conn.h"
-#include "common/status.h"
+#include "topology/topo.h"
+#include "topology/trees.h"
+#include "protocol/auth.h"
+#include "core/conn.h"
+#include "core/status.h"
 
 #define SHP_AM_MAX_TREE_ID 64 /* tree ids 0..63: the AN's tree table */
 

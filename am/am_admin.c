@@ -16,15 +16,15 @@
  *   topology_load {file}  replace it (refused while jobs run)
  */
 #include "am/am.h"
-#include "common/time.h"
+#include "core/time.h"
 
 #include <grp.h>
 #include <unistd.h>
 #include <inttypes.h>
 #include <string.h>
 
-#include "common/ctl.h"
-#include "common/log.h"
+#include "protocol/ctl.h"
+#include "core/log.h"
 
 static json_t *guid_json(uint64_t g)
 {

@@ -4,9 +4,9 @@
 
 #include "am/am.h"
 #include "am/metrics.h"
-#include "common/config.h"
-#include "common/log.h"
-#include "common/paths.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "core/paths.h"
 
 #ifndef SHP_VERSION
 #define SHP_VERSION "0.1.0"

@@ -7,9 +7,9 @@
  */
 #include "am/metrics.h"
 
-#include "common/log.h"
-#include "common/net.h"
-#include "common/time.h"
+#include "core/log.h"
+#include "core/net.h"
+#include "core/time.h"
 
 #include <microhttpd.h>
 #include <stdarg.h>

@@ -12,10 +12,10 @@
  */
 #include "an/an.h"
 
-#include "common/ctl.h"
-#include "common/exact.h"
-#include "common/log.h"
-#include "common/time.h"
+#include "protocol/ctl.h"
+#include "reduce/exact.h"
+#include "core/log.h"
+#include "core/time.h"
 
 #include <inttypes.h>
 #include <limits.h>

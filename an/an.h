@@ -11,11 +11,11 @@
 #ifndef SHP_AN_H
 #define SHP_AN_H
 
-#include "common/auth.h"
-#include "common/conn.h"
-#include "common/reduce.h"
-#include "common/transport.h"
-#include "common/wire.h"
+#include "protocol/auth.h"
+#include "core/conn.h"
+#include "reduce/reduce.h"
+#include "transport/transport.h"
+#include "protocol/wire.h"
 
 #include <ev.h>
 #include <jansson.h>

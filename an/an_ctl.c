@@ -4,10 +4,10 @@
  * report failed groups.  Reconnects with exponential backoff (0.1 s to 5 s)
  * and registers again, listing the groups it still serves.
  *
- * The connection first proves the cluster secret (common/auth.h: hello,
+ * The connection first proves the cluster secret (protocol/auth.h: hello,
  * challenge, auth); the AN registers only once the AM has proved it too.
  *
- * Messages (JSON, common/ctl.h):
+ * Messages (JSON, protocol/ctl.h):
  *   AN -> AM  an_register {name, data_addr, transport, mcast,
  *                          caps {max_trees, max_groups, max_osts,
  *                          max_payload}, groups [ids]}
@@ -26,8 +26,8 @@
  */
 #include "an/an.h"
 
-#include "common/ctl.h"
-#include "common/log.h"
+#include "protocol/ctl.h"
+#include "core/log.h"
 
 #include <stdlib.h>
 #include <string.h>

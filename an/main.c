@@ -1,9 +1,9 @@
 /* sharp_an: the aggregation node daemon. */
 #include "an/an.h"
 
-#include "common/config.h"
-#include "common/log.h"
-#include "common/paths.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "core/paths.h"
 
 #include <errno.h>
 #include <sched.h>

@@ -11,9 +11,9 @@
  *
  * Last line: RESULT am_trees_16k_s=<s> am_trees_16k_mib=<MiB>
  */
-#include "am/topo.h"
-#include "am/trees.h"
-#include "common/time.h"
+#include "topology/topo.h"
+#include "topology/trees.h"
+#include "core/time.h"
 
 #include <stdio.h>
 #include <stdlib.h>

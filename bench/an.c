@@ -18,9 +18,9 @@
  * Every result is checked.
  * Last line: RESULT an_8B_latency_over_rtt=<x> an_msgs_per_s=<y>
  */
-#include "am/topo.h"
+#include "topology/topo.h"
 #include "bench/bench_fabric.h"
-#include "common/transport.h"
+#include "transport/transport.h"
 
 #include <sched.h>
 #include <signal.h>

@@ -7,7 +7,7 @@
 #ifndef SHP_BENCH_FABRIC_H
 #define SHP_BENCH_FABRIC_H
 
-#include "am/topo.h"
+#include "topology/topo.h"
 #include "bench/bench_util.h"
 #include "bench/ctl_client.h"
 

@@ -2,8 +2,8 @@
 #ifndef SHP_BENCH_UTIL_H
 #define SHP_BENCH_UTIL_H
 
-#include "common/net.h"
-#include "common/time.h"
+#include "core/net.h"
+#include "core/time.h"
 
 #include <errno.h>
 #include <sched.h>

@@ -11,11 +11,11 @@
  *
  * Last line: RESULT coll_8B_np8_over_rtt=<allreduce 8 B / TCP round trip>
  */
-#include "tests/unit/test_util.h"
+#include "tests/support/test_util.h"
 
 #include <sharp/api/sharp.h>
 
-#include "tests/coll/oob_hub.h"
+#include "tests/support/oob_hub.h"
 #include "bench/bench_util.h"
 
 #include <sys/socket.h>

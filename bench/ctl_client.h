@@ -5,7 +5,7 @@
 #ifndef SHP_BENCH_CTL_CLIENT_H
 #define SHP_BENCH_CTL_CLIENT_H
 
-#include "common/ctl.h"
+#include "protocol/ctl.h"
 
 /* one request on a connected socket, its reply (NULL on failure) */
 static inline json_t *call(int fd, json_t *req)

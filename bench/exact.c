@@ -18,13 +18,13 @@
  *
  * Last line: RESULT exact_8B_over_sum=... exact_4KiB_over_sum=...
  */
-#include "tests/unit/test_util.h"
+#include "tests/support/test_util.h"
 
 #include <sharp/api/sharp.h>
 
 #include "bench/bench_util.h"
-#include "common/exact.h"
-#include "tests/coll/oob_hub.h"
+#include "reduce/exact.h"
+#include "tests/support/oob_hub.h"
 
 #include <math.h>
 #include <sys/socket.h>

@@ -12,10 +12,10 @@
  *
  * Last line: RESULT am_group_create_1k_ms=<median ms> am_group_plan_1k_ms=<ms>
  */
-#include "am/topo.h"
-#include "am/trees.h"
-#include "common/ctl.h"
-#include "common/time.h"
+#include "topology/topo.h"
+#include "topology/trees.h"
+#include "protocol/ctl.h"
+#include "core/time.h"
 #include "bench/bench_fabric.h"
 
 #include <errno.h>

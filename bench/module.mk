@@ -13,13 +13,13 @@ bench-reduce: $(BENCH_REDUCE)
 BENCH_GROUP := $(BINDIR)/bench_group_create
 BENCHES += $(BENCH_GROUP)
 
-$(BENCH_GROUP): $(OBJDIR)/bench/group_create.o $(AM_LIB) $(COMMON_LIB)
+$(BENCH_GROUP): $(OBJDIR)/bench/group_create.o $(AM_LIB) $(TOPO_LIB) $(COMMON_LIB)
 	$(call link_prog)
 
 BENCH_AM := $(BINDIR)/bench_am
 BENCHES += $(BENCH_AM)
 
-$(BENCH_AM): $(OBJDIR)/bench/am.o $(AM_LIB) $(COMMON_LIB)
+$(BENCH_AM): $(OBJDIR)/bench/am.o $(AM_LIB) $(TOPO_LIB) $(COMMON_LIB)
 	$(call link_prog)
 
 .PHONY: bench-am
@@ -65,7 +65,7 @@ bench-mpi: $(BENCH_MPI_LAT) $(BENCH_MPI_LAYER) $(SHARP_MPI_OMPI) $(SHARP_FABRIC)
 BENCH_AN := $(BINDIR)/bench_an
 BENCHES += $(BENCH_AN)
 
-$(BENCH_AN): $(OBJDIR)/bench/an.o $(AM_LIB) $(COMMON_LIB)
+$(BENCH_AN): $(OBJDIR)/bench/an.o $(AM_LIB) $(TOPO_LIB) $(COMMON_LIB)
 	$(call link_prog)
 
 .PHONY: bench-an

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The time a fallback takes (part of `make bench-mpi`): 8 Open MPI ranks
-# run tests/mpi/mpi_fault.c (a stream of checked collectives on four
+# run tests/mpi-coll/mpi_fault.c (a stream of checked collectives on four
 # communicators) through a 2-level fabric, a leaf AN is killed with SIGKILL
 # after call 1500; the library's report (SHARP_MPI_VERBOSE=1) gives the
 # longest recovery of any rank (from the failed call's error to the
@@ -23,7 +23,7 @@ for run in 1 2 3; do
         --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np 8 \
         -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
         -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$FAB" \
-        "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_fault_ompi" \
+        "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_fault_ompi" \
         --calls 3000 --signal-at 1500 "$DIR/sig" >"$DIR/out" 2>&1 &
     job=$!
     for _ in $(seq 900); do [ -e "$DIR/sig" ] && break; sleep 0.1; done

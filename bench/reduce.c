@@ -20,8 +20,8 @@
  *
  * Usage: bench_reduce [--quick]    (SHP_REDUCE_ISA=generic|avx2|avx512)
  */
-#include "common/reduce.h"
-#include "common/time.h"
+#include "reduce/reduce.h"
+#include "core/time.h"
 
 #include <stdio.h>
 #include <stdlib.h>

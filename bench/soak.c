@@ -7,7 +7,7 @@
  * multicast datagrams are dropped), else on loopback (127.29).  JOBS jobs
  * (64) run at once, each of MEMBERS (4) member processes on distinct
  * hosts, forked by a runner per job that serves their out-of-band
- * collectives (tests/coll/oob_hub.h).  Every member loops: sharp_coll_init
+ * collectives (tests/support/oob_hub.h).  Every member loops: sharp_coll_init
  * (a fresh job id each time), a communicator, then verified operations
  * until the group fails or the soak ends: allreduce of every dtype (sum,
  * max, min), barrier, bcast from a moving root; every result is compared
@@ -29,10 +29,10 @@
  * (1 as root: namespaces; 0: loopback), SOAK_CHAOS (1; 0 for a calm run),
  * SOAK_KEEP (keep the fabric directory).
  */
-#include "common/reduce.h"
-#include "common/time.h"
+#include "reduce/reduce.h"
+#include "core/time.h"
 #include <sharp/api/sharp.h>
-#include "tests/coll/oob_hub.h"
+#include "tests/support/oob_hub.h"
 #include "bench/ctl_client.h"
 
 #include <fcntl.h>

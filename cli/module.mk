@@ -1,9 +1,11 @@
-# cli/: sharpctl, the administrator's command.
+# cli/: the tools: sharpctl (the administrator's command), sharp-hello
+# (a user's doctor), sharp-topo (topologies checked, generated, drawn) and
+# sharp-fabric (a whole fabric on one machine, a script).
 
 SHARPCTL := $(BINDIR)/sharpctl
 BINS += $(SHARPCTL)
 
-$(SHARPCTL): $(OBJDIR)/cli/sharpctl.o $(AM_LIB) $(COMMON_LIB)
+$(SHARPCTL): $(OBJDIR)/cli/sharpctl.o $(TOPO_LIB) $(COMMON_LIB)
 	$(call link_prog)
 
 # sharp-hello: "why does my job not get sharp?" on a compute node, as the
@@ -14,3 +16,17 @@ BINS += $(SHARP_HELLO)
 
 $(SHARP_HELLO): $(OBJDIR)/cli/sharp_hello.o $(COLL_A) $(COMMON_LIB)
 	$(call link_prog)
+
+SHARP_TOPO := $(BINDIR)/sharp-topo
+BINS += $(SHARP_TOPO)
+
+$(SHARP_TOPO): $(OBJDIR)/cli/sharp_topo.o $(TOPO_LIB) $(COMMON_LIB)
+	$(call link_prog)
+
+# sharp-fabric: a local fabric (a script; installed with the binaries)
+SHARP_FABRIC := $(BINDIR)/sharp-fabric
+BINS += $(SHARP_FABRIC)
+
+$(SHARP_FABRIC): cli/sharp-fabric
+	@mkdir -p $(@D)
+	$(Q)install -m 0755 $< $@

@@ -21,10 +21,10 @@
  * The exit status is the number of the step that failed (0: all passed,
  * 64: usage).  --json prints one JSON object instead of text.
  */
-#include "common/ctl.h"
-#include "common/net.h"
-#include "common/paths.h"
-#include "common/status.h"
+#include "protocol/ctl.h"
+#include "core/net.h"
+#include "core/paths.h"
+#include "core/status.h"
 
 #include <sharp/api/sharp_coll.h>
 

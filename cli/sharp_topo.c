@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "am/topo.h"
+#include "topology/topo.h"
 
 static void usage(FILE *f)
 {

@@ -1,13 +1,13 @@
 /*
  * sharpctl: the administrator's view of a sharp fabric, through the
- * aggregation manager's admin socket (JSON requests, common/ctl.h frames).
+ * aggregation manager's admin socket (JSON requests, protocol/ctl.h frames).
  *
  * Exit status: 0 ok, 1 the AM answered with an error, 2 usage, 3 the AM
  * cannot be reached (the message names the socket).
  */
-#include "am/topo.h"
-#include "common/ctl.h"
-#include "common/paths.h"
+#include "topology/topo.h"
+#include "protocol/ctl.h"
+#include "core/paths.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -1,7 +1,7 @@
 /* Option tables: parsing, precedence, help and dump (see config.h). */
-#include "common/config.h"
+#include "core/config.h"
 
-#include "common/log.h"
+#include "core/log.h"
 
 #include <ctype.h>
 #include <errno.h>

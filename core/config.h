@@ -19,7 +19,7 @@
 #ifndef SHP_COMMON_CONFIG_H
 #define SHP_COMMON_CONFIG_H
 
-#include "common/status.h"
+#include "core/status.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* Framed connections, listeners and signals on libev (see conn.h). */
-#include "common/conn.h"
+#include "core/conn.h"
 
-#include "common/log.h"
-#include "common/time.h"
+#include "core/log.h"
+#include "core/time.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -17,8 +17,8 @@
 #ifndef SHP_COMMON_CONN_H
 #define SHP_COMMON_CONN_H
 
-#include "common/net.h"
-#include "common/status.h"
+#include "core/net.h"
+#include "core/status.h"
 
 #include <ev.h>
 #include <stddef.h>

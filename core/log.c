@@ -1,6 +1,6 @@
-#include "common/log.h"
+#include "core/log.h"
 
-#include "common/time.h"
+#include "core/time.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,6 +1,6 @@
-#include "common/net.h"
+#include "core/net.h"
 
-#include "common/log.h"
+#include "core/log.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -2,7 +2,7 @@
 #ifndef SHP_COMMON_NET_H
 #define SHP_COMMON_NET_H
 
-#include "common/status.h"
+#include "core/status.h"
 
 #include <stddef.h>
 #include <sys/socket.h>

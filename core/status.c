@@ -1,4 +1,4 @@
-#include "common/status.h"
+#include "core/status.h"
 
 #include <errno.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-#include "common/time.h"
+#include "core/time.h"
 
 int shp_deadline_left_ms(uint64_t deadline_ns)
 {

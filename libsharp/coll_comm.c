@@ -22,10 +22,10 @@
  */
 #include "libsharp/coll_int.h"
 
-#include "common/ctl.h"
-#include "common/exact.h"
-#include "common/log.h"
-#include "common/time.h"
+#include "protocol/ctl.h"
+#include "reduce/exact.h"
+#include "core/log.h"
+#include "core/time.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -1088,7 +1088,7 @@ static int done_handle(coll_comm_t *comm, int rc, void **handle)
 }
 
 /*
- * An exact sum (common/exact.h): agree on the exponent window (one int64
+ * An exact sum (reduce/exact.h): agree on the exponent window (one int64
  * MAX of 3 lanes), unless the type's whole range fits in
  * exact_one_pass_max bytes; then the limbs as int64 SUM with the EXACT
  * flag; then carries and one rounding here.  Called with the lock held.

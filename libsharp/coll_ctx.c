@@ -5,11 +5,11 @@
  */
 #include "libsharp/coll_int.h"
 
-#include "common/config.h"
-#include "common/ctl.h"
-#include "common/log.h"
-#include "common/paths.h"
-#include "common/time.h"
+#include "core/config.h"
+#include "protocol/ctl.h"
+#include "core/log.h"
+#include "core/paths.h"
+#include "core/time.h"
 
 #include <errno.h>
 #include <sched.h>

@@ -13,10 +13,10 @@
 
 #include <sharp/api/sharp_coll.h>
 
-#include "common/config.h"
-#include "common/conn.h"
-#include "common/reduce.h"
-#include "common/transport.h"
+#include "core/config.h"
+#include "core/conn.h"
+#include "reduce/reduce.h"
+#include "transport/transport.h"
 
 #include <jansson.h>
 #include <pthread.h>

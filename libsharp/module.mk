@@ -24,11 +24,3 @@ $(COLL_A): $(COLL_OBJS) $(call obj_of,$(COMMON_SRCS))
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
-
-# sharp-fabric: a local fabric (a script; installed with the binaries)
-SHARP_FABRIC := $(BINDIR)/sharp-fabric
-BINS += $(SHARP_FABRIC)
-
-$(SHARP_FABRIC): scripts/sharp-fabric
-	@mkdir -p $(@D)
-	$(Q)install -m 0755 $< $@

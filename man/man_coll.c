@@ -1,7 +1,7 @@
 /* Prints the ENVIRONMENT entries of sharp_coll(3) from libsharp_coll's own
  * table of SHARP_COLL_* settings (linked with the static library: the
  * shared one exports only sharp_coll_*). */
-#include "common/config.h"
+#include "core/config.h"
 #include "libsharp/coll_int.h"
 
 #include <stdio.h>

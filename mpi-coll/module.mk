@@ -57,86 +57,86 @@ $(MPI_DEMO_MPICH): mpi-coll/sharp_mpi_demo.c | $(DEPS_STAMP)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
 
-# The MPI test program (tests/mpi), for each MPI.
-MPI_CHECK_OMPI := $(TESTDIR)/mpi/mpi_check_ompi
-MPI_CHECK_MPICH := $(TESTDIR)/mpi/mpi_check_mpich
+# The MPI test program (tests/mpi-coll), for each MPI.
+MPI_CHECK_OMPI := $(TESTDIR)/mpi-coll/mpi_check_ompi
+MPI_CHECK_MPICH := $(TESTDIR)/mpi-coll/mpi_check_mpich
 TEST_HELPERS += $(MPI_CHECK_OMPI) $(MPI_CHECK_MPICH)
 
-$(MPI_CHECK_OMPI): tests/mpi/mpi_check.c | $(DEPS_STAMP)
+$(MPI_CHECK_OMPI): tests/mpi-coll/mpi_check.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
 
-$(MPI_CHECK_MPICH): tests/mpi/mpi_check.c | $(DEPS_STAMP)
+$(MPI_CHECK_MPICH): tests/mpi-coll/mpi_check.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
 
-# Every named datatype x every offloaded collective against PMPI (tests/mpi).
-MPI_TYPES_OMPI := $(TESTDIR)/mpi/mpi_types_ompi
-MPI_TYPES_MPICH := $(TESTDIR)/mpi/mpi_types_mpich
+# Every named datatype x every offloaded collective against PMPI (tests/mpi-coll).
+MPI_TYPES_OMPI := $(TESTDIR)/mpi-coll/mpi_types_ompi
+MPI_TYPES_MPICH := $(TESTDIR)/mpi-coll/mpi_types_mpich
 TEST_HELPERS += $(MPI_TYPES_OMPI) $(MPI_TYPES_MPICH)
 
-$(MPI_TYPES_OMPI): tests/mpi/mpi_types.c | $(DEPS_STAMP)
+$(MPI_TYPES_OMPI): tests/mpi-coll/mpi_types.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
 
-$(MPI_TYPES_MPICH): tests/mpi/mpi_types.c | $(DEPS_STAMP)
+$(MPI_TYPES_MPICH): tests/mpi-coll/mpi_types.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
 
-# A stream of collectives while the test kills daemons (tests/mpi).
-MPI_FAULT_OMPI := $(TESTDIR)/mpi/mpi_fault_ompi
-MPI_FAULT_MPICH := $(TESTDIR)/mpi/mpi_fault_mpich
+# A stream of collectives while the test kills daemons (tests/mpi-coll).
+MPI_FAULT_OMPI := $(TESTDIR)/mpi-coll/mpi_fault_ompi
+MPI_FAULT_MPICH := $(TESTDIR)/mpi-coll/mpi_fault_mpich
 TEST_HELPERS += $(MPI_FAULT_OMPI) $(MPI_FAULT_MPICH)
 
-$(MPI_FAULT_OMPI): tests/mpi/mpi_fault.c | $(DEPS_STAMP)
+$(MPI_FAULT_OMPI): tests/mpi-coll/mpi_fault.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
 
-$(MPI_FAULT_MPICH): tests/mpi/mpi_fault.c | $(DEPS_STAMP)
+$(MPI_FAULT_MPICH): tests/mpi-coll/mpi_fault.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
 
-# Exact sums under MPI (tests/mpi/test_exact_mpi.sh), Open MPI.
-MPI_EXACT_OMPI := $(TESTDIR)/mpi/mpi_exact_ompi
+# Exact sums under MPI (tests/mpi-coll/test_exact_mpi.sh), Open MPI.
+MPI_EXACT_OMPI := $(TESTDIR)/mpi-coll/mpi_exact_ompi
 TEST_HELPERS += $(MPI_EXACT_OMPI)
 
-$(MPI_EXACT_OMPI): tests/mpi/mpi_exact.c | $(DEPS_STAMP)
+$(MPI_EXACT_OMPI): tests/mpi-coll/mpi_exact.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $< -lmpfr -lgmp -lm
 
-# Non-blocking and persistent collectives against PMPI (tests/mpi).
-MPI_NB_OMPI := $(TESTDIR)/mpi/mpi_nb_ompi
-MPI_NB_MPICH := $(TESTDIR)/mpi/mpi_nb_mpich
+# Non-blocking and persistent collectives against PMPI (tests/mpi-coll).
+MPI_NB_OMPI := $(TESTDIR)/mpi-coll/mpi_nb_ompi
+MPI_NB_MPICH := $(TESTDIR)/mpi-coll/mpi_nb_mpich
 TEST_HELPERS += $(MPI_NB_OMPI) $(MPI_NB_MPICH)
 
-$(MPI_NB_OMPI): tests/mpi/mpi_nb.c | $(DEPS_STAMP)
+$(MPI_NB_OMPI): tests/mpi-coll/mpi_nb.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
 
-$(MPI_NB_MPICH): tests/mpi/mpi_nb.c | $(DEPS_STAMP)
+$(MPI_NB_MPICH): tests/mpi-coll/mpi_nb.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
 
-# Non-blocking collectives under stress, against references (tests/mpi).
-MPI_STRESS_OMPI := $(TESTDIR)/mpi/mpi_stress_ompi
-MPI_STRESS_MPICH := $(TESTDIR)/mpi/mpi_stress_mpich
+# Non-blocking collectives under stress, against references (tests/mpi-coll).
+MPI_STRESS_OMPI := $(TESTDIR)/mpi-coll/mpi_stress_ompi
+MPI_STRESS_MPICH := $(TESTDIR)/mpi-coll/mpi_stress_mpich
 TEST_HELPERS += $(MPI_STRESS_OMPI) $(MPI_STRESS_MPICH)
 
-$(MPI_STRESS_OMPI): tests/mpi/mpi_stress.c | $(DEPS_STAMP)
+$(MPI_STRESS_OMPI): tests/mpi-coll/mpi_stress.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
 
-$(MPI_STRESS_MPICH): tests/mpi/mpi_stress.c | $(DEPS_STAMP)
+$(MPI_STRESS_MPICH): tests/mpi-coll/mpi_stress.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<

@@ -11,7 +11,7 @@
  */
 #include "mpi-coll/recover.h"
 
-#include "common/time.h"
+#include "core/time.h"
 
 #include <arpa/inet.h>
 #include <endian.h>

@@ -50,9 +50,9 @@
 #include <mpi.h>
 #include <sharp/api/sharp.h>
 
-#include "common/exact.h"
-#include "common/reduce.h"
-#include "common/time.h"
+#include "reduce/exact.h"
+#include "reduce/reduce.h"
+#include "core/time.h"
 #include "mpi-coll/recover.h"
 
 #include <errno.h>
@@ -1243,7 +1243,7 @@ static int exact_wanted(int sop, const dt_map_t *m)
 }
 
 /* An exact sum without the network (no group, fallen back, too large):
- * the same arithmetic as the network's (common/exact.h) on PMPI: the
+ * the same arithmetic as the network's (reduce/exact.h) on PMPI: the
  * exponent window agreed with an int64 MAX, the values as 32-bit limbs in
  * int64 lanes summed with an int64 SUM (exact in any order), rounded once
  * at the end.  The same bits as through the network.  1 if done (*ret),

@@ -1,5 +1,5 @@
 /* Cluster-secret authentication: see auth.h for the protocol. */
-#include "common/auth.h"
+#include "protocol/auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/ctl.h"
+#include "protocol/ctl.h"
 
 shp_status_t shp_auth_init(void)
 {

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/status.h"
+#include "core/status.h"
 
 #define SHP_AUTH_KEY_LEN 32
 #define SHP_AUTH_NONCE_LEN 32

@@ -1,5 +1,5 @@
 /* Control-plane framing and JSON message codec (see ctl.h). */
-#include "common/ctl.h"
+#include "protocol/ctl.h"
 
 #include <endian.h>
 #include <inttypes.h>

@@ -19,8 +19,8 @@
 #ifndef SHP_COMMON_CTL_H
 #define SHP_COMMON_CTL_H
 
-#include "common/conn.h"
-#include "common/status.h"
+#include "core/conn.h"
+#include "core/status.h"
 
 #include <jansson.h>
 #include <stdint.h>

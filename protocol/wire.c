@@ -1,5 +1,5 @@
 /* Packing, unpacking and validation of data-path messages (see wire.h). */
-#include "common/wire.h"
+#include "protocol/wire.h"
 
 #include <endian.h>
 #include <sodium.h>

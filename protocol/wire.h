@@ -39,8 +39,8 @@
 #ifndef SHP_COMMON_WIRE_H
 #define SHP_COMMON_WIRE_H
 
-#include "common/reduce.h"
-#include "common/status.h"
+#include "reduce/reduce.h"
+#include "core/status.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -69,7 +69,7 @@ typedef enum shp_wire_opcode {
 /* a result multicast could not carry (above its MTU): ANs pass it down
  * over RC to every member */
 #define SHP_WIRE_F_UNICAST (1u << 3)
-/* exact mode (common/exact.h): the payload is int64 lanes (dtype I64, op
+/* exact mode (reduce/exact.h): the payload is int64 lanes (dtype I64, op
  * SUM), `lanes` of them per element, each within +-SHP_EXACT_LANE_MAX */
 #define SHP_WIRE_F_EXACT (1u << 4)
 /* on a retransmit request: the member has had none of its group's results

@@ -1,5 +1,5 @@
 /* Exact floating-point sums: windows, limbs, rounding (see exact.h). */
-#include "common/exact.h"
+#include "reduce/exact.h"
 
 #include <string.h>
 

@@ -26,8 +26,8 @@
 #ifndef SHP_COMMON_EXACT_H
 #define SHP_COMMON_EXACT_H
 
-#include "common/reduce.h"
-#include "common/status.h"
+#include "reduce/reduce.h"
+#include "core/status.h"
 
 #include <stddef.h>
 #include <stdint.h>

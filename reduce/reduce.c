@@ -3,9 +3,9 @@
  * instruction set, the blocked multi-source fold, MINLOC/MAXLOC pairs, and
  * the streaming fold.
  */
-#include "common/reduce_int.h"
+#include "reduce/reduce_int.h"
 
-#include "common/log.h"
+#include "core/log.h"
 
 #include <pthread.h>
 #include <stdlib.h>

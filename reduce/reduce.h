@@ -26,7 +26,7 @@
 #ifndef SHP_COMMON_REDUCE_H
 #define SHP_COMMON_REDUCE_H
 
-#include "common/status.h"
+#include "core/status.h"
 
 #include <stddef.h>
 #include <stdint.h>

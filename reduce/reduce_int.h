@@ -2,7 +2,7 @@
 #ifndef SHP_COMMON_REDUCE_INT_H
 #define SHP_COMMON_REDUCE_INT_H
 
-#include "common/reduce.h"
+#include "reduce/reduce.h"
 
 #include <math.h>
 #include <string.h>

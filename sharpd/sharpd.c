@@ -33,13 +33,13 @@
 #include <unistd.h>
 #include <uthash.h>
 
-#include "common/auth.h"
-#include "common/config.h"
-#include "common/conn.h"
-#include "common/ctl.h"
-#include "common/log.h"
-#include "common/paths.h"
-#include "common/net.h"
+#include "protocol/auth.h"
+#include "core/config.h"
+#include "core/conn.h"
+#include "protocol/ctl.h"
+#include "core/log.h"
+#include "core/paths.h"
+#include "core/net.h"
 
 #ifndef SHP_VERSION
 #define SHP_VERSION "0.1.0"

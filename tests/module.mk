@@ -1,14 +1,20 @@
-# tests/: one cmocka binary per unit, built into $(TESTDIR).
+# tests/: mirrors the source folders (tests/<room>/ tests <room>/), with
+# tests/support/ for what several of them share.  Unit tests are one cmocka
+# binary per unit, built into $(TESTDIR)/<room>/.
 
-UNIT_TEST_SRCS := $(wildcard tests/unit/*/test_*.c)
-UNIT_TESTS := $(patsubst tests/unit/%.c,$(TESTDIR)/unit/%,$(UNIT_TEST_SRCS))
+UNIT_TEST_SRCS := $(wildcard $(addsuffix /test_*.c,$(addprefix tests/, \
+	core protocol reduce transport topology))) \
+	tests/an/test_an_exact.c tests/an/test_an_link.c \
+	tests/mpi-coll/test_recover.c tests/sharpd/test_sharpd_auth.c
+UNIT_TESTS := $(patsubst tests/%.c,$(TESTDIR)/%,$(UNIT_TEST_SRCS))
 TESTS += $(UNIT_TESTS)
 
-$(TESTDIR)/unit/%: $(OBJDIR)/tests/unit/%.o $(AM_LIB) $(COMMON_LIB)
+$(UNIT_TESTS): $(TESTDIR)/%: $(OBJDIR)/tests/%.o $(AM_LIB) $(TOPO_LIB) \
+		$(COMMON_LIB)
 	$(call link_prog,$(CMOCKA_LIBS))
 
 # exact sums checked against MPFR
-$(TESTDIR)/unit/common/test_exact: CMOCKA_LIBS += -lmpfr -lgmp
+$(TESTDIR)/reduce/test_exact: CMOCKA_LIBS += -lmpfr -lgmp
 
 # Integration tests of the aggregation node: real processes on loopback.
 AN_MEMBER := $(TESTDIR)/an/an_member
@@ -27,7 +33,7 @@ $(AN_TREE_TEST): $(OBJDIR)/tests/an/test_an_tree.o $(COMMON_LIB) \
 	$(call link_prog,$(CMOCKA_LIBS))
 
 # Topology: live ibsim fabrics against the stored captures.
-TEST_SCRIPTS += tests/topo/test_ibsim.sh tests/topo/test_osm_plugin.sh
+TEST_SCRIPTS += tests/topology/test_ibsim.sh tests/plugins/opensm/test_osm_plugin.sh
 
 # The control plane end to end: sharp_am, sharp_an, sharpd, real processes.
 AM_TEST := $(TESTDIR)/am/test_am
@@ -49,44 +55,44 @@ $(LIMITS_TEST): $(OBJDIR)/tests/am/test_limits.o $(COLL_SO) $(COMMON_LIB) \
 TEST_SCRIPTS += tests/am/test_metrics.sh
 
 # libsharp_coll end to end over a sharp-fabric (links the shared library).
-COLL_TEST := $(TESTDIR)/coll/test_coll
+COLL_TEST := $(TESTDIR)/libsharp/test_coll
 # epoll_wait exported: test_coll counts the library's polls through it
 COLL_LINK = -L$(LIBDIR) -lsharp_coll -Wl,-rpath,$(abspath $(LIBDIR)) \
 	-Wl,--export-dynamic-symbol=epoll_wait
 TESTS += $(COLL_TEST)
 
-$(COLL_TEST): $(OBJDIR)/tests/coll/test_coll.o $(COLL_SO) $(COMMON_LIB) \
+$(COLL_TEST): $(OBJDIR)/tests/libsharp/test_coll.o $(COLL_SO) $(COMMON_LIB) \
 		$(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
 	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS))
 
 # exact sums over three fabric shapes, checked against MPFR
-EXACT_COLL_TEST := $(TESTDIR)/coll/test_exact_coll
+EXACT_COLL_TEST := $(TESTDIR)/libsharp/test_exact_coll
 TESTS += $(EXACT_COLL_TEST)
 
-$(EXACT_COLL_TEST): $(OBJDIR)/tests/coll/test_exact_coll.o $(COLL_SO) \
+$(EXACT_COLL_TEST): $(OBJDIR)/tests/libsharp/test_exact_coll.o $(COLL_SO) \
 		$(COMMON_LIB) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) \
 		$(SHARP_TOPO) $(SHARPCTL)
 	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS) -lmpfr -lgmp)
 
 # the same over a fabric whose ANs speak shm
-TEST_SCRIPTS += tests/coll/coll_shm.sh
+TEST_SCRIPTS += tests/libsharp/coll_shm.sh
 
 # libsharp_mpi under Open MPI and MPICH through a sharp-fabric.
-TEST_SCRIPTS += tests/mpi/test_mpi.sh
+TEST_SCRIPTS += tests/mpi-coll/test_mpi.sh
 # exact sums under MPI: the same bits for any placement
-TEST_SCRIPTS += tests/mpi/test_exact_mpi.sh
+TEST_SCRIPTS += tests/mpi-coll/test_exact_mpi.sh
 # non-blocking collectives under stress, against references
-TEST_SCRIPTS += tests/mpi/test_stress.sh
+TEST_SCRIPTS += tests/mpi-coll/test_stress.sh
 
 # libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
-TEST_SCRIPTS += tests/mpi/test_fault.sh
+TEST_SCRIPTS += tests/mpi-coll/test_fault.sh
 
-# Slurm: the SPANK plugin with real slurmctld and slurmd (tests/slurm/).
-SLURM_RANK := $(TESTDIR)/slurm/slurm_rank
+# Slurm: the SPANK plugin with real slurmctld and slurmd (tests/plugins/slurm/).
+SLURM_RANK := $(TESTDIR)/plugins/slurm/slurm_rank
 TEST_HELPERS += $(SLURM_RANK)
-TEST_SCRIPTS += tests/slurm/test_slurm.sh
+TEST_SCRIPTS += tests/plugins/slurm/test_slurm.sh
 
-$(SLURM_RANK): $(OBJDIR)/tests/slurm/slurm_rank.o $(COLL_SO)
+$(SLURM_RANK): $(OBJDIR)/tests/plugins/slurm/slurm_rank.o $(COLL_SO)
 	$(call link_prog,$(COLL_LINK))
 
 # sharpctl against a running fabric.
@@ -105,20 +111,20 @@ TEST_SCRIPTS += tests/man/test_man.sh
 # staged with DESTDIR.
 TEST_SCRIPTS += tests/install/test_install.sh
 
-# The verbs transport over soft-RoCE in a qemu guest (tests/verbs/rxe-run.sh).
-VERBS_TEST := $(TESTDIR)/verbs/test_verbs
+# The verbs transport over soft-RoCE in a qemu guest (tests/transport/verbs/rxe-run.sh).
+VERBS_TEST := $(TESTDIR)/transport/verbs/test_verbs
 TEST_HELPERS += $(VERBS_TEST)
-TEST_SCRIPTS += tests/verbs/test_verbs.sh
+TEST_SCRIPTS += tests/transport/verbs/test_verbs.sh
 
-$(VERBS_TEST): $(OBJDIR)/tests/verbs/test_verbs.o $(COMMON_LIB)
+$(VERBS_TEST): $(OBJDIR)/tests/transport/verbs/test_verbs.o $(COMMON_LIB)
 	$(call link_prog)
 
 # Unit tests of the aggregation node link the AN's data path, on their own
 # transport (shp_tp_find wrapped); epoll_wait exported: test_an_link counts
 # the loop's sleeps through it.
-$(filter $(TESTDIR)/unit/an/%,$(UNIT_TESTS)): $(call obj_of,an/an.c an/an_ctl.c)
-$(filter $(TESTDIR)/unit/an/%,$(UNIT_TESTS)): LDFLAGS += -Wl,--wrap=shp_tp_find \
+$(filter $(TESTDIR)/an/%,$(UNIT_TESTS)): $(call obj_of,an/an.c an/an_ctl.c)
+$(filter $(TESTDIR)/an/%,$(UNIT_TESTS)): LDFLAGS += -Wl,--wrap=shp_tp_find \
 	-Wl,--export-dynamic-symbol=epoll_wait
 
 # The recovery protocol of libsharp_mpi, with forked members (no MPI).
-$(filter $(TESTDIR)/unit/mpi/%,$(UNIT_TESTS)): $(call obj_of,mpi-coll/recover.c)
+$(filter $(TESTDIR)/mpi-coll/%,$(UNIT_TESTS)): $(call obj_of,mpi-coll/recover.c)

@@ -17,7 +17,7 @@
  * Links appear at both ends; they are resolved after the whole file is read
  * and must agree.  Comments start with '#'.
  */
-#include "am/topo.h"
+#include "topology/topo.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common/status.h"
+#include "core/status.h"
 
 typedef enum shp_node_type {
     SHP_NODE_SWITCH = 1,

@@ -10,7 +10,7 @@
  * created.  GUIDs are deterministic: switches 0x0002c90300000001.., CAs
  * 0x0002c90400000002.. (even; the port GUID is the node GUID + 1).
  */
-#include "am/topo.h"
+#include "topology/topo.h"
 
 #include <inttypes.h>
 #include <stdio.h>

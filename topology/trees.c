@@ -1,6 +1,6 @@
 /* Aggregation trees and group plans; the algorithms are described in
  * trees.h and docs/am.md. */
-#include "am/trees.h"
+#include "topology/trees.h"
 
 #include <limits.h>
 #include <stdlib.h>

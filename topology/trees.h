@@ -19,8 +19,8 @@
 
 #include <stdint.h>
 
-#include "am/topo.h"
-#include "common/status.h"
+#include "topology/topo.h"
+#include "core/status.h"
 
 typedef struct shp_tree {
     int id;

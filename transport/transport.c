@@ -1,7 +1,7 @@
 /* Transport registry, shared delivery, and the stubs of unsupported slots. */
-#include "common/transport.h"
+#include "transport/transport.h"
 
-#include "common/log.h"
+#include "core/log.h"
 
 #include <string.h>
 

@@ -6,7 +6,7 @@
  *   verbs InfiniBand / RoCE (RC for the tree, UD multicast for results)
  *   shm   rings in shared memory between processes of one host
  *
- * Messages are a wire header (common/wire.h) and its payload.  Providers
+ * Messages are a wire header (protocol/wire.h) and its payload.  Providers
  * check every received message with shp_wire_validate() before delivering
  * it; a malformed message closes a connection (or drops a datagram) and
  * counts in stats.malformed.  Every slot of an ops table is set: what a
@@ -19,8 +19,8 @@
 #ifndef SHP_COMMON_TRANSPORT_H
 #define SHP_COMMON_TRANSPORT_H
 
-#include "common/status.h"
-#include "common/wire.h"
+#include "core/status.h"
+#include "protocol/wire.h"
 
 #include <ev.h>
 #include <stdint.h>

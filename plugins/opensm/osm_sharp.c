@@ -24,9 +24,9 @@
 #include <infiniband/opensm/osm_port.h>
 #include <infiniband/opensm/osm_version.h>
 
-#include "am/topo.h"
-#include "common/ctl.h"
-#include "common/paths.h"
+#include "topology/topo.h"
+#include "protocol/ctl.h"
+#include "core/paths.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -20,7 +20,7 @@
  * fails the prolog: Slurm then drains the node; default: the job runs and
  * its ranks fall back to their MPI's own collectives).
  *
- * It speaks the control protocol to sharpd itself (common/ctl.h: an 8-byte
+ * It speaks the control protocol to sharpd itself (protocol/ctl.h: an 8-byte
  * header, then a JSON object): it is loaded into slurmd and slurmstepd and
  * links nothing of sharp's.
  */

@@ -11,11 +11,11 @@
  * secret, kill -9 of an AN (only the groups through it are revoked), and an
  * AM restart (ANs and sharpds come back, stale state is cleared).
  */
-#include "../unit/test_util.h"
+#include "tests/support/test_util.h"
 
-#include "common/auth.h"
-#include "common/ctl.h"
-#include "common/net.h"
+#include "protocol/auth.h"
+#include "protocol/ctl.h"
+#include "core/net.h"
 
 #include <errno.h>
 #include <fcntl.h>

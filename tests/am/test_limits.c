@@ -1,7 +1,7 @@
 /*
  * Resource exhaustion, end to end: a sharp-fabric (2-level fat-tree, 6
  * switches, 8 hosts, on 127.30; the manager allows 2 groups per job) and
- * libsharp_coll members forked by this test (tests/coll/oob_hub.h).
+ * libsharp_coll members forked by this test (tests/support/oob_hub.h).
  *
  * - A job over its group quota gets SHARP_COLL_EQUOTA for the communicator
  *   too many; its other communicators keep working, a destroyed one frees
@@ -20,12 +20,12 @@
  *   refused, a group of 65536 members answered within a second, a job of
  *   other hosts only refused, a fourth job refused.
  */
-#include "../unit/test_util.h"
+#include "tests/support/test_util.h"
 #include <sharp/api/sharp.h>
-#include "tests/coll/oob_hub.h"
+#include "tests/support/oob_hub.h"
 
-#include "common/ctl.h"
-#include "common/time.h"
+#include "protocol/ctl.h"
+#include "core/time.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -13,10 +13,10 @@
  * stream (u32 sums of --count elements, 4 by default, until --ops or an
  * error).
  */
-#include "common/log.h"
-#include "common/reduce.h"
-#include "common/time.h"
-#include "common/transport.h"
+#include "core/log.h"
+#include "reduce/reduce.h"
+#include "core/time.h"
+#include "transport/transport.h"
 
 #include <getopt.h>
 #include <signal.h>

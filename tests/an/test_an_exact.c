@@ -3,11 +3,11 @@
  * a fold that keeps the EXACT flag and the lanes, the per-group count the
  * manager shows in `sharpctl groups`, and malformed accumulators refused
  * with an error that fails the group. */
-#include "../test_util.h"
+#include "tests/support/test_util.h"
 
 #include "an/an.h"
-#include "common/ctl.h"
-#include "common/exact.h"
+#include "protocol/ctl.h"
+#include "reduce/exact.h"
 
 #include <stdlib.h>
 

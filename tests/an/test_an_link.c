@@ -2,10 +2,10 @@
  * wrapped at link time): a send that fails while the AN is inside one of
  * its callbacks, a member that joins one group twice, a group removed while
  * its members wait. */
-#include "../test_util.h"
+#include "tests/support/test_util.h"
 
 #include "an/an.h"
-#include "common/ctl.h"
+#include "protocol/ctl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -280,7 +280,7 @@ static void members_go(shp_tp_ep_t *eps[2])
     }
 }
 
-/* Seen in tests/mpi/test_fault.sh: the manager revoked a group and removed
+/* Seen in tests/mpi-coll/test_fault.sh: the manager revoked a group and removed
  * it from its ANs; an AN removed it while a member's operation waited
  * there, and the error that failed the group elsewhere came to that AN
  * only after the removal (an unknown group by then): the member waited

@@ -7,13 +7,13 @@
  *   delays; multicast distribution with 5% loss; two jobs on one tree;
  *   wrong keys and malformed input; kill -9 of a leaf or of the root.
  */
-#include "../unit/test_util.h"
+#include "tests/support/test_util.h"
 
-#include "common/conn.h"
-#include "common/auth.h"
-#include "common/ctl.h"
-#include "common/time.h"
-#include "common/wire.h"
+#include "core/conn.h"
+#include "protocol/auth.h"
+#include "protocol/ctl.h"
+#include "core/time.h"
+#include "protocol/wire.h"
 
 #include <errno.h>
 #include <fcntl.h>

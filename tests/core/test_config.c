@@ -1,8 +1,8 @@
 /* Configuration tables: every parser, precedence default < file < env <
  * command line, errors with line numbers, and dump -> load round trips. */
-#include "../test_util.h"
+#include "tests/support/test_util.h"
 
-#include "common/config.h"
+#include "core/config.h"
 
 #include <stdlib.h>
 #include <unistd.h>

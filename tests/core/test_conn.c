@@ -1,10 +1,10 @@
 /* Framed connections on a real libev loop over real sockets: batching,
  * large frames, malformed and oversize input, EOF, keepalive, closing from
  * inside a callback, TCP connect/accept, a full send queue, EMFILE. */
-#include "../test_util.h"
+#include "tests/support/test_util.h"
 
-#include "common/ctl.h"
-#include "common/time.h"
+#include "protocol/ctl.h"
+#include "core/time.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /* Status codes and logging. */
-#include "../test_util.h"
+#include "tests/support/test_util.h"
 
-#include "common/status.h"
-#include "common/time.h"
+#include "core/status.h"
+#include "core/time.h"
 
 #include <sys/stat.h>
 #include <errno.h>

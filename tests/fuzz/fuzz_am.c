@@ -5,7 +5,7 @@
  * the AM asks them; the settle, stats and group timers firing.  Peers are
  * socketpairs handed to the AM's own accept callbacks (shp_listener_start
  * is wrapped at link time and binds nothing), so every message goes
- * through common/conn.c's framing into the handler the AM runs for a
+ * through core/conn.c's framing into the handler the AM runs for a
  * socket.  Everything the AM sends must be a well-formed control frame.
  * Topology files the AM is asked to load are only the harness's own
  * (shp_topo_load is wrapped).  Operations: tests/fuzz/fuzz.h (FZ_AM_*).
@@ -14,8 +14,8 @@
 #include "tests/fuzz/fuzz_peer.h"
 
 #include "am/am.h"
-#include "common/ctl.h"
-#include "common/log.h"
+#include "protocol/ctl.h"
+#include "core/log.h"
 
 #include <errno.h>
 #include <sys/socket.h>

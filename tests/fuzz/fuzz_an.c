@@ -18,8 +18,8 @@
 #include "tests/fuzz/fuzz_peer.h"
 
 #include "an/an.h"
-#include "common/ctl.h"
-#include "common/log.h"
+#include "protocol/ctl.h"
+#include "core/log.h"
 
 /* The in-memory transport ------------------------------------------------ */
 
@@ -536,7 +536,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 !e->closing) {
                 e->connected = 1;
                 if (e->ep.cbs->on_connect != NULL) {
-                    /* as tcp (common/conn.c): a close in there completes
+                    /* as tcp (core/conn.c): a close in there completes
                      * when it returns */
                     e->dispatching = 1;
                     e->ep.cbs->on_connect(&e->ep);

@@ -1,5 +1,5 @@
 /*
- * The authentication handshake (common/auth.c).  The first byte picks:
+ * The authentication handshake (protocol/auth.c).  The first byte picks:
  *   0: the AM's side fed the peer's messages (JSON texts, one a line):
  *      hello, then auth, then anything; a proof the input makes up must
  *      never be accepted;
@@ -10,8 +10,8 @@
  */
 #include "tests/fuzz/fuzz.h"
 
-#include "common/auth.h"
-#include "common/ctl.h"
+#include "protocol/auth.h"
+#include "protocol/ctl.h"
 
 static shp_auth_key_t key, other;
 

@@ -1,5 +1,5 @@
 /*
- * Configuration input (common/config.c): an INI file (through inih), the
+ * Configuration input (core/config.c): an INI file (through inih), the
  * environment, or a command line, into a table with one option of every
  * type.  The first byte picks the source; the rest is the file, or lines
  * that are variables / arguments.  Whatever loads must dump to text that

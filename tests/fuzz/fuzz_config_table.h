@@ -3,8 +3,8 @@
 #ifndef SHP_TESTS_FUZZ_CONFIG_TABLE_H
 #define SHP_TESTS_FUZZ_CONFIG_TABLE_H
 
-#include "common/config.h"
-#include "common/log.h"
+#include "core/config.h"
+#include "core/log.h"
 
 #include <stddef.h>
 

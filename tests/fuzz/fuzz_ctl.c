@@ -2,7 +2,7 @@
  * Control frames and their JSON bodies: what every daemon and sharpctl
  * decode from a peer.  Two modes, chosen by the first byte:
  *   even: a byte stream cut into frames with shp_ctl_frame_len (as
- *         common/conn.c does), each decoded with shp_ctl_decode; every
+ *         core/conn.c does), each decoded with shp_ctl_decode; every
  *         member of a decoded message goes through the typed getters, and
  *         the message is encoded again and must decode to an equal object;
  *   odd:  the bytes are what a daemon answers sharpctl: shp_ctl_call_fd
@@ -10,7 +10,7 @@
  */
 #include "tests/fuzz/fuzz.h"
 
-#include "common/ctl.h"
+#include "protocol/ctl.h"
 
 #include <sys/socket.h>
 #include <unistd.h>

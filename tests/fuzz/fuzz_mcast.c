@@ -10,7 +10,7 @@
  */
 #include "tests/fuzz/fuzz.h"
 
-#include "common/wire.h"
+#include "protocol/wire.h"
 
 static const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN] = {
     0x5a, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa,

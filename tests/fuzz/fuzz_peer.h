@@ -11,7 +11,7 @@
 
 #include "tests/fuzz/fuzz.h"
 
-#include "common/ctl.h"
+#include "protocol/ctl.h"
 
 #include <errno.h>
 #include <ev.h>

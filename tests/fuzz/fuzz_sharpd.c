@@ -4,7 +4,7 @@
  * its socket, the AM connection coming up (registered, or still to prove
  * the secret), messages from both sides, hang-ups, and the AM answering the
  * requests sharpd relays.  The daemon's ends are socketpairs handed to its
- * own accept callback and connection, so messages go through common/conn.c
+ * own accept callback and connection, so messages go through core/conn.c
  * into the handlers it runs for a socket.  Checks: every frame it sends
  * decodes; it never takes the AM as registered before the AM proved the
  * cluster secret (the input cannot forge that proof).  Operations:

@@ -7,8 +7,8 @@
  */
 #include "tests/fuzz/fuzz.h"
 
-#include "am/topo.h"
-#include "am/trees.h"
+#include "topology/topo.h"
+#include "topology/trees.h"
 
 static void check_tree(const shp_topo_t *t, const shp_tree_t *tr)
 {

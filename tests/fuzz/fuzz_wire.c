@@ -8,7 +8,7 @@
  */
 #include "tests/fuzz/fuzz.h"
 
-#include "common/wire.h"
+#include "protocol/wire.h"
 
 static int hdr_equal(const shp_wire_hdr_t *a, const shp_wire_hdr_t *b)
 {

@@ -10,10 +10,10 @@
 #include "tests/fuzz/fuzz.h"
 #include "tests/fuzz/fuzz_config_table.h"
 
-#include "am/topo.h"
-#include "common/auth.h"
-#include "common/ctl.h"
-#include "common/wire.h"
+#include "topology/topo.h"
+#include "protocol/auth.h"
+#include "protocol/ctl.h"
+#include "protocol/wire.h"
 
 #include <errno.h>
 #include <sys/stat.h>

@@ -24,7 +24,8 @@ FUZZ_SEEDS_STAMP := $(FUZZ_O)/seeds/.stamp
 fuzz_obj = $(patsubst %.c,$(FUZZ_OBJDIR)/%.o,$(1))
 FUZZ_COMMON_OBJS := $(call fuzz_obj,$(COMMON_SRCS))
 # (the metrics endpoint is started by sharp_am's main only: not linked)
-FUZZ_AM_OBJS := $(call fuzz_obj,$(filter-out am/metrics.c,$(AM_LIB_SRCS)))
+FUZZ_AM_OBJS := $(call fuzz_obj,$(filter-out am/metrics.c,$(AM_LIB_SRCS)) \
+	$(TOPO_LIB_SRCS))
 FUZZ_AN_OBJS := $(call fuzz_obj,an/an.c an/an_ctl.c)
 FUZZ_LDLIBS = $(COMMON_LDLIBS)
 
@@ -84,10 +85,10 @@ $(FUZZ_GEN): $(FUZZ_OBJDIR)/tests/fuzz/gen_seeds.o $(FUZZ_AM_OBJS) \
 	@$(if $(Q),echo "  FUZZLD  $@")
 	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -o $@ $^ $(FUZZ_LDLIBS)
 
-$(FUZZ_SEEDS_STAMP): $(FUZZ_GEN) $(wildcard examples/*.ibnd tests/topo/data/*.ibnd)
+$(FUZZ_SEEDS_STAMP): $(FUZZ_GEN) $(wildcard examples/*.ibnd tests/topology/data/*.ibnd)
 	$(Q)rm -rf $(FUZZ_O)/seeds && mkdir -p $(FUZZ_O)/seeds
 	$(Q)$(FUZZ_GEN) $(FUZZ_O)/seeds
-	$(Q)for f in examples/*.ibnd tests/topo/data/*.ibnd; do \
+	$(Q)for f in examples/*.ibnd tests/topology/data/*.ibnd; do \
 	    cp "$$f" "$(FUZZ_O)/seeds/topo/$$(echo "$$f" | tr / -)"; done
 	$(Q)touch $@
 

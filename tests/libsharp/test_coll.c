@@ -9,13 +9,13 @@
  * chosen so that every order of folding gives the same bits, except in the
  * repeatability test, which compares members and runs with each other).
  */
-#include "tests/unit/test_util.h"
+#include "tests/support/test_util.h"
 
 #include <sharp/api/sharp.h>
 
-#include "common/reduce.h"
-#include "common/wire.h"
-#include "tests/coll/oob_hub.h"
+#include "reduce/reduce.h"
+#include "protocol/wire.h"
+#include "tests/support/oob_hub.h"
 
 #include <arpa/inet.h>
 #include <grp.h>

@@ -7,20 +7,20 @@
  * two members per host, two contributions per member (node-local, through
  * sharp_coll_do_allreduce_exact_n), random arrival delays, one pass and two
  * passes: every member's result must equal, bit for bit, the correctly
- * rounded exact sum computed by MPFR in the member (tests/unit/exact_ref.h),
+ * rounded exact sum computed by MPFR in the member (tests/support/exact_ref.h),
  * so every result is the same.  Then a malformed accumulator at the AN, and
  * the group's exact operations in `sharpctl groups`.
  *
  * Fabrics on 127.26.x.y (SHARP_TEST_NET), one at a time.
  */
-#include "tests/unit/test_util.h"
+#include "tests/support/test_util.h"
 
 #include <sharp/api/sharp.h>
 
-#include "common/reduce.h"
-#include "common/wire.h"
-#include "tests/coll/oob_hub.h"
-#include "tests/unit/exact_ref.h"
+#include "reduce/reduce.h"
+#include "protocol/wire.h"
+#include "tests/support/oob_hub.h"
+#include "tests/support/exact_ref.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -419,7 +419,7 @@ int main(int argc, char **argv)
         return 1;
     }
     self[n] = '\0';
-    /* build/tests/coll/test_exact_coll -> build/bin */
+    /* build/tests/libsharp/test_exact_coll -> build/bin */
     *strrchr(self, '/') = '\0';
     snprintf(bindir, sizeof(bindir), "%s/../../bin", self);
     snprintf(dir, sizeof(dir), "/tmp/sharp-test-exact-%d", (int)getpid());

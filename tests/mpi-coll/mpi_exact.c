@@ -1,6 +1,6 @@
 /*
  * An application allreducing random doubles and floats (MPI_SUM), run by
- * tests/mpi/test_exact_mpi.sh under libsharp_mpi on different placements
+ * tests/mpi-coll/test_exact_mpi.sh under libsharp_mpi on different placements
  * (8 ranks on 8 hosts, 8 ranks on 4 hosts x 2).  It prints one line per
  * type with a hash of the result's bits, which the script compares between
  * placements; with --check, rank 0 also gathers every rank's data (plain

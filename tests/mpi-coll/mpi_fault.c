@@ -1,7 +1,7 @@
 /*
  * mpi_fault: a stream of mixed collectives on several communicators, every
  * result checked against a reference computed here, for the fault tests
- * of libsharp_mpi (tests/mpi/test_fault.sh): a daemon of the fabric is
+ * of libsharp_mpi (tests/mpi-coll/test_fault.sh): a daemon of the fabric is
  * killed while it runs, and the job must finish with every result right.
  * It knows nothing of sharp.
  *

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Exact sums under MPI: an application allreducing random doubles and
-# floats (tests/mpi/mpi_exact.c, Open MPI, libsharp_mpi preloaded) on 8
+# floats (tests/mpi-coll/mpi_exact.c, Open MPI, libsharp_mpi preloaded) on 8
 # ranks over 8 hosts and on 8 ranks over 4 hosts x 2 (node-local
 # aggregation on and off).  With SHARP_MPI_REPRODUCIBLE=1 every placement
 # gives the same bits, equal to the correctly rounded sum (MPFR); without
@@ -15,7 +15,7 @@ if [ "${SAN:-0}" = 1 ]; then
         "run without SAN=1"
     exit 77
 fi
-PROG="$O/tests/mpi/mpi_exact_ompi"
+PROG="$O/tests/mpi-coll/mpi_exact_ompi"
 [ -x "$PROG" ] || { echo "missing $PROG"; exit 1; }
 DIR=$(mktemp -d /tmp/sharp-test-exact-mpi.XXXXXX)
 cleanup() {

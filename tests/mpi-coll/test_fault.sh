@@ -2,7 +2,7 @@
 # libsharp_mpi survives a failed fabric (SHARP_MPI_ON_FAULT=fallback, the
 # default; docs/mpi.md, failure protocol): a stream of 10k mixed
 # allreduce/reduce/bcast/barrier calls on four communicators
-# (tests/mpi/mpi_fault.c, every result checked) while a daemon is killed
+# (tests/mpi-coll/mpi_fault.c, every result checked) while a daemon is killed
 # with SIGKILL: a leaf AN, the top ANs, a member's sharpd, the manager
 # (restarted), a leaf AN between collectives, the top ANs during
 # MPI_Finalize; Open MPI 8 ranks (one and two per host), MPICH. Each job
@@ -72,14 +72,14 @@ job() {
             -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
             -x SHARP_COLL_LOG_LEVEL=1 -x SHARP_FABRIC_DIR="$FAB" \
             ${EXTRA:+-x "$EXTRA"} \
-            "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_fault_ompi" "$@" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_fault_ompi" "$@" \
             >"$out" 2>&1 &
     else
         timeout 150 mpiexec.mpich -n "$np" -genv LD_LIBRARY_PATH "$LIB" \
             -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_COLL_LOG_LEVEL 1 \
             -genv SHARP_FABRIC_DIR "$FAB" \
-            "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_fault_mpich" "$@" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_fault_mpich" "$@" \
             >"$out" 2>&1 &
     fi
     jobpid=$!
@@ -156,7 +156,7 @@ mid "leaf AN killed, 2 ranks per host (Open MPI, 8 ranks, 4 hosts)" ompi 8 \
 mid "top ANs killed (MPICH, 2 ranks)" mpich 2 "$DIR/ft8.ibnd" 127.33 \
     'kill -9 $(pid_of an spine)'
 
-# non-blocking operations in flight (tests/mpi/mpi_stress.c: 16 at once on
+# non-blocking operations in flight (tests/mpi-coll/mpi_stress.c: 16 at once on
 # four communicators, mixed with MPI's own) when the leaf AN of the first
 # hosts is killed: the job goes on, every result right, the failed
 # operations and the later ones on those communicators redone on MPI (or
@@ -171,14 +171,14 @@ nbmid() { # NAME MPI NP NET
         timeout 150 "${OMPI[@]}" -np "$np" -x LD_LIBRARY_PATH="$LIB" \
             -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
             -x SHARP_COLL_LOG_LEVEL=1 -x SHARP_FABRIC_DIR="$FAB" \
-            "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_stress_ompi" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stress_ompi" \
             "${args[@]}" >"$out" 2>&1 &
     else
         timeout 150 mpiexec.mpich -n "$np" -genv LD_LIBRARY_PATH "$LIB" \
             -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_COLL_LOG_LEVEL 1 \
             -genv SHARP_FABRIC_DIR "$FAB" \
-            "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_stress_mpich" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stress_mpich" \
             "${args[@]}" >"$out" 2>&1 &
     fi
     jobpid=$!
@@ -254,7 +254,7 @@ up "$DIR/ft8.ibnd" 127.33
 timeout 150 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" \
     -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
     -x SHARP_MPI_ON_FAULT=abort -x SHARP_FABRIC_DIR="$FAB" \
-    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_check_ompi" >"$DIR/check.out" 2>&1
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_check_ompi" >"$DIR/check.out" 2>&1
 rc=$?
 read -r o f < <(counts "$DIR/check.out")
 if [ $rc = 0 ] && grep -q "every check passed" "$DIR/check.out" && [ "$o" -gt 1000 ]; then

@@ -4,7 +4,7 @@
 # 8 hosts; mpi_check (references of its own), mpi_types (every named
 # datatype, each call against PMPI) and mpi_nb (non-blocking and persistent
 # collectives against PMPI); plain-MPI fallback without sharpd (killed
-# daemons: tests/mpi/test_fault.sh).  MPICH (4.0.2 on UCX) busy-polls while
+# daemons: tests/mpi-coll/test_fault.sh).  MPICH (4.0.2 on UCX) busy-polls while
 # waiting: it runs 8 ranks with libsharp_yield preloaded too (it sleeps
 # after 64 empty polls), else the waiting ranks starve the daemons and the
 # other ranks on 2 cores.
@@ -95,7 +95,7 @@ fi
 # be left at the manager), MPICH 8 ranks
 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
-    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_check_ompi" --hold "$DIR/hold" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_check_ompi" --hold "$DIR/hold" \
     >"$DIR/check.out" 2>&1 &
 job=$!
 for _ in $(seq 600); do [ -e "$DIR/hold" ] && break; sleep 0.1; done
@@ -113,7 +113,7 @@ fi
 t0=$SECONDS
 "${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
-    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_check_mpich" >"$DIR/check-mpich.out" 2>&1
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_check_mpich" >"$DIR/check-mpich.out" 2>&1
 rc=$?
 n=$(offloaded MPI_Allreduce "$DIR/check-mpich.out")
 if [ $rc -eq 0 ] && grep -q "every check passed" "$DIR/check-mpich.out" && [ "${n:-0}" -gt 500 ]; then
@@ -125,12 +125,12 @@ fi
 # 2c. every named datatype x allreduce/reduce/bcast/barrier x counts 0 to
 # one past a fragment x in place or not x every root, and bcasts with
 # different types of one signature on different ranks, each call compared
-# with the same call through PMPI (tests/mpi/mpi_types.c): Open MPI and
+# with the same call through PMPI (tests/mpi-coll/mpi_types.c): Open MPI and
 # MPICH, 8 ranks each
 t0=$SECONDS
 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
-    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_types_ompi" >"$DIR/types.out" 2>&1
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_types_ompi" >"$DIR/types.out" 2>&1
 why=$(types_verdict $? "$DIR/types.out")
 if [ -z "$why" ]; then
     ok "Open MPI mpi_types, 8 ranks: $(grep -o '[0-9]* named types, [0-9]* comparisons' "$DIR/types.out") match PMPI, offloaded exactly as expected ($(grep -c 'PMPI defect' "$DIR/types.out") defects of Open MPI's own found; $((SECONDS - t0)) s)"
@@ -140,7 +140,7 @@ fi
 t0=$SECONDS
 "${MPICH[@]/120/240}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
-    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_types_mpich" >"$DIR/types-mpich.out" 2>&1
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_types_mpich" >"$DIR/types-mpich.out" 2>&1
 why=$(types_verdict $? "$DIR/types-mpich.out")
 if [ -z "$why" ]; then
     ok "MPICH mpi_types, 8 ranks: $(grep -o '[0-9]* named types, [0-9]* comparisons' "$DIR/types-mpich.out") match PMPI, offloaded exactly as expected ($(grep -c 'PMPI defect' "$DIR/types-mpich.out") defects of MPICH's own found; $((SECONDS - t0)) s)"
@@ -148,7 +148,7 @@ else
     bad "MPICH mpi_types ($why)"; grep -v "PMPI defect" "$DIR/types-mpich.out" | tail -30
 fi
 
-# 2c'. non-blocking and persistent collectives (tests/mpi/mpi_nb.c): several
+# 2c'. non-blocking and persistent collectives (tests/mpi-coll/mpi_nb.c): several
 # in flight on three communicators, completed in each rank's own order by
 # every MPI_Wait*/MPI_Test* form, each result against PMPI, offloaded
 # exactly as expected (with --ppn 2, communicators with one member per node
@@ -169,7 +169,7 @@ nb_verdict() { # RC OUT
 t0=$SECONDS
 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
-    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_nb_ompi" >"$DIR/nb.out" 2>&1
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_ompi" >"$DIR/nb.out" 2>&1
 why=$(nb_verdict $? "$DIR/nb.out")
 if [ -z "$why" ]; then
     ok "Open MPI mpi_nb, 8 ranks: $(grep -o '[0-9]* comparisons' "$DIR/nb.out") of non-blocking and persistent collectives match PMPI, offloaded exactly as expected ($((SECONDS - t0)) s)"
@@ -180,7 +180,7 @@ fi
 t0=$SECONDS
 "${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
-    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_nb_mpich" >"$DIR/nb-mpich.out" 2>&1
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_mpich" >"$DIR/nb-mpich.out" 2>&1
 why=$(nb_verdict $? "$DIR/nb-mpich.out")
 if [ -z "$why" ]; then
     ok "MPICH mpi_nb, 8 ranks: $(grep -o '[0-9]* comparisons' "$DIR/nb-mpich.out") of non-blocking and persistent collectives match PMPI, offloaded exactly as expected ($((SECONDS - t0)) s)"
@@ -194,7 +194,7 @@ fi
 for aggr in 1 0; do
     "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
         -x SHARP_MPI_VERBOSE=2 -x SHARP_MPI_NODE_AGGR=$aggr -x SHARP_FABRIC_DIR="$DIR/fabric4" \
-        "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_check_ompi" >"$DIR/ppn2.out" 2>&1
+        "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_check_ompi" >"$DIR/ppn2.out" 2>&1
     rc=$?
     n=$(offloaded MPI_Allreduce "$DIR/ppn2.out")
     pernode=$(grep -c "one member per node" "$DIR/ppn2.out")
@@ -210,7 +210,7 @@ done
 t0=$SECONDS
 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
-    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_types_ompi" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_types_ompi" \
     --only MPI_INT,MPI_UINT8_T,MPI_DOUBLE,MPI_C_DOUBLE_COMPLEX,MPI_C_BOOL,MPI_SHORT_INT,MPI_DOUBLE_INT,MPI_LONG_DOUBLE,mixed,derived \
     >"$DIR/types-ppn2.out" 2>&1
 why=$(types_verdict $? "$DIR/types-ppn2.out")
@@ -222,7 +222,7 @@ fi
 # non-blocking ones with one member per node: PMPI on every rank alike
 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
-    "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_nb_ompi" --ppn 2 >"$DIR/nb-ppn2.out" 2>&1
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_ompi" --ppn 2 >"$DIR/nb-ppn2.out" 2>&1
 why=$(nb_verdict $? "$DIR/nb-ppn2.out")
 if [ -z "$why" ]; then
     ok "ppn 2 mpi_nb: $(grep -o '[0-9]* comparisons' "$DIR/nb-ppn2.out") match PMPI, offloaded exactly as expected (communicators with one member per node: PMPI)"

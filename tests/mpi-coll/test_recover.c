@@ -11,8 +11,8 @@
  * protocol's.
  */
 #include "mpi-coll/recover.h"
-#include "common/time.h"
-#include "tests/unit/test_util.h"
+#include "core/time.h"
+#include "tests/support/test_util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

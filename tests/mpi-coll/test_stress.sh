@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Non-blocking collectives under stress (tests/mpi/mpi_stress.c): four
+# Non-blocking collectives under stress (tests/mpi-coll/mpi_stress.c): four
 # duplicates of the world, 16 operations in flight, offloaded ones
 # (MPI_Iallreduce, _Ireduce, _Ibcast, _Ibarrier, persistent allreduces)
 # mixed with ones MPI runs (MPI_Igather, _Iscan, _Ialltoall,
@@ -63,13 +63,13 @@ stress() {
             --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np "$np" \
             -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
             -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$fab" \
-            "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_stress_ompi" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stress_ompi" \
             --seed "$seed" --seeds "$n" --ops "$OPS" "$@" >"$out" 2>&1
     else
         timeout 100 mpiexec.mpich -n "$np" -genv LD_LIBRARY_PATH "$LIB" \
             -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$fab" \
-            "$BIN/sharp-fabric" rank -- "$O/tests/mpi/mpi_stress_mpich" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stress_mpich" \
             --seed "$seed" --seeds "$n" --ops "$OPS" "$@" >"$out" 2>&1
     fi
     local rc=$?

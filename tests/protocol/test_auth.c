@@ -1,9 +1,9 @@
 /* Cluster-secret authentication: key files, the handshake, and every way it
  * must refuse. */
-#include "../test_util.h"
+#include "tests/support/test_util.h"
 
-#include "common/auth.h"
-#include "common/ctl.h"
+#include "protocol/auth.h"
+#include "protocol/ctl.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>

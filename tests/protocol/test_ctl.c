@@ -1,8 +1,8 @@
 /* Control-plane codec: frames byte by byte, and every malformed input is
  * refused with a status. */
-#include "../test_util.h"
+#include "tests/support/test_util.h"
 
-#include "common/ctl.h"
+#include "protocol/ctl.h"
 
 #include <errno.h>
 #include <stdlib.h>

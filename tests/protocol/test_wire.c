@@ -1,8 +1,8 @@
 /* Wire format: byte-by-byte packing, round trips, and every rejection of
  * the validator. */
-#include "../test_util.h"
+#include "tests/support/test_util.h"
 
-#include "common/wire.h"
+#include "protocol/wire.h"
 
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
 /*
- * Exact-mode arithmetic (common/exact.h) against an independent reference:
+ * Exact-mode arithmetic (reduce/exact.h) against an independent reference:
  * MPFR sums the same values exactly (4400 bits hold any sum of these
  * types), then rounds once to the target precision in the target's
  * exponent range (mpfr_check_range + mpfr_subnormalize: IEEE round to
@@ -10,10 +10,10 @@
  * reference, whatever the partition into members, the order and the
  * window (agreed or full).
  */
-#include "tests/unit/test_util.h"
+#include "tests/support/test_util.h"
 
-#include "common/exact.h"
-#include "tests/unit/exact_ref.h"
+#include "reduce/exact.h"
+#include "tests/support/exact_ref.h"
 
 #include <stdlib.h>
 

@@ -5,9 +5,9 @@
  * this CPU runs, odd lengths, unaligned buffers, in place; plus the
  * documented NaN / -0.0 / infinity / tie rules and fixed-order determinism.
  */
-#include "../test_util.h"
+#include "tests/support/test_util.h"
 
-#include "common/reduce.h"
+#include "reduce/reduce.h"
 
 #include <float.h>
 #include <math.h>

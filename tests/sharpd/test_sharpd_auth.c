@@ -4,7 +4,7 @@
 #include "sharpd/sharpd.c"
 #undef main
 
-#include "../test_util.h"
+#include "tests/support/test_util.h"
 
 #include <sys/socket.h>
 

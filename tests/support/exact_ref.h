@@ -1,7 +1,7 @@
 /*
  * The exact-mode tests' reference (test_exact, test_exact_coll): values of
  * f64, f32, f16 and bf16 as bits, and their correctly rounded sum computed
- * independently of common/exact.c: MPFR adds them exactly (4400 bits hold
+ * independently of reduce/exact.c: MPFR adds them exactly (4400 bits hold
  * any sum of these types), then rounds once to the type's precision in its
  * exponent range (mpfr_check_range + mpfr_subnormalize: IEEE 754 round to
  * nearest-even, subnormals included).  Needs cmocka's headers first.
@@ -9,7 +9,7 @@
 #ifndef SHP_TESTS_EXACT_REF_H
 #define SHP_TESTS_EXACT_REF_H
 
-#include "common/reduce.h"
+#include "reduce/reduce.h"
 
 #include <math.h>
 #include <mpfr.h>

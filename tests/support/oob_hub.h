@@ -10,7 +10,7 @@
 #ifndef SHP_TEST_OOB_HUB_H
 #define SHP_TEST_OOB_HUB_H
 
-#include "common/net.h"
+#include "core/net.h"
 
 #include <errno.h>
 #include <poll.h>

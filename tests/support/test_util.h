@@ -14,8 +14,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "common/log.h"
-#include "common/time.h"
+#include "core/log.h"
+#include "core/time.h"
 
 /* Every warning or error a test logs is counted here; a test that does not
  * expect any asserts the count stays 0 (see test_log_expect_none()). */

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Regenerate the ibnetdiscover captures in tests/topo/data from the ibsim net
+# Regenerate the ibnetdiscover captures in tests/topology/data from the ibsim net
 # files (run by developers when a fabric is added; the captures are kept).
-#   bash tests/topo/capture.sh BUILD_DIR
+#   bash tests/topology/capture.sh BUILD_DIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 topo=${1:-build}/bin/sharp-topo

@@ -1,15 +1,15 @@
-/* Topology: ibnetdiscover captures from ibsim fabrics (tests/topo/data),
+/* Topology: ibnetdiscover captures from ibsim fabrics (tests/topology/data),
  * malformed files with line numbers, the fat-tree generator, round trips. */
-#include "../test_util.h"
+#include "tests/support/test_util.h"
 
-#include "am/topo.h"
+#include "topology/topo.h"
 
 #include <stdlib.h>
 
 static const char *data_dir(void)
 {
     const char *d = getenv("SHARP_TOPO_DATA");
-    return d ? d : "tests/topo/data";
+    return d ? d : "tests/topology/data";
 }
 
 static shp_topo_t *load_capture(const char *name)

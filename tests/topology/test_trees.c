@@ -1,8 +1,8 @@
 /* Tree building and group plans on small hand-checked fabrics. */
-#include "../test_util.h"
+#include "tests/support/test_util.h"
 
-#include "am/topo.h"
-#include "am/trees.h"
+#include "topology/topo.h"
+#include "topology/trees.h"
 
 #include <stdlib.h>
 
@@ -50,7 +50,7 @@ static shp_topo_t *capture(const char *name)
 {
     char path[512], err[512];
     const char *d = getenv("SHARP_TOPO_DATA");
-    snprintf(path, sizeof(path), "%s/%s", d ? d : "tests/topo/data", name);
+    snprintf(path, sizeof(path), "%s/%s", d ? d : "tests/topology/data", name);
     shp_topo_t *t;
     if (shp_topo_load(path, &t, err, sizeof(err)) != SHP_OK)
         fail_msg("%s", err);

@@ -3,12 +3,12 @@
  * (within a process, across processes that sleep or spin, a peer killed, a
  * listener woken by the last of several processes' contributions only, a
  * hand-made peer's bad segment and records), stubs. */
-#include "../test_util.h"
+#include "tests/support/test_util.h"
 
-#include "common/net.h"
-#include "common/time.h"
-#include "common/tp_shm.h"
-#include "common/transport.h"
+#include "core/net.h"
+#include "core/time.h"
+#include "transport/shm/shm.h"
+#include "transport/transport.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

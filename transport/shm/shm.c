@@ -45,11 +45,11 @@
  * shp_tp_deliver() (shp_wire_validate), and anything wrong closes the
  * connection and counts in stats.malformed.
  */
-#include "common/log.h"
-#include "common/net.h"
-#include "common/time.h"
-#include "common/tp_shm.h"
-#include "common/transport.h"
+#include "core/log.h"
+#include "core/net.h"
+#include "core/time.h"
+#include "transport/shm/shm.h"
+#include "transport/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /*
  * The shm transport's shared segment: what both processes of a connection
- * read and write (common/tp_shm.c says how it is used).  Kept in a header
+ * read and write (transport/shm/shm.c says how it is used).  Kept in a header
  * of its own so that tests can build a peer by hand.
  */
 #ifndef SHP_COMMON_TP_SHM_H

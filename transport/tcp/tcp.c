@@ -1,8 +1,8 @@
 /* The tcp transport: reliable, ordered connections, framed by wire headers,
  * on shp_conn (batched reads, write queue flushed before the loop sleeps). */
-#include "common/conn.h"
-#include "common/log.h"
-#include "common/transport.h"
+#include "core/conn.h"
+#include "core/log.h"
+#include "transport/transport.h"
 
 #include <stddef.h>
 #include <stdlib.h>

@@ -5,9 +5,9 @@
  * through 127.x with IP_MULTICAST_LOOP) and across network namespaces.
  * For tests, tp->mcast_drop drops that fraction of received datagrams.
  */
-#include "common/log.h"
-#include "common/net.h"
-#include "common/transport.h"
+#include "core/log.h"
+#include "core/net.h"
+#include "transport/transport.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -31,10 +31,10 @@
  * waits are long at best.  A multicast message must fit
  * the path MTU (SHP_ERR_TOO_LARGE otherwise); datagrams have no credits.
  */
-#include "common/log.h"
-#include "common/net.h"
-#include "common/time.h"
-#include "common/transport.h"
+#include "core/log.h"
+#include "core/net.h"
+#include "core/time.h"
+#include "transport/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>

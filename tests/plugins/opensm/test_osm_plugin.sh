@@ -5,7 +5,7 @@
 # sharp_am told through its admin socket must load it.
 set -u
 O=${O:-build}
-HERE=$(cd "$(dirname "$0")" && pwd)
+HERE=$(cd "$(dirname "$0")/../../topology" && pwd)
 BIN=$(cd "$O/bin" && pwd)
 LIB=$(cd "$O/lib" && pwd)
 . "$HERE/ibsim.sh"

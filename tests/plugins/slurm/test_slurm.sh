@@ -18,7 +18,7 @@ set -u
 O=${O:-build}
 BIN=$(cd "$O/bin" && pwd)
 LIB=$(cd "$O/lib" && pwd)
-RANK=$(cd "$O/tests/slurm" && pwd)/slurm_rank
+RANK=$(cd "$O/tests/plugins/slurm" && pwd)/slurm_rank
 for p in munged slurmctld slurmd srun sbatch scancel squeue scontrol; do
     command -v "$p" >/dev/null || { echo "skip: $p not installed (make deps)"; exit 77; }
 done

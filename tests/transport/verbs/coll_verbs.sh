@@ -1,5 +1,5 @@
 #!/bin/sh
-# Inside the soft-RoCE guest (tests/verbs/rxe-run.sh): libsharp_coll over a
+# Inside the soft-RoCE guest (tests/transport/verbs/rxe-run.sh): libsharp_coll over a
 # fabric whose aggregation nodes speak verbs.  Every daemon of the fabric
 # gets its address (169.254.x.y) on dummy0, the interface rxe0 is bound to;
 # the ANs run with SHARP_AN_TRANSPORT=verbs, so members reach their leaf
@@ -17,9 +17,9 @@ done
 # Twice: results over RC, then by UD multicast only (SHARP_AM_DIST=mcast;
 # the members' statistics must show results that came by multicast, not
 # only ones recovered over RC, and no failed request).  The guest's /tmp goes with it: the
-# fabric's logs are kept in $O/tests/verbs/coll-logs.
-logs="$O/tests/verbs/coll-logs"
-out="$O/tests/verbs/coll-out"
+# fabric's logs are kept in $O/tests/transport/verbs/coll-logs.
+logs="$O/tests/transport/verbs/coll-logs"
+out="$O/tests/transport/verbs/coll-out"
 rm -rf "$logs"
 mkdir -p "$logs"
 for dist in rc mcast; do
@@ -27,7 +27,7 @@ for dist in rc mcast; do
     KEEP_LOGS=1 SHARP_AN_TRANSPORT=verbs SHARP_AM_DIST=$dist \
         SHARP_TEST_NET=169.254 SHARP_TEST_DUMP_STATS=1 \
         SHARP_TEST_ONLY=${SHARP_TEST_ONLY:-test_repeatable} \
-        "$O/tests/coll/test_coll" >"$out" 2>&1 || rc=$?
+        "$O/tests/libsharp/test_coll" >"$out" 2>&1 || rc=$?
     grep -v '^\[20' "$out" || true
     cp -r /tmp/sharp-test-coll.*/logs/. "$logs/" 2>/dev/null || true
     rm -rf /tmp/sharp-test-coll.*

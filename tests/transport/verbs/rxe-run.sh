@@ -19,7 +19,7 @@ set -uo pipefail
 
 CACHE=${SHARP_RXE_CACHE:-/var/tmp/sharp-rxe}
 TIMEOUT=${SHARP_RXE_TIMEOUT:-900}
-RW=${SHARP_RXE_RW:-$(cd "$(dirname "$0")/../.." && pwd -P)}
+RW=${SHARP_RXE_RW:-$(cd "$(dirname "$0")/../../.." && pwd -P)}
 IP=169.254.77.1
 
 skip() {

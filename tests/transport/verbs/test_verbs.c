@@ -1,6 +1,6 @@
 /*
  * The verbs transport against a real (soft-RoCE) device: run inside the
- * rxe guest (tests/verbs/rxe-run.sh), exit 77 where there is no RDMA device.
+ * rxe guest (tests/transport/verbs/rxe-run.sh), exit 77 where there is no RDMA device.
  *
  *   rc          connect to a listener on SHARP_RXE_IP, 3000 messages each
  *               way with payloads of 0 to 16 KiB (more than the send and
@@ -18,10 +18,10 @@
  *               the guest loops them back); one above the path MTU refused
  *   close       the client closes: the server side learns, exactly once
  */
-#include "common/log.h"
-#include "common/net.h"
-#include "common/time.h"
-#include "common/transport.h"
+#include "core/log.h"
+#include "core/net.h"
+#include "core/time.h"
+#include "transport/transport.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -239,7 +239,7 @@ int main(void)
     struct ibv_device **devs = ibv_get_device_list(&ndev);
     if (devs == NULL || ndev == 0 || ip == NULL) {
         printf(
-            "skip: no RDMA device here (run it in tests/verbs/rxe-run.sh)\n");
+            "skip: no RDMA device here (run it in tests/transport/verbs/rxe-run.sh)\n");
         return 77;
     }
     ibv_free_device_list(devs);

@@ -6,6 +6,6 @@
 # (77) with the reason where no guest can be had.
 O=${O:-build}
 HERE=$(cd "$(dirname "$0")" && pwd)
-exec "$HERE/rxe-run.sh" sh -c "$O/tests/verbs/test_verbs && \
+exec "$HERE/rxe-run.sh" sh -c "$O/tests/transport/verbs/test_verbs && \
 SHARP_TEST_TRANSPORT=verbs SHARP_TEST_IP=\$SHARP_RXE_IP $O/tests/an/test_an_tree && \
 O=$O $HERE/coll_verbs.sh"
