@@ -238,8 +238,8 @@ int main(void)
     int ndev = 0;
     struct ibv_device **devs = ibv_get_device_list(&ndev);
     if (devs == NULL || ndev == 0 || ip == NULL) {
-        printf(
-            "skip: no RDMA device here (run it in tests/transport/verbs/rxe-run.sh)\n");
+        printf("skip: no RDMA device here (run it in "
+               "tests/transport/verbs/rxe-run.sh)\n");
         return 77;
     }
     ibv_free_device_list(devs);
