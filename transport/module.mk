@@ -4,6 +4,7 @@
 
 COMMON_SRCS += \
 	transport/transport.c \
+	transport/registry.c \
 	transport/tcp/tcp.c \
 	transport/udp/udp.c \
 	transport/verbs/verbs.c \

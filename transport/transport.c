@@ -1,30 +1,14 @@
-/* Transport registry, shared delivery, and the stubs of unsupported slots. */
+/* What every transport provider shares: set-up and clean-up of a transport
+ * around its ops table, the delivery of a received message (header checked
+ * before any callback sees it), the datagram-drop hook of the tests, and the
+ * stubs that fill the slots a provider does not support.  The providers
+ * (tcp/, udp/, shm/, verbs/) call into this file; the list of providers is
+ * in registry.c, above them all. */
 #include "transport/transport.h"
 
 #include "core/log.h"
 
 #include <string.h>
-
-const shp_tp_ops_t *shp_tp_find(const char *name)
-{
-    static const shp_tp_ops_t *const all[] = {
-        &shp_tp_tcp_ops, &shp_tp_udp_ops, &shp_tp_verbs_ops, &shp_tp_shm_ops};
-    size_t i;
-
-    for (i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-        if (!strcmp(all[i]->name, name)) {
-            return all[i];
-        }
-    }
-    return NULL;
-}
-
-const shp_tp_ops_t *shp_tp_mcast_ops(const shp_tp_ops_t *ops)
-{
-    /* shm: one host, where udp multicast on loopback reaches every member */
-    return ops == &shp_tp_tcp_ops || ops == &shp_tp_shm_ops ? &shp_tp_udp_ops
-                                                            : ops;
-}
 
 shp_status_t shp_tp_init(shp_tp_t *tp, const shp_tp_ops_t *ops,
                          struct ev_loop *loop, uint32_t max_payload,
