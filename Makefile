@@ -5,6 +5,7 @@
 #
 #   make [all]           build everything into $(O) (default: build/)
 #   make check           build and run every test suite
+#   make check-layers    the includes and calls keep to the rooms' layering
 #   make SAN=1 check     the same under AddressSanitizer + UBSan (O=build/san)
 #   make bench-reduce    reduction-engine throughput benchmark
 #   make bench-exact     exact (SHARP_OP_SUM_EXACT) vs normal sums
@@ -168,6 +169,12 @@ all: $(LIBS) $(BINS) $(MANS) $(TESTS) $(TEST_HELPERS) $(BENCHES)
 .PHONY: check
 check: all
 	$(Q)O=$(O) SAN=$(SAN) bash tests/run-tests.sh $(TESTS) $(TEST_SCRIPTS)
+
+# The layering: allowed includes per room, and no circle of calls between
+# the product's files (scripts/check-layers.sh; also one of make check's tests).
+.PHONY: check-layers
+check-layers: all
+	$(Q)bash scripts/check-layers.sh --objects $(OBJDIR)
 
 # Install -------------------------------------------------------------------
 # PREFIX: binaries, libraries, headers, pkg-config, units, docs.

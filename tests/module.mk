@@ -128,3 +128,7 @@ $(filter $(TESTDIR)/an/%,$(UNIT_TESTS)): LDFLAGS += -Wl,--wrap=shp_tp_find \
 
 # The recovery protocol of libsharp_mpi, with forked members (no MPI).
 $(filter $(TESTDIR)/mpi-coll/%,$(UNIT_TESTS)): $(call obj_of,mpi-coll/recover.c)
+
+# The layering (scripts/check-layers.sh): the tree's includes and calls, and
+# the check failing on planted breaches.
+TEST_SCRIPTS += tests/scripts/test_check_layers.sh
