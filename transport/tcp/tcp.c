@@ -12,22 +12,22 @@
 typedef struct {
     shp_tp_ep_t base;
     shp_conn_t conn;
-} shp_tcp_ep_t;
+} tcp_ep_t;
 
 typedef struct {
     shp_listener_t listener;
     int listening;
     shp_tp_accept_cb_t on_accept;
     char listen_addr[64];
-} shp_tcp_priv_t;
+} tcp_priv_t;
 
-#define shp_tcp_ep_of(_conn)                                                   \
-    ((shp_tcp_ep_t *)((char *)(_conn)-offsetof(shp_tcp_ep_t, conn)))
+#define tcp_ep_of(_conn)                                                       \
+    ((tcp_ep_t *)((char *)(_conn)-offsetof(tcp_ep_t, conn)))
 
-static shp_status_t shp_tcp_frame_len(shp_conn_t *conn, const void *buf,
-                                      size_t avail, size_t *len)
+static shp_status_t tcp_frame_len(shp_conn_t *conn, const void *buf,
+                                  size_t avail, size_t *len)
 {
-    shp_tcp_ep_t *ep = shp_tcp_ep_of(conn);
+    tcp_ep_t *ep = tcp_ep_of(conn);
     shp_status_t status;
 
     status = shp_wire_frame_len(buf, avail, ep->base.tp->max_payload, len);
@@ -37,9 +37,9 @@ static shp_status_t shp_tcp_frame_len(shp_conn_t *conn, const void *buf,
     return status;
 }
 
-static void shp_tcp_on_frame(shp_conn_t *conn, const void *frame, size_t len)
+static void tcp_on_frame(shp_conn_t *conn, const void *frame, size_t len)
 {
-    shp_tcp_ep_t *ep = shp_tcp_ep_of(conn);
+    tcp_ep_t *ep = tcp_ep_of(conn);
     shp_status_t status;
 
     status = shp_tp_deliver(&ep->base, frame, len);
@@ -48,18 +48,18 @@ static void shp_tcp_on_frame(shp_conn_t *conn, const void *frame, size_t len)
     }
 }
 
-static void shp_tcp_on_connect(shp_conn_t *conn)
+static void tcp_on_connect(shp_conn_t *conn)
 {
-    shp_tcp_ep_t *ep = shp_tcp_ep_of(conn);
+    tcp_ep_t *ep = tcp_ep_of(conn);
 
     if (ep->base.cbs->on_connect != NULL) {
         ep->base.cbs->on_connect(&ep->base);
     }
 }
 
-static void shp_tcp_on_close(shp_conn_t *conn, shp_status_t reason)
+static void tcp_on_close(shp_conn_t *conn, shp_status_t reason)
 {
-    shp_tcp_ep_t *ep = shp_tcp_ep_of(conn);
+    tcp_ep_t *ep = tcp_ep_of(conn);
 
     if (ep->base.cbs != NULL && ep->base.cbs->on_close != NULL) {
         ep->base.cbs->on_close(&ep->base, reason);
@@ -67,35 +67,35 @@ static void shp_tcp_on_close(shp_conn_t *conn, shp_status_t reason)
     free(ep);
 }
 
-static const shp_conn_ops_t shp_tcp_conn_ops = {
-    .frame_len = shp_tcp_frame_len,
-    .on_frame = shp_tcp_on_frame,
-    .on_connect = shp_tcp_on_connect,
-    .on_close = shp_tcp_on_close,
+static const shp_conn_ops_t tcp_conn_ops = {
+    .frame_len = tcp_frame_len,
+    .on_frame = tcp_on_frame,
+    .on_connect = tcp_on_connect,
+    .on_close = tcp_on_close,
 };
 
-static shp_tcp_ep_t *shp_tcp_ep_new(shp_tp_t *tp)
+static tcp_ep_t *tcp_ep_new(shp_tp_t *tp)
 {
-    shp_tcp_ep_t *ep = calloc(1, sizeof(*ep));
+    tcp_ep_t *ep = calloc(1, sizeof(*ep));
 
     if (ep == NULL) {
         return NULL;
     }
     ep->base.tp = tp;
-    shp_conn_init(&ep->conn, tp->loop, &shp_tcp_conn_ops, ep,
+    shp_conn_init(&ep->conn, tp->loop, &tcp_conn_ops, ep,
                   SHP_WIRE_HDR_LEN + (size_t)tp->max_payload);
     return ep;
 }
 
-static shp_status_t shp_tcp_init(shp_tp_t *tp)
+static shp_status_t tcp_init(shp_tp_t *tp)
 {
-    tp->priv = calloc(1, sizeof(shp_tcp_priv_t));
+    tp->priv = calloc(1, sizeof(tcp_priv_t));
     return tp->priv ? SHP_OK : SHP_ERR_NO_MEMORY;
 }
 
-static void shp_tcp_cleanup(shp_tp_t *tp)
+static void tcp_cleanup(shp_tp_t *tp)
 {
-    shp_tcp_priv_t *priv = tp->priv;
+    tcp_priv_t *priv = tp->priv;
 
     if (priv != NULL && priv->listening) {
         shp_listener_stop(&priv->listener);
@@ -104,12 +104,11 @@ static void shp_tcp_cleanup(shp_tp_t *tp)
     tp->priv = NULL;
 }
 
-static void shp_tcp_accept(shp_listener_t *l, int fd,
-                           const shp_sockaddr_t *peer)
+static void tcp_accept(shp_listener_t *l, int fd, const shp_sockaddr_t *peer)
 {
     shp_tp_t *tp = l->arg;
-    shp_tcp_priv_t *priv = tp->priv;
-    shp_tcp_ep_t *ep = shp_tcp_ep_new(tp);
+    tcp_priv_t *priv = tp->priv;
+    tcp_ep_t *ep = tcp_ep_new(tp);
 
     (void)peer;
     if (ep == NULL || shp_conn_open_fd(&ep->conn, fd) != SHP_OK) {
@@ -125,10 +124,10 @@ static void shp_tcp_accept(shp_listener_t *l, int fd,
     }
 }
 
-static shp_status_t shp_tcp_listen(shp_tp_t *tp, const char *addr,
-                                   shp_tp_accept_cb_t on_accept)
+static shp_status_t tcp_listen(shp_tp_t *tp, const char *addr,
+                               shp_tp_accept_cb_t on_accept)
 {
-    shp_tcp_priv_t *priv = tp->priv;
+    tcp_priv_t *priv = tp->priv;
     shp_sockaddr_t sa;
     shp_status_t status;
 
@@ -136,8 +135,7 @@ static shp_status_t shp_tcp_listen(shp_tp_t *tp, const char *addr,
     if (status != SHP_OK) {
         return status;
     }
-    status =
-        shp_listener_start(&priv->listener, tp->loop, &sa, shp_tcp_accept, tp);
+    status = shp_listener_start(&priv->listener, tp->loop, &sa, tcp_accept, tp);
     if (status != SHP_OK) {
         return status;
     }
@@ -148,19 +146,19 @@ static shp_status_t shp_tcp_listen(shp_tp_t *tp, const char *addr,
     return SHP_OK;
 }
 
-static const char *shp_tcp_listen_addr(shp_tp_t *tp)
+static const char *tcp_listen_addr(shp_tp_t *tp)
 {
-    shp_tcp_priv_t *priv = tp->priv;
+    tcp_priv_t *priv = tp->priv;
 
     return priv->listening ? priv->listen_addr : NULL;
 }
 
-static shp_status_t shp_tcp_connect(shp_tp_t *tp, const char *addr,
-                                    const shp_tp_ep_cbs_t *cbs, void *arg,
-                                    shp_tp_ep_t **ep_out)
+static shp_status_t tcp_connect(shp_tp_t *tp, const char *addr,
+                                const shp_tp_ep_cbs_t *cbs, void *arg,
+                                shp_tp_ep_t **ep_out)
 {
     shp_sockaddr_t sa, local, *bind_addr = NULL;
-    shp_tcp_ep_t *ep;
+    tcp_ep_t *ep;
     shp_status_t status;
 
     status = shp_sockaddr_parse(addr, 0, &sa);
@@ -175,7 +173,7 @@ static shp_status_t shp_tcp_connect(shp_tp_t *tp, const char *addr,
             bind_addr = &local;
         }
     }
-    ep = shp_tcp_ep_new(tp);
+    ep = tcp_ep_new(tp);
     if (ep == NULL) {
         return SHP_ERR_NO_MEMORY;
     }
@@ -191,10 +189,10 @@ static shp_status_t shp_tcp_connect(shp_tp_t *tp, const char *addr,
     return SHP_OK;
 }
 
-static shp_status_t shp_tcp_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
-                                 const void *payload)
+static shp_status_t tcp_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
+                             const void *payload)
 {
-    shp_tcp_ep_t *ep = (shp_tcp_ep_t *)base;
+    tcp_ep_t *ep = (tcp_ep_t *)base;
     uint8_t raw[SHP_WIRE_HDR_LEN];
     shp_status_t status;
 
@@ -208,9 +206,9 @@ static shp_status_t shp_tcp_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
     return status;
 }
 
-static void shp_tcp_close(shp_tp_ep_t *base)
+static void tcp_close(shp_tp_ep_t *base)
 {
-    shp_tcp_ep_t *ep = (shp_tcp_ep_t *)base;
+    tcp_ep_t *ep = (tcp_ep_t *)base;
 
     /* what was queued (a last error, a leave) goes out first, if the
      * socket takes it now */
@@ -220,28 +218,28 @@ static void shp_tcp_close(shp_tp_ep_t *base)
     shp_conn_close(&ep->conn, SHP_ERR_CANCELED);
 }
 
-static shp_status_t shp_tcp_quiet(shp_tp_ep_t *base, int on)
+static shp_status_t tcp_quiet(shp_tp_ep_t *base, int on)
 {
-    return shp_conn_set_quiet(&((shp_tcp_ep_t *)base)->conn, on);
+    return shp_conn_set_quiet(&((tcp_ep_t *)base)->conn, on);
 }
 
-static void shp_tcp_pull(shp_tp_ep_t *base)
+static void tcp_pull(shp_tp_ep_t *base)
 {
-    shp_conn_pull(&((shp_tcp_ep_t *)base)->conn);
+    shp_conn_pull(&((tcp_ep_t *)base)->conn);
 }
 
 const shp_tp_ops_t shp_tp_tcp_ops = {
     .name = "tcp",
-    .init = shp_tcp_init,
-    .cleanup = shp_tcp_cleanup,
-    .listen = shp_tcp_listen,
-    .listen_addr = shp_tcp_listen_addr,
-    .connect = shp_tcp_connect,
-    .send = shp_tcp_send,
-    .close = shp_tcp_close,
+    .init = tcp_init,
+    .cleanup = tcp_cleanup,
+    .listen = tcp_listen,
+    .listen_addr = tcp_listen_addr,
+    .connect = tcp_connect,
+    .send = tcp_send,
+    .close = tcp_close,
     .mcast_join = shp_tp_stub_ep,
     .mcast_sender = shp_tp_stub_ep,
     .dump = shp_tp_stub_dump,
-    .quiet = shp_tcp_quiet,
-    .pull = shp_tcp_pull,
+    .quiet = tcp_quiet,
+    .pull = tcp_pull,
 };

@@ -32,9 +32,9 @@ typedef struct {
     int closing;
     int is_sender;
     uint8_t *buf;
-} shp_udp_ep_t;
+} udp_ep_t;
 
-static shp_status_t shp_udp_init(shp_tp_t *tp)
+static shp_status_t udp_init(shp_tp_t *tp)
 {
     if (tp->max_payload > SHP_UDP_MAX_DGRAM - SHP_WIRE_HDR_LEN) {
         tp->max_payload = SHP_UDP_MAX_DGRAM - SHP_WIRE_HDR_LEN;
@@ -43,7 +43,7 @@ static shp_status_t shp_udp_init(shp_tp_t *tp)
 }
 
 /* "group:port" -> sockaddr_in; the group must be IPv4 multicast. */
-static shp_status_t shp_udp_group(const char *group, struct sockaddr_in *sin)
+static shp_status_t udp_group(const char *group, struct sockaddr_in *sin)
 {
     shp_sockaddr_t sa;
     shp_status_t status = shp_sockaddr_parse(group, 0, &sa);
@@ -61,7 +61,7 @@ static shp_status_t shp_udp_group(const char *group, struct sockaddr_in *sin)
     return SHP_OK;
 }
 
-static struct in_addr shp_udp_local(const shp_tp_t *tp)
+static struct in_addr udp_local(const shp_tp_t *tp)
 {
     struct in_addr a;
 
@@ -71,7 +71,7 @@ static struct in_addr shp_udp_local(const shp_tp_t *tp)
     return a;
 }
 
-static void shp_udp_finish_close(shp_udp_ep_t *ep, shp_status_t reason)
+static void udp_finish_close(udp_ep_t *ep, shp_status_t reason)
 {
     if (ep->base.cbs != NULL && ep->base.cbs->on_close != NULL) {
         ep->base.cbs->on_close(&ep->base, reason);
@@ -80,9 +80,9 @@ static void shp_udp_finish_close(shp_udp_ep_t *ep, shp_status_t reason)
     free(ep);
 }
 
-static void shp_udp_close(shp_tp_ep_t *base)
+static void udp_close(shp_tp_ep_t *base)
 {
-    shp_udp_ep_t *ep = (shp_udp_ep_t *)base;
+    udp_ep_t *ep = (udp_ep_t *)base;
 
     if (ep->closing) {
         return;
@@ -94,13 +94,13 @@ static void shp_udp_close(shp_tp_ep_t *base)
     close(ep->fd);
     ep->fd = -1;
     if (!ep->in_cb) {
-        shp_udp_finish_close(ep, SHP_ERR_CANCELED);
+        udp_finish_close(ep, SHP_ERR_CANCELED);
     }
 }
 
-static void shp_udp_read_cb(struct ev_loop *loop, ev_io *w, int revents)
+static void udp_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
-    shp_udp_ep_t *ep = w->data;
+    udp_ep_t *ep = w->data;
     shp_tp_t *tp = ep->base.tp;
     ssize_t n;
     int i;
@@ -139,16 +139,16 @@ static void shp_udp_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     }
     ep->in_cb = 0;
     if (ep->closing) {
-        shp_udp_finish_close(ep, SHP_ERR_CANCELED);
+        udp_finish_close(ep, SHP_ERR_CANCELED);
     }
 }
 
 /* An endpoint around a bound socket; closes the socket on failure. */
-static shp_udp_ep_t *shp_udp_ep_new(shp_tp_t *tp, int fd, const char *group,
-                                    const shp_tp_ep_cbs_t *cbs, void *arg,
-                                    int is_sender)
+static udp_ep_t *udp_ep_new(shp_tp_t *tp, int fd, const char *group,
+                            const shp_tp_ep_cbs_t *cbs, void *arg,
+                            int is_sender)
 {
-    shp_udp_ep_t *ep = calloc(1, sizeof(*ep));
+    udp_ep_t *ep = calloc(1, sizeof(*ep));
 
     if (ep == NULL ||
         (!is_sender && (ep->buf = malloc((size_t)SHP_UDP_RX_BATCH *
@@ -166,17 +166,17 @@ static shp_udp_ep_t *shp_udp_ep_new(shp_tp_t *tp, int fd, const char *group,
     return ep;
 }
 
-static shp_status_t shp_udp_mcast_join(shp_tp_t *tp, const char *group,
-                                       const shp_tp_ep_cbs_t *cbs, void *arg,
-                                       shp_tp_ep_t **ep_out)
+static shp_status_t udp_mcast_join(shp_tp_t *tp, const char *group,
+                                   const shp_tp_ep_cbs_t *cbs, void *arg,
+                                   shp_tp_ep_t **ep_out)
 {
     struct sockaddr_in sin;
     struct ip_mreq mreq;
-    shp_udp_ep_t *ep;
+    udp_ep_t *ep;
     shp_status_t status;
     int one = 1, zero = 0, fd, rcvbuf = 4 << 20;
 
-    status = shp_udp_group(group, &sin);
+    status = udp_group(group, &sin);
     if (status != SHP_OK) {
         return status;
     }
@@ -189,7 +189,7 @@ static shp_status_t shp_udp_mcast_join(shp_tp_t *tp, const char *group,
     /* only the groups this socket joined, not every group of the host */
     (void)setsockopt(fd, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof(zero));
     mreq.imr_multiaddr = sin.sin_addr;
-    mreq.imr_interface = shp_udp_local(tp);
+    mreq.imr_interface = udp_local(tp);
     if (bind(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0 ||
         setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mreq, sizeof(mreq)) <
             0) {
@@ -198,29 +198,29 @@ static shp_status_t shp_udp_mcast_join(shp_tp_t *tp, const char *group,
         close(fd);
         return status;
     }
-    ep = shp_udp_ep_new(tp, fd, group, cbs, arg, 0);
+    ep = udp_ep_new(tp, fd, group, cbs, arg, 0);
     if (ep == NULL) {
         return SHP_ERR_NO_MEMORY;
     }
-    ev_io_init(&ep->io, shp_udp_read_cb, fd, EV_READ);
+    ev_io_init(&ep->io, udp_read_cb, fd, EV_READ);
     ep->io.data = ep;
     ev_io_start(tp->loop, &ep->io);
     *ep_out = &ep->base;
     return SHP_OK;
 }
 
-static shp_status_t shp_udp_mcast_sender(shp_tp_t *tp, const char *group,
-                                         const shp_tp_ep_cbs_t *cbs, void *arg,
-                                         shp_tp_ep_t **ep_out)
+static shp_status_t udp_mcast_sender(shp_tp_t *tp, const char *group,
+                                     const shp_tp_ep_cbs_t *cbs, void *arg,
+                                     shp_tp_ep_t **ep_out)
 {
     struct sockaddr_in sin, local;
     unsigned char loop_on = 1, ttl = 1;
-    struct in_addr ifaddr = shp_udp_local(tp);
-    shp_udp_ep_t *ep;
+    struct in_addr ifaddr = udp_local(tp);
+    udp_ep_t *ep;
     shp_status_t status;
     int fd, sndbuf = 4 << 20;
 
-    status = shp_udp_group(group, &sin);
+    status = udp_group(group, &sin);
     if (status != SHP_OK) {
         return status;
     }
@@ -243,7 +243,7 @@ static shp_status_t shp_udp_mcast_sender(shp_tp_t *tp, const char *group,
         close(fd);
         return status;
     }
-    ep = shp_udp_ep_new(tp, fd, group, cbs, arg, 1);
+    ep = udp_ep_new(tp, fd, group, cbs, arg, 1);
     if (ep == NULL) {
         return SHP_ERR_NO_MEMORY;
     }
@@ -251,10 +251,10 @@ static shp_status_t shp_udp_mcast_sender(shp_tp_t *tp, const char *group,
     return SHP_OK;
 }
 
-static shp_status_t shp_udp_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
-                                 const void *payload)
+static shp_status_t udp_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
+                             const void *payload)
 {
-    shp_udp_ep_t *ep = (shp_udp_ep_t *)base;
+    udp_ep_t *ep = (udp_ep_t *)base;
     uint8_t raw[SHP_WIRE_HDR_LEN];
     struct iovec iov[2];
     ssize_t n;
@@ -286,15 +286,15 @@ static shp_status_t shp_udp_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
 
 const shp_tp_ops_t shp_tp_udp_ops = {
     .name = "udp",
-    .init = shp_udp_init,
+    .init = udp_init,
     .cleanup = shp_tp_stub_cleanup, /* nothing held per provider */
     .listen = shp_tp_stub_listen,
     .listen_addr = shp_tp_stub_listen_addr,
     .connect = shp_tp_stub_ep,
-    .send = shp_udp_send,
-    .close = shp_udp_close,
-    .mcast_join = shp_udp_mcast_join,
-    .mcast_sender = shp_udp_mcast_sender,
+    .send = udp_send,
+    .close = udp_close,
+    .mcast_join = udp_mcast_join,
+    .mcast_sender = udp_mcast_sender,
     .dump = shp_tp_stub_dump,
     .quiet = shp_tp_stub_quiet,
     .pull = shp_tp_stub_pull,

@@ -68,15 +68,15 @@ _Static_assert((VB_RECV - VB_RESERVE) / VB_CREDIT_BATCH < VB_RESERVE,
 typedef struct {
     uint32_t magic;
     uint32_t credits; /* messages the sender of this may receive */
-} vb_cm_priv_t;
+} verbs_cm_priv_t;
 
-typedef struct vb_msg {
-    struct vb_msg *next;
+typedef struct verbs_msg {
+    struct verbs_msg *next;
     size_t len, off; /* off: bytes already posted */
     uint8_t data[];
-} vb_msg_t;
+} verbs_msg_t;
 
-typedef struct vb_ep {
+typedef struct verbs_ep {
     shp_tp_ep_t base;
     struct rdma_cm_id *id;
     struct ibv_pd *pd;
@@ -86,7 +86,7 @@ typedef struct vb_ep {
     uint8_t *bufs;
     size_t slot; /* bytes per slot */
     int free_slots[VB_SEND], nfree;
-    vb_msg_t *queue, *queue_tail; /* waiting for a send slot */
+    verbs_msg_t *queue, *queue_tail; /* waiting for a send slot */
     ev_io cq_w;
     int ud, sender, accepted, ready, in_cb, close_pending, closed;
     shp_status_t close_reason;
@@ -101,50 +101,51 @@ typedef struct vb_ep {
     int credit_inflight; /* credit-only sends not completed */
     uint64_t n_events, n_sent, n_recvd, n_queued; /* for the dump */
     uint64_t last_event_ns;
-    struct vb_ep *next;
-} vb_ep_t;
+    struct verbs_ep *next;
+} verbs_ep_t;
 
-typedef struct vb_tp {
+typedef struct verbs_tp {
     struct rdma_event_channel *ch;
     ev_io ch_w;
     struct rdma_cm_id *listen_id;
     shp_tp_accept_cb_t on_accept;
     char listen_addr[64];
-    vb_ep_t *eps;
-} vb_tp_t;
+    verbs_ep_t *eps;
+} verbs_tp_t;
 
-static vb_tp_t *vb_of(shp_tp_t *tp)
+static verbs_tp_t *verbs_of(shp_tp_t *tp)
 {
     return tp->priv;
 }
 
-static size_t vb_msg_max(shp_tp_t *tp)
+static size_t verbs_msg_max(shp_tp_t *tp)
 {
     return SHP_WIRE_HDR_LEN + tp->max_payload;
 }
 
-static void vb_finish_close(vb_ep_t *ep);
+static void verbs_finish_close(verbs_ep_t *ep);
 
 /* Endpoints ------------------------------------------------------------------ */
 
-static vb_ep_t *vb_ep_new(shp_tp_t *tp, const shp_tp_ep_cbs_t *cbs, void *arg)
+static verbs_ep_t *verbs_ep_new(shp_tp_t *tp, const shp_tp_ep_cbs_t *cbs,
+                                void *arg)
 {
-    vb_ep_t *ep = calloc(1, sizeof(*ep));
+    verbs_ep_t *ep = calloc(1, sizeof(*ep));
     if (ep == NULL) {
         return NULL;
     }
     ep->base.tp = tp;
     ep->base.cbs = cbs;
     ep->base.arg = arg;
-    ep->next = vb_of(tp)->eps;
-    vb_of(tp)->eps = ep;
+    ep->next = verbs_of(tp)->eps;
+    verbs_of(tp)->eps = ep;
     return ep;
 }
 
-static void vb_unlink(vb_ep_t *ep)
+static void verbs_unlink(verbs_ep_t *ep)
 {
-    vb_tp_t *v = vb_of(ep->base.tp);
-    for (vb_ep_t **pp = &v->eps; *pp != NULL; pp = &(*pp)->next) {
+    verbs_tp_t *v = verbs_of(ep->base.tp);
+    for (verbs_ep_t **pp = &v->eps; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == ep) {
             *pp = ep->next;
             break;
@@ -152,7 +153,7 @@ static void vb_unlink(vb_ep_t *ep)
     }
 }
 
-static int vb_post_recv(vb_ep_t *ep, int i)
+static int verbs_post_recv(verbs_ep_t *ep, int i)
 {
     struct ibv_sge sge = {(uintptr_t)(ep->bufs + (size_t)i * ep->slot),
                           (uint32_t)ep->slot, ep->mr->lkey};
@@ -163,10 +164,11 @@ static int vb_post_recv(vb_ep_t *ep, int i)
     return ibv_post_recv(ep->id->qp, &wr, &bad);
 }
 
-static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents);
+static void verbs_cq_cb(struct ev_loop *loop, ev_io *w, int revents);
 
 /* PD, CQ on a completion channel, QP, registered slots, receives posted */
-static shp_status_t vb_setup_qp(vb_ep_t *ep, struct rdma_cm_id *id, int ud)
+static shp_status_t verbs_setup_qp(verbs_ep_t *ep, struct rdma_cm_id *id,
+                                   int ud)
 {
     shp_tp_t *tp = ep->base.tp;
     struct ibv_qp_init_attr qa;
@@ -202,7 +204,7 @@ static shp_status_t vb_setup_qp(vb_ep_t *ep, struct rdma_cm_id *id, int ud)
         return SHP_ERR_NO_RESOURCE;
     }
     for (int i = 0; i < VB_RECV; i++) {
-        if (vb_post_recv(ep, i) != 0) {
+        if (verbs_post_recv(ep, i) != 0) {
             return SHP_ERR_NO_RESOURCE;
         }
     }
@@ -210,7 +212,7 @@ static shp_status_t vb_setup_qp(vb_ep_t *ep, struct rdma_cm_id *id, int ud)
         ep->free_slots[ep->nfree++] = VB_RECV + i;
     }
     shp_fd_set_nonblock(ep->cc->fd);
-    ev_io_init(&ep->cq_w, vb_cq_cb, ep->cc->fd, EV_READ);
+    ev_io_init(&ep->cq_w, verbs_cq_cb, ep->cc->fd, EV_READ);
     ep->cq_w.data = ep;
     ev_io_start(tp->loop, &ep->cq_w);
     if (ud) {
@@ -225,15 +227,15 @@ static shp_status_t vb_setup_qp(vb_ep_t *ep, struct rdma_cm_id *id, int ud)
     return SHP_OK;
 }
 
-static int vb_can_post(const vb_ep_t *ep)
+static int verbs_can_post(const verbs_ep_t *ep)
 {
     return ep->ready && ep->nfree > 0 && (ep->ud || ep->tx_credits > 0);
 }
 
 /* Post a + b (at most a slot) from a free slot; the caller checked
- * vb_can_post().  `more`: the message goes on in the next send. */
-static shp_status_t vb_post(vb_ep_t *ep, const void *a, size_t alen,
-                            const void *b, size_t blen, int more)
+ * verbs_can_post().  `more`: the message goes on in the next send. */
+static shp_status_t verbs_post(verbs_ep_t *ep, const void *a, size_t alen,
+                               const void *b, size_t blen, int more)
 {
     int i = ep->free_slots[--ep->nfree];
     uint8_t *slot = ep->bufs + (size_t)i * ep->slot;
@@ -270,7 +272,7 @@ static shp_status_t vb_post(vb_ep_t *ep, const void *a, size_t alen,
 }
 
 /* Return credits in a message of their own when nothing carried them. */
-static shp_status_t vb_return_credits(vb_ep_t *ep)
+static shp_status_t verbs_return_credits(verbs_ep_t *ep)
 {
     struct ibv_send_wr wr = {.wr_id = VB_WR_CREDIT,
                              .num_sge = 0,
@@ -291,16 +293,16 @@ static shp_status_t vb_return_credits(vb_ep_t *ep)
 }
 
 /* Post what is queued, a slot at a time, while credits and slots last. */
-static shp_status_t vb_drain_queue(vb_ep_t *ep)
+static shp_status_t verbs_drain_queue(verbs_ep_t *ep)
 {
-    while (ep->queue != NULL && vb_can_post(ep)) {
-        vb_msg_t *m = ep->queue;
+    while (ep->queue != NULL && verbs_can_post(ep)) {
+        verbs_msg_t *m = ep->queue;
         size_t n = m->len - m->off;
         int more = !ep->ud && n > VB_SLOT;
         if (more) {
             n = VB_SLOT;
         }
-        shp_status_t st = vb_post(ep, m->data + m->off, n, NULL, 0, more);
+        shp_status_t st = verbs_post(ep, m->data + m->off, n, NULL, 0, more);
         if (st != SHP_OK) {
             return st;
         }
@@ -316,7 +318,7 @@ static shp_status_t vb_drain_queue(vb_ep_t *ep)
     return SHP_OK;
 }
 
-static void vb_fail(vb_ep_t *ep, shp_status_t why)
+static void verbs_fail(verbs_ep_t *ep, shp_status_t why)
 {
     if (ep->closed) {
         return;
@@ -325,16 +327,16 @@ static void vb_fail(vb_ep_t *ep, shp_status_t why)
     if (ep->in_cb) {
         ep->close_pending = 1;
     } else {
-        vb_finish_close(ep);
+        verbs_finish_close(ep);
     }
 }
 
 /* One RC receive: a whole message, or a piece of one (`more`: not the
  * last).  Pieces gather in rx_msg. */
-static shp_status_t vb_recv_rc(vb_ep_t *ep, const uint8_t *m, size_t len,
-                               int more)
+static shp_status_t verbs_recv_rc(verbs_ep_t *ep, const uint8_t *m, size_t len,
+                                  int more)
 {
-    size_t max = vb_msg_max(ep->base.tp);
+    size_t max = verbs_msg_max(ep->base.tp);
     ep->n_recvd += !more;
     if (ep->rx_len == 0 && !more) {
         return shp_tp_deliver(&ep->base, m, len);
@@ -358,7 +360,7 @@ static shp_status_t vb_recv_rc(vb_ep_t *ep, const uint8_t *m, size_t len,
 
 /* One receive completion: a datagram, credits alone, or (a piece of) an RC
  * message.  The slot is the caller's to post again. */
-static shp_status_t vb_on_recv(vb_ep_t *ep, const struct ibv_wc *wc)
+static shp_status_t verbs_on_recv(verbs_ep_t *ep, const struct ibv_wc *wc)
 {
     uint8_t *m = ep->bufs + (size_t)wc->wr_id * ep->slot;
     size_t len = wc->byte_len;
@@ -385,12 +387,12 @@ static shp_status_t vb_on_recv(vb_ep_t *ep, const struct ibv_wc *wc)
         return SHP_OK;
     }
     ep->rx_to_return++;
-    return vb_recv_rc(ep, m, len, imm & VB_IMM_MORE);
+    return verbs_recv_rc(ep, m, len, imm & VB_IMM_MORE);
 }
 
-static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
+static void verbs_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
-    vb_ep_t *ep = w->data;
+    verbs_ep_t *ep = w->data;
     struct ibv_cq *cq;
     void *ctx;
     struct ibv_wc wc[32];
@@ -409,15 +411,16 @@ static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
             for (int k = 0; k < n && !ep->close_pending; k++) {
                 int i = (int)wc[k].wr_id;
                 if (wc[k].status != IBV_WC_SUCCESS) {
-                    vb_fail(ep, SHP_ERR_CONN_RESET);
+                    verbs_fail(ep, SHP_ERR_CONN_RESET);
                     break;
                 }
                 if (wc[k].opcode & IBV_WC_RECV) {
-                    shp_status_t st = vb_on_recv(ep, &wc[k]);
+                    shp_status_t st = verbs_on_recv(ep, &wc[k]);
                     if (st != SHP_OK) {
-                        vb_fail(ep, st);
-                    } else if (!ep->close_pending && vb_post_recv(ep, i) != 0) {
-                        vb_fail(ep, SHP_ERR_NO_RESOURCE);
+                        verbs_fail(ep, st);
+                    } else if (!ep->close_pending &&
+                               verbs_post_recv(ep, i) != 0) {
+                        verbs_fail(ep, SHP_ERR_NO_RESOURCE);
                     }
                 } else if (wc[k].wr_id == VB_WR_CREDIT) {
                     ep->credit_inflight--;
@@ -432,17 +435,17 @@ static void vb_cq_cb(struct ev_loop *loop, ev_io *w, int revents)
         }
     }
     /* what is queued carries credits back; if nothing is, alone */
-    if (!ep->close_pending &&
-        (vb_drain_queue(ep) != SHP_OK || vb_return_credits(ep) != SHP_OK)) {
-        vb_fail(ep, SHP_ERR_IO);
+    if (!ep->close_pending && (verbs_drain_queue(ep) != SHP_OK ||
+                               verbs_return_credits(ep) != SHP_OK)) {
+        verbs_fail(ep, SHP_ERR_IO);
     }
     ep->in_cb = 0;
     if (ep->close_pending) {
-        vb_finish_close(ep);
+        verbs_finish_close(ep);
     }
 }
 
-static void vb_release(vb_ep_t *ep)
+static void verbs_release(verbs_ep_t *ep)
 {
     shp_tp_t *tp = ep->base.tp;
     if (ev_is_active(&ep->cq_w)) {
@@ -480,13 +483,13 @@ static void vb_release(vb_ep_t *ep)
     free(ep->bufs);
     free(ep->rx_msg);
     while (ep->queue != NULL) {
-        vb_msg_t *m = ep->queue;
+        verbs_msg_t *m = ep->queue;
         ep->queue = m->next;
         free(m);
     }
 }
 
-static void vb_finish_close(vb_ep_t *ep)
+static void verbs_finish_close(verbs_ep_t *ep)
 {
     if (ep->closed) {
         return;
@@ -494,8 +497,8 @@ static void vb_finish_close(vb_ep_t *ep)
     ep->closed = 1;
     shp_debug("verbs: %s closed: %s", ep->base.peer,
               shp_status_str(ep->close_reason));
-    vb_unlink(ep);
-    vb_release(ep);
+    verbs_unlink(ep);
+    verbs_release(ep);
     if (ep->base.cbs != NULL && ep->base.cbs->on_close != NULL) {
         ep->base.cbs->on_close(&ep->base, ep->close_reason);
     }
@@ -505,23 +508,23 @@ static void vb_finish_close(vb_ep_t *ep)
 /* rdma_cm events --------------------------------------------------------------- */
 
 /* The endpoint can send: tell the owner (`announce`), post what waited. */
-static void vb_up(vb_ep_t *ep, int announce)
+static void verbs_up(verbs_ep_t *ep, int announce)
 {
     ep->ready = 1;
     if (announce && ep->base.cbs->on_connect != NULL) {
         ep->base.cbs->on_connect(&ep->base);
     }
-    if (vb_drain_queue(ep) != SHP_OK) {
-        vb_fail(ep, SHP_ERR_IO);
+    if (verbs_drain_queue(ep) != SHP_OK) {
+        verbs_fail(ep, SHP_ERR_IO);
     }
 }
 
 /* `grant`: the credits the peer's private data gave (0: none) */
-static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
+static void verbs_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
 {
-    vb_tp_t *v = vb_of(tp);
-    vb_ep_t *ep = ev->id->context;
-    vb_cm_priv_t mine = {htonl(VB_CM_MAGIC), htonl(VB_RECV - VB_RESERVE)};
+    verbs_tp_t *v = verbs_of(tp);
+    verbs_ep_t *ep = ev->id->context;
+    verbs_cm_priv_t mine = {htonl(VB_CM_MAGIC), htonl(VB_RECV - VB_RESERVE)};
     struct rdma_conn_param cp = {.private_data = &mine,
                                  .private_data_len = sizeof(mine),
                                  .responder_resources = 1,
@@ -534,7 +537,7 @@ static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
               ep != NULL ? ep->base.peer : "a new connection", ev->status);
     switch (ev->event) {
     case RDMA_CM_EVENT_CONNECT_REQUEST: /* ev->id is the new connection */
-        if (grant == 0 || (ep = vb_ep_new(tp, NULL, NULL)) == NULL) {
+        if (grant == 0 || (ep = verbs_ep_new(tp, NULL, NULL)) == NULL) {
             /* not one of ours, or no memory: refused, its id freed */
             rdma_reject(ev->id, NULL, 0);
             rdma_destroy_id(ev->id);
@@ -549,17 +552,17 @@ static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
                    sizeof(struct sockaddr_in));
             shp_sockaddr_str(&pa, ep->base.peer, sizeof(ep->base.peer));
         }
-        if (vb_setup_qp(ep, ev->id, 0) != SHP_OK) {
+        if (verbs_setup_qp(ep, ev->id, 0) != SHP_OK) {
             /* never announced to the owner: refuse and forget it */
             rdma_reject(ev->id, NULL, 0);
-            vb_unlink(ep);
-            vb_release(ep);
+            verbs_unlink(ep);
+            verbs_release(ep);
             free(ep);
             return;
         }
         v->on_accept(tp, &ep->base); /* sets cbs and arg */
         if (rdma_accept(ev->id, &cp) != 0) {
-            vb_fail(ep, SHP_ERR_NO_RESOURCE);
+            verbs_fail(ep, SHP_ERR_NO_RESOURCE);
         }
         return;
     case RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -567,23 +570,23 @@ static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
             return;
         }
         if (ep->ud) {
-            st = vb_setup_qp(ep, ev->id, 1);
+            st = verbs_setup_qp(ep, ev->id, 1);
             if (st != SHP_OK ||
                 rdma_join_multicast(ev->id, (struct sockaddr *)&ep->maddr,
                                     ep) != 0) {
-                vb_fail(ep, st != SHP_OK ? st : SHP_ERR_UNREACHABLE);
+                verbs_fail(ep, st != SHP_OK ? st : SHP_ERR_UNREACHABLE);
             }
         } else if (rdma_resolve_route(ev->id, VB_TIMEOUT_MS) != 0) {
-            vb_fail(ep, SHP_ERR_UNREACHABLE);
+            verbs_fail(ep, SHP_ERR_UNREACHABLE);
         }
         return;
     case RDMA_CM_EVENT_ROUTE_RESOLVED:
         if (ep == NULL) {
             return;
         }
-        st = vb_setup_qp(ep, ev->id, 0);
+        st = verbs_setup_qp(ep, ev->id, 0);
         if (st != SHP_OK || rdma_connect(ev->id, &cp) != 0) {
-            vb_fail(ep, st != SHP_OK ? st : SHP_ERR_CONN_REFUSED);
+            verbs_fail(ep, st != SHP_OK ? st : SHP_ERR_CONN_REFUSED);
         }
         return;
     case RDMA_CM_EVENT_ESTABLISHED:
@@ -592,12 +595,12 @@ static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
         }
         if (!ep->accepted) { /* the accept's private data */
             if (grant == 0) {
-                vb_fail(ep, SHP_ERR_PROTO);
+                verbs_fail(ep, SHP_ERR_PROTO);
                 return;
             }
             ep->tx_credits = grant;
         }
-        vb_up(ep, !ep->accepted);
+        verbs_up(ep, !ep->accepted);
         return;
     case RDMA_CM_EVENT_MULTICAST_JOIN:
         if (ep == NULL) {
@@ -608,42 +611,42 @@ static void vb_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
             ep->remote_qpn = ev->param.ud.qp_num;
             ep->remote_qkey = ev->param.ud.qkey;
             if (ep->ah == NULL) {
-                vb_fail(ep, SHP_ERR_NO_RESOURCE);
+                verbs_fail(ep, SHP_ERR_NO_RESOURCE);
                 return;
             }
         }
-        vb_up(ep, 1);
+        verbs_up(ep, 1);
         return;
     case RDMA_CM_EVENT_DISCONNECTED:
         if (ep != NULL) {
             ep->ready = 0;
-            vb_fail(ep, SHP_ERR_CONN_RESET);
+            verbs_fail(ep, SHP_ERR_CONN_RESET);
         }
         return;
     case RDMA_CM_EVENT_TIMEWAIT_EXIT:
     case RDMA_CM_EVENT_ADDR_CHANGE: return;
     default: /* unreachable, rejected, errors, device removal */
         if (ep != NULL) {
-            vb_fail(ep, ev->event == RDMA_CM_EVENT_REJECTED
-                            ? SHP_ERR_CONN_REFUSED
-                            : SHP_ERR_UNREACHABLE);
+            verbs_fail(ep, ev->event == RDMA_CM_EVENT_REJECTED
+                               ? SHP_ERR_CONN_REFUSED
+                               : SHP_ERR_UNREACHABLE);
         }
         return;
     }
 }
 
-static void vb_ch_cb(struct ev_loop *loop, ev_io *w, int revents)
+static void verbs_ch_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     shp_tp_t *tp = w->data;
     struct rdma_cm_event *ev;
     (void)loop;
     (void)revents;
 
-    while (rdma_get_cm_event(vb_of(tp)->ch, &ev) == 0) {
+    while (rdma_get_cm_event(verbs_of(tp)->ch, &ev) == 0) {
         /* copy what we need, ack first: an id can only be destroyed once
          * its events are acked (the private data goes with the ack) */
         struct rdma_cm_event copy = *ev;
-        vb_cm_priv_t peer;
+        verbs_cm_priv_t peer;
         int grant = 0;
         if ((ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ||
              ev->event == RDMA_CM_EVENT_ESTABLISHED) &&
@@ -656,15 +659,15 @@ static void vb_ch_cb(struct ev_loop *loop, ev_io *w, int revents)
             }
         }
         rdma_ack_cm_event(ev);
-        vb_cm_event(tp, &copy, grant);
+        verbs_cm_event(tp, &copy, grant);
     }
 }
 
 /* Provider ops -------------------------------------------------------------------- */
 
-static shp_status_t vb_init(shp_tp_t *tp)
+static shp_status_t verbs_init(shp_tp_t *tp)
 {
-    vb_tp_t *v = calloc(1, sizeof(*v));
+    verbs_tp_t *v = calloc(1, sizeof(*v));
     if (v == NULL) {
         return SHP_ERR_NO_MEMORY;
     }
@@ -675,22 +678,22 @@ static shp_status_t vb_init(shp_tp_t *tp)
     }
     shp_fd_set_nonblock(v->ch->fd);
     tp->priv = v;
-    ev_io_init(&v->ch_w, vb_ch_cb, v->ch->fd, EV_READ);
+    ev_io_init(&v->ch_w, verbs_ch_cb, v->ch->fd, EV_READ);
     v->ch_w.data = tp;
     ev_io_start(tp->loop, &v->ch_w);
     return SHP_OK;
 }
 
-static void vb_cleanup(shp_tp_t *tp)
+static void verbs_cleanup(shp_tp_t *tp)
 {
-    vb_tp_t *v = vb_of(tp);
+    verbs_tp_t *v = verbs_of(tp);
     if (v == NULL) {
         return;
     }
     while (v->eps != NULL) {
-        vb_ep_t *ep = v->eps;
+        verbs_ep_t *ep = v->eps;
         ep->close_reason = SHP_ERR_CANCELED;
-        vb_finish_close(ep);
+        verbs_finish_close(ep);
     }
     if (v->listen_id != NULL) {
         rdma_destroy_id(v->listen_id);
@@ -701,10 +704,10 @@ static void vb_cleanup(shp_tp_t *tp)
     tp->priv = NULL;
 }
 
-static shp_status_t vb_listen(shp_tp_t *tp, const char *addr,
-                              shp_tp_accept_cb_t on_accept)
+static shp_status_t verbs_listen(shp_tp_t *tp, const char *addr,
+                                 shp_tp_accept_cb_t on_accept)
 {
-    vb_tp_t *v = vb_of(tp);
+    verbs_tp_t *v = verbs_of(tp);
     shp_sockaddr_t sa;
     if (shp_sockaddr_parse(addr, 0, &sa) != SHP_OK) {
         return SHP_ERR_INVALID_PARAM;
@@ -727,17 +730,17 @@ static shp_status_t vb_listen(shp_tp_t *tp, const char *addr,
     return SHP_OK;
 }
 
-static const char *vb_listen_addr(shp_tp_t *tp)
+static const char *verbs_listen_addr(shp_tp_t *tp)
 {
-    return vb_of(tp)->listen_id ? vb_of(tp)->listen_addr : NULL;
+    return verbs_of(tp)->listen_id ? verbs_of(tp)->listen_addr : NULL;
 }
 
 /* an endpoint whose id resolves `addr` (from the local address if any) */
-static shp_status_t vb_start(shp_tp_t *tp, const char *addr, int ud,
-                             const shp_tp_ep_cbs_t *cbs, void *arg,
-                             shp_tp_ep_t **out)
+static shp_status_t verbs_start(shp_tp_t *tp, const char *addr, int ud,
+                                const shp_tp_ep_cbs_t *cbs, void *arg,
+                                shp_tp_ep_t **out)
 {
-    vb_tp_t *v = vb_of(tp);
+    verbs_tp_t *v = verbs_of(tp);
     shp_sockaddr_t dst;
     struct sockaddr_in src = {.sin_family = AF_INET};
     int have_src = tp->local_ip[0] != '\0' &&
@@ -745,7 +748,7 @@ static shp_status_t vb_start(shp_tp_t *tp, const char *addr, int ud,
     if (shp_sockaddr_parse(addr, 1, &dst) != SHP_OK) {
         return SHP_ERR_INVALID_PARAM;
     }
-    vb_ep_t *ep = vb_ep_new(tp, cbs, arg);
+    verbs_ep_t *ep = verbs_ep_new(tp, cbs, arg);
     if (ep == NULL) {
         return SHP_ERR_NO_MEMORY;
     }
@@ -757,7 +760,7 @@ static shp_status_t vb_start(shp_tp_t *tp, const char *addr, int ud,
         rdma_resolve_addr(ep->id, have_src ? (struct sockaddr *)&src : NULL,
                           (struct sockaddr *)&dst.ss, VB_TIMEOUT_MS) != 0) {
         shp_status_t st = shp_status_from_errno(errno);
-        vb_unlink(ep);
+        verbs_unlink(ep);
         if (ep->id != NULL) {
             rdma_destroy_id(ep->id);
         }
@@ -768,35 +771,35 @@ static shp_status_t vb_start(shp_tp_t *tp, const char *addr, int ud,
     return SHP_OK;
 }
 
-static shp_status_t vb_connect(shp_tp_t *tp, const char *addr,
-                               const shp_tp_ep_cbs_t *cbs, void *arg,
-                               shp_tp_ep_t **ep)
-{
-    return vb_start(tp, addr, 0, cbs, arg, ep);
-}
-
-static shp_status_t vb_mcast_join(shp_tp_t *tp, const char *group,
+static shp_status_t verbs_connect(shp_tp_t *tp, const char *addr,
                                   const shp_tp_ep_cbs_t *cbs, void *arg,
                                   shp_tp_ep_t **ep)
 {
-    return vb_start(tp, group, 1, cbs, arg, ep);
+    return verbs_start(tp, addr, 0, cbs, arg, ep);
 }
 
-static shp_status_t vb_mcast_sender(shp_tp_t *tp, const char *group,
-                                    const shp_tp_ep_cbs_t *cbs, void *arg,
-                                    shp_tp_ep_t **out)
+static shp_status_t verbs_mcast_join(shp_tp_t *tp, const char *group,
+                                     const shp_tp_ep_cbs_t *cbs, void *arg,
+                                     shp_tp_ep_t **ep)
 {
-    shp_status_t st = vb_start(tp, group, 1, cbs, arg, out);
+    return verbs_start(tp, group, 1, cbs, arg, ep);
+}
+
+static shp_status_t verbs_mcast_sender(shp_tp_t *tp, const char *group,
+                                       const shp_tp_ep_cbs_t *cbs, void *arg,
+                                       shp_tp_ep_t **out)
+{
+    shp_status_t st = verbs_start(tp, group, 1, cbs, arg, out);
     if (st == SHP_OK) {
-        ((vb_ep_t *)*out)->sender = 1;
+        ((verbs_ep_t *)*out)->sender = 1;
     }
     return st;
 }
 
-static shp_status_t vb_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
-                            const void *payload)
+static shp_status_t verbs_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
+                               const void *payload)
 {
-    vb_ep_t *ep = (vb_ep_t *)base;
+    verbs_ep_t *ep = (verbs_ep_t *)base;
     uint8_t raw[SHP_WIRE_HDR_LEN];
     size_t len = SHP_WIRE_HDR_LEN + hdr->payload_len;
 
@@ -806,19 +809,19 @@ static shp_status_t vb_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
     if (ep->ud && !ep->sender) {
         return SHP_ERR_UNSUPPORTED; /* a multicast receiver only receives */
     }
-    if (len > vb_msg_max(base->tp) ||
+    if (len > verbs_msg_max(base->tp) ||
         (ep->ud && len > (ep->ud_max ? ep->ud_max : VB_SLOT))) {
         return SHP_ERR_TOO_LARGE;
     }
     shp_wire_hdr_pack(hdr, raw);
     base->tp->stats.msgs_out++;
     base->tp->stats.bytes_out += len;
-    if (ep->queue == NULL && len <= VB_SLOT && vb_can_post(ep)) {
-        return vb_post(ep, raw, sizeof(raw), payload, hdr->payload_len, 0);
+    if (ep->queue == NULL && len <= VB_SLOT && verbs_can_post(ep)) {
+        return verbs_post(ep, raw, sizeof(raw), payload, hdr->payload_len, 0);
     }
     /* not connected yet, no credit or slot, or longer than a slot: a copy
      * goes in the queue, which keeps the order */
-    vb_msg_t *m = malloc(sizeof(*m) + len);
+    verbs_msg_t *m = malloc(sizeof(*m) + len);
     if (m == NULL) {
         return SHP_ERR_NO_MEMORY;
     }
@@ -836,16 +839,16 @@ static shp_status_t vb_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
         ep->queue = m;
     }
     ep->queue_tail = m;
-    return vb_drain_queue(ep);
+    return verbs_drain_queue(ep);
 }
 
-static void vb_dump(shp_tp_t *tp)
+static void verbs_dump(shp_tp_t *tp)
 {
-    for (vb_ep_t *ep = vb_of(tp)->eps; ep != NULL; ep = ep->next) {
+    for (verbs_ep_t *ep = verbs_of(tp)->eps; ep != NULL; ep = ep->next) {
         struct ibv_qp_attr qa = {0};
         struct ibv_qp_init_attr qi;
         unsigned queued = 0;
-        for (vb_msg_t *m = ep->queue; m != NULL; m = m->next) {
+        for (verbs_msg_t *m = ep->queue; m != NULL; m = m->next) {
             queued++;
         }
         if (ep->id == NULL || ep->id->qp == NULL ||
@@ -868,23 +871,23 @@ static void vb_dump(shp_tp_t *tp)
     }
 }
 
-static void vb_close(shp_tp_ep_t *base)
+static void verbs_close(shp_tp_ep_t *base)
 {
-    vb_fail((vb_ep_t *)base, SHP_ERR_CANCELED);
+    verbs_fail((verbs_ep_t *)base, SHP_ERR_CANCELED);
 }
 
 const shp_tp_ops_t shp_tp_verbs_ops = {
     .name = "verbs",
-    .init = vb_init,
-    .cleanup = vb_cleanup,
-    .listen = vb_listen,
-    .listen_addr = vb_listen_addr,
-    .connect = vb_connect,
-    .send = vb_send,
-    .close = vb_close,
-    .mcast_join = vb_mcast_join,
-    .mcast_sender = vb_mcast_sender,
-    .dump = vb_dump,
+    .init = verbs_init,
+    .cleanup = verbs_cleanup,
+    .listen = verbs_listen,
+    .listen_addr = verbs_listen_addr,
+    .connect = verbs_connect,
+    .send = verbs_send,
+    .close = verbs_close,
+    .mcast_join = verbs_mcast_join,
+    .mcast_sender = verbs_mcast_sender,
+    .dump = verbs_dump,
     .quiet = shp_tp_stub_quiet,
     .pull = shp_tp_stub_pull,
 };
