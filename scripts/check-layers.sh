@@ -22,7 +22,7 @@ core:
 reduce: core
 protocol: core reduce
 transport: core reduce protocol
-topology: core protocol
+topology: core
 an: core reduce protocol transport
 am: core reduce protocol transport topology
 sharpd: core reduce protocol transport
