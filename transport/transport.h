@@ -118,7 +118,7 @@ struct shp_tp {
      * connectors may arrive before one of them must wake it; asked before
      * each sleep, NULL: 1 (every message wakes a sleeper).  The owner
      * answers the fewest that could let any operation complete: waking
-     * early is safe, waking late would delay it (see tp_shm.c). */
+     * early is safe, waking late would delay it (see shm/shm.c). */
     uint32_t (*wake_need)(void *arg);
     void *wake_arg;
     /* shm, a listener with wake_need: spin (spin_ns) also while it waits

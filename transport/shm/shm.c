@@ -884,7 +884,7 @@ static void shm_cap_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents; /* the loop turned: enough */
 }
 
-/* The listener's board (see tp_shm.h), sealed like a segment. */
+/* The listener's board (see shm.h), sealed like a segment. */
 static shp_status_t shm_board_new(shm_priv_t *priv)
 {
     int fd = memfd_create("sharp-shm-board", MFD_CLOEXEC | MFD_ALLOW_SEALING);
