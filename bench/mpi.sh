@@ -138,6 +138,7 @@ echo
 for aggr in 1 0; do
     sharp_run 8 "$DIR/aggr$aggr.txt" -x SHARP_MPI_NODE_AGGR=$aggr
 done
+"$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
 echo "Two ranks per host (8 ranks, 4 hosts), us: node-local aggregation"
 echo "(SHARP_MPI_NODE_AGGR=1, the default) against one member per process (=0)"
 printf '%-10s %9s %12s %12s %8s\n' op bytes "per node" "per process" ratio
