@@ -144,6 +144,8 @@ void shp_conn_close(shp_conn_t *conn, shp_status_t reason)
     free(conn->wbuf);
     conn->rbuf = conn->wbuf = NULL;
     conn->rlen = conn->rcap = conn->woff = conn->wlen = conn->wcap = 0;
+    explicit_bzero(&conn->seal,
+                   sizeof(conn->seal)); /* a reconnect starts plain */
     if (!was_open) {
         return;
     }

@@ -49,6 +49,15 @@ typedef struct shp_conn_stats {
         write_calls;
 } shp_conn_stats_t;
 
+/* A control connection's frames are sealed once its handshake is done: the
+ * keys and sequence numbers of the two directions.  protocol/ctl.c reads
+ * and writes them; core only keeps them, and wipes them at close. */
+typedef struct shp_conn_seal {
+    uint8_t tx_key[32], rx_key[32];
+    uint64_t tx_seq, rx_seq;
+    int on;
+} shp_conn_seal_t;
+
 struct shp_conn {
     struct ev_loop *loop;
     const shp_conn_ops_t *ops;
@@ -74,6 +83,7 @@ struct shp_conn {
     int close_pending;
     shp_status_t close_reason;
     shp_conn_stats_t stats;
+    shp_conn_seal_t seal;
     char peer[64]; /* for log messages */
 };
 

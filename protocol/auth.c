@@ -126,7 +126,16 @@ json_t *shp_auth_client_hello(shp_auth_client_t *c, const char *role,
                      "name", c->name, "nonce", hex(c->nonce, sizeof(c->nonce)));
 }
 
-shp_status_t shp_auth_client_answer(const shp_auth_client_t *c,
+/* The two directions' keys of a connection whose handshake succeeded. */
+static void session_keys(const shp_auth_key_t *key, const uint8_t *cnonce,
+                         const uint8_t *snonce, const char *role,
+                         const char *name, shp_auth_session_t *out)
+{
+    proof(key, "sharp-c2s", cnonce, snonce, role, name, out->c2s);
+    proof(key, "sharp-s2c", cnonce, snonce, role, name, out->s2c);
+}
+
+shp_status_t shp_auth_client_answer(shp_auth_client_t *c,
                                     const shp_auth_key_t *key,
                                     const json_t *challenge, json_t **auth,
                                     const char **why)
@@ -145,6 +154,7 @@ shp_status_t shp_auth_client_answer(const shp_auth_client_t *c,
         return SHP_ERR_AUTH;
     }
     proof(key, "sharp-peer", snonce, c->nonce, c->role, c->name, want);
+    session_keys(key, c->nonce, snonce, c->role, c->name, &c->session);
     *auth = json_pack("{s:s, s:o}", "type", "auth", "proof",
                       hex(want, sizeof(want)));
     return *auth ? SHP_OK : SHP_ERR_NO_MEMORY;
@@ -197,6 +207,7 @@ shp_status_t shp_auth_server_verify(shp_auth_server_t *s,
         *why = "wrong cluster secret";
         return SHP_ERR_AUTH;
     }
+    session_keys(key, s->cnonce, s->snonce, s->role, s->name, &s->session);
     s->state = 2;
     return SHP_OK;
 }

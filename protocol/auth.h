@@ -14,7 +14,12 @@
  *                                            AM nonce | client nonce | role |
  *                                            0 | name)
  *
- * Nonces are 32 random bytes; everything travels as hex.  The client checks
+ * Nonces are 32 random bytes; everything travels as hex.  Both sides then
+ * hold two session keys, one per direction, HMAC(key, "sharp-c2s" | ...)
+ * and HMAC(key, "sharp-s2c" | ...) over the same nonces, role and name, with
+ * which every later frame of the connection is sealed (shp_ctl_seal()):
+ * the client right after it sends its auth, the AM right after it checked
+ * it.  The client checks
  * the AM's proof before it answers, so a false AM learns nothing useful and
  * is refused; the AM refuses (and logs) a client whose proof is wrong and
  * accepts nothing else from it before a valid proof.
@@ -49,17 +54,24 @@ void shp_auth_key_from_bytes(const void *secret, size_t len,
 /* Fills buf with random bytes from the OS's source (getrandom). */
 void shp_auth_random(void *buf, size_t len);
 
+/* The session keys of a connection: client -> AM, AM -> client. */
+typedef struct shp_auth_session {
+    uint8_t c2s[SHP_AUTH_KEY_LEN], s2c[SHP_AUTH_KEY_LEN];
+} shp_auth_session_t;
+
 typedef struct shp_auth_client {
     uint8_t nonce[SHP_AUTH_NONCE_LEN];
     char role[16];
     char name[128];
+    shp_auth_session_t session; /* once shp_auth_client_answer() succeeded */
 } shp_auth_client_t;
 
 /* The hello message (a new reference). */
 json_t *shp_auth_client_hello(shp_auth_client_t *c, const char *role,
                               const char *name);
-/* Checks the AM's challenge; on success *auth is the answer to send. */
-SHP_WUR shp_status_t shp_auth_client_answer(const shp_auth_client_t *c,
+/* Checks the AM's challenge; on success *auth is the answer to send, and
+ * c->session the keys to seal the connection with once it is sent. */
+SHP_WUR shp_status_t shp_auth_client_answer(shp_auth_client_t *c,
                                             const shp_auth_key_t *key,
                                             const json_t *challenge,
                                             json_t **auth, const char **why);
@@ -68,7 +80,8 @@ typedef struct shp_auth_server {
     uint8_t cnonce[SHP_AUTH_NONCE_LEN], snonce[SHP_AUTH_NONCE_LEN];
     char role[16];
     char name[128];
-    int state; /* 0 wait hello, 1 wait auth, 2 authenticated */
+    int state;                  /* 0 wait hello, 1 wait auth, 2 authenticated */
+    shp_auth_session_t session; /* once authenticated */
 } shp_auth_server_t;
 
 SHP_WUR shp_status_t shp_auth_server_hello(shp_auth_server_t *s,

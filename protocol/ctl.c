@@ -3,6 +3,7 @@
 
 #include <endian.h>
 #include <inttypes.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,15 +46,19 @@ shp_status_t shp_ctl_hdr_unpack(const void *buf, uint8_t *type,
         return shp_ctl_reject(SHP_ERR_VERSION,
                               "unsupported control protocol version", why);
     }
-    if (p[3] < SHP_CTL_FRAME_MSG || p[3] > SHP_CTL_FRAME_PONG) {
+    if (p[3] < SHP_CTL_FRAME_MSG || p[3] > SHP_CTL_FRAME_SEALED) {
         return shp_ctl_reject(SHP_ERR_PROTO, "unknown frame type", why);
     }
     len = be32toh(len);
     if (len > SHP_CTL_MAX_FRAME - SHP_CTL_HDR_LEN) {
         return shp_ctl_reject(SHP_ERR_TOO_LARGE, "frame too large", why);
     }
-    if (p[3] != SHP_CTL_FRAME_MSG && len != 0) {
+    if ((p[3] == SHP_CTL_FRAME_PING || p[3] == SHP_CTL_FRAME_PONG) &&
+        len != 0) {
         return shp_ctl_reject(SHP_ERR_PROTO, "ping/pong with a body", why);
+    }
+    if (p[3] == SHP_CTL_FRAME_SEALED && len < SHP_CTL_SEAL_OVERHEAD) {
+        return shp_ctl_reject(SHP_ERR_PROTO, "sealed frame too short", why);
     }
     *type = p[3];
     *length = len;
@@ -131,6 +136,10 @@ shp_status_t shp_ctl_decode(const void *frame, size_t len, uint8_t *type,
     if ((size_t)length != len - SHP_CTL_HDR_LEN) {
         return shp_ctl_reject(SHP_ERR_PROTO, "frame length mismatch", why);
     }
+    if (*type == SHP_CTL_FRAME_SEALED) {
+        return shp_ctl_reject(
+            SHP_ERR_AUTH, "a sealed frame on a connection that is not", why);
+    }
     if (*type != SHP_CTL_FRAME_MSG) {
         *msg = NULL;
         return SHP_OK;
@@ -155,6 +164,96 @@ shp_status_t shp_ctl_decode(const void *frame, size_t len, uint8_t *type,
     return SHP_OK;
 }
 
+/* Sealing ------------------------------------------------------------------ */
+
+void shp_ctl_seal(shp_conn_t *conn, const uint8_t tx_key[32],
+                  const uint8_t rx_key[32])
+{
+    memcpy(conn->seal.tx_key, tx_key, sizeof(conn->seal.tx_key));
+    memcpy(conn->seal.rx_key, rx_key, sizeof(conn->seal.rx_key));
+    conn->seal.tx_seq = conn->seal.rx_seq = 0;
+    conn->seal.on = 1;
+}
+
+static void
+ctl_seal_nonce(uint64_t seq,
+               uint8_t n[crypto_aead_chacha20poly1305_IETF_NPUBBYTES])
+{
+    uint64_t le = htole64(seq);
+
+    memset(n, 0, crypto_aead_chacha20poly1305_IETF_NPUBBYTES);
+    memcpy(n, &le, sizeof(le));
+}
+
+/* Seals a plain frame (header, then len - HDR bytes of body) and queues it. */
+static shp_status_t ctl_send_sealed(shp_conn_t *conn, const uint8_t *frame,
+                                    size_t len)
+{
+    uint8_t n[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
+    size_t body = len - SHP_CTL_HDR_LEN, out = len + SHP_CTL_SEAL_OVERHEAD;
+    shp_status_t status;
+    uint8_t *s;
+
+    if (out > SHP_CTL_MAX_FRAME || conn->seal.tx_seq == UINT64_MAX) {
+        return SHP_ERR_TOO_LARGE;
+    }
+    s = malloc(out);
+    if (s == NULL) {
+        return SHP_ERR_NO_MEMORY;
+    }
+    shp_ctl_hdr_pack(SHP_CTL_FRAME_SEALED, (uint32_t)(out - SHP_CTL_HDR_LEN),
+                     s);
+    s[SHP_CTL_HDR_LEN] = frame[3]; /* the inner type */
+    memcpy(s + SHP_CTL_HDR_LEN + 1, frame + SHP_CTL_HDR_LEN, body);
+    ctl_seal_nonce(conn->seal.tx_seq++, n);
+    crypto_aead_chacha20poly1305_ietf_encrypt_detached(
+        s + SHP_CTL_HDR_LEN, s + SHP_CTL_HDR_LEN + 1 + body, NULL,
+        s + SHP_CTL_HDR_LEN, 1 + body, s, SHP_CTL_HDR_LEN, NULL, n,
+        conn->seal.tx_key);
+    status = shp_conn_send(conn, s, out, NULL, 0);
+    free(s);
+    return status;
+}
+
+/* Opens a sealed frame into a plain one (malloc'd, *plen bytes). */
+static shp_status_t ctl_open_sealed(shp_conn_t *conn, const uint8_t *frame,
+                                    size_t len, uint8_t **plain, size_t *plen,
+                                    const char **why)
+{
+    uint8_t n[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
+    size_t ct = len - SHP_CTL_HDR_LEN - 16; /* inner type and body */
+    uint8_t *p, type;
+    uint32_t length;
+
+    if (shp_ctl_hdr_unpack(frame, &type, &length, why) != SHP_OK ||
+        type != SHP_CTL_FRAME_SEALED ||
+        (size_t)length != len - SHP_CTL_HDR_LEN) {
+        return shp_ctl_reject(SHP_ERR_AUTH,
+                              "a frame not sealed after the handshake", why);
+    }
+    p = malloc(SHP_CTL_HDR_LEN + ct);
+    if (p == NULL) {
+        return shp_ctl_reject(SHP_ERR_NO_MEMORY, "out of memory", why);
+    }
+    /* the inner type lands just before the body, then the header over it */
+    ctl_seal_nonce(conn->seal.rx_seq, n);
+    if (crypto_aead_chacha20poly1305_ietf_decrypt_detached(
+            p + SHP_CTL_HDR_LEN - 1, NULL, frame + SHP_CTL_HDR_LEN, ct,
+            frame + SHP_CTL_HDR_LEN + ct, frame, SHP_CTL_HDR_LEN, n,
+            conn->seal.rx_key) != 0) {
+        free(p);
+        return shp_ctl_reject(SHP_ERR_AUTH,
+                              "a sealed frame that does not open (forged, "
+                              "replayed or out of order)",
+                              why);
+    }
+    conn->seal.rx_seq++;
+    shp_ctl_hdr_pack(p[SHP_CTL_HDR_LEN - 1], (uint32_t)(ct - 1), p);
+    *plain = p;
+    *plen = SHP_CTL_HDR_LEN + ct - 1;
+    return SHP_OK;
+}
+
 shp_status_t shp_ctl_send(shp_conn_t *conn, const json_t *msg)
 {
     shp_status_t status;
@@ -165,7 +264,8 @@ shp_status_t shp_ctl_send(shp_conn_t *conn, const json_t *msg)
     if (status != SHP_OK) {
         return status;
     }
-    status = shp_conn_send(conn, frame, len, NULL, 0);
+    status = conn->seal.on ? ctl_send_sealed(conn, frame, len)
+                           : shp_conn_send(conn, frame, len, NULL, 0);
     free(frame);
     return status;
 }
@@ -175,7 +275,8 @@ shp_status_t shp_ctl_send_frame(shp_conn_t *conn, uint8_t type)
     uint8_t hdr[SHP_CTL_HDR_LEN];
 
     shp_ctl_hdr_pack(type, 0, hdr);
-    return shp_conn_send(conn, hdr, sizeof(hdr), NULL, 0);
+    return conn->seal.on ? ctl_send_sealed(conn, hdr, sizeof(hdr))
+                         : shp_conn_send(conn, hdr, sizeof(hdr), NULL, 0);
 }
 
 /* Typed getters ------------------------------------------------------------ */
@@ -364,11 +465,24 @@ json_t *shp_ctl_recv(shp_conn_t *conn, const void *frame, size_t len,
                      const char **why)
 {
     json_t *msg = NULL;
-    uint8_t type;
+    uint8_t type, *plain = NULL;
+    size_t plen;
+    shp_status_t status;
 
     *why = NULL;
-    if (shp_ctl_decode(frame, len, &type, &msg, why) != SHP_OK) {
-        shp_conn_close(conn, SHP_ERR_PROTO);
+    if (conn->seal.on) {
+        status = ctl_open_sealed(conn, frame, len, &plain, &plen, why);
+        if (status != SHP_OK) {
+            shp_conn_close(conn, status);
+            return NULL;
+        }
+        frame = plain;
+        len = plen;
+    }
+    status = shp_ctl_decode(frame, len, &type, &msg, why);
+    free(plain);
+    if (status != SHP_OK) {
+        shp_conn_close(conn, status == SHP_ERR_AUTH ? status : SHP_ERR_PROTO);
         return NULL;
     }
     if (type == SHP_CTL_FRAME_PING &&

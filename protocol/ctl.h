@@ -6,12 +6,22 @@
  *   off size
  *     0  2   magic 0x5348 ("SH"), big-endian
  *     2  1   version SHP_CTL_VERSION
- *     3  1   type: 1 message (JSON object), 2 ping, 3 pong
+ *     3  1   type: 1 message (JSON object), 2 ping, 3 pong, 4 sealed
  *     4  4   length, big-endian
  * A message is a JSON object with a string member "type" naming it
  * ("an_register", "group_add", ...) and, for requests, an integer "id" the
  * answer echoes.  Decoders reject anything else with a status and a reason,
  * never crash: not JSON, not an object, duplicate keys, no "type".
+ *
+ * Sealed frames: once a connection's handshake is done (protocol/auth.h)
+ * every frame on it, both ways, is type 4, its body
+ *   ChaCha20-Poly1305(key of the direction, nonce = the direction's frame
+ *                     count, 64-bit little-endian, 4 zero bytes;
+ *                     additional data = this 8-byte header;
+ *                     plaintext = inner type (1 byte) | inner body)
+ *   followed by its 16-byte tag.  A frame that does not open, comes out of
+ *   order, is replayed or is not sealed closes the connection.  Job keys and
+ *   everything else after the handshake travel confidential and intact.
  *
  * Version history:
  *   1  first version.
@@ -37,7 +47,11 @@ typedef enum shp_ctl_frame_type {
     SHP_CTL_FRAME_MSG = 1,
     SHP_CTL_FRAME_PING = 2,
     SHP_CTL_FRAME_PONG = 3,
+    SHP_CTL_FRAME_SEALED = 4,
 } shp_ctl_frame_type_t;
+
+/* what sealing adds to a frame: the inner type and the tag */
+#define SHP_CTL_SEAL_OVERHEAD 17
 
 /* Header <-> bytes. */
 void shp_ctl_hdr_pack(uint8_t type, uint32_t length, void *buf);
@@ -68,6 +82,13 @@ json_t *shp_ctl_recv(shp_conn_t *conn, const void *frame, size_t len,
 /* Send a message / a bare ping or pong on a connection. */
 SHP_WUR shp_status_t shp_ctl_send(shp_conn_t *conn, const json_t *msg);
 SHP_WUR shp_status_t shp_ctl_send_frame(shp_conn_t *conn, uint8_t type);
+
+/* From now on every frame sent on conn is sealed with tx_key and every frame
+ * received must be sealed with rx_key (see above).  The keys come from the
+ * handshake (shp_auth_session_t: a client sends with c2s and receives with
+ * s2c, the AM the other way round). */
+void shp_ctl_seal(shp_conn_t *conn, const uint8_t tx_key[32],
+                  const uint8_t rx_key[32]);
 
 /* The message's "type" (never NULL after a successful decode). */
 const char *shp_ctl_type(const json_t *msg);
