@@ -1,7 +1,17 @@
 # sharpd/: the per-host daemon.
 
+# Everything but the main, as a library the tests link too.
+SHARPD_LIB_SRCS := sharpd/sharpd.c
+SHARPD_LIB := $(LIBDIR)/libshp_sharpd.a
+LIBS += $(SHARPD_LIB)
+
+$(SHARPD_LIB): $(call obj_of,$(SHARPD_LIB_SRCS))
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
 SHARPD := $(BINDIR)/sharpd
 BINS += $(SHARPD)
 
-$(SHARPD): $(OBJDIR)/sharpd/sharpd.o $(COMMON_LIB)
+$(SHARPD): $(OBJDIR)/sharpd/main.o $(SHARPD_LIB) $(COMMON_LIB)
 	$(call link_prog)

@@ -126,6 +126,9 @@ $(filter $(TESTDIR)/an/%,$(UNIT_TESTS)): $(call obj_of,an/an.c an/an_ctl.c)
 $(filter $(TESTDIR)/an/%,$(UNIT_TESTS)): LDFLAGS += -Wl,--wrap=shp_tp_find \
 	-Wl,--export-dynamic-symbol=epoll_wait
 
+# sharpd's unit tests link the daemon (sharpd/, all but its main).
+$(filter $(TESTDIR)/sharpd/%,$(UNIT_TESTS)): $(SHARPD_LIB)
+
 # The recovery protocol of libsharp_mpi, with forked members (no MPI).
 $(filter $(TESTDIR)/mpi-coll/%,$(UNIT_TESTS)): $(call obj_of,mpi-coll/recover.c)
 

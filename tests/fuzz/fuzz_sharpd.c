@@ -1,21 +1,23 @@
 /*
- * sharpd (sharpd/sharpd.c, included here: it is one file with its main,
- * renamed) driven by a sequence of events: local processes connecting to
- * its socket, the AM connection coming up (registered, or still to prove
- * the secret), messages from both sides, hang-ups, and the AM answering the
- * requests sharpd relays.  The daemon's ends are socketpairs handed to its
- * own accept callback and connection, so messages go through core/conn.c
- * into the handlers it runs for a socket.  Checks: every frame it sends
- * decodes; it never takes the AM as registered before the AM proved the
- * cluster secret (the input cannot forge that proof).  Operations:
- * tests/fuzz/fuzz.h (FZ_SD_*).
+ * sharpd (libshp_sharpd.a: the daemon without its main) driven by a
+ * sequence of events: local processes connecting to its socket, the AM
+ * connection coming up (registered, or still to prove the secret),
+ * messages from both sides, hang-ups, and the AM answering the requests
+ * sharpd relays.  The daemon's ends are socketpairs handed to it as an
+ * accepted process (shp_sharpd_accept) and as its AM connection
+ * (shp_sharpd_am_attach), so messages go through core/conn.c into the
+ * handlers it runs for a socket.  Checks: every frame it sends decodes; it
+ * never takes the AM as registered before the AM proved the cluster secret
+ * (the input cannot forge that proof).  Operations: tests/fuzz/fuzz.h
+ * (FZ_SD_*).
  */
-#define main sharpd_main
-#include "sharpd/sharpd.c"
-#undef main
-
 #include "tests/fuzz/fuzz.h"
 #include "tests/fuzz/fuzz_peer.h"
+
+#include "core/log.h"
+#include "sharpd/sharpd.h"
+
+static shp_sharpd_t d;
 
 static const char *const fz_pend_types[] = {
     "job_begin",     "job_attach",  "job_end",     "group_create",
@@ -44,8 +46,7 @@ static void op_client(void)
         if (peers[i].fd < 0) {
             FZ_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) ==
                      0);
-            on_accept(&d.listener, sv[0], NULL);
-            FZ_CHECK(d.clients != NULL && d.clients->conn.fd == sv[0]);
+            FZ_CHECK(shp_sharpd_accept(&d, sv[0]) == SHP_OK);
             peers[i].fd = sv[1];
             return;
         }
@@ -59,15 +60,12 @@ static void op_am(uint8_t mode)
     if (shp_conn_is_open(&d.am) || peers[0].fd >= 0) {
         return;
     }
-    ev_timer_stop(loop, &d.am_timer); /* what am_connect would do */
     FZ_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-    shp_conn_init(&d.am, loop, &am_ops, NULL, SHP_CTL_MAX_FRAME);
-    FZ_CHECK(shp_conn_open_fd(&d.am, sv[0]) == SHP_OK);
     peers[0].fd = sv[1];
-    am_connected(&d.am); /* hello */
+    FZ_CHECK(shp_sharpd_am_attach(&d, sv[0]) == SHP_OK); /* hello */
     proved = mode & 1;
     if (proved) { /* as if the handshake and registration were done */
-        d.am_state = 2;
+        d.am_state = SHP_SHARPD_AM_REGISTERED;
     }
     pump();
 }
@@ -106,18 +104,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static char host[] = "n00001", am_addr[] = "", sock[] = "", secret[] = "";
     fz_in_t in = {data, size};
-    job_t *j, *jt;
 
     memset(&d, 0, sizeof(d));
     d.cfg.host = host;
     d.cfg.am = am_addr; /* a reconnect finds no address: stays down */
     d.cfg.socket = sock;
     d.cfg.secret_file = secret;
-    d.loop = loop;
-    d.next_id = 1;
-    d.backoff = 0.1;
+    shp_sharpd_init(&d, loop);
     shp_auth_key_from_bytes("the cluster secret of sharpd", 28, &d.key);
-    ev_timer_init(&d.am_timer, am_timer_cb, 0., 0.);
     proved = 0;
     while (fz_more(&in)) {
         fz_peer_t *p;
@@ -139,20 +133,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_CHECK(proved || d.am_state != 2);
     }
     /* shut down as main() does */
-    d.stopping = 1;
-    ev_timer_stop(loop, &d.am_timer);
-    while (d.clients) {
-        shp_conn_close(&d.clients->conn, SHP_ERR_CANCELED);
-    }
-    if (shp_conn_is_open(&d.am)) {
-        shp_conn_close(&d.am, SHP_ERR_CANCELED);
-    }
-    HASH_ITER(hh, d.jobs, j, jt)
-    {
-        HASH_DEL(d.jobs, j);
-        free(j);
-    }
-    FZ_CHECK(d.pending == NULL);
+    shp_sharpd_stop(&d);
+    FZ_CHECK(d.pending == NULL && d.clients == NULL && d.jobs == NULL);
     for (int i = 0; i < FZ_NPEERS; i++) {
         peer_drop(&peers[i]);
     }

@@ -27,6 +27,7 @@ FUZZ_COMMON_OBJS := $(call fuzz_obj,$(COMMON_SRCS))
 FUZZ_AM_OBJS := $(call fuzz_obj,$(filter-out am/metrics.c,$(AM_LIB_SRCS)) \
 	$(TOPO_LIB_SRCS))
 FUZZ_AN_OBJS := $(call fuzz_obj,an/an.c an/an_ctl.c)
+FUZZ_SHARPD_OBJS := $(call fuzz_obj,$(SHARPD_LIB_SRCS))
 FUZZ_LDLIBS = $(COMMON_LDLIBS)
 
 $(FUZZ_OBJDIR)/%.o: %.c | $(DEPS_STAMP) $(PATHS_H)
@@ -72,9 +73,9 @@ $(FUZZ_O)/bin/fuzz_am: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_am.o $(FUZZ_AM_OBJS) \
 		$(FUZZ_COMMON_OBJS)
 	$(call fuzz_link,$^)
 
-# sharpd is one file with its main: the harness includes it, main renamed
+# sharpd: the daemon without its main
 $(FUZZ_O)/bin/fuzz_sharpd: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_sharpd.o \
-		$(FUZZ_COMMON_OBJS)
+		$(FUZZ_SHARPD_OBJS) $(FUZZ_COMMON_OBJS)
 	$(call fuzz_link,$^)
 
 # Seeds: valid inputs made by the project's own encoders, plus the bundled

@@ -1,13 +1,14 @@
-/* sharpd's side of the cluster-secret handshake with the AM (sharpd.c is
- * one file with its main: included here, main renamed). */
-#define main sharpd_main
-#include "sharpd/sharpd.c"
-#undef main
-
+/* sharpd's side of the cluster-secret handshake with the AM (the daemon
+ * of libshp_sharpd.a, its AM connection a socketpair). */
 #include "tests/support/test_util.h"
 
+#include "protocol/ctl.h"
+#include "sharpd/sharpd.h"
+
+#include <stdlib.h>
 #include <sys/socket.h>
 
+static shp_sharpd_t d;
 static int am_fd; /* the AM's end of sharpd's connection */
 
 /* One control message from sharpd (NULL once it has closed). */
@@ -59,26 +60,19 @@ static int setup(void **state)
     memset(&d, 0, sizeof(d));
     d.cfg.host = host;
     d.cfg.am = am;
-    d.loop = ev_default_loop(0);
-    d.next_id = 1;
-    d.backoff = 0.1;
-    ev_timer_init(&d.am_timer, am_timer_cb, 0., 0.);
+    shp_sharpd_init(&d, ev_default_loop(0));
     assert_int_equal(shp_auth_init(), SHP_OK);
     shp_auth_key_from_bytes("the cluster secret", 18, &d.key);
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    shp_conn_init(&d.am, d.loop, &am_ops, NULL, SHP_CTL_MAX_FRAME);
-    assert_int_equal(shp_conn_open_fd(&d.am, sv[0]), SHP_OK);
     am_fd = sv[1];
-    am_connected(&d.am);
+    assert_int_equal(shp_sharpd_am_attach(&d, sv[0]), SHP_OK);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    d.stopping = 1;
-    ev_timer_stop(d.loop, &d.am_timer);
-    shp_conn_close(&d.am, SHP_ERR_CANCELED);
+    shp_sharpd_stop(&d);
     close(am_fd);
     return 0;
 }
@@ -108,7 +102,7 @@ static void test_genuine_am(void **state)
     json_decref(reg);
     am_write(
         json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status", 0));
-    assert_int_equal(d.am_state, 2);
+    assert_int_equal(d.am_state, SHP_SHARPD_AM_REGISTERED);
 }
 
 /* Found by tests/fuzz/fuzz_sharpd: an AM that skipped the challenge and
@@ -124,7 +118,7 @@ static void test_register_ack_without_proof(void **state)
     json_decref(hello);
     am_write(
         json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status", 0));
-    assert_int_not_equal(d.am_state, 2);
+    assert_int_not_equal(d.am_state, SHP_SHARPD_AM_REGISTERED);
     assert_false(shp_conn_is_open(&d.am));
     assert_null(am_read()); /* closed */
 }
