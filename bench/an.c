@@ -19,7 +19,9 @@
  * Last line: RESULT an_8B_latency_over_rtt=<x> an_msgs_per_s=<y>
  */
 #include "topology/topo.h"
-#include "bench/bench_fabric.h"
+#include "bench/bench_util.h"
+#include "tests/support/ctl_client.h"
+#include "tests/support/fabric.h"
 #include "transport/transport.h"
 
 #include <sched.h>
@@ -29,15 +31,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static char bindir[512], dir[64], secret[128];
+static test_fabric_t fab;
+static char secret[600];
 
 static void cleanup(void)
 {
-    char cmd[128];
-    bench_stop_all();
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "cannot remove %s\n", dir);
+    test_fabric_stop(&fab);
+    if (test_fabric_sh("rm -rf %s", fab.dir) != 0) {
+        fprintf(stderr, "cannot remove %s\n", fab.dir);
     }
 }
 
@@ -46,18 +47,18 @@ static void cleanup(void)
 static json_t *fabric_group(const char *topo, int nhosts, int osts,
                             const char *net)
 {
-    char sock[128], osts_s[16], err[256];
+    char sock[600], osts_s[16], err[256];
     shp_topo_t *t;
     if (shp_topo_load(topo, &t, err, sizeof(err)) != SHP_OK) {
         fprintf(stderr, "%s\n", err);
         exit(1);
     }
     snprintf(osts_s, sizeof(osts_s), "%d", osts);
-    snprintf(sock, sizeof(sock), "%s/sd-%s.sock", dir, net);
-    bench_fabric_up(bindir, dir, secret, t, topo, net, osts_s, sock);
+    snprintf(sock, sizeof(sock), "%s/sd-%s.sock", fab.dir, net);
+    test_fabric_spawn_daemons(&fab, secret, t, topo, net, osts_s, sock);
     shp_topo_free(t);
-    json_t *hosts = bench_hosts(nhosts), *g = NULL;
-    int fd = bench_job_begin(sock, hosts);
+    json_t *hosts = test_fabric_hosts(nhosts), *g = NULL;
+    int fd = test_fabric_job_begin(sock, hosts);
     if (fd >= 0) {
         json_t *r =
             call(fd, json_pack("{s:s, s:o, s:O, s:s}", "type", "group_create",
@@ -71,7 +72,7 @@ static json_t *fabric_group(const char *topo, int nhosts, int osts,
     }
     json_decref(hosts);
     if (g == NULL) {
-        fprintf(stderr, "bench_an: no group (logs in %s)\n", dir);
+        fprintf(stderr, "bench_an: no group (logs in %s)\n", fab.dir);
         exit(1);
     }
     return g;
@@ -291,22 +292,18 @@ static double emulate(json_t *g, int depth, uint32_t warm, uint32_t nops)
 
 int main(int argc, char **argv)
 {
-    char self[512], star[128];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0 || argc < 2) {
+    char dir[64], star[600];
+    snprintf(dir, sizeof(dir), "/tmp/sharp-bench-an.%d", (int)getpid());
+    if (test_fabric_init(&fab, "", dir) != 0 || argc < 2) {
         fprintf(stderr, "usage: bench_an examples/small-2l.ibnd\n");
         return 2;
     }
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
-    snprintf(bindir, sizeof(bindir), "%s", self);
-    snprintf(dir, sizeof(dir), "/tmp/sharp-bench-an.%d", (int)getpid());
     if (mkdir(dir, 0700) != 0) {
         return 1;
     }
     atexit(cleanup);
     signal(SIGPIPE, SIG_IGN);
-    if (bench_secret(dir, secret, sizeof(secret)) != 0) {
+    if (test_fabric_secret(&fab, secret, sizeof(secret)) != 0) {
         return 1;
     }
 
@@ -317,7 +314,7 @@ int main(int argc, char **argv)
     uint32_t lat_ops = 3000;
     double lat_us = emulate(g, 1, 200, lat_ops) * 1e6 / lat_ops;
     json_decref(g);
-    bench_stop_all();
+    test_fabric_stop(&fab);
 
     /* (b) one AN, 16 members, 64 outstanding */
     shp_topo_t *t = shp_topo_new();
@@ -334,7 +331,7 @@ int main(int argc, char **argv)
         }
         shp_topo_set_port_guid(t, c, 1, guid + 1);
     }
-    snprintf(star, sizeof(star), "%s/star.ibnd", dir);
+    snprintf(star, sizeof(star), "%s/star.ibnd", fab.dir);
     FILE *f = fopen(star, "w");
     shp_topo_write(t, f, 0);
     fclose(f);

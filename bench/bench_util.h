@@ -1,4 +1,5 @@
-/* Shared pieces of the benchmarks.  Header-only. */
+/* Shared pieces of the benchmarks (the fabric they start:
+ * tests/support/fabric.h).  Header-only. */
 #ifndef SHP_BENCH_UTIL_H
 #define SHP_BENCH_UTIL_H
 
@@ -15,37 +16,6 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-/* Daemons the benchmark starts: argv[0] with stdout and stderr appended to
- * `log`; bench_stop_all() stops them (SIGTERM) and reaps them. */
-static pid_t bench_pids[256];
-static int bench_npids;
-
-static inline void bench_spawn(char *const argv[], const char *log)
-{
-    pid_t p = fork();
-    if (p == 0) {
-        FILE *f = freopen(log, "a", stdout);
-        (void)f;
-        dup2(1, 2);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    if (p > 0 && bench_npids < 256) {
-        bench_pids[bench_npids++] = p;
-    }
-}
-
-static inline void bench_stop_all(void)
-{
-    for (int i = 0; i < bench_npids; i++) {
-        kill(bench_pids[i], SIGTERM);
-    }
-    for (int i = 0; i < bench_npids; i++) {
-        waitpid(bench_pids[i], NULL, 0);
-    }
-    bench_npids = 0;
-}
 
 /* 8-byte ping-pong over loopback TCP: mean round trip in us, the two ends
  * pinned to one core (same_cpu) or to two.  On a VM the two differ by far:

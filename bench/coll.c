@@ -17,6 +17,7 @@
 
 #include "tests/support/oob_hub.h"
 #include "bench/bench_util.h"
+#include "tests/support/fabric.h"
 
 #include <sys/socket.h>
 
@@ -24,7 +25,8 @@
 #define NSIZES 7
 
 static const size_t sizes[NSIZES] = {8, 64, 512, 4096, 32768, 262144, 1 << 20};
-static char bindir[512], dir[64];
+static test_fabric_t fab;
+static char dir[64];
 static int result_fd;
 
 static struct sharp_coll_data_desc desc(void *p, size_t n)
@@ -40,12 +42,12 @@ static struct sharp_coll_data_desc desc(void *p, size_t n)
 
 static int member(int rank, void *arg)
 {
-    char v[300];
+    char v[600];
     hub_oob_t oob = {1, rank, NP};
     struct sharp_coll_context *ctx;
     struct sharp_coll_comm *comm;
     (void)arg;
-    snprintf(v, sizeof(v), "%s/fabric/hosts/n%05d.sock", dir, rank + 1);
+    test_fabric_host_sock(&fab, rank, v, sizeof(v));
     setenv("SHARP_COLL_SHARPD_SOCKET", v, 1);
     struct sharp_coll_init_spec s = {0};
     s.job_id = 77;
@@ -97,29 +99,17 @@ static int member(int rank, void *arg)
     return 0;
 }
 
-static int sh(const char *fmt, const char *a, const char *b, const char *c)
-{
-    char cmd[1500];
-    snprintf(cmd, sizeof(cmd), fmt, a, b, c);
-    return system(cmd);
-}
-
 int main(int argc, char **argv)
 {
-    char self[512], topo[600];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0 || argc < 2) {
+    char fabdir[128];
+    snprintf(dir, sizeof(dir), "/tmp/sharp-bench-coll.%d", (int)getpid());
+    snprintf(fabdir, sizeof(fabdir), "%s/fabric", dir);
+    if (test_fabric_init(&fab, "", fabdir) != 0 || argc < 2) {
         fprintf(stderr, "usage: bench_coll TOPOLOGY.ibnd\n");
         return 2;
     }
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
-    snprintf(bindir, sizeof(bindir), "%s", self);
-    snprintf(topo, sizeof(topo), "%s", argv[1]);
-    snprintf(dir, sizeof(dir), "/tmp/sharp-bench-coll.%d", (int)getpid());
     signal(SIGPIPE, SIG_IGN);
-    if (sh("%s/sharp-fabric --dir %s/fabric up %s --net 127.18 >/dev/null",
-           bindir, dir, topo) != 0) {
+    if (test_fabric_up(&fab, "", argv[1], "127.18", ">/dev/null") != 0) {
         fprintf(stderr, "bench_coll: the fabric did not come up\n");
         return 1;
     }
@@ -140,8 +130,8 @@ int main(int argc, char **argv)
            read(pfd[0], &us[got], sizeof(us[0])) == (ssize_t)sizeof(us[0])) {
         got++;
     }
-    sh("%s/sharp-fabric --dir %s/fabric down >/dev/null; rm -rf %s", bindir,
-       dir, dir);
+    test_fabric_down(&fab, ">/dev/null");
+    test_fabric_sh("rm -rf %s", dir);
     if (!ok || got != NSIZES) {
         fprintf(stderr, "bench_coll: a member failed\n");
         return 1;

@@ -23,6 +23,7 @@
 #include <sharp/api/sharp.h>
 
 #include "bench/bench_util.h"
+#include "tests/support/fabric.h"
 #include "reduce/exact.h"
 #include "tests/support/oob_hub.h"
 
@@ -38,7 +39,8 @@ static const char *const mode_names[NMODES] = {
     "sum", "exact 1 pass", "exact 2 passes", "exact default"};
 /* SHARP_COLL_EXACT_ONE_PASS_MAX per mode */
 static const char *const one_pass[NMODES] = {"8k", "1m", "0", "8k"};
-static char bindir[512], dir[64];
+static test_fabric_t fab;
+static char dir[64];
 static int result_fd;
 
 static struct sharp_coll_data_desc desc(void *p, size_t n)
@@ -62,9 +64,9 @@ static double value(int rank, size_t i)
 
 static int member(int rank, void *arg)
 {
-    char v[300];
+    char v[600];
     (void)arg;
-    snprintf(v, sizeof(v), "%s/fabric/hosts/n%05d.sock", dir, rank + 1);
+    test_fabric_host_sock(&fab, rank, v, sizeof(v));
     setenv("SHARP_COLL_SHARPD_SOCKET", v, 1);
     double *a = calloc(512, 8), *b = calloc(512, 8);
     for (size_t i = 0; i < 512; i++) {
@@ -122,13 +124,6 @@ static int member(int rank, void *arg)
     free(a);
     free(b);
     return 0;
-}
-
-static int sh(const char *fmt, const char *a, const char *b, const char *c)
-{
-    char cmd[1500];
-    snprintf(cmd, sizeof(cmd), fmt, a, b, c);
-    return system(cmd);
 }
 
 /* the lanes per element of n elements of the bench's data (two passes) */
@@ -223,20 +218,15 @@ static double client_ns(size_t n, int full)
 
 int main(int argc, char **argv)
 {
-    char self[512], topo[600];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0 || argc < 2) {
+    char fabdir[128];
+    snprintf(dir, sizeof(dir), "/tmp/sharp-bench-exact.%d", (int)getpid());
+    snprintf(fabdir, sizeof(fabdir), "%s/fabric", dir);
+    if (test_fabric_init(&fab, "", fabdir) != 0 || argc < 2) {
         fprintf(stderr, "usage: bench_exact TOPOLOGY.ibnd\n");
         return 2;
     }
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
-    snprintf(bindir, sizeof(bindir), "%s", self);
-    snprintf(topo, sizeof(topo), "%s", argv[1]);
-    snprintf(dir, sizeof(dir), "/tmp/sharp-bench-exact.%d", (int)getpid());
     signal(SIGPIPE, SIG_IGN);
-    if (sh("%s/sharp-fabric --dir %s/fabric up %s --net 127.26 >/dev/null",
-           bindir, dir, topo) != 0) {
+    if (test_fabric_up(&fab, "", argv[1], "127.26", ">/dev/null") != 0) {
         fprintf(stderr, "bench_exact: the fabric did not come up\n");
         return 1;
     }
@@ -258,8 +248,8 @@ int main(int argc, char **argv)
                (ssize_t)sizeof(double)) {
         got++;
     }
-    sh("%s/sharp-fabric --dir %s/fabric down >/dev/null; rm -rf %s", bindir,
-       dir, dir);
+    test_fabric_down(&fab, ">/dev/null");
+    test_fabric_sh("rm -rf %s", dir);
     if (!ok || got != NMODES * NSIZES) {
         fprintf(stderr, "bench_exact: a member failed\n");
         return 1;

@@ -16,7 +16,8 @@
 #include "topology/trees.h"
 #include "protocol/ctl.h"
 #include "core/time.h"
-#include "bench/bench_fabric.h"
+#include "tests/support/ctl_client.h"
+#include "tests/support/fabric.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -32,14 +33,13 @@
 #define RADIX 48
 #define ROUNDS 20
 
-static char bindir[512], dir[64];
+static test_fabric_t fab;
+static char dir[64];
 
 static void cleanup(void)
 {
-    bench_stop_all();
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    if (system(cmd) != 0) {
+    test_fabric_stop(&fab);
+    if (test_fabric_sh("rm -rf %s", dir) != 0) {
         fprintf(stderr, "cannot remove %s\n", dir);
     }
 }
@@ -52,15 +52,11 @@ static int cmp(const void *a, const void *b)
 
 int main(void)
 {
-    char self[512], topo_path[128], secret[128], sd_sock[128];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) {
+    char topo_path[128], secret[600], sd_sock[128];
+    snprintf(dir, sizeof(dir), "/tmp/sharp-bench-gc.%d", (int)getpid());
+    if (test_fabric_init(&fab, "", dir) != 0) {
         return 1;
     }
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
-    snprintf(bindir, sizeof(bindir), "%s", self);
-    snprintf(dir, sizeof(dir), "/tmp/sharp-bench-gc.%d", (int)getpid());
     if (mkdir(dir, 0700) != 0) {
         perror(dir);
         return 1;
@@ -123,13 +119,14 @@ int main(void)
     }
 
     /* the processes */
-    if (bench_secret(dir, secret, sizeof(secret)) != 0) {
+    if (test_fabric_secret(&fab, secret, sizeof(secret)) != 0) {
         return 1;
     }
     snprintf(sd_sock, sizeof(sd_sock), "%s/sd.sock", dir);
-    bench_fabric_up(bindir, dir, secret, t, topo_path, "127.17", "", sd_sock);
-    json_t *hosts = bench_hosts(HOSTS);
-    int fd = bench_job_begin(sd_sock, hosts);
+    test_fabric_spawn_daemons(&fab, secret, t, topo_path, "127.17", "",
+                              sd_sock);
+    json_t *hosts = test_fabric_hosts(HOSTS);
+    int fd = test_fabric_job_begin(sd_sock, hosts);
     if (fd < 0) {
         fprintf(stderr, "the fabric did not come up (see %s)\n", dir);
         return 1;

@@ -1,4 +1,6 @@
 # bench/: benchmarks (not tests): they print ratios measured side by side.
+# The fabrics they start: tests/support/fabric.h, from $(TEST_SUPPORT_LIB)
+# (tests/module.mk), with $(TOPO_LIB) after it.
 
 BENCH_REDUCE := $(BINDIR)/bench_reduce
 BENCHES += $(BENCH_REDUCE)
@@ -13,7 +15,8 @@ bench-reduce: $(BENCH_REDUCE)
 BENCH_GROUP := $(BINDIR)/bench_group_create
 BENCHES += $(BENCH_GROUP)
 
-$(BENCH_GROUP): $(OBJDIR)/bench/group_create.o $(AM_LIB) $(TOPO_LIB) $(COMMON_LIB)
+$(BENCH_GROUP): $(OBJDIR)/bench/group_create.o $(TEST_SUPPORT_LIB) $(AM_LIB) \
+		$(TOPO_LIB) $(COMMON_LIB)
 	$(call link_prog)
 
 BENCH_AM := $(BINDIR)/bench_am
@@ -31,7 +34,8 @@ bench-am: $(BENCH_AM) $(BENCH_GROUP) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
 BENCH_COLL := $(BINDIR)/bench_coll
 BENCHES += $(BENCH_COLL)
 
-$(BENCH_COLL): $(OBJDIR)/bench/coll.o $(COLL_SO) $(COMMON_LIB)
+$(BENCH_COLL): $(OBJDIR)/bench/coll.o $(TEST_SUPPORT_LIB) $(TOPO_LIB) \
+		$(COLL_SO) $(COMMON_LIB)
 	$(call link_prog,$(COLL_LINK))
 
 .PHONY: bench-coll
@@ -65,7 +69,8 @@ bench-mpi: $(BENCH_MPI_LAT) $(BENCH_MPI_LAYER) $(SHARP_MPI_OMPI) $(SHARP_FABRIC)
 BENCH_AN := $(BINDIR)/bench_an
 BENCHES += $(BENCH_AN)
 
-$(BENCH_AN): $(OBJDIR)/bench/an.o $(AM_LIB) $(TOPO_LIB) $(COMMON_LIB)
+$(BENCH_AN): $(OBJDIR)/bench/an.o $(TEST_SUPPORT_LIB) $(AM_LIB) $(TOPO_LIB) \
+		$(COMMON_LIB)
 	$(call link_prog)
 
 .PHONY: bench-an
@@ -77,7 +82,8 @@ bench-an: $(BENCH_AN) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
 BENCH_EXACT := $(BINDIR)/bench_exact
 BENCHES += $(BENCH_EXACT)
 
-$(BENCH_EXACT): $(OBJDIR)/bench/exact.o $(COLL_SO) $(COMMON_LIB)
+$(BENCH_EXACT): $(OBJDIR)/bench/exact.o $(TEST_SUPPORT_LIB) $(TOPO_LIB) \
+		$(COLL_SO) $(COMMON_LIB)
 	$(call link_prog,$(COLL_LINK))
 
 .PHONY: bench-exact
@@ -88,7 +94,8 @@ BENCH_SOAK := $(BINDIR)/bench_soak
 BENCHES += $(BENCH_SOAK)
 SOAK_SECONDS ?= 180
 
-$(BENCH_SOAK): $(OBJDIR)/bench/soak.o $(COLL_SO) $(COMMON_LIB)
+$(BENCH_SOAK): $(OBJDIR)/bench/soak.o $(TEST_SUPPORT_LIB) $(TOPO_LIB) \
+		$(COLL_SO) $(COMMON_LIB)
 	$(call link_prog,$(COLL_LINK))
 
 .PHONY: soak

@@ -33,7 +33,8 @@
 #include "core/time.h"
 #include <sharp/api/sharp.h>
 #include "tests/support/oob_hub.h"
-#include "bench/ctl_client.h"
+#include "tests/support/ctl_client.h"
+#include "tests/support/fabric.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -67,7 +68,7 @@ typedef struct {
 } shared_t;
 
 static shared_t *sh;
-static char bindir[512], dir[256], ns_prefix[32];
+static test_fabric_t fab; /* its dir: the fabric's, the logs, the topology */
 static int njobs = 64, nmem = 4, pace_ms = 250, use_netns, chaos = 1;
 static int job_hosts[MAXJOBS][MAXMEM];
 static int job_index; /* in a runner and its members */
@@ -77,16 +78,6 @@ static uint64_t now_ns(void)
     return shp_time_ns();
 }
 
-static int run(const char *fmt, ...)
-{
-    char cmd[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
 static int env_int(const char *name, int dflt)
 {
     const char *v = getenv(name);
@@ -94,25 +85,6 @@ static int env_int(const char *name, int dflt)
 }
 
 /* --- members ------------------------------------------------------------ */
-
-static void become_host(int host)
-{
-    char v[400];
-    snprintf(v, sizeof(v), "%s/hosts/n%05d.sock", dir, host + 1);
-    setenv("SHARP_COLL_SHARPD_SOCKET", v, 1);
-    snprintf(v, sizeof(v), "%s.64.%d", use_netns ? "10.77" : "127.29",
-             host + 1);
-    setenv("SHARP_COLL_LOCAL_IP", v, 1);
-    if (use_netns) {
-        snprintf(v, sizeof(v), "/var/run/netns/%s-n%05d", ns_prefix, host + 1);
-        int fd = open(v, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
-            fprintf(stderr, "soak: cannot enter %s\n", v);
-            _exit(2);
-        }
-        close(fd);
-    }
-}
 
 static const int dtypes[] = {
     SHARP_DTYPE_UNSIGNED,       SHARP_DTYPE_INT,   SHARP_DTYPE_UNSIGNED_LONG,
@@ -294,7 +266,7 @@ static int member(int rank, void *arg)
     (void)arg;
     alarm(0); /* the soak bounds itself (hangs are counted, then killed) */
     me = &sh->m[job_index][rank];
-    become_host(job_hosts[job_index][rank]);
+    test_fabric_become_host(&fab, job_hosts[job_index][rank]);
     hub_oob_t oob = {1, rank, nmem};
     for (uint64_t inc = 0;; inc++) {
         /* rank 0's stop flag, so that every member leaves here together
@@ -371,7 +343,7 @@ static void runner(int j)
 {
     job_index = j;
     char log[400];
-    snprintf(log, sizeof(log), "%s/logs/job-%02d.log", dir, j);
+    snprintf(log, sizeof(log), "%s/logs/job-%02d.log", fab.dir, j);
     if (freopen(log, "w", stderr) == NULL) {
         _exit(1);
     }
@@ -421,7 +393,7 @@ static void sample_memory(int end)
 {
     char p[400], kind[16], name[64], addr[64];
     int pid;
-    snprintf(p, sizeof(p), "%s/pids", dir);
+    snprintf(p, sizeof(p), "%s/pids", fab.dir);
     FILE *f = fopen(p, "r");
     while (f && fscanf(f, "%15s %63s %63s %d", kind, name, addr, &pid) == 4) {
         daemon_t *d = NULL;
@@ -451,11 +423,11 @@ static void fabric(const char *what, const char *name)
     char path[600], line[512], last[512] = "";
     FILE *f;
 
-    if (run("%s/sharp-fabric --dir %s %s %s >>%s/logs/chaos.log 2>&1", bindir,
-            dir, what, name, dir) == 0) {
+    if (test_fabric_do(&fab, "%s %s >>%s/logs/chaos.log 2>&1", what, name,
+                       fab.dir) == 0) {
         return;
     }
-    snprintf(path, sizeof(path), "%s/logs/chaos.log", dir);
+    snprintf(path, sizeof(path), "%s/logs/chaos.log", fab.dir);
     if ((f = fopen(path, "r")) != NULL) {
         while (fgets(line, sizeof(line), f) != NULL) {
             snprintf(last, sizeof(last), "%s", line);
@@ -533,7 +505,7 @@ static void chaos_once(unsigned *seed)
 static json_t *admin(const char *type)
 {
     char p[400];
-    snprintf(p, sizeof(p), "%s/am.sock", dir);
+    snprintf(p, sizeof(p), "%s/am.sock", fab.dir);
     int fd = shp_unix_connect(p);
     if (fd < 0) {
         return NULL;
@@ -566,14 +538,11 @@ static void held(int *jobs, int *groups, int *an_groups)
 
 int main(void)
 {
-    char self[512];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) {
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/tmp/sharp-soak.%d", (int)getpid());
+    if (test_fabric_init(&fab, "", dir) != 0) {
         return 1;
     }
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
-    snprintf(bindir, sizeof(bindir), "%s", self);
     int secs = env_int("SOAK_SECONDS", 180);
     njobs = env_int("SOAK_JOBS", 64);
     nmem = env_int("SOAK_MEMBERS", 4);
@@ -589,32 +558,28 @@ int main(void)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    snprintf(dir, sizeof(dir), "/tmp/sharp-soak.%d", (int)getpid());
-    if (mkdir(dir, 0700) != 0 || run("mkdir -p %s/logs", dir) != 0) {
+    if (mkdir(dir, 0700) != 0 || test_fabric_sh("mkdir -p %s/logs", dir) != 0) {
         return 1;
     }
     /* the fabric: keepalives of 1 s so that lost peers are noticed fast;
      * results by multicast and RC (namespaces) */
-    if (run("%s/sharp-topo fat-tree --levels 3 --radix 4 --hosts %d "
-            ">%s/ft3.ibnd",
-            bindir, NHOSTS, dir) != 0 ||
-        run("SHARP_AM_KEEPALIVE=1s SHARPD_KEEPALIVE=1s "
-            "SHARP_AN_AM_KEEPALIVE=1s "
-            "SHARP_AM_STATS_INTERVAL=1s SHARP_AM_GROUP_TIMEOUT=5s %s "
-            "%s/sharp-fabric --dir %s up %s/ft3.ibnd %s >%s/logs/up.log 2>&1",
-            use_netns ? "SHARP_AM_DIST=both" : "", bindir, dir, dir,
-            use_netns ? "--netns" : "--net 127.29", dir) != 0) {
+    char topo[128], topo_args[128], env[256], up_log[128];
+    snprintf(topo, sizeof(topo), "%s/ft3.ibnd", dir);
+    snprintf(topo_args, sizeof(topo_args),
+             "fat-tree --levels 3 --radix 4 --hosts %d", NHOSTS);
+    snprintf(env, sizeof(env),
+             "SHARP_AM_KEEPALIVE=1s SHARPD_KEEPALIVE=1s "
+             "SHARP_AN_AM_KEEPALIVE=1s SHARP_AM_STATS_INTERVAL=1s "
+             "SHARP_AM_GROUP_TIMEOUT=5s%s",
+             use_netns ? " SHARP_AM_DIST=both" : "");
+    snprintf(up_log, sizeof(up_log), ">%s/logs/up.log 2>&1", dir);
+    if (test_fabric_topo(&fab, topo_args, topo) != 0 ||
+        test_fabric_up(&fab, env, topo, use_netns ? NULL : "127.29", up_log) !=
+            0) {
         fprintf(stderr, "soak: the fabric did not come up (%s/logs)\n", dir);
         return 1;
     }
     if (use_netns) {
-        char p[400];
-        snprintf(p, sizeof(p), "%s/netns", dir);
-        FILE *f = fopen(p, "r");
-        if (f == NULL || fscanf(f, "%31s", ns_prefix) != 1) {
-            return 1;
-        }
-        fclose(f);
         for (int h = 0; h < NHOSTS; h++) {
             char name[32];
             snprintf(name, sizeof(name), "n%05d 5 --udp", h + 1);
@@ -821,10 +786,11 @@ int main(void)
            jobs + groups + an_groups, bad ? "FAIL" : "ok");
     fflush(stdout);
 
-    run("%s/sharp-fabric --dir %s down >>%s/logs/chaos.log 2>&1", bindir, dir,
-        dir);
+    char down_log[128];
+    snprintf(down_log, sizeof(down_log), ">>%s/logs/chaos.log 2>&1", dir);
+    test_fabric_down(&fab, down_log);
     if (getenv("SOAK_KEEP") == NULL && !bad) {
-        run("rm -rf %s", dir);
+        test_fabric_sh("rm -rf %s", dir);
     } else {
         printf("soak: logs in %s\n", dir);
     }

@@ -2,6 +2,17 @@
 # tests/support/ for what several of them share.  Unit tests are one cmocka
 # binary per unit, built into $(TESTDIR)/<room>/.
 
+# What the tests and the benchmarks share beyond headers: a local fabric of
+# real daemons (tests/support/fabric.h), an archive they link with
+# $(TOPO_LIB) after it.
+TEST_SUPPORT_SRCS := tests/support/fabric.c
+TEST_SUPPORT_LIB := $(LIBDIR)/libshp_testsupport.a
+
+$(TEST_SUPPORT_LIB): $(call obj_of,$(TEST_SUPPORT_SRCS))
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
 UNIT_TEST_SRCS := $(wildcard $(addsuffix /test_*.c,$(addprefix tests/, \
 	core protocol reduce transport topology))) \
 	tests/an/test_an_exact.c tests/an/test_an_link.c \
@@ -61,7 +72,8 @@ COLL_LINK = -L$(LIBDIR) -lsharp_coll -Wl,-rpath,$(abspath $(LIBDIR)) \
 	-Wl,--export-dynamic-symbol=epoll_wait
 TESTS += $(COLL_TEST)
 
-$(COLL_TEST): $(OBJDIR)/tests/libsharp/test_coll.o $(COLL_SO) $(COMMON_LIB) \
+$(COLL_TEST): $(OBJDIR)/tests/libsharp/test_coll.o $(TEST_SUPPORT_LIB) \
+		$(TOPO_LIB) $(COLL_SO) $(COMMON_LIB) \
 		$(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
 	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS))
 
@@ -69,8 +81,8 @@ $(COLL_TEST): $(OBJDIR)/tests/libsharp/test_coll.o $(COLL_SO) $(COMMON_LIB) \
 EXACT_COLL_TEST := $(TESTDIR)/libsharp/test_exact_coll
 TESTS += $(EXACT_COLL_TEST)
 
-$(EXACT_COLL_TEST): $(OBJDIR)/tests/libsharp/test_exact_coll.o $(COLL_SO) \
-		$(COMMON_LIB) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) \
+$(EXACT_COLL_TEST): $(OBJDIR)/tests/libsharp/test_exact_coll.o \
+		$(TEST_SUPPORT_LIB) $(TOPO_LIB) $(COLL_SO) $(COMMON_LIB) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) \
 		$(SHARP_TOPO) $(SHARPCTL)
 	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS) -lmpfr -lgmp)
 

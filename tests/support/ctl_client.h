@@ -1,9 +1,10 @@
 /*
- * Blocking control-plane client for the benchmarks: one request at a time
- * on a Unix socket to sharpd (shp_unix_connect).  Header-only.
+ * Blocking control-plane client for the tests and the benchmarks: one
+ * request at a time on a connected socket (to sharpd: shp_unix_connect).
+ * Header-only.
  */
-#ifndef SHP_BENCH_CTL_CLIENT_H
-#define SHP_BENCH_CTL_CLIENT_H
+#ifndef SHP_TEST_CTL_CLIENT_H
+#define SHP_TEST_CTL_CLIENT_H
 
 #include "protocol/ctl.h"
 

@@ -1,126 +1,102 @@
 /*
- * A fabric of real daemons for the benchmarks: sharp_am on a topology,
- * one sharp_an per switch, one sharpd (host n00001) that the benchmark
- * talks to, all on loopback addresses NET.x.y; and a job over the first
- * hosts.  Header-only (bench_util.h spawns and stops the processes).
+ * A local fabric of real daemons, for the tests and the benchmarks
+ * (bench/ includes tests/support/; both link tests/support/fabric.c from
+ * libshp_testsupport.a).  Two ways to bring one up:
+ *
+ * - through sharp-fabric (cli/sharp-fabric): sharp_am, one sharp_an per
+ *   switch and one sharpd per host of a topology, on loopback addresses
+ *   NET.x.y or each in a network namespace of its own (root);
+ *   test_fabric_up, test_fabric_do, test_fabric_down, and in a member
+ *   process test_fabric_become_host;
+ * - the daemons started directly, with one sharpd (host n00001) that the
+ *   caller talks to itself: test_fabric_spawn_daemons, test_fabric_stop.
  */
-#ifndef SHP_BENCH_FABRIC_H
-#define SHP_BENCH_FABRIC_H
+#ifndef SHP_TEST_FABRIC_H
+#define SHP_TEST_FABRIC_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <sys/types.h>
 
 #include "topology/topo.h"
-#include "bench/bench_util.h"
-#include "bench/ctl_client.h"
 
-#include <stdlib.h>
+#define TEST_FABRIC_MAX_PIDS 256
 
-/* A cluster secret (mode 0600) at DIR/secret; the path in out. */
-static inline int bench_secret(const char *dir, char *out, size_t len)
-{
-    char cmd[600];
-    snprintf(out, len, "%s/secret", dir);
-    snprintf(cmd, sizeof(cmd),
-             "umask 077 && head -c 32 /dev/urandom | base64 > %s", out);
-    return system(cmd) == 0 ? 0 : -1;
-}
+typedef struct test_fabric {
+    char bin[512];  /* the programs: sharp-fabric, sharp-topo, the daemons */
+    char dir[300];  /* the fabric's directory (sharp-fabric --dir) */
+    char net[32];   /* its addresses A.B (10.77 in namespaces) */
+    char netns[32]; /* in namespaces: their prefix; "" on loopback */
+    pid_t pids[TEST_FABRIC_MAX_PIDS]; /* test_fabric_spawn's daemons */
+    int npids;
+} test_fabric_t;
 
-/* Start the daemons of `topo` (file `topo_path`): the manager at
- * NET.0.1:6126 (`osts`: its group_osts, "" for its default), an AN per
- * switch at NET.(1+k/250).(1+k%250), sharpd's socket at sd_sock.  Logs in
- * DIR/{am,an,sd}.log. */
-static inline void bench_fabric_up(const char *bindir, const char *dir,
-                                   const char *secret, const shp_topo_t *topo,
-                                   const char *topo_path, const char *net,
-                                   const char *osts, const char *sd_sock)
-{
-    char exe[600], log[600], amaddr[64];
-    snprintf(amaddr, sizeof(amaddr), "%s.0.1:6126", net);
-    snprintf(exe, sizeof(exe), "%s/sharp_am", bindir);
-    snprintf(log, sizeof(log), "%s/am.log", dir);
-    char *am_argv[] = {exe,
-                       "--topology",
-                       (char *)topo_path,
-                       "--listen",
-                       amaddr,
-                       "--admin-socket",
-                       "",
-                       "--secret-file",
-                       (char *)secret,
-                       "--log-level",
-                       "warn",
-                       "--tree-settle",
-                       "100ms",
-                       "--group-osts",
-                       (char *)osts,
-                       NULL};
-    if (osts[0] == '\0') {
-        am_argv[13] = NULL; /* the manager's default quota */
-    }
-    bench_spawn(am_argv, log);
-    usleep(300000);
-    snprintf(exe, sizeof(exe), "%s/sharp_an", bindir);
-    snprintf(log, sizeof(log), "%s/an.log", dir);
-    int k = 0;
-    for (size_t i = 0; i < shp_topo_count(topo); i++) {
-        const shp_topo_node_t *nd = shp_topo_node(topo, (int)i);
-        if (nd->type != SHP_NODE_SWITCH) {
-            continue;
-        }
-        char listen[64];
-        snprintf(listen, sizeof(listen), "%s.%d.%d:0", net, 1 + k / 250,
-                 1 + k % 250);
-        k++;
-        char *an_argv[] = {exe,           "--name",        nd->desc,
-                           "--listen",    listen,          "--am",
-                           amaddr,        "--secret-file", (char *)secret,
-                           "--log-level", "warn",          NULL};
-        bench_spawn(an_argv, log);
-    }
-    snprintf(exe, sizeof(exe), "%s/sharpd", bindir);
-    snprintf(log, sizeof(log), "%s/sd.log", dir);
-    char *sd_argv[] = {exe,           "--host",        "n00001",
-                       "--socket",    (char *)sd_sock, "--am",
-                       amaddr,        "--secret-file", (char *)secret,
-                       "--log-level", "warn",          NULL};
-    bench_spawn(sd_argv, log);
-}
+/* f->bin: the directory of this program followed by to_bin ("" for a
+ * program in bin/, "/../../bin" for a test in tests/ROOM/); f->dir: dir.
+ * -1 if /proc/self/exe cannot be read. */
+int test_fabric_init(test_fabric_t *f, const char *to_bin, const char *dir);
+
+/* system() of a command line formatted as printf does */
+int test_fabric_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* `sharp-topo ARGS > OUT`: 0 if it succeeded */
+int test_fabric_topo(const test_fabric_t *f, const char *args, const char *out);
+
+/* `ENV sharp-fabric --dir DIR up TOPO --net NET REDIR`, or `--netns` when
+ * net is NULL (f->netns then read from DIR/netns): ENV variable
+ * assignments ("" none), REDIR a shell redirection of its output (e.g.
+ * ">/dev/null", "" none).  0 once every daemon registered. */
+int test_fabric_up(test_fabric_t *f, const char *env, const char *topo,
+                   const char *net, const char *redir);
+
+/* The command line `sharp-fabric --dir DIR ARGS` in out (ARGS formatted as
+ * printf does: a subcommand, its arguments, redirections). */
+void test_fabric_cmd(const test_fabric_t *f, char *out, size_t len,
+                     const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Runs it (kill, start, link, loss, ...): system()'s answer. */
+int test_fabric_do(const test_fabric_t *f, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* `sharp-fabric --dir DIR down REDIR` */
+void test_fabric_down(const test_fabric_t *f, const char *redir);
+
+/* DIR/hosts/n<host+1>.sock: the socket of host `host`'s sharpd */
+void test_fabric_host_sock(const test_fabric_t *f, int host, char *out,
+                           size_t len);
+
+/* In a member process: the process of host `host` (its sharpd's socket
+ * and its address for libsharp_coll; in namespaces it enters the host's,
+ * or exits with status 2). */
+void test_fabric_become_host(const test_fabric_t *f, int host);
+
+/* A cluster secret (mode 0600) at DIR/secret; its path in out.  0 if
+ * made. */
+int test_fabric_secret(const test_fabric_t *f, char *out, size_t len);
+
+/* Starts argv[0], stdout and stderr appended to `log`, to be stopped by
+ * test_fabric_stop: its pid, or -1. */
+pid_t test_fabric_spawn(test_fabric_t *f, char *const argv[], const char *log);
+
+/* Starts the daemons of `topo` (file topo_path) directly: the manager at
+ * NET.0.1:6126 (osts: its group_osts, "" for its default), an AN per
+ * switch at NET.(1+k/250).(1+k%250), one sharpd (host n00001) with its
+ * socket at sd_sock.  Logs in DIR/{am,an,sd}.log. */
+void test_fabric_spawn_daemons(test_fabric_t *f, const char *secret,
+                               const shp_topo_t *topo, const char *topo_path,
+                               const char *net, const char *osts,
+                               const char *sd_sock);
+
+/* SIGTERM to every daemon test_fabric_spawn started, and waits for them. */
+void test_fabric_stop(test_fabric_t *f);
 
 /* Hosts n00001 .. n<n> as a JSON array (a new reference). */
-static inline json_t *bench_hosts(int n)
-{
-    json_t *hosts = json_array();
-    for (int h = 0; h < n; h++) {
-        char name[16];
-        snprintf(name, sizeof(name), "n%05d", h + 1);
-        json_array_append_new(hosts, json_string(name));
-    }
-    return hosts;
-}
+json_t *test_fabric_hosts(int n);
 
-/* Job 1 over `hosts` through sharpd at sd_sock, retried (every 100 ms, for
- * up to 30 s) while the daemons come up and the trees settle: the
- * connection to sharpd, or -1. */
-static inline int bench_job_begin(const char *sd_sock, json_t *hosts)
-{
-    int fd = -1;
-    for (int tries = 0; tries < 300; tries++) {
-        usleep(100000);
-        if (fd < 0) {
-            fd = shp_unix_connect(sd_sock);
-            continue;
-        }
-        json_t *r =
-            call(fd, json_pack("{s:s, s:o, s:O}", "type", "job_begin", "job_id",
-                               shp_json_u64(1), "hosts", hosts));
-        int ok = status_of(r) == 0;
-        json_decref(r);
-        if (ok) {
-            return fd;
-        }
-    }
-    if (fd >= 0) {
-        close(fd);
-    }
-    return -1;
-}
+/* Job 1 over `hosts` through the sharpd at sd_sock, retried (every
+ * 100 ms, for up to 30 s) while the daemons come up and the trees settle:
+ * the connection to sharpd, or -1. */
+int test_fabric_job_begin(const char *sd_sock, json_t *hosts);
 
 #endif

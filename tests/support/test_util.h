@@ -80,12 +80,12 @@ static inline uint64_t test_rand(uint64_t *s)
     return x * 0x2545F4914F6CDD1Dull;
 }
 
-/* Starts argv[0] with stdout and stderr appended to `log`. */
-static inline pid_t test_spawn(char *const argv[], const char *log)
+/* Starts argv[0] with stdout and stderr appended to `log`: its pid, or -1
+ * if it could not fork. */
+static inline pid_t test_start(char *const argv[], const char *log)
 {
     pid_t pid = fork();
 
-    assert_true(pid >= 0);
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
@@ -96,6 +96,15 @@ static inline pid_t test_spawn(char *const argv[], const char *log)
         execv(argv[0], argv);
         _exit(127);
     }
+    return pid;
+}
+
+/* test_start, asserted */
+static inline pid_t test_spawn(char *const argv[], const char *log)
+{
+    pid_t pid = test_start(argv, log);
+
+    assert_true(pid >= 0);
     return pid;
 }
 
