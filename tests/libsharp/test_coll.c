@@ -15,6 +15,7 @@
 
 #include "reduce/reduce.h"
 #include "protocol/wire.h"
+#include "tests/support/fabric.h"
 #include "tests/support/oob_hub.h"
 
 #include <arpa/inet.h>
@@ -31,44 +32,19 @@
 
 #define NHOST 8
 
-static char bindir[512], dir[256];
+/* the fabric on loopback (its directory also holds the topology), and the
+ * one in network namespaces (root only) */
+static test_fabric_t fab, nsfab;
 static char hosts[NHOST][16];
-
-static int sh(const char *fmt, ...)
-{
-    char cmd[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
-/* the rank's process: its host's sharpd and address */
-/* the network-namespace fabric (root only): its directory and prefix */
-static char nsdir[300], ns_prefix[32];
 static int in_netns; /* the tests of the second group */
 /* SHARP_TEST_NET: the fabric's addresses (A.B.x.y); the verbs run in the
  * soft-RoCE guest puts them on the rxe device's interface */
 static const char *net = "127.12";
 
+/* the rank's process: its host's sharpd and address */
 static void become_host(int host)
 {
-    char v[400];
-    snprintf(v, sizeof(v), "%s/hosts/%s.sock", in_netns ? nsdir : dir,
-             hosts[host]);
-    setenv("SHARP_COLL_SHARPD_SOCKET", v, 1);
-    snprintf(v, sizeof(v), "%s.64.%d", in_netns ? "10.77" : net, host + 1);
-    setenv("SHARP_COLL_LOCAL_IP", v, 1);
-    if (in_netns) { /* this process moves into the host's namespace */
-        snprintf(v, sizeof(v), "/var/run/netns/%s-%s", ns_prefix, hosts[host]);
-        int fd = open(v, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
-            fprintf(stderr, "cannot enter %s\n", v);
-            _exit(2);
-        }
-        close(fd);
-    }
+    test_fabric_become_host(in_netns ? &nsfab : &fab, host);
 }
 
 static hub_oob_t world_oob;
@@ -1702,7 +1678,7 @@ static void test_an_killed(void **state)
     snprintf(cmd, sizeof(cmd),
              "kill -9 $(awk '$1==\"an\" && $2==\"leaf03\" {print $4}' "
              "%s/pids)",
-             dir);
+             fab.dir);
     run_with_fault(m_an_killed, cmd);
 }
 
@@ -1792,15 +1768,14 @@ static void test_print_config(void **state)
 static int setup(void **state)
 {
     (void)state;
-    char topo[400];
-    snprintf(topo, sizeof(topo), "%s/ft.ibnd", dir);
-    mkdir(dir, 0700);
-    if (sh("%s/sharp-topo fat-tree --radix 4 --hosts %d > %s", bindir, NHOST,
-           topo) != 0 ||
+    char topo[600], args[64];
+    snprintf(topo, sizeof(topo), "%s/ft.ibnd", fab.dir);
+    snprintf(args, sizeof(args), "fat-tree --radix 4 --hosts %d", NHOST);
+    mkdir(fab.dir, 0700);
+    if (test_fabric_topo(&fab, args, topo) != 0 ||
         /* groups over tree levels (leaf ANs to kill): no flat groups */
-        sh("SHARP_AM_FLAT_MAX=0 %s/sharp-fabric --dir %s up %s --net %s "
-           ">/dev/null",
-           bindir, dir, topo, net) != 0) {
+        test_fabric_up(&fab, "SHARP_AM_FLAT_MAX=0", topo, net, ">/dev/null") !=
+            0) {
         return -1;
     }
     for (int i = 0; i < NHOST; i++) {
@@ -1812,9 +1787,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    sh("%s/sharp-fabric --dir %s down >/dev/null", bindir, dir);
+    test_fabric_down(&fab, ">/dev/null");
     if (getenv("KEEP_LOGS") == NULL) {
-        sh("rm -rf %s", dir);
+        test_fabric_sh("rm -rf %s", fab.dir);
     }
     return 0;
 }
@@ -1861,7 +1836,7 @@ static long an_counter_sum(const char *key)
     snprintf(cmd, sizeof(cmd),
              "%s/sharpctl --socket %s/am.sock --json ans | "
              "grep -o '\"%s\": [0-9]*' | awk '{ s += $2 } END { print s }'",
-             bindir, nsdir, key);
+             nsfab.bin, nsfab.dir, key);
     FILE *f = popen(cmd, "r");
     if (f != NULL) {
         if (fscanf(f, "%ld", &v) != 1) {
@@ -1876,8 +1851,7 @@ static void test_netns_mcast_loss(void **state)
 {
     (void)state;
     for (int h = 0; h < NHOST; h++) {
-        assert_int_equal(sh("%s/sharp-fabric --dir %s loss %s 10 --udp", bindir,
-                            nsdir, hosts[h]),
+        assert_int_equal(test_fabric_do(&nsfab, "loss %s 10 --udp", hosts[h]),
                          0);
     }
     run_members(m_mcast_loss, NULL, NHOST, NHOST);
@@ -1886,7 +1860,7 @@ static void test_netns_mcast_loss(void **state)
     print_message("retransmitted results: %ld\n", rt);
     assert_true(rt > 0);
     for (int h = 0; h < NHOST; h++) {
-        sh("%s/sharp-fabric --dir %s loss %s 0", bindir, nsdir, hosts[h]);
+        test_fabric_do(&nsfab, "loss %s 0", hosts[h]);
     }
 }
 
@@ -1898,9 +1872,7 @@ static void test_netns_mcast_unreachable(void **state)
 {
     static uint64_t job = 3004;
     (void)state;
-    assert_int_equal(sh("%s/sharp-fabric --dir %s loss %s 100 --udp", bindir,
-                        nsdir, hosts[0]),
-                     0);
+    assert_int_equal(test_fabric_do(&nsfab, "loss %s 100 --udp", hosts[0]), 0);
     usleep(700000);
     long before = an_counter_sum("retransmits");
     run_members(m_mcast_loss, &job, NHOST, NHOST);
@@ -1908,7 +1880,7 @@ static void test_netns_mcast_unreachable(void **state)
     long rt = an_counter_sum("retransmits") - before;
     print_message("retransmitted results, multicast lost at one host: %ld\n",
                   rt);
-    sh("%s/sharp-fabric --dir %s loss %s 0", bindir, nsdir, hosts[0]);
+    test_fabric_do(&nsfab, "loss %s 0", hosts[0]);
     assert_true(before >= 0);
     assert_true(rt > 0);
     assert_true(rt < 150);
@@ -1960,8 +1932,7 @@ static int m_link_cut(int rank, void *arg)
 static void link_cut_case(const char *name)
 {
     char cmd[900];
-    snprintf(cmd, sizeof(cmd), "%s/sharp-fabric --dir %s link %s down", bindir,
-             nsdir, name);
+    test_fabric_cmd(&nsfab, cmd, sizeof(cmd), "link %s down", name);
     double secs = run_with_fault(m_link_cut, cmd);
     print_message("every member saw the error and finished within %.1f s\n",
                   secs);
@@ -2049,7 +2020,8 @@ static int m_forger(void)
              "\"\\(.group_id) \\(.tree_id) \\(.mcast_addr)\"'; "
              "%s/sharpctl --socket %s/am.sock --json ans | "
              "jq -r '.. | objects | select(has(\"addr\")) | .addr'",
-             bindir, nsdir, (unsigned long long)forge_job, bindir, nsdir);
+             nsfab.bin, nsfab.dir, (unsigned long long)forge_job, nsfab.bin,
+             nsfab.dir);
     FILE *f = popen(cmd, "r");
     CHECK(f != NULL, "popen");
     if (fgets(line, sizeof(line), f) == NULL ||
@@ -2158,48 +2130,36 @@ static void test_netns_forged(void **state)
 static int setup_netns(void **state)
 {
     (void)state;
-    char topo[400];
-    snprintf(topo, sizeof(topo), "%s/ft.ibnd", dir);
+    char topo[600];
+    snprintf(topo, sizeof(topo), "%s/ft.ibnd", fab.dir);
     in_netns = 1;
     /* results by multicast only; AN counters polled often; the AM notices
      * a lost sharpd within 3 s */
-    if (sh("SHARP_AM_DIST=mcast SHARP_AM_STATS_INTERVAL=300ms "
-           "SHARP_AM_FLAT_MAX=0 "
-           "SHARP_AM_KEEPALIVE=1s SHARPD_KEEPALIVE=1s "
-           "%s/sharp-fabric --dir %s up %s --netns >/dev/null",
-           bindir, nsdir, topo) != 0) {
-        return -1;
-    }
-    FILE *f;
-    char path[400];
-    snprintf(path, sizeof(path), "%s/netns", nsdir);
-    f = fopen(path, "r");
-    if (f == NULL || fscanf(f, "%31s", ns_prefix) != 1) {
-        return -1;
-    }
-    fclose(f);
-    return 0;
+    return test_fabric_up(&nsfab,
+                          "SHARP_AM_DIST=mcast SHARP_AM_STATS_INTERVAL=300ms "
+                          "SHARP_AM_FLAT_MAX=0 "
+                          "SHARP_AM_KEEPALIVE=1s SHARPD_KEEPALIVE=1s",
+                          topo, NULL, ">/dev/null");
 }
 
 static int teardown_netns(void **state)
 {
     (void)state;
-    sh("%s/sharp-fabric --dir %s down >/dev/null", bindir, nsdir);
+    test_fabric_down(&nsfab, ">/dev/null");
     in_netns = 0;
     return 0;
 }
 
 int main(void)
 {
-    char self[400];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) {
+    char dir[256], nsdir[300];
+    snprintf(dir, sizeof(dir), "/tmp/sharp-test-coll.%d", (int)getpid());
+    snprintf(nsdir, sizeof(nsdir), "%s-netns", dir);
+    /* build/tests/libsharp/test_coll -> build/bin */
+    if (test_fabric_init(&fab, "/../../bin", dir) != 0 ||
+        test_fabric_init(&nsfab, "/../../bin", nsdir) != 0) {
         return 1;
     }
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
-    snprintf(bindir, sizeof(bindir), "%s/../../bin", self);
-    snprintf(dir, sizeof(dir), "/tmp/sharp-test-coll.%d", (int)getpid());
     signal(SIGPIPE, SIG_IGN);
     if (getenv("SHARP_TEST_NET") != NULL) {
         net = getenv("SHARP_TEST_NET");
@@ -2238,18 +2198,17 @@ int main(void)
             cmocka_unit_test(test_netns_link_cut),
             cmocka_unit_test(test_netns_an_link_cut),
         };
-        snprintf(nsdir, sizeof(nsdir), "%s-netns", dir);
         mkdir(dir, 0700);
-        char topo[400];
+        char topo[400], args[64];
         snprintf(topo, sizeof(topo), "%s/ft.ibnd", dir);
-        if (sh("%s/sharp-topo fat-tree --radix 4 --hosts %d > %s", bindir,
-               NHOST, topo) != 0) {
+        snprintf(args, sizeof(args), "fat-tree --radix 4 --hosts %d", NHOST);
+        if (test_fabric_topo(&fab, args, topo) != 0) {
             return 1;
         }
         rc |= cmocka_run_group_tests_name("netns", ns_tests, setup_netns,
                                           teardown_netns);
         if (getenv("KEEP_LOGS") == NULL) {
-            sh("rm -rf %s %s", dir, nsdir);
+            test_fabric_sh("rm -rf %s %s", dir, nsdir);
         }
     } else {
         printf("netns tests skipped: they need root and iproute2\n");

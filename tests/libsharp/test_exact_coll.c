@@ -19,6 +19,7 @@
 
 #include "reduce/reduce.h"
 #include "protocol/wire.h"
+#include "tests/support/fabric.h"
 #include "tests/support/oob_hub.h"
 #include "tests/support/exact_ref.h"
 
@@ -30,7 +31,10 @@
 #define NC 16    /* contributions: the multiset */
 #define NMAX 512 /* elements: 4 KiB of f64 */
 
-static char bindir[512], dir[256], fabdir[300];
+/* the fabric of the test that runs (DIR/fab; DIR also holds its
+ * topology) */
+static test_fabric_t fab;
+static char dir[256];
 static const char *net = "127.26";
 static hub_oob_t world_oob;
 static struct sharp_coll_context *ctx;
@@ -44,25 +48,6 @@ static struct sharp_coll_context *ctx;
             return 1;                                                          \
         }                                                                      \
     } while (0)
-
-static int sh(const char *fmt, ...)
-{
-    char cmd[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
-static void become_host(int host)
-{
-    char v[400];
-    snprintf(v, sizeof(v), "%s/hosts/n%05d.sock", fabdir, host + 1);
-    setenv("SHARP_COLL_SHARPD_SOCKET", v, 1);
-    snprintf(v, sizeof(v), "%s.64.%d", net, host + 1);
-    setenv("SHARP_COLL_LOCAL_IP", v, 1);
-}
 
 static struct sharp_coll_data_desc buf_desc(void *p, size_t len)
 {
@@ -155,7 +140,7 @@ static int m_exact(int rank, void *arg)
     const cfg_t *cf = arg;
     struct sharp_coll_comm *comm;
     signal(SIGPIPE, SIG_IGN);
-    become_host(cf->host[rank]);
+    test_fabric_become_host(&fab, cf->host[rank]);
     world_oob = (hub_oob_t){1, rank, cf->size};
     struct sharp_coll_init_spec s = {0};
     s.job_id = cf->job;
@@ -263,16 +248,18 @@ static int m_exact(int rank, void *arg)
         int seen = 0;
         if (rank == 0) {
             for (int k = 0; k < 50 && !seen; k++) {
-                seen = sh("%s/sharpctl --socket %s/am.sock groups --json | "
-                          "jq -e '[.[] | select(.exact_ops >= 16)] | "
-                          "length == 1' >/dev/null",
-                          bindir, fabdir) == 0;
+                seen = test_fabric_sh(
+                           "%s/sharpctl --socket %s/am.sock groups --json | "
+                           "jq -e '[.[] | select(.exact_ops >= 16)] | "
+                           "length == 1' >/dev/null",
+                           fab.bin, fab.dir) == 0;
                 if (!seen) {
                     usleep(100000);
                 }
             }
             if (seen) {
-                sh("%s/sharpctl --socket %s/am.sock groups", bindir, fabdir);
+                test_fabric_sh("%s/sharpctl --socket %s/am.sock groups",
+                               fab.bin, fab.dir);
             }
         }
         CHECK(hub_bcast(&world_oob, &seen, sizeof(seen), 0) == 0, "bcast");
@@ -363,18 +350,16 @@ static void run_all(void)
 
 static int fabric_up(const char *topo_args, int flat_max, int one_pass_max)
 {
-    char topo[400];
-    snprintf(fabdir, sizeof(fabdir), "%s/fab", dir);
+    char topo[400], args[128], env[128], v[32];
     snprintf(topo, sizeof(topo), "%s/topo.ibnd", dir);
+    snprintf(args, sizeof(args), "fat-tree %s --hosts %d", topo_args, NH);
+    snprintf(env, sizeof(env),
+             "SHARP_AM_FLAT_MAX=%d SHARP_AM_STATS_INTERVAL=200ms", flat_max);
     mkdir(dir, 0700);
-    char v[32];
     snprintf(v, sizeof(v), "%d", one_pass_max);
     setenv("SHARP_COLL_EXACT_ONE_PASS_MAX", v, 1);
-    return sh("%s/sharp-topo fat-tree %s --hosts %d > %s", bindir, topo_args,
-              NH, topo) == 0 &&
-                   sh("SHARP_AM_FLAT_MAX=%d SHARP_AM_STATS_INTERVAL=200ms "
-                      "%s/sharp-fabric --dir %s up %s --net %s >/dev/null",
-                      flat_max, bindir, fabdir, topo, net) == 0
+    return test_fabric_topo(&fab, args, topo) == 0 &&
+                   test_fabric_up(&fab, env, topo, net, ">/dev/null") == 0
                ? 0
                : -1;
 }
@@ -382,7 +367,7 @@ static int fabric_up(const char *topo_args, int flat_max, int one_pass_max)
 static int fabric_down(void **state)
 {
     (void)state;
-    sh("%s/sharp-fabric --dir %s down >/dev/null", bindir, fabdir);
+    test_fabric_down(&fab, ">/dev/null");
     return 0;
 }
 
@@ -413,16 +398,13 @@ static void test_three_level(void **state)
 int main(int argc, char **argv)
 {
     (void)argc;
-    char self[400];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) {
+    char fabdir[300];
+    snprintf(dir, sizeof(dir), "/tmp/sharp-test-exact-%d", (int)getpid());
+    snprintf(fabdir, sizeof(fabdir), "%s/fab", dir);
+    /* build/tests/libsharp/test_exact_coll -> build/bin */
+    if (test_fabric_init(&fab, "/../../bin", fabdir) != 0) {
         return 1;
     }
-    self[n] = '\0';
-    /* build/tests/libsharp/test_exact_coll -> build/bin */
-    *strrchr(self, '/') = '\0';
-    snprintf(bindir, sizeof(bindir), "%s/../../bin", self);
-    snprintf(dir, sizeof(dir), "/tmp/sharp-test-exact-%d", (int)getpid());
     (void)argv;
     signal(SIGPIPE, SIG_IGN);
     if (getenv("SHARP_TEST_NET") != NULL) {
@@ -435,7 +417,7 @@ int main(int argc, char **argv)
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     if (getenv("KEEP_LOGS") == NULL) {
-        sh("rm -rf %s", dir);
+        test_fabric_sh("rm -rf %s", dir);
     }
     return rc;
 }
