@@ -78,7 +78,7 @@ struct shp_sharpd_job {
 
 /* the first reason of this connection attempt (hello reports it) */
 static void __attribute__((format(printf, 2, 3)))
-am_fail(sd_t *sd, const char *fmt, ...)
+sd_am_fail(sd_t *sd, const char *fmt, ...)
 {
     va_list ap;
     if (sd->am_error_set)
@@ -89,7 +89,7 @@ am_fail(sd_t *sd, const char *fmt, ...)
     va_end(ap);
 }
 
-static void send_msg(shp_conn_t *c, json_t *m)
+static void sd_send(shp_conn_t *c, json_t *m)
 {
     if (!m)
         return;
@@ -98,22 +98,22 @@ static void send_msg(shp_conn_t *c, json_t *m)
     json_decref(m);
 }
 
-static json_t *ack(const char *req_type, int64_t id, shp_status_t st,
-                   const char *error)
+static json_t *sd_ack(const char *req_type, int64_t id, shp_status_t st,
+                      const char *error)
 {
     char type[48];
     snprintf(type, sizeof(type), "%.32s_ack", req_type);
     return shp_ctl_reply(type, id, st, error);
 }
 
-static job_t *job_get(sd_t *sd, uint64_t id)
+static job_t *sd_job_get(sd_t *sd, uint64_t id)
 {
     job_t *j;
     HASH_FIND(hh, sd->jobs, &id, sizeof(id), j);
     return j;
 }
 
-static int client_has_job(const client_t *c, uint64_t id)
+static int sd_client_has_job(const client_t *c, uint64_t id)
 {
     for (int i = 0; i < c->njobs; i++)
         if (c->jobs[i] == id)
@@ -121,13 +121,13 @@ static int client_has_job(const client_t *c, uint64_t id)
     return 0;
 }
 
-static void client_add_job(client_t *c, uint64_t id, uid_t uid)
+static void sd_client_add_job(client_t *c, uint64_t id, uid_t uid)
 {
     sd_t *sd = c->sd;
-    if (client_has_job(c, id) || c->njobs == MAX_CLIENT_JOBS)
+    if (sd_client_has_job(c, id) || c->njobs == MAX_CLIENT_JOBS)
         return;
     c->jobs[c->njobs++] = id;
-    job_t *j = job_get(sd, id);
+    job_t *j = sd_job_get(sd, id);
     if (!j) {
         j = calloc(1, sizeof(*j));
         if (!j)
@@ -139,7 +139,7 @@ static void client_add_job(client_t *c, uint64_t id, uid_t uid)
     j->nclients++;
 }
 
-static void job_drop(sd_t *sd, job_t *j)
+static void sd_job_drop(sd_t *sd, job_t *j)
 {
     for (client_t *c = sd->clients; c; c = c->next)
         for (int i = 0; i < c->njobs; i++)
@@ -150,30 +150,30 @@ static void job_drop(sd_t *sd, job_t *j)
 }
 
 /* forward an AM notification to the local processes of its job */
-static void notify_job(sd_t *sd, uint64_t id, const json_t *msg)
+static void sd_notify_job(sd_t *sd, uint64_t id, const json_t *msg)
 {
     for (client_t *c = sd->clients; c; c = c->next)
-        if (client_has_job(c, id))
-            send_msg(&c->conn, json_incref((json_t *)msg));
+        if (sd_client_has_job(c, id))
+            sd_send(&c->conn, json_incref((json_t *)msg));
 }
 
 /* remember groups created for local processes, to report them if the AM
  * is lost */
-static void track_group(sd_t *sd, const json_t *reply)
+static void sd_track_group(sd_t *sd, const json_t *reply)
 {
     json_t *g = json_object_get(reply, "group");
     uint64_t jid, gid;
     if (!g || shp_json_get_u64(g, "job_id", &jid, NULL) != SHP_OK ||
         shp_json_get_u64(g, "group_id", &gid, NULL) != SHP_OK)
         return;
-    job_t *j = job_get(sd, jid);
+    job_t *j = sd_job_get(sd, jid);
     if (j && j->ngroups < 64)
         j->groups[j->ngroups++] = (uint32_t)gid;
 }
 
 /* AM connection ------------------------------------------------------------- */
 
-static void am_schedule(sd_t *sd)
+static void sd_am_schedule(sd_t *sd)
 {
     if (sd->stopping)
         return;
@@ -182,7 +182,7 @@ static void am_schedule(sd_t *sd)
     sd->backoff = sd->backoff * 2 > 5.0 ? 5.0 : sd->backoff * 2;
 }
 
-static void am_register(sd_t *sd)
+static void sd_am_register(sd_t *sd)
 {
     json_t *jobs = json_array();
     job_t *j, *tmp;
@@ -192,12 +192,12 @@ static void am_register(sd_t *sd)
                                               shp_json_u64(j->id), "uid",
                                               (int)j->uid));
     }
-    send_msg(&sd->am, json_pack("{s:s, s:s, s:o}", "type", "sharpd_register",
-                                "host", sd->cfg.host, "jobs", jobs));
+    sd_send(&sd->am, json_pack("{s:s, s:s, s:o}", "type", "sharpd_register",
+                               "host", sd->cfg.host, "jobs", jobs));
 }
 
 /* the AM's answer to the registration */
-static void am_registered(sd_t *sd, json_t *msg)
+static void sd_am_registered(sd_t *sd, json_t *msg)
 {
     if (!sd->am_proved) {
         /* nothing counts before the AM proved the secret */
@@ -206,10 +206,10 @@ static void am_registered(sd_t *sd, json_t *msg)
                      "answers the registration without proving the "
                      "cluster secret",
                      sd->cfg.am);
-        am_fail(sd,
-                "the aggregation manager at %s answered without "
-                "proving the cluster secret",
-                sd->cfg.am);
+        sd_am_fail(sd,
+                   "the aggregation manager at %s answered without "
+                   "proving the cluster secret",
+                   sd->cfg.am);
         shp_conn_close(&sd->am, SHP_ERR_AUTH);
         return;
     }
@@ -218,10 +218,11 @@ static void am_registered(sd_t *sd, json_t *msg)
                      "the aggregation manager refused this "
                      "host: %s",
                      shp_json_opt_str(msg, "error", "?"));
-        am_fail(sd,
-                "the aggregation manager at %s refused this host "
-                "(%s): %s",
-                sd->cfg.am, sd->cfg.host, shp_json_opt_str(msg, "error", "?"));
+        sd_am_fail(sd,
+                   "the aggregation manager at %s refused this host "
+                   "(%s): %s",
+                   sd->cfg.am, sd->cfg.host,
+                   shp_json_opt_str(msg, "error", "?"));
         shp_conn_close(&sd->am, SHP_ERR_AUTH);
         return;
     }
@@ -232,13 +233,13 @@ static void am_registered(sd_t *sd, json_t *msg)
 }
 
 /* before registration: the AM's challenge, then its answer */
-static void am_handle_auth(sd_t *sd, json_t *msg)
+static void sd_am_handle_auth(sd_t *sd, json_t *msg)
 {
     const char *why = NULL;
     json_t *answer = NULL;
 
     if (!strcmp(shp_ctl_type(msg), "sharpd_register_ack")) {
-        am_registered(sd, msg);
+        sd_am_registered(sd, msg);
         return;
     }
     shp_status_t st =
@@ -246,20 +247,20 @@ static void am_handle_auth(sd_t *sd, json_t *msg)
     if (st != SHP_OK) {
         shp_error_id("SD0001", "refusing the aggregation manager at %s: %s",
                      sd->cfg.am, why);
-        am_fail(sd,
-                "refusing the aggregation manager at %s: %s (is the "
-                "cluster secret %s the same as the manager's?)",
-                sd->cfg.am, why, sd->cfg.secret_file);
+        sd_am_fail(sd,
+                   "refusing the aggregation manager at %s: %s (is the "
+                   "cluster secret %s the same as the manager's?)",
+                   sd->cfg.am, why, sd->cfg.secret_file);
         shp_conn_close(&sd->am, st);
         return;
     }
     sd->am_proved = 1;
-    send_msg(&sd->am, answer);
-    am_register(sd);
+    sd_send(&sd->am, answer);
+    sd_am_register(sd);
 }
 
 /* the AM's answer to a relayed request: to the process that asked */
-static void am_handle_reply(sd_t *sd, json_t *msg)
+static void sd_am_handle_reply(sd_t *sd, json_t *msg)
 {
     int64_t id = shp_json_opt_int(msg, "id", 0, INT64_MAX, -1);
     pending_t *p;
@@ -271,77 +272,77 @@ static void am_handle_reply(sd_t *sd, json_t *msg)
     if (p->client) {
         if (st == SHP_OK &&
             (!strcmp(p->type, "job_begin") || !strcmp(p->type, "job_attach")))
-            client_add_job(p->client, p->job_id, p->client->uid);
+            sd_client_add_job(p->client, p->job_id, p->client->uid);
         if (st == SHP_OK && !strcmp(p->type, "group_create"))
-            track_group(sd, msg);
+            sd_track_group(sd, msg);
         if (st == SHP_OK && !strcmp(p->type, "job_end")) {
-            job_t *j = job_get(sd, p->job_id);
+            job_t *j = sd_job_get(sd, p->job_id);
             if (j)
-                job_drop(sd, j);
+                sd_job_drop(sd, j);
         }
         json_object_set_new(msg, "id", json_integer(p->client_id));
-        send_msg(&p->client->conn, json_incref(msg));
+        sd_send(&p->client->conn, json_incref(msg));
     }
     free(p);
 }
 
-static void am_handle(sd_t *sd, json_t *msg)
+static void sd_am_handle(sd_t *sd, json_t *msg)
 {
     const char *type = shp_ctl_type(msg), *why = NULL;
     if (sd->am_state == SHP_SHARPD_AM_AUTH) {
-        am_handle_auth(sd, msg);
+        sd_am_handle_auth(sd, msg);
         return;
     }
     if (!strcmp(type, "group_revoked") || !strcmp(type, "job_killed")) {
         uint64_t jid;
         if (shp_json_get_u64(msg, "job_id", &jid, &why) != SHP_OK)
             return;
-        notify_job(sd, jid, msg);
-        job_t *j = job_get(sd, jid);
+        sd_notify_job(sd, jid, msg);
+        job_t *j = sd_job_get(sd, jid);
         if (j && !strcmp(type, "job_killed"))
-            job_drop(sd, j);
+            sd_job_drop(sd, j);
         return;
     }
-    am_handle_reply(sd, msg);
+    sd_am_handle_reply(sd, msg);
 }
 
-static void am_frame(shp_conn_t *conn, const void *frame, size_t len)
+static void sd_am_frame(shp_conn_t *conn, const void *frame, size_t len)
 {
     const char *why;
     json_t *msg = shp_ctl_recv(conn, frame, len, &why);
     if (why)
         shp_error("bad message from the aggregation manager: %s", why);
     if (msg) {
-        am_handle(conn->arg, msg);
+        sd_am_handle(conn->arg, msg);
         json_decref(msg);
     }
 }
 
-static void am_connected(shp_conn_t *conn)
+static void sd_am_connected(shp_conn_t *conn)
 {
     sd_t *sd = conn->arg;
     sd->am_reached = 1;
     sd->am_state = SHP_SHARPD_AM_AUTH;
     sd->am_proved = 0;
     shp_info("connected to the aggregation manager at %s", sd->cfg.am);
-    send_msg(&sd->am, shp_auth_client_hello(&sd->auth, "sharpd", sd->cfg.host));
+    sd_send(&sd->am, shp_auth_client_hello(&sd->auth, "sharpd", sd->cfg.host));
 }
 
 /* why the AM is gone, for hello and the log */
-static void am_lost_reason(sd_t *sd, shp_status_t reason)
+static void sd_am_lost_reason(sd_t *sd, shp_status_t reason)
 {
     if (sd->am_state == SHP_SHARPD_AM_REGISTERED)
-        am_fail(sd, "lost the aggregation manager at %s: %s", sd->cfg.am,
-                shp_status_str(reason));
+        sd_am_fail(sd, "lost the aggregation manager at %s: %s", sd->cfg.am,
+                   shp_status_str(reason));
     else if (!sd->am_reached)
-        am_fail(sd, "cannot connect to the aggregation manager at %s: %s",
-                sd->cfg.am, shp_status_str(reason));
+        sd_am_fail(sd, "cannot connect to the aggregation manager at %s: %s",
+                   sd->cfg.am, shp_status_str(reason));
     else
-        am_fail(sd,
-                "the aggregation manager at %s closed the connection "
-                "before this host was registered (%s): is the cluster "
-                "secret %s the same as the manager's?",
-                sd->cfg.am, shp_status_str(reason), sd->cfg.secret_file);
+        sd_am_fail(sd,
+                   "the aggregation manager at %s closed the connection "
+                   "before this host was registered (%s): is the cluster "
+                   "secret %s the same as the manager's?",
+                   sd->cfg.am, shp_status_str(reason), sd->cfg.secret_file);
     if (sd->am_state == SHP_SHARPD_AM_REGISTERED)
         shp_warn_id("SD0003",
                     "lost the aggregation manager: %s; "
@@ -351,7 +352,7 @@ static void am_lost_reason(sd_t *sd, shp_status_t reason)
 
 /* a restarted AM has none of the groups: their processes learn now
  * (every group of the job, also those created through other hosts) */
-static void am_lost_groups(sd_t *sd)
+static void sd_am_lost_groups(sd_t *sd)
 {
     job_t *j, *jt;
     HASH_ITER(hh, sd->jobs, j, jt)
@@ -360,7 +361,7 @@ static void am_lost_groups(sd_t *sd)
                                 "group_revoked", "job_id", shp_json_u64(j->id),
                                 "all", 1, "status", (int)SHP_ERR_GROUP_REVOKED,
                                 "reason", "lost the aggregation manager");
-        notify_job(sd, j->id, all);
+        sd_notify_job(sd, j->id, all);
         json_decref(all);
         for (int g = 0; g < j->ngroups; g++) {
             json_t *m = json_pack(
@@ -368,17 +369,17 @@ static void am_lost_groups(sd_t *sd)
                 shp_json_u64(j->id), "group_id", (json_int_t)j->groups[g],
                 "status", (int)SHP_ERR_GROUP_REVOKED, "reason",
                 "lost the aggregation manager");
-            notify_job(sd, j->id, m);
+            sd_notify_job(sd, j->id, m);
             json_decref(m);
         }
         j->ngroups = 0;
     }
 }
 
-static void am_closed(shp_conn_t *conn, shp_status_t reason)
+static void sd_am_closed(shp_conn_t *conn, shp_status_t reason)
 {
     sd_t *sd = conn->arg;
-    am_lost_reason(sd, reason);
+    sd_am_lost_reason(sd, reason);
     sd->am_state = SHP_SHARPD_AM_DOWN;
     /* requests in flight fail now, not never */
     pending_t *p, *tmp;
@@ -386,60 +387,60 @@ static void am_closed(shp_conn_t *conn, shp_status_t reason)
     {
         HASH_DEL(sd->pending, p);
         if (p->client)
-            send_msg(&p->client->conn,
-                     ack(p->type, p->client_id, SHP_ERR_UNREACHABLE,
-                         "lost the aggregation manager"));
+            sd_send(&p->client->conn,
+                    sd_ack(p->type, p->client_id, SHP_ERR_UNREACHABLE,
+                           "lost the aggregation manager"));
         free(p);
     }
-    am_lost_groups(sd);
-    am_schedule(sd);
+    sd_am_lost_groups(sd);
+    sd_am_schedule(sd);
 }
 
-static const shp_conn_ops_t am_ops = {
+static const shp_conn_ops_t sd_am_ops = {
     .frame_len = shp_ctl_frame_len,
-    .on_frame = am_frame,
-    .on_connect = am_connected,
-    .on_close = am_closed,
+    .on_frame = sd_am_frame,
+    .on_connect = sd_am_connected,
+    .on_close = sd_am_closed,
     .on_idle = shp_ctl_on_idle,
 };
 
-static void am_connect(sd_t *sd)
+static void sd_am_connect(sd_t *sd)
 {
     shp_sockaddr_t addr;
     if (shp_sockaddr_parse(sd->cfg.am, 0, &addr) != SHP_OK) {
         shp_error("bad aggregation manager address '%s'", sd->cfg.am);
-        am_fail(sd, "bad aggregation manager address '%s' (option am)",
-                sd->cfg.am);
+        sd_am_fail(sd, "bad aggregation manager address '%s' (option am)",
+                   sd->cfg.am);
         return;
     }
-    shp_conn_init(&sd->am, sd->loop, &am_ops, sd, SHP_CTL_MAX_FRAME);
+    shp_conn_init(&sd->am, sd->loop, &sd_am_ops, sd, SHP_CTL_MAX_FRAME);
     sd->am_state = SHP_SHARPD_AM_AUTH;
     sd->am_reached = 0;
     sd->am_error_set = 0;
     if (shp_conn_connect(&sd->am, &addr, NULL) != SHP_OK) {
-        am_fail(sd, "cannot connect to the aggregation manager at %s",
-                sd->cfg.am);
+        sd_am_fail(sd, "cannot connect to the aggregation manager at %s",
+                   sd->cfg.am);
         sd->am_state = SHP_SHARPD_AM_DOWN;
-        am_schedule(sd);
+        sd_am_schedule(sd);
         return;
     }
     shp_conn_set_keepalive(&sd->am, (double)sd->cfg.keepalive_ms / 1000.0, 3);
 }
 
-static void am_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void sd_am_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)loop;
     (void)revents;
-    am_connect(w->data);
+    sd_am_connect(w->data);
 }
 
 shp_status_t shp_sharpd_am_attach(sd_t *sd, int fd)
 {
-    ev_timer_stop(sd->loop, &sd->am_timer); /* what am_connect would do */
-    shp_conn_init(&sd->am, sd->loop, &am_ops, sd, SHP_CTL_MAX_FRAME);
+    ev_timer_stop(sd->loop, &sd->am_timer); /* what sd_am_connect would do */
+    shp_conn_init(&sd->am, sd->loop, &sd_am_ops, sd, SHP_CTL_MAX_FRAME);
     shp_status_t st = shp_conn_open_fd(&sd->am, fd);
     if (st == SHP_OK)
-        am_connected(&sd->am);
+        sd_am_connected(&sd->am);
     return st;
 }
 
@@ -447,10 +448,10 @@ shp_status_t shp_sharpd_am_attach(sd_t *sd, int fd)
 
 /* who am I: the host name the AM knows this host by, and the caller as the
  * kernel says (SO_PEERCRED) */
-static void client_hello(client_t *c, int64_t id)
+static void sd_client_hello(client_t *c, int64_t id)
 {
     sd_t *sd = c->sd;
-    json_t *r = ack("hello", id, SHP_OK, NULL);
+    json_t *r = sd_ack("hello", id, SHP_OK, NULL);
     json_object_set_new(r, "host", json_string(sd->cfg.host));
     json_object_set_new(r, "am_up",
                         json_boolean(sd->am_state == SHP_SHARPD_AM_REGISTERED));
@@ -463,17 +464,17 @@ static void client_hello(client_t *c, int64_t id)
                                             ? sd->am_error
                                             : "connecting to the "
                                               "aggregation manager"));
-    send_msg(&c->conn, r);
+    sd_send(&c->conn, r);
 }
 
 /* a request for the AM, the caller's identity stamped on it */
-static void client_relay(client_t *c, json_t *msg, const char *type, int64_t id,
-                         uint64_t jid)
+static void sd_client_relay(client_t *c, json_t *msg, const char *type,
+                            int64_t id, uint64_t jid)
 {
     sd_t *sd = c->sd;
     pending_t *p = calloc(1, sizeof(*p));
     if (!p) {
-        send_msg(&c->conn, ack(type, id, SHP_ERR_NO_MEMORY, "no memory"));
+        sd_send(&c->conn, sd_ack(type, id, SHP_ERR_NO_MEMORY, "no memory"));
         return;
     }
     p->am_id = sd->next_id++;
@@ -487,10 +488,10 @@ static void client_relay(client_t *c, json_t *msg, const char *type, int64_t id,
     json_object_set_new(msg, "id", json_integer(p->am_id));
     if (!strcmp(type, "job_begin") || !strcmp(type, "group_create"))
         json_object_set_new(msg, "pid", json_integer(c->pid));
-    send_msg(&sd->am, json_incref(msg));
+    sd_send(&sd->am, json_incref(msg));
 }
 
-static void client_request(client_t *c, json_t *msg)
+static void sd_client_request(client_t *c, json_t *msg)
 {
     const char *type = shp_ctl_type(msg);
     int64_t id;
@@ -502,35 +503,35 @@ static void client_request(client_t *c, json_t *msg)
         "job_begin",     "job_attach",  "job_end",     "group_create",
         "group_destroy", "job_reserve", "job_release", NULL};
     if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL) != SHP_OK) {
-        send_msg(&c->conn,
-                 ack("error", 0, SHP_ERR_PROTO, "request without an id"));
+        sd_send(&c->conn,
+                sd_ack("error", 0, SHP_ERR_PROTO, "request without an id"));
         return;
     }
     if (!strcmp(type, "hello")) {
-        client_hello(c, id);
+        sd_client_hello(c, id);
         return;
     }
     int k = 0;
     while (relayed[k] && strcmp(relayed[k], type))
         k++;
     if (!relayed[k]) {
-        send_msg(&c->conn,
-                 ack(type, id, SHP_ERR_UNSUPPORTED, "unknown request"));
+        sd_send(&c->conn,
+                sd_ack(type, id, SHP_ERR_UNSUPPORTED, "unknown request"));
         return;
     }
     if (shp_json_get_u64(msg, "job_id", &jid, NULL) != SHP_OK) {
-        send_msg(&c->conn, ack(type, id, SHP_ERR_PROTO, "job_id required"));
+        sd_send(&c->conn, sd_ack(type, id, SHP_ERR_PROTO, "job_id required"));
         return;
     }
     if (c->sd->am_state != SHP_SHARPD_AM_REGISTERED) {
-        send_msg(&c->conn, ack(type, id, SHP_ERR_UNREACHABLE,
-                               "the aggregation manager is unreachable"));
+        sd_send(&c->conn, sd_ack(type, id, SHP_ERR_UNREACHABLE,
+                                 "the aggregation manager is unreachable"));
         return;
     }
-    client_relay(c, msg, type, id, jid);
+    sd_client_relay(c, msg, type, id, jid);
 }
 
-static void client_frame(shp_conn_t *conn, const void *frame, size_t len)
+static void sd_client_frame(shp_conn_t *conn, const void *frame, size_t len)
 {
     client_t *c = conn->arg;
     const char *why;
@@ -538,12 +539,12 @@ static void client_frame(shp_conn_t *conn, const void *frame, size_t len)
     if (why)
         shp_warn_id("SD0101", "bad message from pid %d: %s", (int)c->pid, why);
     if (msg) {
-        client_request(c, msg);
+        sd_client_request(c, msg);
         json_decref(msg);
     }
 }
 
-static void client_closed(shp_conn_t *conn, shp_status_t reason)
+static void sd_client_closed(shp_conn_t *conn, shp_status_t reason)
 {
     (void)reason;
     client_t *c = conn->arg;
@@ -560,13 +561,13 @@ static void client_closed(shp_conn_t *conn, shp_status_t reason)
             p->client = NULL;
     }
     for (int i = 0; i < c->njobs; i++) {
-        job_t *j = job_get(sd, c->jobs[i]);
+        job_t *j = sd_job_get(sd, c->jobs[i]);
         if (j && --j->nclients == 0 && !sd->stopping) {
             shp_info("job %" PRIu64 ": its last process here (pid %d) is gone",
                      j->id, (int)c->pid);
             if (sd->am_state == SHP_SHARPD_AM_REGISTERED)
-                send_msg(&sd->am, json_pack("{s:s, s:o}", "type", "job_detach",
-                                            "job_id", shp_json_u64(j->id)));
+                sd_send(&sd->am, json_pack("{s:s, s:o}", "type", "job_detach",
+                                           "job_id", shp_json_u64(j->id)));
             HASH_DEL(sd->jobs, j);
             free(j);
         }
@@ -574,10 +575,10 @@ static void client_closed(shp_conn_t *conn, shp_status_t reason)
     free(c);
 }
 
-static const shp_conn_ops_t client_ops = {
+static const shp_conn_ops_t sd_client_ops = {
     .frame_len = shp_ctl_frame_len,
-    .on_frame = client_frame,
-    .on_close = client_closed,
+    .on_frame = sd_client_frame,
+    .on_close = sd_client_closed,
 };
 
 shp_status_t shp_sharpd_accept(sd_t *sd, int fd)
@@ -585,26 +586,29 @@ shp_status_t shp_sharpd_accept(sd_t *sd, int fd)
     struct ucred cred;
     socklen_t cl = sizeof(cred);
     client_t *c = NULL;
+    shp_status_t st = SHP_ERR_NO_RESOURCE;
+
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 ||
         (c = calloc(1, sizeof(*c))) == NULL) {
         close(fd);
-        return SHP_ERR_NO_RESOURCE;
+        goto out;
     }
     c->sd = sd;
     c->uid = cred.uid;
     c->pid = cred.pid;
-    shp_conn_init(&c->conn, sd->loop, &client_ops, c, SHP_CTL_MAX_FRAME);
-    shp_status_t st = shp_conn_open_fd(&c->conn, fd);
-    if (st != SHP_OK) {
-        free(c);
-        return st;
-    }
+    shp_conn_init(&c->conn, sd->loop, &sd_client_ops, c, SHP_CTL_MAX_FRAME);
+    st = shp_conn_open_fd(&c->conn, fd);
+    if (st != SHP_OK)
+        goto out;
     c->next = sd->clients;
     sd->clients = c;
-    return SHP_OK;
+    c = NULL;
+out:
+    free(c);
+    return st;
 }
 
-static void on_accept(shp_listener_t *l, int fd, const shp_sockaddr_t *peer)
+static void sd_on_accept(shp_listener_t *l, int fd, const shp_sockaddr_t *peer)
 {
     (void)peer;
     (void)shp_sharpd_accept(l->arg, fd);
@@ -617,12 +621,12 @@ void shp_sharpd_init(sd_t *sd, struct ev_loop *loop)
     sd->loop = loop;
     sd->next_id = 1;
     sd->backoff = 0.1;
-    ev_timer_init(&sd->am_timer, am_timer_cb, 0., 0.);
+    ev_timer_init(&sd->am_timer, sd_am_timer_cb, 0., 0.);
     sd->am_timer.data = sd;
 }
 
 /* the short host name, when none is configured */
-static shp_status_t default_host(sd_t *sd)
+static shp_status_t sd_default_host(sd_t *sd)
 {
     char h[256];
     if (sd->cfg.host[0])
@@ -640,26 +644,33 @@ shp_status_t shp_sharpd_start(sd_t *sd, struct ev_loop *loop, char *msg,
                               size_t len)
 {
     shp_sockaddr_t addr;
-    if (default_host(sd) != SHP_OK) {
+    shp_status_t st = sd_default_host(sd);
+
+    if (st != SHP_OK) {
         snprintf(msg, len, "no memory");
-        return SHP_ERR_NO_MEMORY;
+        goto out;
     }
     snprintf(msg, len, "cannot initialise libsodium");
-    if (shp_auth_init() != SHP_OK ||
-        shp_auth_key_load(sd->cfg.secret_file, &sd->key, msg, len) != SHP_OK)
-        return SHP_ERR_AUTH;
+    st = shp_auth_init();
+    if (st == SHP_OK)
+        st = shp_auth_key_load(sd->cfg.secret_file, &sd->key, msg, len);
+    if (st != SHP_OK)
+        goto out;
     shp_sharpd_init(sd, loop);
-    if (shp_sockaddr_parse(sd->cfg.socket, 0, &addr) != SHP_OK ||
-        shp_listener_start(&sd->listener, sd->loop, &addr, on_accept, sd) !=
-            SHP_OK) {
+    st = shp_sockaddr_parse(sd->cfg.socket, 0, &addr);
+    if (st == SHP_OK)
+        st = shp_listener_start(&sd->listener, sd->loop, &addr, sd_on_accept,
+                                sd);
+    if (st != SHP_OK) {
         snprintf(msg, len, "cannot listen on %s: %s", sd->cfg.socket,
                  strerror(errno));
-        return SHP_ERR_IO;
+        goto out;
     }
     /* any local user may ask; who asks is the kernel's answer */
     chmod(sd->cfg.socket, 0666);
-    am_connect(sd);
-    return SHP_OK;
+    sd_am_connect(sd);
+out:
+    return st;
 }
 
 void shp_sharpd_stop(sd_t *sd)
