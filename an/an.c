@@ -43,6 +43,30 @@ static int shp_an_ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
     return d == 0;
 }
 
+/* Events, to whoever drives the core (shp_an_set_events) --------------- */
+
+void shp_an_set_events(shp_an_t *an, const shp_an_events_t *events, void *arg)
+{
+    an->events = events;
+    an->events_arg = arg;
+}
+
+static void shp_an_tell_group_failed(shp_an_t *an, const shp_an_group_t *g,
+                                     const char *reason)
+{
+    if (an->events != NULL && an->events->group_failed != NULL) {
+        an->events->group_failed(an->events_arg, g, reason);
+    }
+}
+
+static void shp_an_tell_group_add_done(shp_an_t *an, int64_t req_id,
+                                       shp_status_t status, const char *error)
+{
+    if (an->events != NULL && an->events->group_add_done != NULL) {
+        an->events->group_add_done(an->events_arg, req_id, status, error);
+    }
+}
+
 /* Links ---------------------------------------------------------------------- */
 
 static void shp_an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
@@ -188,7 +212,7 @@ static void shp_an_group_fail(shp_an_group_t *g, shp_an_link_t *from,
     if (g->parent != NULL && g->parent != from && g->parent_joined) {
         shp_an_send_error(g->parent, g->tree_id, g->id, 0, status, reason);
     }
-    shp_an_ctl_group_failed(g->an, g, reason);
+    shp_an_tell_group_failed(g->an, g, reason);
 }
 
 static uint8_t *shp_an_buf_get(shp_an_group_t *g)
@@ -333,8 +357,9 @@ static void shp_an_group_join_done(shp_an_group_t *g, shp_status_t status)
         shp_an_group_fail(g, g->parent, status, "cannot join the parent AN");
     }
     if (g->add_req_id >= 0) {
-        shp_an_ctl_reply(g->an, "group_add_ack", g->add_req_id, status,
-                         status == SHP_OK ? NULL : shp_status_str(status));
+        shp_an_tell_group_add_done(g->an, g->add_req_id, status,
+                                   status == SHP_OK ? NULL
+                                                    : shp_status_str(status));
         g->add_req_id = -1;
     }
 }
@@ -590,8 +615,8 @@ shp_status_t shp_an_group_remove(shp_an_t *an, uint32_t id)
     HASH_DEL(an->groups, g);
     an->ngroups--;
     if (g->add_req_id >= 0) {
-        shp_an_ctl_reply(an, "group_add_ack", g->add_req_id, SHP_ERR_CANCELED,
-                         "group removed");
+        shp_an_tell_group_add_done(an, g->add_req_id, SHP_ERR_CANCELED,
+                                   "group removed");
     }
     shp_an_group_free(an, g);
     return SHP_OK;

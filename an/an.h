@@ -149,6 +149,20 @@ typedef struct shp_an_tree {
     char parent[64]; /* "" = root */
 } shp_an_tree_t;
 
+/* What the AN core tells whoever drives it (the control link, an/an_ctl.c),
+ * through the table given to shp_an_set_events: the core never calls its
+ * driver by name.  No table (or a NULL member): nobody is told. */
+typedef struct shp_an_events {
+    /* g failed (status g->fail_status, `reason` in words) */
+    void (*group_failed)(void *arg, const shp_an_group_t *g,
+                         const char *reason);
+    /* the group_add request req_id, answered SHP_INPROGRESS, is done: the
+     * parent join succeeded or failed, or the group was removed first
+     * (`error` is NULL on SHP_OK) */
+    void (*group_add_done)(void *arg, int64_t req_id, shp_status_t status,
+                           const char *error);
+} shp_an_events_t;
+
 typedef struct shp_an_stats {
     uint64_t ops;     /* operations folded */
     uint64_t results; /* results distributed or forwarded */
@@ -179,6 +193,8 @@ struct shp_an {
     shp_an_tree_t trees[SHP_AN_MAX_TREES];
     unsigned ntrees;
     shp_an_stats_t stats;
+    const shp_an_events_t *events; /* shp_an_set_events */
+    void *events_arg;
     /* control connection to the AM */
     shp_conn_t am;
     int am_up;
@@ -217,14 +233,13 @@ SHP_WUR shp_status_t shp_an_tree_set(shp_an_t *an, const json_t *req,
 json_t *shp_an_stats_json(const shp_an_t *an);
 /* Log the state of every group (SIGUSR1). */
 void shp_an_dump(shp_an_t *an);
+/* Who is told of the core's events (NULL: nobody). */
+void shp_an_set_events(shp_an_t *an, const shp_an_events_t *events, void *arg);
 
-/* an_ctl.c: the control connection */
+/* an_ctl.c: the control connection.  It drives the core (the functions
+ * above) and listens to its events (shp_an_set_events, from
+ * shp_an_ctl_start on); the core does not know of it. */
 void shp_an_ctl_start(shp_an_t *an);
 void shp_an_ctl_stop(shp_an_t *an);
-/* Tell the AM: a group failed / a pending group_add finished. */
-void shp_an_ctl_group_failed(shp_an_t *an, const shp_an_group_t *g,
-                             const char *reason);
-void shp_an_ctl_reply(shp_an_t *an, const char *type, int64_t id,
-                      shp_status_t status, const char *error);
 
 #endif

@@ -7,6 +7,11 @@
  * The connection first proves the cluster secret (protocol/auth.h: hello,
  * challenge, auth); the AN registers only once the AM has proved it too.
  *
+ * Dependencies point one way: this file drives the AN core (shp_an_tree_set,
+ * shp_an_group_add / _remove, shp_an_stats_json) and hears of the core's
+ * events through the table it hands it (shp_an_set_events: a group failed,
+ * a pending group_add is done); the core never calls in here by name.
+ *
  * Messages (JSON, protocol/ctl.h):
  *   AN -> AM  an_register {name, data_addr, transport, mcast,
  *                          caps {max_trees, max_groups, max_osts,
@@ -52,21 +57,39 @@ static void shp_an_ctl_send(shp_an_t *an, json_t *msg)
     json_decref(msg);
 }
 
-void shp_an_ctl_reply(shp_an_t *an, const char *type, int64_t id,
-                      shp_status_t status, const char *error)
+static void shp_an_ctl_reply(shp_an_t *an, const char *type, int64_t id,
+                             shp_status_t status, const char *error)
 {
     shp_an_ctl_send(an, shp_ctl_reply(type, id, status, error));
 }
 
-void shp_an_ctl_group_failed(shp_an_t *an, const shp_an_group_t *g,
-                             const char *reason)
+/* The core's events (shp_an_events_t) ------------------------------------ */
+
+static void shp_an_ctl_group_failed(void *arg, const shp_an_group_t *g,
+                                    const char *reason)
 {
+    shp_an_t *an = arg;
+
     /* job ids are u64: they travel as decimal strings */
     shp_an_ctl_send(an, json_pack("{s:s, s:I, s:o, s:i, s:s}", "type",
                                   "group_failed", "group_id", (json_int_t)g->id,
                                   "job_id", shp_json_u64(g->job_id), "status",
                                   (int)g->fail_status, "reason", reason));
 }
+
+/* a group_add that waited for the parent join is answered now */
+static void shp_an_ctl_group_add_done(void *arg, int64_t req_id,
+                                      shp_status_t status, const char *error)
+{
+    shp_an_ctl_reply(arg, "group_add_ack", req_id, status, error);
+}
+
+static const shp_an_events_t shp_an_ctl_events = {
+    .group_failed = shp_an_ctl_group_failed,
+    .group_add_done = shp_an_ctl_group_add_done,
+};
+
+/* Registration and the AM's requests ------------------------------------- */
 
 static void shp_an_ctl_register(shp_an_t *an)
 {
@@ -249,6 +272,7 @@ static void shp_an_ctl_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 void shp_an_ctl_start(shp_an_t *an)
 {
+    shp_an_set_events(an, &shp_an_ctl_events, an);
     an->am_backoff = 0.1;
     ev_timer_init(&an->am_timer, shp_an_ctl_timer_cb, 0., 0.);
     an->am_timer.data = an;
