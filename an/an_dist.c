@@ -15,8 +15,8 @@
 
 #include <string.h>
 
-static void shp_an_result_hdr(const shp_an_group_t *g, const shp_an_slot_t *s,
-                              uint16_t flags, shp_wire_hdr_t *h)
+static void an_result_hdr(const shp_an_group_t *g, const shp_an_slot_t *s,
+                          uint16_t flags, shp_wire_hdr_t *h)
 {
     shp_wire_hdr_init_agg(h, SHP_WIRE_OP_AGG_RESULT, g->tree_id, g->id, s->seq,
                           &s->desc, s->count);
@@ -45,11 +45,11 @@ void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast)
             g->mcast_seq64 = seq64;
         }
         if (SHP_MCAST_MAC) {
-            shp_an_result_hdr(g, s, SHP_WIRE_F_MCAST | SHP_WIRE_F_MAC, &h);
+            an_result_hdr(g, s, SHP_WIRE_F_MCAST | SHP_WIRE_F_MAC, &h);
             h.payload_len = s->len + SHP_WIRE_MAC_LEN;
             shp_wire_mac(g->mac_key, seq64, &h, s->acc, s->acc + s->len);
         } else {
-            shp_an_result_hdr(g, s, SHP_WIRE_F_MCAST, &h);
+            an_result_hdr(g, s, SHP_WIRE_F_MCAST, &h);
         }
         st = shp_tp_send(g->mcast_tx, &h, s->acc);
         if (st == SHP_OK) {
@@ -71,10 +71,10 @@ void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast)
          * members over RC unless multicast alone serves them */
         if (c->is_an || (g->dist & SHP_AN_DIST_RC) || unicast || s->want[i] ||
             c->rc_only) {
-            shp_an_result_hdr(g, s,
-                              (s->want[i] ? SHP_WIRE_F_RETRANS : 0) |
-                                  (unicast ? SHP_WIRE_F_UNICAST : 0),
-                              &h);
+            an_result_hdr(g, s,
+                          (s->want[i] ? SHP_WIRE_F_RETRANS : 0) |
+                              (unicast ? SHP_WIRE_F_UNICAST : 0),
+                          &h);
             shp_an_send(c->link, &h, s->acc);
         }
         s->want[i] = 0;
@@ -92,7 +92,7 @@ void shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     }
     s = &g->slots[hdr->seq % g->nslots];
     if (s->seq != hdr->seq || s->state != SHP_AN_SLOT_UP) {
-        if (shp_seq_diff(hdr->seq, s->seq) < 0) {
+        if (an_seq_diff(hdr->seq, s->seq) < 0) {
             return; /* older than the slot: nobody needs it any more */
         }
         l->an->stats.err_protocol++;
@@ -139,7 +139,7 @@ void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
         return;
     }
     if (s->state == SHP_AN_SLOT_DONE) {
-        shp_an_result_hdr(g, s, SHP_WIRE_F_RETRANS, &h);
+        an_result_hdr(g, s, SHP_WIRE_F_RETRANS, &h);
         shp_an_send(l, &h, s->acc);
     } else {
         s->want[ci] = 1; /* sent when the result arrives */

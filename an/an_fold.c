@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint8_t *shp_an_buf_get(shp_an_group_t *g)
+static uint8_t *an_buf_get(shp_an_group_t *g)
 {
     if (g->nfree > 0) {
         return g->free_bufs[--g->nfree];
@@ -33,7 +33,7 @@ static uint8_t *shp_an_buf_get(shp_an_group_t *g)
     return malloc(g->payload ? g->payload : 1);
 }
 
-static void shp_an_buf_put(shp_an_group_t *g, uint8_t *buf)
+static void an_buf_put(shp_an_group_t *g, uint8_t *buf)
 {
     if (g->nfree == g->cap_free) {
         unsigned cap = g->cap_free ? 2 * g->cap_free : 16;
@@ -48,13 +48,13 @@ static void shp_an_buf_put(shp_an_group_t *g, uint8_t *buf)
     g->free_bufs[g->nfree++] = buf;
 }
 
-static void shp_an_fold_release(void *arg, unsigned child, const void *payload)
+static void an_fold_release(void *arg, unsigned child, const void *payload)
 {
     shp_an_slot_t *s = arg;
     shp_an_group_t *g = s->group;
 
     if (s->copies[child] != NULL && s->copies[child] == payload) {
-        shp_an_buf_put(g, s->copies[child]);
+        an_buf_put(g, s->copies[child]);
         s->copies[child] = NULL;
     }
 }
@@ -68,7 +68,7 @@ void shp_an_slot_reset(shp_an_group_t *g, shp_an_slot_t *s)
     }
     for (i = 0; i < g->nchildren; i++) {
         if (s->copies[i] != NULL) {
-            shp_an_buf_put(g, s->copies[i]);
+            an_buf_put(g, s->copies[i]);
             s->copies[i] = NULL;
         }
         s->want[i] = 0;
@@ -77,8 +77,8 @@ void shp_an_slot_reset(shp_an_group_t *g, shp_an_slot_t *s)
     s->arrived = 0;
 }
 
-static void shp_an_op_error(shp_an_group_t *g, const shp_wire_hdr_t *hdr,
-                            shp_status_t status, const char *reason)
+static void an_op_error(shp_an_group_t *g, const shp_wire_hdr_t *hdr,
+                        shp_status_t status, const char *reason)
 {
     char text[160];
 
@@ -121,7 +121,7 @@ shp_an_group_t *shp_an_request_group(shp_an_link_t *l,
     return g;
 }
 
-static void shp_an_fold_done(shp_an_group_t *g, shp_an_slot_t *s)
+static void an_fold_done(shp_an_group_t *g, shp_an_slot_t *s)
 {
     shp_wire_hdr_t h;
 
@@ -161,36 +161,35 @@ void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     /* only a group some member left pays for this check */
     for (unsigned k = 0; g->nleft > 0 && k < g->nchildren; k++) {
         if (g->children[k].left &&
-            shp_seq_diff(hdr->seq, g->children[k].next_seq) >= 0) {
-            shp_an_op_error(g, hdr, SHP_ERR_GROUP_FAILED,
-                            "a member has left the group");
+            an_seq_diff(hdr->seq, g->children[k].next_seq) >= 0) {
+            an_op_error(g, hdr, SHP_ERR_GROUP_FAILED,
+                        "a member has left the group");
             return;
         }
     }
     if (hdr->seq != g->children[ci].next_seq) {
         an->stats.err_seq_window++;
-        shp_an_op_error(g, hdr, SHP_ERR_SEQ_WINDOW,
-                        "sequence number out of order");
+        an_op_error(g, hdr, SHP_ERR_SEQ_WINDOW, "sequence number out of order");
         return;
     }
-    if (shp_seq_diff(hdr->seq, g->folded) >= (int32_t)g->osts) {
+    if (an_seq_diff(hdr->seq, g->folded) >= (int32_t)g->osts) {
         an->stats.err_seq_window++;
-        shp_an_op_error(g, hdr, SHP_ERR_SEQ_WINDOW,
-                        "sequence number outside the quota window");
+        an_op_error(g, hdr, SHP_ERR_SEQ_WINDOW,
+                    "sequence number outside the quota window");
         return;
     }
     if (hdr->payload_len > g->payload) {
         an->stats.err_malformed++;
-        shp_an_op_error(g, hdr, SHP_ERR_TOO_LARGE,
-                        "payload above the group's size");
+        an_op_error(g, hdr, SHP_ERR_TOO_LARGE,
+                    "payload above the group's size");
         return;
     }
     if ((hdr->flags & SHP_WIRE_F_EXACT) &&
         !shp_exact_lanes_ok(payload, hdr->payload_len / sizeof(int64_t))) {
         an->stats.err_malformed++;
-        shp_an_op_error(g, hdr, SHP_ERR_PROTO,
-                        "malformed exact-mode accumulator: a lane outside "
-                        "[-2^52, 2^52)");
+        an_op_error(g, hdr, SHP_ERR_PROTO,
+                    "malformed exact-mode accumulator: a lane outside "
+                    "[-2^52, 2^52)");
         return;
     }
     s = &g->slots[hdr->seq % g->nslots];
@@ -206,12 +205,11 @@ void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                 : desc;
         s->count = hdr->count;
         s->len = hdr->payload_len;
-        status =
-            shp_fold_init(&s->fold, &s->desc, s->count, s->acc, g->nchildren,
-                          s->pending, shp_an_fold_release, s);
+        status = shp_fold_init(&s->fold, &s->desc, s->count, s->acc,
+                               g->nchildren, s->pending, an_fold_release, s);
         if (status != SHP_OK) {
             an->stats.err_mismatch++;
-            shp_an_op_error(g, hdr, status, "bad datatype or op");
+            an_op_error(g, hdr, status, "bad datatype or op");
             return;
         }
         s->state = SHP_AN_SLOT_FOLD;
@@ -224,9 +222,9 @@ void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                  s->desc.tag_dtype != desc.tag_dtype)) ||
                s->count != hdr->count) {
         an->stats.err_mismatch++;
-        shp_an_op_error(g, hdr, SHP_ERR_MISMATCH,
-                        "datatype, op or count differs from the other "
-                        "members'");
+        an_op_error(g, hdr, SHP_ERR_MISMATCH,
+                    "datatype, op or count differs from the other "
+                    "members'");
         return;
     }
 
@@ -236,9 +234,9 @@ void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         status = shp_fold_add(&s->fold, ci, payload);
     } else {
         /* early: keep a copy until the children before it arrive */
-        uint8_t *copy = shp_an_buf_get(g);
+        uint8_t *copy = an_buf_get(g);
         if (copy == NULL) {
-            shp_an_op_error(g, hdr, SHP_ERR_NO_MEMORY, "out of memory");
+            an_op_error(g, hdr, SHP_ERR_NO_MEMORY, "out of memory");
             return;
         }
         if (s->len > 0) {
@@ -249,10 +247,10 @@ void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     }
     if (status < 0) {
         an->stats.err_protocol++;
-        shp_an_op_error(g, hdr, status, "duplicate payload");
+        an_op_error(g, hdr, status, "duplicate payload");
         return;
     }
     if (shp_fold_done(&s->fold)) {
-        shp_an_fold_done(g, s);
+        an_fold_done(g, s);
     }
 }

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int shp_an_ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
+static int an_ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
 {
     volatile uint8_t d = 0;
     size_t i;
@@ -32,16 +32,16 @@ static int shp_an_ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
 
 /* Events, to whoever drives the core (shp_an_set_events) --------------- */
 
-static void shp_an_tell_group_failed(shp_an_t *an, const shp_an_group_t *g,
-                                     const char *reason)
+static void an_tell_group_failed(shp_an_t *an, const shp_an_group_t *g,
+                                 const char *reason)
 {
     if (an->events != NULL && an->events->group_failed != NULL) {
         an->events->group_failed(an->events_arg, g, reason);
     }
 }
 
-static void shp_an_tell_group_add_done(shp_an_t *an, int64_t req_id,
-                                       shp_status_t status, const char *error)
+static void an_tell_group_add_done(shp_an_t *an, int64_t req_id,
+                                   shp_status_t status, const char *error)
 {
     if (an->events != NULL && an->events->group_add_done != NULL) {
         an->events->group_add_done(an->events_arg, req_id, status, error);
@@ -83,7 +83,7 @@ void shp_an_group_fail(shp_an_group_t *g, shp_an_link_t *from,
     if (g->parent != NULL && g->parent != from && g->parent_joined) {
         shp_an_send_error(g->parent, g->tree_id, g->id, 0, status, reason);
     }
-    shp_an_tell_group_failed(g->an, g, reason);
+    an_tell_group_failed(g->an, g, reason);
 }
 
 void shp_an_group_free(shp_an_t *an, shp_an_group_t *g)
@@ -141,7 +141,7 @@ void shp_an_group_send_join(shp_an_group_t *g)
     shp_an_send(g->parent, &h, payload);
 }
 
-static void shp_an_join_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void an_join_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     shp_an_group_t *g = w->data;
 
@@ -178,16 +178,16 @@ void shp_an_group_join_done(shp_an_group_t *g, shp_status_t status)
         shp_an_group_fail(g, g->parent, status, "cannot join the parent AN");
     }
     if (g->add_req_id >= 0) {
-        shp_an_tell_group_add_done(g->an, g->add_req_id, status,
-                                   status == SHP_OK ? NULL
-                                                    : shp_status_str(status));
+        an_tell_group_add_done(g->an, g->add_req_id, status,
+                               status == SHP_OK ? NULL
+                                                : shp_status_str(status));
         g->add_req_id = -1;
     }
 }
 
 /* Set-up and removal, for the manager ----------------------------------- */
 
-static shp_status_t shp_an_reject(const char *reason, const char **why)
+static shp_status_t an_reject(const char *reason, const char **why)
 {
     *why = reason;
     return SHP_ERR_INVALID_PARAM;
@@ -201,12 +201,12 @@ shp_status_t shp_an_tree_set(shp_an_t *an, const json_t *req, const char **why)
 
     if (shp_json_get_int(req, "tree_id", 0, SHP_AN_MAX_TREES - 1, &tree_id,
                          why) != SHP_OK) {
-        return shp_an_reject("bad tree_id", why);
+        return an_reject("bad tree_id", why);
     }
     p = json_object_get(req, "parent");
     if (p != NULL && !json_is_null(p)) {
         if (!json_is_string(p)) {
-            return shp_an_reject("bad parent", why);
+            return an_reject("bad parent", why);
         }
         parent = json_string_value(p);
     }
@@ -223,7 +223,7 @@ shp_status_t shp_an_tree_set(shp_an_t *an, const json_t *req, const char **why)
     return SHP_OK;
 }
 
-static shp_status_t shp_an_group_alloc_slots(shp_an_group_t *g)
+static shp_status_t an_group_alloc_slots(shp_an_group_t *g)
 {
     unsigned i;
 
@@ -280,14 +280,13 @@ shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
     }
     if (json_array_size(children) == 0 ||
         json_array_size(children) > SHP_AN_MAX_CHILDREN) {
-        return shp_an_reject("a group needs 1 to 1024 children here", why);
+        return an_reject("a group needs 1 to 1024 children here", why);
     }
     if (!an->trees[tree_id].configured) {
-        return shp_an_reject("unknown tree", why);
+        return an_reject("unknown tree", why);
     }
     if (!top && an->trees[tree_id].parent[0] == '\0') {
-        return shp_an_reject("not the top of the group, but the tree root",
-                             why);
+        return an_reject("not the top of the group, but the tree root", why);
     }
     if (shp_an_group_find(an, (uint32_t)gid) != NULL) {
         *why = "group exists";
@@ -312,7 +311,7 @@ shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
     g->parent_index = (uint32_t)pidx;
     g->add_req_id = -1;
     g->nchildren = (unsigned)json_array_size(children);
-    ev_timer_init(&g->join_timer, shp_an_join_timer_cb, 0.05, 0.);
+    ev_timer_init(&g->join_timer, an_join_timer_cb, 0.05, 0.);
     g->join_timer.data = g;
     g->dist = !strcmp(dist, "mcast")  ? SHP_AN_DIST_MCAST
               : !strcmp(dist, "both") ? SHP_AN_DIST_MCAST | SHP_AN_DIST_RC
@@ -320,7 +319,7 @@ shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
                                       : 0;
     if (g->dist == 0) {
         free(g);
-        return shp_an_reject("dist must be rc, mcast or both", why);
+        return an_reject("dist must be rc, mcast or both", why);
     }
     if (shp_json_get_hex(req, "job_key", g->key, sizeof(g->key), why) !=
         SHP_OK) {
@@ -329,7 +328,7 @@ shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
     }
     shp_wire_mac_key(g->key, g->tree_id, g->id, g->mac_key);
     g->children = calloc(g->nchildren, sizeof(*g->children));
-    if (g->children == NULL || shp_an_group_alloc_slots(g) != SHP_OK) {
+    if (g->children == NULL || an_group_alloc_slots(g) != SHP_OK) {
         shp_an_group_free(an, g);
         *why = "out of memory";
         return SHP_ERR_NO_MEMORY;
@@ -339,7 +338,7 @@ shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
         if (shp_json_get_str(c, "kind", &kind, why) != SHP_OK ||
             (strcmp(kind, "an") && strcmp(kind, "member"))) {
             shp_an_group_free(an, g);
-            return shp_an_reject("child kind must be an or member", why);
+            return an_reject("child kind must be an or member", why);
         }
         g->children[i].is_an = !strcmp(kind, "an");
     }
@@ -348,9 +347,9 @@ shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
         if (shp_json_get_str(req, "mcast_addr", &mcast, why) != SHP_OK ||
             !an->have_mcast) {
             shp_an_group_free(an, g);
-            return shp_an_reject("multicast needs mcast_addr and a multicast "
-                                 "transport",
-                                 why);
+            return an_reject("multicast needs mcast_addr and a multicast "
+                             "transport",
+                             why);
         }
         snprintf(g->mcast_addr, sizeof(g->mcast_addr), "%s", mcast);
         st = an->mcast_tp.ops->mcast_sender(
@@ -413,8 +412,8 @@ shp_status_t shp_an_group_remove(shp_an_t *an, uint32_t id)
     HASH_DEL(an->groups, g);
     an->ngroups--;
     if (g->add_req_id >= 0) {
-        shp_an_tell_group_add_done(an, g->add_req_id, SHP_ERR_CANCELED,
-                                   "group removed");
+        an_tell_group_add_done(an, g->add_req_id, SHP_ERR_CANCELED,
+                               "group removed");
     }
     shp_an_group_free(an, g);
     return SHP_OK;
@@ -424,8 +423,8 @@ shp_status_t shp_an_group_remove(shp_an_t *an, uint32_t id)
 
 /* `l` holds another place than `ci` among the group's children (a link is
  * one child of a group: a leave or a lost link frees one place). */
-static int shp_an_child_slot_taken(const shp_an_group_t *g,
-                                   const shp_an_link_t *l, uint32_t ci)
+static int an_child_slot_taken(const shp_an_group_t *g, const shp_an_link_t *l,
+                               uint32_t ci)
 {
     unsigned i;
 
@@ -451,7 +450,7 @@ void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         status = SHP_ERR_GROUP_UNKNOWN;
         an->stats.join_early++;
     } else if (join.job_id != g->job_id ||
-               !shp_an_ct_equal(join.job_key, g->key, sizeof(g->key))) {
+               !an_ct_equal(join.job_key, g->key, sizeof(g->key))) {
         status = SHP_ERR_BAD_KEY;
         an->stats.err_bad_key++;
         shp_warn_id("AN0101",
@@ -462,7 +461,7 @@ void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         status = SHP_ERR_INVALID_PARAM;
     } else if ((g->children[join.child_index].link != NULL &&
                 g->children[join.child_index].link != l) ||
-               shp_an_child_slot_taken(g, l, join.child_index)) {
+               an_child_slot_taken(g, l, join.child_index)) {
         /* a place taken by another link, or this link in another place */
         status = SHP_ERR_EXISTS;
     } else if (g->failed) {

@@ -23,7 +23,7 @@
 #include "an/an.h"
 
 /* seq arithmetic modulo 2^32 */
-static inline int32_t shp_seq_diff(uint32_t a, uint32_t b)
+static inline int32_t an_seq_diff(uint32_t a, uint32_t b)
 {
     return (int32_t)(a - b);
 }

@@ -17,18 +17,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void shp_an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
-                               const void *payload);
-static void shp_an_link_on_close(shp_tp_ep_t *ep, shp_status_t reason);
-static void shp_an_link_on_connect(shp_tp_ep_t *ep);
+static void an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
+                           const void *payload);
+static void an_link_on_close(shp_tp_ep_t *ep, shp_status_t reason);
+static void an_link_on_connect(shp_tp_ep_t *ep);
 
 const shp_tp_ep_cbs_t shp_an_link_cbs = {
-    .on_msg = shp_an_link_on_msg,
-    .on_connect = shp_an_link_on_connect,
-    .on_close = shp_an_link_on_close,
+    .on_msg = an_link_on_msg,
+    .on_connect = an_link_on_connect,
+    .on_close = an_link_on_close,
 };
 
-static shp_an_link_t *shp_an_link_new(shp_an_t *an)
+static shp_an_link_t *an_link_new(shp_an_t *an)
 {
     shp_an_link_t *l = calloc(1, sizeof(*l));
 
@@ -133,7 +133,7 @@ shp_an_link_t *shp_an_parent_link(shp_an_t *an, const char *addr,
     if (l != NULL) {
         return l;
     }
-    l = shp_an_link_new(an);
+    l = an_link_new(an);
     if (l == NULL) {
         return NULL;
     }
@@ -150,7 +150,7 @@ shp_an_link_t *shp_an_parent_link(shp_an_t *an, const char *addr,
 }
 
 /* whether link l is g's parent or one of its children's links */
-static int shp_an_link_in_group(const shp_an_link_t *l, const shp_an_group_t *g)
+static int an_link_in_group(const shp_an_link_t *l, const shp_an_group_t *g)
 {
     if (g->parent == l) {
         return 1;
@@ -163,8 +163,8 @@ static int shp_an_link_in_group(const shp_an_link_t *l, const shp_an_group_t *g)
     return 0;
 }
 
-static void shp_an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
-                               const void *payload)
+static void an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
+                           const void *payload)
 {
     shp_an_link_t *l = ep->arg;
     shp_an_group_t *g;
@@ -211,7 +211,7 @@ static void shp_an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
         return;
     case SHP_WIRE_OP_ERROR:
         g = shp_an_group_find(l->an, hdr->group_id);
-        if (g != NULL && !shp_an_link_in_group(l, g)) {
+        if (g != NULL && !an_link_in_group(l, g)) {
             /* only the group's own links may fail it */
             l->an->stats.err_forged++;
             shp_warn_sparse(1000,
@@ -234,7 +234,7 @@ static void shp_an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
     shp_tp_close(ep);
 }
 
-static void shp_an_link_on_connect(shp_tp_ep_t *ep)
+static void an_link_on_connect(shp_tp_ep_t *ep)
 {
     shp_an_link_t *l = ep->arg;
     shp_an_group_t *g;
@@ -259,7 +259,7 @@ static void shp_an_link_on_connect(shp_tp_ep_t *ep)
     }
 }
 
-static void shp_an_link_on_close(shp_tp_ep_t *ep, shp_status_t reason)
+static void an_link_on_close(shp_tp_ep_t *ep, shp_status_t reason)
 {
     shp_an_link_t *l = ep->arg;
     shp_an_t *an;
@@ -304,7 +304,7 @@ static void shp_an_link_on_close(shp_tp_ep_t *ep, shp_status_t reason)
 void shp_an_on_accept(shp_tp_t *tp, shp_tp_ep_t *ep)
 {
     shp_an_t *an = (shp_an_t *)((char *)tp - offsetof(shp_an_t, tp));
-    shp_an_link_t *l = shp_an_link_new(an);
+    shp_an_link_t *l = an_link_new(an);
 
     if (l == NULL) {
         return; /* ep->cbs stays NULL: the provider closes it */

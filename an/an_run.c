@@ -48,7 +48,7 @@ uint32_t shp_an_wake_need(void *arg)
 
 /* Messages in and out of both transports: the socket spin runs while this
  * moves. */
-static uint64_t shp_an_msgs(const shp_an_t *an)
+static uint64_t an_msgs(const shp_an_t *an)
 {
     return an->tp.stats.msgs_in + an->tp.stats.msgs_out +
            an->mcast_tp.stats.msgs_in + an->mcast_tp.stats.msgs_out;
@@ -57,7 +57,7 @@ static uint64_t shp_an_msgs(const shp_an_t *an)
 /* Whether no more processes are runnable than there are cores (this one
  * counted), looked up at most once a millisecond: the fourth field of
  * /proc/loadavg is the number runnable now.  Unknown: no. */
-static int shp_an_core_free(shp_an_t *an, uint64_t now)
+static int an_core_free(shp_an_t *an, uint64_t now)
 {
     static long ncpu;
     char b[128];
@@ -110,14 +110,14 @@ static int shp_an_core_free(shp_an_t *an, uint64_t now)
  * own (no other group's messages on it) and at most one operation ahead
  * of the oldest unfolded one (then the ones that owe it are the only news
  * that can complete anything). */
-static int shp_an_quiet_ok(const shp_an_group_t *g)
+static int an_quiet_ok(const shp_an_group_t *g)
 {
     if (g->failed || g->nleft > 0 || g->nchildren < 2) {
         return 0;
     }
     for (unsigned i = 0; i < g->nchildren; i++) {
         const shp_an_child_t *c = &g->children[i];
-        int32_t ahead = shp_seq_diff(c->next_seq, g->folded);
+        int32_t ahead = an_seq_diff(c->next_seq, g->folded);
         if (c->link == NULL || c->link->ep == NULL || c->link->is_parent ||
             c->link->ngroups != 1 || ahead < 0 || ahead > 1) {
             return 0;
@@ -130,7 +130,7 @@ static int shp_an_quiet_ok(const shp_an_group_t *g)
  * was the last to send the operations before: the slowest stays the
  * slowest, most often), else the first child that owes it;
  * g->nchildren if none does */
-static unsigned shp_an_quiet_sentinel(const shp_an_group_t *g)
+static unsigned an_quiet_sentinel(const shp_an_group_t *g)
 {
     if (g->sentinel < g->nchildren &&
         g->children[g->sentinel].next_seq == g->folded) {
@@ -144,7 +144,7 @@ static unsigned shp_an_quiet_sentinel(const shp_an_group_t *g)
     return g->nchildren;
 }
 
-static void shp_an_quiet_set(shp_an_link_t *l, int on)
+static void an_quiet_set(shp_an_link_t *l, int on)
 {
     if (l->quiet == on || l->ep == NULL) {
         return;
@@ -162,7 +162,7 @@ static void shp_an_quiet_set(shp_an_link_t *l, int on)
 /* Before a sleep (on: quiet links wanted): every group's children but its
  * sentinel quiet where the group allows it (g->quiet), every other link
  * loud; !on: all loud */
-static void shp_an_quiet_plan(shp_an_t *an, int on)
+static void an_quiet_plan(shp_an_t *an, int on)
 {
     shp_an_group_t *g, *tmp;
     unsigned n = 0;
@@ -176,8 +176,8 @@ static void shp_an_quiet_plan(shp_an_t *an, int on)
                 on = 0;
                 break;
             }
-            g->quiet = shp_an_quiet_ok(g) &&
-                       (g->sentinel = shp_an_quiet_sentinel(g)) < g->nchildren;
+            g->quiet = an_quiet_ok(g) &&
+                       (g->sentinel = an_quiet_sentinel(g)) < g->nchildren;
         }
     }
     if (!on && an->nquiet == 0) {
@@ -187,14 +187,14 @@ static void shp_an_quiet_plan(shp_an_t *an, int on)
         g = on && !l->is_parent && l->ngroups == 1
                 ? shp_an_group_find(an, l->groups[0])
                 : NULL;
-        shp_an_quiet_set(l, g != NULL && g->quiet &&
-                                l != g->children[g->sentinel].link);
+        an_quiet_set(l, g != NULL && g->quiet &&
+                            l != g->children[g->sentinel].link);
     }
 }
 
 /* After a wake-up: what waits on the quiet links, each group's children
  * in fold order (a payload ahead of its turn is copied) */
-static void shp_an_quiet_pull(shp_an_t *an)
+static void an_quiet_pull(shp_an_t *an)
 {
     uint32_t ids[SHP_AN_QUIET_MAX_GROUPS];
     shp_an_group_t *g, *tmp;
@@ -223,7 +223,7 @@ static void shp_an_quiet_pull(shp_an_t *an)
     }
 }
 
-static void shp_an_quiet_wake_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void an_quiet_wake_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)loop;
     (void)w;
@@ -245,37 +245,37 @@ void shp_an_run(shp_an_t *an)
                                                          : "/proc/loadavg",
                                 O_RDONLY | O_CLOEXEC);
     an->load_at = 0;
-    ev_init(&an->quiet_wake, shp_an_quiet_wake_cb);
+    ev_init(&an->quiet_wake, an_quiet_wake_cb);
     an->quiet_wake.repeat = (double)SHP_AN_QUIET_WAKE_NS / 1e9;
     /* over sockets: poll for sock_spin_us after the last message in or
      * out, yielding the core when a poll brought nothing, then sleep (a
      * sleeping AN lets its core halt, and the next child's message pays
      * for waking it: one child's only, with quiet links) */
-    uint64_t seen = shp_an_msgs(an), from = shp_time_ns();
+    uint64_t seen = an_msgs(an), from = shp_time_ns();
     while (!an->stop) {
-        uint64_t n = shp_an_msgs(an), now = shp_time_ns();
+        uint64_t n = an_msgs(an), now = shp_time_ns();
         if (n != seen) {
             seen = n;
             from = now;
         }
-        if (spin != 0 && now - from < spin && shp_an_core_free(an, now)) {
-            shp_an_quiet_plan(an, 0);
+        if (spin != 0 && now - from < spin && an_core_free(an, now)) {
+            an_quiet_plan(an, 0);
             ev_run(an->loop, EVRUN_NOWAIT);
-            if (shp_an_msgs(an) == n) {
+            if (an_msgs(an) == n) {
                 sched_yield();
             }
             continue;
         }
-        shp_an_quiet_plan(an, now - from < SHP_AN_QUIET_IDLE_NS);
+        an_quiet_plan(an, now - from < SHP_AN_QUIET_IDLE_NS);
         if (an->nquiet > 0) {
             ev_timer_again(an->loop, &an->quiet_wake);
         } else if (ev_is_active(&an->quiet_wake)) {
             ev_timer_stop(an->loop, &an->quiet_wake);
         }
         ev_run(an->loop, EVRUN_ONCE);
-        shp_an_quiet_pull(an);
+        an_quiet_pull(an);
     }
-    shp_an_quiet_plan(an, 0);
+    an_quiet_plan(an, 0);
     if (ev_is_active(&an->quiet_wake)) {
         ev_timer_stop(an->loop, &an->quiet_wake);
     }
