@@ -193,6 +193,12 @@ static shp_status_t an_reject(const char *reason, const char **why)
     return SHP_ERR_INVALID_PARAM;
 }
 
+static shp_status_t an_no_memory(const char **why)
+{
+    *why = "out of memory";
+    return SHP_ERR_NO_MEMORY;
+}
+
 shp_status_t shp_an_tree_set(shp_an_t *an, const json_t *req, const char **why)
 {
     const char *parent = "";
@@ -223,15 +229,121 @@ shp_status_t shp_an_tree_set(shp_an_t *an, const json_t *req, const char **why)
     return SHP_OK;
 }
 
+/* A group_add request, read and checked before anything is built */
+typedef struct an_group_req {
+    int64_t gid, tree_id, osts, payload, pidx;
+    uint64_t job_id;
+    int top;
+    const char *dist_name;
+    int dist; /* SHP_AN_DIST_* */
+    json_t *children;
+    const char *mcast; /* the top's multicast address (dist mcast, both) */
+    uint8_t key[SHP_WIRE_JOB_KEY_LEN];
+} an_group_req_t;
+
+/* The request's members, each of the right type and range */
+static shp_status_t an_group_read(const shp_an_t *an, const json_t *req,
+                                  an_group_req_t *r, const char **why)
+{
+    r->pidx = 0;
+    r->top = 1;
+    r->dist_name = "rc";
+    if (shp_json_get_int(req, "group_id", 0, UINT32_MAX, &r->gid, why) !=
+            SHP_OK ||
+        shp_json_get_int(req, "tree_id", 0, SHP_AN_MAX_TREES - 1, &r->tree_id,
+                         why) != SHP_OK ||
+        shp_json_get_u64(req, "job_id", &r->job_id, why) != SHP_OK ||
+        shp_json_get_int(req, "osts", 1, an->cfg.max_osts, &r->osts, why) !=
+            SHP_OK ||
+        shp_json_get_int(req, "payload", 0, (int64_t)an->cfg.max_payload,
+                         &r->payload, why) != SHP_OK ||
+        shp_json_get_array(req, "children", &r->children, why) != SHP_OK ||
+        shp_json_get_bool(req, "top", &r->top, why) != SHP_OK ||
+        (!r->top &&
+         shp_json_get_int(req, "parent_index", 0, SHP_AN_MAX_CHILDREN, &r->pidx,
+                          why) != SHP_OK) ||
+        (json_object_get(req, "dist") != NULL &&
+         shp_json_get_str(req, "dist", &r->dist_name, why) != SHP_OK)) {
+        return SHP_ERR_INVALID_PARAM; /* *why names the member */
+    }
+    return SHP_OK;
+}
+
+/* Whether the group has a place here: its size, its tree, its position in
+ * the tree, its id, the limit */
+static shp_status_t an_group_fits(shp_an_t *an, const an_group_req_t *r,
+                                  const char **why)
+{
+    size_t n = json_array_size(r->children);
+
+    if (n == 0 || n > SHP_AN_MAX_CHILDREN) {
+        return an_reject("a group needs 1 to 1024 children here", why);
+    }
+    if (!an->trees[r->tree_id].configured) {
+        return an_reject("unknown tree", why);
+    }
+    if (!r->top && an->trees[r->tree_id].parent[0] == '\0') {
+        return an_reject("not the top of the group, but the tree root", why);
+    }
+    if (shp_an_group_find(an, (uint32_t)r->gid) != NULL) {
+        *why = "group exists";
+        return SHP_ERR_EXISTS;
+    }
+    if (an->ngroups >= an->cfg.max_groups) {
+        *why = "group limit reached";
+        return SHP_ERR_NO_RESOURCE;
+    }
+    return SHP_OK;
+}
+
+/* The values the group is built from: distribution, job key, the kinds of
+ * its children, the multicast address */
+static shp_status_t an_group_read_setup(const shp_an_t *an, const json_t *req,
+                                        an_group_req_t *r, const char **why)
+{
+    const char *kind, *d = r->dist_name;
+    json_t *c;
+    size_t i;
+
+    r->dist = !strcmp(d, "mcast")  ? SHP_AN_DIST_MCAST
+              : !strcmp(d, "both") ? SHP_AN_DIST_MCAST | SHP_AN_DIST_RC
+              : !strcmp(d, "rc")   ? SHP_AN_DIST_RC
+                                   : 0;
+    if (r->dist == 0) {
+        return an_reject("dist must be rc, mcast or both", why);
+    }
+    if (shp_json_get_hex(req, "job_key", r->key, sizeof(r->key), why) !=
+        SHP_OK) {
+        return SHP_ERR_INVALID_PARAM;
+    }
+    json_array_foreach(r->children, i, c)
+    {
+        if (shp_json_get_str(c, "kind", &kind, why) != SHP_OK ||
+            (strcmp(kind, "an") && strcmp(kind, "member"))) {
+            return an_reject("child kind must be an or member", why);
+        }
+    }
+    r->mcast = NULL;
+    if (r->top && (r->dist & SHP_AN_DIST_MCAST) &&
+        (shp_json_get_str(req, "mcast_addr", &r->mcast, why) != SHP_OK ||
+         !an->have_mcast)) {
+        return an_reject("multicast needs mcast_addr and a multicast "
+                         "transport",
+                         why);
+    }
+    return SHP_OK;
+}
+
 static shp_status_t an_group_alloc_slots(shp_an_group_t *g)
 {
+    shp_an_slot_t *slots = calloc(2 * g->osts, sizeof(*slots));
     unsigned i;
 
-    g->nslots = 2 * g->osts;
-    g->slots = calloc(g->nslots, sizeof(*g->slots));
-    if (g->slots == NULL) {
+    if (slots == NULL) {
         return SHP_ERR_NO_MEMORY;
     }
+    g->slots = slots;
+    g->nslots = 2 * g->osts;
     for (i = 0; i < g->nslots; i++) {
         shp_an_slot_t *s = &g->slots[i];
         s->group = g;
@@ -247,140 +359,115 @@ static shp_status_t an_group_alloc_slots(shp_an_group_t *g)
     return SHP_OK;
 }
 
-shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
-                              const char **why)
+/* The group of a checked request, with its children and slots, not yet
+ * known to anyone (*out: what there is of it, for shp_an_group_free) */
+static shp_status_t an_group_build(shp_an_t *an, const an_group_req_t *r,
+                                   shp_an_group_t **out, const char **why)
 {
-    int64_t gid, tree_id, osts, payload, pidx = 0;
-    const char *dist = "rc", *mcast = NULL, *kind;
-    json_t *children, *c;
-    shp_an_group_t *g;
-    uint64_t job_id;
-    int top = 1;
-    size_t i;
+    shp_an_group_t *g = calloc(1, sizeof(*g));
+    size_t n = json_array_size(r->children), i;
+    json_t *c;
 
-    if (shp_json_get_int(req, "group_id", 0, UINT32_MAX, &gid, why) != SHP_OK ||
-        shp_json_get_int(req, "tree_id", 0, SHP_AN_MAX_TREES - 1, &tree_id,
-                         why) != SHP_OK ||
-        shp_json_get_u64(req, "job_id", &job_id, why) != SHP_OK ||
-        shp_json_get_int(req, "osts", 1, an->cfg.max_osts, &osts, why) !=
-            SHP_OK ||
-        shp_json_get_int(req, "payload", 0, (int64_t)an->cfg.max_payload,
-                         &payload, why) != SHP_OK ||
-        shp_json_get_array(req, "children", &children, why) != SHP_OK ||
-        shp_json_get_bool(req, "top", &top, why) != SHP_OK) {
-        return SHP_ERR_INVALID_PARAM; /* *why names the member */
-    }
-    if (!top && shp_json_get_int(req, "parent_index", 0, SHP_AN_MAX_CHILDREN,
-                                 &pidx, why) != SHP_OK) {
-        return SHP_ERR_INVALID_PARAM;
-    }
-    if (json_object_get(req, "dist") != NULL &&
-        shp_json_get_str(req, "dist", &dist, why) != SHP_OK) {
-        return SHP_ERR_INVALID_PARAM;
-    }
-    if (json_array_size(children) == 0 ||
-        json_array_size(children) > SHP_AN_MAX_CHILDREN) {
-        return an_reject("a group needs 1 to 1024 children here", why);
-    }
-    if (!an->trees[tree_id].configured) {
-        return an_reject("unknown tree", why);
-    }
-    if (!top && an->trees[tree_id].parent[0] == '\0') {
-        return an_reject("not the top of the group, but the tree root", why);
-    }
-    if (shp_an_group_find(an, (uint32_t)gid) != NULL) {
-        *why = "group exists";
-        return SHP_ERR_EXISTS;
-    }
-    if (an->ngroups >= an->cfg.max_groups) {
-        *why = "group limit reached";
-        return SHP_ERR_NO_RESOURCE;
-    }
-
-    g = calloc(1, sizeof(*g));
+    *out = g;
     if (g == NULL) {
-        return SHP_ERR_NO_MEMORY;
+        return an_no_memory(why);
     }
     g->an = an;
-    g->id = (uint32_t)gid;
-    g->tree_id = (uint16_t)tree_id;
-    g->job_id = job_id;
-    g->osts = (unsigned)osts;
-    g->payload = (uint32_t)payload;
-    g->is_top = top;
-    g->parent_index = (uint32_t)pidx;
+    g->id = (uint32_t)r->gid;
+    g->tree_id = (uint16_t)r->tree_id;
+    g->job_id = r->job_id;
+    g->osts = (unsigned)r->osts;
+    g->payload = (uint32_t)r->payload;
+    g->is_top = r->top;
+    g->parent_index = (uint32_t)r->pidx;
     g->add_req_id = -1;
-    g->nchildren = (unsigned)json_array_size(children);
+    g->dist = r->dist;
     ev_timer_init(&g->join_timer, an_join_timer_cb, 0.05, 0.);
     g->join_timer.data = g;
-    g->dist = !strcmp(dist, "mcast")  ? SHP_AN_DIST_MCAST
-              : !strcmp(dist, "both") ? SHP_AN_DIST_MCAST | SHP_AN_DIST_RC
-              : !strcmp(dist, "rc")   ? SHP_AN_DIST_RC
-                                      : 0;
-    if (g->dist == 0) {
-        free(g);
-        return an_reject("dist must be rc, mcast or both", why);
-    }
-    if (shp_json_get_hex(req, "job_key", g->key, sizeof(g->key), why) !=
-        SHP_OK) {
-        free(g);
-        return SHP_ERR_INVALID_PARAM;
-    }
+    memcpy(g->key, r->key, sizeof(g->key));
     shp_wire_mac_key(g->key, g->tree_id, g->id, g->mac_key);
-    g->children = calloc(g->nchildren, sizeof(*g->children));
-    if (g->children == NULL || an_group_alloc_slots(g) != SHP_OK) {
-        shp_an_group_free(an, g);
-        *why = "out of memory";
-        return SHP_ERR_NO_MEMORY;
+    g->children = calloc(n, sizeof(*g->children));
+    if (g->children == NULL) {
+        return an_no_memory(why);
     }
-    json_array_foreach(children, i, c)
+    g->nchildren = (unsigned)n;
+    json_array_foreach(r->children, i, c)
     {
-        if (shp_json_get_str(c, "kind", &kind, why) != SHP_OK ||
-            (strcmp(kind, "an") && strcmp(kind, "member"))) {
-            shp_an_group_free(an, g);
-            return an_reject("child kind must be an or member", why);
-        }
-        g->children[i].is_an = !strcmp(kind, "an");
+        const char *kind = json_string_value(json_object_get(c, "kind"));
+        g->children[i].is_an = !strcmp(kind, "an"); /* checked: a string */
     }
-    if (g->is_top && (g->dist & SHP_AN_DIST_MCAST)) {
-        shp_status_t st;
-        if (shp_json_get_str(req, "mcast_addr", &mcast, why) != SHP_OK ||
-            !an->have_mcast) {
-            shp_an_group_free(an, g);
-            return an_reject("multicast needs mcast_addr and a multicast "
-                             "transport",
-                             why);
-        }
-        snprintf(g->mcast_addr, sizeof(g->mcast_addr), "%s", mcast);
+    if (an_group_alloc_slots(g) != SHP_OK) {
+        return an_no_memory(why);
+    }
+    return SHP_OK;
+}
+
+/* Open the group's multicast sender, make it known, and below the top
+ * join the parent AN: SHP_INPROGRESS, answered when the parent answers */
+static shp_status_t an_group_open(shp_an_t *an, shp_an_group_t *g,
+                                  const an_group_req_t *r, int64_t req_id,
+                                  const char **why)
+{
+    shp_status_t st;
+
+    if (r->mcast != NULL) {
+        snprintf(g->mcast_addr, sizeof(g->mcast_addr), "%s", r->mcast);
         st = an->mcast_tp.ops->mcast_sender(
-            &an->mcast_tp, mcast, &shp_an_link_cbs, NULL, &g->mcast_tx);
+            &an->mcast_tp, r->mcast, &shp_an_link_cbs, NULL, &g->mcast_tx);
         if (st != SHP_OK) {
-            shp_an_group_free(an, g);
             *why = "cannot open the multicast sender";
             return st;
         }
     }
     HASH_ADD(hh, an->groups, id, sizeof(g->id), g);
     an->ngroups++;
+    if (g->is_top) {
+        return SHP_OK;
+    }
+    g->parent =
+        shp_an_parent_link(an, an->trees[g->tree_id].parent, g->tree_id);
+    if (g->parent == NULL ||
+        shp_an_link_add_group(g->parent, g->id) != SHP_OK) {
+        *why = "cannot reach the parent AN";
+        return SHP_ERR_UNREACHABLE;
+    }
+    g->add_req_id = req_id;
+    if (g->parent->connected) {
+        shp_an_group_send_join(g);
+    }
+    return SHP_INPROGRESS;
+}
 
-    if (!g->is_top) {
-        g->parent =
-            shp_an_parent_link(an, an->trees[tree_id].parent, g->tree_id);
-        if (g->parent == NULL ||
-            shp_an_link_add_group(g->parent, g->id) != SHP_OK) {
+/* Read and check the request, build the group, open it; a failure after
+ * the build undoes it in one place. */
+shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
+                              const char **why)
+{
+    an_group_req_t r;
+    shp_an_group_t *g = NULL;
+    shp_status_t status;
+
+    status = an_group_read(an, req, &r, why);
+    if (status == SHP_OK) {
+        status = an_group_fits(an, &r, why);
+    }
+    if (status == SHP_OK) {
+        status = an_group_read_setup(an, req, &r, why);
+    }
+    if (status == SHP_OK) {
+        status = an_group_build(an, &r, &g, why);
+    }
+    if (status == SHP_OK) {
+        status = an_group_open(an, g, &r, req_id, why);
+    }
+    if (status < 0 && g != NULL) {
+        if (shp_an_group_find(an, g->id) == g) {
             HASH_DEL(an->groups, g);
             an->ngroups--;
-            shp_an_group_free(an, g);
-            *why = "cannot reach the parent AN";
-            return SHP_ERR_UNREACHABLE;
         }
-        g->add_req_id = req_id;
-        if (g->parent->connected) {
-            shp_an_group_send_join(g);
-        }
-        return SHP_INPROGRESS; /* answered when the parent answers */
+        shp_an_group_free(an, g);
     }
-    return SHP_OK;
+    return status;
 }
 
 shp_status_t shp_an_group_remove(shp_an_t *an, uint32_t id)
