@@ -102,46 +102,59 @@ void shp_an_set_events(shp_an_t *an, const shp_an_events_t *events, void *arg)
     an->events_arg = arg;
 }
 
-json_t *shp_an_stats_json(const shp_an_t *an)
+static void an_stat(json_t *obj, const char *key, uint64_t value)
 {
-    const shp_an_stats_t *s = &an->stats;
+    json_object_set_new(obj, key, json_integer((json_int_t)value));
+}
+
+/* exact-mode operations of the groups this AN is the top of (every
+ * operation of a group reaches its top): what `sharpctl groups` shows */
+static json_t *an_exact_ops_json(const shp_an_t *an)
+{
     const shp_an_group_t *g, *tmp;
     json_t *exact = json_object();
     char key[16];
 
-    /* exact-mode operations of the groups this AN is the top of (every
-     * operation of a group reaches its top): what `sharpctl groups` shows */
     HASH_ITER(hh, an->groups, g, tmp)
     {
         if (g->is_top && g->exact_ops > 0) {
             snprintf(key, sizeof(key), "%u", g->id);
-            json_object_set_new(exact, key,
-                                json_integer((json_int_t)g->exact_ops));
+            an_stat(exact, key, g->exact_ops);
         }
     }
-    json_t *r = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-        "s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-        "groups", (json_int_t)an->ngroups, "trees", (json_int_t)an->ntrees,
-        "join_early", (json_int_t)s->join_early, "ops", (json_int_t)s->ops,
-        "results", (json_int_t)s->results, "mcast_sent",
-        (json_int_t)s->mcast_sent, "retransmits", (json_int_t)s->retransmits,
-        "joins", (json_int_t)s->joins, "join_refused",
-        (json_int_t)s->join_refused, "err_bad_key", (json_int_t)s->err_bad_key,
-        "err_unknown_group", (json_int_t)s->err_unknown_group, "err_seq_window",
-        (json_int_t)s->err_seq_window, "err_mismatch",
-        (json_int_t)s->err_mismatch, "err_malformed",
-        (json_int_t)(s->err_malformed + an->tp.stats.malformed), "err_protocol",
-        (json_int_t)s->err_protocol, "err_forged", (json_int_t)s->err_forged,
-        "groups_failed", (json_int_t)s->groups_failed, "links_lost",
-        (json_int_t)s->links_lost, "bytes_in",
-        (json_int_t)an->tp.stats.bytes_in, "quiet_msgs",
-        (json_int_t)s->quiet_msgs);
-    if (r != NULL) {
-        json_object_set_new(r, "exact_ops", exact);
-    } else {
-        json_decref(exact);
+    return exact;
+}
+
+/* The counters, one key at a time (the AM's stats_req, sharpctl) */
+json_t *shp_an_stats_json(const shp_an_t *an)
+{
+    const shp_an_stats_t *s = &an->stats;
+    json_t *r = json_object();
+
+    if (r == NULL) {
+        return NULL;
     }
+    an_stat(r, "groups", an->ngroups);
+    an_stat(r, "trees", an->ntrees);
+    an_stat(r, "join_early", s->join_early);
+    an_stat(r, "ops", s->ops);
+    an_stat(r, "results", s->results);
+    an_stat(r, "mcast_sent", s->mcast_sent);
+    an_stat(r, "retransmits", s->retransmits);
+    an_stat(r, "joins", s->joins);
+    an_stat(r, "join_refused", s->join_refused);
+    an_stat(r, "err_bad_key", s->err_bad_key);
+    an_stat(r, "err_unknown_group", s->err_unknown_group);
+    an_stat(r, "err_seq_window", s->err_seq_window);
+    an_stat(r, "err_mismatch", s->err_mismatch);
+    an_stat(r, "err_malformed", s->err_malformed + an->tp.stats.malformed);
+    an_stat(r, "err_protocol", s->err_protocol);
+    an_stat(r, "err_forged", s->err_forged);
+    an_stat(r, "groups_failed", s->groups_failed);
+    an_stat(r, "links_lost", s->links_lost);
+    an_stat(r, "bytes_in", an->tp.stats.bytes_in);
+    an_stat(r, "quiet_msgs", s->quiet_msgs);
+    json_object_set_new(r, "exact_ops", an_exact_ops_json(an));
     return r;
 }
 
