@@ -115,6 +115,35 @@ static void an_on_usr1(struct ev_loop *loop, ev_signal *w, int revents)
     shp_an_dump(w->data);
 }
 
+/* The cluster secret the AM connection proves */
+static shp_status_t an_load_key(shp_an_t *an)
+{
+    char kerr[512];
+
+    if (shp_auth_init() != SHP_OK ||
+        shp_auth_key_load(an->cfg.secret_file, &an->key, kerr, sizeof(kerr)) !=
+            SHP_OK) {
+        fprintf(stderr, "sharp_an: %s\n", kerr);
+        return SHP_ERR_INVALID_PARAM;
+    }
+    return SHP_OK;
+}
+
+/* An operation completes only when its last child's data is in, so waking
+ * the AN for each child as it sends (preempting the sender on a shared
+ * core) buys nothing and costs a context switch each; batch lets it run
+ * when a core is free and fold what is there. */
+static void an_sched_batch(void)
+{
+    struct sched_param sp = {0};
+
+    if (sched_setscheduler(0, SCHED_BATCH, &sp) != 0) {
+        shp_warn_id("AN0011",
+                    "sched batch: %s (running with the default policy)",
+                    strerror(errno));
+    }
+}
+
 int main(int argc, char **argv)
 {
     ev_signal usr1;
@@ -149,28 +178,12 @@ int main(int argc, char **argv)
     }
     shp_log_set_level(an.cfg.log_level);
 
-    if (an.cfg.am[0] != '\0') {
-        char kerr[512];
-        if (shp_auth_init() != SHP_OK ||
-            shp_auth_key_load(an.cfg.secret_file, &an.key, kerr,
-                              sizeof(kerr)) != SHP_OK) {
-            fprintf(stderr, "sharp_an: %s\n", kerr);
-            shp_config_release(&an_table, &an.cfg);
-            return 1;
-        }
+    if (an.cfg.am[0] != '\0' && an_load_key(&an) != SHP_OK) {
+        shp_config_release(&an_table, &an.cfg);
+        return 1;
     }
-
     if (an.cfg.sched == 0) {
-        /* An operation completes only when its last child's data is in, so
-         * waking the AN for each child as it sends (preempting the sender
-         * on a shared core) buys nothing and costs a context switch each;
-         * batch lets it run when a core is free and fold what is there. */
-        struct sched_param sp = {0};
-        if (sched_setscheduler(0, SCHED_BATCH, &sp) != 0) {
-            shp_warn_id("AN0011",
-                        "sched batch: %s (running with the default policy)",
-                        strerror(errno));
-        }
+        an_sched_batch();
     }
 
     loop = ev_default_loop(EVFLAG_AUTO);
