@@ -110,47 +110,51 @@ static void an_ctl_register(shp_an_t *an)
     an_ctl_send(an, msg);
 }
 
-static void an_ctl_handle(shp_an_t *an, json_t *msg)
+/* The AM's side of the handshake: answered, then register */
+static void an_ctl_authenticate(shp_an_t *an, const json_t *msg)
 {
-    const char *type = shp_ctl_type(msg), *why = "malformed request";
-    int64_t id = -1, gid;
+    const char *why = "malformed request";
+    json_t *answer = NULL;
     shp_status_t status;
 
-    if (!an->authenticated) {
-        json_t *answer = NULL;
-        status =
-            shp_auth_client_answer(&an->auth, &an->key, msg, &answer, &why);
-        if (status != SHP_OK) {
-            shp_error_id("AN0009", "refusing the aggregation manager at %s: %s",
-                         an->cfg.am, why);
-            shp_conn_close(&an->am, status);
-            return;
-        }
-        an->authenticated = 1;
-        an_ctl_send(an, answer);
-        an_ctl_register(an);
+    status = shp_auth_client_answer(&an->auth, &an->key, msg, &answer, &why);
+    if (status != SHP_OK) {
+        shp_error_id("AN0009", "refusing the aggregation manager at %s: %s",
+                     an->cfg.am, why);
+        shp_conn_close(&an->am, status);
         return;
     }
-    if (!strcmp(type, "an_register_ack")) {
-        int64_t st = -1;
-        if (shp_json_get_int(msg, "status", -32768, 32767, &st, NULL) ==
-                SHP_OK &&
-            st == 0) {
-            an->registered = 1;
-            an->am_backoff = 0.1;
-            shp_info("registered with the aggregation manager");
-        } else {
-            shp_error_id("AN0003",
-                         "the aggregation manager refused the "
-                         "registration (status %lld)",
-                         (long long)st);
-        }
-        return;
+    an->authenticated = 1;
+    an_ctl_send(an, answer);
+    an_ctl_register(an);
+}
+
+static void an_ctl_register_ack(shp_an_t *an, const json_t *msg)
+{
+    int64_t st = -1;
+
+    if (shp_json_get_int(msg, "status", -32768, 32767, &st, NULL) == SHP_OK &&
+        st == 0) {
+        an->registered = 1;
+        an->am_backoff = 0.1;
+        shp_info("registered with the aggregation manager");
+    } else {
+        shp_error_id("AN0003",
+                     "the aggregation manager refused the "
+                     "registration (status %lld)",
+                     (long long)st);
     }
-    if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL) != SHP_OK) {
-        shp_warn_id("AN0004", "request %s without an id: ignored", type);
-        return;
-    }
+}
+
+/* A request with its id: each is answered (a group_add below the top
+ * once its parent join is done: an_ctl_group_add_done) */
+static void an_ctl_request(shp_an_t *an, const char *type, int64_t id,
+                           const json_t *msg)
+{
+    const char *why = "malformed request";
+    shp_status_t status;
+    int64_t gid;
+
     if (!strcmp(type, "tree_config")) {
         status = shp_an_tree_set(an, msg, &why);
         an_ctl_reply(an, "tree_config_ack", id, status,
@@ -179,6 +183,22 @@ static void an_ctl_handle(shp_an_t *an, json_t *msg)
         an_ctl_send(an, st);
     } else {
         an_ctl_reply(an, "error", id, SHP_ERR_UNSUPPORTED, "unknown request");
+    }
+}
+
+static void an_ctl_handle(shp_an_t *an, const json_t *msg)
+{
+    const char *type = shp_ctl_type(msg);
+    int64_t id = -1;
+
+    if (!an->authenticated) {
+        an_ctl_authenticate(an, msg);
+    } else if (!strcmp(type, "an_register_ack")) {
+        an_ctl_register_ack(an, msg);
+    } else if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL) != SHP_OK) {
+        shp_warn_id("AN0004", "request %s without an id: ignored", type);
+    } else {
+        an_ctl_request(an, type, id, msg);
     }
 }
 
