@@ -163,11 +163,45 @@ static int an_link_in_group(const shp_an_link_t *l, const shp_an_group_t *g)
     return 0;
 }
 
+/* The parent's answer to a group's join */
+static void an_link_join_ack(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
+{
+    shp_an_group_t *g = shp_an_group_find(l->an, hdr->group_id);
+
+    if (l->is_parent && g != NULL && g->parent == l) {
+        shp_an_group_join_done(g, hdr->status);
+    }
+}
+
+/* An error for a group, from a peer: it fails the group */
+static void an_link_error(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                          const void *payload)
+{
+    shp_an_group_t *g = shp_an_group_find(l->an, hdr->group_id);
+    char text[SHP_WIRE_ERR_MSG_MAX + 1];
+
+    if (g == NULL) {
+        return;
+    }
+    if (!an_link_in_group(l, g)) {
+        /* only the group's own links may fail it */
+        l->an->stats.err_forged++;
+        shp_warn_sparse(1000,
+                        "an error for group %u from %s, which is not "
+                        "part of it: ignored",
+                        hdr->group_id, l->addr);
+        return;
+    }
+    snprintf(text, sizeof(text), "%.*s", (int)hdr->payload_len,
+             (const char *)payload);
+    shp_an_group_fail(g, l, hdr->status, text[0] ? text : "error from a peer");
+}
+
+/* What arrives on a link, by opcode and direction */
 static void an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
                            const void *payload)
 {
     shp_an_link_t *l = ep->arg;
-    shp_an_group_t *g;
 
     if (l == NULL) {
         return; /* a multicast sender: nothing arrives there */
@@ -203,29 +237,8 @@ static void an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
             return;
         }
         break;
-    case SHP_WIRE_OP_GROUP_JOIN_ACK:
-        g = shp_an_group_find(l->an, hdr->group_id);
-        if (l->is_parent && g != NULL && g->parent == l) {
-            shp_an_group_join_done(g, hdr->status);
-        }
-        return;
-    case SHP_WIRE_OP_ERROR:
-        g = shp_an_group_find(l->an, hdr->group_id);
-        if (g != NULL && !an_link_in_group(l, g)) {
-            /* only the group's own links may fail it */
-            l->an->stats.err_forged++;
-            shp_warn_sparse(1000,
-                            "an error for group %u from %s, which is not "
-                            "part of it: ignored",
-                            hdr->group_id, l->addr);
-        } else if (g != NULL) {
-            char text[SHP_WIRE_ERR_MSG_MAX + 1];
-            snprintf(text, sizeof(text), "%.*s", (int)hdr->payload_len,
-                     (const char *)payload);
-            shp_an_group_fail(g, l, hdr->status,
-                              text[0] ? text : "error from a peer");
-        }
-        return;
+    case SHP_WIRE_OP_GROUP_JOIN_ACK: an_link_join_ack(l, hdr); return;
+    case SHP_WIRE_OP_ERROR: an_link_error(l, hdr, payload); return;
     default: break;
     }
     l->an->stats.err_protocol++;
