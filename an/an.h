@@ -217,14 +217,17 @@ struct shp_an {
     ev_timer quiet_wake;
 };
 
-/* an.c: the data path */
+/* The core (an.c, an_run.c, an_group.c; the rest of it is internal:
+ * an/an_int.h) */
 SHP_WUR shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop);
 void shp_an_stop(shp_an_t *an);
 /* Run the loop until shp_an_quit. */
 void shp_an_run(shp_an_t *an);
 void shp_an_quit(shp_an_t *an);
 shp_an_group_t *shp_an_group_find(shp_an_t *an, uint32_t id);
-/* Create a group from an AM request; `why` explains a refusal. */
+/* Create a group from an AM request; `why` explains a refusal.
+ * SHP_INPROGRESS: below the top, done when the parent join is
+ * (shp_an_events_t.group_add_done). */
 SHP_WUR shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req,
                                       int64_t req_id, const char **why);
 SHP_WUR shp_status_t shp_an_group_remove(shp_an_t *an, uint32_t id);
