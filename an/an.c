@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
+const char *const shp_an_transports[] = {"tcp", "verbs", "shm", NULL};
+
 shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop)
 {
     const shp_tp_ops_t *ops = shp_tp_find(shp_an_transports[an->cfg.transport]);

@@ -41,15 +41,15 @@ typedef struct shp_an_config {
     int64_t join_timeout_ms;
     char *secret_file;
     char *advertise;
-    int sched;        /* index into shp_an_scheds */
+    int sched;        /* 0: batch, 1: other (main.c) */
     unsigned spin_us; /* shm: look at the rings this long before sleeping */
     int spin_many;    /* shm: spin also while waiting for several children */
     unsigned sock_spin_us; /* tcp: poll this long after a message, then sleep */
     int quiet_links;       /* tcp: one child owing an operation wakes us */
 } shp_an_config_t;
 
+/* the transports the AN speaks, by name (cfg.transport indexes it) */
 extern const char *const shp_an_transports[];
-extern const char *const shp_an_scheds[];
 
 /* distribution of results at the top of a group */
 #define SHP_AN_DIST_RC 1

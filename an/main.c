@@ -17,8 +17,7 @@
 #define SHP_VERSION "0.1.0"
 #endif
 
-const char *const shp_an_transports[] = {"tcp", "verbs", "shm", NULL};
-const char *const shp_an_scheds[] = {"batch", "other", NULL};
+static const char *const an_scheds[] = {"batch", "other", NULL};
 
 static const shp_config_range_t an_spin_range = {0, 10000};
 
@@ -63,7 +62,7 @@ static const shp_config_opt_t an_opts[] = {
     {"sched", "batch",
      "CPU policy: batch (a child's message never preempts its sender; the AN "
      "folds all that waits) or other",
-     offsetof(shp_an_config_t, sched), &shp_cfg_enum, shp_an_scheds},
+     offsetof(shp_an_config_t, sched), &shp_cfg_enum, an_scheds},
     {"spin_us", "50",
      "shm transport: before sleeping, look at the rings this many "
      "microseconds, yielding the core between looks (0: sleep at once)",

@@ -12,8 +12,6 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-const char *const shp_an_transports[] = {"tcp", NULL};
-
 static struct ev_loop *loop;
 
 /* The transport: connect hands out an endpoint; sends answer send_status

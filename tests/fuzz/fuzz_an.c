@@ -237,8 +237,6 @@ static void deliver(fz_ep_t *e, const void *msg, size_t len)
 
 /* The harness --------------------------------------------------------------- */
 
-const char *const shp_an_transports[] = {"tcp", NULL};
-
 static shp_an_t an;
 static const char *const fz_pend_types[] = {NULL};
 /* the AN's loop; `loop` (fuzz_peer.h) carries only its AM connection, so
