@@ -22,6 +22,7 @@ shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop)
     shp_status_t status;
 
     an->loop = loop;
+    an->link_cbs = &shp_an_link_cbs;
     snprintf(an->local_ip, sizeof(an->local_ip), "%s", an->cfg.listen);
     colon = strrchr(an->local_ip, ':');
     if (colon != NULL) {

@@ -181,8 +181,9 @@ typedef struct shp_an_stats {
 struct shp_an {
     struct ev_loop *loop;
     shp_an_config_t cfg;
-    shp_tp_t tp;       /* reliable transport */
-    shp_tp_t mcast_tp; /* multicast transport */
+    shp_tp_t tp;                     /* reliable transport */
+    shp_tp_t mcast_tp;               /* multicast transport */
+    const shp_tp_ep_cbs_t *link_cbs; /* the links' endpoints (shp_an_start) */
     int have_mcast;
     char data_addr[64];
     char local_ip[64];

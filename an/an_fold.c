@@ -33,21 +33,6 @@ static uint8_t *an_buf_get(shp_an_group_t *g)
     return malloc(g->payload ? g->payload : 1);
 }
 
-static void an_buf_put(shp_an_group_t *g, uint8_t *buf)
-{
-    if (g->nfree == g->cap_free) {
-        unsigned cap = g->cap_free ? 2 * g->cap_free : 16;
-        uint8_t **p = realloc(g->free_bufs, cap * sizeof(*p));
-        if (p == NULL) {
-            free(buf);
-            return;
-        }
-        g->free_bufs = p;
-        g->cap_free = cap;
-    }
-    g->free_bufs[g->nfree++] = buf;
-}
-
 static void an_fold_release(void *arg, unsigned child, const void *payload)
 {
     shp_an_slot_t *s = arg;
@@ -59,24 +44,6 @@ static void an_fold_release(void *arg, unsigned child, const void *payload)
     }
 }
 
-void shp_an_slot_reset(shp_an_group_t *g, shp_an_slot_t *s)
-{
-    unsigned i;
-
-    if (s->state == SHP_AN_SLOT_FOLD) {
-        shp_fold_cleanup(&s->fold);
-    }
-    for (i = 0; i < g->nchildren; i++) {
-        if (s->copies[i] != NULL) {
-            an_buf_put(g, s->copies[i]);
-            s->copies[i] = NULL;
-        }
-        s->want[i] = 0;
-    }
-    s->state = SHP_AN_SLOT_FREE;
-    s->arrived = 0;
-}
-
 static void an_op_error(shp_an_group_t *g, const shp_wire_hdr_t *hdr,
                         shp_status_t status, const char *reason)
 {
@@ -86,39 +53,6 @@ static void an_op_error(shp_an_group_t *g, const shp_wire_hdr_t *hdr,
     /* the operation cannot complete: the whole group fails, so that every
      * member sees an error rather than a hang */
     shp_an_group_fail(g, NULL, status, text);
-}
-
-/* The group and child index of a member's request, or NULL after
- * answering an unknown group, an unjoined sender or a failed group with an
- * error. */
-shp_an_group_t *shp_an_request_group(shp_an_link_t *l,
-                                     const shp_wire_hdr_t *hdr, unsigned *child)
-{
-    shp_an_t *an = l->an;
-    shp_an_group_t *g = shp_an_group_find(an, hdr->group_id);
-    unsigned ci;
-
-    if (g == NULL) {
-        an->stats.err_unknown_group++;
-        shp_an_send_error(l, hdr->tree_id, hdr->group_id, hdr->seq,
-                          SHP_ERR_GROUP_UNKNOWN, "unknown group");
-        return NULL;
-    }
-    for (ci = 0; ci < g->nchildren && g->children[ci].link != l; ci++) {
-    }
-    if (ci == g->nchildren) {
-        an->stats.err_protocol++;
-        shp_an_send_error(l, hdr->tree_id, hdr->group_id, hdr->seq,
-                          SHP_ERR_PERM, "not joined to this group");
-        return NULL;
-    }
-    if (g->failed) {
-        shp_an_send_error(l, g->tree_id, g->id, hdr->seq, g->fail_status,
-                          "group failed");
-        return NULL;
-    }
-    *child = ci;
-    return g;
 }
 
 static void an_fold_done(shp_an_group_t *g, shp_an_slot_t *s)

@@ -58,6 +58,57 @@ shp_an_group_t *shp_an_group_find(shp_an_t *an, uint32_t id)
     return g;
 }
 
+/* The group and child index of a member's request, or NULL after
+ * answering an unknown group, an unjoined sender or a failed group with an
+ * error. */
+shp_an_group_t *shp_an_request_group(shp_an_link_t *l,
+                                     const shp_wire_hdr_t *hdr, unsigned *child)
+{
+    shp_an_t *an = l->an;
+    shp_an_group_t *g = shp_an_group_find(an, hdr->group_id);
+    unsigned ci;
+
+    if (g == NULL) {
+        an->stats.err_unknown_group++;
+        shp_an_send_error(l, hdr->tree_id, hdr->group_id, hdr->seq,
+                          SHP_ERR_GROUP_UNKNOWN, "unknown group");
+        return NULL;
+    }
+    for (ci = 0; ci < g->nchildren && g->children[ci].link != l; ci++) {
+    }
+    if (ci == g->nchildren) {
+        an->stats.err_protocol++;
+        shp_an_send_error(l, hdr->tree_id, hdr->group_id, hdr->seq,
+                          SHP_ERR_PERM, "not joined to this group");
+        return NULL;
+    }
+    if (g->failed) {
+        shp_an_send_error(l, g->tree_id, g->id, hdr->seq, g->fail_status,
+                          "group failed");
+        return NULL;
+    }
+    *child = ci;
+    return g;
+}
+
+void shp_an_slot_reset(shp_an_group_t *g, shp_an_slot_t *s)
+{
+    unsigned i;
+
+    if (s->state == SHP_AN_SLOT_FOLD) {
+        shp_fold_cleanup(&s->fold);
+    }
+    for (i = 0; i < g->nchildren; i++) {
+        if (s->copies[i] != NULL) {
+            an_buf_put(g, s->copies[i]);
+            s->copies[i] = NULL;
+        }
+        s->want[i] = 0;
+    }
+    s->state = SHP_AN_SLOT_FREE;
+    s->arrived = 0;
+}
+
 /* Fail a group: every other link of it gets an error (so members fail
  * their pending and later operations, and ANs pass it on), the AM is told.
  * `from` (may be NULL) is the link the failure came from. */
@@ -412,8 +463,8 @@ static shp_status_t an_group_open(shp_an_t *an, shp_an_group_t *g,
 
     if (r->mcast != NULL) {
         snprintf(g->mcast_addr, sizeof(g->mcast_addr), "%s", r->mcast);
-        st = an->mcast_tp.ops->mcast_sender(
-            &an->mcast_tp, r->mcast, &shp_an_link_cbs, NULL, &g->mcast_tx);
+        st = an->mcast_tp.ops->mcast_sender(&an->mcast_tp, r->mcast,
+                                            an->link_cbs, NULL, &g->mcast_tx);
         if (st != SHP_OK) {
             *why = "cannot open the multicast sender";
             return st;
