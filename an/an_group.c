@@ -490,7 +490,7 @@ static shp_status_t an_group_open(shp_an_t *an, shp_an_group_t *g,
 }
 
 /* Read and check the request, build the group, open it; a failure after
- * the build undoes it in one place. */
+ * the build is undone in one place (out). */
 shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
                               const char **why)
 {
@@ -499,18 +499,23 @@ shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req, int64_t req_id,
     shp_status_t status;
 
     status = an_group_read(an, req, &r, why);
-    if (status == SHP_OK) {
-        status = an_group_fits(an, &r, why);
+    if (status != SHP_OK) {
+        goto out;
     }
-    if (status == SHP_OK) {
-        status = an_group_read_setup(an, req, &r, why);
+    status = an_group_fits(an, &r, why);
+    if (status != SHP_OK) {
+        goto out;
     }
-    if (status == SHP_OK) {
-        status = an_group_build(an, &r, &g, why);
+    status = an_group_read_setup(an, req, &r, why);
+    if (status != SHP_OK) {
+        goto out;
     }
-    if (status == SHP_OK) {
-        status = an_group_open(an, g, &r, req_id, why);
+    status = an_group_build(an, &r, &g, why);
+    if (status != SHP_OK) {
+        goto out;
     }
+    status = an_group_open(an, g, &r, req_id, why);
+out:
     if (status < 0 && g != NULL) {
         if (shp_an_group_find(an, g->id) == g) {
             HASH_DEL(an->groups, g);
