@@ -1,5 +1,5 @@
 /*
- * A real aggregation node (an/an.c) driven by a sequence of events: the
+ * A real aggregation node (an/) driven by a sequence of events: the
  * AM's tree and group requests (the functions its control connection
  * calls), children connecting and hanging up, parents coming up, join
  * timers firing, and data-path messages delivered through shp_tp_deliver,
