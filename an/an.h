@@ -41,15 +41,15 @@ typedef struct shp_an_config {
     int64_t join_timeout_ms;
     char *secret_file;
     char *advertise;
-    int sched;        /* index into shp_an_scheds */
+    int sched;        /* 0: batch, 1: other (main.c) */
     unsigned spin_us; /* shm: look at the rings this long before sleeping */
     int spin_many;    /* shm: spin also while waiting for several children */
     unsigned sock_spin_us; /* tcp: poll this long after a message, then sleep */
     int quiet_links;       /* tcp: one child owing an operation wakes us */
 } shp_an_config_t;
 
+/* the transports the AN speaks, by name (cfg.transport indexes it) */
 extern const char *const shp_an_transports[];
-extern const char *const shp_an_scheds[];
 
 /* distribution of results at the top of a group */
 #define SHP_AN_DIST_RC 1
@@ -149,6 +149,20 @@ typedef struct shp_an_tree {
     char parent[64]; /* "" = root */
 } shp_an_tree_t;
 
+/* What the AN core tells whoever drives it (the control link, an/an_ctl.c),
+ * through the table given to shp_an_set_events: the core never calls its
+ * driver by name.  No table (or a NULL member): nobody is told. */
+typedef struct shp_an_events {
+    /* g failed (status g->fail_status, `reason` in words) */
+    void (*group_failed)(void *arg, const shp_an_group_t *g,
+                         const char *reason);
+    /* the group_add request req_id, answered SHP_INPROGRESS, is done: the
+     * parent join succeeded or failed, or the group was removed first
+     * (`error` is NULL on SHP_OK) */
+    void (*group_add_done)(void *arg, int64_t req_id, shp_status_t status,
+                           const char *error);
+} shp_an_events_t;
+
 typedef struct shp_an_stats {
     uint64_t ops;     /* operations folded */
     uint64_t results; /* results distributed or forwarded */
@@ -167,8 +181,9 @@ typedef struct shp_an_stats {
 struct shp_an {
     struct ev_loop *loop;
     shp_an_config_t cfg;
-    shp_tp_t tp;       /* reliable transport */
-    shp_tp_t mcast_tp; /* multicast transport */
+    shp_tp_t tp;                     /* reliable transport */
+    shp_tp_t mcast_tp;               /* multicast transport */
+    const shp_tp_ep_cbs_t *link_cbs; /* the links' endpoints (shp_an_start) */
     int have_mcast;
     char data_addr[64];
     char local_ip[64];
@@ -179,6 +194,8 @@ struct shp_an {
     shp_an_tree_t trees[SHP_AN_MAX_TREES];
     unsigned ntrees;
     shp_an_stats_t stats;
+    const shp_an_events_t *events; /* shp_an_set_events */
+    void *events_arg;
     /* control connection to the AM */
     shp_conn_t am;
     int am_up;
@@ -201,14 +218,17 @@ struct shp_an {
     ev_timer quiet_wake;
 };
 
-/* an.c: the data path */
+/* The core (an.c, an_run.c, an_group.c; the rest of it is internal:
+ * an/an_int.h) */
 SHP_WUR shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop);
 void shp_an_stop(shp_an_t *an);
 /* Run the loop until shp_an_quit. */
 void shp_an_run(shp_an_t *an);
 void shp_an_quit(shp_an_t *an);
 shp_an_group_t *shp_an_group_find(shp_an_t *an, uint32_t id);
-/* Create a group from an AM request; `why` explains a refusal. */
+/* Create a group from an AM request; `why` explains a refusal.
+ * SHP_INPROGRESS: below the top, done when the parent join is
+ * (shp_an_events_t.group_add_done). */
 SHP_WUR shp_status_t shp_an_group_add(shp_an_t *an, const json_t *req,
                                       int64_t req_id, const char **why);
 SHP_WUR shp_status_t shp_an_group_remove(shp_an_t *an, uint32_t id);
@@ -217,14 +237,13 @@ SHP_WUR shp_status_t shp_an_tree_set(shp_an_t *an, const json_t *req,
 json_t *shp_an_stats_json(const shp_an_t *an);
 /* Log the state of every group (SIGUSR1). */
 void shp_an_dump(shp_an_t *an);
+/* Who is told of the core's events (NULL: nobody). */
+void shp_an_set_events(shp_an_t *an, const shp_an_events_t *events, void *arg);
 
-/* an_ctl.c: the control connection */
+/* an_ctl.c: the control connection.  It drives the core (the functions
+ * above) and listens to its events (shp_an_set_events, from
+ * shp_an_ctl_start on); the core does not know of it. */
 void shp_an_ctl_start(shp_an_t *an);
 void shp_an_ctl_stop(shp_an_t *an);
-/* Tell the AM: a group failed / a pending group_add finished. */
-void shp_an_ctl_group_failed(shp_an_t *an, const shp_an_group_t *g,
-                             const char *reason);
-void shp_an_ctl_reply(shp_an_t *an, const char *type, int64_t id,
-                      shp_status_t status, const char *error);
 
 #endif

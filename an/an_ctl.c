@@ -7,6 +7,11 @@
  * The connection first proves the cluster secret (protocol/auth.h: hello,
  * challenge, auth); the AN registers only once the AM has proved it too.
  *
+ * Dependencies point one way: this file drives the AN core (shp_an_tree_set,
+ * shp_an_group_add / _remove, shp_an_stats_json) and hears of the core's
+ * events through the table it hands it (shp_an_set_events: a group failed,
+ * a pending group_add is done); the core never calls in here by name.
+ *
  * Messages (JSON, protocol/ctl.h):
  *   AN -> AM  an_register {name, data_addr, transport, mcast,
  *                          caps {max_trees, max_groups, max_osts,
@@ -32,9 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define shp_an_of_conn(_c) ((shp_an_t *)((char *)(_c)-offsetof(shp_an_t, am)))
+#define an_of_conn(_c) ((shp_an_t *)((char *)(_c)-offsetof(shp_an_t, am)))
 
-static void shp_an_ctl_send(shp_an_t *an, json_t *msg)
+static void an_ctl_send(shp_an_t *an, json_t *msg)
 {
     if (msg == NULL) {
         return;
@@ -52,23 +57,41 @@ static void shp_an_ctl_send(shp_an_t *an, json_t *msg)
     json_decref(msg);
 }
 
-void shp_an_ctl_reply(shp_an_t *an, const char *type, int64_t id,
-                      shp_status_t status, const char *error)
+static void an_ctl_reply(shp_an_t *an, const char *type, int64_t id,
+                         shp_status_t status, const char *error)
 {
-    shp_an_ctl_send(an, shp_ctl_reply(type, id, status, error));
+    an_ctl_send(an, shp_ctl_reply(type, id, status, error));
 }
 
-void shp_an_ctl_group_failed(shp_an_t *an, const shp_an_group_t *g,
-                             const char *reason)
+/* The core's events (shp_an_events_t) ------------------------------------ */
+
+static void an_ctl_group_failed(void *arg, const shp_an_group_t *g,
+                                const char *reason)
 {
+    shp_an_t *an = arg;
+
     /* job ids are u64: they travel as decimal strings */
-    shp_an_ctl_send(an, json_pack("{s:s, s:I, s:o, s:i, s:s}", "type",
-                                  "group_failed", "group_id", (json_int_t)g->id,
-                                  "job_id", shp_json_u64(g->job_id), "status",
-                                  (int)g->fail_status, "reason", reason));
+    an_ctl_send(an, json_pack("{s:s, s:I, s:o, s:i, s:s}", "type",
+                              "group_failed", "group_id", (json_int_t)g->id,
+                              "job_id", shp_json_u64(g->job_id), "status",
+                              (int)g->fail_status, "reason", reason));
 }
 
-static void shp_an_ctl_register(shp_an_t *an)
+/* a group_add that waited for the parent join is answered now */
+static void an_ctl_group_add_done(void *arg, int64_t req_id,
+                                  shp_status_t status, const char *error)
+{
+    an_ctl_reply(arg, "group_add_ack", req_id, status, error);
+}
+
+static const shp_an_events_t an_ctl_events = {
+    .group_failed = an_ctl_group_failed,
+    .group_add_done = an_ctl_group_add_done,
+};
+
+/* Registration and the AM's requests ------------------------------------- */
+
+static void an_ctl_register(shp_an_t *an)
 {
     json_t *groups = json_array(), *msg;
     shp_an_group_t *g, *tmp;
@@ -84,59 +107,63 @@ static void shp_an_ctl_register(shp_an_t *an)
                     "max_groups", (int)an->cfg.max_groups, "max_osts",
                     (int)an->cfg.max_osts, "max_payload",
                     (json_int_t)an->cfg.max_payload, "groups", groups);
-    shp_an_ctl_send(an, msg);
+    an_ctl_send(an, msg);
 }
 
-static void shp_an_ctl_handle(shp_an_t *an, json_t *msg)
+/* The AM's side of the handshake: answered, then register */
+static void an_ctl_authenticate(shp_an_t *an, const json_t *msg)
 {
-    const char *type = shp_ctl_type(msg), *why = "malformed request";
-    int64_t id = -1, gid;
+    const char *why = "malformed request";
+    json_t *answer = NULL;
     shp_status_t status;
 
-    if (!an->authenticated) {
-        json_t *answer = NULL;
-        status =
-            shp_auth_client_answer(&an->auth, &an->key, msg, &answer, &why);
-        if (status != SHP_OK) {
-            shp_error_id("AN0009", "refusing the aggregation manager at %s: %s",
-                         an->cfg.am, why);
-            shp_conn_close(&an->am, status);
-            return;
-        }
-        an->authenticated = 1;
-        shp_an_ctl_send(an, answer);
-        shp_an_ctl_register(an);
+    status = shp_auth_client_answer(&an->auth, &an->key, msg, &answer, &why);
+    if (status != SHP_OK) {
+        shp_error_id("AN0009", "refusing the aggregation manager at %s: %s",
+                     an->cfg.am, why);
+        shp_conn_close(&an->am, status);
         return;
     }
-    if (!strcmp(type, "an_register_ack")) {
-        int64_t st = -1;
-        if (shp_json_get_int(msg, "status", -32768, 32767, &st, NULL) ==
-                SHP_OK &&
-            st == 0) {
-            an->registered = 1;
-            an->am_backoff = 0.1;
-            shp_info("registered with the aggregation manager");
-        } else {
-            shp_error_id("AN0003",
-                         "the aggregation manager refused the "
-                         "registration (status %lld)",
-                         (long long)st);
-        }
-        return;
+    an->authenticated = 1;
+    an_ctl_send(an, answer);
+    an_ctl_register(an);
+}
+
+static void an_ctl_register_ack(shp_an_t *an, const json_t *msg)
+{
+    int64_t st = -1;
+
+    if (shp_json_get_int(msg, "status", -32768, 32767, &st, NULL) == SHP_OK &&
+        st == 0) {
+        an->registered = 1;
+        an->am_backoff = 0.1;
+        shp_info("registered with the aggregation manager");
+    } else {
+        shp_error_id("AN0003",
+                     "the aggregation manager refused the "
+                     "registration (status %lld)",
+                     (long long)st);
     }
-    if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL) != SHP_OK) {
-        shp_warn_id("AN0004", "request %s without an id: ignored", type);
-        return;
-    }
+}
+
+/* A request with its id: each is answered (a group_add below the top
+ * once its parent join is done: an_ctl_group_add_done) */
+static void an_ctl_request(shp_an_t *an, const char *type, int64_t id,
+                           const json_t *msg)
+{
+    const char *why = "malformed request";
+    shp_status_t status;
+    int64_t gid;
+
     if (!strcmp(type, "tree_config")) {
         status = shp_an_tree_set(an, msg, &why);
-        shp_an_ctl_reply(an, "tree_config_ack", id, status,
-                         status == SHP_OK ? NULL : why);
+        an_ctl_reply(an, "tree_config_ack", id, status,
+                     status == SHP_OK ? NULL : why);
     } else if (!strcmp(type, "group_add")) {
         status = shp_an_group_add(an, msg, id, &why);
         if (status != SHP_INPROGRESS) {
-            shp_an_ctl_reply(an, "group_add_ack", id, status,
-                             status == SHP_OK ? NULL : why);
+            an_ctl_reply(an, "group_add_ack", id, status,
+                         status == SHP_OK ? NULL : why);
         }
         if (status < 0) {
             shp_warn_id("AN0005", "group_add refused: %s", why);
@@ -146,23 +173,38 @@ static void shp_an_ctl_handle(shp_an_t *an, json_t *msg)
         if (status == SHP_OK) {
             status = shp_an_group_remove(an, (uint32_t)gid);
         }
-        shp_an_ctl_reply(an, "group_remove_ack", id, status,
-                         status == SHP_OK ? NULL : shp_status_str(status));
+        an_ctl_reply(an, "group_remove_ack", id, status,
+                     status == SHP_OK ? NULL : shp_status_str(status));
     } else if (!strcmp(type, "stats_req")) {
         json_t *st = shp_an_stats_json(an);
         json_object_set_new(st, "type", json_string("stats"));
         json_object_set_new(st, "id", json_integer(id));
         json_object_set_new(st, "name", json_string(an->cfg.name));
-        shp_an_ctl_send(an, st);
+        an_ctl_send(an, st);
     } else {
-        shp_an_ctl_reply(an, "error", id, SHP_ERR_UNSUPPORTED,
-                         "unknown request");
+        an_ctl_reply(an, "error", id, SHP_ERR_UNSUPPORTED, "unknown request");
     }
 }
 
-static void shp_an_ctl_frame(shp_conn_t *conn, const void *frame, size_t len)
+static void an_ctl_handle(shp_an_t *an, const json_t *msg)
 {
-    shp_an_t *an = shp_an_of_conn(conn);
+    const char *type = shp_ctl_type(msg);
+    int64_t id = -1;
+
+    if (!an->authenticated) {
+        an_ctl_authenticate(an, msg);
+    } else if (!strcmp(type, "an_register_ack")) {
+        an_ctl_register_ack(an, msg);
+    } else if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL) != SHP_OK) {
+        shp_warn_id("AN0004", "request %s without an id: ignored", type);
+    } else {
+        an_ctl_request(an, type, id, msg);
+    }
+}
+
+static void an_ctl_frame(shp_conn_t *conn, const void *frame, size_t len)
+{
+    shp_an_t *an = an_of_conn(conn);
     const char *why;
     json_t *msg = shp_ctl_recv(conn, frame, len, &why);
 
@@ -171,31 +213,31 @@ static void shp_an_ctl_frame(shp_conn_t *conn, const void *frame, size_t len)
                      why);
     }
     if (msg != NULL) {
-        shp_an_ctl_handle(an, msg);
+        an_ctl_handle(an, msg);
         json_decref(msg);
     }
 }
 
-static void shp_an_ctl_connected(shp_conn_t *conn)
+static void an_ctl_connected(shp_conn_t *conn)
 {
-    shp_an_t *an = shp_an_of_conn(conn);
+    shp_an_t *an = an_of_conn(conn);
 
     an->am_up = 1;
     an->authenticated = 0;
     shp_info("connected to the aggregation manager at %s", an->cfg.am);
-    shp_an_ctl_send(an, shp_auth_client_hello(&an->auth, "an", an->cfg.name));
+    an_ctl_send(an, shp_auth_client_hello(&an->auth, "an", an->cfg.name));
 }
 
-static void shp_an_ctl_schedule(shp_an_t *an)
+static void an_ctl_schedule(shp_an_t *an)
 {
     ev_timer_set(&an->am_timer, an->am_backoff, 0.);
     ev_timer_start(an->loop, &an->am_timer);
     an->am_backoff = an->am_backoff * 2 > 5.0 ? 5.0 : an->am_backoff * 2;
 }
 
-static void shp_an_ctl_closed(shp_conn_t *conn, shp_status_t reason)
+static void an_ctl_closed(shp_conn_t *conn, shp_status_t reason)
 {
-    shp_an_t *an = shp_an_of_conn(conn);
+    shp_an_t *an = an_of_conn(conn);
 
     if (an->am_up) {
         shp_warn_id("AN0007",
@@ -207,19 +249,19 @@ static void shp_an_ctl_closed(shp_conn_t *conn, shp_status_t reason)
     an->authenticated = 0;
     an->registered = 0;
     if (!an->stopping) {
-        shp_an_ctl_schedule(an);
+        an_ctl_schedule(an);
     }
 }
 
-static const shp_conn_ops_t shp_an_ctl_ops = {
+static const shp_conn_ops_t an_ctl_ops = {
     .frame_len = shp_ctl_frame_len,
-    .on_frame = shp_an_ctl_frame,
-    .on_connect = shp_an_ctl_connected,
-    .on_close = shp_an_ctl_closed,
+    .on_frame = an_ctl_frame,
+    .on_connect = an_ctl_connected,
+    .on_close = an_ctl_closed,
     .on_idle = shp_ctl_on_idle,
 };
 
-static void shp_an_ctl_connect(shp_an_t *an)
+static void an_ctl_connect(shp_an_t *an)
 {
     shp_sockaddr_t addr;
     shp_status_t status;
@@ -230,30 +272,31 @@ static void shp_an_ctl_connect(shp_an_t *an)
                      an->cfg.am);
         return;
     }
-    shp_conn_init(&an->am, an->loop, &shp_an_ctl_ops, an, SHP_CTL_MAX_FRAME);
+    shp_conn_init(&an->am, an->loop, &an_ctl_ops, an, SHP_CTL_MAX_FRAME);
     status = shp_conn_connect(&an->am, &addr, NULL);
     if (status != SHP_OK) {
-        shp_an_ctl_schedule(an);
+        an_ctl_schedule(an);
         return;
     }
     shp_conn_set_keepalive(&an->am, (double)an->cfg.am_keepalive_ms / 1000.0,
                            3);
 }
 
-static void shp_an_ctl_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void an_ctl_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)loop;
     (void)revents;
-    shp_an_ctl_connect(w->data);
+    an_ctl_connect(w->data);
 }
 
 void shp_an_ctl_start(shp_an_t *an)
 {
+    shp_an_set_events(an, &an_ctl_events, an);
     an->am_backoff = 0.1;
-    ev_timer_init(&an->am_timer, shp_an_ctl_timer_cb, 0., 0.);
+    ev_timer_init(&an->am_timer, an_ctl_timer_cb, 0., 0.);
     an->am_timer.data = an;
     if (an->cfg.am != NULL && an->cfg.am[0] != '\0') {
-        shp_an_ctl_connect(an);
+        an_ctl_connect(an);
     } else {
         shp_warn("no aggregation manager configured (--am): waiting for "
                  "nothing");

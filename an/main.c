@@ -17,16 +17,15 @@
 #define SHP_VERSION "0.1.0"
 #endif
 
-const char *const shp_an_transports[] = {"tcp", "verbs", "shm", NULL};
-const char *const shp_an_scheds[] = {"batch", "other", NULL};
+static const char *const an_scheds[] = {"batch", "other", NULL};
 
-static const shp_config_range_t shp_an_spin_range = {0, 10000};
+static const shp_config_range_t an_spin_range = {0, 10000};
 
-static const shp_config_range_t shp_an_trees_range = {1, SHP_AN_MAX_TREES};
-static const shp_config_range_t shp_an_groups_range = {1, 100000};
-static const shp_config_range_t shp_an_osts_range = {1, 65536};
+static const shp_config_range_t an_trees_range = {1, SHP_AN_MAX_TREES};
+static const shp_config_range_t an_groups_range = {1, 100000};
+static const shp_config_range_t an_osts_range = {1, 65536};
 
-static const shp_config_opt_t shp_an_opts[] = {
+static const shp_config_opt_t an_opts[] = {
     {"name", "an0",
      "name of this aggregation node (the switch or host it "
      "stands for, as the AM knows it)",
@@ -40,12 +39,11 @@ static const shp_config_opt_t shp_an_opts[] = {
     {"log_level", "info", "log level", offsetof(shp_an_config_t, log_level),
      &shp_cfg_loglevel},
     {"max_trees", "64", "trees this AN takes part in, at most",
-     offsetof(shp_an_config_t, max_trees), &shp_cfg_uint, &shp_an_trees_range},
+     offsetof(shp_an_config_t, max_trees), &shp_cfg_uint, &an_trees_range},
     {"max_groups", "1000", "groups this AN serves, at most",
-     offsetof(shp_an_config_t, max_groups), &shp_cfg_uint,
-     &shp_an_groups_range},
+     offsetof(shp_an_config_t, max_groups), &shp_cfg_uint, &an_groups_range},
     {"max_osts", "256", "outstanding operations per group, at most",
-     offsetof(shp_an_config_t, max_osts), &shp_cfg_uint, &shp_an_osts_range},
+     offsetof(shp_an_config_t, max_osts), &shp_cfg_uint, &an_osts_range},
     {"max_payload", "64k", "payload bytes per operation, at most",
      offsetof(shp_an_config_t, max_payload), &shp_cfg_size},
     {"am_keepalive", "2s", "keepalive interval of the AM connection",
@@ -64,11 +62,11 @@ static const shp_config_opt_t shp_an_opts[] = {
     {"sched", "batch",
      "CPU policy: batch (a child's message never preempts its sender; the AN "
      "folds all that waits) or other",
-     offsetof(shp_an_config_t, sched), &shp_cfg_enum, shp_an_scheds},
+     offsetof(shp_an_config_t, sched), &shp_cfg_enum, an_scheds},
     {"spin_us", "50",
      "shm transport: before sleeping, look at the rings this many "
      "microseconds, yielding the core between looks (0: sleep at once)",
-     offsetof(shp_an_config_t, spin_us), &shp_cfg_uint, &shp_an_spin_range},
+     offsetof(shp_an_config_t, spin_us), &shp_cfg_uint, &an_spin_range},
     {"spin_many", "0",
      "shm transport: spin (spin_us) also while waiting for several "
      "children's data, not only for the last (hosts where a process switch "
@@ -79,8 +77,7 @@ static const shp_config_opt_t shp_an_opts[] = {
      "microseconds, yielding the core between polls, while no more "
      "processes are runnable than there are cores; then sleep (0: sleep "
      "at once)",
-     offsetof(shp_an_config_t, sock_spin_us), &shp_cfg_uint,
-     &shp_an_spin_range},
+     offsetof(shp_an_config_t, sock_spin_us), &shp_cfg_uint, &an_spin_range},
     {"quiet_links", "1",
      "tcp: while the AN sleeps, only one child that still owes the oldest "
      "operation wakes it, the others' messages wait in their sockets and "
@@ -89,10 +86,10 @@ static const shp_config_opt_t shp_an_opts[] = {
      offsetof(shp_an_config_t, quiet_links), &shp_cfg_bool},
     {NULL}};
 
-static const shp_config_table_t shp_an_table = {
-    "sharp_an", "SHARP_AN_", SHP_CONF_DIR "/sharp_an.conf", shp_an_opts};
+static const shp_config_table_t an_table = {
+    "sharp_an", "SHARP_AN_", SHP_CONF_DIR "/sharp_an.conf", an_opts};
 
-static void shp_an_on_stop(void *arg, int signum)
+static void an_on_stop(void *arg, int signum)
 {
     shp_an_t *an = arg;
 
@@ -100,21 +97,50 @@ static void shp_an_on_stop(void *arg, int signum)
     shp_an_quit(an);
 }
 
-static void shp_an_on_reload(void *arg)
+static void an_on_reload(void *arg)
 {
     shp_an_config_t fresh = {0};
 
     (void)arg;
     /* SIGHUP re-reads the log level from the file and environment */
-    shp_config_reload_log_level(&shp_an_table, &fresh,
+    shp_config_reload_log_level(&an_table, &fresh,
                                 offsetof(shp_an_config_t, log_level));
 }
 
-static void shp_an_on_usr1(struct ev_loop *loop, ev_signal *w, int revents)
+static void an_on_usr1(struct ev_loop *loop, ev_signal *w, int revents)
 {
     (void)loop;
     (void)revents;
     shp_an_dump(w->data);
+}
+
+/* The cluster secret the AM connection proves */
+static shp_status_t an_load_key(shp_an_t *an)
+{
+    char kerr[512];
+
+    if (shp_auth_init() != SHP_OK ||
+        shp_auth_key_load(an->cfg.secret_file, &an->key, kerr, sizeof(kerr)) !=
+            SHP_OK) {
+        fprintf(stderr, "sharp_an: %s\n", kerr);
+        return SHP_ERR_INVALID_PARAM;
+    }
+    return SHP_OK;
+}
+
+/* An operation completes only when its last child's data is in, so waking
+ * the AN for each child as it sends (preempting the sender on a shared
+ * core) buys nothing and costs a context switch each; batch lets it run
+ * when a core is free and fold what is there. */
+static void an_sched_batch(void)
+{
+    struct sched_param sp = {0};
+
+    if (sched_setscheduler(0, SCHED_BATCH, &sp) != 0) {
+        shp_warn_id("AN0011",
+                    "sched batch: %s (running with the default policy)",
+                    strerror(errno));
+    }
 }
 
 int main(int argc, char **argv)
@@ -129,7 +155,7 @@ int main(int argc, char **argv)
 
     shp_log_set_component("sharp_an");
     shp_log_detect_journal();
-    if (shp_config_load(&shp_an_table, &an.cfg, argc, argv,
+    if (shp_config_load(&an_table, &an.cfg, argc, argv,
                         "usage: sharp_an [--config FILE] [--OPTION VALUE ...]\n"
                         "\n"
                         "The aggregation node of sharp: reduces its children's "
@@ -139,49 +165,33 @@ int main(int argc, char **argv)
                         "group's and connection's state.",
                         &action, &err) != SHP_OK) {
         fprintf(stderr, "sharp_an: %s\n", err.msg);
-        shp_config_release(&shp_an_table, &an.cfg);
+        shp_config_release(&an_table, &an.cfg);
         return 2;
     }
     if (action == SHP_CONFIG_VERSION) {
         printf("sharp_an %s\n", SHP_VERSION);
     }
     if (action != SHP_CONFIG_RUN) {
-        shp_config_release(&shp_an_table, &an.cfg);
+        shp_config_release(&an_table, &an.cfg);
         return 0;
     }
     shp_log_set_level(an.cfg.log_level);
 
-    if (an.cfg.am[0] != '\0') {
-        char kerr[512];
-        if (shp_auth_init() != SHP_OK ||
-            shp_auth_key_load(an.cfg.secret_file, &an.key, kerr,
-                              sizeof(kerr)) != SHP_OK) {
-            fprintf(stderr, "sharp_an: %s\n", kerr);
-            shp_config_release(&shp_an_table, &an.cfg);
-            return 1;
-        }
+    if (an.cfg.am[0] != '\0' && an_load_key(&an) != SHP_OK) {
+        shp_config_release(&an_table, &an.cfg);
+        return 1;
     }
-
     if (an.cfg.sched == 0) {
-        /* An operation completes only when its last child's data is in, so
-         * waking the AN for each child as it sends (preempting the sender
-         * on a shared core) buys nothing and costs a context switch each;
-         * batch lets it run when a core is free and fold what is there. */
-        struct sched_param sp = {0};
-        if (sched_setscheduler(0, SCHED_BATCH, &sp) != 0) {
-            shp_warn_id("AN0011",
-                        "sched batch: %s (running with the default policy)",
-                        strerror(errno));
-        }
+        an_sched_batch();
     }
 
     loop = ev_default_loop(EVFLAG_AUTO);
     if (shp_an_start(&an, loop) != SHP_OK) {
-        shp_config_release(&shp_an_table, &an.cfg);
+        shp_config_release(&an_table, &an.cfg);
         return 1;
     }
-    shp_signals_start(&sig, loop, shp_an_on_stop, shp_an_on_reload, &an);
-    ev_signal_init(&usr1, shp_an_on_usr1, SIGUSR1);
+    shp_signals_start(&sig, loop, an_on_stop, an_on_reload, &an);
+    ev_signal_init(&usr1, an_on_usr1, SIGUSR1);
     usr1.data = &an;
     ev_signal_start(loop, &usr1);
     shp_an_ctl_start(&an);
@@ -196,7 +206,7 @@ int main(int argc, char **argv)
     shp_an_ctl_stop(&an);
     shp_an_stop(&an);
     shp_signals_stop(&sig, loop);
-    shp_config_release(&shp_an_table, &an.cfg);
+    shp_config_release(&an_table, &an.cfg);
     shp_info("stopped");
     return rc;
 }

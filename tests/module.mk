@@ -134,7 +134,7 @@ $(VERBS_TEST): $(OBJDIR)/tests/transport/verbs/test_verbs.o $(COMMON_LIB)
 # Unit tests of the aggregation node link the AN's data path, on their own
 # transport (shp_tp_find wrapped); epoll_wait exported: test_an_link counts
 # the loop's sleeps through it.
-$(filter $(TESTDIR)/an/%,$(UNIT_TESTS)): $(call obj_of,an/an.c an/an_ctl.c)
+$(filter $(TESTDIR)/an/%,$(UNIT_TESTS)): $(call obj_of,$(AN_LIB_SRCS))
 $(filter $(TESTDIR)/an/%,$(UNIT_TESTS)): LDFLAGS += -Wl,--wrap=shp_tp_find \
 	-Wl,--export-dynamic-symbol=epoll_wait
 

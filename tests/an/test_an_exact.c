@@ -19,8 +19,6 @@ static shp_status_t send_status;
 static shp_wire_hdr_t last_sent;
 static shp_tp_accept_cb_t accept_cb;
 
-const char *const shp_an_transports[] = {"tcp", NULL};
-
 static shp_status_t mem_init(shp_tp_t *tp)
 {
     (void)tp;

@@ -4,15 +4,13 @@
  * its members wait. */
 #include "tests/support/test_util.h"
 
-#include "an/an.h"
+#include "an/an_int.h"
 #include "protocol/ctl.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
-
-const char *const shp_an_transports[] = {"tcp", NULL};
 
 static struct ev_loop *loop;
 
@@ -142,6 +140,7 @@ static void test_send_fails_in_on_connect(void **state)
     send_status = SHP_ERR_NO_RESOURCE;
     memset(&an, 0, sizeof(an));
     an.loop = loop;
+    an.link_cbs = &shp_an_link_cbs; /* as shp_an_start sets it */
     an.cfg.name = name;
     an.cfg.am = empty;
     an.cfg.max_trees = 4;

@@ -1,5 +1,5 @@
 /*
- * A real aggregation node (an/an.c) driven by a sequence of events: the
+ * A real aggregation node (an/) driven by a sequence of events: the
  * AM's tree and group requests (the functions its control connection
  * calls), children connecting and hanging up, parents coming up, join
  * timers firing, and data-path messages delivered through shp_tp_deliver,
@@ -236,8 +236,6 @@ static void deliver(fz_ep_t *e, const void *msg, size_t len)
 }
 
 /* The harness --------------------------------------------------------------- */
-
-const char *const shp_an_transports[] = {"tcp", NULL};
 
 static shp_an_t an;
 static const char *const fz_pend_types[] = {NULL};

@@ -26,7 +26,7 @@ FUZZ_COMMON_OBJS := $(call fuzz_obj,$(COMMON_SRCS))
 # (the metrics endpoint is started by sharp_am's main only: not linked)
 FUZZ_AM_OBJS := $(call fuzz_obj,$(filter-out am/metrics.c,$(AM_LIB_SRCS)) \
 	$(TOPO_LIB_SRCS))
-FUZZ_AN_OBJS := $(call fuzz_obj,an/an.c an/an_ctl.c)
+FUZZ_AN_OBJS := $(call fuzz_obj,$(AN_LIB_SRCS))
 FUZZ_SHARPD_OBJS := $(call fuzz_obj,$(SHARPD_LIB_SRCS))
 FUZZ_LDLIBS = $(COMMON_LDLIBS)
 

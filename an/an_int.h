@@ -1,0 +1,104 @@
+/*
+ * Internal to an/: what the files of the aggregation node share.  an/an.h
+ * is the room's face (the types, and what main.c, the control link and the
+ * tests call); this header is the seams between its parts.  Each file
+ * calls only those listed before it (no two call each other, straight or
+ * through others: scripts/check-layers.sh):
+ *
+ *   an_link.c   links: connections to children and parents, their
+ *               transport endpoints, sends
+ *   an_group.c  groups: set-up from the manager's JSON, joins and leaves,
+ *               failure, removal, teardown; slots and their buffers
+ *   an_dist.c   results down: RC, multicast, retransmits
+ *   an_fold.c   the data path: a child's payload checked and folded in
+ *               child order, the result sent up (or down: an_dist.c)
+ *   an_recv.c   what arrives on links: the endpoints' callbacks, the
+ *               dispatch by opcode
+ *   an_run.c    the loop: socket spin, quiet links, shm wake-ups
+ *   an.c        start, stop, counters (stats), the state dump
+ *   an_ctl.c    the control link to the manager: drives the rest, hears
+ *               of it through shp_an_events_t only
+ *
+ * The calls between them are plain calls (no tables on the data path but
+ * the transport's own callbacks).
+ */
+#ifndef SHP_AN_INT_H
+#define SHP_AN_INT_H
+
+#include "an/an.h"
+
+#include <stdlib.h>
+
+/* seq arithmetic modulo 2^32 */
+static inline int32_t an_seq_diff(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b);
+}
+
+/* an_link.c */
+shp_an_link_t *shp_an_link_new(shp_an_t *an);
+void shp_an_link_free(shp_an_link_t *l);
+/* l is part of group gid (a list of ids, for its loss) / no longer */
+SHP_WUR shp_status_t shp_an_link_add_group(shp_an_link_t *l, uint32_t gid);
+void shp_an_link_del_group(shp_an_link_t *l, uint32_t gid);
+/* Send on l (NULL or closed: nothing); a failed send closes the link. */
+void shp_an_send(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                 const void *payload);
+void shp_an_send_error(shp_an_link_t *l, uint16_t tree_id, uint32_t group_id,
+                       uint32_t seq, shp_status_t status, const char *text);
+/* The link to the parent AN at addr, connected (or connecting) once for
+ * every group whose parent it is */
+shp_an_link_t *shp_an_parent_link(shp_an_t *an, const char *addr,
+                                  uint16_t tree_id);
+
+/* an_group.c */
+/* The group and child index of a member's request, or NULL after
+ * answering an unknown group, an unjoined sender or a failed group */
+shp_an_group_t *shp_an_request_group(shp_an_link_t *l,
+                                     const shp_wire_hdr_t *hdr,
+                                     unsigned *child);
+void shp_an_slot_reset(shp_an_group_t *g, shp_an_slot_t *s);
+void shp_an_group_fail(shp_an_group_t *g, shp_an_link_t *from,
+                       shp_status_t status, const char *reason);
+void shp_an_group_free(shp_an_t *an, shp_an_group_t *g);
+void shp_an_group_send_join(shp_an_group_t *g);
+void shp_an_group_join_done(shp_an_group_t *g, shp_status_t status);
+void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                 const void *payload);
+void shp_an_leave(shp_an_link_t *l, const shp_wire_hdr_t *hdr);
+
+/* A payload copy back to the group's free list (an_group.c, an_fold.c) */
+static inline void an_buf_put(shp_an_group_t *g, uint8_t *buf)
+{
+    if (g->nfree == g->cap_free) {
+        unsigned cap = g->cap_free ? 2 * g->cap_free : 16;
+        uint8_t **p = realloc(g->free_bufs, cap * sizeof(*p));
+        if (p == NULL) {
+            free(buf);
+            return;
+        }
+        g->free_bufs = p;
+        g->cap_free = cap;
+    }
+    g->free_bufs[g->nfree++] = buf;
+}
+
+/* an_dist.c */
+void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast);
+void shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                       const void *payload);
+void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr);
+
+/* an_fold.c */
+void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                    const void *payload);
+
+/* an_recv.c: the links' endpoint callbacks (an->link_cbs), and the
+ * transport's accept callback */
+extern const shp_tp_ep_cbs_t shp_an_link_cbs;
+void shp_an_on_accept(shp_tp_t *tp, shp_tp_ep_t *ep);
+
+/* an_run.c */
+uint32_t shp_an_wake_need(void *arg);
+
+#endif

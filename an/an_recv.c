@@ -1,0 +1,202 @@
+/*
+ * What arrives on the aggregation node's links: the transport endpoints'
+ * callbacks (shp_an_link_cbs, given to the link layer at start), so the
+ * top of the data path.  A message is dispatched by opcode and direction:
+ * a child's operation to the fold (an_fold.c), a parent's result and a
+ * retransmit request to distribution (an_dist.c), joins, leaves, join
+ * answers and errors to the groups (an_group.c); one that has no business
+ * on the link closes it.  A parent link's connect sends the joins that
+ * waited for it; a lost link fails every group it was part of.
+ */
+#include "an/an_int.h"
+
+#include "core/log.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* whether link l is g's parent or one of its children's links */
+static int an_link_in_group(const shp_an_link_t *l, const shp_an_group_t *g)
+{
+    if (g->parent == l) {
+        return 1;
+    }
+    for (unsigned i = 0; i < g->nchildren; i++) {
+        if (g->children[i].link == l) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The parent's answer to a group's join */
+static void an_link_join_ack(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
+{
+    shp_an_group_t *g = shp_an_group_find(l->an, hdr->group_id);
+
+    if (l->is_parent && g != NULL && g->parent == l) {
+        shp_an_group_join_done(g, hdr->status);
+    }
+}
+
+/* An error for a group, from a peer: it fails the group */
+static void an_link_error(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                          const void *payload)
+{
+    shp_an_group_t *g = shp_an_group_find(l->an, hdr->group_id);
+    char text[SHP_WIRE_ERR_MSG_MAX + 1];
+
+    if (g == NULL) {
+        return;
+    }
+    if (!an_link_in_group(l, g)) {
+        /* only the group's own links may fail it */
+        l->an->stats.err_forged++;
+        shp_warn_sparse(1000,
+                        "an error for group %u from %s, which is not "
+                        "part of it: ignored",
+                        hdr->group_id, l->addr);
+        return;
+    }
+    snprintf(text, sizeof(text), "%.*s", (int)hdr->payload_len,
+             (const char *)payload);
+    shp_an_group_fail(g, l, hdr->status, text[0] ? text : "error from a peer");
+}
+
+/* What arrives on a link, by opcode and direction */
+static void an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
+                           const void *payload)
+{
+    shp_an_link_t *l = ep->arg;
+
+    if (l == NULL) {
+        return; /* a multicast sender: nothing arrives there */
+    }
+    switch (hdr->opcode) {
+    case SHP_WIRE_OP_AGG_REQ:
+        if (!l->is_parent) {
+            shp_an_agg_req(l, hdr, payload);
+            return;
+        }
+        break;
+    case SHP_WIRE_OP_AGG_RESULT:
+        if (l->is_parent) {
+            shp_an_agg_result(l, hdr, payload);
+            return;
+        }
+        break;
+    case SHP_WIRE_OP_RETRANS_REQ:
+        if (!l->is_parent) {
+            shp_an_retrans_req(l, hdr);
+            return;
+        }
+        break;
+    case SHP_WIRE_OP_GROUP_JOIN:
+        if (!l->is_parent) {
+            shp_an_join(l, hdr, payload);
+            return;
+        }
+        break;
+    case SHP_WIRE_OP_GROUP_LEAVE:
+        if (!l->is_parent) {
+            shp_an_leave(l, hdr);
+            return;
+        }
+        break;
+    case SHP_WIRE_OP_GROUP_JOIN_ACK: an_link_join_ack(l, hdr); return;
+    case SHP_WIRE_OP_ERROR: an_link_error(l, hdr, payload); return;
+    default: break;
+    }
+    l->an->stats.err_protocol++;
+    shp_warn_sparse(1000, "unexpected %s from %s: closing the link",
+                    shp_wire_opcode_name(hdr->opcode), l->addr);
+    shp_tp_close(ep);
+}
+
+static void an_link_on_connect(shp_tp_ep_t *ep)
+{
+    shp_an_link_t *l = ep->arg;
+    shp_an_group_t *g;
+    unsigned i;
+
+    if (l == NULL) {
+        return;
+    }
+    l->connected = 1;
+    /* a failed send closes the link: on_close (at once, outside on_msg)
+     * then leaves freeing it to us */
+    l->in_connect = 1;
+    for (i = 0; i < l->ngroups && l->ep != NULL; i++) {
+        g = shp_an_group_find(l->an, l->groups[i]);
+        if (g != NULL && g->parent == l && !g->parent_joined) {
+            shp_an_group_send_join(g);
+        }
+    }
+    l->in_connect = 0;
+    if (l->ep == NULL) {
+        shp_an_link_free(l);
+    }
+}
+
+static void an_link_on_close(shp_tp_ep_t *ep, shp_status_t reason)
+{
+    shp_an_link_t *l = ep->arg;
+    shp_an_t *an;
+    char text[128];
+
+    if (l == NULL) {
+        return;
+    }
+    an = l->an;
+    l->ep = NULL;
+    if (!an->stopping) {
+        an->stats.links_lost += l->ngroups > 0;
+        snprintf(text, sizeof(text), "lost the %s link %s: %s",
+                 l->is_parent ? "parent" : "child", l->addr,
+                 shp_status_str(reason));
+        while (l->ngroups > 0) {
+            uint32_t gid = l->groups[--l->ngroups];
+            shp_an_group_t *g = shp_an_group_find(an, gid);
+            unsigned i;
+            if (g == NULL) {
+                continue;
+            }
+            for (i = 0; i < g->nchildren; i++) {
+                if (g->children[i].link == l) {
+                    g->children[i].link = NULL;
+                }
+            }
+            if (g->parent == l) {
+                g->parent = NULL;
+                if (g->add_req_id >= 0) {
+                    shp_an_group_join_done(g, SHP_ERR_UNREACHABLE);
+                }
+            }
+            shp_an_group_fail(g, l, SHP_ERR_GROUP_FAILED, text);
+        }
+    }
+    if (!l->in_connect) {
+        shp_an_link_free(l);
+    }
+}
+
+const shp_tp_ep_cbs_t shp_an_link_cbs = {
+    .on_msg = an_link_on_msg,
+    .on_connect = an_link_on_connect,
+    .on_close = an_link_on_close,
+};
+
+void shp_an_on_accept(shp_tp_t *tp, shp_tp_ep_t *ep)
+{
+    shp_an_t *an = (shp_an_t *)((char *)tp - offsetof(shp_an_t, tp));
+    shp_an_link_t *l = shp_an_link_new(an);
+
+    if (l == NULL) {
+        return; /* ep->cbs stays NULL: the provider closes it */
+    }
+    l->ep = ep;
+    l->connected = 1;
+    snprintf(l->addr, sizeof(l->addr), "%s", ep->peer);
+    ep->cbs = &shp_an_link_cbs;
+    ep->arg = l;
+}
