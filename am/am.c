@@ -1386,7 +1386,7 @@ static void peer_frame(shp_conn_t *conn, const void *frame, size_t len)
     if (!msg)
         return;
     if (p->role == AM_PEER_ADMIN) {
-        am_send(p, shp_am_admin(am, p, msg));
+        am_send(p, am->admin_handler(am, p, msg));
     } else if (p->auth.state < 2) {
         json_t *chal = NULL;
         shp_status_t st =
@@ -1639,6 +1639,11 @@ shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop, char *err,
     am->next_req = REQ_MISC_BASE;
     if (!am->cfg.topology[0]) {
         snprintf(err, errlen, "no topology file (--topology)");
+        return SHP_ERR_INVALID_PARAM;
+    }
+    if (am->cfg.admin_socket[0] && !am->admin_handler) {
+        snprintf(err, errlen, "an admin socket (%s) but no admin handler",
+                 am->cfg.admin_socket);
         return SHP_ERR_INVALID_PARAM;
     }
     if ((st = shp_topo_load(am->cfg.topology, &am->topo, err, errlen)) ||

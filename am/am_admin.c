@@ -199,7 +199,8 @@ static json_t *list_groups(shp_am_t *am, const json_t *req)
     return a;
 }
 
-json_t *shp_am_admin(shp_am_t *am, shp_am_peer_t *p, const json_t *req)
+static json_t *am_admin_request(shp_am_t *am, shp_am_peer_t *p,
+                                const json_t *req)
 {
     const char *type = shp_ctl_type(req);
     int64_t id = shp_json_opt_int(req, "id", 0, INT64_MAX, 0);
@@ -282,4 +283,9 @@ json_t *shp_am_admin(shp_am_t *am, shp_am_peer_t *p, const json_t *req)
     if (error)
         json_object_set_new(r, "error", json_string(error));
     return r;
+}
+
+void shp_am_admin_install(shp_am_t *am)
+{
+    am->admin_handler = am_admin_request;
 }

@@ -134,6 +134,7 @@ int main(int argc, char **argv)
     }
     shp_log_set_level(am.cfg.log_level);
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    shp_am_admin_install(&am);
     if (shp_am_start(&am, loop, msg, sizeof(msg)) != SHP_OK) {
         fprintf(stderr, "sharp_am: %s\n", msg);
         shp_config_release(&am_table, &am.cfg);

@@ -252,6 +252,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     am.cfg.tree_settle_ms = 1000000;
     am.cfg.group_timeout_ms = 1000000;
     am.cfg.stats_interval_ms = 1000000;
+    shp_am_admin_install(&am);
     if (shp_am_start(&am, loop, err, sizeof(err)) != SHP_OK) {
         fprintf(stderr, "sharp_am does not start: %s\n", err);
         abort();
