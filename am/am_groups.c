@@ -1,0 +1,375 @@
+/*
+ * Groups: a job's members reduced together over a sub-tree of one tree.
+ *
+ * group_create checks the request (dist, the job's max_groups, members that
+ * are hosts of the job), places the group on the least-loaded up tree that
+ * spans its members with room on every AN (max_groups), gives it an id (24
+ * bits, never one in use), a multicast address and port derived from the
+ * id, the job's quotas cut to what every AN takes, and wires it: one
+ * group_add per AN of the trimmed sub-tree, all or nothing.  The requester
+ * is answered once every AN has acknowledged (group_timeout), or told why
+ * not; a group up that loses an AN, or that an AN reports failed, is
+ * revoked and the job's sharpds are told.
+ */
+#include "am/am_int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol/ctl.h"
+#include "core/log.h"
+
+shp_am_group_t *shp_am_group_find(shp_am_t *am, uint32_t id)
+{
+    shp_am_group_t *g;
+    HASH_FIND(hh, am->groups, &id, sizeof(id), g);
+    return g;
+}
+
+void shp_am_group_free(shp_am_t *am, shp_am_group_t *g)
+{
+    ev_timer_stop(am->loop, &g->timer);
+    HASH_DEL(am->groups, g);
+    shp_am_job_t *j = g->job;
+    for (shp_am_group_t **pp = &j->groups; *pp; pp = &(*pp)->jnext)
+        if (*pp == g) {
+            *pp = g->jnext;
+            break;
+        }
+    j->ngroups--;
+    shp_am_tree_t *tr = &am->trees[g->tree];
+    if (tr->used && --tr->ngroups == 0 && !tr->up)
+        shp_am_trees_schedule(am); /* a down tree is replaced once empty */
+    for (int i = 0; i < g->plan.nans; i++)
+        if (g->an_of[i] >= 0)
+            am->ans[g->an_of[i]].ngroups--;
+    shp_group_plan_free(&g->plan);
+    free(g->an_of);
+    free(g->acked);
+    free(g);
+}
+
+void shp_am_group_remove_from_ans(shp_am_t *am, shp_am_group_t *g)
+{
+    for (int i = 0; i < g->plan.nans; i++) {
+        shp_am_an_t *an = &am->ans[g->an_of[i]];
+        if (an->up)
+            shp_am_send(an->peer,
+                        json_pack("{s:s, s:I, s:I}", "type", "group_remove",
+                                  "id", (json_int_t)am->next_req++, "group_id",
+                                  (json_int_t)g->id));
+    }
+}
+
+/* Revoke a group: the ANs forget it, the job's sharpds (or the pending
+ * requester) are told. */
+void shp_am_group_revoke(shp_am_t *am, shp_am_group_t *g, shp_status_t st,
+                         const char *reason)
+{
+    shp_am_group_remove_from_ans(am, g);
+    if (g->state == AM_GROUP_CONFIGURING) {
+        am->stats.groups_failed++;
+        shp_warn_id("AM0301",
+                    "group %" PRIu32 " of job %" PRIu64 " not created: %s",
+                    g->id, g->job->id, reason);
+        shp_am_send(g->req_peer,
+                    shp_ctl_reply("group_create_ack", g->req_id, st, reason));
+    } else {
+        am->stats.groups_revoked++;
+        shp_warn_id("AM0302",
+                    "group %" PRIu32 " of job %" PRIu64 " revoked: %s", g->id,
+                    g->job->id, reason);
+        json_t *m =
+            json_pack("{s:s, s:o, s:I, s:i, s:s}", "type", "group_revoked",
+                      "job_id", shp_json_u64(g->job->id), "group_id",
+                      (json_int_t)g->id, "status", (int)st, "reason", reason);
+        shp_am_job_notify(am, g->job, m);
+    }
+    shp_am_group_free(am, g);
+}
+
+static json_t *am_group_descriptor(shp_am_t *am, shp_am_group_t *g)
+{
+    json_t *members = json_array();
+    for (int r = 0; r < g->plan.nmembers; r++) {
+        int a = g->plan.member_an[r];
+        json_array_append_new(
+            members,
+            json_pack("{s:s, s:s, s:s, s:i}", "an", am->ans[g->an_of[a]].name,
+                      "addr", am->ans[g->an_of[a]].data_addr, "transport",
+                      am->ans[g->an_of[a]].transport, "child_index",
+                      g->plan.member_index[r]));
+    }
+    json_t *ans = json_array();
+    for (int i = 0; i < g->plan.nans; i++)
+        json_array_append_new(ans, json_string(am->ans[g->an_of[i]].name));
+    return json_pack("{s:I, s:i, s:o, s:o, s:s, s:s, s:i, s:I, s:o, s:o}",
+                     "group_id", (json_int_t)g->id, "tree_id", g->tree,
+                     "job_id", shp_json_u64(g->job->id), "job_key",
+                     shp_json_hex(g->job->key, sizeof(g->job->key)), "dist",
+                     shp_am_dists[g->dist - 1], "mcast_addr", g->mcast_addr,
+                     "osts", (int)g->osts, "payload", (json_int_t)g->payload,
+                     "members", members, "ans", ans);
+}
+
+static void am_group_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    shp_am_group_t *g = w->data;
+    shp_am_t *am = g->am;
+    char why[256] = "the ANs did not confirm the group in time";
+    for (int i = 0; i < g->plan.nans; i++)
+        if (!g->acked[i]) {
+            snprintf(why, sizeof(why),
+                     "AN %s did not confirm the group in time",
+                     am->ans[g->an_of[i]].name);
+            break;
+        }
+    shp_am_group_revoke(am, g, SHP_ERR_TIMED_OUT, why);
+}
+
+void shp_am_group_ack(shp_am_t *am, int64_t id, shp_status_t st,
+                      const char *error, int from_an)
+{
+    int pos = (int)(id & 0xfffff);
+    shp_am_group_t *g = shp_am_group_find(am, (uint32_t)(id >> 20));
+    if (!g || g->state != AM_GROUP_CONFIGURING || pos >= g->plan.nans ||
+        g->an_of[pos] != from_an || g->acked[pos])
+        return; /* late answer for a group already settled */
+    if (st != SHP_OK) {
+        char why[300];
+        snprintf(why, sizeof(why), "AN %s refused the group: %s",
+                 am->ans[from_an].name, error ? error : shp_status_str(st));
+        shp_am_group_revoke(am, g, st, why);
+        return;
+    }
+    g->acked[pos] = 1;
+    if (++g->nacked < g->plan.nans)
+        return;
+    ev_timer_stop(am->loop, &g->timer);
+    g->state = AM_GROUP_UP;
+    am->stats.groups_created++;
+    shp_info("group %" PRIu32 " of job %" PRIu64 " up on tree %d (%d members, "
+             "%d ANs)",
+             g->id, g->job->id, g->tree, g->plan.nmembers, g->plan.nans);
+    json_t *m = shp_ctl_reply("group_create_ack", g->req_id, SHP_OK, NULL);
+    json_object_set_new(m, "group", am_group_descriptor(am, g));
+    shp_am_send(g->req_peer, m);
+    g->req_peer = NULL;
+}
+
+/* dist auto: results by multicast where every AN of the group speaks tcp
+ * and can multicast (udp beside it): one send at the top, replicated by the
+ * network (on one host by the kernel, which shares the datagram among the
+ * receivers), where RC sends it to each member.  Over shm the members'
+ * rings beat the kernel's multicast; over verbs RC stays until UD
+ * multicast is measured on a real fabric. */
+static int am_dist_auto(const shp_am_t *am, const shp_group_plan_t *bp)
+{
+    for (int i = 0; i < bp->nans; i++) {
+        int a = shp_am_an_of_node(am, bp->ans[i].node);
+        if (a < 0 || strcmp(am->ans[a].transport, "tcp") != 0 ||
+            !am->ans[a].mcast) {
+            return 0; /* rc */
+        }
+    }
+    return 1; /* mcast */
+}
+
+void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                         int64_t id)
+{
+    static const char *ack = "group_create_ack";
+    shp_am_job_t *j = shp_am_job_for(am, p, msg, ack, id);
+    if (!j)
+        return;
+    json_t *members;
+    const char *w;
+    const char *dist =
+        shp_json_opt_str(msg, "dist", shp_am_dists[am->cfg.dist]);
+    char why[300];
+    if (shp_json_get_array(msg, "members", &members, &w)) {
+        shp_am_send(p,
+                    shp_ctl_reply(ack, id, SHP_ERR_PROTO, "members required"));
+        return;
+    }
+    int d = 0;
+    while (shp_am_dists[d] && strcmp(shp_am_dists[d], dist))
+        d++;
+    if (!shp_am_dists[d]) {
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_INVALID_PARAM,
+                                     "dist must be rc, mcast, both or auto"));
+        return;
+    }
+    if ((unsigned)j->ngroups >= j->max_groups) {
+        snprintf(why, sizeof(why),
+                 "job %" PRIu64 " has its maximum of %u "
+                 "groups",
+                 j->id, j->max_groups);
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_QUOTA, why));
+        return;
+    }
+    int *nodes, n;
+    shp_status_t st =
+        shp_am_hosts_resolve(am, members, &nodes, &n, why, sizeof(why));
+    if (st == SHP_OK && (st = shp_am_mark_begin(am)) != SHP_OK) {
+        snprintf(why, sizeof(why), "out of memory");
+        free(nodes);
+    }
+    for (int h = 0; st == SHP_OK && h < j->nhosts; h++)
+        am->mark[j->hosts[h]] = am->mark_gen;
+    for (int k = 0; st == SHP_OK && k < n; k++) {
+        if (am->mark[nodes[k]] != am->mark_gen) {
+            snprintf(why, sizeof(why),
+                     "member %s is not a host of job %" PRIu64,
+                     shp_topo_node(am->topo, nodes[k])->host, j->id);
+            st = SHP_ERR_INVALID_PARAM;
+            free(nodes);
+        }
+    }
+    if (st != SHP_OK) {
+        shp_am_send(p, shp_ctl_reply(ack, id, st, why));
+        return;
+    }
+    /* the least-loaded tree that spans the members, with room on its ANs */
+    int best = -1;
+    shp_group_plan_t plan = {0}, bp = {0};
+    snprintf(why, sizeof(why), "no aggregation tree spans the members");
+    st = SHP_ERR_NO_TREE;
+    for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++) {
+        shp_am_tree_t *tr = &am->trees[t];
+        if (!tr->used || !tr->up ||
+            (best >= 0 && tr->ngroups >= am->trees[best].ngroups))
+            continue;
+        if (shp_group_plan(&tr->t, am->leaf, nodes, n, (int)am->cfg.flat_max,
+                           &plan) != SHP_OK)
+            continue;
+        int full = -1;
+        for (int i = 0; i < plan.nans && full < 0; i++) {
+            shp_am_an_t *an = &am->ans[shp_am_an_of_node(am, plan.ans[i].node)];
+            if ((unsigned)an->ngroups >= an->max_groups)
+                full = shp_am_an_of_node(am, plan.ans[i].node);
+        }
+        if (full >= 0) {
+            snprintf(why, sizeof(why), "AN %s serves its maximum of %u groups",
+                     am->ans[full].name, am->ans[full].max_groups);
+            st = SHP_ERR_QUOTA;
+            shp_group_plan_free(&plan);
+            continue;
+        }
+        shp_group_plan_free(&bp);
+        bp = plan;
+        memset(&plan, 0, sizeof(plan));
+        best = t;
+    }
+    free(nodes);
+    if (best < 0) {
+        shp_am_send(p, shp_ctl_reply(ack, id, st, why));
+        return;
+    }
+    shp_am_group_t *g = calloc(1, sizeof(*g));
+    if (g) {
+        g->an_of = malloc(sizeof(int) * (size_t)bp.nans);
+        g->acked = calloc((size_t)bp.nans, 1);
+    }
+    if (!g || !g->an_of || !g->acked) {
+        if (g) {
+            free(g->an_of);
+            free(g->acked);
+        }
+        free(g);
+        shp_group_plan_free(&bp);
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_NO_MEMORY, "no memory"));
+        return;
+    }
+    do {
+        g->id = am->next_group++;
+        if (am->next_group >= (1u << 24))
+            am->next_group = 1;
+    } while (shp_am_group_find(am, g->id));
+    g->am = am;
+    g->job = j;
+    g->tree = best;
+    g->plan = bp;
+    if (d == SHP_AM_DIST_AUTO) {
+        d = am_dist_auto(am, &bp);
+    }
+    g->dist = d + 1;
+    g->osts = j->osts;
+    g->payload = j->payload;
+    g->req_peer = p;
+    g->req_id = id;
+    snprintf(g->mcast_addr, sizeof(g->mcast_addr), "%s.%u.%u:%u",
+             am->cfg.mcast_prefix, (g->id >> 8) & 255, g->id & 255,
+             am->cfg.mcast_port + g->id % 20000);
+    for (int i = 0; i < bp.nans; i++) {
+        g->an_of[i] = shp_am_an_of_node(am, bp.ans[i].node);
+        shp_am_an_t *an = &am->ans[g->an_of[i]];
+        an->ngroups++;
+        if (an->max_osts < g->osts)
+            g->osts = an->max_osts;
+        if (an->max_payload < g->payload)
+            g->payload = (uint32_t)an->max_payload;
+    }
+    HASH_ADD(hh, am->groups, id, sizeof(g->id), g);
+    g->jnext = j->groups;
+    j->groups = g;
+    j->ngroups++;
+    am->trees[best].ngroups++;
+    ev_timer_init(&g->timer, am_group_timeout_cb,
+                  (double)am->cfg.group_timeout_ms / 1000.0, 0.);
+    g->timer.data = g;
+    ev_timer_start(am->loop, &g->timer);
+
+    /* every AN of the trimmed sub-tree, all or nothing */
+    char key[65];
+    for (int b = 0; b < 32; b++)
+        snprintf(key + 2 * b, 3, "%02x", j->key[b]);
+    for (int i = 0; i < bp.nans; i++) {
+        shp_group_an_t *ga = &bp.ans[i];
+        json_t *children = json_array();
+        for (int c = 0; c < ga->nchildren; c++)
+            json_array_append_new(
+                children, json_pack("{s:s}", "kind",
+                                    ga->children[c].is_an ? "an" : "member"));
+        json_t *m = json_pack(
+            "{s:s, s:I, s:I, s:i, s:o, s:s, s:o, s:b, s:i, s:s, s:s, s:i, "
+            "s:I}",
+            "type", "group_add", "id", (json_int_t)g->id << 20 | i, "group_id",
+            (json_int_t)g->id, "tree_id", best, "job_id", shp_json_u64(j->id),
+            "job_key", key, "children", children, "top", i == 0, "parent_index",
+            ga->parent_index, "dist", shp_am_dists[d], "mcast_addr",
+            g->mcast_addr, "osts", (int)g->osts, "payload",
+            (json_int_t)g->payload);
+        shp_am_send(am->ans[g->an_of[i]].peer, m);
+    }
+}
+
+void shp_am_group_destroy(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                          int64_t id)
+{
+    shp_am_job_t *j = shp_am_job_for(am, p, msg, "group_destroy_ack", id);
+    int64_t gid;
+    if (!j)
+        return;
+    if (shp_json_get_int(msg, "group_id", 0, UINT32_MAX, &gid, NULL)) {
+        shp_am_send(p, shp_ctl_reply("group_destroy_ack", id, SHP_ERR_PROTO,
+                                     "group_id required"));
+        return;
+    }
+    shp_am_group_t *g = shp_am_group_find(am, (uint32_t)gid);
+    if (!g || g->job != j) {
+        shp_am_send(p, shp_ctl_reply("group_destroy_ack", id,
+                                     SHP_ERR_GROUP_UNKNOWN,
+                                     "no such group in this job"));
+        return;
+    }
+    if (g->state == AM_GROUP_CONFIGURING)
+        shp_am_send(g->req_peer, shp_ctl_reply("group_create_ack", g->req_id,
+                                               SHP_ERR_CANCELED, "destroyed"));
+    shp_am_group_remove_from_ans(am, g);
+    shp_am_group_free(am, g);
+    shp_am_send(p, shp_ctl_reply("group_destroy_ack", id, SHP_OK, NULL));
+}

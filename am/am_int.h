@@ -1,0 +1,73 @@
+/*
+ * What the files of the aggregation manager's core share (am/am.h is the
+ * room's face).  The core's files and what each holds:
+ *
+ *   am.c         start and stop, topology (re)load, node marks
+ *   am_peers.c   listeners and peers: connections, authentication, who a
+ *                peer is, message dispatch by role
+ *   am_ans.c     the AN registry: registration, loss, counters
+ *   am_trees.c   the tree table: (re)builds over the live ANs, tree_config
+ *   am_jobs.c    sharpds and jobs: registration, admission, quotas,
+ *                reservations, attach/detach, the end of a job
+ *   am_groups.c  groups: placement on a tree, ids, multicast address,
+ *                wiring (group_add), acknowledgements, revocation
+ *
+ * The admin interface (am_admin.c) and the metrics (metrics.c) consume the
+ * core through am/am.h; the core calls neither.
+ */
+#ifndef SHP_AM_AM_INT_H
+#define SHP_AM_AM_INT_H
+
+#include "am/am.h"
+
+/* request ids towards ANs: group_add carries (group id << 20 | AN position);
+ * everything else counts up from 2^60 */
+#define SHP_AM_REQ_MISC_BASE (INT64_C(1) << 60)
+
+/* am.c: a new set of membership marks over the topology's nodes */
+shp_status_t shp_am_mark_begin(shp_am_t *am);
+
+/* am_peers.c */
+void shp_am_send(shp_am_peer_t *p, json_t *msg); /* takes msg; NULL: none */
+shp_status_t shp_am_listen(shp_am_t *am, char *err, size_t errlen);
+void shp_am_unlisten(shp_am_t *am);
+void shp_am_peers_close(shp_am_t *am);
+
+/* am_ans.c */
+int shp_am_an_of_node(const shp_am_t *am, int node); /* -1: none */
+void shp_am_an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
+void shp_am_an_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
+void shp_am_an_lost(shp_am_t *am, int a, const char *why);
+void shp_am_ans_poll_start(shp_am_t *am);
+
+/* am_trees.c */
+void shp_am_trees_init(shp_am_t *am);
+void shp_am_trees_schedule(shp_am_t *am);
+void shp_am_trees_rebuild(shp_am_t *am);
+void shp_am_tree_drop(shp_am_t *am, int t);
+
+/* am_jobs.c */
+void shp_am_sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
+void shp_am_sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
+void shp_am_sharpd_lost(shp_am_t *am, const char *host, shp_status_t reason);
+shp_status_t shp_am_hosts_resolve(shp_am_t *am, const json_t *arr, int **out,
+                                  int *n, char *why, size_t whylen);
+shp_am_job_t *shp_am_job_for(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                             const char *ack, int64_t id);
+void shp_am_job_notify(shp_am_t *am, shp_am_job_t *j, json_t *msg);
+void shp_am_job_free(shp_am_t *am, shp_am_job_t *j);
+
+/* am_groups.c */
+void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                         int64_t id);
+void shp_am_group_destroy(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                          int64_t id);
+shp_am_group_t *shp_am_group_find(shp_am_t *am, uint32_t id);
+void shp_am_group_ack(shp_am_t *am, int64_t id, shp_status_t st,
+                      const char *error, int from_an);
+void shp_am_group_revoke(shp_am_t *am, shp_am_group_t *g, shp_status_t st,
+                         const char *reason);
+void shp_am_group_remove_from_ans(shp_am_t *am, shp_am_group_t *g);
+void shp_am_group_free(shp_am_t *am, shp_am_group_t *g);
+
+#endif

@@ -1,0 +1,658 @@
+/*
+ * sharpds and jobs.  A sharpd registers for its host and lists the jobs it
+ * still has processes of; its requests (job_begin, job_attach, job_end,
+ * job_reserve, job_release, group_create, group_destroy) arrive here.
+ *
+ * A job is admitted for the hosts it names when one of them asks, within
+ * max_jobs and uid_max_jobs, and some up tree spans its hosts; it gets a
+ * random key and its quotas (a job may ask for less, never more).  A
+ * scheduler reserves a job host by host (root only) and releases it.  A
+ * job ends when asked, killed, released, or when no host has processes of
+ * it and none holds a reservation; its groups go with it and its sharpds
+ * are told.
+ */
+#include "am/am_int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol/ctl.h"
+#include "core/log.h"
+
+static shp_am_peer_t *am_sharpd_of_host(shp_am_t *am, const char *host)
+{
+    for (shp_am_peer_t *p = am->peers; p; p = p->next)
+        if (p->role == AM_PEER_SHARPD && !strcmp(p->host, host))
+            return p;
+    return NULL;
+}
+
+/* Tell the sharpds of the job's hosts. */
+void shp_am_job_notify(shp_am_t *am, shp_am_job_t *j, json_t *msg)
+{
+    /* a host listed twice is told once (without marks, twice) */
+    int marks = shp_am_mark_begin(am) == SHP_OK;
+    for (int h = 0; h < j->nhosts; h++) {
+        if (!j->attached[h])
+            continue;
+        if (marks) {
+            if (am->mark[j->hosts[h]] == am->mark_gen)
+                continue;
+            am->mark[j->hosts[h]] = am->mark_gen;
+        }
+        shp_am_peer_t *p =
+            am_sharpd_of_host(am, shp_topo_node(am->topo, j->hosts[h])->host);
+        if (p)
+            shp_am_send(p, json_incref(msg));
+    }
+    json_decref(msg);
+}
+
+static shp_am_job_t *am_job_find(shp_am_t *am, uint64_t id)
+{
+    shp_am_job_t *j;
+    HASH_FIND(hh, am->jobs, &id, sizeof(id), j);
+    return j;
+}
+
+/* Where `host` is a host of the job, its sharpd now has processes of it;
+ * returns how many of the job's host entries are that host (0: none). */
+static int am_job_attach_host(shp_am_t *am, shp_am_job_t *j, const char *host)
+{
+    int n = 0;
+    for (int k = 0; k < j->nhosts; k++)
+        if (!strcmp(shp_topo_node(am->topo, j->hosts[k])->host, host)) {
+            j->attached[k] = 1;
+            n++;
+        }
+    return n;
+}
+
+void shp_am_job_free(shp_am_t *am, shp_am_job_t *j)
+{
+    HASH_DEL(am->jobs, j);
+    free(j->held);
+    free(j->attached);
+    free(j->hosts);
+    free(j);
+}
+
+void shp_am_job_end(shp_am_t *am, shp_am_job_t *j, shp_status_t why,
+                    const char *reason)
+{
+    while (j->groups) {
+        shp_am_group_t *g = j->groups;
+        if (why == SHP_OK) {
+            /* orderly end: the ANs forget, nobody needs telling */
+            shp_am_group_remove_from_ans(am, g);
+            if (g->state == AM_GROUP_CONFIGURING)
+                shp_am_send(g->req_peer,
+                            shp_ctl_reply("group_create_ack", g->req_id,
+                                          SHP_ERR_JOB_UNKNOWN, "job ended"));
+            shp_am_group_free(am, g);
+        } else {
+            shp_am_group_revoke(am, g, why, reason);
+        }
+    }
+    if (why != SHP_OK) {
+        json_t *m = json_pack("{s:s, s:o, s:i, s:s}", "type", "job_killed",
+                              "job_id", shp_json_u64(j->id), "status", (int)why,
+                              "reason", reason);
+        shp_am_job_notify(am, j, m);
+    }
+    shp_info("job %" PRIu64 " ended%s%s", j->id, why ? ": " : "",
+             why ? reason : "");
+    shp_am_job_free(am, j);
+}
+
+/* Host names -> topology CA nodes; refuses unknown hosts precisely. */
+shp_status_t shp_am_hosts_resolve(shp_am_t *am, const json_t *arr, int **out,
+                                  int *n, char *why, size_t whylen)
+{
+    size_t cnt = json_array_size(arr), i;
+    json_t *v;
+    if (cnt == 0) {
+        snprintf(why, whylen, "empty host list");
+        return SHP_ERR_INVALID_PARAM;
+    }
+    if (cnt > am->cfg.max_list) {
+        snprintf(why, whylen,
+                 "a list of %zu hosts is over this manager's limit of %u "
+                 "(max_list)",
+                 cnt, am->cfg.max_list);
+        return SHP_ERR_TOO_LARGE;
+    }
+    int *nodes = malloc(sizeof(int) * cnt);
+    if (!nodes)
+        return SHP_ERR_NO_MEMORY;
+    json_array_foreach(arr, i, v)
+    {
+        const char *h = json_string_value(v);
+        int node = h ? shp_topo_find(am->topo, h) : -1;
+        if (node < 0 || shp_topo_node(am->topo, node)->type != SHP_NODE_CA) {
+            snprintf(why, whylen, "unknown host \"%s\"",
+                     h ? h
+                       : "(not a "
+                         "string)");
+            free(nodes);
+            return SHP_ERR_NOT_FOUND;
+        }
+        if (am->leaf[node] < 0) {
+            snprintf(why, whylen, "host %s reaches no live aggregation node",
+                     h);
+            free(nodes);
+            return SHP_ERR_NO_TREE;
+        }
+        nodes[i] = node;
+    }
+    *out = nodes;
+    *n = (int)cnt;
+    return SHP_OK;
+}
+
+/* Whether some up tree spans the leaf ANs of every one of these hosts. */
+static int am_hosts_spanned(shp_am_t *am, const int *nodes, int n)
+{
+    for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++) {
+        if (!am->trees[t].used || !am->trees[t].up)
+            continue;
+        int spans = 1;
+        for (int k = 0; k < n && spans; k++)
+            spans = shp_tree_pos(&am->trees[t].t, am->leaf[nodes[k]]) >= 0;
+        if (spans)
+            return 1;
+    }
+    return 0;
+}
+
+/* A job may ask for less than its quota, never more. */
+static void am_job_quotas(shp_am_t *am, shp_am_job_t *j, const json_t *msg)
+{
+    json_t *req;
+    const char *w;
+    j->max_groups = am->cfg.job_max_groups;
+    j->osts = am->cfg.group_osts;
+    j->payload = (uint32_t)am->cfg.group_payload;
+    if (shp_json_get_object(msg, "req", &req, &w) == SHP_OK) {
+        int64_t v;
+        if (!shp_json_get_int(req, "max_groups", 1, INT32_MAX, &v, &w) &&
+            (unsigned)v < j->max_groups)
+            j->max_groups = (unsigned)v;
+        if (!shp_json_get_int(req, "osts", 1, INT32_MAX, &v, &w) &&
+            (unsigned)v < j->osts)
+            j->osts = (unsigned)v;
+        if (!shp_json_get_int(req, "payload", 1, INT32_MAX, &v, &w) &&
+            (uint32_t)v < j->payload)
+            j->payload = (uint32_t)v;
+    }
+}
+
+static json_t *am_job_quota_reply(const char *type, int64_t id,
+                                  const shp_am_job_t *j)
+{
+    json_t *m = shp_ctl_reply(type, id, SHP_OK, NULL);
+    json_object_set_new(m, "job_id", shp_json_u64(j->id));
+    json_object_set_new(m, "max_groups", json_integer(j->max_groups));
+    json_object_set_new(m, "osts", json_integer(j->osts));
+    json_object_set_new(m, "payload", json_integer(j->payload));
+    return m;
+}
+
+/* jobs of uid running now */
+static unsigned am_uid_jobs(shp_am_t *am, uid_t uid)
+{
+    unsigned n = 0;
+    shp_am_job_t *j, *tmp;
+    HASH_ITER(hh, am->jobs, j, tmp)
+    {
+        n += j->uid == uid;
+    }
+    return n;
+}
+
+static void am_job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                         int64_t id)
+{
+    uint64_t job_id, uid;
+    json_t *hosts;
+    char why[300] = "malformed job_begin";
+    const char *w;
+    if (shp_json_get_u64(msg, "job_id", &job_id, &w) ||
+        shp_json_get_u64(msg, "uid", &uid, &w) ||
+        shp_json_get_array(msg, "hosts", &hosts, &w)) {
+        shp_am_send(p, shp_ctl_reply("job_begin_ack", id, SHP_ERR_PROTO, why));
+        return;
+    }
+    shp_status_t st;
+    int *nodes = NULL, n = 0;
+    if (am_job_find(am, job_id)) {
+        snprintf(why, sizeof(why), "job %" PRIu64 " exists", job_id);
+        st = SHP_ERR_EXISTS;
+    } else if (HASH_COUNT(am->jobs) >= am->cfg.max_jobs) {
+        snprintf(why, sizeof(why), "the fabric runs its maximum of %u jobs",
+                 am->cfg.max_jobs);
+        st = SHP_ERR_QUOTA;
+    } else if (uid != 0 &&
+               am_uid_jobs(am, (uid_t)uid) >= am->cfg.uid_max_jobs) {
+        snprintf(why, sizeof(why),
+                 "uid %" PRIu64 " runs its maximum of %u jobs (uid_max_jobs)",
+                 uid, am->cfg.uid_max_jobs);
+        st = SHP_ERR_QUOTA;
+    } else {
+        st = shp_am_hosts_resolve(am, hosts, &nodes, &n, why, sizeof(why));
+    }
+    if (st == SHP_OK) {
+        /* a job is begun by one of its own hosts: one a process of it
+         * runs on, which ends it (a job of other hosts only would never
+         * be ended, and could squat their resources) */
+        int node = shp_topo_find(am->topo, p->host), own = 0;
+        for (int k = 0; k < n && !own; k++)
+            own = nodes[k] == node;
+        if (!own) {
+            snprintf(why, sizeof(why),
+                     "the job's hosts do not include %s, the host that asks",
+                     p->host);
+            st = SHP_ERR_PERM;
+        }
+    }
+    if (st == SHP_OK) {
+        /* some tree must span every host */
+        if (!am_hosts_spanned(am, nodes, n)) {
+            snprintf(why, sizeof(why),
+                     "no aggregation tree spans the job's %d hosts", n);
+            st = SHP_ERR_NO_TREE;
+        }
+    }
+    if (st != SHP_OK) {
+        free(nodes);
+        am->stats.jobs_refused++;
+        shp_warn_id("AM0401", "job %" PRIu64 " refused: %s", job_id, why);
+        shp_am_send(
+            p, shp_ctl_reply("job_begin_ack", id, SHP_ERR_JOB_REFUSED, why));
+        return;
+    }
+    shp_am_job_t *j = calloc(1, sizeof(*j));
+    uint8_t *att = calloc((size_t)n, 1), *held = calloc((size_t)n, 1);
+    if (!j || !att || !held) {
+        free(j);
+        free(att);
+        free(held);
+        free(nodes);
+        shp_am_send(p, shp_ctl_reply("job_begin_ack", id, SHP_ERR_NO_MEMORY,
+                                     "no memory"));
+        return;
+    }
+    j->id = job_id;
+    j->uid = (uid_t)uid;
+    j->hosts = nodes;
+    j->nhosts = n;
+    j->attached = att;
+    j->held = held;
+    shp_auth_random(j->key, sizeof(j->key));
+    am_job_quotas(am, j, msg);
+    am_job_attach_host(am, j, p->host);
+    HASH_ADD(hh, am->jobs, id, sizeof(j->id), j);
+    am->stats.jobs_begun++;
+    shp_info("job %" PRIu64 " (uid %u, %d hosts) admitted: %u groups, %u "
+             "osts, %u bytes",
+             j->id, (unsigned)j->uid, n, j->max_groups, j->osts, j->payload);
+    json_t *m = am_job_quota_reply("job_begin_ack", id, j);
+    json_object_set_new(m, "job_key", shp_json_hex(j->key, sizeof(j->key)));
+    shp_am_send(p, m);
+}
+
+/* The job a sharpd's request names, if the requester may act on it. */
+shp_am_job_t *shp_am_job_for(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                             const char *ack, int64_t id)
+{
+    uint64_t job_id, uid;
+    const char *w;
+    if (shp_json_get_u64(msg, "job_id", &job_id, &w) ||
+        shp_json_get_u64(msg, "uid", &uid, &w)) {
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PROTO,
+                                     "job_id and uid required"));
+        return NULL;
+    }
+    shp_am_job_t *j = am_job_find(am, job_id);
+    if (!j) {
+        shp_am_send(p,
+                    shp_ctl_reply(ack, id, SHP_ERR_JOB_UNKNOWN, "no such job"));
+        return NULL;
+    }
+    if (uid != 0 && uid != j->uid) {
+        char why[128];
+        snprintf(why, sizeof(why), "job %" PRIu64 " belongs to uid %u", j->id,
+                 (unsigned)j->uid);
+        shp_warn_id("AM0402", "uid %" PRIu64 " on %s: %s", uid, p->host, why);
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PERM, why));
+        return NULL;
+    }
+    return j;
+}
+
+static void am_job_attach(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                          int64_t id)
+{
+    shp_am_job_t *j = shp_am_job_for(am, p, msg, "job_attach_ack", id);
+    if (!j)
+        return;
+    if (!am_job_attach_host(am, j, p->host)) {
+        shp_am_send(p,
+                    shp_ctl_reply("job_attach_ack", id, SHP_ERR_PERM,
+                                  "this host is not one of the job's hosts"));
+        return;
+    }
+    /* the quotas too: a reserved job's processes all attach */
+    json_t *m = am_job_quota_reply("job_attach_ack", id, j);
+    json_object_set_new(m, "job_key", shp_json_hex(j->key, sizeof(j->key)));
+    json_object_set_new(m, "reserved", json_boolean(j->reserved));
+    shp_am_send(p, m);
+}
+
+/* The sharpd of a host has no more processes of the job there (and, when
+ * `lost`, that sharpd is gone: its scheduler's hold goes too).  The job's
+ * groups are revoked; the job ends when no host has processes of it and
+ * none holds a reservation. */
+static void am_job_detach_host(shp_am_t *am, shp_am_job_t *j, const char *host,
+                               const char *reason, int lost)
+{
+    int any = 0, was = 0, held = 0;
+    for (int k = 0; k < j->nhosts; k++) {
+        int here = !strcmp(shp_topo_node(am->topo, j->hosts[k])->host, host);
+        if (here && j->attached[k]) {
+            j->attached[k] = 0;
+            was = 1;
+        }
+        if (here && lost && j->held[k]) {
+            j->held[k] = 0;
+            was = 1;
+        }
+        any |= j->attached[k];
+        held |= j->held[k];
+    }
+    if (!was)
+        return;
+    while (j->groups)
+        shp_am_group_revoke(am, j->groups, SHP_ERR_GROUP_REVOKED, reason);
+    if (!any && !held)
+        shp_am_job_end(am, j, SHP_ERR_JOB_KILLED, reason);
+}
+
+/* The sharpd of `host` is gone (not replaced): the host's share of every
+ * job goes, reservations too. */
+void shp_am_sharpd_lost(shp_am_t *am, const char *host, shp_status_t reason)
+{
+    char why[200];
+    snprintf(why, sizeof(why), "the sharpd of %s is gone (%s)", host,
+             shp_status_str(reason));
+    shp_warn_id("AM0202", "%s", why);
+    shp_am_job_t *j, *jt;
+    HASH_ITER(hh, am->jobs, j, jt)
+    {
+        am_job_detach_host(am, j, host, why, 1);
+    }
+}
+
+/* job_reserve {job_id, owner, req?} from root on a host (a scheduler's
+ * prolog through that host's sharpd): the job is admitted for uid `owner`
+ * with the host as one of its hosts, or the host is added to the job a
+ * prolog on another host reserved.  A reserved job outlives its processes
+ * (steps come and go) until job_release. */
+static void am_job_reserve(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                           int64_t id)
+{
+    static const char *ack = "job_reserve_ack";
+    uint64_t job_id, uid, owner;
+    const char *w;
+    char why[300];
+    if (shp_json_get_u64(msg, "job_id", &job_id, &w) ||
+        shp_json_get_u64(msg, "uid", &uid, &w) ||
+        shp_json_get_u64(msg, "owner", &owner, &w) || owner > UINT32_MAX) {
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PROTO,
+                                     "job_id, uid and owner required"));
+        return;
+    }
+    if (uid != 0) {
+        snprintf(why, sizeof(why), "only root reserves jobs (uid %" PRIu64 ")",
+                 uid);
+        shp_warn_id("AM0403", "job %" PRIu64 " on %s: %s", job_id, p->host,
+                    why);
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PERM, why));
+        return;
+    }
+    int node = shp_topo_find(am->topo, p->host);
+    shp_am_job_t *j = am_job_find(am, job_id);
+    shp_status_t st = SHP_OK;
+    if (node < 0 || am->leaf[node] < 0) {
+        snprintf(why, sizeof(why), "host %s reaches no live aggregation node",
+                 p->host);
+        st = SHP_ERR_NO_TREE;
+    } else if (j && !j->reserved) {
+        snprintf(why, sizeof(why), "job %" PRIu64 " exists (not reserved)",
+                 job_id);
+        st = SHP_ERR_EXISTS;
+    } else if (j && j->uid != (uid_t)owner) {
+        snprintf(why, sizeof(why), "job %" PRIu64 " is reserved for uid %u",
+                 job_id, (unsigned)j->uid);
+        st = SHP_ERR_PERM;
+    } else if (!j && HASH_COUNT(am->jobs) >= am->cfg.max_jobs) {
+        snprintf(why, sizeof(why), "the fabric runs its maximum of %u jobs",
+                 am->cfg.max_jobs);
+        st = SHP_ERR_QUOTA;
+    }
+    int k = -1;
+    for (int h = 0; j && h < j->nhosts && k < 0; h++)
+        if (j->hosts[h] == node)
+            k = h;
+    if (st == SHP_OK && k < 0) {
+        /* a new host: some tree must span it with the others */
+        int n = j ? j->nhosts : 0;
+        int *nodes = malloc(sizeof(int) * (size_t)(n + 1));
+        uint8_t *att = calloc((size_t)n + 1, 1),
+                *held = calloc((size_t)n + 1, 1);
+        if (!nodes || !att || !held) {
+            free(nodes);
+            free(att);
+            free(held);
+            shp_am_send(p,
+                        shp_ctl_reply(ack, id, SHP_ERR_NO_MEMORY, "no memory"));
+            return;
+        }
+        if (j) {
+            memcpy(nodes, j->hosts, sizeof(int) * (size_t)n);
+            memcpy(att, j->attached, (size_t)n);
+            memcpy(held, j->held, (size_t)n);
+        }
+        nodes[n] = node;
+        if (!am_hosts_spanned(am, nodes, n + 1)) {
+            snprintf(why, sizeof(why),
+                     "no aggregation tree spans host %s with the job's %d "
+                     "other hosts",
+                     p->host, n);
+            st = SHP_ERR_NO_TREE;
+            free(nodes);
+            free(att);
+            free(held);
+        } else {
+            if (!j) {
+                j = calloc(1, sizeof(*j));
+                if (!j) {
+                    free(nodes);
+                    free(att);
+                    free(held);
+                    shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_NO_MEMORY,
+                                                 "no memory"));
+                    return;
+                }
+                j->id = job_id;
+                j->uid = (uid_t)owner;
+                j->reserved = 1;
+                shp_auth_random(j->key, sizeof(j->key));
+                am_job_quotas(am, j, msg);
+                HASH_ADD(hh, am->jobs, id, sizeof(j->id), j);
+                am->stats.jobs_begun++;
+                shp_info("job %" PRIu64 " (uid %u) reserved from %s: %u "
+                         "groups, %u osts, %u bytes",
+                         j->id, (unsigned)j->uid, p->host, j->max_groups,
+                         j->osts, j->payload);
+            }
+            free(j->hosts);
+            free(j->attached);
+            free(j->held);
+            j->hosts = nodes;
+            j->attached = att;
+            j->held = held;
+            k = j->nhosts++;
+        }
+    }
+    if (st != SHP_OK) {
+        am->stats.jobs_refused++;
+        shp_warn_id("AM0401", "job %" PRIu64 " reservation refused: %s", job_id,
+                    why);
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_JOB_REFUSED, why));
+        return;
+    }
+    j->held[k] = 1;
+    shp_am_send(p, am_job_quota_reply(ack, id, j));
+}
+
+/* job_release {job_id} from root on one of the job's hosts (a scheduler's
+ * epilog): the job ends with its groups, whatever its other hosts hold.
+ * Releasing a job that is not there (ended already, by another host's
+ * epilog) succeeds: the answer says so. */
+static void am_job_release(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                           int64_t id)
+{
+    static const char *ack = "job_release_ack";
+    uint64_t job_id, uid;
+    const char *w;
+    if (shp_json_get_u64(msg, "job_id", &job_id, &w) ||
+        shp_json_get_u64(msg, "uid", &uid, &w)) {
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PROTO,
+                                     "job_id and uid required"));
+        return;
+    }
+    if (uid != 0) {
+        shp_am_send(
+            p, shp_ctl_reply(ack, id, SHP_ERR_PERM, "only root releases jobs"));
+        return;
+    }
+    shp_am_job_t *j = am_job_find(am, job_id);
+    if (j && !j->reserved) {
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_INVALID_PARAM,
+                                     "the job was not reserved"));
+        return;
+    }
+    json_t *m = shp_ctl_reply(ack, id, SHP_OK, NULL);
+    json_object_set_new(m, "released", json_boolean(j != NULL));
+    if (j) {
+        int busy = j->ngroups > 0;
+        for (int h = 0; h < j->nhosts; h++)
+            busy |= j->attached[h];
+        char why[200];
+        snprintf(why, sizeof(why), "released by the scheduler on %s", p->host);
+        /* processes still there are told (their operations fail) */
+        shp_am_job_end(am, j, busy ? SHP_ERR_JOB_KILLED : SHP_OK, why);
+    }
+    shp_am_send(p, m);
+}
+
+/* A sharpd (re)registers: it announces the jobs it has processes of. */
+void shp_am_sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
+{
+    const char *host, *w;
+    json_t *jobs;
+    if (shp_json_get_str(msg, "host", &host, &w) ||
+        shp_json_get_array(msg, "jobs", &jobs, &w) ||
+        strcmp(host, p->auth.name) != 0) {
+        shp_am_send(p, shp_ctl_reply("sharpd_register_ack", 0, SHP_ERR_PROTO,
+                                     "malformed sharpd_register"));
+        shp_conn_close(&p->conn, SHP_ERR_PROTO);
+        return;
+    }
+    int node = shp_topo_find(am->topo, host);
+    if (node < 0 || shp_topo_node(am->topo, node)->type != SHP_NODE_CA) {
+        char e[300];
+        snprintf(e, sizeof(e), "host %s is not in the topology", host);
+        shp_error_id("AM0103", "refusing sharpd: %s", e);
+        shp_am_send(
+            p, shp_ctl_reply("sharpd_register_ack", 0, SHP_ERR_NOT_FOUND, e));
+        shp_conn_flush(&p->conn);
+        shp_conn_close(&p->conn, SHP_ERR_NOT_FOUND);
+        return;
+    }
+    shp_am_peer_t *old = am_sharpd_of_host(am, host);
+    if (old)
+        shp_conn_close(&old->conn, SHP_ERR_EXISTS); /* replaced */
+    p->role = AM_PEER_SHARPD;
+    snprintf(p->host, sizeof(p->host), "%s", host);
+    shp_am_send(
+        p, json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status", 0));
+    shp_info("sharpd of host %s registered", host);
+    /* jobs this AM still knows are attached again; others were lost with an
+     * earlier AM and the sharpd is told they are gone */
+    size_t i;
+    json_t *v;
+    json_array_foreach(jobs, i, v)
+    {
+        uint64_t jid;
+        if (shp_json_get_u64(v, "job_id", &jid, &w))
+            continue;
+        shp_am_job_t *j = am_job_find(am, jid);
+        if (!j || !am_job_attach_host(am, j, host)) {
+            shp_am_send(p,
+                        json_pack("{s:s, s:o, s:i, s:s}", "type", "job_killed",
+                                  "job_id", shp_json_u64(jid), "status",
+                                  (int)SHP_ERR_JOB_UNKNOWN, "reason",
+                                  "the aggregation manager restarted and "
+                                  "does not know the job"));
+        }
+    }
+}
+
+void shp_am_sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
+{
+    const char *type = shp_ctl_type(msg);
+    int64_t id = 0;
+    if (!strcmp(type, "job_detach")) {
+        uint64_t jid;
+        const char *w;
+        if (shp_json_get_u64(msg, "job_id", &jid, &w) == SHP_OK) {
+            shp_am_job_t *j = am_job_find(am, jid);
+            char why[200];
+            snprintf(why, sizeof(why), "the job's processes on %s exited",
+                     p->host);
+            if (j)
+                am_job_detach_host(am, j, p->host, why, 0);
+        }
+        return;
+    }
+    if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL)) {
+        shp_am_send(p, shp_ctl_reply("error", 0, SHP_ERR_PROTO,
+                                     "request without an id"));
+        return;
+    }
+    if (!strcmp(type, "job_begin")) {
+        am_job_begin(am, p, msg, id);
+    } else if (!strcmp(type, "job_attach")) {
+        am_job_attach(am, p, msg, id);
+    } else if (!strcmp(type, "job_end")) {
+        shp_am_job_t *j = shp_am_job_for(am, p, msg, "job_end_ack", id);
+        if (j) {
+            shp_am_job_end(am, j, SHP_OK, "ended");
+            shp_am_send(p, shp_ctl_reply("job_end_ack", id, SHP_OK, NULL));
+        }
+    } else if (!strcmp(type, "job_reserve")) {
+        am_job_reserve(am, p, msg, id);
+    } else if (!strcmp(type, "job_release")) {
+        am_job_release(am, p, msg, id);
+    } else if (!strcmp(type, "group_create")) {
+        shp_am_group_create(am, p, msg, id);
+    } else if (!strcmp(type, "group_destroy")) {
+        shp_am_group_destroy(am, p, msg, id);
+    } else {
+        shp_am_send(p, shp_ctl_reply("error", id, SHP_ERR_UNSUPPORTED,
+                                     "unknown request"));
+    }
+}
