@@ -178,125 +178,149 @@ static int am_dist_auto(const shp_am_t *am, const shp_group_plan_t *bp)
     return 1; /* mcast */
 }
 
-void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
-                         int64_t id)
-{
-    static const char *ack = "group_create_ack";
-    shp_am_job_t *j = shp_am_job_for(am, p, msg, ack, id);
-    if (!j)
-        return;
-    json_t *members;
-    const char *w;
-    const char *dist =
-        shp_json_opt_str(msg, "dist", shp_am_dists[am->cfg.dist]);
+/* A group_create on its way: what it asks, checked, then placed. */
+typedef struct {
+    shp_am_job_t *job;
+    int dist;      /* index into shp_am_dists (auto: chosen when placed) */
+    int *nodes, n; /* the members' topology nodes */
+    int tree;      /* where it goes; plan: its sub-tree there */
+    shp_group_plan_t plan;
+    shp_status_t st;
     char why[300];
-    if (shp_json_get_array(msg, "members", &members, &w)) {
-        shp_am_send(p,
-                    shp_ctl_reply(ack, id, SHP_ERR_PROTO, "members required"));
-        return;
-    }
-    int d = 0;
-    while (shp_am_dists[d] && strcmp(shp_am_dists[d], dist))
-        d++;
-    if (!shp_am_dists[d]) {
-        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_INVALID_PARAM,
-                                     "dist must be rc, mcast, both or auto"));
-        return;
-    }
-    if ((unsigned)j->ngroups >= j->max_groups) {
-        snprintf(why, sizeof(why),
+} am_group_req_t;
+
+static shp_status_t am_group_fail(am_group_req_t *r, shp_status_t st,
+                                  const char *why)
+{
+    snprintf(r->why, sizeof(r->why), "%s", why);
+    return r->st = st;
+}
+
+/* The request's members and dist, and the job's max_groups. */
+static shp_status_t am_group_check(const json_t *msg, am_group_req_t *r,
+                                   const char *dflt, json_t **members)
+{
+    const char *w;
+    const char *dist = shp_json_opt_str(msg, "dist", dflt);
+    if (shp_json_get_array(msg, "members", members, &w))
+        return am_group_fail(r, SHP_ERR_PROTO, "members required");
+    r->dist = 0;
+    while (shp_am_dists[r->dist] && strcmp(shp_am_dists[r->dist], dist))
+        r->dist++;
+    if (!shp_am_dists[r->dist])
+        return am_group_fail(r, SHP_ERR_INVALID_PARAM,
+                             "dist must be rc, mcast, both or auto");
+    if ((unsigned)r->job->ngroups >= r->job->max_groups) {
+        snprintf(r->why, sizeof(r->why),
                  "job %" PRIu64 " has its maximum of %u "
                  "groups",
-                 j->id, j->max_groups);
-        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_QUOTA, why));
-        return;
+                 r->job->id, r->job->max_groups);
+        return r->st = SHP_ERR_QUOTA;
     }
-    int *nodes, n;
-    shp_status_t st =
-        shp_am_hosts_resolve(am, members, &nodes, &n, why, sizeof(why));
-    if (st == SHP_OK && (st = shp_am_mark_begin(am)) != SHP_OK) {
-        snprintf(why, sizeof(why), "out of memory");
-        free(nodes);
-    }
-    for (int h = 0; st == SHP_OK && h < j->nhosts; h++)
+    return SHP_OK;
+}
+
+/* The members: hosts of the topology, every one a host of the job. */
+static shp_status_t am_group_members(shp_am_t *am, const json_t *members,
+                                     am_group_req_t *r)
+{
+    shp_am_job_t *j = r->job;
+    r->st = shp_am_hosts_resolve(am, members, &r->nodes, &r->n, r->why,
+                                 sizeof(r->why));
+    if (r->st != SHP_OK)
+        return r->st;
+    if (shp_am_mark_begin(am) != SHP_OK)
+        return am_group_fail(r, SHP_ERR_NO_MEMORY, "out of memory");
+    for (int h = 0; h < j->nhosts; h++)
         am->mark[j->hosts[h]] = am->mark_gen;
-    for (int k = 0; st == SHP_OK && k < n; k++) {
-        if (am->mark[nodes[k]] != am->mark_gen) {
-            snprintf(why, sizeof(why),
+    for (int k = 0; k < r->n; k++) {
+        if (am->mark[r->nodes[k]] != am->mark_gen) {
+            snprintf(r->why, sizeof(r->why),
                      "member %s is not a host of job %" PRIu64,
-                     shp_topo_node(am->topo, nodes[k])->host, j->id);
-            st = SHP_ERR_INVALID_PARAM;
-            free(nodes);
+                     shp_topo_node(am->topo, r->nodes[k])->host, j->id);
+            return r->st = SHP_ERR_INVALID_PARAM;
         }
     }
-    if (st != SHP_OK) {
-        shp_am_send(p, shp_ctl_reply(ack, id, st, why));
-        return;
+    return SHP_OK;
+}
+
+/* The AN of the plan that serves its maximum of groups; -1: none. */
+static int am_plan_full(const shp_am_t *am, const shp_group_plan_t *plan)
+{
+    for (int i = 0; i < plan->nans; i++) {
+        int a = shp_am_an_of_node(am, plan->ans[i].node);
+        if ((unsigned)am->ans[a].ngroups >= am->ans[a].max_groups)
+            return a;
     }
-    /* the least-loaded tree that spans the members, with room on its ANs */
-    int best = -1;
-    shp_group_plan_t plan = {0}, bp = {0};
-    snprintf(why, sizeof(why), "no aggregation tree spans the members");
-    st = SHP_ERR_NO_TREE;
+    return -1;
+}
+
+/* The least-loaded tree that spans the members, with room on its ANs. */
+static shp_status_t am_group_place(shp_am_t *am, am_group_req_t *r)
+{
+    shp_group_plan_t plan = {0};
+    am_group_fail(r, SHP_ERR_NO_TREE, "no aggregation tree spans the members");
+    r->tree = -1;
     for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++) {
         shp_am_tree_t *tr = &am->trees[t];
         if (!tr->used || !tr->up ||
-            (best >= 0 && tr->ngroups >= am->trees[best].ngroups))
+            (r->tree >= 0 && tr->ngroups >= am->trees[r->tree].ngroups))
             continue;
-        if (shp_group_plan(&tr->t, am->leaf, nodes, n, (int)am->cfg.flat_max,
-                           &plan) != SHP_OK)
+        if (shp_group_plan(&tr->t, am->leaf, r->nodes, r->n,
+                           (int)am->cfg.flat_max, &plan) != SHP_OK)
             continue;
-        int full = -1;
-        for (int i = 0; i < plan.nans && full < 0; i++) {
-            shp_am_an_t *an = &am->ans[shp_am_an_of_node(am, plan.ans[i].node)];
-            if ((unsigned)an->ngroups >= an->max_groups)
-                full = shp_am_an_of_node(am, plan.ans[i].node);
-        }
+        int full = am_plan_full(am, &plan);
         if (full >= 0) {
-            snprintf(why, sizeof(why), "AN %s serves its maximum of %u groups",
+            snprintf(r->why, sizeof(r->why),
+                     "AN %s serves its maximum of %u groups",
                      am->ans[full].name, am->ans[full].max_groups);
-            st = SHP_ERR_QUOTA;
+            r->st = SHP_ERR_QUOTA;
             shp_group_plan_free(&plan);
             continue;
         }
-        shp_group_plan_free(&bp);
-        bp = plan;
+        shp_group_plan_free(&r->plan);
+        r->plan = plan;
         memset(&plan, 0, sizeof(plan));
-        best = t;
+        r->tree = t;
     }
-    free(nodes);
-    if (best < 0) {
-        shp_am_send(p, shp_ctl_reply(ack, id, st, why));
-        return;
-    }
-    shp_am_group_t *g = calloc(1, sizeof(*g));
-    if (g) {
-        g->an_of = malloc(sizeof(int) * (size_t)bp.nans);
-        g->acked = calloc((size_t)bp.nans, 1);
-    }
-    if (!g || !g->an_of || !g->acked) {
-        if (g) {
-            free(g->an_of);
-            free(g->acked);
-        }
-        free(g);
-        shp_group_plan_free(&bp);
-        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_NO_MEMORY, "no memory"));
-        return;
-    }
+    return r->tree < 0 ? r->st : (r->st = SHP_OK);
+}
+
+/* A group id: 24 bits, not 0, none in use. */
+static uint32_t am_group_id(shp_am_t *am)
+{
+    uint32_t id;
     do {
-        g->id = am->next_group++;
+        id = am->next_group++;
         if (am->next_group >= (1u << 24))
             am->next_group = 1;
-    } while (shp_am_group_find(am, g->id));
+    } while (shp_am_group_find(am, id));
+    return id;
+}
+
+/* The group placed, configuring: it takes the request's plan, counts on its
+ * job, tree and ANs, and waits group_timeout for their acks. */
+static shp_am_group_t *am_group_new(shp_am_t *am, am_group_req_t *r,
+                                    shp_am_peer_t *p, int64_t id)
+{
+    shp_am_group_t *g = calloc(1, sizeof(*g));
+    if (!g || !(g->an_of = malloc(sizeof(int) * (size_t)r->plan.nans)) ||
+        !(g->acked = calloc((size_t)r->plan.nans, 1))) {
+        if (g)
+            free(g->an_of);
+        free(g);
+        return NULL;
+    }
+    shp_am_job_t *j = r->job;
+    g->id = am_group_id(am);
     g->am = am;
     g->job = j;
-    g->tree = best;
-    g->plan = bp;
-    if (d == SHP_AM_DIST_AUTO) {
-        d = am_dist_auto(am, &bp);
-    }
-    g->dist = d + 1;
+    g->tree = r->tree;
+    g->plan = r->plan;
+    memset(&r->plan, 0, sizeof(r->plan));
+    if (r->dist == SHP_AM_DIST_AUTO)
+        r->dist = am_dist_auto(am, &g->plan);
+    g->dist = r->dist + 1;
     g->osts = j->osts;
     g->payload = j->payload;
     g->req_peer = p;
@@ -304,8 +328,8 @@ void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     snprintf(g->mcast_addr, sizeof(g->mcast_addr), "%s.%u.%u:%u",
              am->cfg.mcast_prefix, (g->id >> 8) & 255, g->id & 255,
              am->cfg.mcast_port + g->id % 20000);
-    for (int i = 0; i < bp.nans; i++) {
-        g->an_of[i] = shp_am_an_of_node(am, bp.ans[i].node);
+    for (int i = 0; i < g->plan.nans; i++) {
+        g->an_of[i] = shp_am_an_of_node(am, g->plan.ans[i].node);
         shp_am_an_t *an = &am->ans[g->an_of[i]];
         an->ngroups++;
         if (an->max_osts < g->osts)
@@ -317,18 +341,23 @@ void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     g->jnext = j->groups;
     j->groups = g;
     j->ngroups++;
-    am->trees[best].ngroups++;
+    am->trees[g->tree].ngroups++;
     ev_timer_init(&g->timer, am_group_timeout_cb,
                   (double)am->cfg.group_timeout_ms / 1000.0, 0.);
     g->timer.data = g;
     ev_timer_start(am->loop, &g->timer);
+    return g;
+}
 
-    /* every AN of the trimmed sub-tree, all or nothing */
+/* Every AN of the trimmed sub-tree is sent its group_add: all or nothing
+ * (the request id says which AN answers: group id << 20 | position). */
+static void am_group_wire(shp_am_t *am, shp_am_group_t *g)
+{
     char key[65];
     for (int b = 0; b < 32; b++)
-        snprintf(key + 2 * b, 3, "%02x", j->key[b]);
-    for (int i = 0; i < bp.nans; i++) {
-        shp_group_an_t *ga = &bp.ans[i];
+        snprintf(key + 2 * b, 3, "%02x", g->job->key[b]);
+    for (int i = 0; i < g->plan.nans; i++) {
+        shp_group_an_t *ga = &g->plan.ans[i];
         json_t *children = json_array();
         for (int c = 0; c < ga->nchildren; c++)
             json_array_append_new(
@@ -338,13 +367,44 @@ void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
             "{s:s, s:I, s:I, s:i, s:o, s:s, s:o, s:b, s:i, s:s, s:s, s:i, "
             "s:I}",
             "type", "group_add", "id", (json_int_t)g->id << 20 | i, "group_id",
-            (json_int_t)g->id, "tree_id", best, "job_id", shp_json_u64(j->id),
-            "job_key", key, "children", children, "top", i == 0, "parent_index",
-            ga->parent_index, "dist", shp_am_dists[d], "mcast_addr",
-            g->mcast_addr, "osts", (int)g->osts, "payload",
-            (json_int_t)g->payload);
+            (json_int_t)g->id, "tree_id", g->tree, "job_id",
+            shp_json_u64(g->job->id), "job_key", key, "children", children,
+            "top", i == 0, "parent_index", ga->parent_index, "dist",
+            shp_am_dists[g->dist - 1], "mcast_addr", g->mcast_addr, "osts",
+            (int)g->osts, "payload", (json_int_t)g->payload);
         shp_am_send(am->ans[g->an_of[i]].peer, m);
     }
+}
+
+/* group_create {job_id, uid, members [hosts], dist?}: checked, placed,
+ * made and wired; the requester hears once the ANs have answered, or now
+ * why not. */
+void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                         int64_t id)
+{
+    static const char *ack = "group_create_ack";
+    am_group_req_t r = {.tree = -1};
+    json_t *members;
+    shp_am_group_t *g;
+    r.job = shp_am_job_for(am, p, msg, ack, id);
+    if (!r.job)
+        return;
+    if (am_group_check(msg, &r, shp_am_dists[am->cfg.dist], &members) !=
+            SHP_OK ||
+        am_group_members(am, members, &r) != SHP_OK ||
+        am_group_place(am, &r) != SHP_OK)
+        goto fail;
+    if (!(g = am_group_new(am, &r, p, id))) {
+        am_group_fail(&r, SHP_ERR_NO_MEMORY, "no memory");
+        goto fail;
+    }
+    am_group_wire(am, g);
+    free(r.nodes);
+    return;
+fail:
+    shp_am_send(p, shp_ctl_reply(ack, id, r.st, r.why));
+    free(r.nodes);
+    shp_group_plan_free(&r.plan);
 }
 
 void shp_am_group_destroy(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
