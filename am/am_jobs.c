@@ -211,6 +211,74 @@ static unsigned am_uid_jobs(shp_am_t *am, uid_t uid)
     return n;
 }
 
+/* A new job in the table (no hosts yet): its key, its quotas. */
+static shp_am_job_t *am_job_add(shp_am_t *am, uint64_t job_id, uid_t uid,
+                                const json_t *msg)
+{
+    shp_am_job_t *j = calloc(1, sizeof(*j));
+    if (!j)
+        return NULL;
+    j->id = job_id;
+    j->uid = uid;
+    shp_auth_random(j->key, sizeof(j->key));
+    am_job_quotas(am, j, msg);
+    HASH_ADD(hh, am->jobs, id, sizeof(j->id), j);
+    am->stats.jobs_begun++;
+    return j;
+}
+
+/* Whether job_begin may admit the job: a new id, within max_jobs and
+ * uid_max_jobs, hosts of the topology among which the asking one, some
+ * tree spanning them all.  *nodes: the hosts' nodes (only when it may). */
+static shp_status_t am_job_admit(shp_am_t *am, shp_am_peer_t *p,
+                                 uint64_t job_id, uint64_t uid,
+                                 const json_t *hosts, int **nodes, int *n,
+                                 char *why, size_t whylen)
+{
+    shp_status_t st;
+    if (am_job_find(am, job_id)) {
+        snprintf(why, whylen, "job %" PRIu64 " exists", job_id);
+        return SHP_ERR_EXISTS;
+    }
+    if (HASH_COUNT(am->jobs) >= am->cfg.max_jobs) {
+        snprintf(why, whylen, "the fabric runs its maximum of %u jobs",
+                 am->cfg.max_jobs);
+        return SHP_ERR_QUOTA;
+    }
+    if (uid != 0 && am_uid_jobs(am, (uid_t)uid) >= am->cfg.uid_max_jobs) {
+        snprintf(why, whylen,
+                 "uid %" PRIu64 " runs its maximum of %u jobs (uid_max_jobs)",
+                 uid, am->cfg.uid_max_jobs);
+        return SHP_ERR_QUOTA;
+    }
+    if ((st = shp_am_hosts_resolve(am, hosts, nodes, n, why, whylen)) != SHP_OK)
+        return st;
+    /* a job is begun by one of its own hosts: one a process of it
+     * runs on, which ends it (a job of other hosts only would never
+     * be ended, and could squat their resources) */
+    int node = shp_topo_find(am->topo, p->host), own = 0;
+    for (int k = 0; k < *n && !own; k++)
+        own = (*nodes)[k] == node;
+    if (!own) {
+        snprintf(why, whylen,
+                 "the job's hosts do not include %s, the host that asks",
+                 p->host);
+        st = SHP_ERR_PERM;
+    } else if (!am_hosts_spanned(am, *nodes, *n)) {
+        /* some tree must span every host */
+        snprintf(why, whylen, "no aggregation tree spans the job's %d hosts",
+                 *n);
+        st = SHP_ERR_NO_TREE;
+    }
+    if (st != SHP_OK) {
+        free(*nodes);
+        *nodes = NULL;
+    }
+    return st;
+}
+
+/* job_begin {job_id, uid, hosts [names], req?} from a sharpd on one of
+ * the hosts: admitted (with its key and quotas) or refused. */
 static void am_job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
                          int64_t id)
 {
@@ -224,58 +292,19 @@ static void am_job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         shp_am_send(p, shp_ctl_reply("job_begin_ack", id, SHP_ERR_PROTO, why));
         return;
     }
-    shp_status_t st;
     int *nodes = NULL, n = 0;
-    if (am_job_find(am, job_id)) {
-        snprintf(why, sizeof(why), "job %" PRIu64 " exists", job_id);
-        st = SHP_ERR_EXISTS;
-    } else if (HASH_COUNT(am->jobs) >= am->cfg.max_jobs) {
-        snprintf(why, sizeof(why), "the fabric runs its maximum of %u jobs",
-                 am->cfg.max_jobs);
-        st = SHP_ERR_QUOTA;
-    } else if (uid != 0 &&
-               am_uid_jobs(am, (uid_t)uid) >= am->cfg.uid_max_jobs) {
-        snprintf(why, sizeof(why),
-                 "uid %" PRIu64 " runs its maximum of %u jobs (uid_max_jobs)",
-                 uid, am->cfg.uid_max_jobs);
-        st = SHP_ERR_QUOTA;
-    } else {
-        st = shp_am_hosts_resolve(am, hosts, &nodes, &n, why, sizeof(why));
-    }
-    if (st == SHP_OK) {
-        /* a job is begun by one of its own hosts: one a process of it
-         * runs on, which ends it (a job of other hosts only would never
-         * be ended, and could squat their resources) */
-        int node = shp_topo_find(am->topo, p->host), own = 0;
-        for (int k = 0; k < n && !own; k++)
-            own = nodes[k] == node;
-        if (!own) {
-            snprintf(why, sizeof(why),
-                     "the job's hosts do not include %s, the host that asks",
-                     p->host);
-            st = SHP_ERR_PERM;
-        }
-    }
-    if (st == SHP_OK) {
-        /* some tree must span every host */
-        if (!am_hosts_spanned(am, nodes, n)) {
-            snprintf(why, sizeof(why),
-                     "no aggregation tree spans the job's %d hosts", n);
-            st = SHP_ERR_NO_TREE;
-        }
-    }
-    if (st != SHP_OK) {
-        free(nodes);
+    if (am_job_admit(am, p, job_id, uid, hosts, &nodes, &n, why, sizeof(why)) !=
+        SHP_OK) {
         am->stats.jobs_refused++;
         shp_warn_id("AM0401", "job %" PRIu64 " refused: %s", job_id, why);
         shp_am_send(
             p, shp_ctl_reply("job_begin_ack", id, SHP_ERR_JOB_REFUSED, why));
         return;
     }
-    shp_am_job_t *j = calloc(1, sizeof(*j));
     uint8_t *att = calloc((size_t)n, 1), *held = calloc((size_t)n, 1);
-    if (!j || !att || !held) {
-        free(j);
+    shp_am_job_t *j =
+        att && held ? am_job_add(am, job_id, (uid_t)uid, msg) : NULL;
+    if (!j) {
         free(att);
         free(held);
         free(nodes);
@@ -283,17 +312,11 @@ static void am_job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
                                      "no memory"));
         return;
     }
-    j->id = job_id;
-    j->uid = (uid_t)uid;
     j->hosts = nodes;
     j->nhosts = n;
     j->attached = att;
     j->held = held;
-    shp_auth_random(j->key, sizeof(j->key));
-    am_job_quotas(am, j, msg);
     am_job_attach_host(am, j, p->host);
-    HASH_ADD(hh, am->jobs, id, sizeof(j->id), j);
-    am->stats.jobs_begun++;
     shp_info("job %" PRIu64 " (uid %u, %d hosts) admitted: %u groups, %u "
              "osts, %u bytes",
              j->id, (unsigned)j->uid, n, j->max_groups, j->osts, j->payload);
@@ -394,6 +417,98 @@ void shp_am_sharpd_lost(shp_am_t *am, const char *host, shp_status_t reason)
     }
 }
 
+/* A job_reserve on its way. */
+typedef struct {
+    uint64_t job_id, owner;
+    int node;          /* the asking host's */
+    shp_am_job_t *job; /* NULL: a new job */
+    int k;             /* the host's index among the job's; -1: not one */
+    char why[300];
+} am_reserve_t;
+
+/* Whether the host may reserve its share of the job. */
+static shp_status_t am_reserve_check(shp_am_t *am, shp_am_peer_t *p,
+                                     am_reserve_t *r)
+{
+    shp_am_job_t *j = r->job;
+    if (r->node < 0 || am->leaf[r->node] < 0) {
+        snprintf(r->why, sizeof(r->why),
+                 "host %s reaches no live aggregation node", p->host);
+        return SHP_ERR_NO_TREE;
+    }
+    if (j && !j->reserved) {
+        snprintf(r->why, sizeof(r->why),
+                 "job %" PRIu64 " exists (not reserved)", r->job_id);
+        return SHP_ERR_EXISTS;
+    }
+    if (j && j->uid != (uid_t)r->owner) {
+        snprintf(r->why, sizeof(r->why),
+                 "job %" PRIu64 " is reserved for uid %u", r->job_id,
+                 (unsigned)j->uid);
+        return SHP_ERR_PERM;
+    }
+    if (!j && HASH_COUNT(am->jobs) >= am->cfg.max_jobs) {
+        snprintf(r->why, sizeof(r->why),
+                 "the fabric runs its maximum of %u jobs", am->cfg.max_jobs);
+        return SHP_ERR_QUOTA;
+    }
+    return SHP_OK;
+}
+
+/* The host joins the job's hosts (the first one: the job is admitted for
+ * `owner`); some tree must span it with the others.  On SHP_ERR_NO_MEMORY
+ * nothing changed. */
+static shp_status_t am_reserve_host(shp_am_t *am, shp_am_peer_t *p,
+                                    const json_t *msg, am_reserve_t *r)
+{
+    shp_am_job_t *j = r->job;
+    int n = j ? j->nhosts : 0;
+    int *nodes = malloc(sizeof(int) * (size_t)(n + 1));
+    uint8_t *att = calloc((size_t)n + 1, 1), *held = calloc((size_t)n + 1, 1);
+    shp_status_t st = SHP_ERR_NO_MEMORY;
+    if (!nodes || !att || !held)
+        goto out;
+    if (j) {
+        memcpy(nodes, j->hosts, sizeof(int) * (size_t)n);
+        memcpy(att, j->attached, (size_t)n);
+        memcpy(held, j->held, (size_t)n);
+    }
+    nodes[n] = r->node;
+    if (!am_hosts_spanned(am, nodes, n + 1)) {
+        snprintf(r->why, sizeof(r->why),
+                 "no aggregation tree spans host %s with the job's %d "
+                 "other hosts",
+                 p->host, n);
+        st = SHP_ERR_NO_TREE;
+        goto out;
+    }
+    if (!j) {
+        if (!(j = am_job_add(am, r->job_id, (uid_t)r->owner, msg)))
+            goto out;
+        j->reserved = 1;
+        shp_info("job %" PRIu64 " (uid %u) reserved from %s: %u "
+                 "groups, %u osts, %u bytes",
+                 j->id, (unsigned)j->uid, p->host, j->max_groups, j->osts,
+                 j->payload);
+        r->job = j;
+    }
+    free(j->hosts);
+    free(j->attached);
+    free(j->held);
+    j->hosts = nodes;
+    j->attached = att;
+    j->held = held;
+    nodes = NULL;
+    att = held = NULL;
+    r->k = j->nhosts++;
+    st = SHP_OK;
+out:
+    free(nodes);
+    free(att);
+    free(held);
+    return st;
+}
+
 /* job_reserve {job_id, owner, req?} from root on a host (a scheduler's
  * prolog through that host's sharpd): the job is admitted for uid `owner`
  * with the host as one of its hosts, or the host is added to the job a
@@ -403,118 +518,45 @@ static void am_job_reserve(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
                            int64_t id)
 {
     static const char *ack = "job_reserve_ack";
-    uint64_t job_id, uid, owner;
+    am_reserve_t r = {.k = -1};
+    uint64_t uid;
     const char *w;
-    char why[300];
-    if (shp_json_get_u64(msg, "job_id", &job_id, &w) ||
+    if (shp_json_get_u64(msg, "job_id", &r.job_id, &w) ||
         shp_json_get_u64(msg, "uid", &uid, &w) ||
-        shp_json_get_u64(msg, "owner", &owner, &w) || owner > UINT32_MAX) {
+        shp_json_get_u64(msg, "owner", &r.owner, &w) || r.owner > UINT32_MAX) {
         shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PROTO,
                                      "job_id, uid and owner required"));
         return;
     }
     if (uid != 0) {
-        snprintf(why, sizeof(why), "only root reserves jobs (uid %" PRIu64 ")",
-                 uid);
-        shp_warn_id("AM0403", "job %" PRIu64 " on %s: %s", job_id, p->host,
-                    why);
-        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PERM, why));
+        snprintf(r.why, sizeof(r.why),
+                 "only root reserves jobs (uid %" PRIu64 ")", uid);
+        shp_warn_id("AM0403", "job %" PRIu64 " on %s: %s", r.job_id, p->host,
+                    r.why);
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PERM, r.why));
         return;
     }
-    int node = shp_topo_find(am->topo, p->host);
-    shp_am_job_t *j = am_job_find(am, job_id);
-    shp_status_t st = SHP_OK;
-    if (node < 0 || am->leaf[node] < 0) {
-        snprintf(why, sizeof(why), "host %s reaches no live aggregation node",
-                 p->host);
-        st = SHP_ERR_NO_TREE;
-    } else if (j && !j->reserved) {
-        snprintf(why, sizeof(why), "job %" PRIu64 " exists (not reserved)",
-                 job_id);
-        st = SHP_ERR_EXISTS;
-    } else if (j && j->uid != (uid_t)owner) {
-        snprintf(why, sizeof(why), "job %" PRIu64 " is reserved for uid %u",
-                 job_id, (unsigned)j->uid);
-        st = SHP_ERR_PERM;
-    } else if (!j && HASH_COUNT(am->jobs) >= am->cfg.max_jobs) {
-        snprintf(why, sizeof(why), "the fabric runs its maximum of %u jobs",
-                 am->cfg.max_jobs);
-        st = SHP_ERR_QUOTA;
-    }
-    int k = -1;
-    for (int h = 0; j && h < j->nhosts && k < 0; h++)
-        if (j->hosts[h] == node)
-            k = h;
-    if (st == SHP_OK && k < 0) {
-        /* a new host: some tree must span it with the others */
-        int n = j ? j->nhosts : 0;
-        int *nodes = malloc(sizeof(int) * (size_t)(n + 1));
-        uint8_t *att = calloc((size_t)n + 1, 1),
-                *held = calloc((size_t)n + 1, 1);
-        if (!nodes || !att || !held) {
-            free(nodes);
-            free(att);
-            free(held);
-            shp_am_send(p,
-                        shp_ctl_reply(ack, id, SHP_ERR_NO_MEMORY, "no memory"));
-            return;
-        }
-        if (j) {
-            memcpy(nodes, j->hosts, sizeof(int) * (size_t)n);
-            memcpy(att, j->attached, (size_t)n);
-            memcpy(held, j->held, (size_t)n);
-        }
-        nodes[n] = node;
-        if (!am_hosts_spanned(am, nodes, n + 1)) {
-            snprintf(why, sizeof(why),
-                     "no aggregation tree spans host %s with the job's %d "
-                     "other hosts",
-                     p->host, n);
-            st = SHP_ERR_NO_TREE;
-            free(nodes);
-            free(att);
-            free(held);
-        } else {
-            if (!j) {
-                j = calloc(1, sizeof(*j));
-                if (!j) {
-                    free(nodes);
-                    free(att);
-                    free(held);
-                    shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_NO_MEMORY,
-                                                 "no memory"));
-                    return;
-                }
-                j->id = job_id;
-                j->uid = (uid_t)owner;
-                j->reserved = 1;
-                shp_auth_random(j->key, sizeof(j->key));
-                am_job_quotas(am, j, msg);
-                HASH_ADD(hh, am->jobs, id, sizeof(j->id), j);
-                am->stats.jobs_begun++;
-                shp_info("job %" PRIu64 " (uid %u) reserved from %s: %u "
-                         "groups, %u osts, %u bytes",
-                         j->id, (unsigned)j->uid, p->host, j->max_groups,
-                         j->osts, j->payload);
-            }
-            free(j->hosts);
-            free(j->attached);
-            free(j->held);
-            j->hosts = nodes;
-            j->attached = att;
-            j->held = held;
-            k = j->nhosts++;
-        }
+    r.node = shp_topo_find(am->topo, p->host);
+    r.job = am_job_find(am, r.job_id);
+    shp_status_t st = am_reserve_check(am, p, &r);
+    for (int h = 0; r.job && h < r.job->nhosts && r.k < 0; h++)
+        if (r.job->hosts[h] == r.node)
+            r.k = h;
+    if (st == SHP_OK && r.k < 0)
+        st = am_reserve_host(am, p, msg, &r);
+    if (st == SHP_ERR_NO_MEMORY) {
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_NO_MEMORY, "no memory"));
+        return;
     }
     if (st != SHP_OK) {
         am->stats.jobs_refused++;
-        shp_warn_id("AM0401", "job %" PRIu64 " reservation refused: %s", job_id,
-                    why);
-        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_JOB_REFUSED, why));
+        shp_warn_id("AM0401", "job %" PRIu64 " reservation refused: %s",
+                    r.job_id, r.why);
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_JOB_REFUSED, r.why));
         return;
     }
-    j->held[k] = 1;
-    shp_am_send(p, am_job_quota_reply(ack, id, j));
+    r.job->held[r.k] = 1;
+    shp_am_send(p, am_job_quota_reply(ack, id, r.job));
 }
 
 /* job_release {job_id} from root on one of the job's hosts (a scheduler's
