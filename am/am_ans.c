@@ -73,6 +73,45 @@ static int am_transport_known(const json_t *msg, const char **transport,
     return 1;
 }
 
+/* A new entry of the registry, for `node`; -1: no memory. */
+static int am_an_add(shp_am_t *am, int node)
+{
+    if (am->nans == am->capans) {
+        int cap = am->capans ? am->capans * 2 : 64;
+        shp_am_an_t *na = realloc(am->ans, sizeof(*na) * (size_t)cap);
+        if (!na)
+            return -1;
+        am->ans = na;
+        am->capans = cap;
+    }
+    int a = am->nans++;
+    memset(&am->ans[a], 0, sizeof(am->ans[a]));
+    am->ans[a].node = node;
+    return a;
+}
+
+/* The groups a registering AN still serves: this AM does not know them
+ * (it knows no group of an AN that was down), so they are stale. */
+static void am_an_remove_stale(shp_am_t *am, shp_am_peer_t *p, const char *name,
+                               const json_t *groups)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(groups, i, v)
+    {
+        if (!json_is_integer(v))
+            continue;
+        shp_am_send(p, json_pack("{s:s, s:I, s:I}", "type", "group_remove",
+                                 "id", (json_int_t)am->next_req++, "group_id",
+                                 json_integer_value(v)));
+        shp_info("AN %s: removing stale group %" JSON_INTEGER_FORMAT, name,
+                 json_integer_value(v));
+    }
+}
+
+/* an_register {name, data_addr, transport?, mcast?, caps {max_trees,
+ * max_groups, max_osts, max_payload}, groups [ids]} from an AN that proved
+ * `name`: refused (and closed), or registered and the trees rescheduled. */
 void shp_am_an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
 {
     const char *name, *addr, *transport, *why = "malformed an_register";
@@ -121,20 +160,9 @@ void shp_am_an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         shp_conn_close(&p->conn, SHP_ERR_EXISTS);
         return;
     }
-    if (a < 0) {
-        if (am->nans == am->capans) {
-            int cap = am->capans ? am->capans * 2 : 64;
-            shp_am_an_t *na = realloc(am->ans, sizeof(*na) * (size_t)cap);
-            if (!na) {
-                shp_conn_close(&p->conn, SHP_ERR_NO_MEMORY);
-                return;
-            }
-            am->ans = na;
-            am->capans = cap;
-        }
-        a = am->nans++;
-        memset(&am->ans[a], 0, sizeof(am->ans[a]));
-        am->ans[a].node = node;
+    if (a < 0 && (a = am_an_add(am, node)) < 0) {
+        shp_conn_close(&p->conn, SHP_ERR_NO_MEMORY);
+        return;
     }
     shp_am_an_t *an = &am->ans[a];
     snprintf(an->name, sizeof(an->name), "%s", name);
@@ -153,19 +181,7 @@ void shp_am_an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     shp_am_send(
         p, json_pack("{s:s, s:i}", "type", "an_register_ack", "status", 0));
     shp_info("AN %s registered (data %s)", name, addr);
-    /* groups it still serves that this AM does not know: stale */
-    size_t i;
-    json_t *v;
-    json_array_foreach(groups, i, v)
-    {
-        if (!json_is_integer(v))
-            continue;
-        shp_am_send(p, json_pack("{s:s, s:I, s:I}", "type", "group_remove",
-                                 "id", (json_int_t)am->next_req++, "group_id",
-                                 json_integer_value(v)));
-        shp_info("AN %s: removing stale group %" JSON_INTEGER_FORMAT, name,
-                 json_integer_value(v));
-    }
+    am_an_remove_stale(am, p, name, groups);
     shp_am_trees_schedule(am);
 }
 
