@@ -73,6 +73,46 @@ static shp_status_t am_mark_an_hosts(shp_am_t *am, char *err, size_t errlen)
     return SHP_OK;
 }
 
+/* The AN marks and leaf table of another fabric `nt` (the manager's own
+ * are left as they are). */
+static shp_status_t am_mark_an_hosts_of(shp_am_t *am, shp_topo_t *nt,
+                                        uint8_t **ne, int **nl, char *err,
+                                        size_t errlen)
+{
+    shp_topo_t *ot = am->topo;
+    uint8_t *oe = am->an_expected;
+    int *ol = am->leaf;
+    am->topo = nt;
+    am->an_expected = NULL;
+    am->leaf = NULL;
+    shp_status_t st = am_mark_an_hosts(am, err, errlen);
+    *ne = am->an_expected;
+    *nl = am->leaf;
+    am->topo = ot;
+    am->an_expected = oe;
+    am->leaf = ol;
+    return st;
+}
+
+/* The ANs and sharpds the new fabric `nt` does not have are disconnected
+ * now, under the old topology. */
+static void am_evict_absent(shp_am_t *am, shp_topo_t *nt, const uint8_t *ne)
+{
+    for (int a = 0; a < am->nans; a++) {
+        int node = shp_topo_find(nt, am->ans[a].name);
+        if ((node < 0 || !ne[node]) && am->ans[a].peer)
+            shp_conn_close(&am->ans[a].peer->conn, SHP_ERR_NOT_FOUND);
+    }
+    for (shp_am_peer_t *p = am->peers, *next; p; p = next) {
+        next = p->next;
+        if (p->role != AM_PEER_SHARPD)
+            continue;
+        int node = shp_topo_find(nt, p->host);
+        if (node < 0 || shp_topo_node(nt, node)->type != SHP_NODE_CA)
+            shp_conn_close(&p->conn, SHP_ERR_NOT_FOUND);
+    }
+}
+
 /* A new topology while the AM runs (sharpctl topology load).  Refused while
  * jobs run (their hosts and groups are tied to the old one); otherwise the
  * trees are dropped, ANs and sharpds that the new fabric no longer has are
@@ -101,18 +141,9 @@ shp_status_t shp_am_topology_load(shp_am_t *am, const char *path, char *err,
     }
     /* the AN hosts must exist in the new fabric too */
     shp_topo_t *ot = am->topo;
-    uint8_t *oe = am->an_expected;
-    int *ol = am->leaf;
-    am->topo = nt;
-    am->an_expected = NULL;
-    am->leaf = NULL;
-    st = am_mark_an_hosts(am, err, errlen);
-    uint8_t *ne = am->an_expected;
-    int *nl = am->leaf;
-    am->topo = ot;
-    am->an_expected = oe;
-    am->leaf = ol;
-    if (st != SHP_OK) {
+    uint8_t *oe = am->an_expected, *ne;
+    int *ol = am->leaf, *nl;
+    if ((st = am_mark_an_hosts_of(am, nt, &ne, &nl, err, errlen)) != SHP_OK) {
         free(ne);
         free(nl);
         shp_topo_free(nt);
@@ -123,20 +154,7 @@ shp_status_t shp_am_topology_load(shp_am_t *am, const char *path, char *err,
     for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++)
         if (am->trees[t].used)
             shp_am_tree_drop(am, t);
-    /* who is not in the new fabric goes now, under the old topology */
-    for (int a = 0; a < am->nans; a++) {
-        int node = shp_topo_find(nt, am->ans[a].name);
-        if ((node < 0 || !ne[node]) && am->ans[a].peer)
-            shp_conn_close(&am->ans[a].peer->conn, SHP_ERR_NOT_FOUND);
-    }
-    for (shp_am_peer_t *p = am->peers, *next; p; p = next) {
-        next = p->next;
-        if (p->role != AM_PEER_SHARPD)
-            continue;
-        int node = shp_topo_find(nt, p->host);
-        if (node < 0 || shp_topo_node(nt, node)->type != SHP_NODE_CA)
-            shp_conn_close(&p->conn, SHP_ERR_NOT_FOUND);
-    }
+    am_evict_absent(am, nt, ne);
     am->topo = nt;
     am->an_expected = ne;
     am->leaf = nl;
