@@ -1,5 +1,5 @@
 /*
- * A real aggregation manager (am/am.c, am/am_admin.c) driven by a sequence
+ * A real aggregation manager (am/'s core, am/am_admin.c) driven by a sequence
  * of events: control peers (ANs, sharpds, unauthenticated strangers) and
  * sharpctl connecting, sending messages, hanging up; ANs answering what
  * the AM asks them; the settle, stats and group timers firing.  Peers are
