@@ -6,7 +6,8 @@
  *
  * The core's files (am/am_int.h): am_peers.c listeners and peers,
  * am_ans.c the AN registry, am_trees.c the tree table, am_jobs.c sharpds
- * and jobs, am_groups.c groups.  Protocols: docs/am.md.
+ * and jobs, am_reserve.c reservations, am_groups.c groups.  Protocols:
+ * docs/am.md.
  */
 #include "am/am_int.h"
 

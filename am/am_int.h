@@ -8,7 +8,8 @@
  *   am_ans.c     the AN registry: registration, loss, counters
  *   am_trees.c   the tree table: (re)builds over the live ANs, tree_config
  *   am_jobs.c    sharpds and jobs: registration, admission, quotas,
- *                reservations, attach/detach, the end of a job
+ *                attach/detach, the end of a job
+ *   am_reserve.c a scheduler's reservations: job_reserve, job_release
  *   am_groups.c  groups: placement on a tree, ids, multicast address,
  *                wiring (group_add), acknowledgements, revocation
  *
@@ -56,6 +57,18 @@ shp_am_job_t *shp_am_job_for(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
                              const char *ack, int64_t id);
 void shp_am_job_notify(shp_am_t *am, shp_am_job_t *j, json_t *msg);
 void shp_am_job_free(shp_am_t *am, shp_am_job_t *j);
+shp_am_job_t *shp_am_job_find(shp_am_t *am, uint64_t id);
+shp_am_job_t *shp_am_job_add(shp_am_t *am, uint64_t job_id, uid_t uid,
+                             const json_t *msg);
+int shp_am_hosts_spanned(shp_am_t *am, const int *nodes, int n);
+json_t *shp_am_job_quota_reply(const char *type, int64_t id,
+                               const shp_am_job_t *j);
+
+/* am_reserve.c */
+void shp_am_job_reserve(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                        int64_t id);
+void shp_am_job_release(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                        int64_t id);
 
 /* am_groups.c */
 void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
