@@ -1,13 +1,11 @@
 /*
  * The aggregation manager's core, start to stop: the topology and the nodes
  * that may host an AN, the control listener and admin socket (am_peers.c),
- * the tree timer, the AN counter polls; a topology replaced while the
- * manager runs; and the node marks the other files check host lists with.
+ * the tree timer, the AN counter polls; and a topology replaced while the
+ * manager runs.
  *
- * The core's files (am/am_int.h): am_peers.c listeners and peers,
- * am_ans.c the AN registry, am_trees.c the tree table, am_jobs.c sharpds
- * and jobs, am_reserve.c reservations, am_groups.c groups.  Protocols:
- * docs/am.md.
+ * The top of the core's files (am/am_int.h lists them, bottom first):
+ * it starts and stops the others.  Protocols: docs/am.md.
  */
 #include "am/am_int.h"
 
@@ -19,30 +17,6 @@
 #include "protocol/ctl.h"
 #include "core/log.h"
 #include "core/net.h"
-
-const char *const shp_am_dists[] = {"rc", "mcast", "both", "auto", NULL};
-
-/* A new set of membership marks over the topology's nodes (am->mark[i] ==
- * am->mark_gen: marked), so that a list is checked against another in time
- * linear in both. */
-shp_status_t shp_am_mark_begin(shp_am_t *am)
-{
-    size_t n = shp_topo_count(am->topo);
-    if (am->nmark != n) {
-        unsigned *m = calloc(n ? n : 1, sizeof(*m));
-        if (!m)
-            return SHP_ERR_NO_MEMORY;
-        free(am->mark);
-        am->mark = m;
-        am->nmark = n;
-        am->mark_gen = 0;
-    }
-    if (++am->mark_gen == 0) { /* wrapped: old marks could match */
-        memset(am->mark, 0, n * sizeof(*am->mark));
-        am->mark_gen = 1;
-    }
-    return SHP_OK;
-}
 
 static shp_status_t am_mark_an_hosts(shp_am_t *am, char *err, size_t errlen)
 {

@@ -19,22 +19,6 @@
 #include "core/log.h"
 #include "core/time.h"
 
-const char *shp_am_an_name(const shp_am_t *am, int node)
-{
-    for (int i = 0; i < am->nans; i++)
-        if (am->ans[i].node == node)
-            return am->ans[i].name;
-    return shp_topo_node(am->topo, node)->desc;
-}
-
-int shp_am_an_of_node(const shp_am_t *am, int node)
-{
-    for (int i = 0; i < am->nans; i++)
-        if (am->ans[i].node == node)
-            return i;
-    return -1;
-}
-
 /* An AN is gone: the groups through it are revoked (and only those); the
  * trees through it take no new groups and are rebuilt once empty. */
 void shp_am_an_lost(shp_am_t *am, int a, const char *why)

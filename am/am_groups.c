@@ -20,13 +20,6 @@
 #include "protocol/ctl.h"
 #include "core/log.h"
 
-shp_am_group_t *shp_am_group_find(shp_am_t *am, uint32_t id)
-{
-    shp_am_group_t *g;
-    HASH_FIND(hh, am->groups, &id, sizeof(id), g);
-    return g;
-}
-
 void shp_am_group_free(shp_am_t *am, shp_am_group_t *g)
 {
     ev_timer_stop(am->loop, &g->timer);

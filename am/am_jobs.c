@@ -1,9 +1,5 @@
 /*
- * sharpds and jobs.  A sharpd registers for its host and lists the jobs it
- * still has processes of; its requests (job_begin, job_attach, job_end,
- * job_reserve, job_release, group_create, group_destroy) arrive here.
- *
- * A job is admitted for the hosts it names when one of them asks, within
+ * Jobs.  A job is admitted for the hosts it names when one of them asks, within
  * max_jobs and uid_max_jobs, and some up tree spans its hosts; it gets a
  * random key and its quotas (a job may ask for less, never more).  A
  * scheduler reserves a job host by host and releases it (am_reserve.c).  A
@@ -20,45 +16,9 @@
 #include "protocol/ctl.h"
 #include "core/log.h"
 
-static shp_am_peer_t *am_sharpd_of_host(shp_am_t *am, const char *host)
-{
-    for (shp_am_peer_t *p = am->peers; p; p = p->next)
-        if (p->role == AM_PEER_SHARPD && !strcmp(p->host, host))
-            return p;
-    return NULL;
-}
-
-/* Tell the sharpds of the job's hosts. */
-void shp_am_job_notify(shp_am_t *am, shp_am_job_t *j, json_t *msg)
-{
-    /* a host listed twice is told once (without marks, twice) */
-    int marks = shp_am_mark_begin(am) == SHP_OK;
-    for (int h = 0; h < j->nhosts; h++) {
-        if (!j->attached[h])
-            continue;
-        if (marks) {
-            if (am->mark[j->hosts[h]] == am->mark_gen)
-                continue;
-            am->mark[j->hosts[h]] = am->mark_gen;
-        }
-        shp_am_peer_t *p =
-            am_sharpd_of_host(am, shp_topo_node(am->topo, j->hosts[h])->host);
-        if (p)
-            shp_am_send(p, json_incref(msg));
-    }
-    json_decref(msg);
-}
-
-shp_am_job_t *shp_am_job_find(shp_am_t *am, uint64_t id)
-{
-    shp_am_job_t *j;
-    HASH_FIND(hh, am->jobs, &id, sizeof(id), j);
-    return j;
-}
-
 /* Where `host` is a host of the job, its sharpd now has processes of it;
  * returns how many of the job's host entries are that host (0: none). */
-static int am_job_attach_host(shp_am_t *am, shp_am_job_t *j, const char *host)
+int shp_am_job_attach_host(shp_am_t *am, shp_am_job_t *j, const char *host)
 {
     int n = 0;
     for (int k = 0; k < j->nhosts; k++)
@@ -104,66 +64,6 @@ void shp_am_job_end(shp_am_t *am, shp_am_job_t *j, shp_status_t why,
     shp_info("job %" PRIu64 " ended%s%s", j->id, why ? ": " : "",
              why ? reason : "");
     shp_am_job_free(am, j);
-}
-
-/* Host names -> topology CA nodes; refuses unknown hosts precisely. */
-shp_status_t shp_am_hosts_resolve(shp_am_t *am, const json_t *arr, int **out,
-                                  int *n, char *why, size_t whylen)
-{
-    size_t cnt = json_array_size(arr), i;
-    json_t *v;
-    if (cnt == 0) {
-        snprintf(why, whylen, "empty host list");
-        return SHP_ERR_INVALID_PARAM;
-    }
-    if (cnt > am->cfg.max_list) {
-        snprintf(why, whylen,
-                 "a list of %zu hosts is over this manager's limit of %u "
-                 "(max_list)",
-                 cnt, am->cfg.max_list);
-        return SHP_ERR_TOO_LARGE;
-    }
-    int *nodes = malloc(sizeof(int) * cnt);
-    if (!nodes)
-        return SHP_ERR_NO_MEMORY;
-    json_array_foreach(arr, i, v)
-    {
-        const char *h = json_string_value(v);
-        int node = h ? shp_topo_find(am->topo, h) : -1;
-        if (node < 0 || shp_topo_node(am->topo, node)->type != SHP_NODE_CA) {
-            snprintf(why, whylen, "unknown host \"%s\"",
-                     h ? h
-                       : "(not a "
-                         "string)");
-            free(nodes);
-            return SHP_ERR_NOT_FOUND;
-        }
-        if (am->leaf[node] < 0) {
-            snprintf(why, whylen, "host %s reaches no live aggregation node",
-                     h);
-            free(nodes);
-            return SHP_ERR_NO_TREE;
-        }
-        nodes[i] = node;
-    }
-    *out = nodes;
-    *n = (int)cnt;
-    return SHP_OK;
-}
-
-/* Whether some up tree spans the leaf ANs of every one of these hosts. */
-int shp_am_hosts_spanned(shp_am_t *am, const int *nodes, int n)
-{
-    for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++) {
-        if (!am->trees[t].used || !am->trees[t].up)
-            continue;
-        int spans = 1;
-        for (int k = 0; k < n && spans; k++)
-            spans = shp_tree_pos(&am->trees[t].t, am->leaf[nodes[k]]) >= 0;
-        if (spans)
-            return 1;
-    }
-    return 0;
 }
 
 /* A job may ask for less than its quota, never more. */
@@ -279,8 +179,8 @@ static shp_status_t am_job_admit(shp_am_t *am, shp_am_peer_t *p,
 
 /* job_begin {job_id, uid, hosts [names], req?} from a sharpd on one of
  * the hosts: admitted (with its key and quotas) or refused. */
-static void am_job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
-                         int64_t id)
+void shp_am_job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                      int64_t id)
 {
     uint64_t job_id, uid;
     json_t *hosts;
@@ -316,7 +216,7 @@ static void am_job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     j->nhosts = n;
     j->attached = att;
     j->held = held;
-    am_job_attach_host(am, j, p->host);
+    shp_am_job_attach_host(am, j, p->host);
     shp_info("job %" PRIu64 " (uid %u, %d hosts) admitted: %u groups, %u "
              "osts, %u bytes",
              j->id, (unsigned)j->uid, n, j->max_groups, j->osts, j->payload);
@@ -325,42 +225,13 @@ static void am_job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     shp_am_send(p, m);
 }
 
-/* The job a sharpd's request names, if the requester may act on it. */
-shp_am_job_t *shp_am_job_for(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
-                             const char *ack, int64_t id)
-{
-    uint64_t job_id, uid;
-    const char *w;
-    if (shp_json_get_u64(msg, "job_id", &job_id, &w) ||
-        shp_json_get_u64(msg, "uid", &uid, &w)) {
-        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PROTO,
-                                     "job_id and uid required"));
-        return NULL;
-    }
-    shp_am_job_t *j = shp_am_job_find(am, job_id);
-    if (!j) {
-        shp_am_send(p,
-                    shp_ctl_reply(ack, id, SHP_ERR_JOB_UNKNOWN, "no such job"));
-        return NULL;
-    }
-    if (uid != 0 && uid != j->uid) {
-        char why[128];
-        snprintf(why, sizeof(why), "job %" PRIu64 " belongs to uid %u", j->id,
-                 (unsigned)j->uid);
-        shp_warn_id("AM0402", "uid %" PRIu64 " on %s: %s", uid, p->host, why);
-        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PERM, why));
-        return NULL;
-    }
-    return j;
-}
-
-static void am_job_attach(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
-                          int64_t id)
+void shp_am_job_attach(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                       int64_t id)
 {
     shp_am_job_t *j = shp_am_job_for(am, p, msg, "job_attach_ack", id);
     if (!j)
         return;
-    if (!am_job_attach_host(am, j, p->host)) {
+    if (!shp_am_job_attach_host(am, j, p->host)) {
         shp_am_send(p,
                     shp_ctl_reply("job_attach_ack", id, SHP_ERR_PERM,
                                   "this host is not one of the job's hosts"));
@@ -377,8 +248,8 @@ static void am_job_attach(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
  * `lost`, that sharpd is gone: its scheduler's hold goes too).  The job's
  * groups are revoked; the job ends when no host has processes of it and
  * none holds a reservation. */
-static void am_job_detach_host(shp_am_t *am, shp_am_job_t *j, const char *host,
-                               const char *reason, int lost)
+void shp_am_job_detach_host(shp_am_t *am, shp_am_job_t *j, const char *host,
+                            const char *reason, int lost)
 {
     int any = 0, was = 0, held = 0;
     for (int k = 0; k < j->nhosts; k++) {
@@ -400,118 +271,4 @@ static void am_job_detach_host(shp_am_t *am, shp_am_job_t *j, const char *host,
         shp_am_group_revoke(am, j->groups, SHP_ERR_GROUP_REVOKED, reason);
     if (!any && !held)
         shp_am_job_end(am, j, SHP_ERR_JOB_KILLED, reason);
-}
-
-/* The sharpd of `host` is gone (not replaced): the host's share of every
- * job goes, reservations too. */
-void shp_am_sharpd_lost(shp_am_t *am, const char *host, shp_status_t reason)
-{
-    char why[200];
-    snprintf(why, sizeof(why), "the sharpd of %s is gone (%s)", host,
-             shp_status_str(reason));
-    shp_warn_id("AM0202", "%s", why);
-    shp_am_job_t *j, *jt;
-    HASH_ITER(hh, am->jobs, j, jt)
-    {
-        am_job_detach_host(am, j, host, why, 1);
-    }
-}
-
-/* A sharpd (re)registers: it announces the jobs it has processes of. */
-void shp_am_sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
-{
-    const char *host, *w;
-    json_t *jobs;
-    if (shp_json_get_str(msg, "host", &host, &w) ||
-        shp_json_get_array(msg, "jobs", &jobs, &w) ||
-        strcmp(host, p->auth.name) != 0) {
-        shp_am_send(p, shp_ctl_reply("sharpd_register_ack", 0, SHP_ERR_PROTO,
-                                     "malformed sharpd_register"));
-        shp_conn_close(&p->conn, SHP_ERR_PROTO);
-        return;
-    }
-    int node = shp_topo_find(am->topo, host);
-    if (node < 0 || shp_topo_node(am->topo, node)->type != SHP_NODE_CA) {
-        char e[300];
-        snprintf(e, sizeof(e), "host %s is not in the topology", host);
-        shp_error_id("AM0103", "refusing sharpd: %s", e);
-        shp_am_send(
-            p, shp_ctl_reply("sharpd_register_ack", 0, SHP_ERR_NOT_FOUND, e));
-        shp_conn_flush(&p->conn);
-        shp_conn_close(&p->conn, SHP_ERR_NOT_FOUND);
-        return;
-    }
-    shp_am_peer_t *old = am_sharpd_of_host(am, host);
-    if (old)
-        shp_conn_close(&old->conn, SHP_ERR_EXISTS); /* replaced */
-    p->role = AM_PEER_SHARPD;
-    snprintf(p->host, sizeof(p->host), "%s", host);
-    shp_am_send(
-        p, json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status", 0));
-    shp_info("sharpd of host %s registered", host);
-    /* jobs this AM still knows are attached again; others were lost with an
-     * earlier AM and the sharpd is told they are gone */
-    size_t i;
-    json_t *v;
-    json_array_foreach(jobs, i, v)
-    {
-        uint64_t jid;
-        if (shp_json_get_u64(v, "job_id", &jid, &w))
-            continue;
-        shp_am_job_t *j = shp_am_job_find(am, jid);
-        if (!j || !am_job_attach_host(am, j, host)) {
-            shp_am_send(p,
-                        json_pack("{s:s, s:o, s:i, s:s}", "type", "job_killed",
-                                  "job_id", shp_json_u64(jid), "status",
-                                  (int)SHP_ERR_JOB_UNKNOWN, "reason",
-                                  "the aggregation manager restarted and "
-                                  "does not know the job"));
-        }
-    }
-}
-
-void shp_am_sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
-{
-    const char *type = shp_ctl_type(msg);
-    int64_t id = 0;
-    if (!strcmp(type, "job_detach")) {
-        uint64_t jid;
-        const char *w;
-        if (shp_json_get_u64(msg, "job_id", &jid, &w) == SHP_OK) {
-            shp_am_job_t *j = shp_am_job_find(am, jid);
-            char why[200];
-            snprintf(why, sizeof(why), "the job's processes on %s exited",
-                     p->host);
-            if (j)
-                am_job_detach_host(am, j, p->host, why, 0);
-        }
-        return;
-    }
-    if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL)) {
-        shp_am_send(p, shp_ctl_reply("error", 0, SHP_ERR_PROTO,
-                                     "request without an id"));
-        return;
-    }
-    if (!strcmp(type, "job_begin")) {
-        am_job_begin(am, p, msg, id);
-    } else if (!strcmp(type, "job_attach")) {
-        am_job_attach(am, p, msg, id);
-    } else if (!strcmp(type, "job_end")) {
-        shp_am_job_t *j = shp_am_job_for(am, p, msg, "job_end_ack", id);
-        if (j) {
-            shp_am_job_end(am, j, SHP_OK, "ended");
-            shp_am_send(p, shp_ctl_reply("job_end_ack", id, SHP_OK, NULL));
-        }
-    } else if (!strcmp(type, "job_reserve")) {
-        shp_am_job_reserve(am, p, msg, id);
-    } else if (!strcmp(type, "job_release")) {
-        shp_am_job_release(am, p, msg, id);
-    } else if (!strcmp(type, "group_create")) {
-        shp_am_group_create(am, p, msg, id);
-    } else if (!strcmp(type, "group_destroy")) {
-        shp_am_group_destroy(am, p, msg, id);
-    } else {
-        shp_am_send(p, shp_ctl_reply("error", id, SHP_ERR_UNSUPPORTED,
-                                     "unknown request"));
-    }
 }

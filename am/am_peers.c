@@ -5,7 +5,7 @@
  * Every TCP peer first proves the cluster secret (protocol/auth.h), with
  * small frames only until it has; then it says what it is with its first
  * message: an_register (an AN, am_ans.c) or sharpd_register (a host daemon,
- * am_jobs.c), and its later messages go to that role's handler.  An admin
+ * am_sharpds.c), and its later messages go to that role's handler.  An admin
  * peer is known by its SO_PEERCRED and each request goes to the handler
  * the admin interface installed (am->admin_handler).  A peer that goes
  * takes its AN, or its host's share of jobs, with it.
@@ -22,16 +22,6 @@
 #include "protocol/ctl.h"
 #include "core/log.h"
 #include "core/net.h"
-
-void shp_am_send(shp_am_peer_t *p, json_t *msg)
-{
-    if (!msg)
-        return;
-    if (p && shp_conn_is_open(&p->conn) &&
-        shp_ctl_send(&p->conn, msg) != SHP_OK)
-        shp_warn("cannot send %s to %s", shp_ctl_type(msg), p->conn.peer);
-    json_decref(msg);
-}
 
 static void am_peer_frame(shp_conn_t *conn, const void *frame, size_t len)
 {
