@@ -23,6 +23,9 @@
 #include "core/log.h"
 #include "core/net.h"
 
+/* One message from a peer: an admin's goes to the installed handler;
+ * before the secret is proved, the handshake; then the first message says
+ * the peer's role, and the later ones go to that role's handler. */
 static void am_peer_frame(shp_conn_t *conn, const void *frame, size_t len)
 {
     shp_am_peer_t *p = conn->arg;

@@ -70,6 +70,8 @@ void shp_am_sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     }
 }
 
+/* A registered sharpd's message: job_detach (not answered), or a request
+ * with an id, answered by the handler of its type. */
 void shp_am_sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
 {
     const char *type = shp_ctl_type(msg);
