@@ -56,6 +56,12 @@ typedef struct shp_am_peer shp_am_peer_t;
 typedef struct shp_am_group shp_am_group_t;
 typedef struct shp_am_job shp_am_job_t;
 
+/* Answers one request of the admin socket (sharpctl); the core sends the
+ * reply and releases it.  The core knows no admin request: the admin module
+ * installs its handler (shp_am_admin_install) before shp_am_start. */
+typedef json_t *shp_am_admin_fn(shp_am_t *am, shp_am_peer_t *peer,
+                                const json_t *req);
+
 typedef enum {
     AM_PEER_NEW,
     AM_PEER_AN,
@@ -162,6 +168,7 @@ struct shp_am {
     uint32_t next_group;
     int64_t next_req;
     shp_listener_t listener, admin;
+    shp_am_admin_fn *admin_handler; /* required when cfg.admin_socket is set */
     shp_am_peer_t *peers;
     ev_timer settle;
     ev_timer stats_timer;
@@ -179,10 +186,11 @@ void shp_am_stop(shp_am_t *am);
 SHP_WUR shp_status_t shp_am_topology_load(shp_am_t *am, const char *path,
                                           char *err, size_t errlen);
 
-/* Admin requests (am_admin.c): answers one message from sharpctl. */
-json_t *shp_am_admin(shp_am_t *am, shp_am_peer_t *peer, const json_t *req);
+/* The admin interface (am_admin.c), a consumer of the core above: installs
+ * its request handler in `am` (call before shp_am_start). */
+void shp_am_admin_install(shp_am_t *am);
 
-/* Shared with am_admin.c */
+/* The core's services to its consumers (the admin interface) */
 void shp_am_job_end(shp_am_t *am, shp_am_job_t *job, shp_status_t why,
                     const char *reason);
 const char *shp_am_an_name(const shp_am_t *am, int node);

@@ -14,6 +14,11 @@
  *   stats               counters
  *   topology            what the AM's topology holds
  *   topology_load {file}  replace it (refused while jobs run)
+ *
+ * A consumer of the manager's core (am/am.h): it reads the core's state and
+ * calls shp_am_job_end and shp_am_topology_load; the core knows it only as
+ * the handler shp_am_admin_install puts in am->admin_handler, by which the
+ * admin socket's peers are answered (am_peers.c).
  */
 #include "am/am.h"
 #include "core/time.h"
@@ -26,7 +31,7 @@
 #include "protocol/ctl.h"
 #include "core/log.h"
 
-static json_t *guid_json(uint64_t g)
+static json_t *am_guid_json(uint64_t g)
 {
     char s[24];
     snprintf(s, sizeof(s), "0x%016" PRIx64, g);
@@ -35,7 +40,7 @@ static json_t *guid_json(uint64_t g)
 
 /* root, the manager's own user (an install without privileges runs it as
  * its owner) and the members of admin_group */
-static int allowed(shp_am_t *am, shp_am_peer_t *p)
+static int am_admin_allowed(shp_am_t *am, shp_am_peer_t *p)
 {
     if (p->uid == 0 || p->uid == geteuid())
         return 1;
@@ -49,7 +54,7 @@ static int allowed(shp_am_t *am, shp_am_peer_t *p)
     return 0;
 }
 
-static json_t *list_ans(shp_am_t *am)
+static json_t *am_admin_ans(shp_am_t *am)
 {
     json_t *a = json_array();
     for (int i = 0; i < am->nans; i++) {
@@ -61,8 +66,8 @@ static json_t *list_ans(shp_am_t *am)
                    "{s:s, s:o, s:s, s:s, s:s, s:i, s:i, s:I, s:f, s:I, "
                    "s:I}",
                    "name", an->name, "guid",
-                   guid_json(shp_topo_node(am->topo, an->node)->guid), "addr",
-                   an->data_addr, "transport",
+                   am_guid_json(shp_topo_node(am->topo, an->node)->guid),
+                   "addr", an->data_addr, "transport",
                    an->transport[0] ? an->transport : "-", "state",
                    an->up ? "up" : "down", "trees", an->ntrees, "groups",
                    an->ngroups, "registrations", (json_int_t)an->registrations,
@@ -82,7 +87,7 @@ static json_t *list_ans(shp_am_t *am)
     return a;
 }
 
-static json_t *list_trees(shp_am_t *am)
+static json_t *am_admin_trees(shp_am_t *am)
 {
     json_t *a = json_array();
     for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++) {
@@ -98,7 +103,7 @@ static json_t *list_trees(shp_am_t *am)
     return a;
 }
 
-static json_t *one_tree(shp_am_t *am, const json_t *req, shp_status_t *st)
+static json_t *am_admin_tree(shp_am_t *am, const json_t *req, shp_status_t *st)
 {
     int64_t t;
     if (shp_json_get_int(req, "tree_id", 0, SHP_AM_MAX_TREE_ID - 1, &t, NULL) ||
@@ -128,7 +133,7 @@ static json_t *one_tree(shp_am_t *am, const json_t *req, shp_status_t *st)
                      tr->nhosts, "nodes", nodes);
 }
 
-static json_t *list_jobs(shp_am_t *am)
+static json_t *am_admin_jobs(shp_am_t *am)
 {
     json_t *a = json_array();
     shp_am_job_t *j, *tmp;
@@ -154,7 +159,7 @@ static json_t *list_jobs(shp_am_t *am)
     return a;
 }
 
-static json_t *list_groups(shp_am_t *am, const json_t *req)
+static json_t *am_admin_groups(shp_am_t *am, const json_t *req)
 {
     uint64_t only = 0;
     int filter = shp_json_get_u64(req, "job_id", &only, NULL) == SHP_OK;
@@ -199,7 +204,70 @@ static json_t *list_groups(shp_am_t *am, const json_t *req)
     return a;
 }
 
-json_t *shp_am_admin(shp_am_t *am, shp_am_peer_t *p, const json_t *req)
+/* job_kill {job_id}: the job ends now; its processes are told. */
+static shp_status_t am_admin_job_kill(shp_am_t *am, shp_am_peer_t *p,
+                                      const json_t *req, const char **error)
+{
+    uint64_t jid;
+    shp_am_job_t *j = NULL;
+    if (shp_json_get_u64(req, "job_id", &jid, NULL) == SHP_OK)
+        HASH_FIND(hh, am->jobs, &jid, sizeof(jid), j);
+    if (!j) {
+        *error = "no such job";
+        return SHP_ERR_JOB_UNKNOWN;
+    }
+    shp_info("job %" PRIu64 " killed by uid %u", jid, (unsigned)p->uid);
+    shp_am_job_end(am, j, SHP_ERR_JOB_KILLED, "killed by the administrator");
+    return SHP_OK;
+}
+
+static json_t *am_admin_stats(shp_am_t *am)
+{
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "jobs",
+                     (json_int_t)HASH_COUNT(am->jobs), "groups",
+                     (json_int_t)HASH_COUNT(am->groups), "jobs_begun",
+                     (json_int_t)am->stats.jobs_begun, "jobs_refused",
+                     (json_int_t)am->stats.jobs_refused, "groups_created",
+                     (json_int_t)am->stats.groups_created, "groups_failed",
+                     (json_int_t)am->stats.groups_failed, "groups_revoked",
+                     (json_int_t)am->stats.groups_revoked, "auth_failures",
+                     (json_int_t)am->stats.auth_failures, "tree_builds",
+                     (json_int_t)am->stats.tree_builds);
+}
+
+/* topology_load {file}: *error (static) says why not. */
+static shp_status_t am_admin_topology_load(shp_am_t *am, shp_am_peer_t *p,
+                                           const json_t *req,
+                                           const char **error)
+{
+    const char *file;
+    static char why[512];
+    shp_status_t st;
+    if (shp_json_get_str(req, "file", &file, NULL) != SHP_OK) {
+        *error = "file required";
+        return SHP_ERR_PROTO;
+    }
+    if ((st = shp_am_topology_load(am, file, why, sizeof(why))) != SHP_OK) {
+        *error = why;
+        return st;
+    }
+    shp_info("topology %s loaded by uid %u", file, (unsigned)p->uid);
+    return SHP_OK;
+}
+
+static json_t *am_admin_topology(shp_am_t *am)
+{
+    return json_pack(
+        "{s:s, s:I, s:I, s:I}", "file", am->cfg.topology, "switches",
+        (json_int_t)shp_topo_count_type(am->topo, SHP_NODE_SWITCH), "hosts",
+        (json_int_t)shp_topo_count_type(am->topo, SHP_NODE_CA), "links",
+        (json_int_t)shp_topo_links(am->topo));
+}
+
+/* One request: its reply {type: "<request>_reply", id, status, error?,
+ * data}. */
+static json_t *am_admin_request(shp_am_t *am, shp_am_peer_t *p,
+                                const json_t *req)
 {
     const char *type = shp_ctl_type(req);
     int64_t id = shp_json_opt_int(req, "id", 0, INT64_MAX, 0);
@@ -209,71 +277,33 @@ json_t *shp_am_admin(shp_am_t *am, shp_am_peer_t *p, const json_t *req)
     shp_status_t st = SHP_OK;
     const char *error = NULL;
 
-    if (!allowed(am, p)) {
+    if (!am_admin_allowed(am, p)) {
         st = SHP_ERR_PERM;
         error = "the admin interface is for root and the admin group";
         shp_warn_id("AM0105", "admin request %s from uid %u refused", type,
                     (unsigned)p->uid);
     } else if (!strcmp(type, "ans")) {
-        json_object_set_new(r, "ans", list_ans(am));
+        json_object_set_new(r, "ans", am_admin_ans(am));
     } else if (!strcmp(type, "trees")) {
-        json_object_set_new(r, "trees", list_trees(am));
+        json_object_set_new(r, "trees", am_admin_trees(am));
     } else if (!strcmp(type, "tree")) {
-        json_t *t = one_tree(am, req, &st);
+        json_t *t = am_admin_tree(am, req, &st);
         if (t)
             json_object_set_new(r, "tree", t);
         else
             error = "no such tree";
     } else if (!strcmp(type, "jobs")) {
-        json_object_set_new(r, "jobs", list_jobs(am));
+        json_object_set_new(r, "jobs", am_admin_jobs(am));
     } else if (!strcmp(type, "groups")) {
-        json_object_set_new(r, "groups", list_groups(am, req));
+        json_object_set_new(r, "groups", am_admin_groups(am, req));
     } else if (!strcmp(type, "job_kill")) {
-        uint64_t jid;
-        shp_am_job_t *j = NULL;
-        if (shp_json_get_u64(req, "job_id", &jid, NULL) == SHP_OK)
-            HASH_FIND(hh, am->jobs, &jid, sizeof(jid), j);
-        if (j) {
-            shp_info("job %" PRIu64 " killed by uid %u", jid, (unsigned)p->uid);
-            shp_am_job_end(am, j, SHP_ERR_JOB_KILLED,
-                           "killed by the administrator");
-        } else {
-            st = SHP_ERR_JOB_UNKNOWN;
-            error = "no such job";
-        }
+        st = am_admin_job_kill(am, p, req, &error);
     } else if (!strcmp(type, "stats")) {
-        json_object_set_new(
-            r, "stats",
-            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "jobs",
-                      (json_int_t)HASH_COUNT(am->jobs), "groups",
-                      (json_int_t)HASH_COUNT(am->groups), "jobs_begun",
-                      (json_int_t)am->stats.jobs_begun, "jobs_refused",
-                      (json_int_t)am->stats.jobs_refused, "groups_created",
-                      (json_int_t)am->stats.groups_created, "groups_failed",
-                      (json_int_t)am->stats.groups_failed, "groups_revoked",
-                      (json_int_t)am->stats.groups_revoked, "auth_failures",
-                      (json_int_t)am->stats.auth_failures, "tree_builds",
-                      (json_int_t)am->stats.tree_builds));
+        json_object_set_new(r, "stats", am_admin_stats(am));
     } else if (!strcmp(type, "topology_load")) {
-        const char *file;
-        static char why[512];
-        if (shp_json_get_str(req, "file", &file, NULL) != SHP_OK) {
-            st = SHP_ERR_PROTO;
-            error = "file required";
-        } else if ((st = shp_am_topology_load(am, file, why, sizeof(why))) !=
-                   SHP_OK) {
-            error = why;
-        } else {
-            shp_info("topology %s loaded by uid %u", file, (unsigned)p->uid);
-        }
+        st = am_admin_topology_load(am, p, req, &error);
     } else if (!strcmp(type, "topology")) {
-        json_object_set_new(
-            r, "topology",
-            json_pack(
-                "{s:s, s:I, s:I, s:I}", "file", am->cfg.topology, "switches",
-                (json_int_t)shp_topo_count_type(am->topo, SHP_NODE_SWITCH),
-                "hosts", (json_int_t)shp_topo_count_type(am->topo, SHP_NODE_CA),
-                "links", (json_int_t)shp_topo_links(am->topo)));
+        json_object_set_new(r, "topology", am_admin_topology(am));
     } else {
         st = SHP_ERR_UNSUPPORTED;
         error = "unknown request";
@@ -282,4 +312,9 @@ json_t *shp_am_admin(shp_am_t *am, shp_am_peer_t *p, const json_t *req)
     if (error)
         json_object_set_new(r, "error", json_string(error));
     return r;
+}
+
+void shp_am_admin_install(shp_am_t *am)
+{
+    am->admin_handler = am_admin_request;
 }

@@ -12,12 +12,12 @@
 #define SHP_VERSION "0.1.0"
 #endif
 
-static const shp_config_range_t trees_range = {1, SHP_AM_MAX_TREE_ID};
-static const shp_config_range_t radix_range = {1, 4096};
-static const shp_config_range_t flat_range = {0, 4096};
-static const shp_config_range_t count_range = {1, 1000000};
-static const shp_config_range_t list_range = {1, 1u << 20};
-static const shp_config_range_t port_range = {1024, 45000};
+static const shp_config_range_t am_trees_range = {1, SHP_AM_MAX_TREE_ID};
+static const shp_config_range_t am_radix_range = {1, 4096};
+static const shp_config_range_t am_flat_range = {0, 4096};
+static const shp_config_range_t am_count_range = {1, 1000000};
+static const shp_config_range_t am_list_range = {1, 1u << 20};
+static const shp_config_range_t am_port_range = {1024, 45000};
 
 static const shp_config_opt_t am_opts[] = {
     {"listen", "0.0.0.0:6126", "ip:port for ANs and sharpds",
@@ -41,25 +41,25 @@ static const shp_config_opt_t am_opts[] = {
     {"log_level", "info", "log level", offsetof(shp_am_config_t, log_level),
      &shp_cfg_loglevel},
     {"max_trees", "8", "aggregation trees to build",
-     offsetof(shp_am_config_t, max_trees), &shp_cfg_uint, &trees_range},
+     offsetof(shp_am_config_t, max_trees), &shp_cfg_uint, &am_trees_range},
     {"radix", "64", "AN children per AN in a tree, at most",
-     offsetof(shp_am_config_t, radix), &shp_cfg_uint, &radix_range},
+     offsetof(shp_am_config_t, radix), &shp_cfg_uint, &am_radix_range},
     {"flat_max", "16",
      "a group of at most this many members is served by its top AN alone, "
      "every member a direct child (0: never)",
-     offsetof(shp_am_config_t, flat_max), &shp_cfg_uint, &flat_range},
+     offsetof(shp_am_config_t, flat_max), &shp_cfg_uint, &am_flat_range},
     {"max_jobs", "1024", "jobs admitted at once, at most",
-     offsetof(shp_am_config_t, max_jobs), &shp_cfg_uint, &count_range},
+     offsetof(shp_am_config_t, max_jobs), &shp_cfg_uint, &am_count_range},
     {"max_list", "65536",
      "hosts of a job, or members of a group, in one request, at most",
-     offsetof(shp_am_config_t, max_list), &shp_cfg_uint, &list_range},
+     offsetof(shp_am_config_t, max_list), &shp_cfg_uint, &am_list_range},
     {"uid_max_jobs", "64",
      "jobs of one user at once, at most (root's are not counted)",
-     offsetof(shp_am_config_t, uid_max_jobs), &shp_cfg_uint, &count_range},
+     offsetof(shp_am_config_t, uid_max_jobs), &shp_cfg_uint, &am_count_range},
     {"job_max_groups", "16", "groups per job, at most",
-     offsetof(shp_am_config_t, job_max_groups), &shp_cfg_uint, &count_range},
+     offsetof(shp_am_config_t, job_max_groups), &shp_cfg_uint, &am_count_range},
     {"group_osts", "16", "outstanding operations per group (quota)",
-     offsetof(shp_am_config_t, group_osts), &shp_cfg_uint, &count_range},
+     offsetof(shp_am_config_t, group_osts), &shp_cfg_uint, &am_count_range},
     {"group_payload", "32k", "payload bytes per operation (quota)",
      offsetof(shp_am_config_t, group_payload), &shp_cfg_size},
     {"dist", "auto",
@@ -70,7 +70,7 @@ static const shp_config_opt_t am_opts[] = {
      "first two octets of the groups' multicast addresses",
      offsetof(shp_am_config_t, mcast_prefix), &shp_cfg_string},
     {"mcast_port", "20000", "first UDP port of the groups' multicast",
-     offsetof(shp_am_config_t, mcast_port), &shp_cfg_uint, &port_range},
+     offsetof(shp_am_config_t, mcast_port), &shp_cfg_uint, &am_port_range},
     {"keepalive", "2s", "keepalive interval of control connections",
      offsetof(shp_am_config_t, keepalive_ms), &shp_cfg_time},
     {"group_timeout", "10s", "how long ANs have to confirm a new group",
@@ -90,14 +90,14 @@ static const shp_config_opt_t am_opts[] = {
 static const shp_config_table_t am_table = {
     "sharp_am", "SHARP_AM_", SHP_CONF_DIR "/sharp_am.conf", am_opts};
 
-static void on_stop(void *arg, int signum)
+static void am_on_stop(void *arg, int signum)
 {
     shp_am_t *am = arg;
     shp_info("signal %d: shutting down", signum);
     ev_break(am->loop, EVBREAK_ALL);
 }
 
-static void on_reload(void *arg)
+static void am_on_reload(void *arg)
 {
     shp_am_config_t fresh = {0};
     (void)arg;
@@ -134,6 +134,7 @@ int main(int argc, char **argv)
     }
     shp_log_set_level(am.cfg.log_level);
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    shp_am_admin_install(&am);
     if (shp_am_start(&am, loop, msg, sizeof(msg)) != SHP_OK) {
         fprintf(stderr, "sharp_am: %s\n", msg);
         shp_config_release(&am_table, &am.cfg);
@@ -149,7 +150,7 @@ int main(int argc, char **argv)
         shp_config_release(&am_table, &am.cfg);
         return 1;
     }
-    shp_signals_start(&sig, loop, on_stop, on_reload, &am);
+    shp_signals_start(&sig, loop, am_on_stop, am_on_reload, &am);
     printf("sharp_am listening on %s\n", am.listen_addr);
     fflush(stdout);
     ev_run(loop, 0);

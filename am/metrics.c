@@ -22,12 +22,12 @@ typedef struct {
     char *p;
     size_t len, cap;
     int oom;
-} buf_t;
+} am_metrics_buf_t;
 
-static void put(buf_t *b, const char *fmt, ...)
+static void am_metrics_put(am_metrics_buf_t *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-static void put(buf_t *b, const char *fmt, ...)
+static void am_metrics_put(am_metrics_buf_t *b, const char *fmt, ...)
 {
     for (int tries = 0; tries < 2 && !b->oom; tries++) {
         va_list ap;
@@ -54,7 +54,7 @@ static void put(buf_t *b, const char *fmt, ...)
 }
 
 /* a label value: \, " and newline escaped */
-static const char *label(const char *s, char *out, size_t len)
+static const char *am_metrics_label(const char *s, char *out, size_t len)
 {
     size_t o = 0;
     for (; *s && o + 3 < len; s++) {
@@ -69,29 +69,22 @@ static const char *label(const char *s, char *out, size_t len)
     return out;
 }
 
-static void family(buf_t *b, const char *name, const char *type,
-                   const char *help)
+static void am_metrics_family(am_metrics_buf_t *b, const char *name,
+                              const char *type, const char *help)
 {
-    put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    am_metrics_put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static uint64_t counter_of(const json_t *counters, const char *key)
+static uint64_t am_metrics_counter_of(const json_t *counters, const char *key)
 {
     json_t *v = counters ? json_object_get(counters, key) : NULL;
     return json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
 }
 
-/* The text of one scrape; NULL if out of memory.  *len its length. */
-char *shp_am_metrics_text(const shp_am_t *am, size_t *len)
+/* The manager's gauges and counters. */
+static void am_metrics_totals(am_metrics_buf_t *b, const shp_am_t *am)
 {
-    buf_t b = {malloc(8192), 0, 8192, 0};
-    char n[300], t[64];
-    uint64_t now = shp_time_ns();
     int njobs = 0, ngroups = 0, nup = 0;
-
-    if (b.p == NULL) {
-        return NULL;
-    }
     const shp_am_job_t *j, *jt;
     HASH_ITER(hh, am->jobs, j, jt)
     {
@@ -106,39 +99,49 @@ char *shp_am_metrics_text(const shp_am_t *am, size_t *len)
         nup += am->ans[i].node >= 0 && am->ans[i].up;
     }
 
-    family(&b, "sharp_am_jobs", "gauge", "Jobs admitted and running.");
-    put(&b, "sharp_am_jobs %d\n", njobs);
-    family(&b, "sharp_am_groups", "gauge", "Groups of every job.");
-    put(&b, "sharp_am_groups %d\n", ngroups);
-    family(&b, "sharp_am_ans_up", "gauge",
-           "Aggregation nodes registered and connected.");
-    put(&b, "sharp_am_ans_up %d\n", nup);
-    family(&b, "sharp_am_jobs_begun_total", "counter", "Jobs admitted.");
-    put(&b, "sharp_am_jobs_begun_total %llu\n",
-        (unsigned long long)am->stats.jobs_begun);
-    family(&b, "sharp_am_jobs_refused_total", "counter", "Jobs refused.");
-    put(&b, "sharp_am_jobs_refused_total %llu\n",
-        (unsigned long long)am->stats.jobs_refused);
-    family(&b, "sharp_am_groups_created_total", "counter", "Groups created.");
-    put(&b, "sharp_am_groups_created_total %llu\n",
-        (unsigned long long)am->stats.groups_created);
-    family(&b, "sharp_am_groups_failed_total", "counter",
-           "Groups that failed (an AN or link lost, a refusal).");
-    put(&b, "sharp_am_groups_failed_total %llu\n",
-        (unsigned long long)am->stats.groups_failed);
-    family(&b, "sharp_am_revocations_total", "counter",
-           "Groups revoked by the manager.");
-    put(&b, "sharp_am_revocations_total %llu\n",
-        (unsigned long long)am->stats.groups_revoked);
-    family(&b, "sharp_am_auth_failures_total", "counter",
-           "Peers that failed the cluster-secret handshake.");
-    put(&b, "sharp_am_auth_failures_total %llu\n",
-        (unsigned long long)am->stats.auth_failures);
-    family(&b, "sharp_am_tree_builds_total", "counter", "Tree (re)builds.");
-    put(&b, "sharp_am_tree_builds_total %llu\n",
-        (unsigned long long)am->stats.tree_builds);
+    am_metrics_family(b, "sharp_am_jobs", "gauge",
+                      "Jobs admitted and running.");
+    am_metrics_put(b, "sharp_am_jobs %d\n", njobs);
+    am_metrics_family(b, "sharp_am_groups", "gauge", "Groups of every job.");
+    am_metrics_put(b, "sharp_am_groups %d\n", ngroups);
+    am_metrics_family(b, "sharp_am_ans_up", "gauge",
+                      "Aggregation nodes registered and connected.");
+    am_metrics_put(b, "sharp_am_ans_up %d\n", nup);
+    am_metrics_family(b, "sharp_am_jobs_begun_total", "counter",
+                      "Jobs admitted.");
+    am_metrics_put(b, "sharp_am_jobs_begun_total %llu\n",
+                   (unsigned long long)am->stats.jobs_begun);
+    am_metrics_family(b, "sharp_am_jobs_refused_total", "counter",
+                      "Jobs refused.");
+    am_metrics_put(b, "sharp_am_jobs_refused_total %llu\n",
+                   (unsigned long long)am->stats.jobs_refused);
+    am_metrics_family(b, "sharp_am_groups_created_total", "counter",
+                      "Groups created.");
+    am_metrics_put(b, "sharp_am_groups_created_total %llu\n",
+                   (unsigned long long)am->stats.groups_created);
+    am_metrics_family(b, "sharp_am_groups_failed_total", "counter",
+                      "Groups that failed (an AN or link lost, a refusal).");
+    am_metrics_put(b, "sharp_am_groups_failed_total %llu\n",
+                   (unsigned long long)am->stats.groups_failed);
+    am_metrics_family(b, "sharp_am_revocations_total", "counter",
+                      "Groups revoked by the manager.");
+    am_metrics_put(b, "sharp_am_revocations_total %llu\n",
+                   (unsigned long long)am->stats.groups_revoked);
+    am_metrics_family(b, "sharp_am_auth_failures_total", "counter",
+                      "Peers that failed the cluster-secret handshake.");
+    am_metrics_put(b, "sharp_am_auth_failures_total %llu\n",
+                   (unsigned long long)am->stats.auth_failures);
+    am_metrics_family(b, "sharp_am_tree_builds_total", "counter",
+                      "Tree (re)builds.");
+    am_metrics_put(b, "sharp_am_tree_builds_total %llu\n",
+                   (unsigned long long)am->stats.tree_builds);
+}
 
-    /* per AN: the counters of its last stats message */
+/* Per AN: the counters of its last stats message. */
+static void am_metrics_an_counters(am_metrics_buf_t *b, const shp_am_t *am)
+{
+    char n[300];
+
     static const struct {
         const char *name, *key, *type, *help;
     } an_metrics[] = {
@@ -160,63 +163,96 @@ char *shp_am_metrics_text(const shp_am_t *am, size_t *len)
          "Group joins refused for a wrong job key."},
     };
     for (size_t k = 0; k < sizeof(an_metrics) / sizeof(an_metrics[0]); k++) {
-        family(&b, an_metrics[k].name, an_metrics[k].type, an_metrics[k].help);
+        am_metrics_family(b, an_metrics[k].name, an_metrics[k].type,
+                          an_metrics[k].help);
         for (int i = 0; i < am->nans; i++) {
             const shp_am_an_t *an = &am->ans[i];
             if (an->node < 0 || an->counters == NULL) {
                 continue;
             }
-            put(&b, "%s{an=\"%s\"} %llu\n", an_metrics[k].name,
-                label(an->name, n, sizeof(n)),
-                (unsigned long long)counter_of(an->counters,
-                                               an_metrics[k].key));
+            am_metrics_put(b, "%s{an=\"%s\"} %llu\n", an_metrics[k].name,
+                           am_metrics_label(an->name, n, sizeof(n)),
+                           (unsigned long long)am_metrics_counter_of(
+                               an->counters, an_metrics[k].key));
         }
     }
-    family(&b, "sharp_an_errors_total", "counter",
-           "Errors of every kind at the AN.");
-    family(&b, "sharp_an_up", "gauge",
-           "1 while the AN is registered and connected.");
-    family(&b, "sharp_an_trees", "gauge", "Trees the AN takes part in.");
-    family(&b, "sharp_an_groups", "gauge", "Groups the AN serves.");
-    family(&b, "sharp_an_registrations_total", "counter",
-           "Times the AN registered with the manager.");
-    family(&b, "sharp_an_stats_age_seconds", "gauge",
-           "How old the AN's counters are (polled every stats_interval).");
+}
+
+/* Per AN: what the manager knows of it. */
+static void am_metrics_an_state(am_metrics_buf_t *b, const shp_am_t *am,
+                                uint64_t now)
+{
+    char n[300], t[64];
+
+    am_metrics_family(b, "sharp_an_errors_total", "counter",
+                      "Errors of every kind at the AN.");
+    am_metrics_family(b, "sharp_an_up", "gauge",
+                      "1 while the AN is registered and connected.");
+    am_metrics_family(b, "sharp_an_trees", "gauge",
+                      "Trees the AN takes part in.");
+    am_metrics_family(b, "sharp_an_groups", "gauge", "Groups the AN serves.");
+    am_metrics_family(b, "sharp_an_registrations_total", "counter",
+                      "Times the AN registered with the manager.");
+    am_metrics_family(
+        b, "sharp_an_stats_age_seconds", "gauge",
+        "How old the AN's counters are (polled every stats_interval).");
     for (int i = 0; i < am->nans; i++) {
         const shp_am_an_t *an = &am->ans[i];
         if (an->node < 0) {
             continue;
         }
-        label(an->name, n, sizeof(n));
-        label(an->transport[0] ? an->transport : "-", t, sizeof(t));
-        put(&b, "sharp_an_errors_total{an=\"%s\"} %llu\n", n,
-            (unsigned long long)an->errors);
-        put(&b, "sharp_an_up{an=\"%s\",transport=\"%s\"} %d\n", n, t, an->up);
-        put(&b, "sharp_an_trees{an=\"%s\"} %d\n", n, an->ntrees);
-        put(&b, "sharp_an_groups{an=\"%s\"} %d\n", n, an->ngroups);
-        put(&b, "sharp_an_registrations_total{an=\"%s\"} %llu\n", n,
-            (unsigned long long)an->registrations);
+        am_metrics_label(an->name, n, sizeof(n));
+        am_metrics_label(an->transport[0] ? an->transport : "-", t, sizeof(t));
+        am_metrics_put(b, "sharp_an_errors_total{an=\"%s\"} %llu\n", n,
+                       (unsigned long long)an->errors);
+        am_metrics_put(b, "sharp_an_up{an=\"%s\",transport=\"%s\"} %d\n", n, t,
+                       an->up);
+        am_metrics_put(b, "sharp_an_trees{an=\"%s\"} %d\n", n, an->ntrees);
+        am_metrics_put(b, "sharp_an_groups{an=\"%s\"} %d\n", n, an->ngroups);
+        am_metrics_put(b, "sharp_an_registrations_total{an=\"%s\"} %llu\n", n,
+                       (unsigned long long)an->registrations);
         if (an->stats_ns > 0 && now >= an->stats_ns) {
-            put(&b, "sharp_an_stats_age_seconds{an=\"%s\"} %.3f\n", n,
-                (double)(now - an->stats_ns) / 1e9);
+            am_metrics_put(b, "sharp_an_stats_age_seconds{an=\"%s\"} %.3f\n", n,
+                           (double)(now - an->stats_ns) / 1e9);
         }
     }
+}
 
-    /* per job: groups and operation slots held */
-    family(&b, "sharp_job_groups", "gauge", "Groups the job holds.");
-    family(&b, "sharp_job_osts", "gauge",
-           "Operation slots the job's groups hold (osts per group).");
+/* Per job: groups and operation slots held. */
+static void am_metrics_jobs(am_metrics_buf_t *b, const shp_am_t *am)
+{
+    const shp_am_job_t *j, *jt;
+
+    am_metrics_family(b, "sharp_job_groups", "gauge", "Groups the job holds.");
+    am_metrics_family(
+        b, "sharp_job_osts", "gauge",
+        "Operation slots the job's groups hold (osts per group).");
     HASH_ITER(hh, am->jobs, j, jt)
     {
         unsigned osts = 0;
         for (const shp_am_group_t *jg = j->groups; jg != NULL; jg = jg->jnext) {
             osts += jg->osts;
         }
-        put(&b, "sharp_job_groups{job=\"%llu\"} %d\n",
-            (unsigned long long)j->id, j->ngroups);
-        put(&b, "sharp_job_osts{job=\"%llu\"} %u\n", (unsigned long long)j->id,
-            osts);
+        am_metrics_put(b, "sharp_job_groups{job=\"%llu\"} %d\n",
+                       (unsigned long long)j->id, j->ngroups);
+        am_metrics_put(b, "sharp_job_osts{job=\"%llu\"} %u\n",
+                       (unsigned long long)j->id, osts);
     }
+}
+
+/* The text of one scrape; NULL if out of memory.  *len its length. */
+char *shp_am_metrics_text(const shp_am_t *am, size_t *len)
+{
+    am_metrics_buf_t b = {malloc(8192), 0, 8192, 0};
+    uint64_t now = shp_time_ns();
+
+    if (b.p == NULL) {
+        return NULL;
+    }
+    am_metrics_totals(&b, am);
+    am_metrics_an_counters(&b, am);
+    am_metrics_an_state(&b, am, now);
+    am_metrics_jobs(&b, am);
     if (b.oom) {
         free(b.p);
         return NULL;
@@ -225,10 +261,10 @@ char *shp_am_metrics_text(const shp_am_t *am, size_t *len)
     return b.p;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
-                                  const char *url, const char *method,
-                                  const char *version, const char *upload,
-                                  size_t *upload_len, void **con_cls)
+static enum MHD_Result
+am_metrics_on_request(void *cls, struct MHD_Connection *c, const char *url,
+                      const char *method, const char *version,
+                      const char *upload, size_t *upload_len, void **con_cls)
 {
     shp_am_t *am = cls;
     struct MHD_Response *r;
@@ -270,7 +306,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     return ret;
 }
 
-static void metrics_run(shp_am_metrics_t *m)
+static void am_metrics_run(shp_am_metrics_t *m)
 {
     MHD_UNSIGNED_LONG_LONG to;
 
@@ -282,18 +318,18 @@ static void metrics_run(shp_am_metrics_t *m)
     }
 }
 
-static void metrics_io_cb(struct ev_loop *loop, ev_io *w, int revents)
+static void am_metrics_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     (void)loop;
     (void)revents;
-    metrics_run(w->data);
+    am_metrics_run(w->data);
 }
 
-static void metrics_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+static void am_metrics_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)loop;
     (void)revents;
-    metrics_run(w->data);
+    am_metrics_run(w->data);
 }
 
 shp_status_t shp_am_metrics_start(shp_am_metrics_t *m, shp_am_t *am,
@@ -312,7 +348,7 @@ shp_status_t shp_am_metrics_start(shp_am_metrics_t *m, shp_am_t *am,
     m->loop = loop;
     m->mhd = MHD_start_daemon(
         MHD_USE_EPOLL | (sa.ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
-        (uint16_t)shp_sockaddr_port(&sa), NULL, NULL, on_request, am,
+        (uint16_t)shp_sockaddr_port(&sa), NULL, NULL, am_metrics_on_request, am,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa.ss,
         MHD_OPTION_CONNECTION_LIMIT, 64U, MHD_OPTION_CONNECTION_TIMEOUT, 10U,
         MHD_OPTION_END);
@@ -327,10 +363,10 @@ shp_status_t shp_am_metrics_start(shp_am_metrics_t *m, shp_am_t *am,
         m->mhd = NULL;
         return SHP_ERR_IO;
     }
-    ev_io_init(&m->io, metrics_io_cb, di->epoll_fd, EV_READ);
+    ev_io_init(&m->io, am_metrics_io_cb, di->epoll_fd, EV_READ);
     m->io.data = m;
     ev_io_start(loop, &m->io);
-    ev_timer_init(&m->timer, metrics_timer_cb, 0., 0.);
+    ev_timer_init(&m->timer, am_metrics_timer_cb, 0., 0.);
     m->timer.data = m;
     shp_info("metrics on http://%s/metrics", addr);
     return SHP_OK;

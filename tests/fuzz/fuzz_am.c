@@ -1,5 +1,5 @@
 /*
- * A real aggregation manager (am/am.c, am/am_admin.c) driven by a sequence
+ * A real aggregation manager (am/'s core, am/am_admin.c) driven by a sequence
  * of events: control peers (ANs, sharpds, unauthenticated strangers) and
  * sharpctl connecting, sending messages, hanging up; ANs answering what
  * the AM asks them; the settle, stats and group timers firing.  Peers are
@@ -252,6 +252,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     am.cfg.tree_settle_ms = 1000000;
     am.cfg.group_timeout_ms = 1000000;
     am.cfg.stats_interval_ms = 1000000;
+    shp_am_admin_install(&am);
     if (shp_am_start(&am, loop, err, sizeof(err)) != SHP_OK) {
         fprintf(stderr, "sharp_am does not start: %s\n", err);
         abort();

@@ -1,0 +1,428 @@
+/*
+ * Groups: a job's members reduced together over a sub-tree of one tree.
+ *
+ * group_create checks the request (dist, the job's max_groups, members that
+ * are hosts of the job), places the group on the least-loaded up tree that
+ * spans its members with room on every AN (max_groups), gives it an id (24
+ * bits, never one in use), a multicast address and port derived from the
+ * id, the job's quotas cut to what every AN takes, and wires it: one
+ * group_add per AN of the trimmed sub-tree, all or nothing.  The requester
+ * is answered once every AN has acknowledged (group_timeout), or told why
+ * not; a group up that loses an AN, or that an AN reports failed, is
+ * revoked and the job's sharpds are told.
+ */
+#include "am/am_int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol/ctl.h"
+#include "core/log.h"
+
+void shp_am_group_free(shp_am_t *am, shp_am_group_t *g)
+{
+    ev_timer_stop(am->loop, &g->timer);
+    HASH_DEL(am->groups, g);
+    shp_am_job_t *j = g->job;
+    for (shp_am_group_t **pp = &j->groups; *pp; pp = &(*pp)->jnext)
+        if (*pp == g) {
+            *pp = g->jnext;
+            break;
+        }
+    j->ngroups--;
+    shp_am_tree_t *tr = &am->trees[g->tree];
+    if (tr->used && --tr->ngroups == 0 && !tr->up)
+        shp_am_trees_schedule(am); /* a down tree is replaced once empty */
+    for (int i = 0; i < g->plan.nans; i++)
+        if (g->an_of[i] >= 0)
+            am->ans[g->an_of[i]].ngroups--;
+    shp_group_plan_free(&g->plan);
+    free(g->an_of);
+    free(g->acked);
+    free(g);
+}
+
+void shp_am_group_remove_from_ans(shp_am_t *am, shp_am_group_t *g)
+{
+    for (int i = 0; i < g->plan.nans; i++) {
+        shp_am_an_t *an = &am->ans[g->an_of[i]];
+        if (an->up)
+            shp_am_send(an->peer,
+                        json_pack("{s:s, s:I, s:I}", "type", "group_remove",
+                                  "id", (json_int_t)am->next_req++, "group_id",
+                                  (json_int_t)g->id));
+    }
+}
+
+/* Revoke a group: the ANs forget it, the job's sharpds (or the pending
+ * requester) are told. */
+void shp_am_group_revoke(shp_am_t *am, shp_am_group_t *g, shp_status_t st,
+                         const char *reason)
+{
+    shp_am_group_remove_from_ans(am, g);
+    if (g->state == AM_GROUP_CONFIGURING) {
+        am->stats.groups_failed++;
+        shp_warn_id("AM0301",
+                    "group %" PRIu32 " of job %" PRIu64 " not created: %s",
+                    g->id, g->job->id, reason);
+        shp_am_send(g->req_peer,
+                    shp_ctl_reply("group_create_ack", g->req_id, st, reason));
+    } else {
+        am->stats.groups_revoked++;
+        shp_warn_id("AM0302",
+                    "group %" PRIu32 " of job %" PRIu64 " revoked: %s", g->id,
+                    g->job->id, reason);
+        json_t *m =
+            json_pack("{s:s, s:o, s:I, s:i, s:s}", "type", "group_revoked",
+                      "job_id", shp_json_u64(g->job->id), "group_id",
+                      (json_int_t)g->id, "status", (int)st, "reason", reason);
+        shp_am_job_notify(am, g->job, m);
+    }
+    shp_am_group_free(am, g);
+}
+
+static json_t *am_group_descriptor(shp_am_t *am, shp_am_group_t *g)
+{
+    json_t *members = json_array();
+    for (int r = 0; r < g->plan.nmembers; r++) {
+        int a = g->plan.member_an[r];
+        json_array_append_new(
+            members,
+            json_pack("{s:s, s:s, s:s, s:i}", "an", am->ans[g->an_of[a]].name,
+                      "addr", am->ans[g->an_of[a]].data_addr, "transport",
+                      am->ans[g->an_of[a]].transport, "child_index",
+                      g->plan.member_index[r]));
+    }
+    json_t *ans = json_array();
+    for (int i = 0; i < g->plan.nans; i++)
+        json_array_append_new(ans, json_string(am->ans[g->an_of[i]].name));
+    return json_pack("{s:I, s:i, s:o, s:o, s:s, s:s, s:i, s:I, s:o, s:o}",
+                     "group_id", (json_int_t)g->id, "tree_id", g->tree,
+                     "job_id", shp_json_u64(g->job->id), "job_key",
+                     shp_json_hex(g->job->key, sizeof(g->job->key)), "dist",
+                     shp_am_dists[g->dist - 1], "mcast_addr", g->mcast_addr,
+                     "osts", (int)g->osts, "payload", (json_int_t)g->payload,
+                     "members", members, "ans", ans);
+}
+
+static void am_group_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    shp_am_group_t *g = w->data;
+    shp_am_t *am = g->am;
+    char why[256] = "the ANs did not confirm the group in time";
+    for (int i = 0; i < g->plan.nans; i++)
+        if (!g->acked[i]) {
+            snprintf(why, sizeof(why),
+                     "AN %s did not confirm the group in time",
+                     am->ans[g->an_of[i]].name);
+            break;
+        }
+    shp_am_group_revoke(am, g, SHP_ERR_TIMED_OUT, why);
+}
+
+void shp_am_group_ack(shp_am_t *am, int64_t id, shp_status_t st,
+                      const char *error, int from_an)
+{
+    int pos = (int)(id & 0xfffff);
+    shp_am_group_t *g = shp_am_group_find(am, (uint32_t)(id >> 20));
+    if (!g || g->state != AM_GROUP_CONFIGURING || pos >= g->plan.nans ||
+        g->an_of[pos] != from_an || g->acked[pos])
+        return; /* late answer for a group already settled */
+    if (st != SHP_OK) {
+        char why[300];
+        snprintf(why, sizeof(why), "AN %s refused the group: %s",
+                 am->ans[from_an].name, error ? error : shp_status_str(st));
+        shp_am_group_revoke(am, g, st, why);
+        return;
+    }
+    g->acked[pos] = 1;
+    if (++g->nacked < g->plan.nans)
+        return;
+    ev_timer_stop(am->loop, &g->timer);
+    g->state = AM_GROUP_UP;
+    am->stats.groups_created++;
+    shp_info("group %" PRIu32 " of job %" PRIu64 " up on tree %d (%d members, "
+             "%d ANs)",
+             g->id, g->job->id, g->tree, g->plan.nmembers, g->plan.nans);
+    json_t *m = shp_ctl_reply("group_create_ack", g->req_id, SHP_OK, NULL);
+    json_object_set_new(m, "group", am_group_descriptor(am, g));
+    shp_am_send(g->req_peer, m);
+    g->req_peer = NULL;
+}
+
+/* dist auto: results by multicast where every AN of the group speaks tcp
+ * and can multicast (udp beside it): one send at the top, replicated by the
+ * network (on one host by the kernel, which shares the datagram among the
+ * receivers), where RC sends it to each member.  Over shm the members'
+ * rings beat the kernel's multicast; over verbs RC stays until UD
+ * multicast is measured on a real fabric. */
+static int am_dist_auto(const shp_am_t *am, const shp_group_plan_t *bp)
+{
+    for (int i = 0; i < bp->nans; i++) {
+        int a = shp_am_an_of_node(am, bp->ans[i].node);
+        if (a < 0 || strcmp(am->ans[a].transport, "tcp") != 0 ||
+            !am->ans[a].mcast) {
+            return 0; /* rc */
+        }
+    }
+    return 1; /* mcast */
+}
+
+/* A group_create on its way: what it asks, checked, then placed. */
+typedef struct {
+    shp_am_job_t *job;
+    int dist;      /* index into shp_am_dists (auto: chosen when placed) */
+    int *nodes, n; /* the members' topology nodes */
+    int tree;      /* where it goes; plan: its sub-tree there */
+    shp_group_plan_t plan;
+    shp_status_t st;
+    char why[300];
+} am_group_req_t;
+
+static shp_status_t am_group_fail(am_group_req_t *r, shp_status_t st,
+                                  const char *why)
+{
+    snprintf(r->why, sizeof(r->why), "%s", why);
+    return r->st = st;
+}
+
+/* The request's members and dist, and the job's max_groups. */
+static shp_status_t am_group_check(const json_t *msg, am_group_req_t *r,
+                                   const char *dflt, json_t **members)
+{
+    const char *w;
+    const char *dist = shp_json_opt_str(msg, "dist", dflt);
+    if (shp_json_get_array(msg, "members", members, &w))
+        return am_group_fail(r, SHP_ERR_PROTO, "members required");
+    r->dist = 0;
+    while (shp_am_dists[r->dist] && strcmp(shp_am_dists[r->dist], dist))
+        r->dist++;
+    if (!shp_am_dists[r->dist])
+        return am_group_fail(r, SHP_ERR_INVALID_PARAM,
+                             "dist must be rc, mcast, both or auto");
+    if ((unsigned)r->job->ngroups >= r->job->max_groups) {
+        snprintf(r->why, sizeof(r->why),
+                 "job %" PRIu64 " has its maximum of %u "
+                 "groups",
+                 r->job->id, r->job->max_groups);
+        return r->st = SHP_ERR_QUOTA;
+    }
+    return SHP_OK;
+}
+
+/* The members: hosts of the topology, every one a host of the job. */
+static shp_status_t am_group_members(shp_am_t *am, const json_t *members,
+                                     am_group_req_t *r)
+{
+    shp_am_job_t *j = r->job;
+    r->st = shp_am_hosts_resolve(am, members, &r->nodes, &r->n, r->why,
+                                 sizeof(r->why));
+    if (r->st != SHP_OK)
+        return r->st;
+    if (shp_am_mark_begin(am) != SHP_OK)
+        return am_group_fail(r, SHP_ERR_NO_MEMORY, "out of memory");
+    for (int h = 0; h < j->nhosts; h++)
+        am->mark[j->hosts[h]] = am->mark_gen;
+    for (int k = 0; k < r->n; k++) {
+        if (am->mark[r->nodes[k]] != am->mark_gen) {
+            snprintf(r->why, sizeof(r->why),
+                     "member %s is not a host of job %" PRIu64,
+                     shp_topo_node(am->topo, r->nodes[k])->host, j->id);
+            return r->st = SHP_ERR_INVALID_PARAM;
+        }
+    }
+    return SHP_OK;
+}
+
+/* The AN of the plan that serves its maximum of groups; -1: none. */
+static int am_plan_full(const shp_am_t *am, const shp_group_plan_t *plan)
+{
+    for (int i = 0; i < plan->nans; i++) {
+        int a = shp_am_an_of_node(am, plan->ans[i].node);
+        if ((unsigned)am->ans[a].ngroups >= am->ans[a].max_groups)
+            return a;
+    }
+    return -1;
+}
+
+/* The least-loaded tree that spans the members, with room on its ANs. */
+static shp_status_t am_group_place(shp_am_t *am, am_group_req_t *r)
+{
+    shp_group_plan_t plan = {0};
+    am_group_fail(r, SHP_ERR_NO_TREE, "no aggregation tree spans the members");
+    r->tree = -1;
+    for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++) {
+        shp_am_tree_t *tr = &am->trees[t];
+        if (!tr->used || !tr->up ||
+            (r->tree >= 0 && tr->ngroups >= am->trees[r->tree].ngroups))
+            continue;
+        if (shp_group_plan(&tr->t, am->leaf, r->nodes, r->n,
+                           (int)am->cfg.flat_max, &plan) != SHP_OK)
+            continue;
+        int full = am_plan_full(am, &plan);
+        if (full >= 0) {
+            snprintf(r->why, sizeof(r->why),
+                     "AN %s serves its maximum of %u groups",
+                     am->ans[full].name, am->ans[full].max_groups);
+            r->st = SHP_ERR_QUOTA;
+            shp_group_plan_free(&plan);
+            continue;
+        }
+        shp_group_plan_free(&r->plan);
+        r->plan = plan;
+        memset(&plan, 0, sizeof(plan));
+        r->tree = t;
+    }
+    return r->tree < 0 ? r->st : (r->st = SHP_OK);
+}
+
+/* A group id: 24 bits, not 0, none in use. */
+static uint32_t am_group_id(shp_am_t *am)
+{
+    uint32_t id;
+    do {
+        id = am->next_group++;
+        if (am->next_group >= (1u << 24))
+            am->next_group = 1;
+    } while (shp_am_group_find(am, id));
+    return id;
+}
+
+/* The group placed, configuring: it takes the request's plan, counts on its
+ * job, tree and ANs, and waits group_timeout for their acks. */
+static shp_am_group_t *am_group_new(shp_am_t *am, am_group_req_t *r,
+                                    shp_am_peer_t *p, int64_t id)
+{
+    shp_am_group_t *g = calloc(1, sizeof(*g));
+    if (!g || !(g->an_of = malloc(sizeof(int) * (size_t)r->plan.nans)) ||
+        !(g->acked = calloc((size_t)r->plan.nans, 1))) {
+        if (g)
+            free(g->an_of);
+        free(g);
+        return NULL;
+    }
+    shp_am_job_t *j = r->job;
+    g->id = am_group_id(am);
+    g->am = am;
+    g->job = j;
+    g->tree = r->tree;
+    g->plan = r->plan;
+    memset(&r->plan, 0, sizeof(r->plan));
+    if (r->dist == SHP_AM_DIST_AUTO)
+        r->dist = am_dist_auto(am, &g->plan);
+    g->dist = r->dist + 1;
+    g->osts = j->osts;
+    g->payload = j->payload;
+    g->req_peer = p;
+    g->req_id = id;
+    snprintf(g->mcast_addr, sizeof(g->mcast_addr), "%s.%u.%u:%u",
+             am->cfg.mcast_prefix, (g->id >> 8) & 255, g->id & 255,
+             am->cfg.mcast_port + g->id % 20000);
+    for (int i = 0; i < g->plan.nans; i++) {
+        g->an_of[i] = shp_am_an_of_node(am, g->plan.ans[i].node);
+        shp_am_an_t *an = &am->ans[g->an_of[i]];
+        an->ngroups++;
+        if (an->max_osts < g->osts)
+            g->osts = an->max_osts;
+        if (an->max_payload < g->payload)
+            g->payload = (uint32_t)an->max_payload;
+    }
+    HASH_ADD(hh, am->groups, id, sizeof(g->id), g);
+    g->jnext = j->groups;
+    j->groups = g;
+    j->ngroups++;
+    am->trees[g->tree].ngroups++;
+    ev_timer_init(&g->timer, am_group_timeout_cb,
+                  (double)am->cfg.group_timeout_ms / 1000.0, 0.);
+    g->timer.data = g;
+    ev_timer_start(am->loop, &g->timer);
+    return g;
+}
+
+/* Every AN of the trimmed sub-tree is sent its group_add: all or nothing
+ * (the request id says which AN answers: group id << 20 | position). */
+static void am_group_wire(shp_am_t *am, shp_am_group_t *g)
+{
+    char key[65];
+    for (int b = 0; b < 32; b++)
+        snprintf(key + 2 * b, 3, "%02x", g->job->key[b]);
+    for (int i = 0; i < g->plan.nans; i++) {
+        shp_group_an_t *ga = &g->plan.ans[i];
+        json_t *children = json_array();
+        for (int c = 0; c < ga->nchildren; c++)
+            json_array_append_new(
+                children, json_pack("{s:s}", "kind",
+                                    ga->children[c].is_an ? "an" : "member"));
+        json_t *m = json_pack(
+            "{s:s, s:I, s:I, s:i, s:o, s:s, s:o, s:b, s:i, s:s, s:s, s:i, "
+            "s:I}",
+            "type", "group_add", "id", (json_int_t)g->id << 20 | i, "group_id",
+            (json_int_t)g->id, "tree_id", g->tree, "job_id",
+            shp_json_u64(g->job->id), "job_key", key, "children", children,
+            "top", i == 0, "parent_index", ga->parent_index, "dist",
+            shp_am_dists[g->dist - 1], "mcast_addr", g->mcast_addr, "osts",
+            (int)g->osts, "payload", (json_int_t)g->payload);
+        shp_am_send(am->ans[g->an_of[i]].peer, m);
+    }
+}
+
+/* group_create {job_id, uid, members [hosts], dist?}: checked, placed,
+ * made and wired; the requester hears once the ANs have answered, or now
+ * why not. */
+void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                         int64_t id)
+{
+    static const char *ack = "group_create_ack";
+    am_group_req_t r = {.tree = -1};
+    json_t *members;
+    shp_am_group_t *g;
+    r.job = shp_am_job_for(am, p, msg, ack, id);
+    if (!r.job)
+        return;
+    if (am_group_check(msg, &r, shp_am_dists[am->cfg.dist], &members) !=
+            SHP_OK ||
+        am_group_members(am, members, &r) != SHP_OK ||
+        am_group_place(am, &r) != SHP_OK)
+        goto fail;
+    if (!(g = am_group_new(am, &r, p, id))) {
+        am_group_fail(&r, SHP_ERR_NO_MEMORY, "no memory");
+        goto fail;
+    }
+    am_group_wire(am, g);
+    free(r.nodes);
+    return;
+fail:
+    shp_am_send(p, shp_ctl_reply(ack, id, r.st, r.why));
+    free(r.nodes);
+    shp_group_plan_free(&r.plan);
+}
+
+void shp_am_group_destroy(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                          int64_t id)
+{
+    shp_am_job_t *j = shp_am_job_for(am, p, msg, "group_destroy_ack", id);
+    int64_t gid;
+    if (!j)
+        return;
+    if (shp_json_get_int(msg, "group_id", 0, UINT32_MAX, &gid, NULL)) {
+        shp_am_send(p, shp_ctl_reply("group_destroy_ack", id, SHP_ERR_PROTO,
+                                     "group_id required"));
+        return;
+    }
+    shp_am_group_t *g = shp_am_group_find(am, (uint32_t)gid);
+    if (!g || g->job != j) {
+        shp_am_send(p, shp_ctl_reply("group_destroy_ack", id,
+                                     SHP_ERR_GROUP_UNKNOWN,
+                                     "no such group in this job"));
+        return;
+    }
+    if (g->state == AM_GROUP_CONFIGURING)
+        shp_am_send(g->req_peer, shp_ctl_reply("group_create_ack", g->req_id,
+                                               SHP_ERR_CANCELED, "destroyed"));
+    shp_am_group_remove_from_ans(am, g);
+    shp_am_group_free(am, g);
+    shp_am_send(p, shp_ctl_reply("group_destroy_ack", id, SHP_OK, NULL));
+}

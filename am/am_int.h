@@ -1,0 +1,100 @@
+/*
+ * What the files of the aggregation manager's core share (am/am.h is the
+ * room's face).  The files are layered, bottom first; each calls only the
+ * ones below it (scripts/check-layers.sh: no circle of calls):
+ *
+ *   am_state.c    the tables looked up (ANs, jobs, groups, sharpds), a
+ *                 message sent to a peer, node marks, host lists resolved
+ *   am_trees.c    the tree table: (re)builds over the live ANs, tree_config
+ *   am_groups.c   groups: checks, placement on a tree, ids, multicast
+ *                 address, wiring (group_add), acks, revocation
+ *   am_ans.c      the AN registry: registration, messages, loss, counters
+ *   am_jobs.c     jobs: admission, quotas, attach/detach, the end of a job
+ *   am_reserve.c  a scheduler's reservations: job_reserve, job_release
+ *   am_sharpds.c  the sharpds: registration, their requests, their loss
+ *   am_peers.c    listeners and peers: connections, authentication,
+ *                 dispatch by role
+ *   am.c          start and stop, topology (re)load
+ *
+ * The admin interface (am_admin.c) and the metrics (metrics.c) consume the
+ * core through am/am.h; the core calls neither (the admin handler is
+ * installed in am->admin_handler).
+ */
+#ifndef SHP_AM_AM_INT_H
+#define SHP_AM_AM_INT_H
+
+#include "am/am.h"
+
+/* request ids towards ANs: group_add carries (group id << 20 | AN position);
+ * everything else counts up from 2^60 */
+#define SHP_AM_REQ_MISC_BASE (INT64_C(1) << 60)
+
+/* am_state.c */
+void shp_am_send(shp_am_peer_t *p, json_t *msg); /* takes msg; NULL: none */
+shp_status_t shp_am_mark_begin(shp_am_t *am);
+int shp_am_an_of_node(const shp_am_t *am, int node); /* -1: none */
+shp_am_group_t *shp_am_group_find(shp_am_t *am, uint32_t id);
+shp_am_job_t *shp_am_job_find(shp_am_t *am, uint64_t id);
+shp_am_peer_t *shp_am_sharpd_of_host(shp_am_t *am, const char *host);
+shp_am_job_t *shp_am_job_for(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                             const char *ack, int64_t id);
+void shp_am_job_notify(shp_am_t *am, shp_am_job_t *j, json_t *msg);
+shp_status_t shp_am_hosts_resolve(shp_am_t *am, const json_t *arr, int **out,
+                                  int *n, char *why, size_t whylen);
+int shp_am_hosts_spanned(shp_am_t *am, const int *nodes, int n);
+
+/* am_trees.c */
+void shp_am_trees_init(shp_am_t *am);
+void shp_am_trees_schedule(shp_am_t *am);
+void shp_am_trees_rebuild(shp_am_t *am);
+void shp_am_tree_drop(shp_am_t *am, int t);
+
+/* am_groups.c */
+void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                         int64_t id);
+void shp_am_group_destroy(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                          int64_t id);
+void shp_am_group_ack(shp_am_t *am, int64_t id, shp_status_t st,
+                      const char *error, int from_an);
+void shp_am_group_revoke(shp_am_t *am, shp_am_group_t *g, shp_status_t st,
+                         const char *reason);
+void shp_am_group_remove_from_ans(shp_am_t *am, shp_am_group_t *g);
+void shp_am_group_free(shp_am_t *am, shp_am_group_t *g);
+
+/* am_ans.c */
+void shp_am_an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
+void shp_am_an_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
+void shp_am_an_lost(shp_am_t *am, int a, const char *why);
+void shp_am_ans_poll_start(shp_am_t *am);
+
+/* am_jobs.c */
+void shp_am_job_begin(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                      int64_t id);
+void shp_am_job_attach(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                       int64_t id);
+int shp_am_job_attach_host(shp_am_t *am, shp_am_job_t *j, const char *host);
+void shp_am_job_detach_host(shp_am_t *am, shp_am_job_t *j, const char *host,
+                            const char *reason, int lost);
+shp_am_job_t *shp_am_job_add(shp_am_t *am, uint64_t job_id, uid_t uid,
+                             const json_t *msg);
+json_t *shp_am_job_quota_reply(const char *type, int64_t id,
+                               const shp_am_job_t *j);
+void shp_am_job_free(shp_am_t *am, shp_am_job_t *j);
+
+/* am_reserve.c */
+void shp_am_job_reserve(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                        int64_t id);
+void shp_am_job_release(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                        int64_t id);
+
+/* am_sharpds.c */
+void shp_am_sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
+void shp_am_sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
+void shp_am_sharpd_lost(shp_am_t *am, const char *host, shp_status_t reason);
+
+/* am_peers.c */
+shp_status_t shp_am_listen(shp_am_t *am, char *err, size_t errlen);
+void shp_am_unlisten(shp_am_t *am);
+void shp_am_peers_close(shp_am_t *am);
+
+#endif

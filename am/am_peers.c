@@ -1,0 +1,206 @@
+/*
+ * Listeners and peers: the control listener (ANs, sharpds) and the admin
+ * socket (sharpctl), one peer per connection.
+ *
+ * Every TCP peer first proves the cluster secret (protocol/auth.h), with
+ * small frames only until it has; then it says what it is with its first
+ * message: an_register (an AN, am_ans.c) or sharpd_register (a host daemon,
+ * am_sharpds.c), and its later messages go to that role's handler.  An admin
+ * peer is known by its SO_PEERCRED and each request goes to the handler
+ * the admin interface installed (am->admin_handler).  A peer that goes
+ * takes its AN, or its host's share of jobs, with it.
+ */
+#include "am/am_int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "protocol/ctl.h"
+#include "core/log.h"
+#include "core/net.h"
+
+/* One message from a peer: an admin's goes to the installed handler;
+ * before the secret is proved, the handshake; then the first message says
+ * the peer's role, and the later ones go to that role's handler. */
+static void am_peer_frame(shp_conn_t *conn, const void *frame, size_t len)
+{
+    shp_am_peer_t *p = conn->arg;
+    shp_am_t *am = p->am;
+    const char *why;
+    json_t *msg = shp_ctl_recv(conn, frame, len, &why);
+    if (why)
+        shp_warn_id("AM0104", "bad message from %s: %s", conn->peer, why);
+    if (!msg)
+        return;
+    if (p->role == AM_PEER_ADMIN) {
+        shp_am_send(p, am->admin_handler(am, p, msg));
+    } else if (p->auth.state < 2) {
+        json_t *chal = NULL;
+        shp_status_t st =
+            p->auth.state == 0
+                ? shp_auth_server_hello(&p->auth, &am->key, msg, &chal, &why)
+                : shp_auth_server_verify(&p->auth, &am->key, msg, &why);
+        if (st != SHP_OK) {
+            am->stats.auth_failures++;
+            shp_error_id("AM0101", "refusing %s (%s %s): %s", conn->peer,
+                         p->auth.role[0] ? p->auth.role : "peer", p->auth.name,
+                         why);
+            shp_am_send(p, shp_ctl_reply("auth_failed", 0, st, why));
+            shp_conn_flush(conn);
+            shp_conn_close(conn, st);
+        } else if (chal) {
+            shp_am_send(p, chal);
+        }
+        if (p->auth.state >= 2) { /* proved: full-sized frames from now */
+            p->conn.max_frame = SHP_CTL_MAX_FRAME;
+        }
+    } else if (p->role == AM_PEER_NEW) {
+        const char *type = shp_ctl_type(msg);
+        if (!strcmp(type, "an_register") && !strcmp(p->auth.role, "an"))
+            shp_am_an_register(am, p, msg);
+        else if (!strcmp(type, "sharpd_register") &&
+                 !strcmp(p->auth.role, "sharpd"))
+            shp_am_sharpd_register(am, p, msg);
+        else
+            shp_conn_close(conn, SHP_ERR_PROTO);
+    } else if (p->role == AM_PEER_AN) {
+        shp_am_an_message(am, p, msg);
+    } else {
+        shp_am_sharpd_message(am, p, msg);
+    }
+    json_decref(msg);
+}
+
+static void am_peer_close(shp_conn_t *conn, shp_status_t reason)
+{
+    shp_am_peer_t *p = conn->arg;
+    shp_am_t *am = p->am;
+    for (shp_am_peer_t **pp = &am->peers; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    /* requests it was waiting for lose their requester */
+    shp_am_group_t *g, *tmp;
+    HASH_ITER(hh, am->groups, g, tmp)
+    {
+        if (g->req_peer == p)
+            g->req_peer = NULL;
+    }
+    if (p->role == AM_PEER_AN && am->ans[p->an].peer == p) {
+        shp_am_an_lost(am, p->an, shp_status_str(reason));
+    } else if (p->role == AM_PEER_SHARPD && reason != SHP_ERR_EXISTS) {
+        shp_am_sharpd_lost(am, p->host, reason);
+    }
+    free(p);
+}
+
+static const shp_conn_ops_t am_peer_ops = {
+    .frame_len = shp_ctl_frame_len,
+    .on_frame = am_peer_frame,
+    .on_close = am_peer_close,
+    .on_idle = shp_ctl_on_idle,
+};
+
+static shp_am_peer_t *am_peer_new(shp_am_t *am, int fd, am_role_t role)
+{
+    shp_am_peer_t *p = calloc(1, sizeof(*p));
+    if (!p) {
+        close(fd);
+        return NULL;
+    }
+    p->am = am;
+    p->role = role;
+    p->an = -1;
+    /* until a TCP peer proves the cluster secret, only small frames */
+    shp_conn_init(&p->conn, am->loop, &am_peer_ops, p,
+                  role == AM_PEER_ADMIN ? SHP_CTL_MAX_FRAME
+                                        : SHP_CTL_PREAUTH_MAX_FRAME);
+    if (shp_conn_open_fd(&p->conn, fd) != SHP_OK) {
+        free(p);
+        return NULL;
+    }
+    p->next = am->peers;
+    am->peers = p;
+    return p;
+}
+
+static void am_on_accept(shp_listener_t *l, int fd, const shp_sockaddr_t *peer)
+{
+    (void)peer;
+    shp_am_t *am = l->arg;
+    shp_am_peer_t *p = am_peer_new(am, fd, AM_PEER_NEW);
+    if (p)
+        shp_conn_set_keepalive(&p->conn, (double)am->cfg.keepalive_ms / 1000.0,
+                               3);
+}
+
+static void am_on_admin_accept(shp_listener_t *l, int fd,
+                               const shp_sockaddr_t *peer)
+{
+    (void)peer;
+    shp_am_t *am = l->arg;
+    struct ucred cred;
+    socklen_t cl = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) {
+        close(fd);
+        return;
+    }
+    shp_am_peer_t *p = am_peer_new(am, fd, AM_PEER_ADMIN);
+    if (p) {
+        p->uid = cred.uid;
+        p->gid = cred.gid;
+    }
+}
+
+/* The control listener and the admin socket (when configured). */
+shp_status_t shp_am_listen(shp_am_t *am, char *err, size_t errlen)
+{
+    shp_status_t st;
+    shp_sockaddr_t addr;
+    if ((st = shp_sockaddr_parse(am->cfg.listen, 0, &addr)) ||
+        (st = shp_listener_start(&am->listener, am->loop, &addr, am_on_accept,
+                                 am))) {
+        snprintf(err, errlen, "cannot listen on %s: %s", am->cfg.listen,
+                 shp_status_str(st));
+        return st;
+    }
+    shp_sockaddr_str(&am->listener.addr, am->listen_addr,
+                     sizeof(am->listen_addr));
+    if (am->cfg.admin_socket[0]) {
+        if ((st = shp_sockaddr_parse(am->cfg.admin_socket, 0, &addr)) ||
+            (st = shp_listener_start(&am->admin, am->loop, &addr,
+                                     am_on_admin_accept, am))) {
+            snprintf(err, errlen, "cannot listen on %s: %s",
+                     am->cfg.admin_socket, shp_status_str(st));
+            shp_listener_stop(&am->listener);
+            return st;
+        }
+        /* access is checked per request (SO_PEERCRED); the socket itself
+         * is open to the admin group */
+        chmod(am->cfg.admin_socket, 0660);
+    }
+    return SHP_OK;
+}
+
+void shp_am_unlisten(shp_am_t *am)
+{
+    shp_listener_stop(&am->listener);
+    if (am->cfg.admin_socket[0])
+        shp_listener_stop(&am->admin);
+}
+
+/* Every peer goes, with fault handling off (shutdown). */
+void shp_am_peers_close(shp_am_t *am)
+{
+    while (am->peers) {
+        shp_am_peer_t *p = am->peers;
+        p->role = AM_PEER_NEW; /* no fault handling on shutdown */
+        shp_conn_flush(&p->conn);
+        shp_conn_close(&p->conn, SHP_ERR_CANCELED);
+    }
+}

@@ -1,0 +1,200 @@
+/*
+ * Reservations: a scheduler's prolog reserves a job host by host, before
+ * any of its processes start (job_reserve, root only, through each host's
+ * sharpd), and its epilog releases it (job_release).  The first host's
+ * reservation admits the job for its owner, within max_jobs, with the
+ * job's quotas; each further host must be spanned by some tree with the
+ * others.  A reserved job outlives its processes until released; the
+ * loss of a holding sharpd drops that host's hold (am_jobs.c).
+ */
+#include "am/am_int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol/ctl.h"
+#include "core/log.h"
+
+/* A job_reserve on its way. */
+typedef struct {
+    uint64_t job_id, owner;
+    int node;          /* the asking host's */
+    shp_am_job_t *job; /* NULL: a new job */
+    int k;             /* the host's index among the job's; -1: not one */
+    char why[300];
+} am_reserve_t;
+
+/* Whether the host may reserve its share of the job. */
+static shp_status_t am_reserve_check(shp_am_t *am, shp_am_peer_t *p,
+                                     am_reserve_t *r)
+{
+    shp_am_job_t *j = r->job;
+    if (r->node < 0 || am->leaf[r->node] < 0) {
+        snprintf(r->why, sizeof(r->why),
+                 "host %s reaches no live aggregation node", p->host);
+        return SHP_ERR_NO_TREE;
+    }
+    if (j && !j->reserved) {
+        snprintf(r->why, sizeof(r->why),
+                 "job %" PRIu64 " exists (not reserved)", r->job_id);
+        return SHP_ERR_EXISTS;
+    }
+    if (j && j->uid != (uid_t)r->owner) {
+        snprintf(r->why, sizeof(r->why),
+                 "job %" PRIu64 " is reserved for uid %u", r->job_id,
+                 (unsigned)j->uid);
+        return SHP_ERR_PERM;
+    }
+    if (!j && HASH_COUNT(am->jobs) >= am->cfg.max_jobs) {
+        snprintf(r->why, sizeof(r->why),
+                 "the fabric runs its maximum of %u jobs", am->cfg.max_jobs);
+        return SHP_ERR_QUOTA;
+    }
+    return SHP_OK;
+}
+
+/* The host joins the job's hosts (the first one: the job is admitted for
+ * `owner`); some tree must span it with the others.  On SHP_ERR_NO_MEMORY
+ * nothing changed. */
+static shp_status_t am_reserve_host(shp_am_t *am, shp_am_peer_t *p,
+                                    const json_t *msg, am_reserve_t *r)
+{
+    shp_am_job_t *j = r->job;
+    int n = j ? j->nhosts : 0;
+    int *nodes = malloc(sizeof(int) * (size_t)(n + 1));
+    uint8_t *att = calloc((size_t)n + 1, 1), *held = calloc((size_t)n + 1, 1);
+    shp_status_t st = SHP_ERR_NO_MEMORY;
+    if (!nodes || !att || !held)
+        goto out;
+    if (j) {
+        memcpy(nodes, j->hosts, sizeof(int) * (size_t)n);
+        memcpy(att, j->attached, (size_t)n);
+        memcpy(held, j->held, (size_t)n);
+    }
+    nodes[n] = r->node;
+    if (!shp_am_hosts_spanned(am, nodes, n + 1)) {
+        snprintf(r->why, sizeof(r->why),
+                 "no aggregation tree spans host %s with the job's %d "
+                 "other hosts",
+                 p->host, n);
+        st = SHP_ERR_NO_TREE;
+        goto out;
+    }
+    if (!j) {
+        if (!(j = shp_am_job_add(am, r->job_id, (uid_t)r->owner, msg)))
+            goto out;
+        j->reserved = 1;
+        shp_info("job %" PRIu64 " (uid %u) reserved from %s: %u "
+                 "groups, %u osts, %u bytes",
+                 j->id, (unsigned)j->uid, p->host, j->max_groups, j->osts,
+                 j->payload);
+        r->job = j;
+    }
+    free(j->hosts);
+    free(j->attached);
+    free(j->held);
+    j->hosts = nodes;
+    j->attached = att;
+    j->held = held;
+    nodes = NULL;
+    att = held = NULL;
+    r->k = j->nhosts++;
+    st = SHP_OK;
+out:
+    free(nodes);
+    free(att);
+    free(held);
+    return st;
+}
+
+/* job_reserve {job_id, owner, req?} from root on a host (a scheduler's
+ * prolog through that host's sharpd): the job is admitted for uid `owner`
+ * with the host as one of its hosts, or the host is added to the job a
+ * prolog on another host reserved.  A reserved job outlives its processes
+ * (steps come and go) until job_release. */
+void shp_am_job_reserve(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                        int64_t id)
+{
+    static const char *ack = "job_reserve_ack";
+    am_reserve_t r = {.k = -1};
+    uint64_t uid;
+    const char *w;
+    if (shp_json_get_u64(msg, "job_id", &r.job_id, &w) ||
+        shp_json_get_u64(msg, "uid", &uid, &w) ||
+        shp_json_get_u64(msg, "owner", &r.owner, &w) || r.owner > UINT32_MAX) {
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PROTO,
+                                     "job_id, uid and owner required"));
+        return;
+    }
+    if (uid != 0) {
+        snprintf(r.why, sizeof(r.why),
+                 "only root reserves jobs (uid %" PRIu64 ")", uid);
+        shp_warn_id("AM0403", "job %" PRIu64 " on %s: %s", r.job_id, p->host,
+                    r.why);
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PERM, r.why));
+        return;
+    }
+    r.node = shp_topo_find(am->topo, p->host);
+    r.job = shp_am_job_find(am, r.job_id);
+    shp_status_t st = am_reserve_check(am, p, &r);
+    for (int h = 0; r.job && h < r.job->nhosts && r.k < 0; h++)
+        if (r.job->hosts[h] == r.node)
+            r.k = h;
+    if (st == SHP_OK && r.k < 0)
+        st = am_reserve_host(am, p, msg, &r);
+    if (st == SHP_ERR_NO_MEMORY) {
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_NO_MEMORY, "no memory"));
+        return;
+    }
+    if (st != SHP_OK) {
+        am->stats.jobs_refused++;
+        shp_warn_id("AM0401", "job %" PRIu64 " reservation refused: %s",
+                    r.job_id, r.why);
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_JOB_REFUSED, r.why));
+        return;
+    }
+    r.job->held[r.k] = 1;
+    shp_am_send(p, shp_am_job_quota_reply(ack, id, r.job));
+}
+
+/* job_release {job_id} from root on one of the job's hosts (a scheduler's
+ * epilog): the job ends with its groups, whatever its other hosts hold.
+ * Releasing a job that is not there (ended already, by another host's
+ * epilog) succeeds: the answer says so. */
+void shp_am_job_release(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                        int64_t id)
+{
+    static const char *ack = "job_release_ack";
+    uint64_t job_id, uid;
+    const char *w;
+    if (shp_json_get_u64(msg, "job_id", &job_id, &w) ||
+        shp_json_get_u64(msg, "uid", &uid, &w)) {
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_PROTO,
+                                     "job_id and uid required"));
+        return;
+    }
+    if (uid != 0) {
+        shp_am_send(
+            p, shp_ctl_reply(ack, id, SHP_ERR_PERM, "only root releases jobs"));
+        return;
+    }
+    shp_am_job_t *j = shp_am_job_find(am, job_id);
+    if (j && !j->reserved) {
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_INVALID_PARAM,
+                                     "the job was not reserved"));
+        return;
+    }
+    json_t *m = shp_ctl_reply(ack, id, SHP_OK, NULL);
+    json_object_set_new(m, "released", json_boolean(j != NULL));
+    if (j) {
+        int busy = j->ngroups > 0;
+        for (int h = 0; h < j->nhosts; h++)
+            busy |= j->attached[h];
+        char why[200];
+        snprintf(why, sizeof(why), "released by the scheduler on %s", p->host);
+        /* processes still there are told (their operations fail) */
+        shp_am_job_end(am, j, busy ? SHP_ERR_JOB_KILLED : SHP_OK, why);
+    }
+    shp_am_send(p, m);
+}

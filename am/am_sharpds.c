@@ -1,0 +1,134 @@
+/*
+ * The sharpds, one per host.  A sharpd registers for its host (the name
+ * it proved) and lists the jobs it still has processes of: those this
+ * manager knows are attached again, the others were lost with an earlier
+ * manager and it is told so.  Its requests are dispatched here to the jobs
+ * (am_jobs.c), reservations (am_reserve.c) and groups (am_groups.c); a
+ * job_detach says a job's processes on its host exited.  A sharpd that
+ * goes (not replaced by a new one of its host) takes its host's share of
+ * every job with it.
+ */
+#include "am/am_int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol/ctl.h"
+#include "core/log.h"
+
+/* A sharpd (re)registers: it announces the jobs it has processes of. */
+void shp_am_sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
+{
+    const char *host, *w;
+    json_t *jobs;
+    if (shp_json_get_str(msg, "host", &host, &w) ||
+        shp_json_get_array(msg, "jobs", &jobs, &w) ||
+        strcmp(host, p->auth.name) != 0) {
+        shp_am_send(p, shp_ctl_reply("sharpd_register_ack", 0, SHP_ERR_PROTO,
+                                     "malformed sharpd_register"));
+        shp_conn_close(&p->conn, SHP_ERR_PROTO);
+        return;
+    }
+    int node = shp_topo_find(am->topo, host);
+    if (node < 0 || shp_topo_node(am->topo, node)->type != SHP_NODE_CA) {
+        char e[300];
+        snprintf(e, sizeof(e), "host %s is not in the topology", host);
+        shp_error_id("AM0103", "refusing sharpd: %s", e);
+        shp_am_send(
+            p, shp_ctl_reply("sharpd_register_ack", 0, SHP_ERR_NOT_FOUND, e));
+        shp_conn_flush(&p->conn);
+        shp_conn_close(&p->conn, SHP_ERR_NOT_FOUND);
+        return;
+    }
+    shp_am_peer_t *old = shp_am_sharpd_of_host(am, host);
+    if (old)
+        shp_conn_close(&old->conn, SHP_ERR_EXISTS); /* replaced */
+    p->role = AM_PEER_SHARPD;
+    snprintf(p->host, sizeof(p->host), "%s", host);
+    shp_am_send(
+        p, json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status", 0));
+    shp_info("sharpd of host %s registered", host);
+    /* jobs this AM still knows are attached again; others were lost with an
+     * earlier AM and the sharpd is told they are gone */
+    size_t i;
+    json_t *v;
+    json_array_foreach(jobs, i, v)
+    {
+        uint64_t jid;
+        if (shp_json_get_u64(v, "job_id", &jid, &w))
+            continue;
+        shp_am_job_t *j = shp_am_job_find(am, jid);
+        if (!j || !shp_am_job_attach_host(am, j, host)) {
+            shp_am_send(p,
+                        json_pack("{s:s, s:o, s:i, s:s}", "type", "job_killed",
+                                  "job_id", shp_json_u64(jid), "status",
+                                  (int)SHP_ERR_JOB_UNKNOWN, "reason",
+                                  "the aggregation manager restarted and "
+                                  "does not know the job"));
+        }
+    }
+}
+
+/* A registered sharpd's message: job_detach (not answered), or a request
+ * with an id, answered by the handler of its type. */
+void shp_am_sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
+{
+    const char *type = shp_ctl_type(msg);
+    int64_t id = 0;
+    if (!strcmp(type, "job_detach")) {
+        uint64_t jid;
+        const char *w;
+        if (shp_json_get_u64(msg, "job_id", &jid, &w) == SHP_OK) {
+            shp_am_job_t *j = shp_am_job_find(am, jid);
+            char why[200];
+            snprintf(why, sizeof(why), "the job's processes on %s exited",
+                     p->host);
+            if (j)
+                shp_am_job_detach_host(am, j, p->host, why, 0);
+        }
+        return;
+    }
+    if (shp_json_get_int(msg, "id", 0, INT64_MAX, &id, NULL)) {
+        shp_am_send(p, shp_ctl_reply("error", 0, SHP_ERR_PROTO,
+                                     "request without an id"));
+        return;
+    }
+    if (!strcmp(type, "job_begin")) {
+        shp_am_job_begin(am, p, msg, id);
+    } else if (!strcmp(type, "job_attach")) {
+        shp_am_job_attach(am, p, msg, id);
+    } else if (!strcmp(type, "job_end")) {
+        shp_am_job_t *j = shp_am_job_for(am, p, msg, "job_end_ack", id);
+        if (j) {
+            shp_am_job_end(am, j, SHP_OK, "ended");
+            shp_am_send(p, shp_ctl_reply("job_end_ack", id, SHP_OK, NULL));
+        }
+    } else if (!strcmp(type, "job_reserve")) {
+        shp_am_job_reserve(am, p, msg, id);
+    } else if (!strcmp(type, "job_release")) {
+        shp_am_job_release(am, p, msg, id);
+    } else if (!strcmp(type, "group_create")) {
+        shp_am_group_create(am, p, msg, id);
+    } else if (!strcmp(type, "group_destroy")) {
+        shp_am_group_destroy(am, p, msg, id);
+    } else {
+        shp_am_send(p, shp_ctl_reply("error", id, SHP_ERR_UNSUPPORTED,
+                                     "unknown request"));
+    }
+}
+
+/* The sharpd of `host` is gone (not replaced): the host's share of every
+ * job goes, reservations too. */
+void shp_am_sharpd_lost(shp_am_t *am, const char *host, shp_status_t reason)
+{
+    char why[200];
+    snprintf(why, sizeof(why), "the sharpd of %s is gone (%s)", host,
+             shp_status_str(reason));
+    shp_warn_id("AM0202", "%s", why);
+    shp_am_job_t *j, *jt;
+    HASH_ITER(hh, am->jobs, j, jt)
+    {
+        shp_am_job_detach_host(am, j, host, why, 1);
+    }
+}
