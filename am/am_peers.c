@@ -57,6 +57,8 @@ static void am_peer_frame(shp_conn_t *conn, const void *frame, size_t len)
         }
         if (p->auth.state >= 2) { /* proved: full-sized frames from now */
             p->conn.max_frame = SHP_CTL_MAX_FRAME;
+            /* and sealed both ways (protocol/ctl.h) */
+            shp_ctl_seal(conn, p->auth.session.s2c, p->auth.session.c2s);
         }
     } else if (p->role == AM_PEER_NEW) {
         const char *type = shp_ctl_type(msg);

@@ -126,6 +126,8 @@ static void an_ctl_authenticate(shp_an_t *an, const json_t *msg)
     }
     an->authenticated = 1;
     an_ctl_send(an, answer);
+    /* everything after the handshake is sealed (protocol/ctl.h) */
+    shp_ctl_seal(&an->am, an->auth.session.c2s, an->auth.session.s2c);
     an_ctl_register(an);
 }
 

@@ -185,16 +185,15 @@ ctl_seal_nonce(uint64_t seq,
     memcpy(n, &le, sizeof(le));
 }
 
-/* Seals a plain frame (header, then len - HDR bytes of body) and queues it. */
-static shp_status_t ctl_send_sealed(shp_conn_t *conn, const uint8_t *frame,
-                                    size_t len)
+shp_status_t shp_ctl_seal_frame(shp_conn_seal_t *seal, const uint8_t *frame,
+                                size_t len, uint8_t **sealed, size_t *slen)
 {
     uint8_t n[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
     size_t body = len - SHP_CTL_HDR_LEN, out = len + SHP_CTL_SEAL_OVERHEAD;
-    shp_status_t status;
     uint8_t *s;
 
-    if (out > SHP_CTL_MAX_FRAME || conn->seal.tx_seq == UINT64_MAX) {
+    if (len < SHP_CTL_HDR_LEN || out > SHP_CTL_MAX_FRAME ||
+        seal->tx_seq == UINT64_MAX) {
         return SHP_ERR_TOO_LARGE;
     }
     s = malloc(out);
@@ -205,53 +204,71 @@ static shp_status_t ctl_send_sealed(shp_conn_t *conn, const uint8_t *frame,
                      s);
     s[SHP_CTL_HDR_LEN] = frame[3]; /* the inner type */
     memcpy(s + SHP_CTL_HDR_LEN + 1, frame + SHP_CTL_HDR_LEN, body);
-    ctl_seal_nonce(conn->seal.tx_seq++, n);
+    ctl_seal_nonce(seal->tx_seq++, n);
     crypto_aead_chacha20poly1305_ietf_encrypt_detached(
         s + SHP_CTL_HDR_LEN, s + SHP_CTL_HDR_LEN + 1 + body, NULL,
         s + SHP_CTL_HDR_LEN, 1 + body, s, SHP_CTL_HDR_LEN, NULL, n,
-        conn->seal.tx_key);
-    status = shp_conn_send(conn, s, out, NULL, 0);
-    free(s);
-    return status;
+        seal->tx_key);
+    *sealed = s;
+    *slen = out;
+    return SHP_OK;
 }
 
-/* Opens a sealed frame into a plain one (malloc'd, *plen bytes). */
-static shp_status_t ctl_open_sealed(shp_conn_t *conn, const uint8_t *frame,
-                                    size_t len, uint8_t **plain, size_t *plen,
-                                    const char **why)
+shp_status_t shp_ctl_open_frame(shp_conn_seal_t *seal, const uint8_t *frame,
+                                size_t len, uint8_t **plain, size_t *plen,
+                                const char **why)
 {
     uint8_t n[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
-    size_t ct = len - SHP_CTL_HDR_LEN - 16; /* inner type and body */
     uint8_t *p, type;
     uint32_t length;
+    size_t ct;
 
-    if (shp_ctl_hdr_unpack(frame, &type, &length, why) != SHP_OK ||
+    if (len < SHP_CTL_HDR_LEN ||
+        shp_ctl_hdr_unpack(frame, &type, &length, why) != SHP_OK ||
         type != SHP_CTL_FRAME_SEALED ||
         (size_t)length != len - SHP_CTL_HDR_LEN) {
         return shp_ctl_reject(SHP_ERR_AUTH,
                               "a frame not sealed after the handshake", why);
     }
+    ct = len - SHP_CTL_HDR_LEN - 16; /* inner type and body */
     p = malloc(SHP_CTL_HDR_LEN + ct);
     if (p == NULL) {
         return shp_ctl_reject(SHP_ERR_NO_MEMORY, "out of memory", why);
     }
     /* the inner type lands just before the body, then the header over it */
-    ctl_seal_nonce(conn->seal.rx_seq, n);
+    ctl_seal_nonce(seal->rx_seq, n);
     if (crypto_aead_chacha20poly1305_ietf_decrypt_detached(
             p + SHP_CTL_HDR_LEN - 1, NULL, frame + SHP_CTL_HDR_LEN, ct,
             frame + SHP_CTL_HDR_LEN + ct, frame, SHP_CTL_HDR_LEN, n,
-            conn->seal.rx_key) != 0) {
+            seal->rx_key) != 0) {
         free(p);
         return shp_ctl_reject(SHP_ERR_AUTH,
                               "a sealed frame that does not open (forged, "
                               "replayed or out of order)",
                               why);
     }
-    conn->seal.rx_seq++;
+    seal->rx_seq++;
     shp_ctl_hdr_pack(p[SHP_CTL_HDR_LEN - 1], (uint32_t)(ct - 1), p);
     *plain = p;
     *plen = SHP_CTL_HDR_LEN + ct - 1;
     return SHP_OK;
+}
+
+/* Seals a plain frame and queues it. */
+static shp_status_t ctl_send_sealed(shp_conn_t *conn, const uint8_t *frame,
+                                    size_t len)
+{
+    shp_status_t status;
+    uint8_t *s;
+    size_t slen;
+
+    status = shp_ctl_seal_frame(&conn->seal, frame, len, &s, &slen);
+    if (status != SHP_OK) {
+        return status;
+    }
+    status = shp_conn_send(conn, s, slen, NULL, 0);
+    free(s);
+    return status;
 }
 
 shp_status_t shp_ctl_send(shp_conn_t *conn, const json_t *msg)
@@ -471,7 +488,8 @@ json_t *shp_ctl_recv(shp_conn_t *conn, const void *frame, size_t len,
 
     *why = NULL;
     if (conn->seal.on) {
-        status = ctl_open_sealed(conn, frame, len, &plain, &plen, why);
+        status =
+            shp_ctl_open_frame(&conn->seal, frame, len, &plain, &plen, why);
         if (status != SHP_OK) {
             shp_conn_close(conn, status);
             return NULL;

@@ -90,6 +90,18 @@ SHP_WUR shp_status_t shp_ctl_send_frame(shp_conn_t *conn, uint8_t type);
 void shp_ctl_seal(shp_conn_t *conn, const uint8_t tx_key[32],
                   const uint8_t rx_key[32]);
 
+/* The same on frames in memory, for a peer that is no shp_conn_t: seals a
+ * plain frame with seal's tx side, opens a sealed one with its rx side
+ * (SHP_ERR_AUTH with the reason in why if it does not open).  The result is
+ * malloc'd. */
+SHP_WUR shp_status_t shp_ctl_seal_frame(shp_conn_seal_t *seal,
+                                        const uint8_t *frame, size_t len,
+                                        uint8_t **sealed, size_t *slen);
+SHP_WUR shp_status_t shp_ctl_open_frame(shp_conn_seal_t *seal,
+                                        const uint8_t *frame, size_t len,
+                                        uint8_t **plain, size_t *plen,
+                                        const char **why);
+
 /* The message's "type" (never NULL after a successful decode). */
 const char *shp_ctl_type(const json_t *msg);
 

@@ -256,6 +256,8 @@ static void sd_am_handle_auth(sd_t *sd, json_t *msg)
     }
     sd->am_proved = 1;
     sd_send(&sd->am, answer);
+    /* everything after the handshake is sealed (protocol/ctl.h) */
+    shp_ctl_seal(&sd->am, sd->auth.session.c2s, sd->auth.session.s2c);
     sd_am_register(sd);
 }
 

@@ -94,24 +94,20 @@ static void am_frame(shp_conn_t *conn, const void *frame, size_t len)
 {
     am_peer_t *p = conn->arg;
     json_t *msg = NULL;
-    const char *type, *name, *addr;
-    uint8_t ftype;
+    const char *type, *name, *addr, *why = NULL;
     int64_t id, st;
     int i;
 
-    assert_int_equal(shp_ctl_decode(frame, len, &ftype, &msg, NULL), SHP_OK);
-    if (ftype == SHP_CTL_FRAME_PING) {
-        assert_int_equal(shp_ctl_send_frame(conn, SHP_CTL_FRAME_PONG), SHP_OK);
-        return;
-    }
+    /* sealed after the handshake: opened (and pings answered) here */
+    msg = shp_ctl_recv(conn, frame, len, &why);
     if (msg == NULL) {
+        assert_null(why); /* a ping or a pong, never a bad frame */
         return;
     }
     type = shp_ctl_type(msg);
     if (p->auth.state < 2) {
         /* the AM's side of the cluster-secret handshake */
         json_t *chal = NULL;
-        const char *why;
         if (p->auth.state == 0) {
             assert_int_equal(
                 shp_auth_server_hello(&p->auth, &am_key, msg, &chal, &why),
@@ -120,6 +116,7 @@ static void am_frame(shp_conn_t *conn, const void *frame, size_t len)
         } else {
             assert_int_equal(
                 shp_auth_server_verify(&p->auth, &am_key, msg, &why), SHP_OK);
+            shp_ctl_seal(conn, p->auth.session.s2c, p->auth.session.c2s);
         }
         json_decref(msg);
         return;

@@ -10,6 +10,8 @@
 
 static shp_sharpd_t d;
 static int am_fd; /* the AM's end of sharpd's connection */
+static shp_conn_seal_t
+    am_seal; /* its frames' keys, once the handshake is done */
 
 /* One control message from sharpd (NULL once it has closed). */
 static json_t *am_read(void)
@@ -31,6 +33,18 @@ static json_t *am_read(void)
     memcpy(frame, hdr, sizeof(hdr));
     assert_int_equal(recv(am_fd, frame + sizeof(hdr), len, MSG_WAITALL),
                      (ssize_t)len);
+    if (am_seal.on) {
+        uint8_t *plain;
+        size_t plen;
+
+        assert_int_equal(type, SHP_CTL_FRAME_SEALED);
+        assert_int_equal(shp_ctl_open_frame(&am_seal, frame, sizeof(hdr) + len,
+                                            &plain, &plen, NULL),
+                         SHP_OK);
+        free(frame);
+        frame = plain;
+        len = (uint32_t)(plen - sizeof(hdr));
+    }
     assert_int_equal(
         shp_ctl_decode(frame, sizeof(hdr) + len, &type, &msg, NULL), SHP_OK);
     free(frame);
@@ -43,6 +57,14 @@ static void am_write(json_t *msg)
     size_t len;
 
     assert_int_equal(shp_ctl_encode(msg, &frame, &len), SHP_OK);
+    if (am_seal.on) {
+        uint8_t *sealed;
+
+        assert_int_equal(
+            shp_ctl_seal_frame(&am_seal, frame, len, &sealed, &len), SHP_OK);
+        free(frame);
+        frame = sealed;
+    }
     assert_int_equal(send(am_fd, frame, len, 0), (ssize_t)len);
     free(frame);
     json_decref(msg);
@@ -58,6 +80,7 @@ static int setup(void **state)
 
     (void)state;
     memset(&d, 0, sizeof(d));
+    memset(&am_seal, 0, sizeof(am_seal));
     d.cfg.host = host;
     d.cfg.am = am;
     shp_sharpd_init(&d, ev_default_loop(0));
@@ -77,7 +100,9 @@ static int teardown(void **state)
     return 0;
 }
 
-/* The AM proves the secret, sharpd answers and registers. */
+/* The AM proves the secret, sharpd answers and registers, sealed: a plain
+ * frame after the handshake (what a man in the middle could inject) closes
+ * the connection. */
 static void test_genuine_am(void **state)
 {
     shp_auth_server_t s;
@@ -96,6 +121,10 @@ static void test_genuine_am(void **state)
     assert_non_null(auth);
     assert_int_equal(shp_auth_server_verify(&s, &d.key, auth, &why), SHP_OK);
     json_decref(auth);
+    /* from here both ways are sealed with the handshake's keys */
+    memcpy(am_seal.tx_key, s.session.s2c, sizeof(am_seal.tx_key));
+    memcpy(am_seal.rx_key, s.session.c2s, sizeof(am_seal.rx_key));
+    am_seal.on = 1;
     reg = am_read();
     assert_non_null(reg);
     assert_string_equal(shp_ctl_type(reg), "sharpd_register");
@@ -103,6 +132,9 @@ static void test_genuine_am(void **state)
     am_write(
         json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status", 0));
     assert_int_equal(d.am_state, SHP_SHARPD_AM_REGISTERED);
+    am_seal.on = 0;
+    am_write(json_pack("{s:s}", "type", "job_ack"));
+    assert_false(shp_conn_is_open(&d.am));
 }
 
 /* Found by tests/fuzz/fuzz_sharpd: an AM that skipped the challenge and
