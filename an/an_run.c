@@ -236,7 +236,8 @@ void shp_an_run(shp_an_t *an)
 
     an->stop = 0;
     if (an->tp.ops == &shp_tp_shm_ops) {
-        ev_run(an->loop, 0); /* shm spins in its own way (tp_shm.c) */
+        ev_run(an->loop,
+               0); /* shm spins in its own way (transport/shm/shm.c) */
         return;
     }
     an->loadavg_fd = spin == 0

@@ -477,7 +477,7 @@ int main(int argc, char **argv)
         r ? shp_json_opt_str(r, "error", shp_status_str(st)) : why;
     if (st != SHP_OK) {
         /* the manager refuses a job_begin with SHP_ERR_JOB_REFUSED and its
-         * reason (am/am.c job_begin): quota reasons say "maximum" */
+         * reason (am/am_jobs.c, job admission): quota reasons say "maximum" */
         int quota = st == SHP_ERR_QUOTA || st == SHP_ERR_NO_RESOURCE ||
                     (err && strstr(err, "maximum"));
         int tree = !quota && err &&
