@@ -38,7 +38,7 @@ typedef struct shp_am_config {
     unsigned job_max_groups;
     unsigned group_osts;
     size_t group_payload;
-    int dist; /* index into shp_am_dists */
+    int dist; /* shp_dist_t, AUTO by default */
     char *mcast_prefix;
     unsigned mcast_port;
     int64_t keepalive_ms;
@@ -47,9 +47,6 @@ typedef struct shp_am_config {
     int64_t stats_interval_ms;
     char *metrics_listen; /* "" off */
 } shp_am_config_t;
-
-extern const char *const shp_am_dists[];
-#define SHP_AM_DIST_AUTO 3 /* index of "auto" in shp_am_dists */
 
 typedef struct shp_am shp_am_t;
 typedef struct shp_am_peer shp_am_peer_t;
@@ -118,7 +115,7 @@ struct shp_am_group {
     int *an_of;  /* [plan.nans] AN index */
     char *acked; /* [plan.nans] */
     int nacked;
-    int dist; /* 1 rc, 2 mcast, 3 both */
+    int dist; /* shp_dist_t, never AUTO */
     char mcast_addr[64];
     unsigned osts;
     uint32_t payload;

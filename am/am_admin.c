@@ -198,7 +198,7 @@ static json_t *am_admin_groups(shp_am_t *am, const json_t *req)
                       "job_id", shp_json_u64(g->job->id), "tree_id", g->tree,
                       "state", g->state == AM_GROUP_UP ? "up" : "configuring",
                       "members", g->plan.nmembers, "ans", ans, "dist",
-                      shp_am_dists[g->dist - 1], "mcast_addr", g->mcast_addr,
+                      shp_dist_names[g->dist], "mcast_addr", g->mcast_addr,
                       "osts", (int)g->osts, "payload", (json_int_t)g->payload));
     }
     return a;

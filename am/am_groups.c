@@ -101,7 +101,7 @@ static json_t *am_group_descriptor(shp_am_t *am, shp_am_group_t *g)
                      "group_id", (json_int_t)g->id, "tree_id", g->tree,
                      "job_id", shp_json_u64(g->job->id), "job_key",
                      shp_json_hex(g->job->key, sizeof(g->job->key)), "dist",
-                     shp_am_dists[g->dist - 1], "mcast_addr", g->mcast_addr,
+                     shp_dist_names[g->dist], "mcast_addr", g->mcast_addr,
                      "osts", (int)g->osts, "payload", (json_int_t)g->payload,
                      "members", members, "ans", ans);
 }
@@ -165,16 +165,16 @@ static int am_dist_auto(const shp_am_t *am, const shp_group_plan_t *bp)
         int a = shp_am_an_of_node(am, bp->ans[i].node);
         if (a < 0 || strcmp(am->ans[a].transport, "tcp") != 0 ||
             !am->ans[a].mcast) {
-            return 0; /* rc */
+            return SHP_DIST_RC;
         }
     }
-    return 1; /* mcast */
+    return SHP_DIST_MCAST;
 }
 
 /* A group_create on its way: what it asks, checked, then placed. */
 typedef struct {
     shp_am_job_t *job;
-    int dist;      /* index into shp_am_dists (auto: chosen when placed) */
+    int dist;      /* shp_dist_t (AUTO: chosen when placed) */
     int *nodes, n; /* the members' topology nodes */
     int tree;      /* where it goes; plan: its sub-tree there */
     shp_group_plan_t plan;
@@ -197,10 +197,8 @@ static shp_status_t am_group_check(const json_t *msg, am_group_req_t *r,
     const char *dist = shp_json_opt_str(msg, "dist", dflt);
     if (shp_json_get_array(msg, "members", members, &w))
         return am_group_fail(r, SHP_ERR_PROTO, "members required");
-    r->dist = 0;
-    while (shp_am_dists[r->dist] && strcmp(shp_am_dists[r->dist], dist))
-        r->dist++;
-    if (!shp_am_dists[r->dist])
+    r->dist = shp_dist_parse(dist);
+    if (r->dist < 0)
         return am_group_fail(r, SHP_ERR_INVALID_PARAM,
                              "dist must be rc, mcast, both or auto");
     if ((unsigned)r->job->ngroups >= r->job->max_groups) {
@@ -311,9 +309,9 @@ static shp_am_group_t *am_group_new(shp_am_t *am, am_group_req_t *r,
     g->tree = r->tree;
     g->plan = r->plan;
     memset(&r->plan, 0, sizeof(r->plan));
-    if (r->dist == SHP_AM_DIST_AUTO)
+    if (r->dist == SHP_DIST_AUTO)
         r->dist = am_dist_auto(am, &g->plan);
-    g->dist = r->dist + 1;
+    g->dist = r->dist;
     g->osts = j->osts;
     g->payload = j->payload;
     g->req_peer = p;
@@ -363,7 +361,7 @@ static void am_group_wire(shp_am_t *am, shp_am_group_t *g)
             (json_int_t)g->id, "tree_id", g->tree, "job_id",
             shp_json_u64(g->job->id), "job_key", key, "children", children,
             "top", i == 0, "parent_index", ga->parent_index, "dist",
-            shp_am_dists[g->dist - 1], "mcast_addr", g->mcast_addr, "osts",
+            shp_dist_names[g->dist], "mcast_addr", g->mcast_addr, "osts",
             (int)g->osts, "payload", (json_int_t)g->payload);
         shp_am_send(am->ans[g->an_of[i]].peer, m);
     }
@@ -382,7 +380,7 @@ void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     r.job = shp_am_job_for(am, p, msg, ack, id);
     if (!r.job)
         return;
-    if (am_group_check(msg, &r, shp_am_dists[am->cfg.dist], &members) !=
+    if (am_group_check(msg, &r, shp_dist_names[am->cfg.dist], &members) !=
             SHP_OK ||
         am_group_members(am, members, &r) != SHP_OK ||
         am_group_place(am, &r) != SHP_OK)

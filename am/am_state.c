@@ -15,8 +15,6 @@
 #include "protocol/ctl.h"
 #include "core/log.h"
 
-const char *const shp_am_dists[] = {"rc", "mcast", "both", "auto", NULL};
-
 /* A new set of membership marks over the topology's nodes (am->mark[i] ==
  * am->mark_gen: marked), so that a list is checked against another in time
  * linear in both. */

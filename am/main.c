@@ -5,6 +5,7 @@
 #include "am/am.h"
 #include "am/metrics.h"
 #include "core/config.h"
+#include "protocol/ctl.h"
 #include "core/log.h"
 #include "core/paths.h"
 
@@ -65,7 +66,7 @@ static const shp_config_opt_t am_opts[] = {
     {"dist", "auto",
      "default result distribution: rc, mcast, both or auto (mcast where "
      "every AN of the group speaks tcp and can multicast, else rc)",
-     offsetof(shp_am_config_t, dist), &shp_cfg_enum, shp_am_dists},
+     offsetof(shp_am_config_t, dist), &shp_cfg_enum, shp_dist_names},
     {"mcast_prefix", "239.77",
      "first two octets of the groups' multicast addresses",
      offsetof(shp_am_config_t, mcast_prefix), &shp_cfg_string},

@@ -51,10 +51,6 @@ typedef struct shp_an_config {
 /* the transports the AN speaks, by name (cfg.transport indexes it) */
 extern const char *const shp_an_transports[];
 
-/* distribution of results at the top of a group */
-#define SHP_AN_DIST_RC 1
-#define SHP_AN_DIST_MCAST 2
-
 typedef struct shp_an shp_an_t;
 typedef struct shp_an_group shp_an_group_t;
 
@@ -124,7 +120,7 @@ struct shp_an_group {
     uint64_t join_start_ns; /* first join sent to the parent */
     ev_timer join_timer;
     int64_t add_req_id; /* AM request answered once the parent join is done */
-    int dist;
+    int dist;           /* shp_dist_t (protocol/ctl.h), never AUTO */
     char mcast_addr[64];
     shp_tp_ep_t *mcast_tx;
     unsigned osts;

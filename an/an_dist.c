@@ -10,6 +10,7 @@
  * its slot until the slot is reused, to answer retransmit requests.
  */
 #include "an/an_int.h"
+#include "protocol/ctl.h"
 
 #include "core/log.h"
 
@@ -69,7 +70,7 @@ void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast)
         shp_an_child_t *c = &g->children[i];
         /* ANs always get the result (their members may ask for it);
          * members over RC unless multicast alone serves them */
-        if (c->is_an || (g->dist & SHP_AN_DIST_RC) || unicast || s->want[i] ||
+        if (c->is_an || (g->dist & SHP_DIST_RC) || unicast || s->want[i] ||
             c->rc_only) {
             an_result_hdr(g, s,
                           (s->want[i] ? SHP_WIRE_F_RETRANS : 0) |

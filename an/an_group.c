@@ -286,7 +286,7 @@ typedef struct an_group_req {
     uint64_t job_id;
     int top;
     const char *dist_name;
-    int dist; /* SHP_AN_DIST_* */
+    int dist; /* shp_dist_t, never AUTO */
     json_t *children;
     const char *mcast; /* the top's multicast address (dist mcast, both) */
     uint8_t key[SHP_WIRE_JOB_KEY_LEN];
@@ -356,11 +356,8 @@ static shp_status_t an_group_read_setup(const shp_an_t *an, const json_t *req,
     json_t *c;
     size_t i;
 
-    r->dist = !strcmp(d, "mcast")  ? SHP_AN_DIST_MCAST
-              : !strcmp(d, "both") ? SHP_AN_DIST_MCAST | SHP_AN_DIST_RC
-              : !strcmp(d, "rc")   ? SHP_AN_DIST_RC
-                                   : 0;
-    if (r->dist == 0) {
+    r->dist = shp_dist_parse(d);
+    if (r->dist <= SHP_DIST_AUTO) { /* the manager chose before it asked */
         return an_reject("dist must be rc, mcast or both", why);
     }
     if (shp_json_get_hex(req, "job_key", r->key, sizeof(r->key), why) !=
@@ -375,7 +372,7 @@ static shp_status_t an_group_read_setup(const shp_an_t *an, const json_t *req,
         }
     }
     r->mcast = NULL;
-    if (r->top && (r->dist & SHP_AN_DIST_MCAST) &&
+    if (r->top && (r->dist & SHP_DIST_MCAST) &&
         (shp_json_get_str(req, "mcast_addr", &r->mcast, why) != SHP_OK ||
          !an->have_mcast)) {
         return an_reject("multicast needs mcast_addr and a multicast "

@@ -20,6 +20,20 @@ void shp_ctl_hdr_pack(uint8_t type, uint32_t length, void *buf)
     memcpy(p + 4, &len_be, 4);
 }
 
+const char *const shp_dist_names[] = {"auto", "rc", "mcast", "both", NULL};
+
+int shp_dist_parse(const char *name)
+{
+    int d;
+
+    for (d = 0; shp_dist_names[d] != NULL; d++) {
+        if (!strcmp(shp_dist_names[d], name)) {
+            return d;
+        }
+    }
+    return -1;
+}
+
 static shp_status_t shp_ctl_reject(shp_status_t status, const char *reason,
                                    const char **why)
 {

@@ -53,6 +53,24 @@ typedef enum shp_ctl_frame_type {
 /* what sealing adds to a frame: the inner type and the tag */
 #define SHP_CTL_SEAL_OVERHEAD 17
 
+/* How a group's results go down from its top AN ("dist" in the manager's
+ * group_add and in group requests), one encoding everywhere: a set of ways,
+ * so a value is its own bit mask.  AUTO (requests and the manager's
+ * configuration only) lets the manager choose when it places the group. */
+typedef enum shp_dist {
+    SHP_DIST_AUTO = 0,
+    SHP_DIST_RC = 1,    /* down the tree's connections */
+    SHP_DIST_MCAST = 2, /* by multicast from the top */
+    SHP_DIST_BOTH = SHP_DIST_RC | SHP_DIST_MCAST,
+} shp_dist_t;
+
+/* Indexed by shp_dist_t: "auto", "rc", "mcast", "both", then NULL (an
+ * option table's enum). */
+extern const char *const shp_dist_names[];
+
+/* The value of a name, -1 for none. */
+int shp_dist_parse(const char *name);
+
 /* Header <-> bytes. */
 void shp_ctl_hdr_pack(uint8_t type, uint32_t length, void *buf);
 SHP_WUR shp_status_t shp_ctl_hdr_unpack(const void *buf, uint8_t *type,
