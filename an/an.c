@@ -35,11 +35,11 @@ shp_status_t shp_an_start(shp_an_t *an, struct ev_loop *loop)
                      shp_status_str(status));
         return status;
     }
-    an->tp.spin_ns = (uint64_t)an->cfg.spin_us * 1000;
-    an->tp.wake_need = shp_an_wake_need;
-    an->tp.spin_many = an->cfg.spin_many;
-    an->tp.wake_arg = an;
-    an->tp.runs_free = 1; /* main() runs the loop until we stop */
+    an->tp.shm.spin_ns = (uint64_t)an->cfg.spin_us * 1000;
+    an->tp.shm.wake_need = shp_an_wake_need;
+    an->tp.shm.spin_many = an->cfg.spin_many;
+    an->tp.shm.wake_arg = an;
+    an->tp.shm.runs_free = 1; /* main() runs the loop until we stop */
     status = an->tp.ops->listen(&an->tp, an->cfg.listen, shp_an_on_accept);
     if (status != SHP_OK) {
         shp_error_id("AN0002", "cannot listen on %s: %s", an->cfg.listen,

@@ -179,12 +179,13 @@ static void wake_cb(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 /* How long the shm transport looks for an answer before the loop sleeps
- * (tp->spin_ns): set for a turn that may sleep, 0 at every other time. */
+ * (tp->shm.spin_ns): set for a turn that may sleep, 0 at every other time. */
 static void set_spin(coll_ctx_t *ctx, uint64_t ns)
 {
     for (int i = 0; i < COLL_NTP; i++) {
-        ctx->tps[i].spin_ns = ns;
-        ctx->tps[i].spin_break = ns > 0; /* the wait looks after each turn */
+        ctx->tps[i].shm.spin_ns = ns;
+        ctx->tps[i].shm.spin_break =
+            ns > 0; /* the wait looks after each turn */
     }
 }
 

@@ -88,25 +88,21 @@ typedef struct shp_tp_ops {
     void (*pull)(shp_tp_ep_t *ep);
 } shp_tp_ops_t;
 
-struct shp_tp {
-    const shp_tp_ops_t *ops;
-    struct ev_loop *loop;
-    uint32_t max_payload; /* largest payload accepted */
-    char local_ip[64];    /* source address for connections and multicast */
-    double mcast_drop;    /* tests: drop this fraction of datagrams */
-    uint64_t drop_seed;
-    /* shm: before the loop sleeps with nothing in the rings, keep looking
+/* How the shm provider waits for its rings, set by the transport's owner
+ * (the other providers ignore it). */
+typedef struct shp_tp_shm_opts {
+    /* before the loop sleeps with nothing in the rings, keep looking
      * at them this long, yielding the core between looks; 0: sleep at once.
      * The owner may change it between turns of the loop. */
     uint64_t spin_ns;
-    /* shm, with spin_ns: messages found before the loop would poll are
+    /* with spin_ns: messages found before the loop would poll are
      * delivered at once and the turn ends there (ev_break), without the
      * poll's system call; at least one whole turn a millisecond still
      * polls every descriptor and runs the timers.  Only for an owner that
      * runs the loop a turn at a time (EVRUN_ONCE) and looks at what
      * arrived after each. */
     int spin_break;
-    /* shm: the owner runs the loop until it stops it (an AN), not a turn
+    /* the owner runs the loop until it stops it (an AN), not a turn
      * at a time: messages found before a poll are delivered there and the
      * loop goes on (a poll that would find nothing else is a system call
      * saved), at least one whole turn a millisecond as above.  Sends the
@@ -114,18 +110,28 @@ struct shp_tp {
      * from a handler run there wait for the next wake-up: such an owner
      * writes them at once (the AN's control link does) */
     int runs_free;
-    /* shm, a listener: how many contributions (AGG_REQ) from its
+    /* a listener: how many contributions (AGG_REQ) from its
      * connectors may arrive before one of them must wake it; asked before
      * each sleep, NULL: 1 (every message wakes a sleeper).  The owner
      * answers the fewest that could let any operation complete: waking
      * early is safe, waking late would delay it (see shm/shm.c). */
     uint32_t (*wake_need)(void *arg);
     void *wake_arg;
-    /* shm, a listener with wake_need: spin (spin_ns) also while it waits
+    /* a listener with wake_need: spin (spin_ns) also while it waits
      * for several contributions, instead of sleeping at once on the board
      * (pays where a process switch is cheap: the spin's yields hand the
      * core to the members that owe them, and no wake-up is paid) */
     int spin_many;
+} shp_tp_shm_opts_t;
+
+struct shp_tp {
+    const shp_tp_ops_t *ops;
+    struct ev_loop *loop;
+    uint32_t max_payload; /* largest payload accepted */
+    char local_ip[64];    /* source address for connections and multicast */
+    double mcast_drop;    /* tests: drop this fraction of datagrams */
+    uint64_t drop_seed;
+    shp_tp_shm_opts_t shm; /* the shm provider's: how it waits */
     shp_tp_stats_t stats;
     void *priv;
 };

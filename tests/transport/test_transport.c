@@ -423,8 +423,8 @@ static void shm_child(const char *addr, int n, uint64_t spin_ns)
         tp.ops->connect(&tp, addr, &rx_cbs, &r, &c) != SHP_OK) {
         _exit(2);
     }
-    tp.spin_ns = spin_ns;
-    tp.spin_break = spin_ns > 0;
+    tp.shm.spin_ns = spin_ns;
+    tp.shm.spin_break = spin_ns > 0;
     if (n == 0) {
         shp_wire_hdr_t h;
         uint32_t one = 1;
@@ -461,8 +461,8 @@ static double shm_pingpong(shp_tp_t *tp, int n, uint64_t spin_ns, pid_t *pid)
     }
     RUN_BLOCKING(loop, server_rx.ep == NULL, 5);
     assert_non_null(server_rx.ep);
-    tp->spin_ns = spin_ns;
-    tp->spin_break = spin_ns > 0;
+    tp->shm.spin_ns = spin_ns;
+    tp->shm.spin_break = spin_ns > 0;
     uint64_t t0 = shp_time_ns();
     unsigned it0 = ev_iteration(loop);
     ticks = 0;
@@ -536,7 +536,7 @@ static void test_shm_spin(void **state)
      * per message unless a loaded machine takes a millisecond each */
     double ms = us * n / 1000.0;
     assert_true(pingpong_polls < (unsigned)n / 4 + (unsigned)(2 * ms));
-    tp.spin_ns = 0; /* the child's close must not wait for a look */
+    tp.shm.spin_ns = 0; /* the child's close must not wait for a look */
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
@@ -630,11 +630,11 @@ static uint64_t wn_run(int need)
     assert_int_equal(shp_tp_init(&tp, shp_tp_find("shm"), loop, 1024, NULL),
                      SHP_OK);
     if (need) {
-        tp.wake_need = wn_need;
+        tp.shm.wake_need = wn_need;
     }
     if (wn_spin_many) { /* long enough never to sleep within a round */
-        tp.spin_ns = 50 * SHP_NSEC_PER_MSEC;
-        tp.spin_many = 1;
+        tp.shm.spin_ns = 50 * SHP_NSEC_PER_MSEC;
+        tp.shm.spin_many = 1;
     }
     assert_int_equal(tp.ops->listen(&tp, "127.0.0.1:0", wn_accept), SHP_OK);
     for (int i = 0; i < WN_KIDS; i++) {

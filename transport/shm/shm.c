@@ -23,14 +23,14 @@
  * message, sets `waiting`, and the consumer rings it after freeing space.
  * So a busy peer is never woken, a sleeping one always is, and no message
  * waits for a timer.  Before it sleeps, a consumer whose owner set
- * tp->spin_ns keeps looking at its rings that long, yielding the core
+ * tp->shm.spin_ns keeps looking at its rings that long, yielding the core
  * between looks (shm_spin): most answers come within it, and neither side
  * then pays for a sleep, a wake-up or the doorbell.
  *
  * A listener (an AN) that waits for the contributions of several children
  * need not wake for each: it passes every connector its board (a second
  * sealed memfd, in the answer to the hello) and, before it sleeps, stores
- * there how many contributions (AGG_REQ) it waits for (tp->wake_need, the
+ * there how many contributions (AGG_REQ) it waits for (tp->shm.wake_need, the
  * owner's count: the fewest any operation misses).  A connector that
  * publishes one counts the board down and rings only if it was the last;
  * any other message, and a full ring, rings as before.  So an operation
@@ -678,10 +678,10 @@ static int shm_any_ready(const shm_priv_t *priv)
  * of starving it. */
 static int shm_spin(shm_priv_t *priv)
 {
-    if (priv->tp->spin_ns == 0 || priv->eps == NULL) {
+    if (priv->tp->shm.spin_ns == 0 || priv->eps == NULL) {
         return 0;
     }
-    uint64_t end = shp_time_ns() + priv->tp->spin_ns;
+    uint64_t end = shp_time_ns() + priv->tp->shm.spin_ns;
     do {
         sched_yield();
         if (shm_any_ready(priv)) {
@@ -723,10 +723,10 @@ static void shm_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
             /* a listener waiting for several contributions sleeps at
              * once unless told to spin for them too (spin_many): one of
              * them may arrive soon, not all of them */
-            need = priv->board != NULL && priv->tp->wake_need
-                       ? priv->tp->wake_need(priv->tp->wake_arg)
+            need = priv->board != NULL && priv->tp->shm.wake_need
+                       ? priv->tp->shm.wake_need(priv->tp->shm.wake_arg)
                        : 1;
-            if (need <= 1 || priv->tp->spin_many) {
+            if (need <= 1 || priv->tp->shm.spin_many) {
                 ready = shm_spin(priv);
             }
         }
@@ -736,8 +736,8 @@ static void shm_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
         /* what is in the rings is delivered here, not after a poll that
          * would find nothing else (a system call); a whole turn, every
          * socket polled and the timers run, at least every millisecond */
-        int early = priv->tp->spin_break && priv->tp->spin_ns > 0;
-        if ((!early && !priv->tp->runs_free) || turn >= 16 ||
+        int early = priv->tp->shm.spin_break && priv->tp->shm.spin_ns > 0;
+        if ((!early && !priv->tp->shm.runs_free) || turn >= 16 ||
             shp_time_ns() - priv->polled_ns >= SHP_NSEC_PER_MSEC) {
             ev_idle_start(loop, &priv->idle); /* poll, do not sleep */
             return;
