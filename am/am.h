@@ -42,6 +42,7 @@ typedef struct shp_am_config {
     char *mcast_prefix;
     unsigned mcast_port;
     int64_t keepalive_ms;
+    int64_t auth_timeout_ms; /* a TCP peer's time to prove the secret */
     int64_t group_timeout_ms;
     int64_t tree_settle_ms;
     int64_t stats_interval_ms;
@@ -75,6 +76,7 @@ struct shp_am_peer {
     char host[128]; /* sharpd: its host */
     uid_t uid;      /* admin: SO_PEERCRED */
     gid_t gid;
+    ev_timer auth_timer; /* a TCP peer's deadline to prove the secret */
     shp_am_peer_t *next;
 };
 

@@ -56,6 +56,7 @@ static void am_peer_frame(shp_conn_t *conn, const void *frame, size_t len)
             shp_am_send(p, chal);
         }
         if (p->auth.state >= 2) { /* proved: full-sized frames from now */
+            ev_timer_stop(am->loop, &p->auth_timer);
             p->conn.max_frame = SHP_CTL_MAX_FRAME;
             /* and sealed both ways (protocol/ctl.h) */
             shp_ctl_seal(conn, p->auth.session.s2c, p->auth.session.c2s);
@@ -81,6 +82,7 @@ static void am_peer_close(shp_conn_t *conn, shp_status_t reason)
 {
     shp_am_peer_t *p = conn->arg;
     shp_am_t *am = p->am;
+    ev_timer_stop(am->loop, &p->auth_timer);
     for (shp_am_peer_t **pp = &am->peers; *pp; pp = &(*pp)->next)
         if (*pp == p) {
             *pp = p->next;
@@ -131,14 +133,36 @@ static shp_am_peer_t *am_peer_new(shp_am_t *am, int fd, am_role_t role)
     return p;
 }
 
+/* A TCP peer that has not proved the cluster secret in auth_timeout: it
+ * holds a descriptor and a connection for nothing (answering pings keeps a
+ * connection alive, not this). */
+static void am_auth_expired(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    shp_am_peer_t *p = w->data;
+    (void)loop;
+    (void)revents;
+    p->am->stats.auth_failures++;
+    shp_warn_sparse(1000,
+                    "disconnecting %s: no proof of the cluster secret "
+                    "within auth_timeout",
+                    p->conn.peer);
+    shp_conn_close(&p->conn, SHP_ERR_TIMED_OUT);
+}
+
 static void am_on_accept(shp_listener_t *l, int fd, const shp_sockaddr_t *peer)
 {
     (void)peer;
     shp_am_t *am = l->arg;
     shp_am_peer_t *p = am_peer_new(am, fd, AM_PEER_NEW);
-    if (p)
-        shp_conn_set_keepalive(&p->conn, (double)am->cfg.keepalive_ms / 1000.0,
-                               3);
+    if (!p)
+        return;
+    shp_conn_set_keepalive(&p->conn, (double)am->cfg.keepalive_ms / 1000.0, 3);
+    if (am->cfg.auth_timeout_ms > 0) {
+        ev_timer_init(&p->auth_timer, am_auth_expired,
+                      (double)am->cfg.auth_timeout_ms / 1000.0, 0.);
+        p->auth_timer.data = p;
+        ev_timer_start(am->loop, &p->auth_timer);
+    }
 }
 
 static void am_on_admin_accept(shp_listener_t *l, int fd,

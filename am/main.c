@@ -74,6 +74,10 @@ static const shp_config_opt_t am_opts[] = {
      offsetof(shp_am_config_t, mcast_port), &shp_cfg_uint, &am_port_range},
     {"keepalive", "2s", "keepalive interval of control connections",
      offsetof(shp_am_config_t, keepalive_ms), &shp_cfg_time},
+    {"auth_timeout", "10s",
+     "how long a new TCP peer has to prove the cluster secret before it is "
+     "disconnected",
+     offsetof(shp_am_config_t, auth_timeout_ms), &shp_cfg_time},
     {"group_timeout", "10s", "how long ANs have to confirm a new group",
      offsetof(shp_am_config_t, group_timeout_ms), &shp_cfg_time},
     {"tree_settle", "200ms",

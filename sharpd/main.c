@@ -12,6 +12,8 @@
 #define SHP_VERSION "0.1.0"
 #endif
 
+static const shp_config_range_t sd_clients_range = {1, 1000000};
+
 static const shp_config_opt_t sharpd_opts[] = {
     {"socket", SHP_PATH_SHARPD_SOCK, "Unix socket for local processes",
      offsetof(shp_sharpd_config_t, socket), &shp_cfg_string},
@@ -27,6 +29,11 @@ static const shp_config_opt_t sharpd_opts[] = {
      &shp_cfg_loglevel},
     {"keepalive", "2s", "keepalive interval of the AM connection",
      offsetof(shp_sharpd_config_t, keepalive_ms), &shp_cfg_time},
+    {"uid_max_clients", "1024",
+     "local connections of one user at once, at most (root's are not "
+     "counted); one more is refused",
+     offsetof(shp_sharpd_config_t, uid_max_clients), &shp_cfg_uint,
+     &sd_clients_range},
     {NULL}};
 
 static const shp_config_table_t sharpd_table = {

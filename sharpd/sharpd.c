@@ -583,6 +583,19 @@ static const shp_conn_ops_t sd_client_ops = {
     .on_close = sd_client_closed,
 };
 
+/* A user at its uid_max_clients: one more connection is refused, so that no
+ * user holds every descriptor sharpd has (root's are not counted). */
+static int sd_uid_full(const sd_t *sd, uid_t uid)
+{
+    unsigned n = 0;
+
+    if (uid == 0 || sd->cfg.uid_max_clients == 0)
+        return 0;
+    for (const client_t *c = sd->clients; c; c = c->next)
+        n += c->uid == uid;
+    return n >= sd->cfg.uid_max_clients;
+}
+
 shp_status_t shp_sharpd_accept(sd_t *sd, int fd)
 {
     struct ucred cred;
@@ -590,8 +603,21 @@ shp_status_t shp_sharpd_accept(sd_t *sd, int fd)
     client_t *c = NULL;
     shp_status_t st = SHP_ERR_NO_RESOURCE;
 
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 ||
-        (c = calloc(1, sizeof(*c))) == NULL) {
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) {
+        close(fd);
+        goto out;
+    }
+    if (sd_uid_full(sd, cred.uid)) {
+        shp_warn_sparse(1000,
+                        "refusing a connection of uid %u (pid %d): it has "
+                        "uid_max_clients (%u) open",
+                        (unsigned)cred.uid, (int)cred.pid,
+                        sd->cfg.uid_max_clients);
+        close(fd);
+        st = SHP_ERR_QUOTA;
+        goto out;
+    }
+    if ((c = calloc(1, sizeof(*c))) == NULL) {
         close(fd);
         goto out;
     }

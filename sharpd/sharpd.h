@@ -24,6 +24,7 @@ typedef struct shp_sharpd_config {
     char *secret_file;
     int log_level;
     int64_t keepalive_ms;
+    unsigned uid_max_clients; /* connections of one user at once (root: any) */
 } shp_sharpd_config_t;
 
 /* the AM connection (am_state) */

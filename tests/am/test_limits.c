@@ -445,6 +445,110 @@ static void test_many_connections(void **state)
     close(count[0]);
 }
 
+/* --- a peer that never authenticates, a user with too many connections --- */
+
+/* seconds until the peer on fd closes (-1: not within limit_s) */
+static double eof_within(int fd, double limit_s)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        char c;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double t = (double)(t1.tv_sec - t0.tv_sec) +
+                   (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        if (t > limit_s) {
+            return -1;
+        }
+        if (poll(&pf, 1, 100) > 0 && recv(fd, &c, 1, MSG_DONTWAIT) == 0) {
+            return t;
+        }
+    }
+}
+
+/* The manager gives a TCP peer auth_timeout (2 s here) to prove the
+ * cluster secret; one that connects and says nothing is disconnected. */
+static void test_auth_deadline(void **state)
+{
+    (void)state;
+    char addr[64];
+    assert_true(pid_of("sharp_am", addr, sizeof(addr)) > 0);
+    char *colon = strchr(addr, ':');
+    assert_non_null(colon);
+    *colon = '\0';
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)atoi(colon + 1))};
+    assert_int_equal(inet_pton(AF_INET, addr, &sa.sin_addr), 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    double t = eof_within(fd, 10);
+    print_message("a silent peer was disconnected after %.1f s\n", t);
+    assert_true(t >= 1.5 && t < 6);
+    close(fd);
+}
+
+/* sharpd takes at most uid_max_clients (32 here) connections of one user;
+ * the next are refused at once, root's are not counted, and the user's
+ * first 32 stay open. */
+static void test_uid_max_clients(void **state)
+{
+    (void)state;
+    char sock[400], hosts[400];
+    snprintf(sock, sizeof(sock), "%s/hosts/n00001.sock", dir);
+    snprintf(hosts, sizeof(hosts), "%s/hosts", dir);
+    /* the test's directories are root's: let the user reach the socket */
+    assert_int_equal(chmod(dir, 0711), 0);
+    assert_int_equal(chmod(hosts, 0711), 0);
+    int res[2];
+    assert_int_equal(pipe(res), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        static int fds[40];
+        int closed = 0, open = 0;
+        if (setgid(65534) != 0 || setuid(65534) != 0) {
+            _exit(2);
+        }
+        for (int i = 0; i < 40; i++) {
+            struct sockaddr_un su = {.sun_family = AF_UNIX};
+            memcpy(su.sun_path, sock, strlen(sock) + 1);
+            fds[i] = socket(AF_UNIX, SOCK_STREAM, 0);
+            if (fds[i] < 0 ||
+                connect(fds[i], (struct sockaddr *)&su, sizeof(su)) != 0) {
+                _exit(3);
+            }
+            usleep(2000); /* one at a time, as sharpd accepts them */
+        }
+        usleep(300000);
+        for (int i = 0; i < 40; i++) {
+            char c;
+            ssize_t r = recv(fds[i], &c, 1, MSG_DONTWAIT);
+            closed += r == 0;
+            open += r < 0 && errno == EAGAIN && i < 32;
+        }
+        int32_t out[2] = {closed, open};
+        _exit(write(res[1], out, sizeof(out)) == sizeof(out) ? 0 : 4);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    chmod(hosts, 0700);
+    chmod(dir, 0700);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    int32_t got[2];
+    assert_int_equal(read(res[0], got, sizeof(got)), (ssize_t)sizeof(got));
+    close(res[0]);
+    close(res[1]);
+    print_message("uid 65534: %d of 40 connections refused, %d of the first "
+                  "32 open\n",
+                  got[0], got[1]);
+    assert_int_equal(got[0], 8);
+    assert_int_equal(got[1], 32);
+    /* root, and so a job, is not held back by it */
+    uint64_t job = 7400;
+    run_members(2, m_fresh, &job, 2, 60);
+}
+
 /* --- a stalled member ----------------------------------------------------- */
 
 /* members 0, 1: job S, 256 KiB allreduces; member 1 is stopped by the
@@ -699,7 +803,8 @@ static int setup(void **state)
     if (sh("%s/sharp-topo fat-tree --radix 4 --hosts 8 > %s", bindir, topo) !=
             0 ||
         sh("ulimit -n 1024 && SHARP_AM_JOB_MAX_GROUPS=2 SHARP_AM_KEEPALIVE=1s "
-           "SHARP_AM_UID_MAX_JOBS=3 "
+           "SHARP_AM_UID_MAX_JOBS=3 SHARP_AM_AUTH_TIMEOUT=2s "
+           "SHARPD_UID_MAX_CLIENTS=32 "
            "SHARPD_KEEPALIVE=1s %s/sharp-fabric --dir %s up %s --net " NET
            " >/dev/null",
            bindir, dir, topo) != 0) {
@@ -744,6 +849,8 @@ int main(void)
         cmocka_unit_test(test_stalled_member),
         cmocka_unit_test(test_long_lists),
         cmocka_unit_test(test_many_connections),
+        cmocka_unit_test(test_auth_deadline),
+        cmocka_unit_test(test_uid_max_clients),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
