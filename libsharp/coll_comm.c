@@ -20,7 +20,7 @@
  * (an error from the AN, a lost connection, a revocation by the manager, a
  * timeout) fails every pending and later operation of the communicator.
  */
-#include "libsharp/coll_int.h"
+#include "libsharp/coll_comm.h"
 
 #include "protocol/ctl.h"
 #include "reduce/exact.h"
@@ -314,7 +314,8 @@ static void on_close(shp_tp_ep_t *ep, shp_status_t reason)
 
 static const shp_tp_ep_cbs_t ep_cbs = {on_msg, on_connect, on_close};
 
-void coll_comm_tick(coll_comm_t *comm, uint64_t now)
+/* the retransmit requests and timeouts of comm's fragments in flight */
+static void comm_tick(coll_comm_t *comm, uint64_t now)
 {
     coll_ctx_t *ctx = comm->ctx;
     uint64_t rt = (uint64_t)ctx->cfg.retrans_ms * SHP_NSEC_PER_MSEC;
@@ -356,8 +357,9 @@ void coll_comm_tick(coll_comm_t *comm, uint64_t now)
     }
 }
 
-int coll_comm_busy(const coll_comm_t *comm)
+int coll_comm_tick(coll_comm_t *comm, uint64_t now)
 {
+    comm_tick(comm, now);
     return comm->failed == SHP_OK && comm->next_seq != comm->done_seq;
 }
 
@@ -524,22 +526,13 @@ static int group_join(coll_comm_t *comm)
     return SHARP_COLL_SUCCESS;
 }
 
-static void comm_unlink(coll_comm_t *comm)
-{
-    for (coll_comm_t **pp = &comm->ctx->comms; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == comm) {
-            *pp = comm->next;
-            break;
-        }
-    }
-}
-
 static void comm_free(coll_comm_t *comm)
 {
     shp_tp_ep_t *ep = comm->ep, *mep = comm->mep;
 
     comm->destroying = 1;
-    comm_unlink(comm); /* no notification may find it from here on */
+    /* no notification may find it from here on */
+    coll_member_remove(comm->ctx, &comm->member);
     comm->ep = comm->mep = NULL;
     if (ep != NULL) {
         ep->arg = NULL;
@@ -553,6 +546,25 @@ static void comm_free(coll_comm_t *comm)
     free(comm->stage);
     free(comm);
 }
+
+/* what the context calls (coll_member_ops_t) */
+static int member_tick(coll_member_t *m, uint64_t now)
+{
+    return coll_comm_tick(coll_comm_of(m), now);
+}
+
+static void member_fail(coll_member_t *m, shp_status_t st, const char *why)
+{
+    coll_comm_fail(coll_comm_of(m), st, why);
+}
+
+static void member_destroy(coll_member_t *m)
+{
+    (void)sharp_coll_comm_destroy(coll_comm_of(m));
+}
+
+static const coll_member_ops_t member_ops = {member_tick, member_fail,
+                                             member_destroy};
 
 static void group_destroy(coll_ctx_t *ctx, uint32_t gid)
 {
@@ -628,8 +640,9 @@ SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
     if (rc == SHARP_COLL_SUCCESS && comm != NULL) {
         rc = group_parse(comm, text);
         if (rc == SHARP_COLL_SUCCESS) {
-            comm->next = ctx->comms;
-            ctx->comms = comm;
+            comm->member.ops = &member_ops;
+            comm->member.group_id = comm->group_id;
+            coll_member_add(ctx, &comm->member);
             rc = group_join(comm);
         }
     }
@@ -730,16 +743,14 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
 }
 
 /* Any thread, at any time while comm exists, even while another thread
- * waits in it: no lock (the waiter holds it), an atomic flag and a wake-up
- * of the loop (ev_async_send is thread-safe); the loop's thread fails the
+ * waits in it (coll_member_cancel): the loop's thread fails the
  * communicator (its link closed: the group fails in the network too). */
 SHP_API int sharp_coll_comm_cancel(struct sharp_coll_comm *comm)
 {
     if (comm == NULL) {
         return SHARP_COLL_EINVAL;
     }
-    atomic_store(&comm->cancel, 1);
-    ev_async_send(comm->ctx->loop, &comm->ctx->cancel_w);
+    coll_member_cancel(comm->ctx, &comm->member);
     return SHARP_COLL_SUCCESS;
 }
 

@@ -1,7 +1,11 @@
 /*
- * libsharp_coll: the context.  Configuration from SHARP_COLL_* variables,
- * the link to the local sharpd, job creation over the caller's out-of-band
- * collectives, progress, capabilities, statistics and the small calls.
+ * libsharp_coll: the context, the library's lower layer.  Configuration
+ * from SHARP_COLL_* variables, the link to the local sharpd, job creation
+ * over the caller's out-of-band collectives, progress, capabilities,
+ * statistics and the small calls.  Communicators are built on it
+ * (coll_comm.h); it knows them only as the members of its list, and calls
+ * them through their callbacks (coll_member_ops_t) on the retransmit tick,
+ * on a failure that sharpd reports, on a cancel and at finalize.
  */
 #include "libsharp/coll_int.h"
 
@@ -10,6 +14,7 @@
 #include "core/log.h"
 #include "core/paths.h"
 #include "core/time.h"
+#include "reduce/reduce.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -258,9 +263,8 @@ static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
     int busy = 0;
 
     (void)revents;
-    for (coll_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-        coll_comm_tick(c, now);
-        busy |= coll_comm_busy(c);
+    for (coll_member_t *m = ctx->members; m != NULL; m = m->next) {
+        busy |= m->ops->tick(m, now);
     }
     if (!busy) {
         ev_timer_stop(loop, w);
@@ -274,10 +278,47 @@ static void cancel_cb(struct ev_loop *loop, ev_async *w, int revents)
 
     (void)loop;
     (void)revents;
-    for (coll_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-        if (atomic_exchange(&c->cancel, 0)) {
-            coll_comm_fail(c, SHP_ERR_CANCELED,
-                           "the program gave its operations up");
+    for (coll_member_t *m = ctx->members; m != NULL; m = m->next) {
+        if (atomic_exchange(&m->cancel, 0)) {
+            m->ops->fail(m, SHP_ERR_CANCELED,
+                         "the program gave its operations up");
+        }
+    }
+}
+
+/* Any thread, at any time while m is in the list, even while another
+ * thread waits in the loop: no lock (the waiter holds it), an atomic flag
+ * and a wake-up of the loop (ev_async_send is thread-safe); the loop's
+ * thread fails the member (cancel_cb). */
+void coll_member_cancel(coll_ctx_t *ctx, coll_member_t *m)
+{
+    atomic_store(&m->cancel, 1);
+    ev_async_send(ctx->loop, &ctx->cancel_w);
+}
+
+void coll_member_add(coll_ctx_t *ctx, coll_member_t *m)
+{
+    m->next = ctx->members;
+    ctx->members = m;
+}
+
+void coll_member_remove(coll_ctx_t *ctx, coll_member_t *m)
+{
+    for (coll_member_t **pp = &ctx->members; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == m) {
+            *pp = m->next;
+            break;
+        }
+    }
+}
+
+/* every member (gid: of that group only; 0: all) fails */
+static void fail_members(coll_ctx_t *ctx, int all, uint64_t gid,
+                         shp_status_t st, const char *why)
+{
+    for (coll_member_t *m = ctx->members; m != NULL; m = m->next) {
+        if (all || m->group_id == gid) {
+            m->ops->fail(m, st, why);
         }
     }
 }
@@ -309,12 +350,8 @@ static void sd_frame(shp_conn_t *conn, const void *frame, size_t len)
         if (shp_json_get_u64(msg, "job_id", &jid, NULL) == SHP_OK &&
             (all || shp_json_get_u64(msg, "group_id", &gid, NULL) == SHP_OK) &&
             jid == ctx->job_id) {
-            for (coll_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-                if (all || c->group_id == gid) {
-                    coll_comm_fail(c, SHP_ERR_GROUP_REVOKED,
-                                   shp_json_opt_str(msg, "reason", "revoked"));
-                }
-            }
+            fail_members(ctx, all, gid, SHP_ERR_GROUP_REVOKED,
+                         shp_json_opt_str(msg, "reason", "revoked"));
         }
     } else if (!strcmp(type, "job_killed")) {
         if (shp_json_get_u64(msg, "job_id", &jid, NULL) == SHP_OK &&
@@ -323,9 +360,7 @@ static void sd_frame(shp_conn_t *conn, const void *frame, size_t len)
                       (unsigned long long)jid,
                       shp_json_opt_str(msg, "reason", "?"));
             ctx->job_failed = SHP_ERR_JOB_KILLED;
-            for (coll_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-                coll_comm_fail(c, SHP_ERR_JOB_KILLED, "the job was killed");
-            }
+            fail_members(ctx, 1, 0, SHP_ERR_JOB_KILLED, "the job was killed");
         }
     } else if (shp_json_opt_int(msg, "id", 0, INT64_MAX, -1) == ctx->want_id &&
                ctx->reply == NULL) {
@@ -347,9 +382,7 @@ static void sd_closed(shp_conn_t *conn, shp_status_t reason)
         shp_error("lost the local sharpd (%s): %s", ctx->cfg.sharpd_socket,
                   shp_status_str(reason));
         ctx->job_failed = SHP_ERR_UNREACHABLE;
-        for (coll_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-            coll_comm_fail(c, SHP_ERR_UNREACHABLE, "lost the local sharpd");
-        }
+        fail_members(ctx, 1, 0, SHP_ERR_UNREACHABLE, "lost the local sharpd");
     }
     ctx->sd_up = 0;
 }
@@ -803,8 +836,8 @@ SHP_API int sharp_coll_finalize(struct sharp_coll_context *ctx)
     if (ctx == NULL) {
         return SHARP_COLL_EINVAL;
     }
-    while (ctx->comms != NULL) {
-        sharp_coll_comm_destroy(ctx->comms);
+    while (ctx->members != NULL) {
+        ctx->members->ops->destroy(ctx->members);
     }
     /* every rank is done with its groups before the job ends, so that no
      * process exit looks like a failure to the manager */
