@@ -87,9 +87,45 @@ struct coll_req {
     coll_iov_t src_iov, dst_iov;
 };
 
-/* the data path (coll_comm.c) */
+/* what a reduce spec asks for */
+enum { K_ALLREDUCE, K_REDUCE, K_REDUCE_SCATTER };
+
+/* Requests from the callers' buffers (coll_buf.c): each returns
+ * SHARP_COLL_SUCCESS with *out set, or an error and nothing allocated. */
+void coll_req_release(coll_req_t *r); /* r and the buffers it owns */
+void coll_iov_scatter(const coll_iov_t *iov);
+/* a buffer descriptor as one contiguous range (a multi-entry IOV gathered
+ * into own->buf) */
+int coll_desc_ptr(const struct sharp_coll_data_desc *d, void **ptr, size_t *len,
+                  coll_iov_t *own);
+coll_req_t *coll_barrier_req(void); /* NULL: no memory */
+int coll_reduce_req(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
+                    int kind, coll_req_t **out);
+int coll_bcast_req(const coll_comm_t *comm,
+                   const struct sharp_coll_bcast_spec *spec, coll_req_t **out);
+int coll_allgather_req(const coll_comm_t *comm,
+                       const struct sharp_coll_gather_spec *spec,
+                       coll_req_t **out);
+
+/* The data path (coll_comm.c), with the context's lock held. */
+extern const shp_tp_ep_cbs_t coll_ep_cbs; /* the leaf and multicast links */
 void coll_comm_fail(coll_comm_t *comm, shp_status_t st, const char *why);
 /* the retransmit tick; 1 while operations are in flight */
 int coll_comm_tick(coll_comm_t *comm, uint64_t now);
+/* r queued and sent as the window allows; *handle = r (on failure r is
+ * freed) */
+int coll_post(coll_comm_t *comm, coll_req_t *r, void **handle);
+/* rc (a request builder's) passed on, else r posted: handle NULL, waited
+ * for and freed (its status returned); else *handle = r */
+int coll_run(coll_comm_t *comm, coll_req_t *r, int rc, void **handle);
+void coll_wait_complete(coll_ctx_t *ctx, coll_req_t *r);
+int coll_wait_req(coll_req_t *r); /* its status; r freed */
+/* the lock let go for a moment if another thread waits for it */
+void coll_let_others_in(coll_ctx_t *ctx);
+
+/* An exact sum (coll_exact.c): kind K_ALLREDUCE or K_REDUCE, ncontrib
+ * contributions per member; handle non-NULL: a completed request. */
+int coll_exact(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec, int kind,
+               int ncontrib, void **handle);
 
 #endif
