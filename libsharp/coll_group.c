@@ -228,34 +228,37 @@ static void group_destroy(coll_ctx_t *ctx, uint32_t gid)
                         json_pack("{s:I}", "group_id", (json_int_t)gid));
 }
 
-SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
-                                 struct sharp_coll_comm_init_spec *spec,
-                                 struct sharp_coll_comm **out)
+/* the group's description from rank 0 to every member: hdr[1] bytes
+ * (hdr[0] the status so far, updated); every member takes part in the
+ * bcast, even without memory */
+static char *group_text_bcast(coll_ctx_t *ctx, void *oob, int rank,
+                              int32_t hdr[2], char *text)
 {
-    coll_comm_t *comm;
-    char *hosts = NULL, *text = NULL;
-    int32_t hdr[2] = {SHARP_COLL_SUCCESS, 0};
-    int rc;
-
-    if (ctx == NULL || spec == NULL || out == NULL || spec->size <= 0 ||
-        spec->rank < 0 || spec->rank >= spec->size) {
-        return SHARP_COLL_EINVAL;
+    if (rank != 0) {
+        text = calloc(1, (size_t)hdr[1]);
     }
-    *out = NULL;
-    coll_lock(ctx);
-    comm = calloc(1, sizeof(*comm));
-    if (comm == NULL) {
-        hdr[0] = SHARP_COLL_ENOMEM;
+    char dummy;
+    if (coll_oob_bcast(ctx, oob, text ? text : &dummy, text ? hdr[1] : 1, 0) !=
+            SHARP_COLL_SUCCESS ||
+        text == NULL) {
+        hdr[0] = text ? SHARP_COLL_EOOB : SHARP_COLL_ENOMEM;
     } else {
-        comm->ctx = ctx;
-        comm->rank = spec->rank;
-        comm->size = spec->size;
+        text[hdr[1] - 1] = '\0';
     }
-    if (ctx->job_failed != SHP_OK) {
-        hdr[0] = SHARP_COLL_EJOB_CREATE;
-    }
-    /* every member's host to rank 0, which creates the group */
-    char mine[SHP_HOST_MAX] = {0};
+    return text;
+}
+
+/* Every member's host to rank 0, which creates the group; its description
+ * to all (*text, or NULL).  status: this member's so far; the result:
+ * everyone's (SHARP_COLL_EOOB: the out-of-band hooks failed). */
+static int group_text(coll_ctx_t *ctx,
+                      const struct sharp_coll_comm_init_spec *spec, int status,
+                      char **text)
+{
+    int32_t hdr[2] = {status, 0};
+    char *hosts = NULL, mine[SHP_HOST_MAX] = {0};
+
+    *text = NULL;
     snprintf(mine, sizeof(mine), "%s", ctx->host);
     if (spec->rank == 0) {
         hosts = calloc((size_t)spec->size, SHP_HOST_MAX);
@@ -263,14 +266,14 @@ SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
             hdr[0] = SHARP_COLL_ENOMEM;
         }
     }
-    rc = coll_oob_gather(ctx, spec->oob_ctx, 0, mine, hosts ? hosts : mine,
-                         SHP_HOST_MAX);
+    int rc = coll_oob_gather(ctx, spec->oob_ctx, 0, mine, hosts ? hosts : mine,
+                             SHP_HOST_MAX);
     if (rc != SHARP_COLL_SUCCESS) {
         hdr[0] = rc;
     }
     if (spec->rank == 0 && hdr[0] == SHARP_COLL_SUCCESS) {
-        hdr[0] = group_create(ctx, hosts, spec->size, &text);
-        hdr[1] = text ? (int32_t)strlen(text) + 1 : 0;
+        hdr[0] = group_create(ctx, hosts, spec->size, text);
+        hdr[1] = *text ? (int32_t)strlen(*text) + 1 : 0;
     }
     free(hosts);
     if (coll_oob_bcast(ctx, spec->oob_ctx, hdr, sizeof(hdr), 0) !=
@@ -279,31 +282,54 @@ SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
         hdr[1] = 0;
     }
     if (hdr[1] > 0) {
-        if (spec->rank != 0) {
-            text = calloc(1, (size_t)hdr[1]);
-        }
-        /* everyone takes part in the bcast, even without memory */
-        char dummy;
-        if (coll_oob_bcast(ctx, spec->oob_ctx, text ? text : &dummy,
-                           text ? hdr[1] : 1, 0) != SHARP_COLL_SUCCESS ||
-            text == NULL) {
-            hdr[0] = text ? SHARP_COLL_EOOB : SHARP_COLL_ENOMEM;
-        } else {
-            text[hdr[1] - 1] = '\0';
-        }
+        *text = group_text_bcast(ctx, spec->oob_ctx, spec->rank, hdr, *text);
     }
-    rc = hdr[0];
+    return hdr[0];
+}
+
+/* this member's place in the group, a member of the context's list, joined
+ * at its leaf AN */
+static int comm_join(coll_comm_t *comm, const char *text)
+{
+    int rc = group_parse(comm, text);
+    if (rc == SHARP_COLL_SUCCESS) {
+        comm->member.ops = &member_ops;
+        comm->member.group_id = comm->group_id;
+        coll_member_add(comm->ctx, &comm->member);
+        rc = group_join(comm);
+    }
+    return rc;
+}
+
+SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
+                                 struct sharp_coll_comm_init_spec *spec,
+                                 struct sharp_coll_comm **out)
+{
+    char *text;
+
+    if (ctx == NULL || spec == NULL || out == NULL || spec->size <= 0 ||
+        spec->rank < 0 || spec->rank >= spec->size) {
+        return SHARP_COLL_EINVAL;
+    }
+    *out = NULL;
+    coll_lock(ctx);
+    coll_comm_t *comm = calloc(1, sizeof(*comm));
+    int st = comm == NULL ? SHARP_COLL_ENOMEM : SHARP_COLL_SUCCESS;
+    if (comm != NULL) {
+        comm->ctx = ctx;
+        comm->rank = spec->rank;
+        comm->size = spec->size;
+    }
+    if (ctx->job_failed != SHP_OK) {
+        st = SHARP_COLL_EJOB_CREATE;
+    }
+    st = group_text(ctx, spec, st, &text);
+    int rc = st;
     if (rc == SHARP_COLL_SUCCESS && comm != NULL) {
-        rc = group_parse(comm, text);
-        if (rc == SHARP_COLL_SUCCESS) {
-            comm->member.ops = &member_ops;
-            comm->member.group_id = comm->group_id;
-            coll_member_add(ctx, &comm->member);
-            rc = group_join(comm);
-        }
+        rc = comm_join(comm, text);
     }
     free(text);
-    if (hdr[0] != SHARP_COLL_EOOB) {
+    if (st != SHARP_COLL_EOOB) {
         int all = coll_agree(ctx, spec->oob_ctx, spec->rank, spec->size, rc);
         rc = rc != SHARP_COLL_SUCCESS ? rc : all;
     }
