@@ -1,6 +1,7 @@
 /*
- * libsharp_mpi: non-blocking and persistent collectives (included at the
- * end of sharp_mpi.c: one translation unit, the same eligibility helpers).
+ * libsharp_mpi: non-blocking and persistent collectives, a unit of its
+ * own; the communicators, eligibility rules, datatype helpers and recovery
+ * it shares with sharp_mpi.c are declared in sharp_mpi_int.h.
  *
  *   MPI_Iallreduce, MPI_Ireduce, MPI_Ibcast, MPI_Ibarrier
  *       posted through sharp_coll_*_nb; the request the program gets is a
@@ -33,9 +34,20 @@
  * MPI_THREAD_MULTIPLE jobs never get here (sharp_setup: plain MPI).
  */
 
+#include "mpi-coll/sharp_mpi_int.h"
+
+#include "core/time.h"
+#include "mpi-coll/recover.h"
+
 #ifdef OMPI_MAJOR_VERSION
 #include <mpi-ext.h>
 #endif
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #if MPI_VERSION >= 4
 #define HAVE_PCOLL 1
@@ -267,7 +279,7 @@ static void nb_redo(nb_op_t *o)
     comm_state_t *st = o->st;
     MPI_Comm c = st->all;
     int rc = MPI_SUCCESS, done = 0;
-    g.redone++;
+    smpi.redone++;
     o->preq = MPI_REQUEST_NULL;
     switch (o->kind) {
     case C_IBARRIER: rc = PMPI_Ibarrier(c, &o->preq); break;
@@ -315,19 +327,19 @@ static void nb_recover(nb_op_t *o, int rc)
         st->sc = NULL;
     }
     uint64_t t0 = shp_time_ns();
-    uint64_t F = smr_decide(st->rec, o->bytes, (int)cfg.recovery_timeout_ms,
-                            why, sizeof(why));
+    uint64_t F = smr_decide(
+        st->rec, o->bytes, (int)smpi_cfg.recovery_timeout_ms, why, sizeof(why));
     if (F == 0) {
         fprintf(stderr,
                 "sharp_mpi[%d]: %s failed in the network and the members "
                 "could not agree on where their operations ended within "
                 "%ld ms (%s): aborting\n",
-                g.rank, nb_name(o), cfg.recovery_timeout_ms, why);
+                smpi.rank, nb_name(o), smpi_cfg.recovery_timeout_ms, why);
         PMPI_Abort(o->comm, 70);
     }
     uint64_t us = (shp_time_ns() - t0) / SHP_NSEC_PER_USEC;
-    if (us > g.recovery_us_max) {
-        g.recovery_us_max = us;
+    if (us > smpi.recovery_us_max) {
+        smpi.recovery_us_max = us;
     }
     if (!st->nb_fell) {
         /* from here on the communicator's non-blocking operations stay
@@ -337,7 +349,7 @@ static void nb_recover(nb_op_t *o, int rc)
         st->nb_fell = 1;
         if (st->use) {
             st->use = 0;
-            g.fallen++;
+            smpi.fallen++;
             if (st->rank == 0) {
                 note(1,
                      "a communicator of %d ranks falls back to MPI after a "
@@ -348,7 +360,7 @@ static void nb_recover(nb_op_t *o, int rc)
         st->fell = 0;
     }
     if (smr_done(st->rec) > before) {
-        g.fetched++; /* completed elsewhere: its result, from a member */
+        smpi.fetched++; /* completed elsewhere: its result, from a member */
         nb_deliver(o, smr_result(st->rec));
         nb_dequeue(o);
         return;
@@ -398,9 +410,9 @@ static void nb_start(nb_op_t *o)
     o->done = 0;
     o->active = 1;
     PMPI_Grequest_start(nb_query, nb_free, nb_cancel, o, &o->greq);
-    o->rec = cfg.fallback && st->recoverable;
-    g.calls[o->kind][0]++;
-    g.bytes[o->kind][0] += o->bytes;
+    o->rec = smpi_cfg.fallback && st->recoverable;
+    smpi.calls[o->kind][0]++;
+    smpi.bytes[o->kind][0] += o->bytes;
     if (o->rec) {
         o->queued = 1;
         o->qnext = NULL;
@@ -421,7 +433,7 @@ static void nb_start(nb_op_t *o)
     /* small sends leave at the library's next loop turn (they are
      * gathered and flushed before it sleeps): one turn now, so the
      * network works while the program computes */
-    sharp_coll_progress(g.ctx);
+    sharp_coll_progress(smpi.ctx);
 }
 
 /* sharp's request is complete (status rc): the result into place, MPI's
@@ -493,7 +505,7 @@ static int nb_poll(nb_op_t *o, int block)
 /* while this process decides a group's recovery (smr_decide): the
  * operations of its other groups that ended meanwhile leave their records
  * (the members of those groups may be asking about them) */
-static void nb_wait_hook(void)
+void nb_wait_hook(void)
 {
     for (nb_op_t *o = nb_ops; o != NULL; o = o->next) {
         if (o->rec && o->h != NULL && !o->ended && sharp_coll_req_test(o->h)) {
@@ -519,7 +531,7 @@ static void nb_progress_all(void)
 static void nb_poke_mpi(void)
 {
     int flag = 0;
-    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, g.oob_world, &flag,
+    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, smpi.oob_world, &flag,
                 MPI_STATUS_IGNORE);
 }
 
@@ -554,7 +566,7 @@ static int nb_pending(comm_state_t *s)
 /* before a communicator's group goes (MPI_Comm_free, MPI_Finalize) or a
  * blocking call on it: its operations in flight complete first (s NULL:
  * every communicator's); both libraries progress meanwhile */
-static void nb_drain(comm_state_t *s)
+void nb_drain(comm_state_t *s)
 {
     for (unsigned turn = 0; nb_pending(s); turn++) {
         nb_progress_all();
@@ -588,8 +600,8 @@ static comm_state_t *nb_comm(MPI_Comm comm)
 {
     comm_state_t *st = NULL;
     int found = 0;
-    if (g.ctx != NULL && comm != MPI_COMM_NULL) {
-        PMPI_Comm_get_attr(comm, g.keyval, &st, &found);
+    if (smpi.ctx != NULL && comm != MPI_COMM_NULL) {
+        PMPI_Comm_get_attr(comm, smpi.keyval, &st, &found);
         if (found && st->nb_fell) {
             return st; /* the layer's still, on PMPI (nb_recover) */
         }
@@ -610,7 +622,8 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
     int sop;
     size_t bytes;
 
-    if (!reduce_offloadable(kind == C_IALLREDUCE ? cfg.allreduce : cfg.reduce,
+    if (!reduce_offloadable(kind == C_IALLREDUCE ? smpi_cfg.allreduce
+                                                 : smpi_cfg.reduce,
                             count, dt, op, &m, &sop, &bytes, &d)) {
         return NULL;
     }
@@ -682,7 +695,7 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
 
 static nb_op_t *nb_barrier_op(MPI_Comm comm)
 {
-    comm_state_t *st = cfg.barrier ? nb_comm(comm) : NULL;
+    comm_state_t *st = smpi_cfg.barrier ? nb_comm(comm) : NULL;
     if (st == NULL) {
         return NULL;
     }
@@ -763,7 +776,7 @@ static int nb_persist(nb_op_t *o, MPI_Request *req)
      * communicator (MPICH gives every receive from MPI_PROC_NULL one
      * handle) */
     o->persistent = 1;
-    PMPI_Recv_init(NULL, 0, MPI_BYTE, MPI_ANY_SOURCE, 0x5a17, g.oob_world,
+    PMPI_Recv_init(NULL, 0, MPI_BYTE, MPI_ANY_SOURCE, 0x5a17, smpi.oob_world,
                    &o->handle);
     *req = o->handle;
     return MPI_SUCCESS;
