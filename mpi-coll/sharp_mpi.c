@@ -1063,44 +1063,22 @@ static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
     }
 }
 
-/* One operation of st's group (this rank a member): OP_OK with its len
- * bytes of result at *res (the record's buffer: every member keeps its
- * last result until its next operation), or OP_REDO: the group failed and
- * this call, and every later one on the communicator, goes to PMPI on
- * every rank (docs/mpi.md, failure protocol).  With SHARP_MPI_ON_FAULT=
- * abort a failure aborts the job. */
-static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
-                  op_args_t *a, char **res)
+/*
+ * The group under st failed (rc) in `what`, an operation of len bytes, or
+ * this member was frozen before posting it (a member asked): the members
+ * agree, through their recovery services, on where the group's operations
+ * end (docs/mpi.md, failure protocol; the job aborts if they cannot).
+ * leave: the group is left first (the tree then fails the operations still
+ * waiting for this member).  1: the operation completed elsewhere, its
+ * result fetched (smr_result); 0: it is to be redone on PMPI, and every
+ * later one.  The blocking (run_op) and non-blocking (nb_recover) forms'.
+ */
+int recover_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
+               int rc, int leave)
 {
-    int oom, rc;
     char why[200] = "";
-    if (!smpi_cfg.fallback || !st->recoverable) {
-        /* no record to keep: the result straight where it goes */
-        if (a->direct == NULL && a->root < 0 && a->kind != C_BARRIER) {
-            fail(comm, what, SHARP_COLL_EINVAL); /* cannot happen */
-        }
-        rc = post_op(st, a, a->direct, len);
-        if (rc != SHARP_COLL_SUCCESS) {
-            fail(comm, what, rc);
-        }
-        *res = a->direct;
-        return OP_OK;
-    }
     uint64_t before = smr_done(st->rec);
-    char *buf = smr_begin(st->rec, len, &oom);
-    if (oom) {
-        fail(comm, what, SHARP_COLL_ENOMEM);
-    }
-    if (buf != NULL) {
-        rc = post_op(st, a, buf, len);
-        smr_end(st->rec, rc == SHARP_COLL_SUCCESS, len);
-        if (rc == SHARP_COLL_SUCCESS) {
-            *res = buf;
-            return OP_OK;
-        }
-        if (!smpi_cfg.fallback || !st->recoverable) {
-            fail(comm, what, rc);
-        }
+    if (leave && st->sc != NULL) {
         note(2, "%s failed in the network (%s): recovering", what,
              sharp_coll_strerror(rc));
         /* a failed group is left at once: the tree fails the operations
@@ -1126,6 +1104,66 @@ static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
     }
     if (smr_done(st->rec) > before) {
         smpi.fetched++; /* completed elsewhere: its result, from a member */
+        return 1;
+    }
+    return 0;
+}
+
+/* st's communicator goes to PMPI from now on (every rank decides so at
+ * the same operation): 1 if it offloaded until now */
+int comm_fall(comm_state_t *st)
+{
+    if (!st->use) {
+        return 0;
+    }
+    st->use = 0;
+    smpi.fallen++;
+    if (st->rank == 0) {
+        note(1,
+             "a communicator of %d ranks falls back to MPI after a failure "
+             "in the network",
+             st->size);
+    }
+    return 1;
+}
+
+/* One operation of st's group (this rank a member): OP_OK with its len
+ * bytes of result at *res (the record's buffer: every member keeps its
+ * last result until its next operation), or OP_REDO: the group failed and
+ * this call, and every later one on the communicator, goes to PMPI on
+ * every rank (docs/mpi.md, failure protocol).  With SHARP_MPI_ON_FAULT=
+ * abort a failure aborts the job. */
+static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
+                  op_args_t *a, char **res)
+{
+    int oom, rc;
+    if (!smpi_cfg.fallback || !st->recoverable) {
+        /* no record to keep: the result straight where it goes */
+        if (a->direct == NULL && a->root < 0 && a->kind != C_BARRIER) {
+            fail(comm, what, SHARP_COLL_EINVAL); /* cannot happen */
+        }
+        rc = post_op(st, a, a->direct, len);
+        if (rc != SHARP_COLL_SUCCESS) {
+            fail(comm, what, rc);
+        }
+        *res = a->direct;
+        return OP_OK;
+    }
+    char *buf = smr_begin(st->rec, len, &oom);
+    if (oom) {
+        fail(comm, what, SHARP_COLL_ENOMEM);
+    }
+    if (buf == NULL) { /* a member asked: frozen */
+        rc = SHARP_COLL_ERROR;
+    } else {
+        rc = post_op(st, a, buf, len);
+        smr_end(st->rec, rc == SHARP_COLL_SUCCESS, len);
+        if (rc == SHARP_COLL_SUCCESS) {
+            *res = buf;
+            return OP_OK;
+        }
+    }
+    if (recover_op(st, comm, what, len, rc, buf != NULL)) {
         *res = smr_result(st->rec);
         return OP_OK;
     }
@@ -1136,18 +1174,10 @@ static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
 static void fell_back(comm_state_t *st, MPI_Comm comm)
 {
     (void)comm;
-    if (st->use) {
-        st->use = 0;
+    if (comm_fall(st)) { /* a new group may be tried later (regroup) */
         st->fell = 1;
         st->since = 0;
         st->retry_at = (unsigned long)smpi_cfg.regroup_calls;
-        smpi.fallen++;
-        if (st->rank == 0) {
-            note(1,
-                 "a communicator of %d ranks falls back to MPI after a "
-                 "failure in the network",
-                 st->size);
-        }
     }
     smpi.redone++;
 }
@@ -1251,6 +1281,121 @@ int reduce_offloadable(int on, int count, MPI_Datatype dt, MPI_Op op,
            shp_reduce_elem_size(d) * (size_t)m->mult == m->size;
 }
 
+/* One reduction through sharp: the call, in the wire's layout, and the
+ * buffers it needs (the steps of try_reduce). */
+typedef struct reduce_call {
+    comm_state_t *st;
+    MPI_Comm comm;
+    const char *what;
+    int root, keep;      /* root < 0: an allreduce; keep: the result here */
+    size_t n, ns, bytes; /* MPI elements, sharp elements, wire bytes */
+    dt_map_t m;
+    shp_reduce_desc_t d; /* the node-local fold's */
+    const char *src;     /* the data (packed if m.packed) */
+    char *ps, *pr, *all; /* ours: packed data, a result, the node's data */
+    struct sharp_coll_reduce_spec spec; /* all but the buffers */
+    op_args_t a;
+} reduce_call_t;
+
+/* the spec (reproducible: float and double sums, complex ones too, exact,
+ * the same bits for any placement; the node-local step adds exactly too)
+ * and the data in the wire's layout */
+static void reduce_prepare(reduce_call_t *c, const void *sbuf, int sop)
+{
+    c->spec.dtype = (enum sharp_datatype)c->m.sdt;
+    c->spec.tag_dtype = (enum sharp_datatype)c->m.tag;
+    c->spec.op = (enum sharp_reduce_op)sop;
+    c->spec.length = c->ns;
+    if (exact_wanted(sop, &c->m)) {
+        c->spec.op = SHARP_OP_SUM_EXACT;
+    }
+    c->a = (op_args_t){C_ALLREDUCE, &c->spec, NULL, 0, NULL, -1, 0};
+    c->src = sbuf;
+    if (c->m.packed) {
+        c->ps = xmalloc(c->bytes, c->comm, c->what);
+        loc_pack(sbuf, c->ps, c->n, &c->m);
+        c->src = c->ps;
+    }
+}
+
+/* the node leader's part: the node's data folded (or, for an exact sum,
+ * all of them: no rounding in the node), through sharp */
+static int reduce_leader(reduce_call_t *c, char **res)
+{
+    comm_state_t *st = c->st;
+    if (c->spec.op == SHARP_OP_SUM_EXACT) {
+        c->spec.sbuf_desc = desc_of(c->all, (size_t)st->node_size * c->bytes);
+        c->a.exact_n = st->node_size;
+    } else {
+        node_fold(st, &c->d, c->all, c->ns, c->bytes, c->pr, c->comm);
+        c->spec.sbuf_desc = desc_of(c->pr, c->bytes);
+    }
+    c->a.direct = c->pr; /* in place, without recovery */
+    return run_op(st, c->comm, c->what, c->bytes, &c->a, res);
+}
+
+/* the leader's result to where it goes in this node: everyone (an
+ * allreduce), the root (a reduce rooted here), nobody */
+static void reduce_node_result(reduce_call_t *c, void *rbuf, char **res)
+{
+    comm_state_t *st = c->st;
+    int bytes = (int)c->bytes;
+    int to = c->root < 0 ? -1
+             : st->node_of[c->root] != st->node_of[st->rank]
+                 ? -2
+                 : st->rank_in_node[c->root];
+    if (st->node_rank != 0 && (to == -1 || to == st->node_rank)) {
+        *res =
+            c->m.packed ? (c->pr = xmalloc(c->bytes, c->comm, c->what)) : rbuf;
+    }
+    if (to == -1) {
+        PMPI_Bcast(*res, bytes, MPI_BYTE, 0, st->node);
+    } else if (to > 0 && st->node_rank == 0) {
+        PMPI_Send(*res, bytes, MPI_BYTE, to, 0, st->node);
+    } else if (to > 0 && st->node_rank == to) {
+        PMPI_Recv(*res, bytes, MPI_BYTE, 0, 0, st->node, MPI_STATUS_IGNORE);
+    }
+}
+
+/* Node-local aggregation: members -> node leader (gather, fold), leaders
+ * through sharp, leader -> members (bcast; for a reduce, to the root
+ * only); a reduce is an allreduce whose result only the root keeps.  Data
+ * move in the wire layout, so no hole is ever written. */
+static int reduce_hier(reduce_call_t *c, void *rbuf, char **res)
+{
+    comm_state_t *st = c->st;
+    int how = OP_OK;
+    if (st->node_rank == 0) {
+        c->all = xmalloc((size_t)st->node_size * c->bytes, c->comm, c->what);
+        c->pr = xmalloc(c->bytes, c->comm, c->what);
+    }
+    PMPI_Gather(c->src, (int)c->bytes, MPI_BYTE, c->all, (int)c->bytes,
+                MPI_BYTE, 0, st->node);
+    if (st->node_rank == 0) {
+        how = reduce_leader(c, res);
+    }
+    PMPI_Bcast(&how, 1, MPI_INT, 0, st->node);
+    if (how == OP_OK) {
+        reduce_node_result(c, rbuf, res);
+    }
+    return how;
+}
+
+/* Every rank a member: with recovery an allreduce on every rank, a reduce
+ * too (the same operation on the tree): every member keeps the result,
+ * for a member that missed it (docs/mpi.md, failure protocol); without,
+ * straight into the receive buffer, at the root only. */
+static int reduce_flat(reduce_call_t *c, void *rbuf, char **res)
+{
+    c->spec.sbuf_desc = desc_of((void *)c->src, c->bytes);
+    c->a.root = c->root;
+    if (c->keep) {
+        c->a.direct =
+            c->m.packed ? (c->pr = xmalloc(c->bytes, c->comm, c->what)) : rbuf;
+    }
+    return run_op(c->st, c->comm, c->what, c->bytes, &c->a, res);
+}
+
 /* allreduce (root < 0) or reduce; 1 if offloaded */
 static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                       MPI_Op op, int root, MPI_Comm comm, int *ret)
@@ -1264,7 +1409,6 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                             count, dt, op, &m, &sop, &bytes, &d)) {
         return 0;
     }
-    size_t n = (size_t)count;
     comm_state_t *st = comm_sharp(comm);
     if (st == NULL || root >= st->size) {
         return 0; /* an invalid root: PMPI says so */
@@ -1276,97 +1420,30 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
         }
         sbuf = rbuf;
     }
-    size_t ns = n * (size_t)m.mult; /* sharp elements */
-    const char *src = sbuf;
-    char *ps = NULL, *pr = NULL, *all = NULL;
-    struct sharp_coll_reduce_spec spec;
-    memset(&spec, 0, sizeof(spec));
-    spec.dtype = (enum sharp_datatype)m.sdt;
-    spec.tag_dtype = (enum sharp_datatype)m.tag;
-    spec.op = (enum sharp_reduce_op)sop;
-    spec.length = ns;
-    /* reproducible: float and double sums (complex ones too) exact, the
-     * same bits for any placement; the node-local step adds exactly too */
-    int exact = exact_wanted(sop, &m);
-    if (exact) {
-        spec.op = SHARP_OP_SUM_EXACT;
-    }
-
-    if (m.packed) {
-        ps = xmalloc(bytes, comm, coll_names[kind]);
-        loc_pack(sbuf, ps, n, &m);
-        src = ps;
-    }
-    op_args_t a = {C_ALLREDUCE, &spec, NULL, 0, NULL, -1, 0};
+    reduce_call_t c = {.st = st,
+                       .comm = comm,
+                       .what = coll_names[kind],
+                       .root = root,
+                       .keep = keep,
+                       .n = (size_t)count,
+                       .ns = (size_t)count * (size_t)m.mult,
+                       .bytes = bytes,
+                       .m = m,
+                       .d = d};
     char *res = NULL;
-    int how = OP_OK;
-    if (st->hier) {
-        /* members -> node leader (gather, fold), leaders through sharp,
-         * leader -> members (bcast; for a reduce, to the root only); a
-         * reduce is an allreduce whose result only the root keeps.  Data
-         * move in the wire layout, so no hole is ever written. */
-        if (st->node_rank == 0) {
-            all =
-                xmalloc((size_t)st->node_size * bytes, comm, coll_names[kind]);
-            pr = xmalloc(bytes, comm, coll_names[kind]);
-        }
-        PMPI_Gather(src, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0,
-                    st->node);
-        if (st->node_rank == 0 && exact) { /* no rounding in the node */
-            spec.sbuf_desc = desc_of(all, (size_t)st->node_size * bytes);
-            a.direct = pr;
-            a.exact_n = st->node_size;
-            how = run_op(st, comm, coll_names[kind], bytes, &a, &res);
-        } else if (st->node_rank == 0) {
-            node_fold(st, &d, all, ns, bytes, pr, comm);
-            spec.sbuf_desc = desc_of(pr, bytes);
-            a.direct = pr; /* in place, without recovery */
-            how = run_op(st, comm, coll_names[kind], bytes, &a, &res);
-        }
-        PMPI_Bcast(&how, 1, MPI_INT, 0, st->node);
-        if (how == OP_OK) {
-            /* where the result goes in this node: everyone (allreduce),
-             * the root (a reduce rooted here), nobody */
-            int to = root < 0 ? -1
-                     : st->node_of[root] != st->node_of[st->rank]
-                         ? -2
-                         : st->rank_in_node[root];
-            if (st->node_rank != 0 && (to == -1 || to == st->node_rank)) {
-                res = m.packed ? (pr = xmalloc(bytes, comm, coll_names[kind]))
-                               : rbuf;
-            }
-            if (to == -1) {
-                PMPI_Bcast(res, (int)bytes, MPI_BYTE, 0, st->node);
-            } else if (to > 0 && st->node_rank == 0) {
-                PMPI_Send(res, (int)bytes, MPI_BYTE, to, 0, st->node);
-            } else if (to > 0 && st->node_rank == to) {
-                PMPI_Recv(res, (int)bytes, MPI_BYTE, 0, 0, st->node,
-                          MPI_STATUS_IGNORE);
-            }
-        }
-    } else {
-        /* with recovery an allreduce on every rank, a reduce too (the same
-         * operation on the tree): every member keeps the result, for a
-         * member that missed it (docs/mpi.md, failure protocol); without,
-         * straight into the receive buffer, at the root only */
-        spec.sbuf_desc = desc_of((void *)src, bytes);
-        a.root = root;
-        if (keep) {
-            a.direct =
-                m.packed ? (pr = xmalloc(bytes, comm, coll_names[kind])) : rbuf;
-        }
-        how = run_op(st, comm, coll_names[kind], bytes, &a, &res);
-    }
+    reduce_prepare(&c, sbuf, sop);
+    int how =
+        st->hier ? reduce_hier(&c, rbuf, &res) : reduce_flat(&c, rbuf, &res);
     if (how == OP_OK && keep && res != rbuf) {
         if (m.packed) {
-            loc_unpack(res, rbuf, n, &m);
+            loc_unpack(res, rbuf, c.n, &m);
         } else {
             memcpy(rbuf, res, bytes);
         }
     }
-    free(ps);
-    free(pr);
-    free(all);
+    free(c.ps);
+    free(c.pr);
+    free(c.all);
     if (how == OP_REDO) {
         fell_back(st, comm);
         return 0; /* the same call on PMPI, on every rank */

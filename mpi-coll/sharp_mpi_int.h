@@ -146,6 +146,13 @@ void fallback(int kind, long bytes); /* a call that went to PMPI, counted */
 comm_state_t *comm_sharp(MPI_Comm comm);
 extern int nb_posting; /* comm_sharp called to post a non-blocking one */
 
+/* Recovery (sharp_mpi.c): after a failed operation, 1 if it completed
+ * elsewhere (its result: smr_result), 0 if it is to be redone on PMPI */
+int recover_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
+               int rc, int leave);
+/* the communicator goes to PMPI: 1 if it offloaded until now */
+int comm_fall(comm_state_t *st);
+
 /* Non-blocking operations (sharp_mpi_nb.c) */
 /* s's operations in flight (NULL: every communicator's) complete */
 void nb_drain(comm_state_t *s);

@@ -36,7 +36,6 @@
 
 #include "mpi-coll/sharp_mpi_int.h"
 
-#include "core/time.h"
 #include "mpi-coll/recover.h"
 
 #ifdef OMPI_MAJOR_VERSION
@@ -44,7 +43,6 @@
 #endif
 
 #include <sched.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -317,50 +315,17 @@ static void nb_redo(nb_op_t *o)
 static void nb_recover(nb_op_t *o, int rc)
 {
     comm_state_t *st = o->st;
-    char why[200] = "";
-    uint64_t before = smr_done(st->rec);
-    if (st->sc != NULL) {
-        note(2, "%s failed in the network (%s): recovering", nb_name(o),
-             sharp_coll_strerror(rc));
-        smr_set_cancel(st->rec, NULL, NULL, 0);
-        sharp_coll_comm_destroy(st->sc);
-        st->sc = NULL;
-    }
-    uint64_t t0 = shp_time_ns();
-    uint64_t F = smr_decide(
-        st->rec, o->bytes, (int)smpi_cfg.recovery_timeout_ms, why, sizeof(why));
-    if (F == 0) {
-        fprintf(stderr,
-                "sharp_mpi[%d]: %s failed in the network and the members "
-                "could not agree on where their operations ended within "
-                "%ld ms (%s): aborting\n",
-                smpi.rank, nb_name(o), smpi_cfg.recovery_timeout_ms, why);
-        PMPI_Abort(o->comm, 70);
-    }
-    uint64_t us = (shp_time_ns() - t0) / SHP_NSEC_PER_USEC;
-    if (us > smpi.recovery_us_max) {
-        smpi.recovery_us_max = us;
-    }
+    int fetched = recover_op(st, o->comm, nb_name(o), o->bytes, rc, 1);
     if (!st->nb_fell) {
         /* from here on the communicator's non-blocking operations stay
          * the layer's and go to PMPI (every rank decides so at its own
          * time: the posting decision must not depend on it), and it never
          * tries a new group */
         st->nb_fell = 1;
-        if (st->use) {
-            st->use = 0;
-            smpi.fallen++;
-            if (st->rank == 0) {
-                note(1,
-                     "a communicator of %d ranks falls back to MPI after a "
-                     "failure in the network",
-                     st->size);
-            }
-        }
+        comm_fall(st);
         st->fell = 0;
     }
-    if (smr_done(st->rec) > before) {
-        smpi.fetched++; /* completed elsewhere: its result, from a member */
+    if (fetched) {
         nb_deliver(o, smr_result(st->rec));
         nb_dequeue(o);
         return;
