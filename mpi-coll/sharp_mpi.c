@@ -170,6 +170,26 @@ static int oob_gather(void *ctx, int root, void *sbuf, void *rbuf, int len)
 
 int nb_posting; /* comm_sharp called to post a non-blocking one */
 
+/* The non-blocking layer above this file (sharp_mpi_nb.c) gives its
+ * callbacks with its first operation; NULL before: nothing of it to wait
+ * for.  Not on a collective's path: comm_sharp drains only a communicator
+ * with non-blocking operations queued. */
+static const smpi_nb_cbs_t *nb_cbs;
+
+void smpi_set_nb_cbs(const smpi_nb_cbs_t *cbs)
+{
+    nb_cbs = cbs;
+}
+
+/* s's non-blocking operations in flight (NULL: every communicator's)
+ * complete */
+static void nb_drain(comm_state_t *s)
+{
+    if (nb_cbs != NULL) {
+        nb_cbs->drain(s);
+    }
+}
+
 /* What comm_setup made, undone: the group left, the record dropped (after
  * a barrier: a member may still be fetching a result from it), the
  * private communicators freed. */
@@ -231,7 +251,6 @@ static void recovery_setup(int size, uint64_t cookie)
         note(1, "no recovery service (%s)", strerror(errno));
         ok = 0;
     }
-    smr_set_wait_hook(nb_wait_hook);
     smpi.addrs = calloc((size_t)size, sizeof(*smpi.addrs));
     if (smpi.addrs == NULL) {
         ok = 0;

@@ -153,12 +153,15 @@ int recover_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
 /* the communicator goes to PMPI: 1 if it offloaded until now */
 int comm_fall(comm_state_t *st);
 
-/* Non-blocking operations (sharp_mpi_nb.c) */
-/* s's operations in flight (NULL: every communicator's) complete */
-void nb_drain(comm_state_t *s);
-/* while this process decides a recovery: other groups' operations that
- * ended leave their records (smr_set_wait_hook) */
-void nb_wait_hook(void);
+/* What sharp_mpi.c may ask of the non-blocking layer above it
+ * (sharp_mpi_nb.c), which gives these with its first operation: the two
+ * files depend one way. */
+typedef struct smpi_nb_cbs {
+    /* s's operations in flight (NULL: every communicator's) complete;
+     * both libraries progress meanwhile */
+    void (*drain)(comm_state_t *s);
+} smpi_nb_cbs_t;
+void smpi_set_nb_cbs(const smpi_nb_cbs_t *cbs);
 
 #pragma GCC visibility pop
 

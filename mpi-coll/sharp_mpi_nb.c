@@ -92,8 +92,27 @@ typedef struct nb_op {
 
 static nb_op_t *nb_ops; /* every live operation */
 
+static void nb_drain(comm_state_t *s);
+static void nb_wait_hook(void);
+
+/* With the first operation, what the layers below call back: sharp_mpi.c
+ * drains a communicator's operations before a blocking call on it, before
+ * making or leaving a group and at MPI_Finalize; a recovery's decision
+ * (smr_decide) lets the other groups' operations end meanwhile. */
+static void nb_register(void)
+{
+    static const smpi_nb_cbs_t cbs = {nb_drain};
+    static int done;
+    if (!done) {
+        smpi_set_nb_cbs(&cbs);
+        smr_set_wait_hook(nb_wait_hook);
+        done = 1;
+    }
+}
+
 static void nb_link(nb_op_t *o)
 {
+    nb_register();
     o->next = nb_ops;
     o->prev = &nb_ops;
     if (nb_ops != NULL) {
@@ -470,7 +489,7 @@ static int nb_poll(nb_op_t *o, int block)
 /* while this process decides a group's recovery (smr_decide): the
  * operations of its other groups that ended meanwhile leave their records
  * (the members of those groups may be asking about them) */
-void nb_wait_hook(void)
+static void nb_wait_hook(void)
 {
     for (nb_op_t *o = nb_ops; o != NULL; o = o->next) {
         if (o->rec && o->h != NULL && !o->ended && sharp_coll_req_test(o->h)) {
@@ -531,7 +550,7 @@ static int nb_pending(comm_state_t *s)
 /* before a communicator's group goes (MPI_Comm_free, MPI_Finalize) or a
  * blocking call on it: its operations in flight complete first (s NULL:
  * every communicator's); both libraries progress meanwhile */
-void nb_drain(comm_state_t *s)
+static void nb_drain(comm_state_t *s)
 {
     for (unsigned turn = 0; nb_pending(s); turn++) {
         nb_progress_all();
