@@ -123,7 +123,7 @@ static void cfg_load(void)
 
 /* State ------------------------------------------------------------------------ */
 
-const char *const coll_names[C_N] = {
+const char *const smpi_coll_names[C_N] = {
     "MPI_Allreduce",  "MPI_Reduce",  "MPI_Barrier",  "MPI_Bcast",
     "MPI_Iallreduce", "MPI_Ireduce", "MPI_Ibarrier", "MPI_Ibcast"};
 
@@ -131,7 +131,7 @@ smpi_global_t smpi = {.keyval = MPI_KEYVAL_INVALID};
 
 static comm_state_t *states;
 
-void note(int verbosity, const char *fmt, ...)
+void smpi_note(int verbosity, const char *fmt, ...)
 {
     va_list ap;
     if (smpi_cfg.verbose < verbosity) {
@@ -168,7 +168,7 @@ static int oob_gather(void *ctx, int root, void *sbuf, void *rbuf, int len)
 
 /* Init and finalize ------------------------------------------------------------ */
 
-int nb_posting; /* comm_sharp called to post a non-blocking one */
+int smpi_nb_posting; /* comm_sharp called to post a non-blocking one */
 
 /* The non-blocking layer above this file (sharp_mpi_nb.c) gives its
  * callbacks with its first operation; NULL before: nothing of it to wait
@@ -248,7 +248,7 @@ static void recovery_setup(int size, uint64_t cookie)
     int ok = 1, all = 0;
     memset(&me, 0, sizeof(me));
     if (smr_start(getenv("SHARP_COLL_LOCAL_IP"), cookie, &me) != 0) {
-        note(1, "no recovery service (%s)", strerror(errno));
+        smpi_note(1, "no recovery service (%s)", strerror(errno));
         ok = 0;
     }
     smpi.addrs = calloc((size_t)size, sizeof(*smpi.addrs));
@@ -266,8 +266,9 @@ static void recovery_setup(int size, uint64_t cookie)
     free(smpi.addrs);
     smpi.addrs = NULL;
     if (smpi.rank == 0) {
-        note(1, "SHARP_MPI_ON_FAULT=fallback unavailable: a failure in the "
-                "network will abort the job");
+        smpi_note(1,
+                  "SHARP_MPI_ON_FAULT=fallback unavailable: a failure in the "
+                  "network will abort the job");
     }
 }
 
@@ -280,7 +281,7 @@ static void sharp_setup(void)
     PMPI_Comm_rank(MPI_COMM_WORLD, &smpi.rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
     if (!smpi_cfg.enable) {
-        note(1, "disabled by SHARP_MPI_ENABLE=0: plain MPI");
+        smpi_note(1, "disabled by SHARP_MPI_ENABLE=0: plain MPI");
         return;
     }
     /* the layer's state (communicators, operations in flight, records)
@@ -291,8 +292,9 @@ static void sharp_setup(void)
     PMPI_Allreduce(&level, &top, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (top >= MPI_THREAD_MULTIPLE) {
         if (smpi.rank == 0) {
-            note(0, "MPI_THREAD_MULTIPLE: collectives go to the MPI library "
-                    "(the layer is not thread-safe): plain MPI");
+            smpi_note(0,
+                      "MPI_THREAD_MULTIPLE: collectives go to the MPI library "
+                      "(the layer is not thread-safe): plain MPI");
         }
         return;
     }
@@ -341,13 +343,13 @@ static void sharp_setup(void)
     if (rc != SHARP_COLL_SUCCESS) {
         smpi.ctx = NULL;
         if (smpi.rank == 0) {
-            note(1, "sharp unavailable (%s): plain MPI",
-                 sharp_coll_strerror(rc));
+            smpi_note(1, "sharp unavailable (%s): plain MPI",
+                      sharp_coll_strerror(rc));
         }
         return;
     }
     smpi.had_sharp = 1;
-    note(2, "sharp job %llu up", (unsigned long long)job);
+    smpi_note(2, "sharp job %llu up", (unsigned long long)job);
     if (smpi_cfg.fallback) {
         recovery_setup(size, agreed[1]);
     }
@@ -376,7 +378,7 @@ static void report(void)
             "offloaded", "bytes", "fallback", "bytes");
     for (int k = 0; k < C_N; k++) {
         fprintf(stderr, "sharp_mpi: %-14s %12llu %14llu %12llu %14llu\n",
-                coll_names[k], c[k][0], b[k][0], c[k][1], b[k][1]);
+                smpi_coll_names[k], c[k][0], b[k][0], c[k][1], b[k][1]);
     }
     if (rec[0] + rec[1] + rec[2] > 0) {
         fprintf(stderr,
@@ -488,7 +490,7 @@ static void rec_setup(comm_state_t *s, MPI_Comm gcomm, uint64_t id,
     int *in = malloc(sizeof(int) * (size_t)n);
     int *out = malloc(sizeof(int) * (size_t)n);
     if (peers == NULL || in == NULL || out == NULL) {
-        fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+        smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
     }
     if (smpi.svc) {
         PMPI_Comm_group(gcomm, &gg);
@@ -510,7 +512,7 @@ static void rec_setup(comm_state_t *s, MPI_Comm gcomm, uint64_t id,
     s->recoverable = smpi.svc && ok;
     s->rec = smr_rec_new(id, me, n, peers);
     if (s->rec == NULL) {
-        fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+        smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
     }
     free(peers);
     free(in);
@@ -565,7 +567,7 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         s->node_of = malloc(sizeof(int) * (size_t)s->size);
         s->rank_in_node = malloc(sizeof(int) * (size_t)s->size);
         if (all == NULL || s->node_of == NULL || s->rank_in_node == NULL) {
-            fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+            smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
         }
         PMPI_Allgather(me, 2, MPI_INT, all, 2, MPI_INT, comm);
         for (int r = 0; r < s->size; r++) {
@@ -598,14 +600,14 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         smr_rec_free(s->rec);
         s->rec = NULL;
         if (s->rank == 0) {
-            note(1,
-                 "no sharp group for a communicator of %d (%s): plain MPI "
-                 "there",
-                 s->size, sharp_coll_strerror(rc));
+            smpi_note(1,
+                      "no sharp group for a communicator of %d (%s): plain MPI "
+                      "there",
+                      s->size, sharp_coll_strerror(rc));
         }
     } else if (s->rank == 0) {
-        note(2, "sharp group for a communicator of %d%s", s->size,
-             s->hier ? " (one member per node)" : "");
+        smpi_note(2, "sharp group for a communicator of %d%s", s->size,
+                  s->hier ? " (one member per node)" : "");
     }
 }
 
@@ -623,8 +625,8 @@ static void regroup(comm_state_t *s, MPI_Comm comm)
         s->retry_at = (unsigned long)smpi_cfg.regroup_calls;
         smpi.regrouped++;
         if (s->rank == 0) {
-            note(1, "a communicator of %d ranks has a sharp group again",
-                 s->size);
+            smpi_note(1, "a communicator of %d ranks has a sharp group again",
+                      s->size);
         }
     } else {
         s->retry_at = next;
@@ -632,7 +634,7 @@ static void regroup(comm_state_t *s, MPI_Comm comm)
 }
 
 /* The communicator's state, set up on first use; NULL: use PMPI. */
-comm_state_t *comm_sharp(MPI_Comm comm)
+comm_state_t *smpi_comm_sharp(MPI_Comm comm)
 {
     comm_state_t *s;
     int found = 0, inter = 0;
@@ -642,7 +644,7 @@ comm_state_t *comm_sharp(MPI_Comm comm)
     }
     PMPI_Comm_get_attr(comm, smpi.keyval, &s, &found);
     if (found) {
-        if (!nb_posting && s->nbq_head != NULL) {
+        if (!smpi_nb_posting && s->nbq_head != NULL) {
             /* a blocking call: the communicator's non-blocking operations
              * first (they may find the group failed) */
             nb_drain(s);
@@ -661,7 +663,7 @@ comm_state_t *comm_sharp(MPI_Comm comm)
     s = calloc(1, sizeof(*s));
     if (s == NULL) {
         /* the other ranks go on to create the group: abort, not hang */
-        fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+        smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
     }
     s->oob = s->node = s->leaders = s->all = MPI_COMM_NULL;
     PMPI_Comm_test_inter(comm, &inter);
@@ -884,7 +886,7 @@ static int map_dtype(MPI_Datatype dt, dt_map_t *m)
  * other constructor is answered "no" (the data are packed then), since
  * size == true extent alone does not exclude permuted or overlapping
  * blocks. */
-int dense_type(MPI_Datatype dt, int depth)
+int smpi_dense_type(MPI_Datatype dt, int depth)
 {
     int ni = 0, na = 0, nd = 0, comb, size = 0, ok = 0;
     MPI_Aint tlb, text;
@@ -907,7 +909,7 @@ int dense_type(MPI_Datatype dt, int depth)
     MPI_Aint aints[2];
     MPI_Datatype old;
     PMPI_Type_get_contents(dt, ni, na, nd, ints, aints, &old);
-    ok = dense_type(old, depth + 1);
+    ok = smpi_dense_type(old, depth + 1);
     if (ok && comb == MPI_COMBINER_CONTIGUOUS && ints[0] > 1) {
         int osize = 0;
         MPI_Aint olb, oext;
@@ -951,7 +953,7 @@ static int op_of(MPI_Op op)
     return -1;
 }
 
-struct sharp_coll_data_desc desc_of(void *p, size_t len)
+struct sharp_coll_data_desc smpi_desc_of(void *p, size_t len)
 {
     struct sharp_coll_data_desc d;
     memset(&d, 0, sizeof(d));
@@ -962,7 +964,7 @@ struct sharp_coll_data_desc desc_of(void *p, size_t len)
     return d;
 }
 
-void fail(MPI_Comm comm, const char *what, int rc)
+void smpi_fail(MPI_Comm comm, const char *what, int rc)
 {
     fprintf(stderr,
             "sharp_mpi[%d]: %s failed in the network (%s); the other ranks "
@@ -975,7 +977,7 @@ void fail(MPI_Comm comm, const char *what, int rc)
 
 /* a local step that cannot fail on a sane MPI did: the other ranks are in
  * the collective already, so abort rather than diverge */
-void die(MPI_Comm comm, const char *what)
+void smpi_die(MPI_Comm comm, const char *what)
 {
     fprintf(stderr, "sharp_mpi[%d]: %s failed: aborting\n", smpi.rank, what);
     PMPI_Abort(comm, 70);
@@ -984,7 +986,7 @@ void die(MPI_Comm comm, const char *what)
 /* (value, index) pairs with a hole (MPI_DOUBLE_INT, MPI_LONG_INT,
  * MPI_SHORT_INT): the wire has them packed.  Unpacking writes the value and
  * the index only, never the hole (MPI forbids touching it). */
-void loc_pack(const void *in, void *out, size_t n, const dt_map_t *m)
+void smpi_loc_pack(const void *in, void *out, size_t n, const dt_map_t *m)
 {
     const char *s = in;
     char *d = out;
@@ -994,7 +996,7 @@ void loc_pack(const void *in, void *out, size_t n, const dt_map_t *m)
     }
 }
 
-void loc_unpack(const void *in, void *out, size_t n, const dt_map_t *m)
+void smpi_loc_unpack(const void *in, void *out, size_t n, const dt_map_t *m)
 {
     const char *s = in;
     char *d = out;
@@ -1014,23 +1016,23 @@ static void node_fold(comm_state_t *s, const shp_reduce_desc_t *d,
 {
     const void **srcs = malloc(sizeof(void *) * (size_t)s->node_size);
     if (srcs == NULL) {
-        fail(comm, "node-local aggregation", SHARP_COLL_ENOMEM);
+        smpi_fail(comm, "node-local aggregation", SHARP_COLL_ENOMEM);
     }
     for (int k = 0; k < s->node_size; k++) {
         srcs[k] = all + (size_t)k * pbytes;
     }
     if (shp_reduce_fold(d, out, srcs, (unsigned)s->node_size, n) != SHP_OK) {
-        fail(comm, "node-local aggregation", SHARP_COLL_ENOT_SUPP);
+        smpi_fail(comm, "node-local aggregation", SHARP_COLL_ENOT_SUPP);
     }
     free(srcs);
 }
 
-void *xmalloc(size_t n, MPI_Comm comm, const char *what)
+void *smpi_xmalloc(size_t n, MPI_Comm comm, const char *what)
 {
     void *p = malloc(n + 1);
     if (p == NULL) {
         /* every rank must take the same path: abort, not diverge */
-        fail(comm, what, SHARP_COLL_ENOMEM);
+        smpi_fail(comm, what, SHARP_COLL_ENOMEM);
     }
     return p;
 }
@@ -1061,7 +1063,8 @@ static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
         /* the root sends from its own data: the record's buffer still holds
          * the last result, which a member that missed it may be fetching */
         memset(&bs, 0, sizeof(bs));
-        bs.buf_desc = desc_of(a->bsrc != NULL ? (void *)a->bsrc : buf, len);
+        bs.buf_desc =
+            smpi_desc_of(a->bsrc != NULL ? (void *)a->bsrc : buf, len);
         bs.size = len;
         bs.root = a->broot;
         rc = sharp_coll_do_bcast(st->sc, &bs);
@@ -1070,7 +1073,7 @@ static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
         }
         return rc;
     default:
-        a->spec->rbuf_desc = desc_of(buf, len);
+        a->spec->rbuf_desc = smpi_desc_of(buf, len);
         if (a->exact_n > 0) {
             return sharp_coll_do_allreduce_exact_n(st->sc, a->spec, a->exact_n);
         }
@@ -1092,14 +1095,14 @@ static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
  * result fetched (smr_result); 0: it is to be redone on PMPI, and every
  * later one.  The blocking (run_op) and non-blocking (nb_recover) forms'.
  */
-int recover_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
-               int rc, int leave)
+int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
+                    size_t len, int rc, int leave)
 {
     char why[200] = "";
     uint64_t before = smr_done(st->rec);
     if (leave && st->sc != NULL) {
-        note(2, "%s failed in the network (%s): recovering", what,
-             sharp_coll_strerror(rc));
+        smpi_note(2, "%s failed in the network (%s): recovering", what,
+                  sharp_coll_strerror(rc));
         /* a failed group is left at once: the tree fails the operations
          * still waiting for this member (and nothing may cancel it now) */
         smr_set_cancel(st->rec, NULL, NULL, 0);
@@ -1130,7 +1133,7 @@ int recover_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
 
 /* st's communicator goes to PMPI from now on (every rank decides so at
  * the same operation): 1 if it offloaded until now */
-int comm_fall(comm_state_t *st)
+int smpi_comm_fall(comm_state_t *st)
 {
     if (!st->use) {
         return 0;
@@ -1138,10 +1141,11 @@ int comm_fall(comm_state_t *st)
     st->use = 0;
     smpi.fallen++;
     if (st->rank == 0) {
-        note(1,
-             "a communicator of %d ranks falls back to MPI after a failure "
-             "in the network",
-             st->size);
+        smpi_note(
+            1,
+            "a communicator of %d ranks falls back to MPI after a failure "
+            "in the network",
+            st->size);
     }
     return 1;
 }
@@ -1159,18 +1163,18 @@ static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
     if (!smpi_cfg.fallback || !st->recoverable) {
         /* no record to keep: the result straight where it goes */
         if (a->direct == NULL && a->root < 0 && a->kind != C_BARRIER) {
-            fail(comm, what, SHARP_COLL_EINVAL); /* cannot happen */
+            smpi_fail(comm, what, SHARP_COLL_EINVAL); /* cannot happen */
         }
         rc = post_op(st, a, a->direct, len);
         if (rc != SHARP_COLL_SUCCESS) {
-            fail(comm, what, rc);
+            smpi_fail(comm, what, rc);
         }
         *res = a->direct;
         return OP_OK;
     }
     char *buf = smr_begin(st->rec, len, &oom);
     if (oom) {
-        fail(comm, what, SHARP_COLL_ENOMEM);
+        smpi_fail(comm, what, SHARP_COLL_ENOMEM);
     }
     if (buf == NULL) { /* a member asked: frozen */
         rc = SHARP_COLL_ERROR;
@@ -1182,7 +1186,7 @@ static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
             return OP_OK;
         }
     }
-    if (recover_op(st, comm, what, len, rc, buf != NULL)) {
+    if (smpi_recover_op(st, comm, what, len, rc, buf != NULL)) {
         *res = smr_result(st->rec);
         return OP_OK;
     }
@@ -1193,7 +1197,7 @@ static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
 static void fell_back(comm_state_t *st, MPI_Comm comm)
 {
     (void)comm;
-    if (comm_fall(st)) { /* a new group may be tried later (regroup) */
+    if (smpi_comm_fall(st)) { /* a new group may be tried later (regroup) */
         st->fell = 1;
         st->since = 0;
         st->retry_at = (unsigned long)smpi_cfg.regroup_calls;
@@ -1203,7 +1207,7 @@ static void fell_back(comm_state_t *st, MPI_Comm comm)
 
 /* SHARP_MPI_REPRODUCIBLE: is this sum to be exact?  Float and double sums
  * (complex ones too: sums of their parts). */
-int exact_wanted(int sop, const dt_map_t *m)
+int smpi_exact_wanted(int sop, const dt_map_t *m)
 {
     return smpi_cfg.reproducible && sop == SHARP_OP_SUM &&
            (m->sdt == SHARP_DTYPE_FLOAT || m->sdt == SHARP_DTYPE_DOUBLE);
@@ -1215,15 +1219,15 @@ int exact_wanted(int sop, const dt_map_t *m)
  * int64 lanes summed with an int64 SUM (exact in any order), rounded once
  * at the end.  The same bits as through the network.  1 if done (*ret),
  * 0 if the call is not an exact one. */
-int exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
-               MPI_Op op, int root, MPI_Comm comm, int *ret)
+int smpi_exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                    MPI_Op op, int root, MPI_Comm comm, int *ret)
 {
     dt_map_t m;
     int sop = op_of(op), rank, inter = 0;
     if (!smpi_cfg.reproducible || count <= 0 || sop < 0 ||
-        comm == MPI_COMM_NULL || !map_dtype(dt, &m) || !exact_wanted(sop, &m) ||
-        m.packed || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS ||
-        inter) {
+        comm == MPI_COMM_NULL || !map_dtype(dt, &m) ||
+        !smpi_exact_wanted(sop, &m) || m.packed ||
+        PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) {
         return 0;
     }
     PMPI_Comm_rank(comm, &rank);
@@ -1246,16 +1250,16 @@ int exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     PMPI_Allreduce(win, agreed, SHP_EXACT_WIN_LANES, MPI_INT64_T, MPI_MAX,
                    comm);
     if (shp_exact_layout(sdt, agreed, &lay, &why) != SHP_OK) {
-        die(comm, "an exact sum: the agreed window");
+        smpi_die(comm, "an exact sum: the agreed window");
     }
     size_t nl = n * lay.lanes;
     int64_t *lanes =
-        xmalloc(sizeof(int64_t) * (nl ? nl : 1), comm, "an exact sum");
-    int64_t *sum =
-        keep ? xmalloc(sizeof(int64_t) * (nl ? nl : 1), comm, "an exact sum")
-             : NULL;
+        smpi_xmalloc(sizeof(int64_t) * (nl ? nl : 1), comm, "an exact sum");
+    int64_t *sum = keep ? smpi_xmalloc(sizeof(int64_t) * (nl ? nl : 1), comm,
+                                       "an exact sum")
+                        : NULL;
     if (shp_exact_encode(&lay, &src, 1, n, lanes) != SHP_OK) {
-        die(comm, "an exact sum: encoding");
+        smpi_die(comm, "an exact sum: encoding");
     }
     /* lanes fit MPI's int count: at most 255 lanes an element, and the
      * caller's count is an int */
@@ -1281,9 +1285,9 @@ int exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
  * is enabled)?  The rules of the blocking and the non-blocking forms: the
  * type map in *m, sharp's op in *sop, the wire's bytes in *bytes (count x
  * the type's size) and the fold's descriptor in *d. */
-int reduce_offloadable(int on, int count, MPI_Datatype dt, MPI_Op op,
-                       dt_map_t *m, int *sop, size_t *bytes,
-                       shp_reduce_desc_t *d)
+int smpi_reduce_offloadable(int on, int count, MPI_Datatype dt, MPI_Op op,
+                            dt_map_t *m, int *sop, size_t *bytes,
+                            shp_reduce_desc_t *d)
 {
     *sop = op_of(op);
     if (!on || count <= 0 || *sop < 0 || !map_dtype(dt, m) ||
@@ -1325,14 +1329,14 @@ static void reduce_prepare(reduce_call_t *c, const void *sbuf, int sop)
     c->spec.tag_dtype = (enum sharp_datatype)c->m.tag;
     c->spec.op = (enum sharp_reduce_op)sop;
     c->spec.length = c->ns;
-    if (exact_wanted(sop, &c->m)) {
+    if (smpi_exact_wanted(sop, &c->m)) {
         c->spec.op = SHARP_OP_SUM_EXACT;
     }
     c->a = (op_args_t){C_ALLREDUCE, &c->spec, NULL, 0, NULL, -1, 0};
     c->src = sbuf;
     if (c->m.packed) {
-        c->ps = xmalloc(c->bytes, c->comm, c->what);
-        loc_pack(sbuf, c->ps, c->n, &c->m);
+        c->ps = smpi_xmalloc(c->bytes, c->comm, c->what);
+        smpi_loc_pack(sbuf, c->ps, c->n, &c->m);
         c->src = c->ps;
     }
 }
@@ -1343,11 +1347,12 @@ static int reduce_leader(reduce_call_t *c, char **res)
 {
     comm_state_t *st = c->st;
     if (c->spec.op == SHARP_OP_SUM_EXACT) {
-        c->spec.sbuf_desc = desc_of(c->all, (size_t)st->node_size * c->bytes);
+        c->spec.sbuf_desc =
+            smpi_desc_of(c->all, (size_t)st->node_size * c->bytes);
         c->a.exact_n = st->node_size;
     } else {
         node_fold(st, &c->d, c->all, c->ns, c->bytes, c->pr, c->comm);
-        c->spec.sbuf_desc = desc_of(c->pr, c->bytes);
+        c->spec.sbuf_desc = smpi_desc_of(c->pr, c->bytes);
     }
     c->a.direct = c->pr; /* in place, without recovery */
     return run_op(st, c->comm, c->what, c->bytes, &c->a, res);
@@ -1364,8 +1369,8 @@ static void reduce_node_result(reduce_call_t *c, void *rbuf, char **res)
                  ? -2
                  : st->rank_in_node[c->root];
     if (st->node_rank != 0 && (to == -1 || to == st->node_rank)) {
-        *res =
-            c->m.packed ? (c->pr = xmalloc(c->bytes, c->comm, c->what)) : rbuf;
+        *res = c->m.packed ? (c->pr = smpi_xmalloc(c->bytes, c->comm, c->what))
+                           : rbuf;
     }
     if (to == -1) {
         PMPI_Bcast(*res, bytes, MPI_BYTE, 0, st->node);
@@ -1385,8 +1390,9 @@ static int reduce_hier(reduce_call_t *c, void *rbuf, char **res)
     comm_state_t *st = c->st;
     int how = OP_OK;
     if (st->node_rank == 0) {
-        c->all = xmalloc((size_t)st->node_size * c->bytes, c->comm, c->what);
-        c->pr = xmalloc(c->bytes, c->comm, c->what);
+        c->all =
+            smpi_xmalloc((size_t)st->node_size * c->bytes, c->comm, c->what);
+        c->pr = smpi_xmalloc(c->bytes, c->comm, c->what);
     }
     PMPI_Gather(c->src, (int)c->bytes, MPI_BYTE, c->all, (int)c->bytes,
                 MPI_BYTE, 0, st->node);
@@ -1406,11 +1412,12 @@ static int reduce_hier(reduce_call_t *c, void *rbuf, char **res)
  * straight into the receive buffer, at the root only. */
 static int reduce_flat(reduce_call_t *c, void *rbuf, char **res)
 {
-    c->spec.sbuf_desc = desc_of((void *)c->src, c->bytes);
+    c->spec.sbuf_desc = smpi_desc_of((void *)c->src, c->bytes);
     c->a.root = c->root;
     if (c->keep) {
-        c->a.direct =
-            c->m.packed ? (c->pr = xmalloc(c->bytes, c->comm, c->what)) : rbuf;
+        c->a.direct = c->m.packed
+                          ? (c->pr = smpi_xmalloc(c->bytes, c->comm, c->what))
+                          : rbuf;
     }
     return run_op(c->st, c->comm, c->what, c->bytes, &c->a, res);
 }
@@ -1424,11 +1431,12 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     int sop, kind = root < 0 ? C_ALLREDUCE : C_REDUCE;
     size_t bytes;
 
-    if (!reduce_offloadable(root < 0 ? smpi_cfg.allreduce : smpi_cfg.reduce,
-                            count, dt, op, &m, &sop, &bytes, &d)) {
+    if (!smpi_reduce_offloadable(root < 0 ? smpi_cfg.allreduce
+                                          : smpi_cfg.reduce,
+                                 count, dt, op, &m, &sop, &bytes, &d)) {
         return 0;
     }
-    comm_state_t *st = comm_sharp(comm);
+    comm_state_t *st = smpi_comm_sharp(comm);
     if (st == NULL || root >= st->size) {
         return 0; /* an invalid root: PMPI says so */
     }
@@ -1441,7 +1449,7 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     }
     reduce_call_t c = {.st = st,
                        .comm = comm,
-                       .what = coll_names[kind],
+                       .what = smpi_coll_names[kind],
                        .root = root,
                        .keep = keep,
                        .n = (size_t)count,
@@ -1455,7 +1463,7 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
         st->hier ? reduce_hier(&c, rbuf, &res) : reduce_flat(&c, rbuf, &res);
     if (how == OP_OK && keep && res != rbuf) {
         if (m.packed) {
-            loc_unpack(res, rbuf, c.n, &m);
+            smpi_loc_unpack(res, rbuf, c.n, &m);
         } else {
             memcpy(rbuf, res, bytes);
         }
@@ -1473,13 +1481,13 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     return 1;
 }
 
-void fallback(int kind, long bytes)
+void smpi_fallback(int kind, long bytes)
 {
     smpi.calls[kind][1]++;
     smpi.bytes[kind][1] += (unsigned long long)(bytes > 0 ? bytes : 0);
 }
 
-long bytes_of(int count, MPI_Datatype dt)
+long smpi_bytes_of(int count, MPI_Datatype dt)
 {
     int s = 0;
     if (dt == MPI_DATATYPE_NULL || count <= 0 ||
@@ -1498,8 +1506,8 @@ API int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     if (try_reduce(sbuf, rbuf, count, dt, op, -1, comm, &ret)) {
         return ret;
     }
-    fallback(C_ALLREDUCE, bytes_of(count, dt));
-    if (exact_pmpi(sbuf, rbuf, count, dt, op, -1, comm, &ret)) {
+    smpi_fallback(C_ALLREDUCE, smpi_bytes_of(count, dt));
+    if (smpi_exact_pmpi(sbuf, rbuf, count, dt, op, -1, comm, &ret)) {
         return ret;
     }
     return PMPI_Allreduce(sbuf, rbuf, count, dt, op, comm);
@@ -1512,8 +1520,9 @@ API int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     if (root >= 0 && try_reduce(sbuf, rbuf, count, dt, op, root, comm, &ret)) {
         return ret;
     }
-    fallback(C_REDUCE, bytes_of(count, dt));
-    if (root >= 0 && exact_pmpi(sbuf, rbuf, count, dt, op, root, comm, &ret)) {
+    smpi_fallback(C_REDUCE, smpi_bytes_of(count, dt));
+    if (root >= 0 &&
+        smpi_exact_pmpi(sbuf, rbuf, count, dt, op, root, comm, &ret)) {
         return ret;
     }
     return PMPI_Reduce(sbuf, rbuf, count, dt, op, root, comm);
@@ -1521,7 +1530,7 @@ API int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 
 API int MPI_Barrier(MPI_Comm comm)
 {
-    comm_state_t *st = smpi_cfg.barrier ? comm_sharp(comm) : NULL;
+    comm_state_t *st = smpi_cfg.barrier ? smpi_comm_sharp(comm) : NULL;
     if (st != NULL) {
         op_args_t a = {C_BARRIER, NULL, NULL, 0, NULL, -1, 0};
         char *res;
@@ -1541,13 +1550,13 @@ API int MPI_Barrier(MPI_Comm comm)
         }
         fell_back(st, comm);
     }
-    fallback(C_BARRIER, 0);
+    smpi_fallback(C_BARRIER, 0);
     return PMPI_Barrier(comm);
 }
 
 /* May a bcast of this many bytes go through sharp (the blocking and the
  * non-blocking forms' rule)? */
-int bcast_offloadable(long bytes)
+int smpi_bcast_offloadable(long bytes)
 {
     return smpi_cfg.bcast && bytes > 0 && bytes <= smpi_cfg.max_bytes &&
            bytes <= INT_MAX;
@@ -1595,8 +1604,8 @@ static int bcast_bytes(comm_state_t *st, char *p, int len, int root,
  * len bytes at tmp, all of them.  Data at MPI_BOTTOM (absolute addresses)
  * are reached from an address of our own and a struct type displaced back
  * to 0: MPICH 4.0.2 refuses a NULL buffer to pack from or into. */
-void pack_data(int pack, void *buf, int count, MPI_Datatype dt, char *tmp,
-               int len, MPI_Comm comm)
+void smpi_pack_data(int pack, void *buf, int count, MPI_Datatype dt, char *tmp,
+                    int len, MPI_Comm comm)
 {
     static char anchor;
     MPI_Datatype t = dt;
@@ -1616,8 +1625,8 @@ void pack_data(int pack, void *buf, int count, MPI_Datatype dt, char *tmp,
         PMPI_Type_free(&t);
     }
     if (rc != MPI_SUCCESS || pos != len) {
-        die(comm, pack ? "MPI_Bcast: PMPI_Pack of the root's data"
-                       : "MPI_Bcast: PMPI_Unpack of the data");
+        smpi_die(comm, pack ? "MPI_Bcast: PMPI_Pack of the root's data"
+                            : "MPI_Bcast: PMPI_Unpack of the data");
     }
 }
 
@@ -1633,11 +1642,12 @@ void pack_data(int pack, void *buf, int count, MPI_Datatype dt, char *tmp,
 API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
                   MPI_Comm comm)
 {
-    long bytes = bytes_of(count, dt);
-    comm_state_t *st = bcast_offloadable(bytes) ? comm_sharp(comm) : NULL;
+    long bytes = smpi_bytes_of(count, dt);
+    comm_state_t *st =
+        smpi_bcast_offloadable(bytes) ? smpi_comm_sharp(comm) : NULL;
 
     if (st == NULL || root < 0 || root >= st->size) {
-        fallback(C_BCAST, bytes);
+        smpi_fallback(C_BCAST, bytes);
         return PMPI_Bcast(buf, count, dt, root, comm);
     }
     int len = (int)bytes, size = 0;
@@ -1647,22 +1657,22 @@ API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
     PMPI_Type_get_extent(dt, &lb, &ext);
     PMPI_Type_get_true_extent(dt, &tlb, &text);
     if (buf != MPI_BOTTOM && (count == 1 || ext == (MPI_Aint)size) &&
-        dense_type(dt, 0)) {
+        smpi_dense_type(dt, 0)) {
         p = (char *)buf + tlb;
     } else {
-        p = tmp = xmalloc((size_t)len, comm, "MPI_Bcast");
+        p = tmp = smpi_xmalloc((size_t)len, comm, "MPI_Bcast");
         if (st->rank == root) {
-            pack_data(1, buf, count, dt, tmp, len, comm);
+            smpi_pack_data(1, buf, count, dt, tmp, len, comm);
         }
     }
     if (bcast_bytes(st, p, len, root, comm) == OP_REDO) {
         free(tmp);
         fell_back(st, comm);
-        fallback(C_BCAST, bytes);
+        smpi_fallback(C_BCAST, bytes);
         return PMPI_Bcast(buf, count, dt, root, comm);
     }
     if (tmp != NULL && st->rank != root) {
-        pack_data(0, buf, count, dt, tmp, len, comm);
+        smpi_pack_data(0, buf, count, dt, tmp, len, comm);
     }
     free(tmp);
     smpi.calls[C_BCAST][0]++;

@@ -6,7 +6,10 @@
  * and the MPI_Wait / MPI_Test family that completes them, on the same
  * communicators, eligibility rules and recovery.  Both are built into one
  * library per MPI (mpi-coll/module.mk); nothing declared here is exported
- * (only the MPI_* wrappers, marked API, are).
+ * (only the MPI_* wrappers, marked API, are), and every name carries
+ * smpi_ (recover.h's carry smr_).  sharp_mpi_nb.c is the upper file: it
+ * calls sharp_mpi.c, which reaches it only through the callbacks it gives
+ * (smpi_nb_cbs_t).
  */
 #ifndef SHARP_MPI_INT_H
 #define SHARP_MPI_INT_H
@@ -50,7 +53,7 @@ enum {
     C_IBCAST,
     C_N
 };
-extern const char *const coll_names[C_N];
+extern const char *const smpi_coll_names[C_N];
 
 /* the library's state */
 typedef struct smpi_global {
@@ -112,46 +115,47 @@ typedef struct dt_map {
 } dt_map_t;
 
 /* Helpers (sharp_mpi.c) */
-void note(int verbosity, const char *fmt, ...)
+void smpi_note(int verbosity, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* a failure in the network that cannot be recovered: abort the job */
-void fail(MPI_Comm comm, const char *what, int rc);
+void smpi_fail(MPI_Comm comm, const char *what, int rc);
 /* a local step that cannot fail on a sane MPI did: abort */
-void die(MPI_Comm comm, const char *what);
-void *xmalloc(size_t n, MPI_Comm comm, const char *what); /* aborts */
-struct sharp_coll_data_desc desc_of(void *p, size_t len);
+void smpi_die(MPI_Comm comm, const char *what);
+void *smpi_xmalloc(size_t n, MPI_Comm comm, const char *what); /* aborts */
+struct sharp_coll_data_desc smpi_desc_of(void *p, size_t len);
 
 /* Datatypes (sharp_mpi.c) */
-int dense_type(MPI_Datatype dt, int depth);
-void loc_pack(const void *in, void *out, size_t n, const dt_map_t *m);
-void loc_unpack(const void *in, void *out, size_t n, const dt_map_t *m);
-void pack_data(int pack, void *buf, int count, MPI_Datatype dt, char *tmp,
-               int len, MPI_Comm comm);
-long bytes_of(int count, MPI_Datatype dt);
+int smpi_dense_type(MPI_Datatype dt, int depth);
+void smpi_loc_pack(const void *in, void *out, size_t n, const dt_map_t *m);
+void smpi_loc_unpack(const void *in, void *out, size_t n, const dt_map_t *m);
+void smpi_pack_data(int pack, void *buf, int count, MPI_Datatype dt, char *tmp,
+                    int len, MPI_Comm comm);
+long smpi_bytes_of(int count, MPI_Datatype dt);
 
 /* Eligibility, the same rules for the blocking and non-blocking forms
  * (sharp_mpi.c) */
-int reduce_offloadable(int on, int count, MPI_Datatype dt, MPI_Op op,
-                       dt_map_t *m, int *sop, size_t *bytes,
-                       shp_reduce_desc_t *d);
-int bcast_offloadable(long bytes);
-int exact_wanted(int sop, const dt_map_t *m);
+int smpi_reduce_offloadable(int on, int count, MPI_Datatype dt, MPI_Op op,
+                            dt_map_t *m, int *sop, size_t *bytes,
+                            shp_reduce_desc_t *d);
+int smpi_bcast_offloadable(long bytes);
+int smpi_exact_wanted(int sop, const dt_map_t *m);
 /* an exact sum on PMPI: 1 if done (*ret), 0 if not an exact one */
-int exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
-               MPI_Op op, int root, MPI_Comm comm, int *ret);
-void fallback(int kind, long bytes); /* a call that went to PMPI, counted */
+int smpi_exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                    MPI_Op op, int root, MPI_Comm comm, int *ret);
+void smpi_fallback(int kind,
+                   long bytes); /* a call that went to PMPI, counted */
 
 /* Communicators (sharp_mpi.c): the state of one that offloads (made on
  * its first eligible call), or NULL */
-comm_state_t *comm_sharp(MPI_Comm comm);
-extern int nb_posting; /* comm_sharp called to post a non-blocking one */
+comm_state_t *smpi_comm_sharp(MPI_Comm comm);
+extern int smpi_nb_posting; /* comm_sharp called to post a non-blocking one */
 
 /* Recovery (sharp_mpi.c): after a failed operation, 1 if it completed
  * elsewhere (its result: smr_result), 0 if it is to be redone on PMPI */
-int recover_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
-               int rc, int leave);
+int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
+                    size_t len, int rc, int leave);
 /* the communicator goes to PMPI: 1 if it offloaded until now */
-int comm_fall(comm_state_t *st);
+int smpi_comm_fall(comm_state_t *st);
 
 /* What sharp_mpi.c may ask of the non-blocking layer above it
  * (sharp_mpi_nb.c), which gives these with its first operation: the two

@@ -30,7 +30,7 @@
  * operations go to sharp one at a time (a queue per communicator), each
  * received into the group's record, and a failed one is recovered as a
  * blocking one is (nb_recover: fetched from a member, or redone on PMPI);
- * without, they are pipelined and a failure aborts (fail()).
+ * without, they are pipelined and a failure aborts (smpi_fail()).
  * MPI_THREAD_MULTIPLE jobs never get here (sharp_setup: plain MPI).
  */
 
@@ -169,7 +169,7 @@ static int nb_cancel(void *extra, int complete)
 
 static const char *nb_name(const nb_op_t *o)
 {
-    return coll_names[o->kind];
+    return smpi_coll_names[o->kind];
 }
 
 /* sharp's part posted; dst: where a reduction's result goes (the record's
@@ -186,19 +186,19 @@ static int nb_post(nb_op_t *o, void *dst, int as_allreduce)
         char *p = o->direct;
         if (p == NULL) {
             if (o->pr == NULL) {
-                o->pr = xmalloc(o->bytes, o->comm, nb_name(o));
+                o->pr = smpi_xmalloc(o->bytes, o->comm, nb_name(o));
             }
             p = o->pr;
             if (st->rank == o->root) {
-                pack_data(1, o->rbuf, o->count, o->dt, p, (int)o->bytes,
-                          o->comm);
+                smpi_pack_data(1, o->rbuf, o->count, o->dt, p, (int)o->bytes,
+                               o->comm);
             }
         }
         if (dst != NULL && st->rank != o->root) {
             p = dst; /* the record's buffer: unpacked from it after */
         }
         memset(&bs, 0, sizeof(bs));
-        bs.buf_desc = desc_of(p, o->bytes);
+        bs.buf_desc = smpi_desc_of(p, o->bytes);
         bs.size = o->bytes;
         bs.root = o->root;
         return sharp_coll_do_bcast_nb(st->sc, &bs, &o->h);
@@ -207,13 +207,13 @@ static int nb_post(nb_op_t *o, void *dst, int as_allreduce)
     const void *src = o->sbuf == MPI_IN_PLACE ? o->rbuf : o->sbuf;
     if (o->m.packed) {
         if (o->ps == NULL) {
-            o->ps = xmalloc(o->bytes, o->comm, nb_name(o));
+            o->ps = smpi_xmalloc(o->bytes, o->comm, nb_name(o));
         }
-        loc_pack(src, o->ps, o->n, &o->m);
+        smpi_loc_pack(src, o->ps, o->n, &o->m);
         src = o->ps;
         if (dst == NULL && o->keep) {
             if (o->pr == NULL) {
-                o->pr = xmalloc(o->bytes, o->comm, nb_name(o));
+                o->pr = smpi_xmalloc(o->bytes, o->comm, nb_name(o));
             }
             dst = o->pr;
         }
@@ -224,13 +224,13 @@ static int nb_post(nb_op_t *o, void *dst, int as_allreduce)
     spec.dtype = (enum sharp_datatype)o->m.sdt;
     spec.tag_dtype = (enum sharp_datatype)o->m.tag;
     spec.op = (enum sharp_reduce_op)o->sop;
-    if (exact_wanted(o->sop, &o->m)) {
+    if (smpi_exact_wanted(o->sop, &o->m)) {
         spec.op = SHARP_OP_SUM_EXACT; /* SHARP_MPI_REPRODUCIBLE */
     }
     spec.length = o->n * (size_t)o->m.mult;
     spec.root = o->root < 0 ? 0 : o->root;
-    spec.sbuf_desc = desc_of((void *)src, o->bytes);
-    spec.rbuf_desc = desc_of(dst, o->bytes);
+    spec.sbuf_desc = smpi_desc_of((void *)src, o->bytes);
+    spec.rbuf_desc = smpi_desc_of(dst, o->bytes);
     return o->kind == C_IALLREDUCE || as_allreduce
                ? sharp_coll_do_allreduce_nb(st->sc, &spec, &o->h)
                : sharp_coll_do_reduce_nb(st->sc, &spec, &o->h);
@@ -247,12 +247,12 @@ static void nb_deliver(nb_op_t *o, const char *res)
         if (o->direct != NULL) {
             memcpy(o->direct, res, o->bytes);
         } else {
-            pack_data(0, o->rbuf, o->count, o->dt, (void *)res, (int)o->bytes,
-                      o->comm);
+            smpi_pack_data(0, o->rbuf, o->count, o->dt, (void *)res,
+                           (int)o->bytes, o->comm);
         }
     } else if ((o->kind == C_IALLREDUCE || o->kind == C_IREDUCE) && o->keep) {
         if (o->m.packed) {
-            loc_unpack(res, o->rbuf, o->n, &o->m);
+            smpi_loc_unpack(res, o->rbuf, o->n, &o->m);
         } else {
             memcpy(o->rbuf, res, o->bytes);
         }
@@ -305,8 +305,8 @@ static void nb_redo(nb_op_t *o)
         break;
     default: {
         int root = o->kind == C_IREDUCE ? o->root : -1, ret = MPI_SUCCESS;
-        if (exact_pmpi(o->sbuf, o->rbuf, o->count, o->dt, o->mop, root, c,
-                       &ret)) {
+        if (smpi_exact_pmpi(o->sbuf, o->rbuf, o->count, o->dt, o->mop, root, c,
+                            &ret)) {
             rc = ret; /* exact sums: the network's arithmetic, blocking */
             done = 1;
         } else if (root < 0) {
@@ -319,7 +319,7 @@ static void nb_redo(nb_op_t *o)
     }
     }
     if (rc != MPI_SUCCESS) {
-        die(o->comm, "a non-blocking collective redone on MPI");
+        smpi_die(o->comm, "a non-blocking collective redone on MPI");
     }
     if (done || o->preq == MPI_REQUEST_NULL) {
         o->preq = MPI_REQUEST_NULL;
@@ -334,14 +334,14 @@ static void nb_redo(nb_op_t *o)
 static void nb_recover(nb_op_t *o, int rc)
 {
     comm_state_t *st = o->st;
-    int fetched = recover_op(st, o->comm, nb_name(o), o->bytes, rc, 1);
+    int fetched = smpi_recover_op(st, o->comm, nb_name(o), o->bytes, rc, 1);
     if (!st->nb_fell) {
         /* from here on the communicator's non-blocking operations stay
          * the layer's and go to PMPI (every rank decides so at its own
          * time: the posting decision must not depend on it), and it never
          * tries a new group */
         st->nb_fell = 1;
-        comm_fall(st);
+        smpi_comm_fall(st);
         st->fell = 0;
     }
     if (fetched) {
@@ -373,7 +373,7 @@ static void nb_kick(comm_state_t *st)
     int oom = 0;
     o->recbuf = st->sc != NULL ? smr_begin(st->rec, o->bytes, &oom) : NULL;
     if (oom) {
-        fail(o->comm, nb_name(o), SHARP_COLL_ENOMEM);
+        smpi_fail(o->comm, nb_name(o), SHARP_COLL_ENOMEM);
     }
     if (o->recbuf == NULL) {
         nb_recover(o, SHARP_COLL_ERROR); /* a member asked: frozen */
@@ -411,7 +411,7 @@ static void nb_start(nb_op_t *o)
         int rc = nb_post(o, NULL, 0);
         if (rc != SHARP_COLL_SUCCESS) {
             o->h = NULL;
-            fail(o->comm, nb_name(o), rc);
+            smpi_fail(o->comm, nb_name(o), rc);
         }
     }
     /* small sends leave at the library's next loop turn (they are
@@ -444,13 +444,14 @@ static void nb_finish(nb_op_t *o, int rc)
         return;
     }
     if (rc != SHARP_COLL_SUCCESS) {
-        fail(o->comm, nb_name(o), rc);
+        smpi_fail(o->comm, nb_name(o), rc);
     }
     if (o->kind == C_IBCAST && o->direct == NULL && o->st->rank != o->root) {
-        pack_data(0, o->rbuf, o->count, o->dt, o->pr, (int)o->bytes, o->comm);
+        smpi_pack_data(0, o->rbuf, o->count, o->dt, o->pr, (int)o->bytes,
+                       o->comm);
     } else if ((o->kind == C_IALLREDUCE || o->kind == C_IREDUCE) &&
                o->m.packed && o->keep) {
-        loc_unpack(o->pr, o->rbuf, o->n, &o->m);
+        smpi_loc_unpack(o->pr, o->rbuf, o->n, &o->m);
     }
     nb_complete_greq(o);
 }
@@ -590,9 +591,9 @@ static comm_state_t *nb_comm(MPI_Comm comm)
             return st; /* the layer's still, on PMPI (nb_recover) */
         }
     }
-    nb_posting = 1;
-    st = comm_sharp(comm);
-    nb_posting = 0;
+    smpi_nb_posting = 1;
+    st = smpi_comm_sharp(comm);
+    smpi_nb_posting = 0;
     return st != NULL && !st->hier ? st : NULL;
 }
 
@@ -606,9 +607,9 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
     int sop;
     size_t bytes;
 
-    if (!reduce_offloadable(kind == C_IALLREDUCE ? smpi_cfg.allreduce
-                                                 : smpi_cfg.reduce,
-                            count, dt, op, &m, &sop, &bytes, &d)) {
+    if (!smpi_reduce_offloadable(kind == C_IALLREDUCE ? smpi_cfg.allreduce
+                                                      : smpi_cfg.reduce,
+                                 count, dt, op, &m, &sop, &bytes, &d)) {
         return NULL;
     }
     size_t n = (size_t)count;
@@ -622,7 +623,7 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
     }
     nb_op_t *o = calloc(1, sizeof(*o));
     if (o == NULL) {
-        fail(comm, coll_names[kind], SHARP_COLL_ENOMEM);
+        smpi_fail(comm, smpi_coll_names[kind], SHARP_COLL_ENOMEM);
     }
     o->kind = kind;
     o->st = st;
@@ -646,14 +647,14 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
 static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
                             MPI_Comm comm)
 {
-    long bytes = bytes_of(count, dt);
-    comm_state_t *st = bcast_offloadable(bytes) ? nb_comm(comm) : NULL;
+    long bytes = smpi_bytes_of(count, dt);
+    comm_state_t *st = smpi_bcast_offloadable(bytes) ? nb_comm(comm) : NULL;
     if (st == NULL || root < 0 || root >= st->size) {
         return NULL;
     }
     nb_op_t *o = calloc(1, sizeof(*o));
     if (o == NULL) {
-        fail(comm, "MPI_Ibcast", SHARP_COLL_ENOMEM);
+        smpi_fail(comm, "MPI_Ibcast", SHARP_COLL_ENOMEM);
     }
     int size = 0;
     MPI_Aint lb, ext, tlb, text;
@@ -661,7 +662,7 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
     PMPI_Type_get_extent(dt, &lb, &ext);
     PMPI_Type_get_true_extent(dt, &tlb, &text);
     if (buf != MPI_BOTTOM && (count == 1 || ext == (MPI_Aint)size) &&
-        dense_type(dt, 0)) {
+        smpi_dense_type(dt, 0)) {
         o->direct = (char *)buf + tlb;
     }
     o->kind = C_IBCAST;
@@ -685,7 +686,7 @@ static nb_op_t *nb_barrier_op(MPI_Comm comm)
     }
     nb_op_t *o = calloc(1, sizeof(*o));
     if (o == NULL) {
-        fail(comm, "MPI_Ibarrier", SHARP_COLL_ENOMEM);
+        smpi_fail(comm, "MPI_Ibarrier", SHARP_COLL_ENOMEM);
     }
     o->kind = C_IBARRIER;
     o->st = st;
@@ -712,7 +713,7 @@ API int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     if (o != NULL) {
         return nb_go(o, req);
     }
-    fallback(C_IALLREDUCE, bytes_of(count, dt));
+    smpi_fallback(C_IALLREDUCE, smpi_bytes_of(count, dt));
     return PMPI_Iallreduce(sbuf, rbuf, count, dt, op, comm, req);
 }
 
@@ -725,7 +726,7 @@ API int MPI_Ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     if (o != NULL) {
         return nb_go(o, req);
     }
-    fallback(C_IREDUCE, bytes_of(count, dt));
+    smpi_fallback(C_IREDUCE, smpi_bytes_of(count, dt));
     return PMPI_Ireduce(sbuf, rbuf, count, dt, op, root, comm, req);
 }
 
@@ -736,7 +737,7 @@ API int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root,
     if (o != NULL) {
         return nb_go(o, req);
     }
-    fallback(C_IBCAST, bytes_of(count, dt));
+    smpi_fallback(C_IBCAST, smpi_bytes_of(count, dt));
     return PMPI_Ibcast(buf, count, dt, root, comm, req);
 }
 
@@ -746,7 +747,7 @@ API int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req)
     if (o != NULL) {
         return nb_go(o, req);
     }
-    fallback(C_IBARRIER, 0);
+    smpi_fallback(C_IBARRIER, 0);
     return PMPI_Ibarrier(comm, req);
 }
 
