@@ -147,7 +147,7 @@ void coll_member_remove(coll_ctx_t *ctx, coll_member_t *m);
 void coll_member_cancel(coll_ctx_t *ctx, coll_member_t *m);
 
 /* The SHARP_COLL_* settings' table (not exported from the shared
- * library: tools/man_coll.c, linked with the static one, prints the
+ * library: man/man_coll.c, linked with the static one, prints the
  * ENVIRONMENT section of sharp_coll(3) from it). */
 const shp_config_table_t *shp_coll_config_table(void);
 
