@@ -272,10 +272,41 @@ static void recovery_setup(int size, uint64_t cookie)
     }
 }
 
+/* Rank 0's job id (unique on the fabric: its host, pid and clock), a
+ * cookie for the recovery services (*cookie) and its SHARP_MPI_ON_FAULT
+ * (one policy for the whole job), known to every rank. */
+static uint64_t job_agree(uint64_t *cookie)
+{
+    uint64_t job = 0, agreed[3];
+    if (smpi.rank == 0) {
+        struct timespec ts;
+        char host[64] = "";
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gethostname(host, sizeof(host) - 1);
+        job = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+              ((uint64_t)getpid() << 16);
+        for (const char *p = host; *p; p++) {
+            job = job * 131 + (unsigned char)*p;
+        }
+        job &= (1ull << 53) - 1; /* printable as a JSON integer anywhere */
+    }
+    agreed[0] = job;
+    agreed[1] = 0;
+    if (smpi.rank == 0 &&
+        getrandom(&agreed[1], sizeof(agreed[1]), 0) != sizeof(agreed[1])) {
+        agreed[1] = job ^ ((uint64_t)getpid() << 32);
+    }
+    agreed[2] = (uint64_t)smpi_cfg.fallback;
+    PMPI_Bcast(agreed, 3, MPI_UINT64_T, 0, smpi.oob_world);
+    smpi_cfg.fallback = (int)agreed[2];
+    *cookie = agreed[1];
+    return agreed[0];
+}
+
 static void sharp_setup(void)
 {
     int size;
-    uint64_t job = 0, agreed[3];
+    uint64_t job, cookie;
 
     cfg_load();
     PMPI_Comm_rank(MPI_COMM_WORLD, &smpi.rank);
@@ -302,31 +333,7 @@ static void sharp_setup(void)
     smpi.have_oob = 1;
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_delete, &smpi.keyval,
                             NULL);
-    /* a job id unique on the fabric: rank 0's host, pid and clock */
-    if (smpi.rank == 0) {
-        struct timespec ts;
-        char host[64] = "";
-        clock_gettime(CLOCK_REALTIME, &ts);
-        gethostname(host, sizeof(host) - 1);
-        job = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
-              ((uint64_t)getpid() << 16);
-        for (const char *p = host; *p; p++) {
-            job = job * 131 + (unsigned char)*p;
-        }
-        job &= (1ull << 53) - 1; /* printable as a JSON integer anywhere */
-    }
-    /* the job id, a cookie for the recovery services, and rank 0's
-     * SHARP_MPI_ON_FAULT: one policy for the whole job */
-    agreed[0] = job;
-    agreed[1] = 0;
-    if (smpi.rank == 0 &&
-        getrandom(&agreed[1], sizeof(agreed[1]), 0) != sizeof(agreed[1])) {
-        agreed[1] = job ^ ((uint64_t)getpid() << 32);
-    }
-    agreed[2] = (uint64_t)smpi_cfg.fallback;
-    PMPI_Bcast(agreed, 3, MPI_UINT64_T, 0, smpi.oob_world);
-    job = agreed[0];
-    smpi_cfg.fallback = (int)agreed[2];
+    job = job_agree(&cookie);
 
     struct sharp_coll_init_spec spec;
     memset(&spec, 0, sizeof(spec));
@@ -351,7 +358,7 @@ static void sharp_setup(void)
     smpi.had_sharp = 1;
     smpi_note(2, "sharp job %llu up", (unsigned long long)job);
     if (smpi_cfg.fallback) {
-        recovery_setup(size, agreed[1]);
+        recovery_setup(size, cookie);
     }
 }
 
@@ -525,6 +532,46 @@ static void cancel_comm(void *sc)
     (void)sharp_coll_comm_cancel(sc);
 }
 
+/* With several ranks on a node: one leader a node (node rank 0) is the
+ * group's member; every rank learns each rank's leader and place in its
+ * node.  The group's status, the same on every rank. */
+static int comm_setup_hier(comm_state_t *s, MPI_Comm comm, uint64_t id)
+{
+    int me[2], lrank = -1, lsize = 0, rc = SHARP_COLL_SUCCESS;
+    s->hier = 1;
+    PMPI_Comm_split(comm, s->node_rank == 0 ? 0 : MPI_UNDEFINED, s->rank,
+                    &s->leaders);
+    if (s->leaders != MPI_COMM_NULL) {
+        PMPI_Comm_rank(s->leaders, &lrank);
+        PMPI_Comm_size(s->leaders, &lsize);
+    }
+    PMPI_Bcast(&lrank, 1, MPI_INT, 0, s->node);
+    me[0] = lrank;
+    me[1] = s->node_rank;
+    int *all = malloc(sizeof(int) * 2 * (size_t)s->size);
+    s->node_of = malloc(sizeof(int) * (size_t)s->size);
+    s->rank_in_node = malloc(sizeof(int) * (size_t)s->size);
+    if (all == NULL || s->node_of == NULL || s->rank_in_node == NULL) {
+        smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+    }
+    PMPI_Allgather(me, 2, MPI_INT, all, 2, MPI_INT, comm);
+    for (int r = 0; r < s->size; r++) {
+        s->node_of[r] = all[2 * r];
+        s->rank_in_node[r] = all[2 * r + 1];
+    }
+    free(all);
+    if (s->leaders != MPI_COMM_NULL) {
+        PMPI_Comm_dup(s->leaders, &s->oob);
+        rec_setup(s, s->oob, id, comm);
+        struct sharp_coll_comm_init_spec cs = {
+            .rank = lrank, .size = lsize, .oob_ctx = &s->oob};
+        rc = lsize >= 2 ? sharp_coll_comm_init(smpi.ctx, &cs, &s->sc)
+                        : SHARP_COLL_ENOT_SUPP; /* one node */
+    }
+    PMPI_Bcast(&rc, 1, MPI_INT, 0, s->node);
+    return rc;
+}
+
 /* Set up a communicator: one sharp group over every rank, or, with several
  * ranks on a node, over one leader per node (node-local aggregation).  All
  * ranks reach the same answer. */
@@ -552,39 +599,7 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
             .rank = s->rank, .size = s->size, .oob_ctx = &s->all};
         rc = sharp_coll_comm_init(smpi.ctx, &cs, &s->sc);
     } else {
-        int me[2], lrank = -1, lsize = 0;
-        s->hier = 1;
-        PMPI_Comm_split(comm, s->node_rank == 0 ? 0 : MPI_UNDEFINED, s->rank,
-                        &s->leaders);
-        if (s->leaders != MPI_COMM_NULL) {
-            PMPI_Comm_rank(s->leaders, &lrank);
-            PMPI_Comm_size(s->leaders, &lsize);
-        }
-        PMPI_Bcast(&lrank, 1, MPI_INT, 0, s->node);
-        me[0] = lrank;
-        me[1] = s->node_rank;
-        int *all = malloc(sizeof(int) * 2 * (size_t)s->size);
-        s->node_of = malloc(sizeof(int) * (size_t)s->size);
-        s->rank_in_node = malloc(sizeof(int) * (size_t)s->size);
-        if (all == NULL || s->node_of == NULL || s->rank_in_node == NULL) {
-            smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
-        }
-        PMPI_Allgather(me, 2, MPI_INT, all, 2, MPI_INT, comm);
-        for (int r = 0; r < s->size; r++) {
-            s->node_of[r] = all[2 * r];
-            s->rank_in_node[r] = all[2 * r + 1];
-        }
-        free(all);
-        rc = SHARP_COLL_SUCCESS;
-        if (s->leaders != MPI_COMM_NULL) {
-            PMPI_Comm_dup(s->leaders, &s->oob);
-            rec_setup(s, s->oob, id, comm);
-            struct sharp_coll_comm_init_spec cs = {
-                .rank = lrank, .size = lsize, .oob_ctx = &s->oob};
-            rc = lsize >= 2 ? sharp_coll_comm_init(smpi.ctx, &cs, &s->sc)
-                            : SHARP_COLL_ENOT_SUPP; /* one node */
-        }
-        PMPI_Bcast(&rc, 1, MPI_INT, 0, s->node);
+        rc = comm_setup_hier(s, comm, id);
     }
     s->use = s->had_group = rc == SHARP_COLL_SUCCESS;
     if (s->use && s->rec != NULL && s->sc != NULL) {
