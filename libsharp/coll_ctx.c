@@ -1,7 +1,11 @@
 /*
- * libsharp_coll: the context.  Configuration from SHARP_COLL_* variables,
- * the link to the local sharpd, job creation over the caller's out-of-band
- * collectives, progress, capabilities, statistics and the small calls.
+ * libsharp_coll: the context, the library's lower layer.  Configuration
+ * from SHARP_COLL_* variables, the link to the local sharpd, job creation
+ * over the caller's out-of-band collectives, progress, capabilities,
+ * statistics and the small calls.  Communicators are built on it
+ * (coll_comm.h); it knows them only as the members of its list, and calls
+ * them through their callbacks (coll_member_ops_t) on the retransmit tick,
+ * on a failure that sharpd reports, on a cancel and at finalize.
  */
 #include "libsharp/coll_int.h"
 
@@ -10,6 +14,7 @@
 #include "core/log.h"
 #include "core/paths.h"
 #include "core/time.h"
+#include "reduce/reduce.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -259,9 +264,8 @@ static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
     int busy = 0;
 
     (void)revents;
-    for (coll_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-        coll_comm_tick(c, now);
-        busy |= coll_comm_busy(c);
+    for (coll_member_t *m = ctx->members; m != NULL; m = m->next) {
+        busy |= m->ops->tick(m, now);
     }
     if (!busy) {
         ev_timer_stop(loop, w);
@@ -275,10 +279,47 @@ static void cancel_cb(struct ev_loop *loop, ev_async *w, int revents)
 
     (void)loop;
     (void)revents;
-    for (coll_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-        if (atomic_exchange(&c->cancel, 0)) {
-            coll_comm_fail(c, SHP_ERR_CANCELED,
-                           "the program gave its operations up");
+    for (coll_member_t *m = ctx->members; m != NULL; m = m->next) {
+        if (atomic_exchange(&m->cancel, 0)) {
+            m->ops->fail(m, SHP_ERR_CANCELED,
+                         "the program gave its operations up");
+        }
+    }
+}
+
+/* Any thread, at any time while m is in the list, even while another
+ * thread waits in the loop: no lock (the waiter holds it), an atomic flag
+ * and a wake-up of the loop (ev_async_send is thread-safe); the loop's
+ * thread fails the member (cancel_cb). */
+void coll_member_cancel(coll_ctx_t *ctx, coll_member_t *m)
+{
+    atomic_store(&m->cancel, 1);
+    ev_async_send(ctx->loop, &ctx->cancel_w);
+}
+
+void coll_member_add(coll_ctx_t *ctx, coll_member_t *m)
+{
+    m->next = ctx->members;
+    ctx->members = m;
+}
+
+void coll_member_remove(coll_ctx_t *ctx, coll_member_t *m)
+{
+    for (coll_member_t **pp = &ctx->members; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == m) {
+            *pp = m->next;
+            break;
+        }
+    }
+}
+
+/* every member (gid: of that group only; 0: all) fails */
+static void fail_members(coll_ctx_t *ctx, int all, uint64_t gid,
+                         shp_status_t st, const char *why)
+{
+    for (coll_member_t *m = ctx->members; m != NULL; m = m->next) {
+        if (all || m->group_id == gid) {
+            m->ops->fail(m, st, why);
         }
     }
 }
@@ -310,12 +351,8 @@ static void sd_frame(shp_conn_t *conn, const void *frame, size_t len)
         if (shp_json_get_u64(msg, "job_id", &jid, NULL) == SHP_OK &&
             (all || shp_json_get_u64(msg, "group_id", &gid, NULL) == SHP_OK) &&
             jid == ctx->job_id) {
-            for (coll_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-                if (all || c->group_id == gid) {
-                    coll_comm_fail(c, SHP_ERR_GROUP_REVOKED,
-                                   shp_json_opt_str(msg, "reason", "revoked"));
-                }
-            }
+            fail_members(ctx, all, gid, SHP_ERR_GROUP_REVOKED,
+                         shp_json_opt_str(msg, "reason", "revoked"));
         }
     } else if (!strcmp(type, "job_killed")) {
         if (shp_json_get_u64(msg, "job_id", &jid, NULL) == SHP_OK &&
@@ -324,9 +361,7 @@ static void sd_frame(shp_conn_t *conn, const void *frame, size_t len)
                       (unsigned long long)jid,
                       shp_json_opt_str(msg, "reason", "?"));
             ctx->job_failed = SHP_ERR_JOB_KILLED;
-            for (coll_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-                coll_comm_fail(c, SHP_ERR_JOB_KILLED, "the job was killed");
-            }
+            fail_members(ctx, 1, 0, SHP_ERR_JOB_KILLED, "the job was killed");
         }
     } else if (shp_json_opt_int(msg, "id", 0, INT64_MAX, -1) == ctx->want_id &&
                ctx->reply == NULL) {
@@ -348,9 +383,7 @@ static void sd_closed(shp_conn_t *conn, shp_status_t reason)
         shp_error("lost the local sharpd (%s): %s", ctx->cfg.sharpd_socket,
                   shp_status_str(reason));
         ctx->job_failed = SHP_ERR_UNREACHABLE;
-        for (coll_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-            coll_comm_fail(c, SHP_ERR_UNREACHABLE, "lost the local sharpd");
-        }
+        fail_members(ctx, 1, 0, SHP_ERR_UNREACHABLE, "lost the local sharpd");
     }
     ctx->sd_up = 0;
 }
@@ -647,91 +680,36 @@ static int job_attach(coll_ctx_t *ctx, job_info_t *ji)
     return rc;
 }
 
-static void ctx_free(coll_ctx_t *ctx)
+/* Rank 0: every rank's status and host in all (NULL: no memory, mine
+ * says so) -> the job begun (or the reserved one attached) and its quotas
+ * in *ji, or why not. */
+static void job_decide(coll_ctx_t *ctx, const rank_info_t *all,
+                       const rank_info_t *mine, job_info_t *ji)
 {
-    if (ctx->sd_up) {
-        shp_conn_close(&ctx->sd, SHP_OK);
-    }
-    ev_timer_stop(ctx->loop, &ctx->tick);
-    ev_async_stop(ctx->loop, &ctx->cancel_w);
-    for (int i = 0; i < COLL_NTP; i++) {
-        if (ctx->tps_up[i]) {
-            shp_tp_cleanup(&ctx->tps[i]);
+    for (int i = 0; all && i < ctx->spec.world_size; i++) {
+        if (all[i].status != SHARP_COLL_SUCCESS) {
+            ji->status = all[i].status;
         }
     }
-    /* let closes complete (on_close callbacks run from the loop) */
-    ev_run(ctx->loop, EVRUN_NOWAIT);
-    json_decref(ctx->reply);
-    ev_loop_destroy(ctx->loop);
-    pthread_mutex_destroy(&ctx->lock);
-    shp_config_release(&coll_table, &ctx->cfg);
-    free(ctx);
+    if (mine->status != SHARP_COLL_SUCCESS) {
+        ji->status = mine->status;
+    }
+    if (ji->status == SHARP_COLL_SUCCESS && ctx->reserved) {
+        ji->status = job_attach(ctx, ji);
+    } else if (ji->status == SHARP_COLL_SUCCESS) {
+        job_begin(ctx, all, ctx->spec.world_size, ji);
+    }
 }
 
-SHP_API int sharp_coll_init(struct sharp_coll_init_spec *spec,
-                            struct sharp_coll_context **context)
+/* everyone's host (and whether it reached its sharpd: status) to rank 0,
+ * which decides; its answer to all */
+static job_info_t job_info_share(coll_ctx_t *ctx, int status)
 {
-    coll_ctx_t *ctx;
-    int rc, st;
-
-    if (spec == NULL || context == NULL || spec->world_size <= 0 ||
-        spec->world_rank < 0 || spec->world_rank >= spec->world_size ||
-        spec->oob_colls.bcast == NULL || spec->oob_colls.gather == NULL) {
-        return SHARP_COLL_EINVAL;
-    }
-    *context = NULL;
-    ctx = calloc(1, sizeof(*ctx));
-    if (ctx == NULL) {
-        return SHARP_COLL_ENOMEM;
-    }
-    ctx->spec = *spec;
-    ctx->job_id = spec->job_id;
-    ctx->want_id = -1;
-    rc = cfg_load(&ctx->cfg);
-    if (rc == SHARP_COLL_SUCCESS && ctx->cfg.job_id[0] != '\0') {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(ctx->cfg.job_id, &end, 10);
-        if (errno != 0 || *end != '\0' || ctx->cfg.job_id[0] == '-') {
-            shp_error("SHARP_COLL_JOB_ID=%s: not a job id (a decimal number)",
-                      ctx->cfg.job_id);
-            rc = SHARP_COLL_EINVAL;
-        } else {
-            ctx->job_id = v;
-            ctx->reserved = 1;
-        }
-    }
-    ctx->loop = ev_loop_new(EVFLAG_AUTO);
-    if (ctx->loop == NULL && rc == SHARP_COLL_SUCCESS) {
-        rc = SHARP_COLL_ENOMEM;
-    }
-    if (ctx->cfg.coll_timeout_ms < 0 && spec->config.coll_timeout > 0) {
-        ctx->cfg.coll_timeout_ms = spec->config.coll_timeout;
-    }
-    if (ctx->cfg.retrans_ms <= 0) {
-        ctx->cfg.retrans_ms = 20;
-    }
-    /* recursive: a progress function may call back into the library */
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_init(&ctx->lock, &a);
-    pthread_mutexattr_destroy(&a);
-    ctx->mt = spec->enable_thread_support != 0;
-    if (ctx->loop != NULL) {
-        ev_init(&ctx->tick, tick_cb);
-        ctx->tick.data = ctx;
-        ev_async_init(&ctx->cancel_w, cancel_cb);
-        ctx->cancel_w.data = ctx;
-        ev_async_start(ctx->loop, &ctx->cancel_w);
-    }
-    if (rc == SHARP_COLL_SUCCESS) {
-        rc = sd_hello(ctx);
-    }
-
-    /* everyone's host (and whether it reached its sharpd) to rank 0 */
-    rank_info_t mine = {.status = rc};
+    const struct sharp_coll_init_spec *spec = &ctx->spec;
+    rank_info_t mine = {.status = status};
     rank_info_t *all = NULL;
+    job_info_t ji = {.status = SHARP_COLL_SUCCESS};
+
     snprintf(mine.host, sizeof(mine.host), "%s", ctx->host);
     if (spec->world_rank == 0) {
         all = calloc((size_t)spec->world_size, sizeof(*all));
@@ -739,54 +717,158 @@ SHP_API int sharp_coll_init(struct sharp_coll_init_spec *spec,
             mine.status = SHARP_COLL_ENOMEM;
         }
     }
-    job_info_t ji = {.status = SHARP_COLL_SUCCESS};
     if (coll_oob_gather(ctx, spec->oob_ctx, 0, &mine, all ? all : &mine,
                         sizeof(mine)) != SHARP_COLL_SUCCESS) {
         ji.status = SHARP_COLL_EOOB;
     }
     if (spec->world_rank == 0 && ji.status == SHARP_COLL_SUCCESS) {
-        for (int i = 0; all && i < spec->world_size; i++) {
-            if (all[i].status != SHARP_COLL_SUCCESS) {
-                ji.status = all[i].status;
-            }
-        }
-        if (mine.status != SHARP_COLL_SUCCESS) {
-            ji.status = mine.status;
-        }
-        if (ji.status == SHARP_COLL_SUCCESS && ctx->reserved) {
-            ji.status = job_attach(ctx, &ji);
-        } else if (ji.status == SHARP_COLL_SUCCESS) {
-            job_begin(ctx, all, spec->world_size, &ji);
-        }
+        job_decide(ctx, all, &mine, &ji);
     }
     free(all);
     if (coll_oob_bcast(ctx, spec->oob_ctx, &ji, sizeof(ji), 0) !=
         SHARP_COLL_SUCCESS) {
         ji.status = SHARP_COLL_EOOB;
     }
-    rc = ji.status;
-    if (rc == SHARP_COLL_SUCCESS) {
-        ctx->osts = ji.osts;
-        ctx->payload = ji.payload;
-        ctx->max_groups = ji.max_groups;
-        if (spec->world_rank != 0) {
-            rc = job_attach(ctx, NULL);
-        }
-        st = coll_agree(ctx, spec->oob_ctx, spec->world_rank, spec->world_size,
-                        rc);
-        rc = st;
-        if (rc != SHARP_COLL_SUCCESS && spec->world_rank == 0 &&
-            st != SHARP_COLL_EOOB && !ctx->reserved) {
-            coll_sd_job_request(ctx, "job_end", NULL);
-        }
-    }
+    return ji;
+}
+
+/* The job, agreed by every rank: collective over the out-of-band hooks,
+ * whatever this rank's status so far (so that every rank returns the same
+ * code).  Rank 0 begins it, the others attach. */
+static int job_setup(coll_ctx_t *ctx, int status)
+{
+    const struct sharp_coll_init_spec *spec = &ctx->spec;
+    job_info_t ji = job_info_share(ctx, status);
+    int rc = ji.status;
+
     if (rc != SHARP_COLL_SUCCESS) {
-        if (ctx->loop == NULL) {
-            shp_config_release(&coll_table, &ctx->cfg);
-            free(ctx);
-        } else {
-            ctx_free(ctx);
+        return rc;
+    }
+    ctx->osts = ji.osts;
+    ctx->payload = ji.payload;
+    ctx->max_groups = ji.max_groups;
+    if (spec->world_rank != 0) {
+        rc = job_attach(ctx, NULL);
+    }
+    rc = coll_agree(ctx, spec->oob_ctx, spec->world_rank, spec->world_size, rc);
+    if (rc != SHARP_COLL_SUCCESS && spec->world_rank == 0 &&
+        rc != SHARP_COLL_EOOB && !ctx->reserved) {
+        coll_sd_job_request(ctx, "job_end", NULL);
+    }
+    return rc;
+}
+
+/* whatever ctx_new and ctx_setup made, undone (the one cleanup path) */
+static void ctx_free(coll_ctx_t *ctx)
+{
+    if (ctx->loop != NULL) {
+        if (ctx->sd_up) {
+            shp_conn_close(&ctx->sd, SHP_OK);
         }
+        ev_timer_stop(ctx->loop, &ctx->tick);
+        ev_async_stop(ctx->loop, &ctx->cancel_w);
+        for (int i = 0; i < COLL_NTP; i++) {
+            if (ctx->tps_up[i]) {
+                shp_tp_cleanup(&ctx->tps[i]);
+            }
+        }
+        /* let closes complete (on_close callbacks run from the loop) */
+        ev_run(ctx->loop, EVRUN_NOWAIT);
+    }
+    json_decref(ctx->reply);
+    if (ctx->loop != NULL) {
+        ev_loop_destroy(ctx->loop);
+    }
+    pthread_mutex_destroy(&ctx->lock);
+    shp_config_release(&coll_table, &ctx->cfg);
+    free(ctx);
+}
+
+/* a context that nothing has been asked of yet (NULL: no memory) */
+static coll_ctx_t *ctx_new(const struct sharp_coll_init_spec *spec)
+{
+    coll_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL) {
+        return NULL;
+    }
+    ctx->spec = *spec;
+    ctx->job_id = spec->job_id;
+    ctx->want_id = -1;
+    ctx->mt = spec->enable_thread_support != 0;
+    /* recursive: a progress function may call back into the library */
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&ctx->lock, &a);
+    pthread_mutexattr_destroy(&a);
+    return ctx;
+}
+
+/* SHARP_COLL_JOB_ID: a job the scheduler reserved, to attach to */
+static int cfg_job_id(coll_ctx_t *ctx)
+{
+    char *end;
+    if (ctx->cfg.job_id[0] == '\0') {
+        return SHARP_COLL_SUCCESS;
+    }
+    errno = 0;
+    unsigned long long v = strtoull(ctx->cfg.job_id, &end, 10);
+    if (errno != 0 || *end != '\0' || ctx->cfg.job_id[0] == '-') {
+        shp_error("SHARP_COLL_JOB_ID=%s: not a job id (a decimal number)",
+                  ctx->cfg.job_id);
+        return SHARP_COLL_EINVAL;
+    }
+    ctx->job_id = v;
+    ctx->reserved = 1;
+    return SHARP_COLL_SUCCESS;
+}
+
+/* This rank's own part, before the others are asked: configuration, the
+ * loop and its watchers, the link to sharpd and this host's name. */
+static int ctx_setup(coll_ctx_t *ctx)
+{
+    int rc = cfg_load(&ctx->cfg);
+    if (rc != SHARP_COLL_SUCCESS ||
+        (rc = cfg_job_id(ctx)) != SHARP_COLL_SUCCESS) {
+        return rc;
+    }
+    if (ctx->cfg.coll_timeout_ms < 0 && ctx->spec.config.coll_timeout > 0) {
+        ctx->cfg.coll_timeout_ms = ctx->spec.config.coll_timeout;
+    }
+    if (ctx->cfg.retrans_ms <= 0) {
+        ctx->cfg.retrans_ms = 20;
+    }
+    ctx->loop = ev_loop_new(EVFLAG_AUTO);
+    if (ctx->loop == NULL) {
+        return SHARP_COLL_ENOMEM;
+    }
+    ev_init(&ctx->tick, tick_cb);
+    ctx->tick.data = ctx;
+    ev_async_init(&ctx->cancel_w, cancel_cb);
+    ctx->cancel_w.data = ctx;
+    ev_async_start(ctx->loop, &ctx->cancel_w);
+    return sd_hello(ctx);
+}
+
+/* Steps: the context (ctx_new), this rank's part (ctx_setup), the job,
+ * agreed by all ranks whatever this one's part gave (job_setup); on any
+ * failure one cleanup (ctx_free). */
+SHP_API int sharp_coll_init(struct sharp_coll_init_spec *spec,
+                            struct sharp_coll_context **context)
+{
+    if (spec == NULL || context == NULL || spec->world_size <= 0 ||
+        spec->world_rank < 0 || spec->world_rank >= spec->world_size ||
+        spec->oob_colls.bcast == NULL || spec->oob_colls.gather == NULL) {
+        return SHARP_COLL_EINVAL;
+    }
+    *context = NULL;
+    coll_ctx_t *ctx = ctx_new(spec);
+    if (ctx == NULL) {
+        return SHARP_COLL_ENOMEM;
+    }
+    int rc = job_setup(ctx, ctx_setup(ctx));
+    if (rc != SHARP_COLL_SUCCESS) {
+        ctx_free(ctx);
         return rc;
     }
     ctx->job_ok = 1;
@@ -804,8 +886,8 @@ SHP_API int sharp_coll_finalize(struct sharp_coll_context *ctx)
     if (ctx == NULL) {
         return SHARP_COLL_EINVAL;
     }
-    while (ctx->comms != NULL) {
-        sharp_coll_comm_destroy(ctx->comms);
+    while (ctx->members != NULL) {
+        ctx->members->ops->destroy(ctx->members);
     }
     /* every rank is done with its groups before the job ends, so that no
      * process exit looks like a failure to the manager */

@@ -1,7 +1,11 @@
 /*
- * libsharp_coll internals: the context (the link to the local sharpd, the
- * job, configuration, statistics) and communicators (a group on a tree, the
- * data connection to the leaf AN, the window of operations in flight).
+ * libsharp_coll internals, the lower layer: the context (the link to the
+ * local sharpd, the job, configuration, statistics, the event loop).
+ * Communicators (coll_comm.h) are built on it; the context knows them
+ * only as members of its list (coll_member_t), each with the callbacks it
+ * calls on the loop's events (a retransmit tick, a failure reported by
+ * sharpd, finalize).  Nothing here includes coll_comm.h: the layers
+ * depend one way.
  *
  * One libev loop per context drives everything; blocking calls run it until
  * what they wait for is done, sleeping on the sockets (or polling, with
@@ -15,7 +19,6 @@
 
 #include "core/config.h"
 #include "core/conn.h"
-#include "reduce/reduce.h"
 #include "transport/transport.h"
 
 #include <jansson.h>
@@ -54,11 +57,37 @@ typedef struct coll_stats {
     uint64_t mcast_rejected; /* datagrams without a right tag (forged) */
 } coll_stats_t;
 
-typedef struct coll_req coll_req_t;
-typedef struct sharp_coll_comm coll_comm_t;
 typedef struct sharp_coll_context coll_ctx_t;
 
 #define COLL_NTP 4 /* transport providers: tcp, udp, verbs, shm */
+
+/*
+ * A communicator as the context sees it: a member of its list, put there
+ * by coll_member_add (and taken out by coll_member_remove) with the
+ * callbacks the context calls.  None of them is on an operation's path:
+ * they run on the retransmit tick (every retrans_timeout / 2 while some
+ * member is busy), on a failure reported by sharpd or a cancel, and at
+ * finalize.
+ */
+typedef struct coll_member coll_member_t;
+typedef struct coll_member_ops {
+    /* the retransmit tick (now: shp_time_ns()): ask again for missing
+     * results, time operations out; 1 while operations are in flight */
+    int (*tick)(coll_member_t *m, uint64_t now);
+    /* the group failed (revoked, job killed, sharpd lost, canceled):
+     * pending and later operations fail */
+    void (*fail)(coll_member_t *m, shp_status_t st, const char *why);
+    /* finalize: a communicator the program did not destroy is; it
+     * leaves the list */
+    void (*destroy)(coll_member_t *m);
+} coll_member_ops_t;
+
+struct coll_member {
+    const coll_member_ops_t *ops;
+    coll_member_t *next;
+    uint32_t group_id; /* the manager's name for it (group_revoked) */
+    atomic_int cancel; /* coll_member_cancel: fail it in the loop */
+};
 
 struct sharp_coll_context {
     coll_cfg_t cfg;
@@ -84,78 +113,13 @@ struct sharp_coll_context {
     /* the socket spin (coll_progress_once): messages in and out counted
      * at the last turn, and when that count last moved */
     uint64_t spin_msgs, spin_from_ns;
-    coll_comm_t *comms;
+    coll_member_t *members; /* the communicators */
     ev_timer tick;
     ev_async cancel_w; /* a comm was canceled from another thread */
     pthread_mutex_t lock;
     atomic_uint lock_waiters; /* threads blocked in coll_lock */
     int mt;
     coll_stats_t stats;
-};
-
-/* an operation fragment in flight */
-typedef struct coll_frag {
-    coll_req_t *req;
-    size_t off; /* bytes into the request's stream */
-    uint32_t count;
-    int busy, done;
-    uint64_t sent_ns, asked_ns;
-    unsigned asks; /* retransmit requests sent for it */
-} coll_frag_t;
-
-struct sharp_coll_comm {
-    coll_ctx_t *ctx;
-    coll_comm_t *next;
-    int rank, size;
-    uint32_t group_id;
-    uint16_t tree_id;
-    unsigned osts, depth;
-    uint32_t payload;
-    int mcast;
-    /* results taken by multicast, and retransmitted over RC on request */
-    uint64_t mcast_got, retrans_got;
-    const shp_tp_ops_t *rc_ops; /* the leaf AN's transport: tcp, verbs, shm */
-    char leaf[64], mcast_addr[64];
-    unsigned child;
-    shp_tp_ep_t *ep, *mep;
-    int join_status; /* SHP_INPROGRESS until the ack */
-    int leaving;     /* group_leave sent: no more retransmit requests */
-    int left;        /* the AN confirmed our group_leave */
-    shp_status_t failed;
-    int destroying;
-    atomic_int cancel; /* sharp_coll_comm_cancel: fail it in the loop */
-    coll_frag_t *win;  /* osts entries, seq % osts */
-    uint32_t next_seq, done_seq;
-    uint64_t done_seq64; /* done_seq with its wraps: multicast tags' nonce */
-    uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN]; /* multicast results' tags */
-    coll_req_t *queue, *queue_tail;        /* with fragments not yet sent */
-    uint8_t *stage;
-};
-
-/* a multi-entry IOV gathered into (or scattered from) a buffer of ours */
-typedef struct coll_iov {
-    uint8_t *buf;
-    unsigned n;
-    struct sharp_data_iov v[SHARP_COLL_DATA_MAX_IOV];
-} coll_iov_t;
-
-/* one collective call */
-struct coll_req {
-    coll_comm_t *comm;
-    coll_req_t *next;
-    shp_reduce_desc_t desc;
-    size_t es, total;  /* element size, bytes of the whole stream */
-    uint32_t per_frag; /* elements per fragment */
-    size_t nfrags, sent, done;
-    int barrier;
-    uint8_t lanes; /* exact mode: int64 lanes per element (es = 8 x lanes) */
-    const uint8_t *src; /* bytes [s_lo, s_hi) of the stream come from src */
-    size_t s_lo, s_hi;
-    uint8_t *dst; /* bytes [r_lo, r_hi) of the result land in dst */
-    size_t r_lo, r_hi;
-    int complete;
-    int status; /* SHARP_COLL_* */
-    coll_iov_t src_iov, dst_iov;
 };
 
 /* context (coll_ctx.c) */
@@ -176,13 +140,14 @@ int coll_agree(coll_ctx_t *ctx, void *oob, int rank, int size, int status);
 int coll_status_to_sharp(shp_status_t st, int dflt);
 void coll_arm_tick(coll_ctx_t *ctx);
 
-/* communicators (coll_comm.c) */
-void coll_comm_fail(coll_comm_t *comm, shp_status_t st, const char *why);
-void coll_comm_tick(coll_comm_t *comm, uint64_t now);
-int coll_comm_busy(const coll_comm_t *comm);
+/* the context's communicators (m->ops and m->group_id set by the caller) */
+void coll_member_add(coll_ctx_t *ctx, coll_member_t *m);
+void coll_member_remove(coll_ctx_t *ctx, coll_member_t *m);
+/* any thread, without the lock: m fails at the loop's next turn */
+void coll_member_cancel(coll_ctx_t *ctx, coll_member_t *m);
 
 /* The SHARP_COLL_* settings' table (not exported from the shared
- * library: tools/man_coll.c, linked with the static one, prints the
+ * library: man/man_coll.c, linked with the static one, prints the
  * ENVIRONMENT section of sharp_coll(3) from it). */
 const shp_config_table_t *shp_coll_config_table(void);
 

@@ -3,9 +3,9 @@
 
 MPICC_OMPI ?= mpicc.openmpi
 MPICC_MPICH ?= mpicc.mpich
-SHARP_MPI_SRC := mpi-coll/sharp_mpi.c mpi-coll/recover.c
-# included by sharp_mpi.c, or its headers
-SHARP_MPI_HDR := mpi-coll/recover.h mpi-coll/sharp_mpi_nb.c
+SHARP_MPI_SRC := mpi-coll/sharp_mpi.c mpi-coll/sharp_mpi_nb.c mpi-coll/recover.c
+# the sources' own headers
+SHARP_MPI_HDR := mpi-coll/sharp_mpi_int.h mpi-coll/recover.h
 SHARP_MPI_OMPI := $(LIBDIR)/libsharp_mpi_ompi.so
 SHARP_MPI_MPICH := $(LIBDIR)/libsharp_mpi_mpich.so
 MPI_DEMO_OMPI := $(BINDIR)/sharp_mpi_demo_ompi

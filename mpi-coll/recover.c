@@ -489,11 +489,115 @@ void smr_set_wait_hook(void (*hook)(void))
     wait_hook = hook;
 }
 
+/* Member p's answer about operation k: 1 if it settles p's part (*found
+ * and *src updated: F as far as known, a member that completed k), 0 to
+ * ask p again, -1 if the protocol's assumption does not hold (why). */
+static int ask_member(smr_rec_t *r, int p, uint64_t k, uint64_t *found,
+                      int *src, char *why, size_t whylen)
+{
+    answer_t a;
+    char *data;
+    if (ask(r, p, k, 0, &a, &data) != 0) {
+        snprintf(why, whylen, "member %d's recovery service is unreachable", p);
+        return 0; /* again, until the deadline */
+    }
+    free(data);
+    if (!a.known) {
+        snprintf(why, whylen, "member %d does not know the group", p);
+        return 0;
+    }
+    if (a.decided != 0 && a.decided != k && a.decided != k + 1) {
+        snprintf(why, whylen,
+                 "member %d decided operation %llu, this one is at "
+                 "%llu: the protocol's assumption does not hold",
+                 p, (unsigned long long)a.decided, (unsigned long long)k);
+        return -1;
+    }
+    if (a.decided != 0) {
+        *found = a.decided;
+        *src = a.decided == k + 1 ? p : *src;
+    } else if (a.done >= k) {
+        *found = k + 1;
+        *src = p;
+    } else if (a.done + 2 <= k) {
+        *found = *found ? *found : k;
+    } else if (a.posted) {
+        snprintf(why, whylen, "member %d is still inside operation %llu", p,
+                 (unsigned long long)k);
+        return 0; /* its operation will complete or fail */
+    }
+    return 1;
+}
+
+/* Every member is asked at least once (so every one is frozen); the
+ * answer is known once one member completed k (F = k + 1, *src one that
+ * did) or is behind (F = k: it never posts k now), or once every member
+ * answered while outside the group's operations.  F, or 0 (why). */
+static uint64_t decide_sweep(smr_rec_t *r, uint64_t k, uint64_t end, char *pend,
+                             int *src, char *why, size_t whylen)
+{
+    int npend = 0, wait_ms = 1;
+    uint64_t found = 0; /* F, as soon as known */
+
+    for (int p = 0; p < r->size; p++) {
+        pend[p] = p != r->rank;
+        npend += pend[p];
+    }
+    while (npend > 0) {
+        for (int p = 0; p < r->size; p++) {
+            int rc =
+                pend[p] ? ask_member(r, p, k, &found, src, why, whylen) : 0;
+            if (rc < 0) {
+                return 0;
+            }
+            if (rc > 0) {
+                pend[p] = 0;
+                npend--;
+            }
+        }
+        /* after the first sweep every member has been asked, so frozen */
+        if (found != 0 && (found != k + 1 || *src >= 0)) {
+            break;
+        }
+        if (npend == 0) {
+            found = k; /* every one outside, none completed k */
+            break;
+        }
+        if (shp_deadline_passed(end)) {
+            return 0;
+        }
+        if (wait_hook != NULL) {
+            wait_hook();
+        }
+        poll(NULL, 0, wait_ms);
+        wait_ms = wait_ms < 64 ? wait_ms * 2 : 64;
+    }
+    return found != 0 ? found : k;
+}
+
+/* the result of k from the member that has it (src), or any that has */
+static int fetch_any(smr_rec_t *r, int src, uint64_t k, size_t len, char *why,
+                     size_t whylen)
+{
+    int ok = src >= 0 && fetch(r, src, k, len) == 0;
+    for (int p = 0; !ok && p < r->size; p++) {
+        ok = p != r->rank && fetch(r, p, k, len) == 0;
+    }
+    if (!ok) {
+        snprintf(why, whylen,
+                 "operation %llu completed at member %d, but its result "
+                 "could not be fetched",
+                 (unsigned long long)k, src);
+        return -1;
+    }
+    return 0;
+}
+
 uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
                     size_t whylen)
 {
     uint64_t k, F = 0, end = shp_deadline_ms(timeout_ms);
-    int src = -1, npend = 0, wait_ms = 1;
+    int src = -1;
     char *pend = NULL;
 
     pthread_mutex_lock(&svc.mu);
@@ -515,97 +619,10 @@ uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
         snprintf(why, whylen, "out of memory");
         return 0;
     }
-    /* every member is asked at least once (so every one is frozen); the
-     * answer is known once one member completed k (F = k + 1) or is behind
-     * (F = k: it never posts k now), or once every member answered while
-     * outside the group's operations */
-    for (int p = 0; p < r->size; p++) {
-        pend[p] = p != r->rank;
-        npend += pend[p];
-    }
-    uint64_t found = 0; /* F, as soon as known */
-    while (npend > 0) {
-        for (int p = 0; p < r->size; p++) {
-            answer_t a;
-            char *data;
-            if (!pend[p]) {
-                continue;
-            }
-            if (ask(r, p, k, 0, &a, &data) != 0) {
-                snprintf(why, whylen,
-                         "member %d's recovery service is "
-                         "unreachable",
-                         p);
-                continue; /* again, until the deadline */
-            }
-            if (!a.known) {
-                free(data);
-                snprintf(why, whylen, "member %d does not know the group", p);
-                continue;
-            }
-            free(data);
-            if (a.decided != 0 && a.decided != k && a.decided != k + 1) {
-                snprintf(why, whylen,
-                         "member %d decided operation %llu, this one is at "
-                         "%llu: the protocol's assumption does not hold",
-                         p, (unsigned long long)a.decided,
-                         (unsigned long long)k);
-                free(pend);
-                return 0;
-            }
-            if (a.decided != 0) {
-                found = a.decided;
-                src = a.decided == k + 1 ? p : src;
-            } else if (a.done >= k) {
-                found = k + 1;
-                src = p;
-            } else if (a.done + 2 <= k) {
-                found = found ? found : k;
-            } else if (a.posted) {
-                snprintf(why, whylen,
-                         "member %d is still inside operation %llu", p,
-                         (unsigned long long)k);
-                continue; /* its operation will complete or fail */
-            }
-            pend[p] = 0;
-            npend--;
-        }
-        /* after the first sweep every member has been asked, so frozen */
-        if (found != 0 && (found != k + 1 || src >= 0)) {
-            break;
-        }
-        if (npend == 0) {
-            found = k; /* every one outside, none completed k */
-            break;
-        }
-        if (shp_deadline_passed(end)) {
-            free(pend);
-            return 0;
-        }
-        if (wait_hook != NULL) {
-            wait_hook();
-        }
-        poll(NULL, 0, wait_ms);
-        wait_ms = wait_ms < 64 ? wait_ms * 2 : 64;
-    }
+    F = decide_sweep(r, k, end, pend, &src, why, whylen);
     free(pend);
-    if (found == 0) {
-        found = k;
-    }
-    F = found;
-    if (F == k + 1) {
-        /* the result of k from the member that has it (or any that has) */
-        int ok = src >= 0 && fetch(r, src, k, len) == 0;
-        for (int p = 0; !ok && p < r->size; p++) {
-            ok = p != r->rank && fetch(r, p, k, len) == 0;
-        }
-        if (!ok) {
-            snprintf(why, whylen,
-                     "operation %llu completed at member %d, but its result "
-                     "could not be fetched",
-                     (unsigned long long)k, src);
-            return 0;
-        }
+    if (F == 0 || (F == k + 1 && fetch_any(r, src, k, len, why, whylen) != 0)) {
+        return 0;
     }
     pthread_mutex_lock(&svc.mu);
     r->decided = F;

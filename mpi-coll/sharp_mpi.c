@@ -1,8 +1,10 @@
 /*
  * libsharp_mpi: MPI_Allreduce, MPI_Reduce, MPI_Barrier and MPI_Bcast over
  * sharp, through the PMPI profiling interface.  Built once per MPI
- * (Open MPI, MPICH) from this one source; preloaded (LD_PRELOAD) or linked,
- * so neither the program nor the MPI library is rebuilt.
+ * (Open MPI, MPICH) from this file, sharp_mpi_nb.c (the non-blocking and
+ * persistent forms; what the two share: sharp_mpi_int.h) and recover.c;
+ * preloaded (LD_PRELOAD) or linked, so neither the program nor the MPI
+ * library is rebuilt.
  *
  *   MPI_Init / MPI_Init_thread   sharp_coll_init over MPI_COMM_WORLD, the
  *                                out-of-band collectives written on PMPI
@@ -47,13 +49,11 @@
  * SHARP_MPI_MAX_BYTES (or 2 GiB) and communicators below
  * SHARP_MPI_MIN_RANKS.
  */
-#include <mpi.h>
-#include <sharp/api/sharp.h>
+#include "mpi-coll/sharp_mpi_int.h"
 
-#include "reduce/exact.h"
-#include "reduce/reduce.h"
 #include "core/time.h"
 #include "mpi-coll/recover.h"
+#include "reduce/exact.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -68,21 +68,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define API __attribute__((visibility("default")))
-
 /* Settings ------------------------------------------------------------------ */
 
-static struct {
-    int enable, verbose, min_ranks, node_aggr;
-    long max_bytes;
-    int allreduce, reduce, barrier, bcast;
-    int fallback;             /* SHARP_MPI_ON_FAULT: 1 fallback, 0 abort */
-    long recovery_timeout_ms; /* SHARP_MPI_RECOVERY_TIMEOUT */
-    long regroup_calls;       /* SHARP_MPI_REGROUP_CALLS */
-} cfg;
-
-/* SHARP_MPI_REPRODUCIBLE=1: floating-point MPI_SUM exact (docs/mpi.md) */
-static int cfg_reproducible;
+smpi_cfg_t smpi_cfg;
 
 static long env_long(const char *name, long dflt)
 {
@@ -108,104 +96,49 @@ static long env_long(const char *name, long dflt)
 
 static void cfg_load(void)
 {
-    cfg.enable = (int)env_long("SHARP_MPI_ENABLE", 1);
-    cfg.verbose = (int)env_long("SHARP_MPI_VERBOSE", 0);
-    cfg.min_ranks = (int)env_long("SHARP_MPI_MIN_RANKS", 2);
-    cfg.node_aggr = (int)env_long("SHARP_MPI_NODE_AGGR", 1);
-    cfg.max_bytes = env_long("SHARP_MPI_MAX_BYTES", 64L << 20);
-    cfg.allreduce = (int)env_long("SHARP_MPI_ALLREDUCE", 1);
-    cfg.reduce = (int)env_long("SHARP_MPI_REDUCE", 1);
-    cfg.barrier = (int)env_long("SHARP_MPI_BARRIER", 1);
-    cfg.bcast = (int)env_long("SHARP_MPI_BCAST", 1);
-    cfg.recovery_timeout_ms = env_long("SHARP_MPI_RECOVERY_TIMEOUT", 30000);
-    cfg.regroup_calls = env_long("SHARP_MPI_REGROUP_CALLS", 1000);
+    smpi_cfg.enable = (int)env_long("SHARP_MPI_ENABLE", 1);
+    smpi_cfg.verbose = (int)env_long("SHARP_MPI_VERBOSE", 0);
+    smpi_cfg.min_ranks = (int)env_long("SHARP_MPI_MIN_RANKS", 2);
+    smpi_cfg.node_aggr = (int)env_long("SHARP_MPI_NODE_AGGR", 1);
+    smpi_cfg.max_bytes = env_long("SHARP_MPI_MAX_BYTES", 64L << 20);
+    smpi_cfg.allreduce = (int)env_long("SHARP_MPI_ALLREDUCE", 1);
+    smpi_cfg.reduce = (int)env_long("SHARP_MPI_REDUCE", 1);
+    smpi_cfg.barrier = (int)env_long("SHARP_MPI_BARRIER", 1);
+    smpi_cfg.bcast = (int)env_long("SHARP_MPI_BCAST", 1);
+    smpi_cfg.recovery_timeout_ms =
+        env_long("SHARP_MPI_RECOVERY_TIMEOUT", 30000);
+    smpi_cfg.regroup_calls = env_long("SHARP_MPI_REGROUP_CALLS", 1000);
     const char *f = getenv("SHARP_MPI_ON_FAULT");
-    cfg.fallback = 1;
+    smpi_cfg.fallback = 1;
     if (f != NULL && !strcmp(f, "abort")) {
-        cfg.fallback = 0;
+        smpi_cfg.fallback = 0;
     } else if (f != NULL && *f && strcmp(f, "fallback")) {
         fprintf(stderr,
                 "sharp_mpi: ignoring SHARP_MPI_ON_FAULT=%s (fallback or "
                 "abort)\n",
                 f);
     }
-    cfg_reproducible = (int)env_long("SHARP_MPI_REPRODUCIBLE", 0);
+    smpi_cfg.reproducible = (int)env_long("SHARP_MPI_REPRODUCIBLE", 0);
 }
 
 /* State ------------------------------------------------------------------------ */
 
-enum {
-    C_ALLREDUCE,
-    C_REDUCE,
-    C_BARRIER,
-    C_BCAST,
-    /* non-blocking, and the starts of persistent ones (sharp_mpi_nb.c) */
-    C_IALLREDUCE,
-    C_IREDUCE,
-    C_IBARRIER,
-    C_IBCAST,
-    C_N
-};
-static const char *const coll_names[C_N] = {
+const char *const smpi_coll_names[C_N] = {
     "MPI_Allreduce",  "MPI_Reduce",  "MPI_Barrier",  "MPI_Bcast",
     "MPI_Iallreduce", "MPI_Ireduce", "MPI_Ibarrier", "MPI_Ibcast"};
 
-static struct {
-    struct sharp_coll_context *ctx;
-    MPI_Comm oob_world;
-    int have_oob;
-    int had_sharp;
-    int keyval;
-    int rank;
-    /* [collective][0 offloaded, 1 fallen back]: calls and bytes */
-    unsigned long long calls[C_N][2], bytes[C_N][2];
-    /* recovery: every process's service (world ranks), and what it did */
-    int svc;
-    smr_addr_t *addrs;
-    unsigned long long fallen, fetched, redone, regrouped, recovery_us_max;
-} g = {.keyval = MPI_KEYVAL_INVALID};
-
-typedef struct comm_state {
-    struct sharp_coll_comm *sc; /* this rank's group (hier: leaders only) */
-    int use;                    /* offload here (the same on every rank) */
-    int hier;                   /* node-local aggregation, one leader a node */
-    MPI_Comm oob, node, leaders;
-    int rank, size, node_rank, node_size;
-    int *node_of;      /* [size] the leader (rank in `leaders`) of each node */
-    int *rank_in_node; /* [size] */
-    /* the last result and the recovery service's view of the group
-     * (members only); all: a duplicate of the communicator, for the
-     * barrier that keeps the record until every rank is done with it */
-    smr_rec_t *rec;
-    int recoverable; /* every member's service is known */
-    int had_group;   /* the same on every rank */
-    /* fallen back to PMPI: eligible calls since, and when to try a new
-     * group (SHARP_MPI_REGROUP_CALLS, doubled after each failed try) */
-    int fell;
-    unsigned long since, retry_at;
-    MPI_Comm all;
-    /* non-blocking operations with recovery (sharp_mpi_nb.c): the
-     * communicator's activations in posting order, the first in flight
-     * (through sharp, or on PMPI once the group failed); nb_fell: a
-     * non-blocking operation found the group failed (its later ones stay
-     * the layer's, done on PMPI: the same decision on every rank) */
-    struct nb_op *nbq_head, *nbq_tail;
-    int nb_fell;
-    struct comm_state *next, **prev; /* every live state, for finalize */
-} comm_state_t;
+smpi_global_t smpi = {.keyval = MPI_KEYVAL_INVALID};
 
 static comm_state_t *states;
 
-static void note(int verbosity, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void note(int verbosity, const char *fmt, ...)
+void smpi_note(int verbosity, const char *fmt, ...)
 {
     va_list ap;
-    if (cfg.verbose < verbosity) {
+    if (smpi_cfg.verbose < verbosity) {
         return;
     }
     va_start(ap, fmt);
-    fprintf(stderr, "sharp_mpi[%d]: ", g.rank);
+    fprintf(stderr, "sharp_mpi[%d]: ", smpi.rank);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -235,9 +168,27 @@ static int oob_gather(void *ctx, int root, void *sbuf, void *rbuf, int len)
 
 /* Init and finalize ------------------------------------------------------------ */
 
-static void nb_drain(comm_state_t *s);
-static void nb_wait_hook(void);
-static int nb_posting; /* comm_sharp called to post a non-blocking one */
+int smpi_nb_posting; /* comm_sharp called to post a non-blocking one */
+
+/* The non-blocking layer above this file (sharp_mpi_nb.c) gives its
+ * callbacks with its first operation; NULL before: nothing of it to wait
+ * for.  Not on a collective's path: comm_sharp drains only a communicator
+ * with non-blocking operations queued. */
+static const smpi_nb_cbs_t *nb_cbs;
+
+void smpi_set_nb_cbs(const smpi_nb_cbs_t *cbs)
+{
+    nb_cbs = cbs;
+}
+
+/* s's non-blocking operations in flight (NULL: every communicator's)
+ * complete */
+static void nb_drain(comm_state_t *s)
+{
+    if (nb_cbs != NULL) {
+        nb_cbs->drain(s);
+    }
+}
 
 /* What comm_setup made, undone: the group left, the record dropped (after
  * a barrier: a member may still be fetching a result from it), the
@@ -253,7 +204,7 @@ static void comm_teardown(comm_state_t *s)
         s->sc = NULL;
     }
     if (s->all != MPI_COMM_NULL) {
-        if (g.svc && s->had_group) {
+        if (smpi.svc && s->had_group) {
             PMPI_Barrier(s->all);
         }
         PMPI_Comm_free(&s->all);
@@ -297,61 +248,37 @@ static void recovery_setup(int size, uint64_t cookie)
     int ok = 1, all = 0;
     memset(&me, 0, sizeof(me));
     if (smr_start(getenv("SHARP_COLL_LOCAL_IP"), cookie, &me) != 0) {
-        note(1, "no recovery service (%s)", strerror(errno));
+        smpi_note(1, "no recovery service (%s)", strerror(errno));
         ok = 0;
     }
-    smr_set_wait_hook(nb_wait_hook);
-    g.addrs = calloc((size_t)size, sizeof(*g.addrs));
-    if (g.addrs == NULL) {
+    smpi.addrs = calloc((size_t)size, sizeof(*smpi.addrs));
+    if (smpi.addrs == NULL) {
         ok = 0;
     }
-    PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, g.oob_world);
+    PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, smpi.oob_world);
     if (all) {
-        PMPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, g.addrs, (int)sizeof(me),
-                       MPI_BYTE, g.oob_world);
-        g.svc = 1;
+        PMPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, smpi.addrs,
+                       (int)sizeof(me), MPI_BYTE, smpi.oob_world);
+        smpi.svc = 1;
         return;
     }
     smr_stop();
-    free(g.addrs);
-    g.addrs = NULL;
-    if (g.rank == 0) {
-        note(1, "SHARP_MPI_ON_FAULT=fallback unavailable: a failure in the "
-                "network will abort the job");
+    free(smpi.addrs);
+    smpi.addrs = NULL;
+    if (smpi.rank == 0) {
+        smpi_note(1,
+                  "SHARP_MPI_ON_FAULT=fallback unavailable: a failure in the "
+                  "network will abort the job");
     }
 }
 
-static void sharp_setup(void)
+/* Rank 0's job id (unique on the fabric: its host, pid and clock), a
+ * cookie for the recovery services (*cookie) and its SHARP_MPI_ON_FAULT
+ * (one policy for the whole job), known to every rank. */
+static uint64_t job_agree(uint64_t *cookie)
 {
-    int size;
     uint64_t job = 0, agreed[3];
-
-    cfg_load();
-    PMPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
-    PMPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (!cfg.enable) {
-        note(1, "disabled by SHARP_MPI_ENABLE=0: plain MPI");
-        return;
-    }
-    /* the layer's state (communicators, operations in flight, records)
-     * is not guarded for calls from several threads at once: with
-     * MPI_THREAD_MULTIPLE on any rank, plain MPI on every rank, said once */
-    int level = MPI_THREAD_SINGLE, top = MPI_THREAD_SINGLE;
-    PMPI_Query_thread(&level);
-    PMPI_Allreduce(&level, &top, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (top >= MPI_THREAD_MULTIPLE) {
-        if (g.rank == 0) {
-            note(0, "MPI_THREAD_MULTIPLE: collectives go to the MPI library "
-                    "(the layer is not thread-safe): plain MPI");
-        }
-        return;
-    }
-    PMPI_Comm_dup(MPI_COMM_WORLD, &g.oob_world);
-    g.have_oob = 1;
-    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_delete, &g.keyval,
-                            NULL);
-    /* a job id unique on the fabric: rank 0's host, pid and clock */
-    if (g.rank == 0) {
+    if (smpi.rank == 0) {
         struct timespec ts;
         char host[64] = "";
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -363,70 +290,102 @@ static void sharp_setup(void)
         }
         job &= (1ull << 53) - 1; /* printable as a JSON integer anywhere */
     }
-    /* the job id, a cookie for the recovery services, and rank 0's
-     * SHARP_MPI_ON_FAULT: one policy for the whole job */
     agreed[0] = job;
     agreed[1] = 0;
-    if (g.rank == 0 &&
+    if (smpi.rank == 0 &&
         getrandom(&agreed[1], sizeof(agreed[1]), 0) != sizeof(agreed[1])) {
         agreed[1] = job ^ ((uint64_t)getpid() << 32);
     }
-    agreed[2] = (uint64_t)cfg.fallback;
-    PMPI_Bcast(agreed, 3, MPI_UINT64_T, 0, g.oob_world);
-    job = agreed[0];
-    cfg.fallback = (int)agreed[2];
+    agreed[2] = (uint64_t)smpi_cfg.fallback;
+    PMPI_Bcast(agreed, 3, MPI_UINT64_T, 0, smpi.oob_world);
+    smpi_cfg.fallback = (int)agreed[2];
+    *cookie = agreed[1];
+    return agreed[0];
+}
+
+static void sharp_setup(void)
+{
+    int size;
+    uint64_t job, cookie;
+
+    cfg_load();
+    PMPI_Comm_rank(MPI_COMM_WORLD, &smpi.rank);
+    PMPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (!smpi_cfg.enable) {
+        smpi_note(1, "disabled by SHARP_MPI_ENABLE=0: plain MPI");
+        return;
+    }
+    /* the layer's state (communicators, operations in flight, records)
+     * is not guarded for calls from several threads at once: with
+     * MPI_THREAD_MULTIPLE on any rank, plain MPI on every rank, said once */
+    int level = MPI_THREAD_SINGLE, top = MPI_THREAD_SINGLE;
+    PMPI_Query_thread(&level);
+    PMPI_Allreduce(&level, &top, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (top >= MPI_THREAD_MULTIPLE) {
+        if (smpi.rank == 0) {
+            smpi_note(0,
+                      "MPI_THREAD_MULTIPLE: collectives go to the MPI library "
+                      "(the layer is not thread-safe): plain MPI");
+        }
+        return;
+    }
+    PMPI_Comm_dup(MPI_COMM_WORLD, &smpi.oob_world);
+    smpi.have_oob = 1;
+    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_delete, &smpi.keyval,
+                            NULL);
+    job = job_agree(&cookie);
 
     struct sharp_coll_init_spec spec;
     memset(&spec, 0, sizeof(spec));
     spec.job_id = job;
-    spec.world_rank = g.rank;
+    spec.world_rank = smpi.rank;
     spec.world_size = size;
     spec.config = sharp_coll_default_config;
-    spec.config.flags = cfg.verbose >= 1 ? 0 : SHARP_COLL_HIDE_ERRORS;
+    spec.config.flags = smpi_cfg.verbose >= 1 ? 0 : SHARP_COLL_HIDE_ERRORS;
     spec.oob_colls.bcast = oob_bcast;
     spec.oob_colls.barrier = oob_barrier;
     spec.oob_colls.gather = oob_gather;
-    spec.oob_ctx = &g.oob_world;
-    int rc = sharp_coll_init(&spec, &g.ctx);
+    spec.oob_ctx = &smpi.oob_world;
+    int rc = sharp_coll_init(&spec, &smpi.ctx);
     if (rc != SHARP_COLL_SUCCESS) {
-        g.ctx = NULL;
-        if (g.rank == 0) {
-            note(1, "sharp unavailable (%s): plain MPI",
-                 sharp_coll_strerror(rc));
+        smpi.ctx = NULL;
+        if (smpi.rank == 0) {
+            smpi_note(1, "sharp unavailable (%s): plain MPI",
+                      sharp_coll_strerror(rc));
         }
         return;
     }
-    g.had_sharp = 1;
-    note(2, "sharp job %llu up", (unsigned long long)job);
-    if (cfg.fallback) {
-        recovery_setup(size, agreed[1]);
+    smpi.had_sharp = 1;
+    smpi_note(2, "sharp job %llu up", (unsigned long long)job);
+    if (smpi_cfg.fallback) {
+        recovery_setup(size, cookie);
     }
 }
 
 static void report(void)
 {
     unsigned long long c[C_N][2], b[C_N][2];
-    PMPI_Reduce(g.calls, c, C_N * 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
+    PMPI_Reduce(smpi.calls, c, C_N * 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
                 MPI_COMM_WORLD);
-    PMPI_Reduce(g.bytes, b, C_N * 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
+    PMPI_Reduce(smpi.bytes, b, C_N * 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
                 MPI_COMM_WORLD);
-    unsigned long long mine[5] = {g.fallen, g.fetched, g.redone, 0,
-                                  g.regrouped},
+    unsigned long long mine[5] = {smpi.fallen, smpi.fetched, smpi.redone, 0,
+                                  smpi.regrouped},
                        rec[5];
     PMPI_Reduce(mine, rec, 5, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
                 MPI_COMM_WORLD);
-    PMPI_Reduce(&g.recovery_us_max, &rec[3], 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
-                0, MPI_COMM_WORLD);
-    if (g.rank != 0) {
+    PMPI_Reduce(&smpi.recovery_us_max, &rec[3], 1, MPI_UNSIGNED_LONG_LONG,
+                MPI_MAX, 0, MPI_COMM_WORLD);
+    if (smpi.rank != 0) {
         return;
     }
     fprintf(stderr, "sharp_mpi: report (all ranks)%s\n",
-            g.had_sharp ? "" : " - sharp was not available");
+            smpi.had_sharp ? "" : " - sharp was not available");
     fprintf(stderr, "sharp_mpi: %-14s %12s %14s %12s %14s\n", "collective",
             "offloaded", "bytes", "fallback", "bytes");
     for (int k = 0; k < C_N; k++) {
         fprintf(stderr, "sharp_mpi: %-14s %12llu %14llu %12llu %14llu\n",
-                coll_names[k], c[k][0], b[k][0], c[k][1], b[k][1]);
+                smpi_coll_names[k], c[k][0], b[k][0], c[k][1], b[k][1]);
     }
     if (rec[0] + rec[1] + rec[2] > 0) {
         fprintf(stderr,
@@ -459,20 +418,20 @@ API int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 API int MPI_Finalize(void)
 {
     nb_drain(NULL); /* operations freed by the program while in flight */
-    if (g.svc) {
+    if (smpi.svc) {
         /* a rank may still be recovering (fetching a result from another
          * rank's record): every record stays until all ranks are here */
-        PMPI_Barrier(g.oob_world);
+        PMPI_Barrier(smpi.oob_world);
     }
-    if (g.keyval != MPI_KEYVAL_INVALID) {
+    if (smpi.keyval != MPI_KEYVAL_INVALID) {
         /* destroys the world's group (if it has one) */
         void *s;
         int found = 0;
-        PMPI_Comm_get_attr(MPI_COMM_WORLD, g.keyval, &s, &found);
+        PMPI_Comm_get_attr(MPI_COMM_WORLD, smpi.keyval, &s, &found);
         if (found) {
-            PMPI_Comm_delete_attr(MPI_COMM_WORLD, g.keyval);
+            PMPI_Comm_delete_attr(MPI_COMM_WORLD, smpi.keyval);
         }
-        PMPI_Comm_free_keyval(&g.keyval);
+        PMPI_Comm_free_keyval(&smpi.keyval);
     }
     /* communicators the program never freed: their groups go with the
      * context; MPI may still call their delete callbacks later */
@@ -482,29 +441,27 @@ API int MPI_Finalize(void)
         s->rec = NULL;
         s->had_group = 0;
     }
-    if (g.svc) {
+    if (smpi.svc) {
         smr_stop();
-        g.svc = 0;
-        free(g.addrs);
-        g.addrs = NULL;
+        smpi.svc = 0;
+        free(smpi.addrs);
+        smpi.addrs = NULL;
     }
-    if (g.ctx != NULL) {
-        sharp_coll_finalize(g.ctx);
-        g.ctx = NULL;
+    if (smpi.ctx != NULL) {
+        sharp_coll_finalize(smpi.ctx);
+        smpi.ctx = NULL;
     }
-    if (cfg.verbose >= 1) {
+    if (smpi_cfg.verbose >= 1) {
         report();
     }
-    if (g.have_oob) {
-        PMPI_Comm_free(&g.oob_world);
-        g.have_oob = 0;
+    if (smpi.have_oob) {
+        PMPI_Comm_free(&smpi.oob_world);
+        smpi.have_oob = 0;
     }
     return PMPI_Finalize();
 }
 
 /* Eligibility ------------------------------------------------------------------ */
-
-static void fail(MPI_Comm comm, const char *what, int rc);
 
 /* The node this rank runs on, as a communicator: the ranks of one host of
  * the fabric (SHARP_FABRIC_HOST, set by sharp-fabric) or of one shared-
@@ -540,9 +497,9 @@ static void rec_setup(comm_state_t *s, MPI_Comm gcomm, uint64_t id,
     int *in = malloc(sizeof(int) * (size_t)n);
     int *out = malloc(sizeof(int) * (size_t)n);
     if (peers == NULL || in == NULL || out == NULL) {
-        fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+        smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
     }
-    if (g.svc) {
+    if (smpi.svc) {
         PMPI_Comm_group(gcomm, &gg);
         PMPI_Comm_group(MPI_COMM_WORLD, &wg);
         for (int i = 0; i < n; i++) {
@@ -553,16 +510,16 @@ static void rec_setup(comm_state_t *s, MPI_Comm gcomm, uint64_t id,
             if (out[i] == MPI_UNDEFINED) {
                 ok = 0; /* a process of another world: no service known */
             } else {
-                peers[i] = g.addrs[out[i]];
+                peers[i] = smpi.addrs[out[i]];
             }
         }
         PMPI_Group_free(&gg);
         PMPI_Group_free(&wg);
     }
-    s->recoverable = g.svc && ok;
+    s->recoverable = smpi.svc && ok;
     s->rec = smr_rec_new(id, me, n, peers);
     if (s->rec == NULL) {
-        fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+        smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
     }
     free(peers);
     free(in);
@@ -575,6 +532,46 @@ static void cancel_comm(void *sc)
     (void)sharp_coll_comm_cancel(sc);
 }
 
+/* With several ranks on a node: one leader a node (node rank 0) is the
+ * group's member; every rank learns each rank's leader and place in its
+ * node.  The group's status, the same on every rank. */
+static int comm_setup_hier(comm_state_t *s, MPI_Comm comm, uint64_t id)
+{
+    int me[2], lrank = -1, lsize = 0, rc = SHARP_COLL_SUCCESS;
+    s->hier = 1;
+    PMPI_Comm_split(comm, s->node_rank == 0 ? 0 : MPI_UNDEFINED, s->rank,
+                    &s->leaders);
+    if (s->leaders != MPI_COMM_NULL) {
+        PMPI_Comm_rank(s->leaders, &lrank);
+        PMPI_Comm_size(s->leaders, &lsize);
+    }
+    PMPI_Bcast(&lrank, 1, MPI_INT, 0, s->node);
+    me[0] = lrank;
+    me[1] = s->node_rank;
+    int *all = malloc(sizeof(int) * 2 * (size_t)s->size);
+    s->node_of = malloc(sizeof(int) * (size_t)s->size);
+    s->rank_in_node = malloc(sizeof(int) * (size_t)s->size);
+    if (all == NULL || s->node_of == NULL || s->rank_in_node == NULL) {
+        smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+    }
+    PMPI_Allgather(me, 2, MPI_INT, all, 2, MPI_INT, comm);
+    for (int r = 0; r < s->size; r++) {
+        s->node_of[r] = all[2 * r];
+        s->rank_in_node[r] = all[2 * r + 1];
+    }
+    free(all);
+    if (s->leaders != MPI_COMM_NULL) {
+        PMPI_Comm_dup(s->leaders, &s->oob);
+        rec_setup(s, s->oob, id, comm);
+        struct sharp_coll_comm_init_spec cs = {
+            .rank = lrank, .size = lsize, .oob_ctx = &s->oob};
+        rc = lsize >= 2 ? sharp_coll_comm_init(smpi.ctx, &cs, &s->sc)
+                        : SHARP_COLL_ENOT_SUPP; /* one node */
+    }
+    PMPI_Bcast(&rc, 1, MPI_INT, 0, s->node);
+    return rc;
+}
+
 /* Set up a communicator: one sharp group over every rank, or, with several
  * ranks on a node, over one leader per node (node-local aggregation).  All
  * ranks reach the same answer. */
@@ -584,12 +581,12 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
     int rc, maxn = 1;
     uint64_t id = 0;
     PMPI_Comm_dup(comm, &s->all);
-    if (g.svc) {
+    if (smpi.svc) {
         /* the group's name for the recovery services: rank 0's */
-        id = ((uint64_t)(uint32_t)g.rank << 32) | ++made;
+        id = ((uint64_t)(uint32_t)smpi.rank << 32) | ++made;
         PMPI_Bcast(&id, 1, MPI_UINT64_T, 0, s->all);
     }
-    if (cfg.node_aggr) {
+    if (smpi_cfg.node_aggr) {
         split_node(s, comm);
         PMPI_Allreduce(&s->node_size, &maxn, 1, MPI_INT, MPI_MAX, comm);
     }
@@ -600,48 +597,16 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         rec_setup(s, s->all, id, comm);
         struct sharp_coll_comm_init_spec cs = {
             .rank = s->rank, .size = s->size, .oob_ctx = &s->all};
-        rc = sharp_coll_comm_init(g.ctx, &cs, &s->sc);
+        rc = sharp_coll_comm_init(smpi.ctx, &cs, &s->sc);
     } else {
-        int me[2], lrank = -1, lsize = 0;
-        s->hier = 1;
-        PMPI_Comm_split(comm, s->node_rank == 0 ? 0 : MPI_UNDEFINED, s->rank,
-                        &s->leaders);
-        if (s->leaders != MPI_COMM_NULL) {
-            PMPI_Comm_rank(s->leaders, &lrank);
-            PMPI_Comm_size(s->leaders, &lsize);
-        }
-        PMPI_Bcast(&lrank, 1, MPI_INT, 0, s->node);
-        me[0] = lrank;
-        me[1] = s->node_rank;
-        int *all = malloc(sizeof(int) * 2 * (size_t)s->size);
-        s->node_of = malloc(sizeof(int) * (size_t)s->size);
-        s->rank_in_node = malloc(sizeof(int) * (size_t)s->size);
-        if (all == NULL || s->node_of == NULL || s->rank_in_node == NULL) {
-            fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
-        }
-        PMPI_Allgather(me, 2, MPI_INT, all, 2, MPI_INT, comm);
-        for (int r = 0; r < s->size; r++) {
-            s->node_of[r] = all[2 * r];
-            s->rank_in_node[r] = all[2 * r + 1];
-        }
-        free(all);
-        rc = SHARP_COLL_SUCCESS;
-        if (s->leaders != MPI_COMM_NULL) {
-            PMPI_Comm_dup(s->leaders, &s->oob);
-            rec_setup(s, s->oob, id, comm);
-            struct sharp_coll_comm_init_spec cs = {
-                .rank = lrank, .size = lsize, .oob_ctx = &s->oob};
-            rc = lsize >= 2 ? sharp_coll_comm_init(g.ctx, &cs, &s->sc)
-                            : SHARP_COLL_ENOT_SUPP; /* one node */
-        }
-        PMPI_Bcast(&rc, 1, MPI_INT, 0, s->node);
+        rc = comm_setup_hier(s, comm, id);
     }
     s->use = s->had_group = rc == SHARP_COLL_SUCCESS;
     if (s->use && s->rec != NULL && s->sc != NULL) {
         /* a member left inside an operation the others gave up on (no
          * notice of the group's failure reached it) leaves it after a
          * third of the time they wait for it */
-        long after = cfg.recovery_timeout_ms / 3;
+        long after = smpi_cfg.recovery_timeout_ms / 3;
         smr_set_cancel(s->rec, cancel_comm, s->sc,
                        (int)(after < 5000 ? after : 5000));
     }
@@ -650,14 +615,14 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         smr_rec_free(s->rec);
         s->rec = NULL;
         if (s->rank == 0) {
-            note(1,
-                 "no sharp group for a communicator of %d (%s): plain MPI "
-                 "there",
-                 s->size, sharp_coll_strerror(rc));
+            smpi_note(1,
+                      "no sharp group for a communicator of %d (%s): plain MPI "
+                      "there",
+                      s->size, sharp_coll_strerror(rc));
         }
     } else if (s->rank == 0) {
-        note(2, "sharp group for a communicator of %d%s", s->size,
-             s->hier ? " (one member per node)" : "");
+        smpi_note(2, "sharp group for a communicator of %d%s", s->size,
+                  s->hier ? " (one member per node)" : "");
     }
 }
 
@@ -672,11 +637,11 @@ static void regroup(comm_state_t *s, MPI_Comm comm)
     s->since = 0;
     if (s->use) {
         s->fell = 0;
-        s->retry_at = (unsigned long)cfg.regroup_calls;
-        g.regrouped++;
+        s->retry_at = (unsigned long)smpi_cfg.regroup_calls;
+        smpi.regrouped++;
         if (s->rank == 0) {
-            note(1, "a communicator of %d ranks has a sharp group again",
-                 s->size);
+            smpi_note(1, "a communicator of %d ranks has a sharp group again",
+                      s->size);
         }
     } else {
         s->retry_at = next;
@@ -684,22 +649,22 @@ static void regroup(comm_state_t *s, MPI_Comm comm)
 }
 
 /* The communicator's state, set up on first use; NULL: use PMPI. */
-static comm_state_t *comm_sharp(MPI_Comm comm)
+comm_state_t *smpi_comm_sharp(MPI_Comm comm)
 {
     comm_state_t *s;
     int found = 0, inter = 0;
 
-    if (g.ctx == NULL || comm == MPI_COMM_NULL) {
+    if (smpi.ctx == NULL || comm == MPI_COMM_NULL) {
         return NULL;
     }
-    PMPI_Comm_get_attr(comm, g.keyval, &s, &found);
+    PMPI_Comm_get_attr(comm, smpi.keyval, &s, &found);
     if (found) {
-        if (!nb_posting && s->nbq_head != NULL) {
+        if (!smpi_nb_posting && s->nbq_head != NULL) {
             /* a blocking call: the communicator's non-blocking operations
              * first (they may find the group failed) */
             nb_drain(s);
         }
-        if (!s->use && s->fell && cfg.regroup_calls > 0 &&
+        if (!s->use && s->fell && smpi_cfg.regroup_calls > 0 &&
             ++s->since >= s->retry_at) {
             nb_drain(NULL); /* as before making a group (below) */
             regroup(s, comm);
@@ -713,13 +678,13 @@ static comm_state_t *comm_sharp(MPI_Comm comm)
     s = calloc(1, sizeof(*s));
     if (s == NULL) {
         /* the other ranks go on to create the group: abort, not hang */
-        fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+        smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
     }
     s->oob = s->node = s->leaders = s->all = MPI_COMM_NULL;
     PMPI_Comm_test_inter(comm, &inter);
     PMPI_Comm_rank(comm, &s->rank);
     PMPI_Comm_size(comm, &s->size);
-    if (!inter && s->size >= cfg.min_ranks) {
+    if (!inter && s->size >= smpi_cfg.min_ranks) {
         comm_setup(s, comm);
     }
     s->next = states;
@@ -728,7 +693,7 @@ static comm_state_t *comm_sharp(MPI_Comm comm)
         states->prev = &s->next;
     }
     states = s;
-    PMPI_Comm_set_attr(comm, g.keyval, s);
+    PMPI_Comm_set_attr(comm, smpi.keyval, s);
     return s->use ? s : NULL;
 }
 
@@ -855,17 +820,6 @@ static const struct {
     {MPI_DOUBLE_INT, T_PAIR_FLOAT},
 };
 
-/* how a datatype travels through sharp */
-typedef struct dt_map {
-    int sdt;         /* sharp dtype of the values */
-    int tag;         /* pairs: the index's sharp dtype; else SHARP_DTYPE_NULL */
-    unsigned ops;    /* OPB(SHARP_OP_x) that may be offloaded */
-    int mult;        /* sharp elements in one MPI element (complex: 2) */
-    int packed;      /* pairs with a hole: packed to (value, index) */
-    size_t vs, toff; /* pairs: value size, index offset in the element */
-    size_t ext, size; /* the MPI element's extent and size */
-} dt_map_t;
-
 static int int_dtype(int size, int is_signed)
 {
     switch (size) {
@@ -947,7 +901,7 @@ static int map_dtype(MPI_Datatype dt, dt_map_t *m)
  * other constructor is answered "no" (the data are packed then), since
  * size == true extent alone does not exclude permuted or overlapping
  * blocks. */
-static int dense_type(MPI_Datatype dt, int depth)
+int smpi_dense_type(MPI_Datatype dt, int depth)
 {
     int ni = 0, na = 0, nd = 0, comb, size = 0, ok = 0;
     MPI_Aint tlb, text;
@@ -970,7 +924,7 @@ static int dense_type(MPI_Datatype dt, int depth)
     MPI_Aint aints[2];
     MPI_Datatype old;
     PMPI_Type_get_contents(dt, ni, na, nd, ints, aints, &old);
-    ok = dense_type(old, depth + 1);
+    ok = smpi_dense_type(old, depth + 1);
     if (ok && comb == MPI_COMBINER_CONTIGUOUS && ints[0] > 1) {
         int osize = 0;
         MPI_Aint olb, oext;
@@ -1014,7 +968,7 @@ static int op_of(MPI_Op op)
     return -1;
 }
 
-static struct sharp_coll_data_desc desc_of(void *p, size_t len)
+struct sharp_coll_data_desc smpi_desc_of(void *p, size_t len)
 {
     struct sharp_coll_data_desc d;
     memset(&d, 0, sizeof(d));
@@ -1025,29 +979,29 @@ static struct sharp_coll_data_desc desc_of(void *p, size_t len)
     return d;
 }
 
-static void fail(MPI_Comm comm, const char *what, int rc)
+void smpi_fail(MPI_Comm comm, const char *what, int rc)
 {
     fprintf(stderr,
             "sharp_mpi[%d]: %s failed in the network (%s); the other ranks "
             "may already have its result, so it cannot be redone with MPI: "
             "aborting (the aggregation node, sharpd and sharp_am logs name "
             "the failed component)\n",
-            g.rank, what, sharp_coll_strerror(rc));
+            smpi.rank, what, sharp_coll_strerror(rc));
     PMPI_Abort(comm, 70);
 }
 
 /* a local step that cannot fail on a sane MPI did: the other ranks are in
  * the collective already, so abort rather than diverge */
-static void die(MPI_Comm comm, const char *what)
+void smpi_die(MPI_Comm comm, const char *what)
 {
-    fprintf(stderr, "sharp_mpi[%d]: %s failed: aborting\n", g.rank, what);
+    fprintf(stderr, "sharp_mpi[%d]: %s failed: aborting\n", smpi.rank, what);
     PMPI_Abort(comm, 70);
 }
 
 /* (value, index) pairs with a hole (MPI_DOUBLE_INT, MPI_LONG_INT,
  * MPI_SHORT_INT): the wire has them packed.  Unpacking writes the value and
  * the index only, never the hole (MPI forbids touching it). */
-static void loc_pack(const void *in, void *out, size_t n, const dt_map_t *m)
+void smpi_loc_pack(const void *in, void *out, size_t n, const dt_map_t *m)
 {
     const char *s = in;
     char *d = out;
@@ -1057,7 +1011,7 @@ static void loc_pack(const void *in, void *out, size_t n, const dt_map_t *m)
     }
 }
 
-static void loc_unpack(const void *in, void *out, size_t n, const dt_map_t *m)
+void smpi_loc_unpack(const void *in, void *out, size_t n, const dt_map_t *m)
 {
     const char *s = in;
     char *d = out;
@@ -1077,23 +1031,23 @@ static void node_fold(comm_state_t *s, const shp_reduce_desc_t *d,
 {
     const void **srcs = malloc(sizeof(void *) * (size_t)s->node_size);
     if (srcs == NULL) {
-        fail(comm, "node-local aggregation", SHARP_COLL_ENOMEM);
+        smpi_fail(comm, "node-local aggregation", SHARP_COLL_ENOMEM);
     }
     for (int k = 0; k < s->node_size; k++) {
         srcs[k] = all + (size_t)k * pbytes;
     }
     if (shp_reduce_fold(d, out, srcs, (unsigned)s->node_size, n) != SHP_OK) {
-        fail(comm, "node-local aggregation", SHARP_COLL_ENOT_SUPP);
+        smpi_fail(comm, "node-local aggregation", SHARP_COLL_ENOT_SUPP);
     }
     free(srcs);
 }
 
-static void *xmalloc(size_t n, MPI_Comm comm, const char *what)
+void *smpi_xmalloc(size_t n, MPI_Comm comm, const char *what)
 {
     void *p = malloc(n + 1);
     if (p == NULL) {
         /* every rank must take the same path: abort, not diverge */
-        fail(comm, what, SHARP_COLL_ENOMEM);
+        smpi_fail(comm, what, SHARP_COLL_ENOMEM);
     }
     return p;
 }
@@ -1124,7 +1078,8 @@ static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
         /* the root sends from its own data: the record's buffer still holds
          * the last result, which a member that missed it may be fetching */
         memset(&bs, 0, sizeof(bs));
-        bs.buf_desc = desc_of(a->bsrc != NULL ? (void *)a->bsrc : buf, len);
+        bs.buf_desc =
+            smpi_desc_of(a->bsrc != NULL ? (void *)a->bsrc : buf, len);
         bs.size = len;
         bs.root = a->broot;
         rc = sharp_coll_do_bcast(st->sc, &bs);
@@ -1133,7 +1088,7 @@ static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
         }
         return rc;
     default:
-        a->spec->rbuf_desc = desc_of(buf, len);
+        a->spec->rbuf_desc = smpi_desc_of(buf, len);
         if (a->exact_n > 0) {
             return sharp_coll_do_allreduce_exact_n(st->sc, a->spec, a->exact_n);
         }
@@ -1143,6 +1098,71 @@ static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
         }
         return sharp_coll_do_allreduce(st->sc, a->spec);
     }
+}
+
+/*
+ * The group under st failed (rc) in `what`, an operation of len bytes, or
+ * this member was frozen before posting it (a member asked): the members
+ * agree, through their recovery services, on where the group's operations
+ * end (docs/mpi.md, failure protocol; the job aborts if they cannot).
+ * leave: the group is left first (the tree then fails the operations still
+ * waiting for this member).  1: the operation completed elsewhere, its
+ * result fetched (smr_result); 0: it is to be redone on PMPI, and every
+ * later one.  The blocking (run_op) and non-blocking (nb_recover) forms'.
+ */
+int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
+                    size_t len, int rc, int leave)
+{
+    char why[200] = "";
+    uint64_t before = smr_done(st->rec);
+    if (leave && st->sc != NULL) {
+        smpi_note(2, "%s failed in the network (%s): recovering", what,
+                  sharp_coll_strerror(rc));
+        /* a failed group is left at once: the tree fails the operations
+         * still waiting for this member (and nothing may cancel it now) */
+        smr_set_cancel(st->rec, NULL, NULL, 0);
+        sharp_coll_comm_destroy(st->sc);
+        st->sc = NULL;
+    }
+    uint64_t t0 = shp_time_ns();
+    uint64_t F = smr_decide(st->rec, len, (int)smpi_cfg.recovery_timeout_ms,
+                            why, sizeof(why));
+    if (F == 0) {
+        fprintf(stderr,
+                "sharp_mpi[%d]: %s failed in the network and the members "
+                "could not agree on where their operations ended within "
+                "%ld ms (%s): aborting\n",
+                smpi.rank, what, smpi_cfg.recovery_timeout_ms, why);
+        PMPI_Abort(comm, 70);
+    }
+    uint64_t us = (shp_time_ns() - t0) / SHP_NSEC_PER_USEC;
+    if (us > smpi.recovery_us_max) {
+        smpi.recovery_us_max = us;
+    }
+    if (smr_done(st->rec) > before) {
+        smpi.fetched++; /* completed elsewhere: its result, from a member */
+        return 1;
+    }
+    return 0;
+}
+
+/* st's communicator goes to PMPI from now on (every rank decides so at
+ * the same operation): 1 if it offloaded until now */
+int smpi_comm_fall(comm_state_t *st)
+{
+    if (!st->use) {
+        return 0;
+    }
+    st->use = 0;
+    smpi.fallen++;
+    if (st->rank == 0) {
+        smpi_note(
+            1,
+            "a communicator of %d ranks falls back to MPI after a failure "
+            "in the network",
+            st->size);
+    }
+    return 1;
 }
 
 /* One operation of st's group (this rank a member): OP_OK with its len
@@ -1155,59 +1175,33 @@ static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
                   op_args_t *a, char **res)
 {
     int oom, rc;
-    char why[200] = "";
-    if (!cfg.fallback || !st->recoverable) {
+    if (!smpi_cfg.fallback || !st->recoverable) {
         /* no record to keep: the result straight where it goes */
         if (a->direct == NULL && a->root < 0 && a->kind != C_BARRIER) {
-            fail(comm, what, SHARP_COLL_EINVAL); /* cannot happen */
+            smpi_fail(comm, what, SHARP_COLL_EINVAL); /* cannot happen */
         }
         rc = post_op(st, a, a->direct, len);
         if (rc != SHARP_COLL_SUCCESS) {
-            fail(comm, what, rc);
+            smpi_fail(comm, what, rc);
         }
         *res = a->direct;
         return OP_OK;
     }
-    uint64_t before = smr_done(st->rec);
     char *buf = smr_begin(st->rec, len, &oom);
     if (oom) {
-        fail(comm, what, SHARP_COLL_ENOMEM);
+        smpi_fail(comm, what, SHARP_COLL_ENOMEM);
     }
-    if (buf != NULL) {
+    if (buf == NULL) { /* a member asked: frozen */
+        rc = SHARP_COLL_ERROR;
+    } else {
         rc = post_op(st, a, buf, len);
         smr_end(st->rec, rc == SHARP_COLL_SUCCESS, len);
         if (rc == SHARP_COLL_SUCCESS) {
             *res = buf;
             return OP_OK;
         }
-        if (!cfg.fallback || !st->recoverable) {
-            fail(comm, what, rc);
-        }
-        note(2, "%s failed in the network (%s): recovering", what,
-             sharp_coll_strerror(rc));
-        /* a failed group is left at once: the tree fails the operations
-         * still waiting for this member (and nothing may cancel it now) */
-        smr_set_cancel(st->rec, NULL, NULL, 0);
-        sharp_coll_comm_destroy(st->sc);
-        st->sc = NULL;
     }
-    uint64_t t0 = shp_time_ns();
-    uint64_t F = smr_decide(st->rec, len, (int)cfg.recovery_timeout_ms, why,
-                            sizeof(why));
-    if (F == 0) {
-        fprintf(stderr,
-                "sharp_mpi[%d]: %s failed in the network and the members "
-                "could not agree on where their operations ended within "
-                "%ld ms (%s): aborting\n",
-                g.rank, what, cfg.recovery_timeout_ms, why);
-        PMPI_Abort(comm, 70);
-    }
-    uint64_t us = (shp_time_ns() - t0) / SHP_NSEC_PER_USEC;
-    if (us > g.recovery_us_max) {
-        g.recovery_us_max = us;
-    }
-    if (smr_done(st->rec) > before) {
-        g.fetched++; /* completed elsewhere: its result, from a member */
+    if (smpi_recover_op(st, comm, what, len, rc, buf != NULL)) {
         *res = smr_result(st->rec);
         return OP_OK;
     }
@@ -1218,27 +1212,19 @@ static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
 static void fell_back(comm_state_t *st, MPI_Comm comm)
 {
     (void)comm;
-    if (st->use) {
-        st->use = 0;
+    if (smpi_comm_fall(st)) { /* a new group may be tried later (regroup) */
         st->fell = 1;
         st->since = 0;
-        st->retry_at = (unsigned long)cfg.regroup_calls;
-        g.fallen++;
-        if (st->rank == 0) {
-            note(1,
-                 "a communicator of %d ranks falls back to MPI after a "
-                 "failure in the network",
-                 st->size);
-        }
+        st->retry_at = (unsigned long)smpi_cfg.regroup_calls;
     }
-    g.redone++;
+    smpi.redone++;
 }
 
 /* SHARP_MPI_REPRODUCIBLE: is this sum to be exact?  Float and double sums
  * (complex ones too: sums of their parts). */
-static int exact_wanted(int sop, const dt_map_t *m)
+int smpi_exact_wanted(int sop, const dt_map_t *m)
 {
-    return cfg_reproducible && sop == SHARP_OP_SUM &&
+    return smpi_cfg.reproducible && sop == SHARP_OP_SUM &&
            (m->sdt == SHARP_DTYPE_FLOAT || m->sdt == SHARP_DTYPE_DOUBLE);
 }
 
@@ -1248,13 +1234,14 @@ static int exact_wanted(int sop, const dt_map_t *m)
  * int64 lanes summed with an int64 SUM (exact in any order), rounded once
  * at the end.  The same bits as through the network.  1 if done (*ret),
  * 0 if the call is not an exact one. */
-static int exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
-                      MPI_Op op, int root, MPI_Comm comm, int *ret)
+int smpi_exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                    MPI_Op op, int root, MPI_Comm comm, int *ret)
 {
     dt_map_t m;
     int sop = op_of(op), rank, inter = 0;
-    if (!cfg_reproducible || count <= 0 || sop < 0 || comm == MPI_COMM_NULL ||
-        !map_dtype(dt, &m) || !exact_wanted(sop, &m) || m.packed ||
+    if (!smpi_cfg.reproducible || count <= 0 || sop < 0 ||
+        comm == MPI_COMM_NULL || !map_dtype(dt, &m) ||
+        !smpi_exact_wanted(sop, &m) || m.packed ||
         PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) {
         return 0;
     }
@@ -1278,16 +1265,16 @@ static int exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     PMPI_Allreduce(win, agreed, SHP_EXACT_WIN_LANES, MPI_INT64_T, MPI_MAX,
                    comm);
     if (shp_exact_layout(sdt, agreed, &lay, &why) != SHP_OK) {
-        die(comm, "an exact sum: the agreed window");
+        smpi_die(comm, "an exact sum: the agreed window");
     }
     size_t nl = n * lay.lanes;
     int64_t *lanes =
-        xmalloc(sizeof(int64_t) * (nl ? nl : 1), comm, "an exact sum");
-    int64_t *sum =
-        keep ? xmalloc(sizeof(int64_t) * (nl ? nl : 1), comm, "an exact sum")
-             : NULL;
+        smpi_xmalloc(sizeof(int64_t) * (nl ? nl : 1), comm, "an exact sum");
+    int64_t *sum = keep ? smpi_xmalloc(sizeof(int64_t) * (nl ? nl : 1), comm,
+                                       "an exact sum")
+                        : NULL;
     if (shp_exact_encode(&lay, &src, 1, n, lanes) != SHP_OK) {
-        die(comm, "an exact sum: encoding");
+        smpi_die(comm, "an exact sum: encoding");
     }
     /* lanes fit MPI's int count: at most 255 lanes an element, and the
      * caller's count is an int */
@@ -1313,9 +1300,9 @@ static int exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
  * is enabled)?  The rules of the blocking and the non-blocking forms: the
  * type map in *m, sharp's op in *sop, the wire's bytes in *bytes (count x
  * the type's size) and the fold's descriptor in *d. */
-static int reduce_offloadable(int on, int count, MPI_Datatype dt, MPI_Op op,
-                              dt_map_t *m, int *sop, size_t *bytes,
-                              shp_reduce_desc_t *d)
+int smpi_reduce_offloadable(int on, int count, MPI_Datatype dt, MPI_Op op,
+                            dt_map_t *m, int *sop, size_t *bytes,
+                            shp_reduce_desc_t *d)
 {
     *sop = op_of(op);
     if (!on || count <= 0 || *sop < 0 || !map_dtype(dt, m) ||
@@ -1323,13 +1310,131 @@ static int reduce_offloadable(int on, int count, MPI_Datatype dt, MPI_Op op,
         return 0;
     }
     *bytes = (size_t)count * m->size;
-    if (*bytes > (size_t)cfg.max_bytes || *bytes > INT_MAX) {
+    if (*bytes > (size_t)smpi_cfg.max_bytes || *bytes > INT_MAX) {
         return 0;
     }
     *d = (shp_reduce_desc_t){(shp_dtype_t)m->sdt, (shp_op_t)*sop,
                              (shp_dtype_t)m->tag};
     return shp_reduce_desc_check(d, NULL) == SHP_OK &&
            shp_reduce_elem_size(d) * (size_t)m->mult == m->size;
+}
+
+/* One reduction through sharp: the call, in the wire's layout, and the
+ * buffers it needs (the steps of try_reduce). */
+typedef struct reduce_call {
+    comm_state_t *st;
+    MPI_Comm comm;
+    const char *what;
+    int root, keep;      /* root < 0: an allreduce; keep: the result here */
+    size_t n, ns, bytes; /* MPI elements, sharp elements, wire bytes */
+    dt_map_t m;
+    shp_reduce_desc_t d; /* the node-local fold's */
+    const char *src;     /* the data (packed if m.packed) */
+    char *ps, *pr, *all; /* ours: packed data, a result, the node's data */
+    struct sharp_coll_reduce_spec spec; /* all but the buffers */
+    op_args_t a;
+} reduce_call_t;
+
+/* the spec (reproducible: float and double sums, complex ones too, exact,
+ * the same bits for any placement; the node-local step adds exactly too)
+ * and the data in the wire's layout */
+static void reduce_prepare(reduce_call_t *c, const void *sbuf, int sop)
+{
+    c->spec.dtype = (enum sharp_datatype)c->m.sdt;
+    c->spec.tag_dtype = (enum sharp_datatype)c->m.tag;
+    c->spec.op = (enum sharp_reduce_op)sop;
+    c->spec.length = c->ns;
+    if (smpi_exact_wanted(sop, &c->m)) {
+        c->spec.op = SHARP_OP_SUM_EXACT;
+    }
+    c->a = (op_args_t){C_ALLREDUCE, &c->spec, NULL, 0, NULL, -1, 0};
+    c->src = sbuf;
+    if (c->m.packed) {
+        c->ps = smpi_xmalloc(c->bytes, c->comm, c->what);
+        smpi_loc_pack(sbuf, c->ps, c->n, &c->m);
+        c->src = c->ps;
+    }
+}
+
+/* the node leader's part: the node's data folded (or, for an exact sum,
+ * all of them: no rounding in the node), through sharp */
+static int reduce_leader(reduce_call_t *c, char **res)
+{
+    comm_state_t *st = c->st;
+    if (c->spec.op == SHARP_OP_SUM_EXACT) {
+        c->spec.sbuf_desc =
+            smpi_desc_of(c->all, (size_t)st->node_size * c->bytes);
+        c->a.exact_n = st->node_size;
+    } else {
+        node_fold(st, &c->d, c->all, c->ns, c->bytes, c->pr, c->comm);
+        c->spec.sbuf_desc = smpi_desc_of(c->pr, c->bytes);
+    }
+    c->a.direct = c->pr; /* in place, without recovery */
+    return run_op(st, c->comm, c->what, c->bytes, &c->a, res);
+}
+
+/* the leader's result to where it goes in this node: everyone (an
+ * allreduce), the root (a reduce rooted here), nobody */
+static void reduce_node_result(reduce_call_t *c, void *rbuf, char **res)
+{
+    comm_state_t *st = c->st;
+    int bytes = (int)c->bytes;
+    int to = c->root < 0 ? -1
+             : st->node_of[c->root] != st->node_of[st->rank]
+                 ? -2
+                 : st->rank_in_node[c->root];
+    if (st->node_rank != 0 && (to == -1 || to == st->node_rank)) {
+        *res = c->m.packed ? (c->pr = smpi_xmalloc(c->bytes, c->comm, c->what))
+                           : rbuf;
+    }
+    if (to == -1) {
+        PMPI_Bcast(*res, bytes, MPI_BYTE, 0, st->node);
+    } else if (to > 0 && st->node_rank == 0) {
+        PMPI_Send(*res, bytes, MPI_BYTE, to, 0, st->node);
+    } else if (to > 0 && st->node_rank == to) {
+        PMPI_Recv(*res, bytes, MPI_BYTE, 0, 0, st->node, MPI_STATUS_IGNORE);
+    }
+}
+
+/* Node-local aggregation: members -> node leader (gather, fold), leaders
+ * through sharp, leader -> members (bcast; for a reduce, to the root
+ * only); a reduce is an allreduce whose result only the root keeps.  Data
+ * move in the wire layout, so no hole is ever written. */
+static int reduce_hier(reduce_call_t *c, void *rbuf, char **res)
+{
+    comm_state_t *st = c->st;
+    int how = OP_OK;
+    if (st->node_rank == 0) {
+        c->all =
+            smpi_xmalloc((size_t)st->node_size * c->bytes, c->comm, c->what);
+        c->pr = smpi_xmalloc(c->bytes, c->comm, c->what);
+    }
+    PMPI_Gather(c->src, (int)c->bytes, MPI_BYTE, c->all, (int)c->bytes,
+                MPI_BYTE, 0, st->node);
+    if (st->node_rank == 0) {
+        how = reduce_leader(c, res);
+    }
+    PMPI_Bcast(&how, 1, MPI_INT, 0, st->node);
+    if (how == OP_OK) {
+        reduce_node_result(c, rbuf, res);
+    }
+    return how;
+}
+
+/* Every rank a member: with recovery an allreduce on every rank, a reduce
+ * too (the same operation on the tree): every member keeps the result,
+ * for a member that missed it (docs/mpi.md, failure protocol); without,
+ * straight into the receive buffer, at the root only. */
+static int reduce_flat(reduce_call_t *c, void *rbuf, char **res)
+{
+    c->spec.sbuf_desc = smpi_desc_of((void *)c->src, c->bytes);
+    c->a.root = c->root;
+    if (c->keep) {
+        c->a.direct = c->m.packed
+                          ? (c->pr = smpi_xmalloc(c->bytes, c->comm, c->what))
+                          : rbuf;
+    }
+    return run_op(c->st, c->comm, c->what, c->bytes, &c->a, res);
 }
 
 /* allreduce (root < 0) or reduce; 1 if offloaded */
@@ -1341,12 +1446,12 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     int sop, kind = root < 0 ? C_ALLREDUCE : C_REDUCE;
     size_t bytes;
 
-    if (!reduce_offloadable(root < 0 ? cfg.allreduce : cfg.reduce, count, dt,
-                            op, &m, &sop, &bytes, &d)) {
+    if (!smpi_reduce_offloadable(root < 0 ? smpi_cfg.allreduce
+                                          : smpi_cfg.reduce,
+                                 count, dt, op, &m, &sop, &bytes, &d)) {
         return 0;
     }
-    size_t n = (size_t)count;
-    comm_state_t *st = comm_sharp(comm);
+    comm_state_t *st = smpi_comm_sharp(comm);
     if (st == NULL || root >= st->size) {
         return 0; /* an invalid root: PMPI says so */
     }
@@ -1357,114 +1462,47 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
         }
         sbuf = rbuf;
     }
-    size_t ns = n * (size_t)m.mult; /* sharp elements */
-    const char *src = sbuf;
-    char *ps = NULL, *pr = NULL, *all = NULL;
-    struct sharp_coll_reduce_spec spec;
-    memset(&spec, 0, sizeof(spec));
-    spec.dtype = (enum sharp_datatype)m.sdt;
-    spec.tag_dtype = (enum sharp_datatype)m.tag;
-    spec.op = (enum sharp_reduce_op)sop;
-    spec.length = ns;
-    /* reproducible: float and double sums (complex ones too) exact, the
-     * same bits for any placement; the node-local step adds exactly too */
-    int exact = exact_wanted(sop, &m);
-    if (exact) {
-        spec.op = SHARP_OP_SUM_EXACT;
-    }
-
-    if (m.packed) {
-        ps = xmalloc(bytes, comm, coll_names[kind]);
-        loc_pack(sbuf, ps, n, &m);
-        src = ps;
-    }
-    op_args_t a = {C_ALLREDUCE, &spec, NULL, 0, NULL, -1, 0};
+    reduce_call_t c = {.st = st,
+                       .comm = comm,
+                       .what = smpi_coll_names[kind],
+                       .root = root,
+                       .keep = keep,
+                       .n = (size_t)count,
+                       .ns = (size_t)count * (size_t)m.mult,
+                       .bytes = bytes,
+                       .m = m,
+                       .d = d};
     char *res = NULL;
-    int how = OP_OK;
-    if (st->hier) {
-        /* members -> node leader (gather, fold), leaders through sharp,
-         * leader -> members (bcast; for a reduce, to the root only); a
-         * reduce is an allreduce whose result only the root keeps.  Data
-         * move in the wire layout, so no hole is ever written. */
-        if (st->node_rank == 0) {
-            all =
-                xmalloc((size_t)st->node_size * bytes, comm, coll_names[kind]);
-            pr = xmalloc(bytes, comm, coll_names[kind]);
-        }
-        PMPI_Gather(src, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0,
-                    st->node);
-        if (st->node_rank == 0 && exact) { /* no rounding in the node */
-            spec.sbuf_desc = desc_of(all, (size_t)st->node_size * bytes);
-            a.direct = pr;
-            a.exact_n = st->node_size;
-            how = run_op(st, comm, coll_names[kind], bytes, &a, &res);
-        } else if (st->node_rank == 0) {
-            node_fold(st, &d, all, ns, bytes, pr, comm);
-            spec.sbuf_desc = desc_of(pr, bytes);
-            a.direct = pr; /* in place, without recovery */
-            how = run_op(st, comm, coll_names[kind], bytes, &a, &res);
-        }
-        PMPI_Bcast(&how, 1, MPI_INT, 0, st->node);
-        if (how == OP_OK) {
-            /* where the result goes in this node: everyone (allreduce),
-             * the root (a reduce rooted here), nobody */
-            int to = root < 0 ? -1
-                     : st->node_of[root] != st->node_of[st->rank]
-                         ? -2
-                         : st->rank_in_node[root];
-            if (st->node_rank != 0 && (to == -1 || to == st->node_rank)) {
-                res = m.packed ? (pr = xmalloc(bytes, comm, coll_names[kind]))
-                               : rbuf;
-            }
-            if (to == -1) {
-                PMPI_Bcast(res, (int)bytes, MPI_BYTE, 0, st->node);
-            } else if (to > 0 && st->node_rank == 0) {
-                PMPI_Send(res, (int)bytes, MPI_BYTE, to, 0, st->node);
-            } else if (to > 0 && st->node_rank == to) {
-                PMPI_Recv(res, (int)bytes, MPI_BYTE, 0, 0, st->node,
-                          MPI_STATUS_IGNORE);
-            }
-        }
-    } else {
-        /* with recovery an allreduce on every rank, a reduce too (the same
-         * operation on the tree): every member keeps the result, for a
-         * member that missed it (docs/mpi.md, failure protocol); without,
-         * straight into the receive buffer, at the root only */
-        spec.sbuf_desc = desc_of((void *)src, bytes);
-        a.root = root;
-        if (keep) {
-            a.direct =
-                m.packed ? (pr = xmalloc(bytes, comm, coll_names[kind])) : rbuf;
-        }
-        how = run_op(st, comm, coll_names[kind], bytes, &a, &res);
-    }
+    reduce_prepare(&c, sbuf, sop);
+    int how =
+        st->hier ? reduce_hier(&c, rbuf, &res) : reduce_flat(&c, rbuf, &res);
     if (how == OP_OK && keep && res != rbuf) {
         if (m.packed) {
-            loc_unpack(res, rbuf, n, &m);
+            smpi_loc_unpack(res, rbuf, c.n, &m);
         } else {
             memcpy(rbuf, res, bytes);
         }
     }
-    free(ps);
-    free(pr);
-    free(all);
+    free(c.ps);
+    free(c.pr);
+    free(c.all);
     if (how == OP_REDO) {
         fell_back(st, comm);
         return 0; /* the same call on PMPI, on every rank */
     }
-    g.calls[kind][0]++;
-    g.bytes[kind][0] += bytes;
+    smpi.calls[kind][0]++;
+    smpi.bytes[kind][0] += bytes;
     *ret = MPI_SUCCESS;
     return 1;
 }
 
-static void fallback(int kind, long bytes)
+void smpi_fallback(int kind, long bytes)
 {
-    g.calls[kind][1]++;
-    g.bytes[kind][1] += (unsigned long long)(bytes > 0 ? bytes : 0);
+    smpi.calls[kind][1]++;
+    smpi.bytes[kind][1] += (unsigned long long)(bytes > 0 ? bytes : 0);
 }
 
-static long bytes_of(int count, MPI_Datatype dt)
+long smpi_bytes_of(int count, MPI_Datatype dt)
 {
     int s = 0;
     if (dt == MPI_DATATYPE_NULL || count <= 0 ||
@@ -1483,8 +1521,8 @@ API int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     if (try_reduce(sbuf, rbuf, count, dt, op, -1, comm, &ret)) {
         return ret;
     }
-    fallback(C_ALLREDUCE, bytes_of(count, dt));
-    if (exact_pmpi(sbuf, rbuf, count, dt, op, -1, comm, &ret)) {
+    smpi_fallback(C_ALLREDUCE, smpi_bytes_of(count, dt));
+    if (smpi_exact_pmpi(sbuf, rbuf, count, dt, op, -1, comm, &ret)) {
         return ret;
     }
     return PMPI_Allreduce(sbuf, rbuf, count, dt, op, comm);
@@ -1497,8 +1535,9 @@ API int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     if (root >= 0 && try_reduce(sbuf, rbuf, count, dt, op, root, comm, &ret)) {
         return ret;
     }
-    fallback(C_REDUCE, bytes_of(count, dt));
-    if (root >= 0 && exact_pmpi(sbuf, rbuf, count, dt, op, root, comm, &ret)) {
+    smpi_fallback(C_REDUCE, smpi_bytes_of(count, dt));
+    if (root >= 0 &&
+        smpi_exact_pmpi(sbuf, rbuf, count, dt, op, root, comm, &ret)) {
         return ret;
     }
     return PMPI_Reduce(sbuf, rbuf, count, dt, op, root, comm);
@@ -1506,7 +1545,7 @@ API int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 
 API int MPI_Barrier(MPI_Comm comm)
 {
-    comm_state_t *st = cfg.barrier ? comm_sharp(comm) : NULL;
+    comm_state_t *st = smpi_cfg.barrier ? smpi_comm_sharp(comm) : NULL;
     if (st != NULL) {
         op_args_t a = {C_BARRIER, NULL, NULL, 0, NULL, -1, 0};
         char *res;
@@ -1521,20 +1560,21 @@ API int MPI_Barrier(MPI_Comm comm)
             how = run_op(st, comm, "MPI_Barrier", 0, &a, &res);
         }
         if (how == OP_OK) {
-            g.calls[C_BARRIER][0]++;
+            smpi.calls[C_BARRIER][0]++;
             return MPI_SUCCESS;
         }
         fell_back(st, comm);
     }
-    fallback(C_BARRIER, 0);
+    smpi_fallback(C_BARRIER, 0);
     return PMPI_Barrier(comm);
 }
 
 /* May a bcast of this many bytes go through sharp (the blocking and the
  * non-blocking forms' rule)? */
-static int bcast_offloadable(long bytes)
+int smpi_bcast_offloadable(long bytes)
 {
-    return cfg.bcast && bytes > 0 && bytes <= cfg.max_bytes && bytes <= INT_MAX;
+    return smpi_cfg.bcast && bytes > 0 && bytes <= smpi_cfg.max_bytes &&
+           bytes <= INT_MAX;
 }
 
 /* the bytes of a bcast through sharp, from p (len bytes) at the root:
@@ -1579,8 +1619,8 @@ static int bcast_bytes(comm_state_t *st, char *p, int len, int root,
  * len bytes at tmp, all of them.  Data at MPI_BOTTOM (absolute addresses)
  * are reached from an address of our own and a struct type displaced back
  * to 0: MPICH 4.0.2 refuses a NULL buffer to pack from or into. */
-static void pack_data(int pack, void *buf, int count, MPI_Datatype dt,
-                      char *tmp, int len, MPI_Comm comm)
+void smpi_pack_data(int pack, void *buf, int count, MPI_Datatype dt, char *tmp,
+                    int len, MPI_Comm comm)
 {
     static char anchor;
     MPI_Datatype t = dt;
@@ -1600,8 +1640,8 @@ static void pack_data(int pack, void *buf, int count, MPI_Datatype dt,
         PMPI_Type_free(&t);
     }
     if (rc != MPI_SUCCESS || pos != len) {
-        die(comm, pack ? "MPI_Bcast: PMPI_Pack of the root's data"
-                       : "MPI_Bcast: PMPI_Unpack of the data");
+        smpi_die(comm, pack ? "MPI_Bcast: PMPI_Pack of the root's data"
+                            : "MPI_Bcast: PMPI_Unpack of the data");
     }
 }
 
@@ -1617,11 +1657,12 @@ static void pack_data(int pack, void *buf, int count, MPI_Datatype dt,
 API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
                   MPI_Comm comm)
 {
-    long bytes = bytes_of(count, dt);
-    comm_state_t *st = bcast_offloadable(bytes) ? comm_sharp(comm) : NULL;
+    long bytes = smpi_bytes_of(count, dt);
+    comm_state_t *st =
+        smpi_bcast_offloadable(bytes) ? smpi_comm_sharp(comm) : NULL;
 
     if (st == NULL || root < 0 || root >= st->size) {
-        fallback(C_BCAST, bytes);
+        smpi_fallback(C_BCAST, bytes);
         return PMPI_Bcast(buf, count, dt, root, comm);
     }
     int len = (int)bytes, size = 0;
@@ -1631,29 +1672,25 @@ API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
     PMPI_Type_get_extent(dt, &lb, &ext);
     PMPI_Type_get_true_extent(dt, &tlb, &text);
     if (buf != MPI_BOTTOM && (count == 1 || ext == (MPI_Aint)size) &&
-        dense_type(dt, 0)) {
+        smpi_dense_type(dt, 0)) {
         p = (char *)buf + tlb;
     } else {
-        p = tmp = xmalloc((size_t)len, comm, "MPI_Bcast");
+        p = tmp = smpi_xmalloc((size_t)len, comm, "MPI_Bcast");
         if (st->rank == root) {
-            pack_data(1, buf, count, dt, tmp, len, comm);
+            smpi_pack_data(1, buf, count, dt, tmp, len, comm);
         }
     }
     if (bcast_bytes(st, p, len, root, comm) == OP_REDO) {
         free(tmp);
         fell_back(st, comm);
-        fallback(C_BCAST, bytes);
+        smpi_fallback(C_BCAST, bytes);
         return PMPI_Bcast(buf, count, dt, root, comm);
     }
     if (tmp != NULL && st->rank != root) {
-        pack_data(0, buf, count, dt, tmp, len, comm);
+        smpi_pack_data(0, buf, count, dt, tmp, len, comm);
     }
     free(tmp);
-    g.calls[C_BCAST][0]++;
-    g.bytes[C_BCAST][0] += (unsigned long long)bytes;
+    smpi.calls[C_BCAST][0]++;
+    smpi.bytes[C_BCAST][0] += (unsigned long long)bytes;
     return MPI_SUCCESS;
 }
-
-/* MPI_Iallreduce, _Ireduce, _Ibcast, _Ibarrier, the persistent forms and
- * the MPI_Wait / MPI_Test family that completes them */
-#include "mpi-coll/sharp_mpi_nb.c"

@@ -1,6 +1,7 @@
 /*
- * libsharp_mpi: non-blocking and persistent collectives (included at the
- * end of sharp_mpi.c: one translation unit, the same eligibility helpers).
+ * libsharp_mpi: non-blocking and persistent collectives, a unit of its
+ * own; the communicators, eligibility rules, datatype helpers and recovery
+ * it shares with sharp_mpi.c are declared in sharp_mpi_int.h.
  *
  *   MPI_Iallreduce, MPI_Ireduce, MPI_Ibcast, MPI_Ibarrier
  *       posted through sharp_coll_*_nb; the request the program gets is a
@@ -29,13 +30,22 @@
  * operations go to sharp one at a time (a queue per communicator), each
  * received into the group's record, and a failed one is recovered as a
  * blocking one is (nb_recover: fetched from a member, or redone on PMPI);
- * without, they are pipelined and a failure aborts (fail()).
+ * without, they are pipelined and a failure aborts (smpi_fail()).
  * MPI_THREAD_MULTIPLE jobs never get here (sharp_setup: plain MPI).
  */
+
+#include "mpi-coll/sharp_mpi_int.h"
+
+#include "mpi-coll/recover.h"
 
 #ifdef OMPI_MAJOR_VERSION
 #include <mpi-ext.h>
 #endif
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #if MPI_VERSION >= 4
 #define HAVE_PCOLL 1
@@ -82,8 +92,27 @@ typedef struct nb_op {
 
 static nb_op_t *nb_ops; /* every live operation */
 
+static void nb_drain(comm_state_t *s);
+static void nb_wait_hook(void);
+
+/* With the first operation, what the layers below call back: sharp_mpi.c
+ * drains a communicator's operations before a blocking call on it, before
+ * making or leaving a group and at MPI_Finalize; a recovery's decision
+ * (smr_decide) lets the other groups' operations end meanwhile. */
+static void nb_register(void)
+{
+    static const smpi_nb_cbs_t cbs = {nb_drain};
+    static int done;
+    if (!done) {
+        smpi_set_nb_cbs(&cbs);
+        smr_set_wait_hook(nb_wait_hook);
+        done = 1;
+    }
+}
+
 static void nb_link(nb_op_t *o)
 {
+    nb_register();
     o->next = nb_ops;
     o->prev = &nb_ops;
     if (nb_ops != NULL) {
@@ -140,7 +169,7 @@ static int nb_cancel(void *extra, int complete)
 
 static const char *nb_name(const nb_op_t *o)
 {
-    return coll_names[o->kind];
+    return smpi_coll_names[o->kind];
 }
 
 /* sharp's part posted; dst: where a reduction's result goes (the record's
@@ -157,19 +186,19 @@ static int nb_post(nb_op_t *o, void *dst, int as_allreduce)
         char *p = o->direct;
         if (p == NULL) {
             if (o->pr == NULL) {
-                o->pr = xmalloc(o->bytes, o->comm, nb_name(o));
+                o->pr = smpi_xmalloc(o->bytes, o->comm, nb_name(o));
             }
             p = o->pr;
             if (st->rank == o->root) {
-                pack_data(1, o->rbuf, o->count, o->dt, p, (int)o->bytes,
-                          o->comm);
+                smpi_pack_data(1, o->rbuf, o->count, o->dt, p, (int)o->bytes,
+                               o->comm);
             }
         }
         if (dst != NULL && st->rank != o->root) {
             p = dst; /* the record's buffer: unpacked from it after */
         }
         memset(&bs, 0, sizeof(bs));
-        bs.buf_desc = desc_of(p, o->bytes);
+        bs.buf_desc = smpi_desc_of(p, o->bytes);
         bs.size = o->bytes;
         bs.root = o->root;
         return sharp_coll_do_bcast_nb(st->sc, &bs, &o->h);
@@ -178,13 +207,13 @@ static int nb_post(nb_op_t *o, void *dst, int as_allreduce)
     const void *src = o->sbuf == MPI_IN_PLACE ? o->rbuf : o->sbuf;
     if (o->m.packed) {
         if (o->ps == NULL) {
-            o->ps = xmalloc(o->bytes, o->comm, nb_name(o));
+            o->ps = smpi_xmalloc(o->bytes, o->comm, nb_name(o));
         }
-        loc_pack(src, o->ps, o->n, &o->m);
+        smpi_loc_pack(src, o->ps, o->n, &o->m);
         src = o->ps;
         if (dst == NULL && o->keep) {
             if (o->pr == NULL) {
-                o->pr = xmalloc(o->bytes, o->comm, nb_name(o));
+                o->pr = smpi_xmalloc(o->bytes, o->comm, nb_name(o));
             }
             dst = o->pr;
         }
@@ -195,13 +224,13 @@ static int nb_post(nb_op_t *o, void *dst, int as_allreduce)
     spec.dtype = (enum sharp_datatype)o->m.sdt;
     spec.tag_dtype = (enum sharp_datatype)o->m.tag;
     spec.op = (enum sharp_reduce_op)o->sop;
-    if (exact_wanted(o->sop, &o->m)) {
+    if (smpi_exact_wanted(o->sop, &o->m)) {
         spec.op = SHARP_OP_SUM_EXACT; /* SHARP_MPI_REPRODUCIBLE */
     }
     spec.length = o->n * (size_t)o->m.mult;
     spec.root = o->root < 0 ? 0 : o->root;
-    spec.sbuf_desc = desc_of((void *)src, o->bytes);
-    spec.rbuf_desc = desc_of(dst, o->bytes);
+    spec.sbuf_desc = smpi_desc_of((void *)src, o->bytes);
+    spec.rbuf_desc = smpi_desc_of(dst, o->bytes);
     return o->kind == C_IALLREDUCE || as_allreduce
                ? sharp_coll_do_allreduce_nb(st->sc, &spec, &o->h)
                : sharp_coll_do_reduce_nb(st->sc, &spec, &o->h);
@@ -218,12 +247,12 @@ static void nb_deliver(nb_op_t *o, const char *res)
         if (o->direct != NULL) {
             memcpy(o->direct, res, o->bytes);
         } else {
-            pack_data(0, o->rbuf, o->count, o->dt, (void *)res, (int)o->bytes,
-                      o->comm);
+            smpi_pack_data(0, o->rbuf, o->count, o->dt, (void *)res,
+                           (int)o->bytes, o->comm);
         }
     } else if ((o->kind == C_IALLREDUCE || o->kind == C_IREDUCE) && o->keep) {
         if (o->m.packed) {
-            loc_unpack(res, o->rbuf, o->n, &o->m);
+            smpi_loc_unpack(res, o->rbuf, o->n, &o->m);
         } else {
             memcpy(o->rbuf, res, o->bytes);
         }
@@ -267,7 +296,7 @@ static void nb_redo(nb_op_t *o)
     comm_state_t *st = o->st;
     MPI_Comm c = st->all;
     int rc = MPI_SUCCESS, done = 0;
-    g.redone++;
+    smpi.redone++;
     o->preq = MPI_REQUEST_NULL;
     switch (o->kind) {
     case C_IBARRIER: rc = PMPI_Ibarrier(c, &o->preq); break;
@@ -276,8 +305,8 @@ static void nb_redo(nb_op_t *o)
         break;
     default: {
         int root = o->kind == C_IREDUCE ? o->root : -1, ret = MPI_SUCCESS;
-        if (exact_pmpi(o->sbuf, o->rbuf, o->count, o->dt, o->mop, root, c,
-                       &ret)) {
+        if (smpi_exact_pmpi(o->sbuf, o->rbuf, o->count, o->dt, o->mop, root, c,
+                            &ret)) {
             rc = ret; /* exact sums: the network's arithmetic, blocking */
             done = 1;
         } else if (root < 0) {
@@ -290,7 +319,7 @@ static void nb_redo(nb_op_t *o)
     }
     }
     if (rc != MPI_SUCCESS) {
-        die(o->comm, "a non-blocking collective redone on MPI");
+        smpi_die(o->comm, "a non-blocking collective redone on MPI");
     }
     if (done || o->preq == MPI_REQUEST_NULL) {
         o->preq = MPI_REQUEST_NULL;
@@ -305,50 +334,17 @@ static void nb_redo(nb_op_t *o)
 static void nb_recover(nb_op_t *o, int rc)
 {
     comm_state_t *st = o->st;
-    char why[200] = "";
-    uint64_t before = smr_done(st->rec);
-    if (st->sc != NULL) {
-        note(2, "%s failed in the network (%s): recovering", nb_name(o),
-             sharp_coll_strerror(rc));
-        smr_set_cancel(st->rec, NULL, NULL, 0);
-        sharp_coll_comm_destroy(st->sc);
-        st->sc = NULL;
-    }
-    uint64_t t0 = shp_time_ns();
-    uint64_t F = smr_decide(st->rec, o->bytes, (int)cfg.recovery_timeout_ms,
-                            why, sizeof(why));
-    if (F == 0) {
-        fprintf(stderr,
-                "sharp_mpi[%d]: %s failed in the network and the members "
-                "could not agree on where their operations ended within "
-                "%ld ms (%s): aborting\n",
-                g.rank, nb_name(o), cfg.recovery_timeout_ms, why);
-        PMPI_Abort(o->comm, 70);
-    }
-    uint64_t us = (shp_time_ns() - t0) / SHP_NSEC_PER_USEC;
-    if (us > g.recovery_us_max) {
-        g.recovery_us_max = us;
-    }
+    int fetched = smpi_recover_op(st, o->comm, nb_name(o), o->bytes, rc, 1);
     if (!st->nb_fell) {
         /* from here on the communicator's non-blocking operations stay
          * the layer's and go to PMPI (every rank decides so at its own
          * time: the posting decision must not depend on it), and it never
          * tries a new group */
         st->nb_fell = 1;
-        if (st->use) {
-            st->use = 0;
-            g.fallen++;
-            if (st->rank == 0) {
-                note(1,
-                     "a communicator of %d ranks falls back to MPI after a "
-                     "failure in the network",
-                     st->size);
-            }
-        }
+        smpi_comm_fall(st);
         st->fell = 0;
     }
-    if (smr_done(st->rec) > before) {
-        g.fetched++; /* completed elsewhere: its result, from a member */
+    if (fetched) {
         nb_deliver(o, smr_result(st->rec));
         nb_dequeue(o);
         return;
@@ -377,7 +373,7 @@ static void nb_kick(comm_state_t *st)
     int oom = 0;
     o->recbuf = st->sc != NULL ? smr_begin(st->rec, o->bytes, &oom) : NULL;
     if (oom) {
-        fail(o->comm, nb_name(o), SHARP_COLL_ENOMEM);
+        smpi_fail(o->comm, nb_name(o), SHARP_COLL_ENOMEM);
     }
     if (o->recbuf == NULL) {
         nb_recover(o, SHARP_COLL_ERROR); /* a member asked: frozen */
@@ -398,9 +394,9 @@ static void nb_start(nb_op_t *o)
     o->done = 0;
     o->active = 1;
     PMPI_Grequest_start(nb_query, nb_free, nb_cancel, o, &o->greq);
-    o->rec = cfg.fallback && st->recoverable;
-    g.calls[o->kind][0]++;
-    g.bytes[o->kind][0] += o->bytes;
+    o->rec = smpi_cfg.fallback && st->recoverable;
+    smpi.calls[o->kind][0]++;
+    smpi.bytes[o->kind][0] += o->bytes;
     if (o->rec) {
         o->queued = 1;
         o->qnext = NULL;
@@ -415,13 +411,13 @@ static void nb_start(nb_op_t *o)
         int rc = nb_post(o, NULL, 0);
         if (rc != SHARP_COLL_SUCCESS) {
             o->h = NULL;
-            fail(o->comm, nb_name(o), rc);
+            smpi_fail(o->comm, nb_name(o), rc);
         }
     }
     /* small sends leave at the library's next loop turn (they are
      * gathered and flushed before it sleeps): one turn now, so the
      * network works while the program computes */
-    sharp_coll_progress(g.ctx);
+    sharp_coll_progress(smpi.ctx);
 }
 
 /* sharp's request is complete (status rc): the result into place, MPI's
@@ -448,13 +444,14 @@ static void nb_finish(nb_op_t *o, int rc)
         return;
     }
     if (rc != SHARP_COLL_SUCCESS) {
-        fail(o->comm, nb_name(o), rc);
+        smpi_fail(o->comm, nb_name(o), rc);
     }
     if (o->kind == C_IBCAST && o->direct == NULL && o->st->rank != o->root) {
-        pack_data(0, o->rbuf, o->count, o->dt, o->pr, (int)o->bytes, o->comm);
+        smpi_pack_data(0, o->rbuf, o->count, o->dt, o->pr, (int)o->bytes,
+                       o->comm);
     } else if ((o->kind == C_IALLREDUCE || o->kind == C_IREDUCE) &&
                o->m.packed && o->keep) {
-        loc_unpack(o->pr, o->rbuf, o->n, &o->m);
+        smpi_loc_unpack(o->pr, o->rbuf, o->n, &o->m);
     }
     nb_complete_greq(o);
 }
@@ -519,7 +516,7 @@ static void nb_progress_all(void)
 static void nb_poke_mpi(void)
 {
     int flag = 0;
-    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, g.oob_world, &flag,
+    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, smpi.oob_world, &flag,
                 MPI_STATUS_IGNORE);
 }
 
@@ -588,15 +585,15 @@ static comm_state_t *nb_comm(MPI_Comm comm)
 {
     comm_state_t *st = NULL;
     int found = 0;
-    if (g.ctx != NULL && comm != MPI_COMM_NULL) {
-        PMPI_Comm_get_attr(comm, g.keyval, &st, &found);
+    if (smpi.ctx != NULL && comm != MPI_COMM_NULL) {
+        PMPI_Comm_get_attr(comm, smpi.keyval, &st, &found);
         if (found && st->nb_fell) {
             return st; /* the layer's still, on PMPI (nb_recover) */
         }
     }
-    nb_posting = 1;
-    st = comm_sharp(comm);
-    nb_posting = 0;
+    smpi_nb_posting = 1;
+    st = smpi_comm_sharp(comm);
+    smpi_nb_posting = 0;
     return st != NULL && !st->hier ? st : NULL;
 }
 
@@ -610,8 +607,9 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
     int sop;
     size_t bytes;
 
-    if (!reduce_offloadable(kind == C_IALLREDUCE ? cfg.allreduce : cfg.reduce,
-                            count, dt, op, &m, &sop, &bytes, &d)) {
+    if (!smpi_reduce_offloadable(kind == C_IALLREDUCE ? smpi_cfg.allreduce
+                                                      : smpi_cfg.reduce,
+                                 count, dt, op, &m, &sop, &bytes, &d)) {
         return NULL;
     }
     size_t n = (size_t)count;
@@ -625,7 +623,7 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
     }
     nb_op_t *o = calloc(1, sizeof(*o));
     if (o == NULL) {
-        fail(comm, coll_names[kind], SHARP_COLL_ENOMEM);
+        smpi_fail(comm, smpi_coll_names[kind], SHARP_COLL_ENOMEM);
     }
     o->kind = kind;
     o->st = st;
@@ -649,14 +647,14 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
 static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
                             MPI_Comm comm)
 {
-    long bytes = bytes_of(count, dt);
-    comm_state_t *st = bcast_offloadable(bytes) ? nb_comm(comm) : NULL;
+    long bytes = smpi_bytes_of(count, dt);
+    comm_state_t *st = smpi_bcast_offloadable(bytes) ? nb_comm(comm) : NULL;
     if (st == NULL || root < 0 || root >= st->size) {
         return NULL;
     }
     nb_op_t *o = calloc(1, sizeof(*o));
     if (o == NULL) {
-        fail(comm, "MPI_Ibcast", SHARP_COLL_ENOMEM);
+        smpi_fail(comm, "MPI_Ibcast", SHARP_COLL_ENOMEM);
     }
     int size = 0;
     MPI_Aint lb, ext, tlb, text;
@@ -664,7 +662,7 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
     PMPI_Type_get_extent(dt, &lb, &ext);
     PMPI_Type_get_true_extent(dt, &tlb, &text);
     if (buf != MPI_BOTTOM && (count == 1 || ext == (MPI_Aint)size) &&
-        dense_type(dt, 0)) {
+        smpi_dense_type(dt, 0)) {
         o->direct = (char *)buf + tlb;
     }
     o->kind = C_IBCAST;
@@ -682,13 +680,13 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
 
 static nb_op_t *nb_barrier_op(MPI_Comm comm)
 {
-    comm_state_t *st = cfg.barrier ? nb_comm(comm) : NULL;
+    comm_state_t *st = smpi_cfg.barrier ? nb_comm(comm) : NULL;
     if (st == NULL) {
         return NULL;
     }
     nb_op_t *o = calloc(1, sizeof(*o));
     if (o == NULL) {
-        fail(comm, "MPI_Ibarrier", SHARP_COLL_ENOMEM);
+        smpi_fail(comm, "MPI_Ibarrier", SHARP_COLL_ENOMEM);
     }
     o->kind = C_IBARRIER;
     o->st = st;
@@ -715,7 +713,7 @@ API int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     if (o != NULL) {
         return nb_go(o, req);
     }
-    fallback(C_IALLREDUCE, bytes_of(count, dt));
+    smpi_fallback(C_IALLREDUCE, smpi_bytes_of(count, dt));
     return PMPI_Iallreduce(sbuf, rbuf, count, dt, op, comm, req);
 }
 
@@ -728,7 +726,7 @@ API int MPI_Ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     if (o != NULL) {
         return nb_go(o, req);
     }
-    fallback(C_IREDUCE, bytes_of(count, dt));
+    smpi_fallback(C_IREDUCE, smpi_bytes_of(count, dt));
     return PMPI_Ireduce(sbuf, rbuf, count, dt, op, root, comm, req);
 }
 
@@ -739,7 +737,7 @@ API int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root,
     if (o != NULL) {
         return nb_go(o, req);
     }
-    fallback(C_IBCAST, bytes_of(count, dt));
+    smpi_fallback(C_IBCAST, smpi_bytes_of(count, dt));
     return PMPI_Ibcast(buf, count, dt, root, comm, req);
 }
 
@@ -749,7 +747,7 @@ API int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req)
     if (o != NULL) {
         return nb_go(o, req);
     }
-    fallback(C_IBARRIER, 0);
+    smpi_fallback(C_IBARRIER, 0);
     return PMPI_Ibarrier(comm, req);
 }
 
@@ -763,7 +761,7 @@ static int nb_persist(nb_op_t *o, MPI_Request *req)
      * communicator (MPICH gives every receive from MPI_PROC_NULL one
      * handle) */
     o->persistent = 1;
-    PMPI_Recv_init(NULL, 0, MPI_BYTE, MPI_ANY_SOURCE, 0x5a17, g.oob_world,
+    PMPI_Recv_init(NULL, 0, MPI_BYTE, MPI_ANY_SOURCE, 0x5a17, smpi.oob_world,
                    &o->handle);
     *req = o->handle;
     return MPI_SUCCESS;

@@ -1,0 +1,172 @@
+/*
+ * libsharp_mpi internals: what its two units share.  sharp_mpi.c holds
+ * the settings, MPI_Init / MPI_Finalize, communicators' groups (made on
+ * first use, recovered after a failure), datatypes and the blocking
+ * collectives; sharp_mpi_nb.c the non-blocking and persistent collectives
+ * and the MPI_Wait / MPI_Test family that completes them, on the same
+ * communicators, eligibility rules and recovery.  Both are built into one
+ * library per MPI (mpi-coll/module.mk); nothing declared here is exported
+ * (only the MPI_* wrappers, marked API, are), and every name carries
+ * smpi_ (recover.h's carry smr_).  sharp_mpi_nb.c is the upper file: it
+ * calls sharp_mpi.c, which reaches it only through the callbacks it gives
+ * (smpi_nb_cbs_t).
+ */
+#ifndef SHARP_MPI_INT_H
+#define SHARP_MPI_INT_H
+
+#include <mpi.h>
+#include <sharp/api/sharp.h>
+
+#include "mpi-coll/recover.h"
+#include "reduce/reduce.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define API __attribute__((visibility("default")))
+
+#pragma GCC visibility push(hidden)
+
+/* Settings (SHARP_MPI_*, read at MPI_Init) */
+typedef struct smpi_cfg {
+    int enable, verbose, min_ranks, node_aggr;
+    long max_bytes;
+    int allreduce, reduce, barrier, bcast;
+    int fallback;             /* SHARP_MPI_ON_FAULT: 1 fallback, 0 abort */
+    long recovery_timeout_ms; /* SHARP_MPI_RECOVERY_TIMEOUT */
+    long regroup_calls;       /* SHARP_MPI_REGROUP_CALLS */
+    int reproducible; /* SHARP_MPI_REPRODUCIBLE=1: floating-point MPI_SUM exact */
+} smpi_cfg_t;
+
+extern smpi_cfg_t smpi_cfg;
+
+/* the collectives counted in the report ([0] offloaded, [1] fallen back) */
+enum {
+    C_ALLREDUCE,
+    C_REDUCE,
+    C_BARRIER,
+    C_BCAST,
+    /* non-blocking, and the starts of persistent ones (sharp_mpi_nb.c) */
+    C_IALLREDUCE,
+    C_IREDUCE,
+    C_IBARRIER,
+    C_IBCAST,
+    C_N
+};
+extern const char *const smpi_coll_names[C_N];
+
+/* the library's state */
+typedef struct smpi_global {
+    struct sharp_coll_context *ctx;
+    MPI_Comm oob_world;
+    int have_oob;
+    int had_sharp;
+    int keyval;
+    int rank;
+    /* [collective][0 offloaded, 1 fallen back]: calls and bytes */
+    unsigned long long calls[C_N][2], bytes[C_N][2];
+    /* recovery: every process's service (world ranks), and what it did */
+    int svc;
+    smr_addr_t *addrs;
+    unsigned long long fallen, fetched, redone, regrouped, recovery_us_max;
+} smpi_global_t;
+
+extern smpi_global_t smpi;
+
+/* a communicator of the program, as this layer sees it (an attribute) */
+typedef struct comm_state {
+    struct sharp_coll_comm *sc; /* this rank's group (hier: leaders only) */
+    int use;                    /* offload here (the same on every rank) */
+    int hier;                   /* node-local aggregation, one leader a node */
+    MPI_Comm oob, node, leaders;
+    int rank, size, node_rank, node_size;
+    int *node_of;      /* [size] the leader (rank in `leaders`) of each node */
+    int *rank_in_node; /* [size] */
+    /* the last result and the recovery service's view of the group
+     * (members only); all: a duplicate of the communicator, for the
+     * barrier that keeps the record until every rank is done with it */
+    smr_rec_t *rec;
+    int recoverable; /* every member's service is known */
+    int had_group;   /* the same on every rank */
+    /* fallen back to PMPI: eligible calls since, and when to try a new
+     * group (SHARP_MPI_REGROUP_CALLS, doubled after each failed try) */
+    int fell;
+    unsigned long since, retry_at;
+    MPI_Comm all;
+    /* non-blocking operations with recovery (sharp_mpi_nb.c): the
+     * communicator's activations in posting order, the first in flight
+     * (through sharp, or on PMPI once the group failed); nb_fell: a
+     * non-blocking operation found the group failed (its later ones stay
+     * the layer's, done on PMPI: the same decision on every rank) */
+    struct nb_op *nbq_head, *nbq_tail;
+    int nb_fell;
+    struct comm_state *next, **prev; /* every live state, for finalize */
+} comm_state_t;
+
+/* how a datatype travels through sharp */
+typedef struct dt_map {
+    int sdt;         /* sharp dtype of the values */
+    int tag;         /* pairs: the index's sharp dtype; else SHARP_DTYPE_NULL */
+    unsigned ops;    /* OPB(SHARP_OP_x) that may be offloaded */
+    int mult;        /* sharp elements in one MPI element (complex: 2) */
+    int packed;      /* pairs with a hole: packed to (value, index) */
+    size_t vs, toff; /* pairs: value size, index offset in the element */
+    size_t ext, size; /* the MPI element's extent and size */
+} dt_map_t;
+
+/* Helpers (sharp_mpi.c) */
+void smpi_note(int verbosity, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* a failure in the network that cannot be recovered: abort the job */
+void smpi_fail(MPI_Comm comm, const char *what, int rc);
+/* a local step that cannot fail on a sane MPI did: abort */
+void smpi_die(MPI_Comm comm, const char *what);
+void *smpi_xmalloc(size_t n, MPI_Comm comm, const char *what); /* aborts */
+struct sharp_coll_data_desc smpi_desc_of(void *p, size_t len);
+
+/* Datatypes (sharp_mpi.c) */
+int smpi_dense_type(MPI_Datatype dt, int depth);
+void smpi_loc_pack(const void *in, void *out, size_t n, const dt_map_t *m);
+void smpi_loc_unpack(const void *in, void *out, size_t n, const dt_map_t *m);
+void smpi_pack_data(int pack, void *buf, int count, MPI_Datatype dt, char *tmp,
+                    int len, MPI_Comm comm);
+long smpi_bytes_of(int count, MPI_Datatype dt);
+
+/* Eligibility, the same rules for the blocking and non-blocking forms
+ * (sharp_mpi.c) */
+int smpi_reduce_offloadable(int on, int count, MPI_Datatype dt, MPI_Op op,
+                            dt_map_t *m, int *sop, size_t *bytes,
+                            shp_reduce_desc_t *d);
+int smpi_bcast_offloadable(long bytes);
+int smpi_exact_wanted(int sop, const dt_map_t *m);
+/* an exact sum on PMPI: 1 if done (*ret), 0 if not an exact one */
+int smpi_exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                    MPI_Op op, int root, MPI_Comm comm, int *ret);
+void smpi_fallback(int kind,
+                   long bytes); /* a call that went to PMPI, counted */
+
+/* Communicators (sharp_mpi.c): the state of one that offloads (made on
+ * its first eligible call), or NULL */
+comm_state_t *smpi_comm_sharp(MPI_Comm comm);
+extern int smpi_nb_posting; /* comm_sharp called to post a non-blocking one */
+
+/* Recovery (sharp_mpi.c): after a failed operation, 1 if it completed
+ * elsewhere (its result: smr_result), 0 if it is to be redone on PMPI */
+int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
+                    size_t len, int rc, int leave);
+/* the communicator goes to PMPI: 1 if it offloaded until now */
+int smpi_comm_fall(comm_state_t *st);
+
+/* What sharp_mpi.c may ask of the non-blocking layer above it
+ * (sharp_mpi_nb.c), which gives these with its first operation: the two
+ * files depend one way. */
+typedef struct smpi_nb_cbs {
+    /* s's operations in flight (NULL: every communicator's) complete;
+     * both libraries progress meanwhile */
+    void (*drain)(comm_state_t *s);
+} smpi_nb_cbs_t;
+void smpi_set_nb_cbs(const smpi_nb_cbs_t *cbs);
+
+#pragma GCC visibility pop
+
+#endif
