@@ -225,7 +225,7 @@ install: programs install-man
 	$(Q)$(subst_paths) dist/sharp_coll.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sharp_coll.pc
 	$(Q)for u in $(UNITS); do \
 	    $(subst_paths) "dist/systemd/$$u.in" > "$(DESTDIR)$(UNITDIR)/$$u"; done
-	$(Q)install -m 0644 README.md docs/*.md dist/grafana/sharp.json $(DESTDIR)$(DOCDIR)/
+	$(Q)install -m 0644 README.md $(filter-out docs/README.md,$(wildcard docs/*.md)) dist/grafana/sharp.json $(DESTDIR)$(DOCDIR)/
 	$(Q)for b in $(INST_BINS); do n=$$(basename $$b); \
 	    "$$b" --help > "$(DESTDIR)$(DOCDIR)/$$n.txt" 2>&1 || true; done
 	$(Q)# every option, commented, with its default and doc; never overwrite
