@@ -142,69 +142,50 @@ static shp_status_t shp_wire_check_start(const shp_wire_hdr_t *hdr,
     return SHP_OK;
 }
 
-shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr, size_t msg_len,
-                               uint32_t max_payload, const char **why)
+/* An aggregation request or result: a barrier carries nothing, exact mode
+ * whole int64 lanes, anything else count elements of its type. */
+static shp_status_t shp_wire_check_agg(const shp_wire_hdr_t *hdr,
+                                       uint32_t data_len, const char **why)
 {
     shp_reduce_desc_t desc;
     shp_status_t status;
-    size_t esize;
 
-    status = shp_wire_check_start(hdr, max_payload, why);
+    if (hdr->flags & SHP_WIRE_F_BARRIER) {
+        if (hdr->count != 0 || data_len != 0) {
+            return shp_wire_reject(SHP_ERR_PROTO, "barrier with a payload",
+                                   why);
+        }
+        return SHP_OK;
+    }
+    if ((hdr->flags & SHP_WIRE_F_EXACT) &&
+        (hdr->dtype != SHP_DTYPE_I64 || hdr->op != SHP_OP_SUM ||
+         hdr->lanes == 0 || hdr->count % hdr->lanes != 0)) {
+        return shp_wire_reject(SHP_ERR_PROTO,
+                               "exact-mode message that is not int64 sum "
+                               "of whole elements (count a multiple of "
+                               "lanes > 0)",
+                               why);
+    }
+    desc.dtype = hdr->dtype;
+    desc.op = hdr->op;
+    desc.tag_dtype = hdr->tag_dtype;
+    status = shp_reduce_desc_check(&desc, why);
     if (status != SHP_OK) {
         return status;
     }
-    if (msg_len != SHP_WIRE_HDR_LEN + (size_t)hdr->payload_len) {
-        return shp_wire_reject(
-            SHP_ERR_PROTO, "message length does not match payload_len", why);
+    if ((uint64_t)hdr->count * shp_reduce_elem_size(&desc) != data_len) {
+        return shp_wire_reject(SHP_ERR_PROTO,
+                               "count x element size != payload_len", why);
     }
-    if (hdr->flags & ~SHP_WIRE_F_KNOWN) {
-        return shp_wire_reject(SHP_ERR_PROTO, "unknown flags", why);
-    }
+    return SHP_OK;
+}
 
-    /* the tag: only on a multicast result, after its data */
-    uint32_t data_len = hdr->payload_len;
-    if (hdr->flags & SHP_WIRE_F_MAC) {
-        if (hdr->opcode != SHP_WIRE_OP_AGG_RESULT ||
-            !(hdr->flags & SHP_WIRE_F_MCAST) ||
-            hdr->payload_len < SHP_WIRE_MAC_LEN) {
-            return shp_wire_reject(
-                SHP_ERR_PROTO, "a tag on what is not a multicast result", why);
-        }
-        data_len -= SHP_WIRE_MAC_LEN;
-    }
-
+/* The messages of a group's life and its errors: no elements, a fixed
+ * payload or none (an error's text is bounded). */
+static shp_status_t shp_wire_check_ctl(const shp_wire_hdr_t *hdr,
+                                       const char **why)
+{
     switch (hdr->opcode) {
-    case SHP_WIRE_OP_AGG_REQ:
-    case SHP_WIRE_OP_AGG_RESULT:
-        if (hdr->flags & SHP_WIRE_F_BARRIER) {
-            if (hdr->count != 0 || data_len != 0) {
-                return shp_wire_reject(SHP_ERR_PROTO, "barrier with a payload",
-                                       why);
-            }
-            return SHP_OK;
-        }
-        if ((hdr->flags & SHP_WIRE_F_EXACT) &&
-            (hdr->dtype != SHP_DTYPE_I64 || hdr->op != SHP_OP_SUM ||
-             hdr->lanes == 0 || hdr->count % hdr->lanes != 0)) {
-            return shp_wire_reject(SHP_ERR_PROTO,
-                                   "exact-mode message that is not int64 sum "
-                                   "of whole elements (count a multiple of "
-                                   "lanes > 0)",
-                                   why);
-        }
-        desc.dtype = hdr->dtype;
-        desc.op = hdr->op;
-        desc.tag_dtype = hdr->tag_dtype;
-        status = shp_reduce_desc_check(&desc, why);
-        if (status != SHP_OK) {
-            return status;
-        }
-        esize = shp_reduce_elem_size(&desc);
-        if ((uint64_t)hdr->count * esize != data_len) {
-            return shp_wire_reject(SHP_ERR_PROTO,
-                                   "count x element size != payload_len", why);
-        }
-        return SHP_OK;
     case SHP_WIRE_OP_ERROR:
         if (hdr->status >= 0) {
             return shp_wire_reject(
@@ -239,6 +220,40 @@ shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr, size_t msg_len,
         return SHP_OK;
     default: return shp_wire_reject(SHP_ERR_PROTO, "unknown opcode", why);
     }
+}
+
+shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr, size_t msg_len,
+                               uint32_t max_payload, const char **why)
+{
+    shp_status_t status;
+    uint32_t data_len = hdr->payload_len;
+
+    status = shp_wire_check_start(hdr, max_payload, why);
+    if (status != SHP_OK) {
+        return status;
+    }
+    if (msg_len != SHP_WIRE_HDR_LEN + (size_t)hdr->payload_len) {
+        return shp_wire_reject(
+            SHP_ERR_PROTO, "message length does not match payload_len", why);
+    }
+    if (hdr->flags & ~SHP_WIRE_F_KNOWN) {
+        return shp_wire_reject(SHP_ERR_PROTO, "unknown flags", why);
+    }
+    /* the tag: only on a multicast result, after its data */
+    if (hdr->flags & SHP_WIRE_F_MAC) {
+        if (hdr->opcode != SHP_WIRE_OP_AGG_RESULT ||
+            !(hdr->flags & SHP_WIRE_F_MCAST) ||
+            hdr->payload_len < SHP_WIRE_MAC_LEN) {
+            return shp_wire_reject(
+                SHP_ERR_PROTO, "a tag on what is not a multicast result", why);
+        }
+        data_len -= SHP_WIRE_MAC_LEN;
+    }
+    if (hdr->opcode == SHP_WIRE_OP_AGG_REQ ||
+        hdr->opcode == SHP_WIRE_OP_AGG_RESULT) {
+        return shp_wire_check_agg(hdr, data_len, why);
+    }
+    return shp_wire_check_ctl(hdr, why);
 }
 
 shp_status_t shp_wire_frame_len(const void *buf, size_t avail,
