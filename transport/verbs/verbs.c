@@ -520,55 +520,68 @@ static void verbs_up(verbs_ep_t *ep, int announce)
 }
 
 /* `grant`: the credits the peer's private data gave (0: none) */
-static void verbs_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
+/* The connection parameters both sides give: our private data (magic and
+ * receive credits), retries. */
+static void verbs_conn_param(verbs_cm_priv_t *mine, struct rdma_conn_param *cp)
+{
+    mine->magic = htonl(VB_CM_MAGIC);
+    mine->credits = htonl(VB_RECV - VB_RESERVE);
+    memset(cp, 0, sizeof(*cp));
+    cp->private_data = mine;
+    cp->private_data_len = sizeof(*mine);
+    cp->responder_resources = 1;
+    cp->initiator_depth = 1;
+    cp->retry_count = 7;
+    cp->rnr_retry_count = 7;
+}
+
+/* A peer asks to connect (ev->id is the new connection): a queue pair for
+ * it, the owner told, accepted; a request that is not ours is refused. */
+static void verbs_cm_request(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
 {
     verbs_tp_t *v = verbs_of(tp);
-    verbs_ep_t *ep = ev->id->context;
-    verbs_cm_priv_t mine = {htonl(VB_CM_MAGIC), htonl(VB_RECV - VB_RESERVE)};
-    struct rdma_conn_param cp = {.private_data = &mine,
-                                 .private_data_len = sizeof(mine),
-                                 .responder_resources = 1,
-                                 .initiator_depth = 1,
-                                 .retry_count = 7,
-                                 .rnr_retry_count = 7};
+    verbs_cm_priv_t mine;
+    struct rdma_conn_param cp;
+    shp_sockaddr_t pa = {.len = sizeof(struct sockaddr_in)};
+    verbs_ep_t *ep;
+
+    if (grant == 0 || (ep = verbs_ep_new(tp, NULL, NULL)) == NULL) {
+        /* not one of ours, or no memory: refused, its id freed */
+        rdma_reject(ev->id, NULL, 0);
+        rdma_destroy_id(ev->id);
+        return;
+    }
+    ev->id->context = ep;
+    ep->accepted = 1;
+    ep->tx_credits = grant;
+    memcpy(&pa.ss, rdma_get_peer_addr(ev->id), sizeof(struct sockaddr_in));
+    shp_sockaddr_str(&pa, ep->base.peer, sizeof(ep->base.peer));
+    if (verbs_setup_qp(ep, ev->id, 0) != SHP_OK) {
+        /* never announced to the owner: refuse and forget it */
+        rdma_reject(ev->id, NULL, 0);
+        verbs_unlink(ep);
+        verbs_release(ep);
+        free(ep);
+        return;
+    }
+    v->on_accept(tp, &ep->base); /* sets cbs and arg */
+    verbs_conn_param(&mine, &cp);
+    if (rdma_accept(ev->id, &cp) != 0) {
+        verbs_fail(ep, SHP_ERR_NO_RESOURCE);
+    }
+}
+
+/* Our side of a connection (or a multicast endpoint) on its way up. */
+static void verbs_cm_progress(verbs_ep_t *ep, struct rdma_cm_event *ev,
+                              int grant)
+{
+    verbs_cm_priv_t mine;
+    struct rdma_conn_param cp;
     shp_status_t st;
 
-    shp_debug("verbs: %s on %s (status %d)", rdma_event_str(ev->event),
-              ep != NULL ? ep->base.peer : "a new connection", ev->status);
+    verbs_conn_param(&mine, &cp);
     switch (ev->event) {
-    case RDMA_CM_EVENT_CONNECT_REQUEST: /* ev->id is the new connection */
-        if (grant == 0 || (ep = verbs_ep_new(tp, NULL, NULL)) == NULL) {
-            /* not one of ours, or no memory: refused, its id freed */
-            rdma_reject(ev->id, NULL, 0);
-            rdma_destroy_id(ev->id);
-            return;
-        }
-        ev->id->context = ep;
-        ep->accepted = 1;
-        ep->tx_credits = grant;
-        {
-            shp_sockaddr_t pa = {.len = sizeof(struct sockaddr_in)};
-            memcpy(&pa.ss, rdma_get_peer_addr(ev->id),
-                   sizeof(struct sockaddr_in));
-            shp_sockaddr_str(&pa, ep->base.peer, sizeof(ep->base.peer));
-        }
-        if (verbs_setup_qp(ep, ev->id, 0) != SHP_OK) {
-            /* never announced to the owner: refuse and forget it */
-            rdma_reject(ev->id, NULL, 0);
-            verbs_unlink(ep);
-            verbs_release(ep);
-            free(ep);
-            return;
-        }
-        v->on_accept(tp, &ep->base); /* sets cbs and arg */
-        if (rdma_accept(ev->id, &cp) != 0) {
-            verbs_fail(ep, SHP_ERR_NO_RESOURCE);
-        }
-        return;
     case RDMA_CM_EVENT_ADDR_RESOLVED:
-        if (ep == NULL) {
-            return;
-        }
         if (ep->ud) {
             st = verbs_setup_qp(ep, ev->id, 1);
             if (st != SHP_OK ||
@@ -581,18 +594,12 @@ static void verbs_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
         }
         return;
     case RDMA_CM_EVENT_ROUTE_RESOLVED:
-        if (ep == NULL) {
-            return;
-        }
         st = verbs_setup_qp(ep, ev->id, 0);
         if (st != SHP_OK || rdma_connect(ev->id, &cp) != 0) {
             verbs_fail(ep, st != SHP_OK ? st : SHP_ERR_CONN_REFUSED);
         }
         return;
     case RDMA_CM_EVENT_ESTABLISHED:
-        if (ep == NULL) {
-            return;
-        }
         if (!ep->accepted) { /* the accept's private data */
             if (grant == 0) {
                 verbs_fail(ep, SHP_ERR_PROTO);
@@ -603,9 +610,6 @@ static void verbs_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
         verbs_up(ep, !ep->accepted);
         return;
     case RDMA_CM_EVENT_MULTICAST_JOIN:
-        if (ep == NULL) {
-            return;
-        }
         if (ep->sender) {
             ep->ah = ibv_create_ah(ep->pd, &ev->param.ud.ah_attr);
             ep->remote_qpn = ev->param.ud.qp_num;
@@ -616,6 +620,26 @@ static void verbs_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
             }
         }
         verbs_up(ep, 1);
+        return;
+    default: return;
+    }
+}
+
+static void verbs_cm_event(shp_tp_t *tp, struct rdma_cm_event *ev, int grant)
+{
+    verbs_ep_t *ep = ev->id->context;
+
+    shp_debug("verbs: %s on %s (status %d)", rdma_event_str(ev->event),
+              ep != NULL ? ep->base.peer : "a new connection", ev->status);
+    switch (ev->event) {
+    case RDMA_CM_EVENT_CONNECT_REQUEST: verbs_cm_request(tp, ev, grant); return;
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+    case RDMA_CM_EVENT_ROUTE_RESOLVED:
+    case RDMA_CM_EVENT_ESTABLISHED:
+    case RDMA_CM_EVENT_MULTICAST_JOIN:
+        if (ep != NULL) {
+            verbs_cm_progress(ep, ev, grant);
+        }
         return;
     case RDMA_CM_EVENT_DISCONNECTED:
         if (ep != NULL) {
