@@ -443,123 +443,174 @@ void shp_group_plan_free(shp_group_plan_t *plan)
     memset(plan, 0, sizeof(*plan));
 }
 
+/* The scratch of shp_group_plan, by tree position (n) or member (m). */
+typedef struct {
+    int *mpos;    /* m: the tree position a member hangs from */
+    int *minrank; /* n: the lowest member below a position (INT_MAX: none) */
+    int *direct;  /* n: members hanging right from a position */
+    int *subch;   /* n: marked children of a position */
+    int *gidx;    /* n: tree position -> index in plan->ans (-1: none) */
+    int *queue;   /* n: the marked positions, breadth first from the top */
+    sort_child_t *tmp;
+} plan_work_t;
+
+static void plan_work_free(plan_work_t *w)
+{
+    free(w->mpos);
+    free(w->minrank);
+    free(w->direct);
+    free(w->subch);
+    free(w->gidx);
+    free(w->queue);
+    free(w->tmp);
+}
+
+static shp_status_t plan_work_alloc(plan_work_t *w, int n, int nmembers)
+{
+    w->mpos = malloc(sizeof(int) * (size_t)nmembers);
+    w->minrank = malloc(sizeof(int) * (size_t)n);
+    w->direct = calloc((size_t)n, sizeof(int));
+    w->subch = calloc((size_t)n, sizeof(int));
+    w->gidx = malloc(sizeof(int) * (size_t)n);
+    w->queue = malloc(sizeof(int) * (size_t)n);
+    w->tmp = malloc(sizeof(*w->tmp) * ((size_t)nmembers + (size_t)n));
+    if (!w->mpos || !w->minrank || !w->direct || !w->subch || !w->gidx ||
+        !w->queue || !w->tmp)
+        return SHP_ERR_NO_MEMORY;
+    for (int i = 0; i < n; i++) {
+        w->minrank[i] = INT_MAX;
+        w->gidx[i] = -1;
+    }
+    return SHP_OK;
+}
+
+/* Marks the positions with members below them, each with its lowest. */
+static shp_status_t plan_mark(const shp_tree_t *tree, const int *leaf,
+                              const int *members, int nmembers, plan_work_t *w)
+{
+    for (int r = 0; r < nmembers; r++) {
+        int l = members[r] >= 0 ? leaf[members[r]] : -1;
+        int p = l >= 0 ? shp_tree_pos(tree, l) : -1;
+        if (p < 0)
+            return SHP_ERR_NO_TREE;
+        w->mpos[r] = p;
+        w->direct[p]++;
+        /* ranks ascend: the first to reach a node sets its lowest rank */
+        for (int v = p; v >= 0 && w->minrank[v] == INT_MAX;
+             v = tree->parent[v]) {
+            w->minrank[v] = r;
+            if (tree->parent[v] >= 0)
+                w->subch[tree->parent[v]]++;
+        }
+    }
+    return SHP_OK;
+}
+
+/* The group's top: down from the root while one child and no members of
+ * its own.  A group of at most flat_max members is served by its top AN
+ * alone, every member a direct child (one AN hop instead of one per
+ * level). */
+static int plan_top(const shp_tree_t *tree, int nmembers, int flat_max,
+                    plan_work_t *w)
+{
+    int top = 0;
+
+    while (w->direct[top] == 0 && w->subch[top] == 1) {
+        int next = -1;
+        for (int i = 0; i < tree->n && next < 0; i++)
+            if (tree->parent[i] == top && w->minrank[i] != INT_MAX)
+                next = i;
+        top = next;
+    }
+    if (nmembers <= flat_max) {
+        for (int r = 0; r < nmembers; r++)
+            w->mpos[r] = top;
+        for (int i = 0; i < tree->n; i++)
+            if (i != top)
+                w->minrank[i] = INT_MAX;
+    }
+    return top;
+}
+
+/* The marked positions breadth first from the top; how many. */
+static int plan_order(const shp_tree_t *tree, int top, plan_work_t *w)
+{
+    int qh = 0, qt = 0;
+
+    w->queue[qt++] = top;
+    w->gidx[top] = 0;
+    while (qh < qt) {
+        int v = w->queue[qh++];
+        for (int i = v + 1; i < tree->n; i++)
+            if (tree->parent[i] == v && w->minrank[i] != INT_MAX) {
+                w->gidx[i] = qt;
+                w->queue[qt++] = i;
+            }
+    }
+    return qt;
+}
+
+/* AN a of the plan: its parent, and its children (members and ANs) in the
+ * order of their lowest member. */
+static shp_status_t plan_an(const shp_tree_t *tree, int nmembers, int a,
+                            plan_work_t *w, shp_group_plan_t *plan)
+{
+    int v = w->queue[a], k = 0;
+    shp_group_an_t *ga = &plan->ans[a];
+
+    ga->node = tree->node[v];
+    ga->parent = a == 0 ? -1 : w->gidx[tree->parent[v]];
+    for (int r = 0; r < nmembers; r++)
+        if (w->mpos[r] == v)
+            w->tmp[k++] = (sort_child_t){r, {0, r}};
+    for (int b = a + 1; b < plan->nans; b++)
+        if (tree->parent[w->queue[b]] == v)
+            w->tmp[k++] = (sort_child_t){w->minrank[w->queue[b]], {1, b}};
+    qsort(w->tmp, (size_t)k, sizeof(*w->tmp), cmp_child);
+    ga->nchildren = k;
+    ga->children = malloc(sizeof(*ga->children) * (size_t)k);
+    if (!ga->children)
+        return SHP_ERR_NO_MEMORY;
+    for (int i = 0; i < k; i++) {
+        ga->children[i] = w->tmp[i].c;
+        if (w->tmp[i].c.is_an) {
+            plan->ans[w->tmp[i].c.index].parent_index = i;
+        } else {
+            plan->member_an[w->tmp[i].c.index] = a;
+            plan->member_index[w->tmp[i].c.index] = i;
+        }
+    }
+    return SHP_OK;
+}
+
 shp_status_t shp_group_plan(const shp_tree_t *tree, const int *leaf,
                             const int *members, int nmembers, int flat_max,
                             shp_group_plan_t *plan)
 {
+    plan_work_t w = {0};
+    shp_status_t st;
+
     memset(plan, 0, sizeof(*plan));
     if (nmembers < 1)
         return SHP_ERR_INVALID_PARAM;
-    int n = tree->n;
-    int *mpos = malloc(sizeof(int) * (size_t)nmembers);
-    int *minrank = malloc(sizeof(int) * (size_t)n);
-    int *direct = calloc((size_t)n, sizeof(int));
-    int *subch = calloc((size_t)n, sizeof(int));
-    int *gidx = malloc(sizeof(int) * (size_t)n); /* tree pos -> ans[] */
-    int *queue = malloc(sizeof(int) * (size_t)n);
-    sort_child_t *tmp = NULL;
-    shp_status_t st = SHP_OK;
-    if (!mpos || !minrank || !direct || !subch || !gidx || !queue) {
-        st = SHP_ERR_NO_MEMORY;
+    st = plan_work_alloc(&w, tree->n, nmembers);
+    if (st == SHP_OK)
+        st = plan_mark(tree, leaf, members, nmembers, &w);
+    if (st != SHP_OK)
         goto out;
-    }
-    for (int i = 0; i < n; i++) {
-        minrank[i] = INT_MAX;
-        gidx[i] = -1;
-    }
-    for (int r = 0; r < nmembers; r++) {
-        int l = members[r] >= 0 ? leaf[members[r]] : -1;
-        int p = l >= 0 ? shp_tree_pos(tree, l) : -1;
-        if (p < 0) {
-            st = SHP_ERR_NO_TREE;
-            goto out;
-        }
-        mpos[r] = p;
-        direct[p]++;
-        /* ranks ascend: the first to reach a node sets its lowest rank */
-        for (int v = p; v >= 0 && minrank[v] == INT_MAX; v = tree->parent[v]) {
-            minrank[v] = r;
-            if (tree->parent[v] >= 0)
-                subch[tree->parent[v]]++;
-        }
-    }
-    /* trim: descend while one child and no members of its own */
-    int top = 0;
-    while (direct[top] == 0 && subch[top] == 1) {
-        int next = -1;
-        for (int i = 0; i < n && next < 0; i++)
-            if (tree->parent[i] == top && minrank[i] != INT_MAX)
-                next = i;
-        top = next;
-    }
-    /* flat: a group small enough is served by its top AN alone, every
-     * member a direct child (one AN hop instead of one per level) */
-    if (nmembers <= flat_max) {
-        for (int r = 0; r < nmembers; r++)
-            mpos[r] = top;
-        for (int i = 0; i < n; i++)
-            if (i != top)
-                minrank[i] = INT_MAX;
-    }
-    /* breadth-first from the top over marked nodes */
-    int qh = 0, qt = 0;
-    queue[qt++] = top;
-    gidx[top] = 0;
-    while (qh < qt) {
-        int v = queue[qh++];
-        for (int i = v + 1; i < n; i++)
-            if (tree->parent[i] == v && minrank[i] != INT_MAX) {
-                gidx[i] = qt;
-                queue[qt++] = i;
-            }
-    }
-    plan->nans = qt;
+    plan->nans = plan_order(tree, plan_top(tree, nmembers, flat_max, &w), &w);
     plan->nmembers = nmembers;
-    plan->ans = calloc((size_t)qt, sizeof(*plan->ans));
+    plan->ans = calloc((size_t)plan->nans, sizeof(*plan->ans));
     plan->member_an = malloc(sizeof(int) * (size_t)nmembers);
     plan->member_index = malloc(sizeof(int) * (size_t)nmembers);
-    tmp = malloc(sizeof(*tmp) * ((size_t)nmembers + (size_t)qt));
-    if (!plan->ans || !plan->member_an || !plan->member_index || !tmp) {
+    if (!plan->ans || !plan->member_an || !plan->member_index) {
         st = SHP_ERR_NO_MEMORY;
         goto out;
     }
-    for (int a = 0; a < qt; a++) {
-        int v = queue[a];
-        shp_group_an_t *ga = &plan->ans[a];
-        ga->node = tree->node[v];
-        ga->parent = a == 0 ? -1 : gidx[tree->parent[v]];
-        int k = 0;
-        for (int r = 0; r < nmembers; r++)
-            if (mpos[r] == v)
-                tmp[k++] = (sort_child_t){r, {0, r}};
-        for (int b = a + 1; b < qt; b++)
-            if (tree->parent[queue[b]] == v)
-                tmp[k++] = (sort_child_t){minrank[queue[b]], {1, b}};
-        qsort(tmp, (size_t)k, sizeof(*tmp), cmp_child);
-        ga->nchildren = k;
-        ga->children = malloc(sizeof(*ga->children) * (size_t)k);
-        if (!ga->children) {
-            st = SHP_ERR_NO_MEMORY;
-            goto out;
-        }
-        for (int i = 0; i < k; i++) {
-            ga->children[i] = tmp[i].c;
-            if (tmp[i].c.is_an) {
-                plan->ans[tmp[i].c.index].parent_index = i;
-            } else {
-                plan->member_an[tmp[i].c.index] = a;
-                plan->member_index[tmp[i].c.index] = i;
-            }
-        }
-    }
+    for (int a = 0; a < plan->nans && st == SHP_OK; a++)
+        st = plan_an(tree, nmembers, a, &w, plan);
 out:
-    free(mpos);
-    free(minrank);
-    free(direct);
-    free(subch);
-    free(gidx);
-    free(queue);
-    free(tmp);
+    plan_work_free(&w);
     if (st != SHP_OK)
         shp_group_plan_free(plan);
     return st;
