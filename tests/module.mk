@@ -16,7 +16,8 @@ $(TEST_SUPPORT_LIB): $(call obj_of,$(TEST_SUPPORT_SRCS))
 UNIT_TEST_SRCS := $(wildcard $(addsuffix /test_*.c,$(addprefix tests/, \
 	core protocol reduce transport topology))) \
 	tests/an/test_an_exact.c tests/an/test_an_link.c \
-	tests/mpi-coll/test_recover.c tests/sharpd/test_sharpd_auth.c
+	tests/mpi-coll/test_recover.c tests/sharpd/test_sharpd_auth.c \
+	tests/libsharp/test_buf.c
 UNIT_TESTS := $(patsubst tests/%.c,$(TESTDIR)/%,$(UNIT_TEST_SRCS))
 TESTS += $(UNIT_TESTS)
 
@@ -26,6 +27,9 @@ $(UNIT_TESTS): $(TESTDIR)/%: $(OBJDIR)/tests/%.o $(AM_LIB) $(TOPO_LIB) \
 
 # exact sums checked against MPFR
 $(TESTDIR)/reduce/test_exact: CMOCKA_LIBS += -lmpfr -lgmp
+
+# libsharp_coll's buffer-form rules, without a fabric
+$(TESTDIR)/libsharp/test_buf: $(call obj_of,libsharp/coll_buf.c)
 
 # Integration tests of the aggregation node: real processes on loopback.
 AN_MEMBER := $(TESTDIR)/an/an_member
