@@ -35,6 +35,7 @@
 #include "tests/support/oob_hub.h"
 #include "tests/support/ctl_client.h"
 #include "tests/support/fabric.h"
+#include "tests/support/coll_desc.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -126,17 +127,6 @@ static void store(void *buf, size_t i, int t, int64_t v)
     }
 }
 
-static struct sharp_coll_data_desc desc(void *p, size_t len)
-{
-    struct sharp_coll_data_desc d;
-    memset(&d, 0, sizeof(d));
-    d.type = SHARP_DATA_BUFFER;
-    d.mem_type = SHARP_MEM_TYPE_HOST;
-    d.buffer.ptr = p;
-    d.buffer.length = len;
-    return d;
-}
-
 static mstat_t *me;
 
 static void alive(void)
@@ -205,8 +195,8 @@ static int one_op(struct sharp_coll_comm *c, uint64_t job, uint64_t k, int rank,
         memset(rbuf, 0xee, len);
         struct sharp_coll_reduce_spec sp;
         memset(&sp, 0, sizeof(sp));
-        sp.sbuf_desc = desc(sbuf, len);
-        sp.rbuf_desc = desc(rbuf, len);
+        sp.sbuf_desc = test_host_desc(sbuf, len);
+        sp.rbuf_desc = test_host_desc(rbuf, len);
         sp.dtype = dtypes[t];
         sp.op = op;
         sp.length = n;
@@ -242,7 +232,7 @@ static int one_op(struct sharp_coll_comm *c, uint64_t job, uint64_t k, int rank,
     struct sharp_coll_bcast_spec bs;
     memset(&bs, 0, sizeof(bs));
     bs.root = root;
-    bs.buf_desc = desc(rbuf, len);
+    bs.buf_desc = test_host_desc(rbuf, len);
     bs.size = len;
     if (sharp_coll_do_bcast(c, &bs) != SHARP_COLL_SUCCESS) {
         return 0;

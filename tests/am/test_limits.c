@@ -26,6 +26,7 @@
 
 #include "protocol/ctl.h"
 #include "core/time.h"
+#include "tests/support/coll_desc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -96,17 +97,6 @@ static int comm(hub_oob_t *o, struct sharp_coll_comm **c)
     return sharp_coll_comm_init(ctx, &cs, c);
 }
 
-static struct sharp_coll_data_desc desc(void *p, size_t len)
-{
-    struct sharp_coll_data_desc d;
-    memset(&d, 0, sizeof(d));
-    d.type = SHARP_DATA_BUFFER;
-    d.mem_type = SHARP_MEM_TYPE_HOST;
-    d.buffer.ptr = p;
-    d.buffer.length = len;
-    return d;
-}
-
 /* allreduce (sum) of n int64 over a communicator of `size`, checked:
  * 0 right, 1 failed, -1 wrong */
 static int sum_op(struct sharp_coll_comm *c, int rank, int size, int64_t k,
@@ -118,8 +108,8 @@ static int sum_op(struct sharp_coll_comm *c, int rank, int size, int64_t k,
     }
     struct sharp_coll_reduce_spec sp;
     memset(&sp, 0, sizeof(sp));
-    sp.sbuf_desc = desc(in, n * 8);
-    sp.rbuf_desc = desc(out, n * 8);
+    sp.sbuf_desc = test_host_desc(in, n * 8);
+    sp.rbuf_desc = test_host_desc(out, n * 8);
     sp.dtype = SHARP_DTYPE_LONG;
     sp.op = SHARP_OP_SUM;
     sp.length = n;

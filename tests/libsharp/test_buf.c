@@ -6,6 +6,7 @@
 #include "tests/support/test_util.h"
 
 #include "libsharp/coll_comm.h"
+#include "tests/support/coll_desc.h"
 
 #include <stdlib.h>
 
@@ -19,26 +20,14 @@ static int setup(void **state)
     return 0;
 }
 
-static struct sharp_coll_data_desc buf(void *p, size_t len)
-{
-    struct sharp_coll_data_desc d;
-
-    memset(&d, 0, sizeof(d));
-    d.type = SHARP_DATA_BUFFER;
-    d.mem_type = SHARP_MEM_TYPE_HOST;
-    d.buffer.ptr = p;
-    d.buffer.length = len;
-    return d;
-}
-
 static struct sharp_coll_reduce_spec spec_of(void *s, size_t sl, void *r,
                                              size_t rl, size_t length)
 {
     struct sharp_coll_reduce_spec sp;
 
     memset(&sp, 0, sizeof(sp));
-    sp.sbuf_desc = buf(s, sl);
-    sp.rbuf_desc = buf(r, rl);
+    sp.sbuf_desc = test_host_desc(s, sl);
+    sp.rbuf_desc = test_host_desc(r, rl);
     sp.dtype = SHARP_DTYPE_INT;
     sp.op = SHARP_OP_SUM;
     sp.length = length;
@@ -185,7 +174,7 @@ static void test_bcast(void **state)
 
     (void)state;
     memset(&sp, 0, sizeof(sp));
-    sp.buf_desc = buf(b, sizeof(b));
+    sp.buf_desc = test_host_desc(b, sizeof(b));
     sp.size = 64;
     sp.root = 1;
     assert_int_equal(coll_bcast_req(&comm4, &sp, &q), SHARP_COLL_SUCCESS);
@@ -213,8 +202,8 @@ static void test_allgather(void **state)
 
     (void)state;
     memset(&sp, 0, sizeof(sp));
-    sp.sbuf_desc = buf(s, sizeof(s));
-    sp.rbuf_desc = buf(r, sizeof(r));
+    sp.sbuf_desc = test_host_desc(s, sizeof(s));
+    sp.rbuf_desc = test_host_desc(r, sizeof(r));
     sp.dtype = SHARP_DTYPE_INT;
     assert_int_equal(coll_allgather_req(&comm4, &sp, &q), SHARP_COLL_SUCCESS);
     assert_int_equal(q->total, 32);
@@ -222,7 +211,7 @@ static void test_allgather(void **state)
     assert_int_equal(q->s_hi, 16);
     coll_req_release(q);
     sp.offset = 12; /* the window [12, 32): rank 1 gives [12, 16) */
-    sp.rbuf_desc = buf(r, 20);
+    sp.rbuf_desc = test_host_desc(r, 20);
     assert_int_equal(coll_allgather_req(&comm4, &sp, &q), SHARP_COLL_SUCCESS);
     assert_int_equal(q->total, 20);
     assert_int_equal(q->s_lo, 0);

@@ -17,6 +17,7 @@
 #include "protocol/wire.h"
 #include "tests/support/fabric.h"
 #include "tests/support/oob_hub.h"
+#include "tests/support/coll_desc.h"
 
 #include <arpa/inet.h>
 #include <grp.h>
@@ -91,17 +92,6 @@ static int comm_of(hub_oob_t *oob, struct sharp_coll_comm **c)
     struct sharp_coll_comm_init_spec cs = {
         .rank = oob->rank, .size = oob->size, .oob_ctx = oob};
     return sharp_coll_comm_init(ctx, &cs, c);
-}
-
-static struct sharp_coll_data_desc buf_desc(void *p, size_t len)
-{
-    struct sharp_coll_data_desc d;
-    memset(&d, 0, sizeof(d));
-    d.type = SHARP_DATA_BUFFER;
-    d.mem_type = SHARP_MEM_TYPE_HOST;
-    d.buffer.ptr = p;
-    d.buffer.length = len;
-    return d;
 }
 
 /* value i of rank r in an exact-arithmetic test */
@@ -217,8 +207,8 @@ static int allreduce_check(struct sharp_coll_comm *c, int rank, int size,
         sp.sbuf_desc = iov_desc(s, n * es, sv);
         sp.rbuf_desc = iov_desc(in_place ? s : r, n * es, rv);
     } else {
-        sp.sbuf_desc = buf_desc(s, n * es);
-        sp.rbuf_desc = buf_desc(in_place ? s : r, n * es);
+        sp.sbuf_desc = test_host_desc(s, n * es);
+        sp.rbuf_desc = test_host_desc(in_place ? s : r, n * es);
     }
     sp.dtype = dt;
     sp.op = op;
@@ -317,8 +307,8 @@ static int m_collectives(int rank, void *arg)
             }
         }
         sp.root = 3;
-        sp.sbuf_desc = buf_desc(s, sizeof(s));
-        sp.rbuf_desc = buf_desc(r, sizeof(r));
+        sp.sbuf_desc = test_host_desc(s, sizeof(s));
+        sp.rbuf_desc = test_host_desc(r, sizeof(r));
         sp.dtype = SHARP_DTYPE_INT;
         sp.op = SHARP_OP_SUM;
         sp.length = 100;
@@ -335,8 +325,10 @@ static int m_collectives(int rank, void *arg)
         for (int i = 0; i < 10000; i++) {
             b[i] = rank == 5 ? (uint8_t)(i * 7 + 1) : 0xee;
         }
-        struct sharp_coll_bcast_spec bs = {
-            .root = 5, .buf_desc = buf_desc(b, sizeof(b)), .size = sizeof(b)};
+        struct sharp_coll_bcast_spec bs = {.root = 5,
+                                           .buf_desc =
+                                               test_host_desc(b, sizeof(b)),
+                                           .size = sizeof(b)};
         CHECK(sharp_coll_do_bcast(world, &bs) == 0, "bcast");
         for (int i = 0; i < 10000; i++) {
             CHECK(b[i] == (uint8_t)(i * 7 + 1), "bcast byte %d", i);
@@ -379,8 +371,8 @@ static int m_collectives(int rank, void *arg)
         }
         struct sharp_coll_reduce_spec sp;
         memset(&sp, 0, sizeof(sp));
-        sp.sbuf_desc = buf_desc(s, n * size * 8);
-        sp.rbuf_desc = buf_desc(r, n * 8);
+        sp.sbuf_desc = test_host_desc(s, n * size * 8);
+        sp.rbuf_desc = test_host_desc(r, n * 8);
         sp.dtype = SHARP_DTYPE_LONG;
         sp.op = SHARP_OP_SUM;
         sp.length = n;
@@ -403,8 +395,8 @@ static int m_collectives(int rank, void *arg)
         struct sharp_coll_gather_spec gs;
         memset(&gs, 0x77, sizeof(gs));
         gs.offset = 0;
-        gs.sbuf_desc = buf_desc(s, sizeof(s));
-        gs.rbuf_desc = buf_desc(r, sizeof(r));
+        gs.sbuf_desc = test_host_desc(s, sizeof(s));
+        gs.rbuf_desc = test_host_desc(r, sizeof(r));
         gs.dtype = SHARP_DTYPE_INT8;
         CHECK(sharp_coll_do_allgather(world, &gs) == 0, "allgather");
         for (int k = 0; k < size; k++) {
@@ -426,9 +418,9 @@ static int m_collectives(int rank, void *arg)
             for (int i = 0; i < 2000; i++) {
                 s[k][i] = (rank + 1) * (k + 1) + i;
             }
-            sp.sbuf_desc = buf_desc(s[k], sizeof(s[k]));
+            sp.sbuf_desc = test_host_desc(s[k], sizeof(s[k]));
             sp.sbuf_desc.buffer.mem_handle = mr;
-            sp.rbuf_desc = buf_desc(r[k], sizeof(r[k]));
+            sp.rbuf_desc = test_host_desc(r[k], sizeof(r[k]));
             sp.dtype = SHARP_DTYPE_INT;
             sp.op = k % 2 ? SHARP_OP_MAX : SHARP_OP_SUM;
             sp.length = 2000;
@@ -460,8 +452,8 @@ static int m_collectives(int rank, void *arg)
             for (int i = 0; i < 100; i++) {
                 s[k][i] = (int64_t)(rank + 1) * (k + 1) + i;
             }
-            sp.sbuf_desc = buf_desc(s[k], sizeof(s[k]));
-            sp.rbuf_desc = buf_desc(r[k], sizeof(r[k]));
+            sp.sbuf_desc = test_host_desc(s[k], sizeof(s[k]));
+            sp.rbuf_desc = test_host_desc(r[k], sizeof(r[k]));
             sp.dtype = SHARP_DTYPE_LONG;
             sp.op = SHARP_OP_SUM;
             sp.length = 100;
@@ -486,8 +478,8 @@ static int m_collectives(int rank, void *arg)
             int64_t v = rank, out = 0;
             struct sharp_coll_reduce_spec sp;
             memset(&sp, 0, sizeof(sp));
-            sp.sbuf_desc = buf_desc(&v, 8);
-            sp.rbuf_desc = buf_desc(&out, 8);
+            sp.sbuf_desc = test_host_desc(&v, 8);
+            sp.rbuf_desc = test_host_desc(&out, 8);
             sp.dtype = SHARP_DTYPE_LONG;
             sp.op = SHARP_OP_SUM;
             sp.length = 1;
@@ -556,8 +548,8 @@ static int m_repeatable(int rank, void *arg)
     for (int round = 0; round < 20; round++) {
         struct sharp_coll_reduce_spec sp;
         memset(&sp, 0, sizeof(sp));
-        sp.sbuf_desc = buf_desc(s, sizeof(s));
-        sp.rbuf_desc = buf_desc(r, sizeof(r));
+        sp.sbuf_desc = test_host_desc(s, sizeof(s));
+        sp.rbuf_desc = test_host_desc(r, sizeof(r));
         sp.dtype = SHARP_DTYPE_DOUBLE;
         sp.op = SHARP_OP_SUM;
         sp.length = N;
@@ -587,8 +579,8 @@ static int m_repeatable(int rank, void *arg)
     }
     struct sharp_coll_gather_spec gs;
     memset(&gs, 0, sizeof(gs));
-    gs.sbuf_desc = buf_desc(&sum, 8);
-    gs.rbuf_desc = buf_desc(all, sizeof(all));
+    gs.sbuf_desc = test_host_desc(&sum, 8);
+    gs.rbuf_desc = test_host_desc(all, sizeof(all));
     CHECK(sharp_coll_do_allgather(world, &gs) == 0, "allgather");
     for (int k = 0; k < size; k++) {
         CHECK(all[k] == sum, "member %d has other bits", k);
@@ -624,8 +616,8 @@ static int rs_check(struct sharp_coll_comm *c, int rank, int size,
     memset(&sp, 0x5a, sizeof(sp)); /* root, stream_lock_batch_size: unread */
     my_data(&d, all, rank, salt, s);
     int bad = reference(&d, all, size, salt, want) != 0;
-    sp.sbuf_desc = buf_desc(s, all * es);
-    sp.rbuf_desc = buf_desc(r, n * es);
+    sp.sbuf_desc = test_host_desc(s, all * es);
+    sp.rbuf_desc = test_host_desc(r, n * es);
     sp.dtype = dt;
     sp.op = op;
     sp.tag_dtype = tag;
@@ -719,8 +711,8 @@ static int m_caps(int rank, void *arg)
             struct sharp_coll_reduce_spec sp;
             uint8_t b[16] = {0}, o[16];
             memset(&sp, 0, sizeof(sp));
-            sp.sbuf_desc = buf_desc(b, sizeof(b));
-            sp.rbuf_desc = buf_desc(o, sizeof(o));
+            sp.sbuf_desc = test_host_desc(b, sizeof(b));
+            sp.rbuf_desc = test_host_desc(o, sizeof(o));
             sp.dtype = dt;
             sp.op = op;
             sp.length = 1;
@@ -755,8 +747,8 @@ static int m_caps(int rank, void *arg)
                     struct sharp_coll_reduce_spec sp;
                     uint8_t b[32] = {0}, o[32];
                     memset(&sp, 0, sizeof(sp));
-                    sp.sbuf_desc = buf_desc(b, sizeof(b));
-                    sp.rbuf_desc = buf_desc(o, sizeof(o));
+                    sp.sbuf_desc = test_host_desc(b, sizeof(b));
+                    sp.rbuf_desc = test_host_desc(o, sizeof(o));
                     sp.dtype = dt;
                     sp.op = op;
                     sp.tag_dtype = tg;
@@ -793,8 +785,8 @@ static int m_caps(int rank, void *arg)
         for (int round = 0; round < 5; round++) {
             struct sharp_coll_reduce_spec sp;
             memset(&sp, 0, sizeof(sp));
-            sp.sbuf_desc = buf_desc(s, sizeof(s));
-            sp.rbuf_desc = buf_desc(r, sizeof(r));
+            sp.sbuf_desc = test_host_desc(s, sizeof(s));
+            sp.rbuf_desc = test_host_desc(r, sizeof(r));
             sp.dtype = SHARP_DTYPE_DOUBLE;
             sp.op = SHARP_OP_SUM;
             sp.length = N;
@@ -812,8 +804,8 @@ static int m_caps(int rank, void *arg)
         }
         struct sharp_coll_gather_spec gs;
         memset(&gs, 0, sizeof(gs));
-        gs.sbuf_desc = buf_desc(&sum, 8);
-        gs.rbuf_desc = buf_desc(all, sizeof(all));
+        gs.sbuf_desc = test_host_desc(&sum, 8);
+        gs.rbuf_desc = test_host_desc(all, sizeof(all));
         CHECK(sharp_coll_do_allgather(world, &gs) == 0, "allgather");
         for (int k = 0; k < size; k++) {
             CHECK(all[k] == sum, "member %d has other bits", k);
@@ -838,8 +830,8 @@ static int m_caps(int rank, void *arg)
             }
             struct sharp_coll_reduce_spec sp;
             memset(&sp, 0, sizeof(sp));
-            sp.sbuf_desc = buf_desc(s, n);
-            sp.rbuf_desc = buf_desc(r, n);
+            sp.sbuf_desc = test_host_desc(s, n);
+            sp.rbuf_desc = test_host_desc(r, n);
             sp.dtype = SHARP_DTYPE_INT8;
             sp.op = SHARP_OP_SUM;
             sp.length = n;
@@ -866,8 +858,8 @@ static int m_caps(int rank, void *arg)
             memset(r, 0xee, n * (size_t)size);
             struct sharp_coll_gather_spec gs;
             memset(&gs, 0x77, sizeof(gs)); /* size, dtype: unread */
-            gs.sbuf_desc = buf_desc(s, n);
-            gs.rbuf_desc = buf_desc(r, n * (size_t)size);
+            gs.sbuf_desc = test_host_desc(s, n);
+            gs.rbuf_desc = test_host_desc(r, n * (size_t)size);
             gs.offset = 0;
             int rc;
             if (nb) {
@@ -913,8 +905,8 @@ static int m_sock_spin(int rank, void *arg)
     float in = (float)rank, out = 0;
     struct sharp_coll_reduce_spec sp;
     memset(&sp, 0, sizeof(sp));
-    sp.sbuf_desc = buf_desc(&in, sizeof(in));
-    sp.rbuf_desc = buf_desc(&out, sizeof(out));
+    sp.sbuf_desc = test_host_desc(&in, sizeof(in));
+    sp.rbuf_desc = test_host_desc(&out, sizeof(out));
     sp.dtype = SHARP_DTYPE_FLOAT;
     sp.op = SHARP_OP_SUM;
     sp.length = 1;
@@ -1038,8 +1030,8 @@ static int rs_ucc_in_place(struct sharp_coll_comm *c, int rank, int size,
     struct sharp_coll_reduce_spec sp =
         rs_spec((enum sharp_datatype)d->dtype, (enum sharp_reduce_op)d->op);
     sp.tag_dtype = (enum sharp_datatype)d->tag_dtype;
-    sp.sbuf_desc = buf_desc(buf, all * es * (size_t)size);
-    sp.rbuf_desc = buf_desc(buf, all * es);
+    sp.sbuf_desc = test_host_desc(buf, all * es * (size_t)size);
+    sp.rbuf_desc = test_host_desc(buf, all * es);
     sp.length = all;
     sp.offset = 0;
     int rc = do_rs(c, &sp, nb);
@@ -1087,9 +1079,9 @@ static int rs_nccl(struct sharp_coll_comm *c, int rank, int size,
         struct sharp_coll_reduce_spec sp =
             rs_spec((enum sharp_datatype)d->dtype, (enum sharp_reduce_op)d->op);
         sp.tag_dtype = (enum sharp_datatype)d->tag_dtype;
-        sp.sbuf_desc = buf_desc(g + wo, w);
-        sp.rbuf_desc =
-            buf_desc(recv + ((int)(wo / blk) == rank ? wo % blk : 0), blk);
+        sp.sbuf_desc = test_host_desc(g + wo, w);
+        sp.rbuf_desc = test_host_desc(
+            recv + ((int)(wo / blk) == rank ? wo % blk : 0), blk);
         sp.length = w / es;
         sp.offset = wo;
         int rc = do_rs(c, &sp, (int)(wo / wb) % 2);
@@ -1146,8 +1138,8 @@ static int ag_form(struct sharp_coll_comm *c, int rank, int size, size_t blk,
         struct sharp_coll_gather_spec gs;
         memset(&gs, 0x77, sizeof(gs)); /* dtype: unread */
         gs.sbuf_desc =
-            buf_desc(s + ((int)(wo / blk) == rank ? wo % blk : 0), blk);
-        gs.rbuf_desc = buf_desc(r + wo, w);
+            test_host_desc(s + ((int)(wo / blk) == rank ? wo % blk : 0), blk);
+        gs.rbuf_desc = test_host_desc(r + wo, w);
         gs.dtype = SHARP_DTYPE_INT8;
         if (w < total) { /* NCCL sets size to the window; UCC leaves it */
             gs.size = w;
@@ -1186,25 +1178,25 @@ static int forms_refused(struct sharp_coll_comm *c, int rank, int size)
     struct sharp_coll_reduce_spec sp = rs_spec(SHARP_DTYPE_INT, SHARP_OP_SUM);
     /* allreduce: the result one element past the input, and before it */
     for (int shift = -1; shift <= 1; shift += 2) {
-        sp.sbuf_desc = buf_desc(buf + 1, N * 4);
-        sp.rbuf_desc = buf_desc(buf + 1 + shift, N * 4);
+        sp.sbuf_desc = test_host_desc(buf + 1, N * 4);
+        sp.rbuf_desc = test_host_desc(buf + 1 + shift, N * 4);
         sp.length = N;
         rc = sharp_coll_do_allreduce(c, &sp);
         FORM_CHECK(rc == SHARP_COLL_EINVAL, "allreduce overlap %d: %d", shift,
                    rc);
     }
     /* allreduce: a receive buffer one byte short; a send buffer too */
-    sp.sbuf_desc = buf_desc(buf, N * 4);
-    sp.rbuf_desc = buf_desc(out, N * 4 - 1);
+    sp.sbuf_desc = test_host_desc(buf, N * 4);
+    sp.rbuf_desc = test_host_desc(out, N * 4 - 1);
     rc = sharp_coll_do_allreduce(c, &sp);
     FORM_CHECK(rc == SHARP_COLL_EINVAL, "allreduce short rbuf: %d", rc);
-    sp.sbuf_desc = buf_desc(buf, N * 4 - 4);
-    sp.rbuf_desc = buf_desc(out, N * 4);
+    sp.sbuf_desc = test_host_desc(buf, N * 4 - 4);
+    sp.rbuf_desc = test_host_desc(out, N * 4);
     rc = sharp_coll_do_allreduce(c, &sp);
     FORM_CHECK(rc == SHARP_COLL_EINVAL, "allreduce short sbuf: %d", rc);
     /* reduce-scatter: the block one element into the send buffer */
-    sp.sbuf_desc = buf_desc(buf, (size_t)N * 4 * (size_t)size);
-    sp.rbuf_desc = buf_desc(buf + 1, N * 4);
+    sp.sbuf_desc = test_host_desc(buf, (size_t)N * 4 * (size_t)size);
+    sp.rbuf_desc = test_host_desc(buf + 1, N * 4);
     sp.length = N;
     sp.offset = 0;
     rc = sharp_coll_do_reduce_scatter(c, &sp);
@@ -1212,19 +1204,19 @@ static int forms_refused(struct sharp_coll_comm *c, int rank, int size)
     /* reduce-scatter: per-rank form with an offset; in place with a
      * length that does not divide by size; a window not on an element or
      * past the vector; a receive buffer short of the block */
-    sp.rbuf_desc = buf_desc(out, N * 4);
+    sp.rbuf_desc = test_host_desc(out, N * 4);
     sp.offset = 4;
     rc = sharp_coll_do_reduce_scatter(c, &sp);
     FORM_CHECK(rc == SHARP_COLL_EINVAL, "per-rank offset: %d", rc);
     sp.offset = 0;
-    sp.sbuf_desc = buf_desc(buf, (size_t)(N + 1) * 4 * (size_t)size);
-    sp.rbuf_desc = buf_desc(buf, (N + 1) * 4);
+    sp.sbuf_desc = test_host_desc(buf, (size_t)(N + 1) * 4 * (size_t)size);
+    sp.rbuf_desc = test_host_desc(buf, (N + 1) * 4);
     sp.length = N + 1;
     rc = size > 1 && (N + 1) % size != 0 ? sharp_coll_do_reduce_scatter(c, &sp)
                                          : SHARP_COLL_EINVAL;
     FORM_CHECK(rc == SHARP_COLL_EINVAL, "in place, length %% size: %d", rc);
-    sp.sbuf_desc = buf_desc(buf, 8 * 4);
-    sp.rbuf_desc = buf_desc(out, 8 * 4);
+    sp.sbuf_desc = test_host_desc(buf, 8 * 4);
+    sp.rbuf_desc = test_host_desc(out, 8 * 4);
     sp.length = 8;
     sp.offset = 2;
     rc = sharp_coll_do_reduce_scatter(c, &sp);
@@ -1232,8 +1224,8 @@ static int forms_refused(struct sharp_coll_comm *c, int rank, int size)
     sp.offset = (size_t)size * 8 * 4 - 4;
     rc = sharp_coll_do_reduce_scatter(c, &sp);
     FORM_CHECK(rc == SHARP_COLL_EINVAL, "window past the vector: %d", rc);
-    sp.sbuf_desc = buf_desc(buf, (size_t)N * 4 * (size_t)size);
-    sp.rbuf_desc = buf_desc(out, N * 4 - 4);
+    sp.sbuf_desc = test_host_desc(buf, (size_t)N * 4 * (size_t)size);
+    sp.rbuf_desc = test_host_desc(out, N * 4 - 4);
     sp.length = N;
     sp.offset = 0;
     rc = sharp_coll_do_reduce_scatter(c, &sp);
@@ -1242,11 +1234,11 @@ static int forms_refused(struct sharp_coll_comm *c, int rank, int size)
      * receive buffer; an offset past the vector */
     struct sharp_coll_gather_spec gs;
     memset(&gs, 0, sizeof(gs));
-    gs.sbuf_desc = buf_desc((uint8_t *)buf + (size_t)rank * 16 + 1, 16);
-    gs.rbuf_desc = buf_desc(buf, 16 * (size_t)size);
+    gs.sbuf_desc = test_host_desc((uint8_t *)buf + (size_t)rank * 16 + 1, 16);
+    gs.rbuf_desc = test_host_desc(buf, 16 * (size_t)size);
     rc = sharp_coll_do_allgather(c, &gs);
     FORM_CHECK(rc == SHARP_COLL_EINVAL, "allgather overlap: %d", rc);
-    gs.sbuf_desc = buf_desc(buf + N * NHOST - 4, 16);
+    gs.sbuf_desc = test_host_desc(buf + N * NHOST - 4, 16);
     gs.offset = 16 * (size_t)size;
     rc = sharp_coll_do_allgather(c, &gs);
     FORM_CHECK(rc == SHARP_COLL_EINVAL, "allgather offset: %d", rc);
@@ -1378,8 +1370,8 @@ static void *th_main(void *p)
             }
             struct sharp_coll_reduce_spec sp;
             memset(&sp, 0, sizeof(sp));
-            sp.sbuf_desc = buf_desc(s + w * maxn, n[w] * 8);
-            sp.rbuf_desc = buf_desc(r + w * maxn, n[w] * 8);
+            sp.sbuf_desc = test_host_desc(s + w * maxn, n[w] * 8);
+            sp.rbuf_desc = test_host_desc(r + w * maxn, n[w] * 8);
             sp.dtype = SHARP_DTYPE_LONG;
             sp.op = SHARP_OP_SUM;
             sp.length = n[w];
@@ -1425,8 +1417,8 @@ static void *th_main(void *p)
             int64_t v = a->rank + a->t, out = 0;
             struct sharp_coll_reduce_spec sp;
             memset(&sp, 0, sizeof(sp));
-            sp.sbuf_desc = buf_desc(&v, 8);
-            sp.rbuf_desc = buf_desc(&out, 8);
+            sp.sbuf_desc = test_host_desc(&v, 8);
+            sp.rbuf_desc = test_host_desc(&out, 8);
             sp.dtype = SHARP_DTYPE_LONG;
             sp.op = SHARP_OP_MAX;
             sp.length = 1;
@@ -1540,8 +1532,8 @@ static int m_two_jobs(int member, void *arg)
         int64_t v = rank + 10 * job + it, out = 0;
         struct sharp_coll_reduce_spec sp;
         memset(&sp, 0, sizeof(sp));
-        sp.sbuf_desc = buf_desc(&v, 8);
-        sp.rbuf_desc = buf_desc(&out, 8);
+        sp.sbuf_desc = test_host_desc(&v, 8);
+        sp.rbuf_desc = test_host_desc(&out, 8);
         sp.dtype = SHARP_DTYPE_LONG;
         sp.op = SHARP_OP_SUM;
         sp.length = 1;
@@ -1614,8 +1606,8 @@ static int m_an_killed(int rank, void *arg)
         }
         struct sharp_coll_reduce_spec sp;
         memset(&sp, 0, sizeof(sp));
-        sp.sbuf_desc = buf_desc(s, sizeof(s));
-        sp.rbuf_desc = buf_desc(r, sizeof(r));
+        sp.sbuf_desc = test_host_desc(s, sizeof(s));
+        sp.rbuf_desc = test_host_desc(r, sizeof(r));
         sp.dtype = SHARP_DTYPE_INT;
         sp.op = SHARP_OP_SUM;
         sp.length = 64;
@@ -1708,8 +1700,8 @@ static int m_cancel(int rank, void *arg)
         struct sharp_coll_reduce_spec sp;
         pthread_t th;
         memset(&sp, 0, sizeof(sp));
-        sp.sbuf_desc = buf_desc(&v, 8);
-        sp.rbuf_desc = buf_desc(&out, 8);
+        sp.sbuf_desc = test_host_desc(&v, 8);
+        sp.rbuf_desc = test_host_desc(&out, 8);
         sp.dtype = SHARP_DTYPE_LONG;
         sp.op = SHARP_OP_SUM;
         sp.length = 1;
@@ -1813,8 +1805,8 @@ static int m_mcast_loss(int rank, void *arg)
         }
         struct sharp_coll_reduce_spec sp;
         memset(&sp, 0, sizeof(sp));
-        sp.sbuf_desc = buf_desc(s, sizeof(s));
-        sp.rbuf_desc = buf_desc(r, sizeof(r));
+        sp.sbuf_desc = test_host_desc(s, sizeof(s));
+        sp.rbuf_desc = test_host_desc(r, sizeof(r));
         sp.dtype = SHARP_DTYPE_INT;
         sp.op = SHARP_OP_SUM;
         sp.length = 300;
@@ -1905,8 +1897,8 @@ static int m_link_cut(int rank, void *arg)
         int64_t v = rank + k, out = 0;
         struct sharp_coll_reduce_spec sp;
         memset(&sp, 0, sizeof(sp));
-        sp.sbuf_desc = buf_desc(&v, 8);
-        sp.rbuf_desc = buf_desc(&out, 8);
+        sp.sbuf_desc = test_host_desc(&v, 8);
+        sp.rbuf_desc = test_host_desc(&out, 8);
         sp.dtype = SHARP_DTYPE_LONG;
         sp.op = SHARP_OP_SUM;
         sp.length = 1;
@@ -1982,8 +1974,8 @@ static int m_forged_job(int rank)
         int64_t v = rank + k, out = -1;
         struct sharp_coll_reduce_spec sp;
         memset(&sp, 0, sizeof(sp));
-        sp.sbuf_desc = buf_desc(&v, 8);
-        sp.rbuf_desc = buf_desc(&out, 8);
+        sp.sbuf_desc = test_host_desc(&v, 8);
+        sp.rbuf_desc = test_host_desc(&out, 8);
         sp.dtype = SHARP_DTYPE_LONG;
         sp.op = SHARP_OP_SUM;
         sp.length = 1;

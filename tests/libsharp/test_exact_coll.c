@@ -22,6 +22,7 @@
 #include "tests/support/fabric.h"
 #include "tests/support/oob_hub.h"
 #include "tests/support/exact_ref.h"
+#include "tests/support/coll_desc.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -48,17 +49,6 @@ static struct sharp_coll_context *ctx;
             return 1;                                                          \
         }                                                                      \
     } while (0)
-
-static struct sharp_coll_data_desc buf_desc(void *p, size_t len)
-{
-    struct sharp_coll_data_desc d;
-    memset(&d, 0, sizeof(d));
-    d.type = SHARP_DATA_BUFFER;
-    d.mem_type = SHARP_MEM_TYPE_HOST;
-    d.buffer.ptr = p;
-    d.buffer.length = len;
-    return d;
-}
 
 static uint64_t mix(uint64_t x)
 {
@@ -176,8 +166,8 @@ static int m_exact(int rank, void *arg)
             }
             struct sharp_coll_reduce_spec sp;
             memset(&sp, 0, sizeof(sp));
-            sp.sbuf_desc = buf_desc(sbuf, (size_t)cf->per * n * t.size);
-            sp.rbuf_desc = buf_desc(rbuf, n * t.size);
+            sp.sbuf_desc = test_host_desc(sbuf, (size_t)cf->per * n * t.size);
+            sp.rbuf_desc = test_host_desc(rbuf, n * t.size);
             sp.dtype = api_dt[d];
             sp.op = SHARP_OP_SUM_EXACT;
             sp.length = n;
@@ -219,8 +209,8 @@ static int m_exact(int rank, void *arg)
             struct sharp_coll_reduce_spec sp;
             memset(&sp, 0, sizeof(sp));
             sp.root = cf->size - 1;
-            sp.sbuf_desc = buf_desc(sbuf, n * 8);
-            sp.rbuf_desc = buf_desc(rbuf, n * 8);
+            sp.sbuf_desc = test_host_desc(sbuf, n * 8);
+            sp.rbuf_desc = test_host_desc(rbuf, n * 8);
             sp.dtype = SHARP_DTYPE_DOUBLE;
             sp.op = SHARP_OP_SUM_EXACT;
             sp.length = n;
@@ -269,8 +259,8 @@ static int m_exact(int rank, void *arg)
     {
         struct sharp_coll_reduce_spec sp;
         memset(&sp, 0, sizeof(sp));
-        sp.sbuf_desc = buf_desc(sbuf, 8);
-        sp.rbuf_desc = buf_desc(rbuf, 8);
+        sp.sbuf_desc = test_host_desc(sbuf, 8);
+        sp.rbuf_desc = test_host_desc(rbuf, 8);
         sp.dtype = SHARP_DTYPE_INT;
         sp.op = SHARP_OP_SUM_EXACT;
         sp.length = 1;

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <sharp/api/sharp_coll.h>
+#include "tests/support/coll_desc.h"
 
 #define N 1024
 
@@ -134,17 +135,6 @@ static int oob_barrier(void *ctx)
     return oob_gather(ctx, 0, &b, all, 1) || oob_bcast(ctx, &b, 1, 0);
 }
 
-static struct sharp_coll_data_desc desc(void *p, size_t len)
-{
-    struct sharp_coll_data_desc d;
-    memset(&d, 0, sizeof(d));
-    d.type = SHARP_DATA_BUFFER;
-    d.mem_type = SHARP_MEM_TYPE_HOST;
-    d.buffer.ptr = p;
-    d.buffer.length = len;
-    return d;
-}
-
 int main(int argc, char **argv)
 {
     const char *ps = getenv("SLURM_PROCID"), *ns = getenv("SLURM_NTASKS");
@@ -198,8 +188,8 @@ int main(int argc, char **argv)
         memset(rb, 0, sizeof(rb));
         struct sharp_coll_reduce_spec sp;
         memset(&sp, 0, sizeof(sp));
-        sp.sbuf_desc = desc(sb, sizeof(sb));
-        sp.rbuf_desc = desc(rb, sizeof(rb));
+        sp.sbuf_desc = test_host_desc(sb, sizeof(sb));
+        sp.rbuf_desc = test_host_desc(rb, sizeof(rb));
         sp.dtype = SHARP_DTYPE_LONG;
         sp.op = SHARP_OP_SUM;
         sp.length = N;

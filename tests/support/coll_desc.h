@@ -1,0 +1,21 @@
+/* A host buffer as libsharp_coll's API describes it: what the tests and the
+ * benchmarks that call the collectives pass for every buffer. */
+#ifndef SHP_TESTS_COLL_DESC_H
+#define SHP_TESTS_COLL_DESC_H
+
+#include <sharp/api/sharp_coll.h>
+#include <string.h>
+
+static inline struct sharp_coll_data_desc test_host_desc(void *p, size_t len)
+{
+    struct sharp_coll_data_desc d;
+
+    memset(&d, 0, sizeof(d));
+    d.type = SHARP_DATA_BUFFER;
+    d.mem_type = SHARP_MEM_TYPE_HOST;
+    d.buffer.ptr = p;
+    d.buffer.length = len;
+    return d;
+}
+
+#endif
