@@ -107,8 +107,11 @@ fi
 
 # Circles of calls between the product's files, from their objects.
 if [ -n "$OBJS" ]; then
+    # the objects of sources that are still there (a moved file's old
+    # object may linger in a build tree)
     objs=$(cd "$OBJS" && find . -name '*.o' | sed 's|^\./||' |
-        grep -v -E '^(tests|bench|man)/' | sort)
+        grep -v -E '^(tests|bench|man)/' | sort |
+        while read -r o; do [ -f "$TOP/${o%.o}.c" ] && echo "$o"; done)
     if [ -z "$objs" ]; then
         breach "no objects under $OBJS: build first"
     else
