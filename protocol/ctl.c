@@ -180,6 +180,10 @@ shp_status_t shp_ctl_decode(const void *frame, size_t len, uint8_t *type,
 
 /* Sealing ------------------------------------------------------------------ */
 
+_Static_assert(SHP_CTL_SEAL_OVERHEAD ==
+                   1 + crypto_aead_chacha20poly1305_IETF_ABYTES,
+               "a sealed frame is the inner type, the body and the tag");
+
 void shp_ctl_seal(shp_conn_t *conn, const uint8_t tx_key[32],
                   const uint8_t rx_key[32])
 {
@@ -244,7 +248,8 @@ shp_status_t shp_ctl_open_frame(shp_conn_seal_t *seal, const uint8_t *frame,
         return shp_ctl_reject(SHP_ERR_AUTH,
                               "a frame not sealed after the handshake", why);
     }
-    ct = len - SHP_CTL_HDR_LEN - 16; /* inner type and body */
+    ct = len - SHP_CTL_HDR_LEN -
+         crypto_aead_chacha20poly1305_IETF_ABYTES; /* inner type and body */
     p = malloc(SHP_CTL_HDR_LEN + ct);
     if (p == NULL) {
         return shp_ctl_reject(SHP_ERR_NO_MEMORY, "out of memory", why);
