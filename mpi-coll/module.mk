@@ -6,8 +6,8 @@ MPICC_MPICH ?= mpicc.mpich
 SHARP_MPI_SRC := mpi-coll/sharp_mpi.c mpi-coll/sharp_mpi_nb.c mpi-coll/recover.c
 # the sources' own headers
 SHARP_MPI_HDR := mpi-coll/sharp_mpi_int.h mpi-coll/recover.h
-SHARP_MPI_OMPI := $(LIBDIR)/libsharp_mpi_ompi.so
-SHARP_MPI_MPICH := $(LIBDIR)/libsharp_mpi_mpich.so
+SHARP_MPI_OMPI := $(LIB_OUT)/libsharp_mpi_ompi.so
+SHARP_MPI_MPICH := $(LIB_OUT)/libsharp_mpi_mpich.so
 MPI_DEMO_OMPI := $(BINDIR)/sharp_mpi_demo_ompi
 MPI_DEMO_MPICH := $(BINDIR)/sharp_mpi_demo_mpich
 LIBS += $(SHARP_MPI_OMPI) $(SHARP_MPI_MPICH)
@@ -28,18 +28,18 @@ $(SHARP_MPI_OMPI): $(SHARP_MPI_SRC) $(SHARP_MPI_HDR) $(COLL_SO) $(COMMON_LIB) | 
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -shared -pthread -Wl,-soname,$(@F) -o $@ \
 		$(SHARP_MPI_SRC) \
-		$(MPI_OMPI_LIBS) -L$(LIBDIR) -lsharp_coll $(MPI_LIB_COMMON)
+		$(MPI_OMPI_LIBS) -L$(LIB_OUT) -lsharp_coll $(MPI_LIB_COMMON)
 
 $(SHARP_MPI_MPICH): $(SHARP_MPI_SRC) $(SHARP_MPI_HDR) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -shared -pthread -Wl,-soname,$(@F) -o $@ \
 		$(SHARP_MPI_SRC) \
-		-L$(LIBDIR) -lsharp_coll $(MPI_LIB_COMMON)
+		-L$(LIB_OUT) -lsharp_coll $(MPI_LIB_COMMON)
 
 # libsharp_yield: a preloaded shim that makes a busy-polling MPI (MPICH on
 # UCX) sleep while it waits; no MPI needed to build it.
-SHARP_YIELD := $(LIBDIR)/libsharp_yield.so
+SHARP_YIELD := $(LIB_OUT)/libsharp_yield.so
 LIBS += $(SHARP_YIELD)
 
 $(SHARP_YIELD): mpi-coll/sharp_yield.c | $(DEPS_STAMP)

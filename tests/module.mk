@@ -6,7 +6,7 @@
 # real daemons (tests/support/fabric.h), an archive they link with
 # $(TOPO_LIB) after it.
 TEST_SUPPORT_SRCS := tests/support/fabric.c
-TEST_SUPPORT_LIB := $(LIBDIR)/libshp_testsupport.a
+TEST_SUPPORT_LIB := $(LIB_OUT)/libshp_testsupport.a
 
 $(TEST_SUPPORT_LIB): $(call obj_of,$(TEST_SUPPORT_SRCS))
 	@mkdir -p $(@D)
@@ -72,7 +72,7 @@ TEST_SCRIPTS += tests/am/test_metrics.sh
 # libsharp_coll end to end over a sharp-fabric (links the shared library).
 COLL_TEST := $(TESTDIR)/libsharp/test_coll
 # epoll_wait exported: test_coll counts the library's polls through it
-COLL_LINK = -L$(LIBDIR) -lsharp_coll -Wl,-rpath,$(abspath $(LIBDIR)) \
+COLL_LINK = -L$(LIB_OUT) -lsharp_coll -Wl,-rpath,$(abspath $(LIB_OUT)) \
 	-Wl,--export-dynamic-symbol=epoll_wait
 TESTS += $(COLL_TEST)
 
