@@ -17,7 +17,7 @@ BINS += $(MPI_DEMO_OMPI) $(MPI_DEMO_MPICH)
 MPI_CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -fPIC \
 	-fvisibility=hidden -I$(TOP)/include -I$(TOP) -D_GNU_SOURCE
 # the node-local fold uses the reduction engine (hidden inside the library)
-MPI_LIB_COMMON = $(COMMON_LIB) -lm
+MPI_LIB_COMMON = $(COMMON_LIB) $(SODIUM_LIBS) -lm
 # libev exports libevent-compatible event_* names; Open MPI uses libevent:
 # libevent must come first in the global scope or Open MPI's event_add
 # would bind to libev's (a crash in MPI_Init).

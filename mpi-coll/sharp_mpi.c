@@ -242,12 +242,15 @@ static int comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
 
 /* every process's recovery service, known to every process (collective
  * over the world); off when any process cannot run one */
-static void recovery_setup(int size, uint64_t cookie)
+static void recovery_setup(int size, const unsigned char *key, int have_key)
 {
     smr_addr_t me;
     int ok = 1, all = 0;
     memset(&me, 0, sizeof(me));
-    if (smr_start(getenv("SHARP_COLL_LOCAL_IP"), cookie, &me) != 0) {
+    if (!have_key) {
+        smpi_note(1, "no recovery service (rank 0 drew no key)");
+        ok = 0;
+    } else if (smr_start(getenv("SHARP_COLL_LOCAL_IP"), key, &me) != 0) {
         smpi_note(1, "no recovery service (%s)", strerror(errno));
         ok = 0;
     }
@@ -272,12 +275,15 @@ static void recovery_setup(int size, uint64_t cookie)
     }
 }
 
-/* Rank 0's job id (unique on the fabric: its host, pid and clock), a
- * cookie for the recovery services (*cookie) and its SHARP_MPI_ON_FAULT
- * (one policy for the whole job), known to every rank. */
-static uint64_t job_agree(uint64_t *cookie)
+/* Rank 0's job id (unique on the fabric: its host, pid and clock), a key
+ * for the recovery services (key: SMR_KEY_LEN random bytes; *have_key 0
+ * if rank 0 could not draw them) and its SHARP_MPI_ON_FAULT (one policy
+ * for the whole job), known to every rank.  The key goes only through
+ * MPI; the services prove it without sending it (recover.c). */
+static uint64_t job_agree(unsigned char *key, int *have_key)
 {
-    uint64_t job = 0, agreed[3];
+    uint64_t job = 0, agreed[3 + SMR_KEY_LEN / 8];
+    memset(agreed, 0, sizeof(agreed));
     if (smpi.rank == 0) {
         struct timespec ts;
         char host[64] = "";
@@ -289,24 +295,25 @@ static uint64_t job_agree(uint64_t *cookie)
             job = job * 131 + (unsigned char)*p;
         }
         job &= (1ull << 53) - 1; /* printable as a JSON integer anywhere */
+        agreed[0] = job;
+        agreed[2] = getrandom(&agreed[3], SMR_KEY_LEN, 0) == SMR_KEY_LEN;
     }
-    agreed[0] = job;
-    agreed[1] = 0;
-    if (smpi.rank == 0 &&
-        getrandom(&agreed[1], sizeof(agreed[1]), 0) != sizeof(agreed[1])) {
-        agreed[1] = job ^ ((uint64_t)getpid() << 32);
-    }
-    agreed[2] = (uint64_t)smpi_cfg.fallback;
-    PMPI_Bcast(agreed, 3, MPI_UINT64_T, 0, smpi.oob_world);
-    smpi_cfg.fallback = (int)agreed[2];
-    *cookie = agreed[1];
-    return agreed[0];
+    agreed[1] = (uint64_t)smpi_cfg.fallback;
+    PMPI_Bcast(agreed, (int)(sizeof(agreed) / sizeof(agreed[0])),
+               MPI_UINT64_T, 0, smpi.oob_world);
+    job = agreed[0];
+    smpi_cfg.fallback = (int)agreed[1];
+    *have_key = (int)agreed[2];
+    memcpy(key, &agreed[3], SMR_KEY_LEN);
+    memset(agreed, 0, sizeof(agreed));
+    return job;
 }
 
 static void sharp_setup(void)
 {
-    int size;
-    uint64_t job, cookie;
+    int size, have_key = 0;
+    uint64_t job;
+    unsigned char key[SMR_KEY_LEN];
 
     cfg_load();
     PMPI_Comm_rank(MPI_COMM_WORLD, &smpi.rank);
@@ -333,7 +340,7 @@ static void sharp_setup(void)
     smpi.have_oob = 1;
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_delete, &smpi.keyval,
                             NULL);
-    job = job_agree(&cookie);
+    job = job_agree(key, &have_key);
 
     struct sharp_coll_init_spec spec;
     memset(&spec, 0, sizeof(spec));
@@ -348,6 +355,7 @@ static void sharp_setup(void)
     spec.oob_ctx = &smpi.oob_world;
     int rc = sharp_coll_init(&spec, &smpi.ctx);
     if (rc != SHARP_COLL_SUCCESS) {
+        memset(key, 0, sizeof(key));
         smpi.ctx = NULL;
         if (smpi.rank == 0) {
             smpi_note(1, "sharp unavailable (%s): plain MPI",
@@ -358,8 +366,9 @@ static void sharp_setup(void)
     smpi.had_sharp = 1;
     smpi_note(2, "sharp job %llu up", (unsigned long long)job);
     if (smpi_cfg.fallback) {
-        recovery_setup(size, cookie);
+        recovery_setup(size, key, have_key);
     }
+    memset(key, 0, sizeof(key));
 }
 
 static void report(void)
