@@ -55,12 +55,67 @@ enum {
 };
 extern const char *const smpi_coll_names[C_N];
 
+/* Why a call went to MPI (why.c; docs/mpi.md): one reason of this list
+ * per call, each a row of why.c's table (name, meaning, remedy) */
+enum {
+    W_OK, /* offloaded */
+    /* the job (MPI_Init) and libsharp_coll's status codes */
+    W_DISABLED,
+    W_THREAD_MULTIPLE,
+    W_SHARPD,
+    W_JOB_REFUSED,
+    W_QUOTA,
+    W_NO_RESOURCE,
+    W_NO_TREE,
+    W_GROUP_ALLOC,
+    W_GROUP_JOIN,
+    W_DEVICE,
+    W_OOB,
+    W_NOMEM,
+    W_INVALID,
+    W_NOT_SUPP,
+    W_LOCK,
+    W_SHARP_ERROR,
+    /* a communicator */
+    W_INTERCOMM,
+    W_ONE_RANK,
+    W_MIN_RANKS,
+    W_ONE_NODE,
+    W_FELL,
+    /* a call */
+    W_KIND_OFF,
+    W_COUNT_ZERO,
+    W_USER_OP,
+    W_DERIVED,
+    W_DTYPE,
+    W_OP_DTYPE,
+    W_MAX_BYTES,
+    W_OVER_2G,
+    W_ARGS,
+    W_NB_NODE,
+    W_N
+};
+_Static_assert(W_N <= 64, "a reason is a bit of a 64-bit mask");
+
+/* libsharp_coll's status (SHARP_COLL_E*) as a reason */
+int smpi_why_of_status(int rc);
+const char *smpi_why_name(int why);
+/* a call of kind went to MPI for why (bytes; dt, op: MPI_DATATYPE_NULL,
+ * MPI_OP_NULL if none): counted, and noted once per communicator and
+ * class (SHARP_MPI_VERBOSE >= 1) */
+void smpi_why_call(int kind, long bytes, MPI_Comm comm, int why,
+                   MPI_Datatype dt, MPI_Op op);
+void smpi_why_init(void); /* at MPI_Init, after the settings */
+void smpi_why_fini(void); /* at MPI_Finalize */
+void smpi_why_report(void); /* the report's table (collective) */
+
 /* the library's state */
 typedef struct smpi_global {
     struct sharp_coll_context *ctx;
     MPI_Comm oob_world;
     int have_oob;
     int had_sharp;
+    int init_why; /* no context: why (W_DISABLED, W_SHARPD, ...) */
     int keyval;
     int rank;
     /* [collective][0 offloaded, 1 fallen back]: calls and bytes */
@@ -88,6 +143,7 @@ typedef struct comm_state {
     smr_rec_t *rec;
     int recoverable; /* every member's service is known */
     int had_group;   /* the same on every rank */
+    int why;         /* !use: why (the same on every rank) */
     /* fallen back to PMPI: eligible calls since, and when to try a new
      * group (SHARP_MPI_REGROUP_CALLS, doubled after each failed try) */
     int fell;
@@ -134,20 +190,21 @@ long smpi_bytes_of(int count, MPI_Datatype dt);
 
 /* Eligibility, the same rules for the blocking and non-blocking forms
  * (sharp_mpi.c) */
-int smpi_reduce_offloadable(int on, int count, MPI_Datatype dt, MPI_Op op,
-                            dt_map_t *m, int *sop, size_t *bytes,
-                            shp_reduce_desc_t *d);
-int smpi_bcast_offloadable(long bytes);
+/* W_OK if offloadable, else why not */
+int smpi_reduce_why(int on, int count, MPI_Datatype dt, MPI_Op op, dt_map_t *m,
+                    int *sop, size_t *bytes, shp_reduce_desc_t *d);
+int smpi_bcast_why(long bytes);
 int smpi_exact_wanted(int sop, const dt_map_t *m);
 /* an exact sum on PMPI: 1 if done (*ret), 0 if not an exact one */
 int smpi_exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                     MPI_Op op, int root, MPI_Comm comm, int *ret);
-void smpi_fallback(int kind,
-                   long bytes); /* a call that went to PMPI, counted */
+/* a call that went to PMPI, counted (and its reason: smpi_why_call) */
+void smpi_fallback(int kind, long bytes, MPI_Comm comm, int why,
+                   MPI_Datatype dt, MPI_Op op);
 
 /* Communicators (sharp_mpi.c): the state of one that offloads (made on
- * its first eligible call), or NULL */
-comm_state_t *smpi_comm_sharp(MPI_Comm comm);
+ * its first eligible call), or NULL (*why: the reason) */
+comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why);
 extern int smpi_nb_posting; /* comm_sharp called to post a non-blocking one */
 
 /* Recovery (sharp_mpi.c): after a failed operation, 1 if it completed

@@ -99,6 +99,8 @@ TEST_SCRIPTS += tests/mpi-coll/test_mpi.sh
 TEST_SCRIPTS += tests/mpi-coll/test_exact_mpi.sh
 # non-blocking collectives under stress, against references
 TEST_SCRIPTS += tests/mpi-coll/test_stress.sh
+# why a call went to MPI: per communicator, per class, the final table
+TEST_SCRIPTS += tests/mpi-coll/test_why.sh
 
 # libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
 TEST_SCRIPTS += tests/mpi-coll/test_fault.sh
