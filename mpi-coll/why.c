@@ -72,7 +72,7 @@ static const struct {
                       "check the data network between the hosts and the "
                       "aggregation nodes (SHARP_COLL_LOCAL_IP) and their logs"},
     [W_DEVICE] = {S_JOB, "device", "no usable device or transport",
-                  "check SHARP_COLL_TRANSPORT and the host's interfaces"},
+                  "check the host's interfaces and SHARP_COLL_LOCAL_IP"},
     [W_OOB] = {S_COMM, "oob",
                "an out-of-band collective of libsharp_coll (on MPI) failed",
                "see the MPI library's errors"},
