@@ -18,10 +18,10 @@
  * whose MAC does not verify is taken for none.
  *
  * The service serves MAX_CONNS connections at once, non-blocking, one
- * poll loop: each has CONN_MS from its accept to its answer's last byte,
- * fixed-size buffers but the answer's (the result, sent only to the
- * job); a connection beyond MAX_CONNS closes the oldest that has not
- * proved the key yet.  So no one holding connections open, or trickling
+ * poll loop: each has CONN_MS from its accept to a proved question, then
+ * CONN_MS without progress while its answer goes out; fixed-size buffers
+ * but the answer's (the result, sent only to the job); a connection
+ * beyond MAX_CONNS closes the oldest that has not proved the key yet.  So no one holding connections open, or trickling
  * bytes into them, delays an answer the job waits for.
  */
 #include "mpi-coll/recover.h"
@@ -303,6 +303,9 @@ static int conn_step(conn_t *c)
             return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
         }
         c->osent += (size_t)n;
+        /* a process of the job: CONN_MS without progress, however large
+         * the result */
+        c->deadline = shp_time_ns() + (uint64_t)CONN_MS * SHP_NSEC_PER_MSEC;
         return c->osent < c->olen;
     }
     return 1;
