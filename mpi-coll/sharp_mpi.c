@@ -321,7 +321,7 @@ static void sharp_setup(void)
     PMPI_Comm_rank(MPI_COMM_WORLD, &smpi.rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
     smpi_why_init();
-    smpi.init_why = W_DISABLED;
+    smpi.init_why = WHY_DISABLED;
     if (!smpi_cfg.enable) {
         smpi_note(1, "disabled by SHARP_MPI_ENABLE=0: plain MPI");
         return;
@@ -333,7 +333,7 @@ static void sharp_setup(void)
     PMPI_Query_thread(&level);
     PMPI_Allreduce(&level, &top, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (top >= MPI_THREAD_MULTIPLE) {
-        smpi.init_why = W_THREAD_MULTIPLE;
+        smpi.init_why = WHY_THREAD_MULTIPLE;
         if (smpi.rank == 0) {
             smpi_note(0,
                       "MPI_THREAD_MULTIPLE: collectives go to the MPI library "
@@ -370,7 +370,7 @@ static void sharp_setup(void)
         return;
     }
     smpi.had_sharp = 1;
-    smpi.init_why = W_OK;
+    smpi.init_why = WHY_OK;
     smpi_note(2, "sharp job %llu up", (unsigned long long)job);
     if (smpi_cfg.fallback) {
         recovery_setup(size, key, have_key);
@@ -621,8 +621,8 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
     }
     s->use = s->had_group = rc == SHARP_COLL_SUCCESS;
     /* every rank on one node: node-local aggregation left one member */
-    s->why = s->use                           ? W_OK
-             : maxn > 1 && maxn == s->size ? W_ONE_NODE
+    s->why = s->use                           ? WHY_OK
+             : maxn > 1 && maxn == s->size ? WHY_ONE_NODE
                                              : smpi_why_of_status(rc);
     if (s->use && s->rec != NULL && s->sc != NULL) {
         /* a member left inside an operation the others gave up on (no
@@ -676,7 +676,7 @@ comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why)
     int found = 0, inter = 0;
 
     if (smpi.ctx == NULL || comm == MPI_COMM_NULL) {
-        *why = smpi.ctx == NULL ? smpi.init_why : W_ARGS;
+        *why = smpi.ctx == NULL ? smpi.init_why : WHY_ARGS;
         return NULL;
     }
     PMPI_Comm_get_attr(comm, smpi.keyval, &s, &found);
@@ -707,11 +707,11 @@ comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why)
     PMPI_Comm_test_inter(comm, &inter);
     PMPI_Comm_rank(comm, &s->rank);
     PMPI_Comm_size(comm, &s->size);
-    s->why = inter ? W_INTERCOMM
+    s->why = inter ? WHY_INTERCOMM
              : s->size < smpi_cfg.min_ranks
-                 ? (s->size < 2 ? W_ONE_RANK : W_MIN_RANKS)
-                 : W_OK;
-    if (s->why == W_OK) {
+                 ? (s->size < 2 ? WHY_ONE_RANK : WHY_MIN_RANKS)
+                 : WHY_OK;
+    if (s->why == WHY_OK) {
         comm_setup(s, comm);
     }
     s->next = states;
@@ -1245,7 +1245,7 @@ static void fell_back(comm_state_t *st, MPI_Comm comm)
         st->since = 0;
         st->retry_at = (unsigned long)smpi_cfg.regroup_calls;
     }
-    st->why = W_FELL;
+    st->why = WHY_FELL;
     smpi.redone++;
 }
 
@@ -1332,45 +1332,45 @@ static int dtype_why(MPI_Datatype dt)
     if (dt != MPI_DATATYPE_NULL) {
         PMPI_Type_get_envelope(dt, &ni, &na, &nd, &comb);
     }
-    return comb == MPI_COMBINER_NAMED ? W_DTYPE : W_DERIVED;
+    return comb == MPI_COMBINER_NAMED ? WHY_DTYPE : WHY_DERIVED;
 }
 
 /* May a reduction of count x dt with op go through sharp (`on`: that kind
  * is enabled)?  The rules of the blocking and the non-blocking forms: the
  * type map in *m, sharp's op in *sop, the wire's bytes in *bytes (count x
- * the type's size) and the fold's descriptor in *d.  W_OK, or why not. */
+ * the type's size) and the fold's descriptor in *d.  WHY_OK, or why not. */
 int smpi_reduce_why(int on, int count, MPI_Datatype dt, MPI_Op op, dt_map_t *m,
                     int *sop, size_t *bytes, shp_reduce_desc_t *d)
 {
     *sop = op_of(op);
     if (!on) {
-        return W_KIND_OFF;
+        return WHY_KIND_OFF;
     }
     if (count <= 0) {
-        return W_COUNT_ZERO;
+        return WHY_COUNT_ZERO;
     }
     if (*sop < 0) {
-        return W_USER_OP;
+        return WHY_USER_OP;
     }
     if (!map_dtype(dt, m)) {
         return dtype_why(dt);
     }
     if (!(m->ops & OPB(*sop))) {
-        return W_OP_DTYPE;
+        return WHY_OP_DTYPE;
     }
     *bytes = (size_t)count * m->size;
     if (*bytes > INT_MAX) {
-        return W_OVER_2G;
+        return WHY_OVER_2G;
     }
     if (*bytes > (size_t)smpi_cfg.max_bytes) {
-        return W_MAX_BYTES;
+        return WHY_MAX_BYTES;
     }
     *d = (shp_reduce_desc_t){(shp_dtype_t)m->sdt, (shp_op_t)*sop,
                              (shp_dtype_t)m->tag};
     return shp_reduce_desc_check(d, NULL) == SHP_OK &&
                    shp_reduce_elem_size(d) * (size_t)m->mult == m->size
-               ? W_OK
-               : W_DTYPE;
+               ? WHY_OK
+               : WHY_DTYPE;
 }
 
 /* One reduction through sharp: the call, in the wire's layout, and the
@@ -1502,7 +1502,7 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 
     *why = smpi_reduce_why(root < 0 ? smpi_cfg.allreduce : smpi_cfg.reduce,
                            count, dt, op, &m, &sop, &bytes, &d);
-    if (*why != W_OK) {
+    if (*why != WHY_OK) {
         return 0;
     }
     comm_state_t *st = smpi_comm_sharp(comm, why);
@@ -1510,13 +1510,13 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
         return 0;
     }
     if (root >= st->size) {
-        *why = W_ARGS;
+        *why = WHY_ARGS;
         return 0; /* an invalid root: PMPI says so */
     }
     int keep = root < 0 || root == st->rank;
     if (sbuf == MPI_IN_PLACE) {
         if (!keep) {
-            *why = W_ARGS;
+            *why = WHY_ARGS;
             return 0; /* only the root may: PMPI says so */
         }
         sbuf = rbuf;
@@ -1547,7 +1547,7 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     free(c.all);
     if (how == OP_REDO) {
         fell_back(st, comm);
-        *why = W_FELL;
+        *why = WHY_FELL;
         return 0; /* the same call on PMPI, on every rank */
     }
     smpi.calls[kind][0]++;
@@ -1593,7 +1593,7 @@ API int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 API int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                    MPI_Op op, int root, MPI_Comm comm)
 {
-    int ret, why = W_ARGS;
+    int ret, why = WHY_ARGS;
     if (root >= 0 &&
         try_reduce(sbuf, rbuf, count, dt, op, root, comm, &ret, &why)) {
         return ret;
@@ -1608,7 +1608,7 @@ API int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 
 API int MPI_Barrier(MPI_Comm comm)
 {
-    int why = W_KIND_OFF;
+    int why = WHY_KIND_OFF;
     comm_state_t *st = smpi_cfg.barrier ? smpi_comm_sharp(comm, &why) : NULL;
     if (st != NULL) {
         op_args_t a = {C_BARRIER, NULL, NULL, 0, NULL, -1, 0};
@@ -1628,21 +1628,21 @@ API int MPI_Barrier(MPI_Comm comm)
             return MPI_SUCCESS;
         }
         fell_back(st, comm);
-        why = W_FELL;
+        why = WHY_FELL;
     }
     smpi_fallback(C_BARRIER, 0, comm, why, MPI_DATATYPE_NULL, MPI_OP_NULL);
     return PMPI_Barrier(comm);
 }
 
 /* May a bcast of this many bytes go through sharp (the blocking and the
- * non-blocking forms' rule)?  W_OK, or why not. */
+ * non-blocking forms' rule)?  WHY_OK, or why not. */
 int smpi_bcast_why(long bytes)
 {
-    return !smpi_cfg.bcast               ? W_KIND_OFF
-           : bytes <= 0                  ? W_COUNT_ZERO
-           : bytes > INT_MAX             ? W_OVER_2G
-           : bytes > smpi_cfg.max_bytes  ? W_MAX_BYTES
-                                         : W_OK;
+    return !smpi_cfg.bcast               ? WHY_KIND_OFF
+           : bytes <= 0                  ? WHY_COUNT_ZERO
+           : bytes > INT_MAX             ? WHY_OVER_2G
+           : bytes > smpi_cfg.max_bytes  ? WHY_MAX_BYTES
+                                         : WHY_OK;
 }
 
 /* the bytes of a bcast through sharp, from p (len bytes) at the root:
@@ -1727,10 +1727,10 @@ API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
 {
     long bytes = smpi_bytes_of(count, dt);
     int why = smpi_bcast_why(bytes);
-    comm_state_t *st = why == W_OK ? smpi_comm_sharp(comm, &why) : NULL;
+    comm_state_t *st = why == WHY_OK ? smpi_comm_sharp(comm, &why) : NULL;
 
     if (st == NULL || root < 0 || root >= st->size) {
-        smpi_fallback(C_BCAST, bytes, comm, st == NULL ? why : W_ARGS,
+        smpi_fallback(C_BCAST, bytes, comm, st == NULL ? why : WHY_ARGS,
                       MPI_DATATYPE_NULL, MPI_OP_NULL);
         return PMPI_Bcast(buf, count, dt, root, comm);
     }
@@ -1752,7 +1752,7 @@ API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
     if (bcast_bytes(st, p, len, root, comm) == OP_REDO) {
         free(tmp);
         fell_back(st, comm);
-        smpi_fallback(C_BCAST, bytes, comm, W_FELL, MPI_DATATYPE_NULL,
+        smpi_fallback(C_BCAST, bytes, comm, WHY_FELL, MPI_DATATYPE_NULL,
                       MPI_OP_NULL);
         return PMPI_Bcast(buf, count, dt, root, comm);
     }

@@ -56,46 +56,47 @@ enum {
 extern const char *const smpi_coll_names[C_N];
 
 /* Why a call went to MPI (why.c; docs/mpi.md): one reason of this list
- * per call, each a row of why.c's table (name, meaning, remedy) */
+ * per call, each a row of why.c's table (name, meaning, remedy); WHY_,
+ * not W_: <unistd.h> has W_OK */
 enum {
-    W_OK, /* offloaded */
+    WHY_OK, /* offloaded */
     /* the job (MPI_Init) and libsharp_coll's status codes */
-    W_DISABLED,
-    W_THREAD_MULTIPLE,
-    W_SHARPD,
-    W_JOB_REFUSED,
-    W_QUOTA,
-    W_NO_RESOURCE,
-    W_NO_TREE,
-    W_GROUP_ALLOC,
-    W_GROUP_JOIN,
-    W_DEVICE,
-    W_OOB,
-    W_NOMEM,
-    W_INVALID,
-    W_NOT_SUPP,
-    W_LOCK,
-    W_SHARP_ERROR,
+    WHY_DISABLED,
+    WHY_THREAD_MULTIPLE,
+    WHY_SHARPD,
+    WHY_JOB_REFUSED,
+    WHY_QUOTA,
+    WHY_NO_RESOURCE,
+    WHY_NO_TREE,
+    WHY_GROUP_ALLOC,
+    WHY_GROUP_JOIN,
+    WHY_DEVICE,
+    WHY_OOB,
+    WHY_NOMEM,
+    WHY_INVALID,
+    WHY_NOT_SUPP,
+    WHY_LOCK,
+    WHY_SHARP_ERROR,
     /* a communicator */
-    W_INTERCOMM,
-    W_ONE_RANK,
-    W_MIN_RANKS,
-    W_ONE_NODE,
-    W_FELL,
+    WHY_INTERCOMM,
+    WHY_ONE_RANK,
+    WHY_MIN_RANKS,
+    WHY_ONE_NODE,
+    WHY_FELL,
     /* a call */
-    W_KIND_OFF,
-    W_COUNT_ZERO,
-    W_USER_OP,
-    W_DERIVED,
-    W_DTYPE,
-    W_OP_DTYPE,
-    W_MAX_BYTES,
-    W_OVER_2G,
-    W_ARGS,
-    W_NB_NODE,
-    W_N
+    WHY_KIND_OFF,
+    WHY_COUNT_ZERO,
+    WHY_USER_OP,
+    WHY_DERIVED,
+    WHY_DTYPE,
+    WHY_OP_DTYPE,
+    WHY_MAX_BYTES,
+    WHY_OVER_2G,
+    WHY_ARGS,
+    WHY_NB_NODE,
+    WHY_N
 };
-_Static_assert(W_N <= 64, "a reason is a bit of a 64-bit mask");
+_Static_assert(WHY_N <= 64, "a reason is a bit of a 64-bit mask");
 
 /* libsharp_coll's status (SHARP_COLL_E*) as a reason */
 int smpi_why_of_status(int rc);
@@ -115,7 +116,7 @@ typedef struct smpi_global {
     MPI_Comm oob_world;
     int have_oob;
     int had_sharp;
-    int init_why; /* no context: why (W_DISABLED, W_SHARPD, ...) */
+    int init_why; /* no context: why (WHY_DISABLED, WHY_SHARPD, ...) */
     int keyval;
     int rank;
     /* [collective][0 offloaded, 1 fallen back]: calls and bytes */
@@ -190,7 +191,7 @@ long smpi_bytes_of(int count, MPI_Datatype dt);
 
 /* Eligibility, the same rules for the blocking and non-blocking forms
  * (sharp_mpi.c) */
-/* W_OK if offloadable, else why not */
+/* WHY_OK if offloadable, else why not */
 int smpi_reduce_why(int on, int count, MPI_Datatype dt, MPI_Op op, dt_map_t *m,
                     int *sop, size_t *bytes, shp_reduce_desc_t *d);
 int smpi_bcast_why(long bytes);

@@ -343,7 +343,7 @@ static void nb_recover(nb_op_t *o, int rc)
         st->nb_fell = 1;
         smpi_comm_fall(st);
         st->fell = 0;
-        st->why = W_FELL;
+        st->why = WHY_FELL;
     }
     if (fetched) {
         nb_deliver(o, smr_result(st->rec));
@@ -596,7 +596,7 @@ static comm_state_t *nb_comm(MPI_Comm comm, int *why)
     st = smpi_comm_sharp(comm, why);
     smpi_nb_posting = 0;
     if (st != NULL && st->hier) {
-        *why = W_NB_NODE;
+        *why = WHY_NB_NODE;
         return NULL;
     }
     return st;
@@ -616,7 +616,7 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
     *why = smpi_reduce_why(kind == C_IALLREDUCE ? smpi_cfg.allreduce
                                                 : smpi_cfg.reduce,
                            count, dt, op, &m, &sop, &bytes, &d);
-    if (*why != W_OK) {
+    if (*why != WHY_OK) {
         return NULL;
     }
     size_t n = (size_t)count;
@@ -626,7 +626,7 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
     }
     int keep = root < 0 || root == st->rank;
     if (root >= st->size || (sbuf == MPI_IN_PLACE && !keep)) {
-        *why = W_ARGS;
+        *why = WHY_ARGS;
         return NULL; /* erroneous: PMPI says so */
     }
     nb_op_t *o = calloc(1, sizeof(*o));
@@ -657,12 +657,12 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
 {
     long bytes = smpi_bytes_of(count, dt);
     *why = smpi_bcast_why(bytes);
-    comm_state_t *st = *why == W_OK ? nb_comm(comm, why) : NULL;
+    comm_state_t *st = *why == WHY_OK ? nb_comm(comm, why) : NULL;
     if (st == NULL) {
         return NULL;
     }
     if (root < 0 || root >= st->size) {
-        *why = W_ARGS;
+        *why = WHY_ARGS;
         return NULL;
     }
     nb_op_t *o = calloc(1, sizeof(*o));
@@ -693,7 +693,7 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
 
 static nb_op_t *nb_barrier_op(MPI_Comm comm, int *why)
 {
-    *why = W_KIND_OFF;
+    *why = WHY_KIND_OFF;
     comm_state_t *st = smpi_cfg.barrier ? nb_comm(comm, why) : NULL;
     if (st == NULL) {
         return NULL;
@@ -735,7 +735,7 @@ API int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 API int MPI_Ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                     MPI_Op op, int root, MPI_Comm comm, MPI_Request *req)
 {
-    int why = W_ARGS;
+    int why = WHY_ARGS;
     nb_op_t *o = root >= 0 ? nb_reduce_op(C_IREDUCE, sbuf, rbuf, count, dt, op,
                                           root, comm, &why)
                            : NULL;

@@ -31,107 +31,107 @@ enum { S_JOB, S_COMM, S_CALL }; /* what a reason is about */
 static const struct {
     int scope;
     const char *name, *expl, *remedy;
-} why_tab[W_N] = {
-    [W_OK] = {S_CALL, "ok", "offloaded", ""},
-    [W_DISABLED] = {S_JOB, "disabled", "SHARP_MPI_ENABLE=0",
+} why_tab[WHY_N] = {
+    [WHY_OK] = {S_CALL, "ok", "offloaded", ""},
+    [WHY_DISABLED] = {S_JOB, "disabled", "SHARP_MPI_ENABLE=0",
                     "unset SHARP_MPI_ENABLE (or set it to 1)"},
-    [W_THREAD_MULTIPLE] = {S_JOB, "thread_multiple",
+    [WHY_THREAD_MULTIPLE] = {S_JOB, "thread_multiple",
                            "a rank runs at MPI_THREAD_MULTIPLE (the layer is "
                            "not thread-safe)",
                            "initialize MPI at MPI_THREAD_SERIALIZED or below"},
-    [W_SHARPD] = {S_JOB, "sharpd_unreachable", "sharpd unreachable at %s",
+    [WHY_SHARPD] = {S_JOB, "sharpd_unreachable", "sharpd unreachable at %s",
                   "start sharpd on every host, or set SHARP_COLL_SHARPD_SOCKET "
                   "to its socket"},
-    [W_JOB_REFUSED] = {S_JOB, "job_refused",
+    [WHY_JOB_REFUSED] = {S_JOB, "job_refused",
                        "the manager refused the job (a host it does not know, "
                        "the manager unreachable from sharpd, the job ended)",
                        "see sharpd's and sharp_am's logs "
                        "(SHARP_COLL_LOG_LEVEL=info says more here)"},
-    [W_QUOTA] = {S_JOB, "quota",
+    [WHY_QUOTA] = {S_JOB, "quota",
                  "group creation refused by the manager: quota (uid_max_jobs, "
                  "the job's max_groups or OSTs)",
                  "end other jobs of this user, ask for less "
                  "(SHARP_COLL_JOB_QUOTA_*), or raise sharp_am's limits"},
-    [W_NO_RESOURCE] = {S_JOB, "no_resource",
+    [WHY_NO_RESOURCE] = {S_JOB, "no_resource",
                        "the manager has no resources left (OSTs, groups, "
                        "aggregation nodes)",
                        "retry when other jobs ended, or ask for less "
                        "(SHARP_COLL_JOB_QUOTA_*)"},
-    [W_NO_TREE] = {S_JOB, "no_tree",
+    [WHY_NO_TREE] = {S_JOB, "no_tree",
                    "no aggregation tree spans the communicator's hosts",
                    "check the fabric (sharpctl ans, sharpctl trees): an "
                    "aggregation node down, or hosts outside the topology"},
-    [W_GROUP_ALLOC] = {S_COMM, "group_alloc",
+    [WHY_GROUP_ALLOC] = {S_COMM, "group_alloc",
                        "the manager could not make the group (no group id, "
                        "no room on the tree)",
                        "free communicators that are no longer used; see "
                        "sharp_am's log"},
-    [W_GROUP_JOIN] = {S_COMM, "group_join",
+    [WHY_GROUP_JOIN] = {S_COMM, "group_join",
                       "joining the group's aggregation nodes failed (a "
                       "connection, the join, multicast)",
                       "check the data network between the hosts and the "
                       "aggregation nodes (SHARP_COLL_LOCAL_IP) and their logs"},
-    [W_DEVICE] = {S_JOB, "device", "no usable device or transport",
+    [WHY_DEVICE] = {S_JOB, "device", "no usable device or transport",
                   "check the host's interfaces and SHARP_COLL_LOCAL_IP"},
-    [W_OOB] = {S_COMM, "oob",
+    [WHY_OOB] = {S_COMM, "oob",
                "an out-of-band collective of libsharp_coll (on MPI) failed",
                "see the MPI library's errors"},
-    [W_NOMEM] = {S_COMM, "no_memory", "out of memory", "more memory"},
-    [W_INVALID] = {S_JOB, "invalid_setting",
+    [WHY_NOMEM] = {S_COMM, "no_memory", "out of memory", "more memory"},
+    [WHY_INVALID] = {S_JOB, "invalid_setting",
                    "libsharp_coll refused its settings or the call",
                    "check the SHARP_COLL_* settings (SHARP_COLL_LOG_LEVEL=info "
                    "names the one)"},
-    [W_NOT_SUPP] = {S_COMM, "not_supported",
+    [WHY_NOT_SUPP] = {S_COMM, "not_supported",
                     "sharp does not support this configuration",
                     "see libsharp_coll's log (SHARP_COLL_LOG_LEVEL=info)"},
-    [W_LOCK] = {S_COMM, "lock", "the streaming lock is taken or denied",
+    [WHY_LOCK] = {S_COMM, "lock", "the streaming lock is taken or denied",
                 "retry later"},
-    [W_SHARP_ERROR] = {S_JOB, "sharp_error",
+    [WHY_SHARP_ERROR] = {S_JOB, "sharp_error",
                        "libsharp_coll failed (an error it names in its log)",
                        "SHARP_COLL_LOG_LEVEL=info, and sharpd's log"},
-    [W_INTERCOMM] = {S_COMM, "intercomm", "an intercommunicator",
+    [WHY_INTERCOMM] = {S_COMM, "intercomm", "an intercommunicator",
                      "none: sharp reduces within one group of processes"},
-    [W_MIN_RANKS] = {S_COMM, "min_ranks", "fewer ranks than SHARP_MPI_MIN_RANKS=%s",
+    [WHY_MIN_RANKS] = {S_COMM, "min_ranks", "fewer ranks than SHARP_MPI_MIN_RANKS=%s",
                      "set SHARP_MPI_MIN_RANKS=%s"},
-    [W_ONE_RANK] = {S_COMM, "one_rank", "a communicator of one rank",
+    [WHY_ONE_RANK] = {S_COMM, "one_rank", "a communicator of one rank",
                     "none needed (nothing to combine)"},
-    [W_ONE_NODE] = {S_COMM, "one_node",
+    [WHY_ONE_NODE] = {S_COMM, "one_node",
                     "all its ranks on one node: with node-local aggregation "
                     "(SHARP_MPI_NODE_AGGR=1) the group would have one member",
                     "none needed (MPI's shared memory is faster on one node); "
                     "SHARP_MPI_NODE_AGGR=0 makes every process a member"},
-    [W_FELL] = {S_CALL, "fell_back",
+    [WHY_FELL] = {S_CALL, "fell_back",
                 "the communicator's sharp group failed in the network; the "
                 "job goes on, on MPI",
                 "SHARP_MPI_REGROUP_CALLS tries a new group; the logs of "
                 "sharp_an, sharpd and sharp_am name the failure"},
-    [W_KIND_OFF] = {S_CALL, "switched_off", "switched off by SHARP_MPI_%s=0",
+    [WHY_KIND_OFF] = {S_CALL, "switched_off", "switched off by SHARP_MPI_%s=0",
                     "set SHARP_MPI_%s=1"},
-    [W_COUNT_ZERO] = {S_CALL, "no_data", "no data (count 0)",
+    [WHY_COUNT_ZERO] = {S_CALL, "no_data", "no data (count 0)",
                       "none needed"},
-    [W_USER_OP] = {S_CALL, "user_op",
+    [WHY_USER_OP] = {S_CALL, "user_op",
                    "a user-defined op (or MPI_REPLACE, MPI_NO_OP)",
                    "a predefined op (MPI_SUM, MPI_MAX, ...)"},
-    [W_DERIVED] = {S_CALL, "derived_datatype",
+    [WHY_DERIVED] = {S_CALL, "derived_datatype",
                    "a derived datatype in a reduction",
                    "reduce a predefined datatype (docs/mpi.md's table)"},
-    [W_DTYPE] = {S_CALL, "datatype", "datatype not supported by sharp",
+    [WHY_DTYPE] = {S_CALL, "datatype", "datatype not supported by sharp",
                  "a datatype of docs/mpi.md's table (no long double, "
                  "MPI_LOGICAL, MPI_2REAL, ...)"},
-    [W_OP_DTYPE] = {S_CALL, "op_on_datatype",
+    [WHY_OP_DTYPE] = {S_CALL, "op_on_datatype",
                     "op not offloaded on this datatype (MPI does not define "
                     "it there, or sharp does not compute it as MPI does)",
                     "see docs/mpi.md's table of types and ops"},
-    [W_MAX_BYTES] = {S_CALL, "max_bytes",
+    [WHY_MAX_BYTES] = {S_CALL, "max_bytes",
                      "message larger than SHARP_MPI_MAX_BYTES=%s",
                      "set SHARP_MPI_MAX_BYTES=%s"},
-    [W_OVER_2G] = {S_CALL, "over_2gib", "message of 2 GiB or more",
+    [WHY_OVER_2G] = {S_CALL, "over_2gib", "message of 2 GiB or more",
                    "split the call"},
-    [W_ARGS] = {S_CALL, "erroneous",
+    [WHY_ARGS] = {S_CALL, "erroneous",
                 "erroneous arguments (a root outside the communicator, "
                 "MPI_IN_PLACE at a non-root): MPI reports them",
                 "fix the call"},
-    [W_NB_NODE] = {S_CALL, "nb_node_aggr",
+    [WHY_NB_NODE] = {S_CALL, "nb_node_aggr",
                    "several ranks per node and SHARP_MPI_NODE_AGGR=1: the "
                    "non-blocking forms go to MPI",
                    "set SHARP_MPI_NODE_AGGR=0 (every process a member)"},
@@ -139,37 +139,37 @@ static const struct {
 
 /* per reason: [0] communicators (counted by their rank 0), [1] calls,
  * [2] bytes */
-static unsigned long long why_count[W_N][3];
+static unsigned long long why_count[WHY_N][3];
 
 const char *smpi_why_name(int why)
 {
-    return why >= 0 && why < W_N ? why_tab[why].name : "?";
+    return why >= 0 && why < WHY_N ? why_tab[why].name : "?";
 }
 
 int smpi_why_of_status(int rc)
 {
     switch (rc) {
-    case SHARP_COLL_SUCCESS: return W_OK;
-    case SHARP_COLL_ENOT_SUPP: return W_NOT_SUPP;
-    case SHARP_COLL_ENOMEM: return W_NOMEM;
+    case SHARP_COLL_SUCCESS: return WHY_OK;
+    case SHARP_COLL_ENOT_SUPP: return WHY_NOT_SUPP;
+    case SHARP_COLL_ENOMEM: return WHY_NOMEM;
     case SHARP_COLL_EGROUP_ALLOC:
     case SHARP_COLL_EGROUP_ID:
-    case SHARP_COLL_EGROUP_TRIM: return W_GROUP_ALLOC;
+    case SHARP_COLL_EGROUP_TRIM: return WHY_GROUP_ALLOC;
     case SHARP_COLL_ECONN_TREE:
     case SHARP_COLL_EGROUP_JOIN:
-    case SHARP_COLL_EGROUP_MCAST: return W_GROUP_JOIN;
-    case SHARP_COLL_EQUOTA: return W_QUOTA;
-    case SHARP_COLL_ESESS_INIT: return W_SHARPD;
-    case SHARP_COLL_EDEV: return W_DEVICE;
-    case SHARP_COLL_EINVAL: return W_INVALID;
-    case SHARP_COLL_EJOB_CREATE: return W_JOB_REFUSED;
+    case SHARP_COLL_EGROUP_MCAST: return WHY_GROUP_JOIN;
+    case SHARP_COLL_EQUOTA: return WHY_QUOTA;
+    case SHARP_COLL_ESESS_INIT: return WHY_SHARPD;
+    case SHARP_COLL_EDEV: return WHY_DEVICE;
+    case SHARP_COLL_EINVAL: return WHY_INVALID;
+    case SHARP_COLL_EJOB_CREATE: return WHY_JOB_REFUSED;
     case SHARP_COLL_ETREE_INFO:
-    case SHARP_COLL_ENOTREE: return W_NO_TREE;
-    case SHARP_COLL_EOOB: return W_OOB;
+    case SHARP_COLL_ENOTREE: return WHY_NO_TREE;
+    case SHARP_COLL_EOOB: return WHY_OOB;
     case SHARP_COLL_ELOCK_FAILED:
-    case SHARP_COLL_ELOCK_DENIED: return W_LOCK;
-    case SHARP_COLL_ENO_RESOURCE: return W_NO_RESOURCE;
-    default: return W_SHARP_ERROR;
+    case SHARP_COLL_ELOCK_DENIED: return WHY_LOCK;
+    case SHARP_COLL_ENO_RESOURCE: return WHY_NO_RESOURCE;
+    default: return WHY_SHARP_ERROR;
     }
 }
 
@@ -189,19 +189,19 @@ static void why_text(int why, int kind, int size, long bytes, char *expl,
     char a[64] = "", b[64] = "";
     const char *sock;
     switch (why) {
-    case W_SHARPD:
+    case WHY_SHARPD:
         sock = getenv("SHARP_COLL_SHARPD_SOCKET");
         snprintf(a, sizeof(a), "%s", sock && *sock ? sock : SHP_PATH_SHARPD_SOCK);
         break;
-    case W_MIN_RANKS:
+    case WHY_MIN_RANKS:
         snprintf(a, sizeof(a), "%d", smpi_cfg.min_ranks);
         snprintf(b, sizeof(b), "%d", size);
         break;
-    case W_KIND_OFF:
+    case WHY_KIND_OFF:
         snprintf(a, sizeof(a), "%s", kind_setting(kind));
         snprintf(b, sizeof(b), "%s", kind_setting(kind));
         break;
-    case W_MAX_BYTES:
+    case WHY_MAX_BYTES:
         snprintf(a, sizeof(a), "%ld", smpi_cfg.max_bytes);
         snprintf(b, sizeof(b), "%ld", bytes);
         break;
@@ -318,12 +318,12 @@ static void call_args(MPI_Datatype dt, MPI_Op op, char *s, size_t n)
 void smpi_why_call(int kind, long bytes, MPI_Comm comm, int why,
                    MPI_Datatype dt, MPI_Op op)
 {
-    if (why <= W_OK || why >= W_N) {
-        why = W_SHARP_ERROR; /* every call to MPI has a reason */
+    if (why <= WHY_OK || why >= WHY_N) {
+        why = WHY_SHARP_ERROR; /* every call to MPI has a reason */
     }
     why_count[why][1]++;
     why_count[why][2] += (unsigned long long)(bytes > 0 ? bytes : 0);
-    if (why == W_THREAD_MULTIPLE) {
+    if (why == WHY_THREAD_MULTIPLE) {
         return; /* said once at MPI_Init; no notes from several threads */
     }
     why_comm_t *w = why_comm(comm);
@@ -361,14 +361,14 @@ void smpi_why_call(int kind, long bytes, MPI_Comm comm, int why,
 
 void smpi_why_report(void)
 {
-    unsigned long long all[W_N][3];
-    PMPI_Reduce(why_count, all, W_N * 3, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
+    unsigned long long all[WHY_N][3];
+    PMPI_Reduce(why_count, all, WHY_N * 3, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
                 MPI_COMM_WORLD);
     if (smpi.rank != 0) {
         return;
     }
     int any = 0;
-    for (int w = 1; w < W_N; w++) {
+    for (int w = 1; w < WHY_N; w++) {
         any |= all[w][0] + all[w][1] > 0;
     }
     if (!any) {
@@ -378,7 +378,7 @@ void smpi_why_report(void)
     }
     fprintf(stderr, "sharp_mpi: not offloaded, because %-11s %13s %12s %14s\n",
             "", "communicators", "calls", "bytes");
-    for (int w = 1; w < W_N; w++) {
+    for (int w = 1; w < WHY_N; w++) {
         if (all[w][0] + all[w][1] == 0) {
             continue;
         }
