@@ -468,13 +468,12 @@ int smr_start(const char *ip, const unsigned char *key, smr_addr_t *me)
     for (int i = 0; i < MAX_CONNS; i++) {
         svc.conns[i].fd = -1;
     }
-    if (svc.lfd < 0 ||
-        getsockname(svc.lfd, (struct sockaddr *)&sa, &sl) != 0 ||
+    if (svc.lfd < 0 || getsockname(svc.lfd, (struct sockaddr *)&sa, &sl) != 0 ||
         pipe2(svc.stop, O_CLOEXEC) != 0) {
         goto fail;
     }
-    me->ip = sa.sin_addr.s_addr != htonl(INADDR_ANY) ? sa.sin_addr.s_addr
-                                                     : addr;
+    me->ip =
+        sa.sin_addr.s_addr != htonl(INADDR_ANY) ? sa.sin_addr.s_addr : addr;
     me->port = sa.sin_port;
     me->pad = 0;
     /* the thread takes no signal meant for the program's own threads */
@@ -877,7 +876,8 @@ uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
     }
     F = decide_sweep(r, k, end, pend, &src, why, whylen);
     free(pend);
-    if (F == 0 || (F == k + 1 && fetch_any(r, src, k, len, end, why, whylen) != 0)) {
+    if (F == 0 ||
+        (F == k + 1 && fetch_any(r, src, k, len, end, why, whylen) != 0)) {
         return 0;
     }
     pthread_mutex_lock(&svc.mu);

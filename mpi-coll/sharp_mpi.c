@@ -301,8 +301,8 @@ static uint64_t job_agree(unsigned char *key, int *have_key)
         agreed[2] = getrandom(&agreed[3], SMR_KEY_LEN, 0) == SMR_KEY_LEN;
     }
     agreed[1] = (uint64_t)smpi_cfg.fallback;
-    PMPI_Bcast(agreed, (int)(sizeof(agreed) / sizeof(agreed[0])),
-               MPI_UINT64_T, 0, smpi.oob_world);
+    PMPI_Bcast(agreed, (int)(sizeof(agreed) / sizeof(agreed[0])), MPI_UINT64_T,
+               0, smpi.oob_world);
     job = agreed[0];
     smpi_cfg.fallback = (int)agreed[1];
     *have_key = (int)agreed[2];
@@ -621,9 +621,9 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
     }
     s->use = s->had_group = rc == SHARP_COLL_SUCCESS;
     /* every rank on one node: node-local aggregation left one member */
-    s->why = s->use                           ? WHY_OK
+    s->why = s->use                        ? WHY_OK
              : maxn > 1 && maxn == s->size ? WHY_ONE_NODE
-                                             : smpi_why_of_status(rc);
+                                           : smpi_why_of_status(rc);
     if (s->use && s->rec != NULL && s->sc != NULL) {
         /* a member left inside an operation the others gave up on (no
          * notice of the group's failure reached it) leaves it after a
@@ -1638,11 +1638,11 @@ API int MPI_Barrier(MPI_Comm comm)
  * non-blocking forms' rule)?  WHY_OK, or why not. */
 int smpi_bcast_why(long bytes)
 {
-    return !smpi_cfg.bcast               ? WHY_KIND_OFF
-           : bytes <= 0                  ? WHY_COUNT_ZERO
-           : bytes > INT_MAX             ? WHY_OVER_2G
-           : bytes > smpi_cfg.max_bytes  ? WHY_MAX_BYTES
-                                         : WHY_OK;
+    return !smpi_cfg.bcast              ? WHY_KIND_OFF
+           : bytes <= 0                 ? WHY_COUNT_ZERO
+           : bytes > INT_MAX            ? WHY_OVER_2G
+           : bytes > smpi_cfg.max_bytes ? WHY_MAX_BYTES
+                                        : WHY_OK;
 }
 
 /* the bytes of a bcast through sharp, from p (len bytes) at the root:

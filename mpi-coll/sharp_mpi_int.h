@@ -106,8 +106,8 @@ const char *smpi_why_name(int why);
  * class (SHARP_MPI_VERBOSE >= 1) */
 void smpi_why_call(int kind, long bytes, MPI_Comm comm, int why,
                    MPI_Datatype dt, MPI_Op op);
-void smpi_why_init(void); /* at MPI_Init, after the settings */
-void smpi_why_fini(void); /* at MPI_Finalize */
+void smpi_why_init(void);   /* at MPI_Init, after the settings */
+void smpi_why_fini(void);   /* at MPI_Finalize */
 void smpi_why_report(void); /* the report's table (collective) */
 
 /* the library's state */

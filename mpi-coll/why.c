@@ -1,8 +1,9 @@
 /*
  * Why a call went to MPI (libsharp_mpi; docs/mpi.md, "Why a call went to
  * MPI").  Every place that sends a collective to PMPI names one reason of
- * one enumeration (smpi_why_t): its row here has the reason's name, what
- * it means and the setting or change that would offload the call.  The
+ * one enumeration (WHY_*, sharp_mpi_int.h): its row here has the reason's
+ * name, what it means and the setting or change that would offload the
+ * call.  The
  * status codes of libsharp_coll (job and group creation) map to reasons
  * too (smpi_why_of_status), so nothing is reported as a bare
  * "unavailable".
@@ -34,107 +35,114 @@ static const struct {
 } why_tab[WHY_N] = {
     [WHY_OK] = {S_CALL, "ok", "offloaded", ""},
     [WHY_DISABLED] = {S_JOB, "disabled", "SHARP_MPI_ENABLE=0",
-                    "unset SHARP_MPI_ENABLE (or set it to 1)"},
-    [WHY_THREAD_MULTIPLE] = {S_JOB, "thread_multiple",
-                           "a rank runs at MPI_THREAD_MULTIPLE (the layer is "
-                           "not thread-safe)",
-                           "initialize MPI at MPI_THREAD_SERIALIZED or below"},
-    [WHY_SHARPD] = {S_JOB, "sharpd_unreachable", "sharpd unreachable at %s",
-                  "start sharpd on every host, or set SHARP_COLL_SHARPD_SOCKET "
-                  "to its socket"},
-    [WHY_JOB_REFUSED] = {S_JOB, "job_refused",
-                       "the manager refused the job (a host it does not know, "
-                       "the manager unreachable from sharpd, the job ended)",
-                       "see sharpd's and sharp_am's logs "
-                       "(SHARP_COLL_LOG_LEVEL=info says more here)"},
-    [WHY_QUOTA] = {S_JOB, "quota",
-                 "group creation refused by the manager: quota (uid_max_jobs, "
-                 "the job's max_groups or OSTs)",
-                 "end other jobs of this user, ask for less "
-                 "(SHARP_COLL_JOB_QUOTA_*), or raise sharp_am's limits"},
+                      "unset SHARP_MPI_ENABLE (or set it to 1)"},
+    [WHY_THREAD_MULTIPLE] =
+        {S_JOB, "thread_multiple",
+         "a rank runs at MPI_THREAD_MULTIPLE (the layer is "
+         "not thread-safe)",
+         "initialize MPI at MPI_THREAD_SERIALIZED or below"},
+    [WHY_SHARPD] =
+        {S_JOB, "sharpd_unreachable", "sharpd unreachable at %s",
+         "start sharpd on every host, or set SHARP_COLL_SHARPD_SOCKET "
+         "to its socket"},
+    [WHY_JOB_REFUSED] =
+        {S_JOB, "job_refused",
+         "the manager refused the job (a host it does not know, "
+         "the manager unreachable from sharpd, the job ended)",
+         "see sharpd's and sharp_am's logs "
+         "(SHARP_COLL_LOG_LEVEL=info says more here)"},
+    [WHY_QUOTA] =
+        {S_JOB, "quota",
+         "group creation refused by the manager: quota (uid_max_jobs, "
+         "the job's max_groups or OSTs)",
+         "end other jobs of this user, ask for less "
+         "(SHARP_COLL_JOB_QUOTA_*), or raise sharp_am's limits"},
     [WHY_NO_RESOURCE] = {S_JOB, "no_resource",
-                       "the manager has no resources left (OSTs, groups, "
-                       "aggregation nodes)",
-                       "retry when other jobs ended, or ask for less "
-                       "(SHARP_COLL_JOB_QUOTA_*)"},
+                         "the manager has no resources left (OSTs, groups, "
+                         "aggregation nodes)",
+                         "retry when other jobs ended, or ask for less "
+                         "(SHARP_COLL_JOB_QUOTA_*)"},
     [WHY_NO_TREE] = {S_JOB, "no_tree",
-                   "no aggregation tree spans the communicator's hosts",
-                   "check the fabric (sharpctl ans, sharpctl trees): an "
-                   "aggregation node down, or hosts outside the topology"},
+                     "no aggregation tree spans the communicator's hosts",
+                     "check the fabric (sharpctl ans, sharpctl trees): an "
+                     "aggregation node down, or hosts outside the topology"},
     [WHY_GROUP_ALLOC] = {S_COMM, "group_alloc",
-                       "the manager could not make the group (no group id, "
-                       "no room on the tree)",
-                       "free communicators that are no longer used; see "
-                       "sharp_am's log"},
-    [WHY_GROUP_JOIN] = {S_COMM, "group_join",
-                      "joining the group's aggregation nodes failed (a "
-                      "connection, the join, multicast)",
-                      "check the data network between the hosts and the "
-                      "aggregation nodes (SHARP_COLL_LOCAL_IP) and their logs"},
+                         "the manager could not make the group (no group id, "
+                         "no room on the tree)",
+                         "free communicators that are no longer used; see "
+                         "sharp_am's log"},
+    [WHY_GROUP_JOIN] =
+        {S_COMM, "group_join",
+         "joining the group's aggregation nodes failed (a "
+         "connection, the join, multicast)",
+         "check the data network between the hosts and the "
+         "aggregation nodes (SHARP_COLL_LOCAL_IP) and their logs"},
     [WHY_DEVICE] = {S_JOB, "device", "no usable device or transport",
-                  "check the host's interfaces and SHARP_COLL_LOCAL_IP"},
+                    "check the host's interfaces and SHARP_COLL_LOCAL_IP"},
     [WHY_OOB] = {S_COMM, "oob",
-               "an out-of-band collective of libsharp_coll (on MPI) failed",
-               "see the MPI library's errors"},
+                 "an out-of-band collective of libsharp_coll (on MPI) failed",
+                 "see the MPI library's errors"},
     [WHY_NOMEM] = {S_COMM, "no_memory", "out of memory", "more memory"},
-    [WHY_INVALID] = {S_JOB, "invalid_setting",
-                   "libsharp_coll refused its settings or the call",
-                   "check the SHARP_COLL_* settings (SHARP_COLL_LOG_LEVEL=info "
-                   "names the one)"},
+    [WHY_INVALID] =
+        {S_JOB, "invalid_setting",
+         "libsharp_coll refused its settings or the call",
+         "check the SHARP_COLL_* settings (SHARP_COLL_LOG_LEVEL=info "
+         "names the one)"},
     [WHY_NOT_SUPP] = {S_COMM, "not_supported",
-                    "sharp does not support this configuration",
-                    "see libsharp_coll's log (SHARP_COLL_LOG_LEVEL=info)"},
+                      "sharp does not support this configuration",
+                      "see libsharp_coll's log (SHARP_COLL_LOG_LEVEL=info)"},
     [WHY_LOCK] = {S_COMM, "lock", "the streaming lock is taken or denied",
-                "retry later"},
+                  "retry later"},
     [WHY_SHARP_ERROR] = {S_JOB, "sharp_error",
-                       "libsharp_coll failed (an error it names in its log)",
-                       "SHARP_COLL_LOG_LEVEL=info, and sharpd's log"},
+                         "libsharp_coll failed (an error it names in its log)",
+                         "SHARP_COLL_LOG_LEVEL=info, and sharpd's log"},
     [WHY_INTERCOMM] = {S_COMM, "intercomm", "an intercommunicator",
-                     "none: sharp reduces within one group of processes"},
-    [WHY_MIN_RANKS] = {S_COMM, "min_ranks", "fewer ranks than SHARP_MPI_MIN_RANKS=%s",
-                     "set SHARP_MPI_MIN_RANKS=%s"},
+                       "none: sharp reduces within one group of processes"},
+    [WHY_MIN_RANKS] = {S_COMM, "min_ranks",
+                       "fewer ranks than SHARP_MPI_MIN_RANKS=%s",
+                       "set SHARP_MPI_MIN_RANKS=%s"},
     [WHY_ONE_RANK] = {S_COMM, "one_rank", "a communicator of one rank",
-                    "none needed (nothing to combine)"},
-    [WHY_ONE_NODE] = {S_COMM, "one_node",
-                    "all its ranks on one node: with node-local aggregation "
-                    "(SHARP_MPI_NODE_AGGR=1) the group would have one member",
-                    "none needed (MPI's shared memory is faster on one node); "
-                    "SHARP_MPI_NODE_AGGR=0 makes every process a member"},
+                      "none needed (nothing to combine)"},
+    [WHY_ONE_NODE] =
+        {S_COMM, "one_node",
+         "all its ranks on one node: with node-local aggregation "
+         "(SHARP_MPI_NODE_AGGR=1) the group would have one member",
+         "none needed (MPI's shared memory is faster on one node); "
+         "SHARP_MPI_NODE_AGGR=0 makes every process a member"},
     [WHY_FELL] = {S_CALL, "fell_back",
-                "the communicator's sharp group failed in the network; the "
-                "job goes on, on MPI",
-                "SHARP_MPI_REGROUP_CALLS tries a new group; the logs of "
-                "sharp_an, sharpd and sharp_am name the failure"},
+                  "the communicator's sharp group failed in the network; the "
+                  "job goes on, on MPI",
+                  "SHARP_MPI_REGROUP_CALLS tries a new group; the logs of "
+                  "sharp_an, sharpd and sharp_am name the failure"},
     [WHY_KIND_OFF] = {S_CALL, "switched_off", "switched off by SHARP_MPI_%s=0",
-                    "set SHARP_MPI_%s=1"},
-    [WHY_COUNT_ZERO] = {S_CALL, "no_data", "no data (count 0)",
-                      "none needed"},
+                      "set SHARP_MPI_%s=1"},
+    [WHY_COUNT_ZERO] = {S_CALL, "no_data", "no data (count 0)", "none needed"},
     [WHY_USER_OP] = {S_CALL, "user_op",
-                   "a user-defined op (or MPI_REPLACE, MPI_NO_OP)",
-                   "a predefined op (MPI_SUM, MPI_MAX, ...)"},
+                     "a user-defined op (or MPI_REPLACE, MPI_NO_OP)",
+                     "a predefined op (MPI_SUM, MPI_MAX, ...)"},
     [WHY_DERIVED] = {S_CALL, "derived_datatype",
-                   "a derived datatype in a reduction",
-                   "reduce a predefined datatype (docs/mpi.md's table)"},
+                     "a derived datatype in a reduction",
+                     "reduce a predefined datatype (docs/mpi.md's table)"},
     [WHY_DTYPE] = {S_CALL, "datatype", "datatype not supported by sharp",
-                 "a datatype of docs/mpi.md's table (no long double, "
-                 "MPI_LOGICAL, MPI_2REAL, ...)"},
+                   "a datatype of docs/mpi.md's table (no long double, "
+                   "MPI_LOGICAL, MPI_2REAL, ...)"},
     [WHY_OP_DTYPE] = {S_CALL, "op_on_datatype",
-                    "op not offloaded on this datatype (MPI does not define "
-                    "it there, or sharp does not compute it as MPI does)",
-                    "see docs/mpi.md's table of types and ops"},
+                      "op not offloaded on this datatype (MPI does not define "
+                      "it there, or sharp does not compute it as MPI does)",
+                      "see docs/mpi.md's table of types and ops"},
     [WHY_MAX_BYTES] = {S_CALL, "max_bytes",
-                     "message larger than SHARP_MPI_MAX_BYTES=%s",
-                     "set SHARP_MPI_MAX_BYTES=%s"},
+                       "message larger than SHARP_MPI_MAX_BYTES=%s",
+                       "set SHARP_MPI_MAX_BYTES=%s"},
     [WHY_OVER_2G] = {S_CALL, "over_2gib", "message of 2 GiB or more",
-                   "split the call"},
+                     "split the call"},
     [WHY_ARGS] = {S_CALL, "erroneous",
-                "erroneous arguments (a root outside the communicator, "
-                "MPI_IN_PLACE at a non-root): MPI reports them",
-                "fix the call"},
+                  "erroneous arguments (a root outside the communicator, "
+                  "MPI_IN_PLACE at a non-root): MPI reports them",
+                  "fix the call"},
     [WHY_NB_NODE] = {S_CALL, "nb_node_aggr",
-                   "several ranks per node and SHARP_MPI_NODE_AGGR=1: the "
-                   "non-blocking forms go to MPI",
-                   "set SHARP_MPI_NODE_AGGR=0 (every process a member)"},
+                     "several ranks per node and SHARP_MPI_NODE_AGGR=1: the "
+                     "non-blocking forms go to MPI",
+                     "set SHARP_MPI_NODE_AGGR=0 (every process a member)"},
 };
 
 /* per reason: [0] communicators (counted by their rank 0), [1] calls,
@@ -191,7 +199,8 @@ static void why_text(int why, int kind, int size, long bytes, char *expl,
     switch (why) {
     case WHY_SHARPD:
         sock = getenv("SHARP_COLL_SHARPD_SOCKET");
-        snprintf(a, sizeof(a), "%s", sock && *sock ? sock : SHP_PATH_SHARPD_SOCK);
+        snprintf(a, sizeof(a), "%s",
+                 sock && *sock ? sock : SHP_PATH_SHARPD_SOCK);
         break;
     case WHY_MIN_RANKS:
         snprintf(a, sizeof(a), "%d", smpi_cfg.min_ranks);
@@ -298,11 +307,11 @@ static void call_args(MPI_Datatype dt, MPI_Op op, char *s, size_t n)
         static const struct {
             MPI_Op op;
             const char *name;
-        } ops[] = {{MPI_MAX, "MPI_MAX"},     {MPI_MIN, "MPI_MIN"},
-                   {MPI_SUM, "MPI_SUM"},     {MPI_PROD, "MPI_PROD"},
-                   {MPI_LAND, "MPI_LAND"},   {MPI_BAND, "MPI_BAND"},
-                   {MPI_LOR, "MPI_LOR"},     {MPI_BOR, "MPI_BOR"},
-                   {MPI_LXOR, "MPI_LXOR"},   {MPI_BXOR, "MPI_BXOR"},
+        } ops[] = {{MPI_MAX, "MPI_MAX"},       {MPI_MIN, "MPI_MIN"},
+                   {MPI_SUM, "MPI_SUM"},       {MPI_PROD, "MPI_PROD"},
+                   {MPI_LAND, "MPI_LAND"},     {MPI_BAND, "MPI_BAND"},
+                   {MPI_LOR, "MPI_LOR"},       {MPI_BOR, "MPI_BOR"},
+                   {MPI_LXOR, "MPI_LXOR"},     {MPI_BXOR, "MPI_BXOR"},
                    {MPI_MAXLOC, "MPI_MAXLOC"}, {MPI_MINLOC, "MPI_MINLOC"}};
         const char *on = "a user-defined op";
         for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {

@@ -38,8 +38,10 @@
 typedef int (*role_t)(smr_rec_t *r, int me);
 
 static smr_addr_t addrs[MAXN];
-static const unsigned char job_key[SMR_KEY_LEN] = "the job's key, 32 bytes long...";
-static const unsigned char other_key[SMR_KEY_LEN] = "another job's key, 32 bytes....";
+static const unsigned char job_key[SMR_KEY_LEN] =
+    "the job's key, 32 bytes long...";
+static const unsigned char other_key[SMR_KEY_LEN] =
+    "another job's key, 32 bytes....";
 /* a member that runs with another job's cookie (-1: none) */
 static int stranger = -1;
 /* a member that reaches member 0 through the relay of test_replay_... */
@@ -76,7 +78,8 @@ static void run(int n, role_t role, int *codes)
             smr_addr_t me;
             alarm(30);
             signal(SIGPIPE, SIG_IGN);
-            if (smr_start("127.0.0.1", i == stranger ? other_key : job_key, &me) != 0 ||
+            if (smr_start("127.0.0.1", i == stranger ? other_key : job_key,
+                          &me) != 0 ||
                 write(up[i][1], &me, sizeof(me)) != sizeof(me) ||
                 read(down[i][0], addrs, sizeof(addrs)) != sizeof(addrs)) {
                 _exit(90);
