@@ -42,7 +42,7 @@ static const unsigned char job_key[SMR_KEY_LEN] =
     "the job's key, 32 bytes long...";
 static const unsigned char other_key[SMR_KEY_LEN] =
     "another job's key, 32 bytes....";
-/* a member that runs with another job's cookie (-1: none) */
+/* a member that runs with another job's key (-1: none) */
 static int stranger = -1;
 /* a member that reaches member 0 through the relay of test_replay_... */
 static int via_mitm = -1;
@@ -403,7 +403,7 @@ static void test_not_the_protocol(void **state)
  * byte now and then, more than the service takes at once, while member 1
  * needs member 0's result.  The recovery completes at once with the right
  * result; the service closes each stalled connection by its own deadline;
- * member 2 then asks member 0 itself, with another job's cookie: it gets
+ * member 2 then asks member 0 itself, with another job's key: it gets
  * no answer and no result. */
 #define LORIS 100
 
@@ -479,7 +479,7 @@ static int role_loris(smr_rec_t *r, int me)
                 open_left);
         return 84;
     }
-    /* another job's cookie: no answer, no result */
+    /* another job's key: no answer, no result */
     smr_rec_t *s = smr_rec_new(GROUP, 2, 3, addrs);
     if (s == NULL) {
         return 85;
