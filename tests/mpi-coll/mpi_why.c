@@ -1,8 +1,9 @@
 /*
  * An MPI program whose calls go to MPI for known reasons, for
  * tests/mpi-coll/test_why.sh (libsharp_mpi's "why a call went to MPI"):
- * on the world (8 ranks) one MPI_INT allreduce (offloaded when sharp is
- * up), 3 MPI_LONG_DOUBLE allreduces (a type sharp has not), one
+ * on the world (8 ranks) one MPI_INT allreduce and one MPI_Iallreduce
+ * (offloaded when sharp is up, the latter with one rank a host), 3
+ * MPI_LONG_DOUBLE allreduces (a type sharp has not), one
  * MPI_C_DOUBLE_COMPLEX MPI_PROD (an op sharp does not compute on it), 2
  * bcasts of 8192 bytes (above the script's SHARP_MPI_MAX_BYTES); on each
  * of 4 communicators of 2 ranks 5 MPI_INT allreduces (below the script's
@@ -34,6 +35,11 @@ int main(int argc, char **argv)
     int v[4] = {rank, 1, 2, 3}, s[4];
     MPI_Allreduce(v, s, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     check(s[0] == size * (size - 1) / 2 && s[1] == size, "MPI_INT");
+
+    MPI_Request req;
+    MPI_Iallreduce(v, s, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    check(s[0] == size * (size - 1) / 2 && s[1] == size, "MPI_Iallreduce");
 
     for (int i = 0; i < 3; i++) {
         long double x[2] = {rank, 0.5L}, y[2];
