@@ -5,7 +5,7 @@
  *
  * Wire (TCP, one question per connection, integers big-endian; MAC:
  * HMAC-SHA-256 keyed by the job's key, which every rank got from rank 0 at
- * MPI_Init and which never crosses the network):
+ * MPI_Init through MPI and which is never sent here):
  *   hello     (service) magic "SMRH", version, a fresh 16-byte nonce
  *   question  magic "SMRQ", version, group id, k, flags (1: send the
  *             result of k if you have it), the asker's nonce, MAC(hello's

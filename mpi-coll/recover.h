@@ -40,7 +40,7 @@ typedef struct smr_addr {
 /* Start this process's service, bound to ip (dotted; NULL or "": the
  * first address of the host's name, or every address if that is not
  * this host's); other processes' questions must prove key (SMR_KEY_LEN
- * bytes, the same in every process of the job, never sent).  0 or -1
+ * bytes, the same in every process of the job, never sent by the service).  0 or -1
  * (errno). */
 int smr_start(const char *ip, const unsigned char *key, smr_addr_t *me);
 void smr_stop(void);
