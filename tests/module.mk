@@ -16,7 +16,8 @@ $(TEST_SUPPORT_LIB): $(call obj_of,$(TEST_SUPPORT_SRCS))
 UNIT_TEST_SRCS := $(wildcard $(addsuffix /test_*.c,$(addprefix tests/, \
 	core protocol reduce transport topology))) \
 	tests/an/test_an_exact.c tests/an/test_an_link.c \
-	tests/mpi-coll/test_recover.c tests/sharpd/test_sharpd_auth.c \
+	tests/mpi-coll/test_recover.c tests/mpi-coll/test_node_shm.c \
+	tests/sharpd/test_sharpd_auth.c \
 	tests/libsharp/test_buf.c
 UNIT_TESTS := $(patsubst tests/%.c,$(TESTDIR)/%,$(UNIT_TEST_SRCS))
 TESTS += $(UNIT_TESTS)
@@ -149,6 +150,9 @@ $(filter $(TESTDIR)/sharpd/%,$(UNIT_TESTS)): $(SHARPD_LIB)
 
 # The recovery protocol of libsharp_mpi, with forked members (no MPI).
 $(filter $(TESTDIR)/mpi-coll/%,$(UNIT_TESTS)): $(call obj_of,mpi-coll/recover.c)
+
+# libsharp_mpi's node-local step on shared memory, with forked ranks (no MPI).
+$(TESTDIR)/mpi-coll/test_node_shm: $(call obj_of,mpi-coll/node_shm.c)
 
 # The layering (scripts/check-layers.sh): the tree's includes and calls, and
 # the check failing on planted breaches.
