@@ -482,6 +482,7 @@ static int slow_body(smn_node_t *nd, unsigned rank, void *arg)
 {
     (void)arg;
     shp_reduce_desc_t d = {SHP_DTYPE_F32, SHP_OP_SUM, SHP_DTYPE_NULL};
+    uint64_t t0 = ms_now();
     for (unsigned it = 0; it < 20; it++) {
         if (rank == 2 && it % 4 == 1) {
             usleep(50000);
@@ -493,8 +494,15 @@ static int slow_body(smn_node_t *nd, unsigned rank, void *arg)
     }
     smn_stats_t st;
     smn_get_stats(nd, &st);
-    /* the leader slept while rank 2 was slow, and was woken */
-    return rank != 0 || st.sleeps > 0 ? 0 : 70;
+    /* the leader slept while rank 2 was slow, and was woken: not left to
+     * the end of its 2 s slice (5 x 50 ms of delays in all) */
+    if (rank == 0 && st.sleeps == 0) {
+        return 70;
+    }
+    if (rank == 2 && st.wakes == 0) {
+        return 71;
+    }
+    return ms_now() - t0 < 1500 ? 0 : 72;
 }
 
 static void test_slow_rank(void **state)
@@ -502,6 +510,7 @@ static void test_slow_rank(void **state)
     (void)state;
     smn_opts_t o = test_opts();
     int codes[MAXN];
+    o.period_ms = 2000;
     run_node(4, &o, slow_body, NULL, codes);
     expect_all(4, codes, 0);
 }
