@@ -476,6 +476,93 @@ static void test_many_ops(void **state)
     expect_all(8, codes, 0);
 }
 
+/* The per-chunk calls the integration makes ------------------------------ */
+
+/* the leader's hook fails on the second chunk */
+static int fail_second(void *arg, void *buf, size_t count, size_t offset)
+{
+    (void)arg, (void)buf, (void)count;
+    return offset == 0 ? 0 : 7;
+}
+
+static int chunk_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    (void)arg;
+    shp_reduce_desc_t d = {SHP_DTYPE_U32, SHP_OP_BXOR, SHP_DTYPE_NULL};
+    size_t c = smn_chunk_count(nd, &d), n = smn_size(nd);
+    uint32_t src[3 * SLOT / 4 + 1], dst[3 * SLOT / 4 + 1];
+    for (size_t j = 0; j < 3 * c + 1; j++) {
+        src[j] = (uint32_t)val(rank, 1, j);
+        dst[j] = 0xdeadbeef;
+    }
+    if (smn_reduce(nd, &d, src, c + 1, dst) != SHP_ERR_TOO_LARGE) {
+        return 100;
+    }
+    /* the fold straight into the result area, published from it */
+    uint32_t *area = smn_result_area(nd);
+    if (smn_reduce(nd, &d, src, c, rank == 0 ? area : NULL) != SHP_OK ||
+        smn_result(nd, rank == 0 ? area : dst, c * 4, NULL) != SHP_OK) {
+        return 101;
+    }
+    if (rank == 0) {
+        memcpy(dst, area, c * 4);
+    }
+    for (size_t j = 0; j < c; j++) {
+        uint32_t want = 0;
+        for (unsigned r = 0; r < n; r++) {
+            want ^= (uint32_t)val(r, 1, j);
+        }
+        if (dst[j] != want) {
+            return 102;
+        }
+    }
+    /* a hook's code stops the chunks after the one it came with, on every
+     * rank: two chunks written, the rest untouched */
+    int code = 0;
+    for (size_t j = 0; j < 3 * c + 1; j++) {
+        dst[j] = 0xdeadbeef;
+    }
+    if (smn_allreduce(nd, &d, src, dst, 3 * c + 1, fail_second, NULL,
+                      &code) != SHP_OK ||
+        code != 7) {
+        return 103;
+    }
+    for (size_t j = 0; j < 3 * c + 1; j++) {
+        uint32_t want = 0;
+        for (unsigned r = 0; r < n; r++) {
+            want ^= (uint32_t)val(r, 1, j);
+        }
+        if ((j < 2 * c) != (dst[j] == want) || (j >= 2 * c &&
+                                                 dst[j] != 0xdeadbeef)) {
+            return 104;
+        }
+    }
+    /* a result call without its reduce is refused, the segment unharmed */
+    if (smn_result(nd, dst, 4, NULL) != SHP_ERR_INVALID_PARAM) {
+        return 105;
+    }
+    /* the callers disagree on the result's length: an error, not a copy */
+    const void *srcs[MAXN];
+    uint32_t one = 1;
+    if (smn_gather(nd, &one, 4, srcs) != SHP_OK) {
+        return 106;
+    }
+    shp_status_t st = smn_result(nd, &one, rank == 0 ? 4 : 8, NULL);
+    if (st != (rank == 0 ? SHP_OK : SHP_ERR_MISMATCH)) {
+        return 107;
+    }
+    return smn_barrier(nd, NULL, NULL, NULL) == SHP_OK ? 0 : 108;
+}
+
+static void test_chunk_calls(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    run_node(3, &o, chunk_body, NULL, codes);
+    expect_all(3, codes, 0);
+}
+
 /* A slow rank ----------------------------------------------------------------- */
 
 static int slow_body(smn_node_t *nd, unsigned rank, void *arg)
@@ -753,6 +840,7 @@ int main(void)
         cmocka_unit_test(test_node_sizes),
         cmocka_unit_test(test_fold_order),
         cmocka_unit_test(test_many_ops),
+        cmocka_unit_test(test_chunk_calls),
         cmocka_unit_test(test_slow_rank),
         cmocka_unit_test(test_killed_member),
         cmocka_unit_test(test_killed_leader),
