@@ -708,8 +708,9 @@ static void test_stuck_member(void **state)
     run_fault(3, &f, 300);
 }
 
-/* a rank killed before the first barrier (found dead), a rank that never
- * came (the timeout): destroy leaves nothing behind */
+/* a rank killed before the first barrier (found dead), the leader killed
+ * before it unlinked, a rank that never came (the timeout): destroy leaves
+ * nothing behind */
 static void test_killed_before_unlink(void **state)
 {
     (void)state;
@@ -736,6 +737,32 @@ static void test_killed_before_unlink(void **state)
     assert_int_equal(smn_failed_rank(nd), 1);
     assert_true(ms_now() - t0 < 250); /* found dead, not timed out */
     assert_int_equal(smn_unlink(nd), SHP_ERR_BUSY); /* 2 never came */
+    assert_true(shm_exists(h.name));
+    smn_destroy(nd);
+    assert_false(shm_exists(h.name));
+
+    /* the leader killed before it unlinked: a member's destroy does */
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        if (smn_create(2, &o, &nd, &h) != SHP_OK ||
+            write(p[1], &h, sizeof(h)) != (ssize_t)sizeof(h)) {
+            _exit(1);
+        }
+        raise(SIGKILL);
+    }
+    assert_int_equal(read(p[0], &h, sizeof(h)), sizeof(h));
+    close(p[0]);
+    close(p[1]);
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_int_equal(smn_attach(&h, 1, &o, &nd), SHP_OK);
+    t0 = ms_now();
+    assert_int_equal(smn_barrier(nd, NULL, NULL, NULL), SHP_ERR_GROUP_FAILED);
+    assert_int_equal(smn_failed_rank(nd), 0);
+    assert_true(ms_now() - t0 < 250);
     assert_true(shm_exists(h.name));
     smn_destroy(nd);
     assert_false(shm_exists(h.name));
