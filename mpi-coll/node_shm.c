@@ -27,9 +27,9 @@
  * Reuse without further synchronisation (why no one overwrites what is
  * still read):
  * - slot i is read only by the leader, in a reduce/gather operation m,
- *   before it stores go = m; rank i writes slot i again for an operation
- *   k > m only after it saw go = k - 1 >= m (every operation ends, at a
- *   rank other than its root, with waiting for go);
+ *   before it stores go = m; rank i writes slot i again, for an operation
+ *   k > m, only after it saw go = m (the leader roots every reduce, and a
+ *   rank ends every operation it does not root by waiting for go);
  * - the area of operation k - 1 is read by rank j before it stores
  *   fin[j] = k - 1 and, after that, arr[j] = k; whoever writes the area
  *   for operation k first waits for every arr[j] = k (reduce: the leader)
@@ -49,10 +49,10 @@
  * /proc where pidfds are missing; no check across pid namespaces) and the
  * timeout (one deadline for a whole fan-in; twice the timeout for the
  * root's publication, so that the root times out first and names the rank
- * that did not come).  A dead or late rank, or a failure another rank found, fails
- * the segment: the failure word (reason, rank) is set once, every futex
- * word is woken, and every later call returns the error.  A sleeper that
- * just missed that wake sees it at the end of its slice.
+ * that did not come).  A dead or late rank, or a failure another rank
+ * found, fails the segment: the failure word (reason, rank) is set once,
+ * every futex word is woken, and every later call returns the error.  A
+ * sleeper that just missed that wake sees it at the end of its slice.
  */
 #include "mpi-coll/node_shm.h"
 
@@ -124,10 +124,10 @@ struct smn_node {
     char *slots;
     unsigned rank, n;
     size_t slot;
-    uint32_t seq;  /* the current (last begun) operation */
-    int open;      /* a reduce/gather awaits its smn_result */
+    uint32_t seq; /* the current (last begun) operation */
+    int open;     /* a reduce/gather awaits its smn_result */
     uint64_t pidns;
-    int *pidfd;    /* [n]: -1 not opened, -2 no pidfds here */
+    int *pidfd;        /* [n]: -1 not opened, -2 no pidfds here */
     const void **srcs; /* [n] */
     smn_opts_t o;
     smn_stats_t st;
@@ -197,7 +197,7 @@ static shp_status_t smn_failed(const smn_node_t *nd)
 {
     uint32_t f = atomic_load(&nd->hdr->fail);
     return f >> 16 == SMN_FAIL_TIMEOUT ? SHP_ERR_TIMED_OUT
-                                        : SHP_ERR_GROUP_FAILED;
+                                       : SHP_ERR_GROUP_FAILED;
 }
 
 /* fail the segment for everyone (the first reason found stays) */
@@ -325,8 +325,8 @@ static char *smn_slot(const smn_node_t *nd, unsigned i)
 
 /* Setup ------------------------------------------------------------------ */
 
-static shp_status_t smn_node_new(unsigned n, unsigned rank,
-                                 const smn_opts_t *o, smn_node_t **out)
+static shp_status_t smn_node_new(unsigned n, unsigned rank, const smn_opts_t *o,
+                                 smn_node_t **out)
 {
     smn_node_t *nd = calloc(1, sizeof(*nd));
     if (nd == NULL) {
@@ -369,8 +369,8 @@ static void smn_join(smn_node_t *nd)
     atomic_fetch_add(&nd->hdr->attached, 1);
 }
 
-shp_status_t smn_create(unsigned nranks, const smn_opts_t *o,
-                        smn_node_t **node, smn_handle_t *h)
+shp_status_t smn_create(unsigned nranks, const smn_opts_t *o, smn_node_t **node,
+                        smn_handle_t *h)
 {
     size_t slot = (o->slot_bytes + SMN_LINE - 1) / SMN_LINE * SMN_LINE;
     if (nranks == 0 || nranks > SMN_MAX_RANKS || slot == 0 ||
@@ -389,8 +389,8 @@ shp_status_t smn_create(unsigned nranks, const smn_opts_t *o,
     if (st != SHP_OK) {
         return st;
     }
-    snprintf(nd->name, sizeof(nd->name), SMN_PREFIX "%d-%016llx",
-             (int)getpid(), (unsigned long long)rnd[0]);
+    snprintf(nd->name, sizeof(nd->name), SMN_PREFIX "%d-%016llx", (int)getpid(),
+             (unsigned long long)rnd[0]);
     int fd = shm_open(nd->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         st = errno == EEXIST ? SHP_ERR_EXISTS : SHP_ERR_IO;
@@ -400,8 +400,8 @@ shp_status_t smn_create(unsigned nranks, const smn_opts_t *o,
         st = errno == ENOSPC ? SHP_ERR_NO_RESOURCE : SHP_ERR_IO;
         goto err_unlink;
     }
-    nd->base = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                    fd, 0);
+    nd->base =
+        mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (nd->base == MAP_FAILED) {
         st = SHP_ERR_NO_RESOURCE;
         goto err_unlink;
@@ -654,8 +654,8 @@ static shp_status_t smn_fan_out(smn_node_t *nd, unsigned root, void *buf,
     }
     /* twice the timeout: the root, which may wait for the others, times
      * out first and names the rank that did not come */
-    shp_status_t st = smn_wait(nd, &nd->pub->go, &nd->pub->go_sleepers,
-                               nd->seq, root, smn_deadline(nd, 2));
+    shp_status_t st = smn_wait(nd, &nd->pub->go, &nd->pub->go_sleepers, nd->seq,
+                               root, smn_deadline(nd, 2));
     if (st != SHP_OK) {
         return st;
     }
@@ -806,8 +806,8 @@ shp_status_t smn_bcast(smn_node_t *nd, void *buf, size_t bytes, unsigned root)
             for (unsigned j = 0; j < nd->n && st == SHP_OK; j++) {
                 smn_line_t *l = &nd->lines[j];
                 if (j != root) {
-                    st = smn_wait(nd, &l->fin, &l->fin_sleepers, nd->seq - 1,
-                                  j, deadline);
+                    st = smn_wait(nd, &l->fin, &l->fin_sleepers, nd->seq - 1, j,
+                                  deadline);
                 }
             }
         }

@@ -55,9 +55,9 @@ typedef struct smn_opts {
 /* The blob the leader gives every other node rank (e.g. PMPI_Bcast of
  * sizeof(smn_handle_t) bytes on the node communicator). */
 typedef struct smn_handle {
-    char name[48];       /* shm_open name, NUL-terminated */
-    uint64_t seg_bytes;  /* the whole segment */
-    uint64_t cookie;     /* random, also in the segment */
+    char name[48];      /* shm_open name, NUL-terminated */
+    uint64_t seg_bytes; /* the whole segment */
+    uint64_t cookie;    /* random, also in the segment */
     uint32_t nranks;
     uint32_t slot_bytes;
 } smn_handle_t;
@@ -123,8 +123,8 @@ SHP_WUR shp_status_t smn_reduce(smn_node_t *node, const shp_reduce_desc_t *desc,
                                 const void *src, size_t count, void *dst);
 /* The same, but the leader gets each rank's contribution apart: srcs[0] =
  * its src, srcs[i] = rank i's, bytes each, valid until its smn_result. */
-SHP_WUR shp_status_t smn_gather(smn_node_t *node, const void *src,
-                                size_t bytes, const void **srcs);
+SHP_WUR shp_status_t smn_gather(smn_node_t *node, const void *src, size_t bytes,
+                                const void **srcs);
 /* Ends the chunk.  Leader: publishes bytes of buf (<= slot_bytes; buf may
  * be smn_result_area()) and code.  Others: wait, copy bytes into buf (NULL:
  * copy nothing, e.g. a reduce's non-root) and get the leader's code (code

@@ -63,8 +63,8 @@ static int rank_main(unsigned rank, unsigned n, const smn_opts_t *o,
                      smn_handle_t *h, int pipefd, body_t body, void *arg)
 {
     smn_node_t *nd = NULL;
-    shp_status_t st = rank == 0 ? smn_create(n, o, &nd, h)
-                                : smn_attach(h, rank, o, &nd);
+    shp_status_t st =
+        rank == 0 ? smn_create(n, o, &nd, h) : smn_attach(h, rank, o, &nd);
     if (rank == 0) {
         smn_handle_t none = {{0}, 0, 0, 0, 0};
         if (write(pipefd, st == SHP_OK ? h : &none, sizeof(*h)) !=
@@ -215,8 +215,7 @@ static int types_body(smn_node_t *nd, unsigned rank, void *arg)
     for (int dt = 0; dt < SHP_DTYPE_LAST; dt++) {
         for (int op = 0; op < SHP_OP_LAST; op++) {
             for (unsigned t = 0; t < sizeof(tags) / sizeof(tags[0]); t++) {
-                shp_reduce_desc_t d = {(shp_dtype_t)dt, (shp_op_t)op,
-                                       tags[t]};
+                shp_reduce_desc_t d = {(shp_dtype_t)dt, (shp_op_t)op, tags[t]};
                 if (shp_reduce_desc_check(&d, NULL) != SHP_OK) {
                     continue;
                 }
@@ -371,8 +370,8 @@ static int many_allreduce(smn_node_t *nd, unsigned rank, unsigned it,
             want += val(r, it, j);
         }
         if (dst[j] != want) {
-            fprintf(stderr, "rank %u op %u: [%zu] %llu != %llu\n", rank, it,
-                    j, (unsigned long long)dst[j], (unsigned long long)want);
+            fprintf(stderr, "rank %u op %u: [%zu] %llu != %llu\n", rank, it, j,
+                    (unsigned long long)dst[j], (unsigned long long)want);
             return 31;
         }
     }
@@ -414,8 +413,7 @@ static int many_gather(smn_node_t *nd, unsigned rank, unsigned it,
     return sum == got ? 0 : 43;
 }
 
-static int many_bcast(smn_node_t *nd, unsigned rank, unsigned it,
-                      uint64_t *buf)
+static int many_bcast(smn_node_t *nd, unsigned rank, unsigned it, uint64_t *buf)
 {
     unsigned root = it % smn_size(nd);
     size_t count = 1 + (size_t)mix(it + 7) % (3 * (SLOT / 8));
@@ -441,15 +439,9 @@ static int many_body(smn_node_t *nd, unsigned rank, void *arg)
     for (unsigned it = 0; it < MANY_OPS && rc == 0; it++) {
         int code = -1;
         switch (it % 4) {
-        case 0:
-            rc = many_allreduce(nd, rank, it, a, b);
-            break;
-        case 1:
-            rc = many_bcast(nd, rank, it, a);
-            break;
-        case 2:
-            rc = many_gather(nd, rank, it, a);
-            break;
+        case 0: rc = many_allreduce(nd, rank, it, a, b); break;
+        case 1: rc = many_bcast(nd, rank, it, a); break;
+        case 2: rc = many_gather(nd, rank, it, a); break;
         default:
             if (smn_barrier(nd, barrier_code, &it, &code) != SHP_OK ||
                 code != (int)it + 1) {
@@ -522,8 +514,8 @@ static int chunk_body(smn_node_t *nd, unsigned rank, void *arg)
     for (size_t j = 0; j < 3 * c + 1; j++) {
         dst[j] = 0xdeadbeef;
     }
-    if (smn_allreduce(nd, &d, src, dst, 3 * c + 1, fail_second, NULL,
-                      &code) != SHP_OK ||
+    if (smn_allreduce(nd, &d, src, dst, 3 * c + 1, fail_second, NULL, &code) !=
+            SHP_OK ||
         code != 7) {
         return 103;
     }
@@ -532,8 +524,8 @@ static int chunk_body(smn_node_t *nd, unsigned rank, void *arg)
         for (unsigned r = 0; r < n; r++) {
             want ^= (uint32_t)val(r, 1, j);
         }
-        if ((j < 2 * c) != (dst[j] == want) || (j >= 2 * c &&
-                                                 dst[j] != 0xdeadbeef)) {
+        if ((j < 2 * c) != (dst[j] == want) ||
+            (j >= 2 * c && dst[j] != 0xdeadbeef)) {
             return 104;
         }
     }
@@ -631,10 +623,10 @@ static int fault_body(smn_node_t *nd, unsigned rank, void *arg)
         for (unsigned j = 0; j < 600; j++) {
             src[j] = (int32_t)(rank * 1000 + j + it);
         }
-        shp_status_t st = f->kind == 1 && it == FAULT_AT
-                              ? smn_bcast(nd, src, sizeof(src), f->victim)
-                              : smn_allreduce(nd, &d, src, dst, 600, NULL,
-                                              NULL, NULL);
+        shp_status_t st =
+            f->kind == 1 && it == FAULT_AT
+                ? smn_bcast(nd, src, sizeof(src), f->victim)
+                : smn_allreduce(nd, &d, src, dst, 600, NULL, NULL, NULL);
         if (it < FAULT_AT) {
             if (st != SHP_OK) {
                 return 80;
@@ -648,8 +640,8 @@ static int fault_body(smn_node_t *nd, unsigned rank, void *arg)
             return 82; /* a result without the victim: wrong */
         }
         if (st != f->want || smn_failed_rank(nd) != (int)f->victim) {
-            fprintf(stderr, "rank %u: %s, rank %d\n", rank,
-                    shp_status_str(st), smn_failed_rank(nd));
+            fprintf(stderr, "rank %u: %s, rank %d\n", rank, shp_status_str(st),
+                    smn_failed_rank(nd));
             return 83;
         }
         if (ms_now() - t0 > f->max_ms) {
@@ -782,8 +774,8 @@ static char *map_seg(const smn_handle_t *h)
 {
     int fd = shm_open(h->name, O_RDWR, 0);
     assert_true(fd >= 0);
-    char *p = mmap(NULL, h->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                   fd, 0);
+    char *p =
+        mmap(NULL, h->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     assert_true(p != MAP_FAILED);
     return p;
