@@ -346,6 +346,9 @@ static shp_status_t smn_node_new(unsigned n, unsigned rank, const smn_opts_t *o,
     nd->n = n;
     nd->rank = rank;
     nd->o = *o;
+    if (nd->o.period_ms == 0) {
+        nd->o.period_ms = 1; /* sleep in slices, never spin on a 0 timeout */
+    }
     nd->pidns = smn_self_pidns();
     *out = nd;
     return SHP_OK;

@@ -48,8 +48,10 @@ typedef struct smn_opts {
     size_t slot_bytes;   /* per rank and for the result (leader's choice;
                             rounded up to 64 bytes); default 64 KiB */
     unsigned spin_ns;    /* spin before sleeping; default 2000 (2 us) */
-    unsigned timeout_ms; /* any one wait; default 30000 */
-    unsigned period_ms;  /* sleep slices between liveness checks; 100 */
+    unsigned timeout_ms; /* a fan-in (twice: waiting for a publication, which
+                            may include the leader's sharp call); 30000 */
+    unsigned period_ms;  /* sleep slices between liveness checks; 100
+                            (0 is taken as 1) */
 } smn_opts_t;
 
 /* The blob the leader gives every other node rank (e.g. PMPI_Bcast of
