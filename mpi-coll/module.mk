@@ -4,9 +4,9 @@
 MPICC_OMPI ?= mpicc.openmpi
 MPICC_MPICH ?= mpicc.mpich
 SHARP_MPI_SRC := mpi-coll/sharp_mpi.c mpi-coll/sharp_mpi_nb.c mpi-coll/recover.c \
-	mpi-coll/why.c
+	mpi-coll/why.c mpi-coll/node_shm.c
 # the sources' own headers
-SHARP_MPI_HDR := mpi-coll/sharp_mpi_int.h mpi-coll/recover.h
+SHARP_MPI_HDR := mpi-coll/sharp_mpi_int.h mpi-coll/recover.h mpi-coll/node_shm.h
 SHARP_MPI_OMPI := $(LIB_OUT)/libsharp_mpi_ompi.so
 SHARP_MPI_MPICH := $(LIB_OUT)/libsharp_mpi_mpich.so
 MPI_DEMO_OMPI := $(BINDIR)/sharp_mpi_demo_ompi
@@ -27,14 +27,14 @@ MPI_OMPI_LIBS := -Wl,--no-as-needed -levent_core -Wl,--as-needed
 $(SHARP_MPI_OMPI): $(SHARP_MPI_SRC) $(SHARP_MPI_HDR) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP) $(PATHS_H)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
-	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -shared -pthread -Wl,-soname,$(@F) -o $@ \
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -shared -pthread -Wl,-z,defs -Wl,-soname,$(@F) -o $@ \
 		$(SHARP_MPI_SRC) \
 		$(MPI_OMPI_LIBS) -L$(LIB_OUT) -lsharp_coll $(MPI_LIB_COMMON)
 
 $(SHARP_MPI_MPICH): $(SHARP_MPI_SRC) $(SHARP_MPI_HDR) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP) $(PATHS_H)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
-	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -shared -pthread -Wl,-soname,$(@F) -o $@ \
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -shared -pthread -Wl,-z,defs -Wl,-soname,$(@F) -o $@ \
 		$(SHARP_MPI_SRC) \
 		-L$(LIB_OUT) -lsharp_coll $(MPI_LIB_COMMON)
 

@@ -664,7 +664,9 @@ static shp_status_t smn_fan_out(smn_node_t *nd, unsigned root, void *buf,
     }
     if (nd->pub->bytes != bytes) {
         st = SHP_ERR_MISMATCH; /* the callers disagree: nothing copied */
-    } else if (buf != NULL && bytes != 0) {
+    } else if (buf != NULL && bytes != 0 && nd->pub->code == 0) {
+        /* (a non-zero code carries no data: buf, which may be the
+         * caller's in-place input for a redo, keeps what it held) */
         memcpy(buf, nd->area, bytes);
     }
     if (code != NULL) {

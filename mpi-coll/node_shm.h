@@ -130,7 +130,9 @@ SHP_WUR shp_status_t smn_gather(smn_node_t *node, const void *src, size_t bytes,
 /* Ends the chunk.  Leader: publishes bytes of buf (<= slot_bytes; buf may
  * be smn_result_area()) and code.  Others: wait, copy bytes into buf (NULL:
  * copy nothing, e.g. a reduce's non-root) and get the leader's code (code
- * may be NULL).  bytes must be the same on every rank. */
+ * may be NULL); with a non-zero code nothing is copied (buf may be the
+ * caller's in-place input, to redo the operation another way).  bytes must
+ * be the same on every rank. */
 SHP_WUR shp_status_t smn_result(smn_node_t *node, void *buf, size_t bytes,
                                 int *code);
 

@@ -100,6 +100,10 @@ static void cfg_load(void)
     smpi_cfg.verbose = (int)env_long("SHARP_MPI_VERBOSE", 0);
     smpi_cfg.min_ranks = (int)env_long("SHARP_MPI_MIN_RANKS", 2);
     smpi_cfg.node_aggr = (int)env_long("SHARP_MPI_NODE_AGGR", 1);
+    smpi_cfg.node_shm = (int)env_long("SHARP_MPI_NODE_SHM", 1);
+    smpi_cfg.node_shm_slot = env_long("SHARP_MPI_NODE_SHM_SLOT", 64L << 10);
+    smpi_cfg.node_shm_timeout_ms =
+        env_long("SHARP_MPI_NODE_SHM_TIMEOUT", 60000);
     smpi_cfg.max_bytes = env_long("SHARP_MPI_MAX_BYTES", 64L << 20);
     smpi_cfg.allreduce = (int)env_long("SHARP_MPI_ALLREDUCE", 1);
     smpi_cfg.reduce = (int)env_long("SHARP_MPI_REDUCE", 1);
@@ -219,6 +223,8 @@ static void comm_teardown(comm_state_t *s)
             PMPI_Comm_free(cs[i]);
         }
     }
+    smn_destroy(s->nshm);
+    s->nshm = NULL;
     free(s->node_of);
     free(s->rank_in_node);
     s->node_of = s->rank_in_node = NULL;
@@ -392,6 +398,10 @@ static void report(void)
                 MPI_COMM_WORLD);
     PMPI_Reduce(&smpi.recovery_us_max, &rec[3], 1, MPI_UNSIGNED_LONG_LONG,
                 MPI_MAX, 0, MPI_COMM_WORLD);
+    unsigned long long steps[2] = {smpi.node_shm_steps, smpi.node_mpi_steps},
+                       nsteps[2];
+    PMPI_Reduce(steps, nsteps, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
+                MPI_COMM_WORLD);
     if (smpi.rank != 0) {
         return;
     }
@@ -402,6 +412,12 @@ static void report(void)
     for (int k = 0; k < C_N; k++) {
         fprintf(stderr, "sharp_mpi: %-14s %12llu %14llu %12llu %14llu\n",
                 smpi_coll_names[k], c[k][0], b[k][0], c[k][1], b[k][1]);
+    }
+    if (nsteps[0] + nsteps[1] > 0) {
+        fprintf(stderr,
+                "sharp_mpi: node-local aggregation: %llu step(s) on shared "
+                "memory, %llu on MPI (counted by each rank)\n",
+                nsteps[0], nsteps[1]);
     }
     if (rec[0] + rec[1] + rec[2] > 0) {
         fprintf(stderr,
@@ -550,6 +566,50 @@ static void cancel_comm(void *sc)
     (void)sharp_coll_comm_cancel(sc);
 }
 
+/* The node step's shared-memory segment (node_shm.h): the leader makes
+ * it, the others attach; kept only if every rank of the node has it (else
+ * this node's steps stay on PMPI: the choice is the node's own, its ranks
+ * alike).  Unlinked at once: nothing is left if the job dies. */
+static void node_shm_setup(comm_state_t *s)
+{
+    smn_opts_t o;
+    smn_handle_t h;
+    int ok = 0, all = 0, code = 0;
+    smn_opts_default(&o);
+    if (smpi_cfg.node_shm_slot > 0 && smpi_cfg.node_shm_slot <= (1L << 30)) {
+        o.slot_bytes = (size_t)smpi_cfg.node_shm_slot;
+    }
+    if (smpi_cfg.node_shm_timeout_ms > 0) {
+        o.timeout_ms = (unsigned)smpi_cfg.node_shm_timeout_ms;
+    }
+    memset(&h, 0, sizeof(h));
+    if (s->node_rank == 0) {
+        ok = smn_create((unsigned)s->node_size, &o, &s->nshm, &h) == SHP_OK;
+        if (!ok) {
+            memset(&h, 0, sizeof(h));
+        }
+    }
+    PMPI_Bcast(&h, (int)sizeof(h), MPI_BYTE, 0, s->node);
+    if (s->node_rank != 0) {
+        ok = h.name[0] != '\0' &&
+             smn_attach(&h, (unsigned)s->node_rank, &o, &s->nshm) == SHP_OK;
+    }
+    PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, s->node);
+    if (all && smn_barrier(s->nshm, NULL, NULL, &code) == SHP_OK) {
+        /* (every rank attached: it cannot be busy; destroy unlinks too) */
+        if (s->node_rank == 0 && smn_unlink(s->nshm) != SHP_OK) {
+            smpi_note(2, "node-local segment: not unlinked yet");
+        }
+        return;
+    }
+    /* (a failed barrier fails the segment for every rank of the node) */
+    if (s->node_rank == 0 && all) {
+        smpi_note(1, "node-local step on shared memory unavailable: on MPI");
+    }
+    smn_destroy(s->nshm);
+    s->nshm = NULL;
+}
+
 /* With several ranks on a node: one leader a node (node rank 0) is the
  * group's member; every rank learns each rank's leader and place in its
  * node.  The group's status, the same on every rank. */
@@ -578,6 +638,9 @@ static int comm_setup_hier(comm_state_t *s, MPI_Comm comm, uint64_t id)
         s->rank_in_node[r] = all[2 * r + 1];
     }
     free(all);
+    if (smpi_cfg.node_shm) {
+        node_shm_setup(s);
+    }
     if (s->leaders != MPI_COMM_NULL) {
         PMPI_Comm_dup(s->leaders, &s->oob);
         rec_setup(s, s->oob, id, comm);
@@ -1410,8 +1473,9 @@ static void reduce_prepare(reduce_call_t *c, const void *sbuf, int sop)
     }
 }
 
-/* the node leader's part: the node's data folded (or, for an exact sum,
- * all of them: no rounding in the node), through sharp */
+/* the node leader's part: the node's data folded into c->pr (or, for an
+ * exact sum, all of them in c->all: no rounding in the node), through
+ * sharp */
 static int reduce_leader(reduce_call_t *c, char **res)
 {
     comm_state_t *st = c->st;
@@ -1420,11 +1484,31 @@ static int reduce_leader(reduce_call_t *c, char **res)
             smpi_desc_of(c->all, (size_t)st->node_size * c->bytes);
         c->a.exact_n = st->node_size;
     } else {
-        node_fold(st, &c->d, c->all, c->ns, c->bytes, c->pr, c->comm);
         c->spec.sbuf_desc = smpi_desc_of(c->pr, c->bytes);
     }
     c->a.direct = c->pr; /* in place, without recovery */
     return run_op(st, c->comm, c->what, c->bytes, &c->a, res);
+}
+
+/* where the leader's result goes in this node: everyone (-1, an
+ * allreduce), the root's node rank (a reduce rooted here), nobody (-2) */
+static int reduce_node_to(const reduce_call_t *c)
+{
+    const comm_state_t *st = c->st;
+    return c->root < 0 ? -1
+           : st->node_of[c->root] != st->node_of[st->rank]
+               ? -2
+               : st->rank_in_node[c->root];
+}
+
+/* a rank other than the leader that gets the result: where (*res) */
+static void reduce_node_dest(reduce_call_t *c, void *rbuf, char **res)
+{
+    int to = reduce_node_to(c);
+    if (c->st->node_rank != 0 && (to == -1 || to == c->st->node_rank)) {
+        *res = c->m.packed ? (c->pr = smpi_xmalloc(c->bytes, c->comm, c->what))
+                           : rbuf;
+    }
 }
 
 /* the leader's result to where it goes in this node: everyone (an
@@ -1433,14 +1517,8 @@ static void reduce_node_result(reduce_call_t *c, void *rbuf, char **res)
 {
     comm_state_t *st = c->st;
     int bytes = (int)c->bytes;
-    int to = c->root < 0 ? -1
-             : st->node_of[c->root] != st->node_of[st->rank]
-                 ? -2
-                 : st->rank_in_node[c->root];
-    if (st->node_rank != 0 && (to == -1 || to == st->node_rank)) {
-        *res = c->m.packed ? (c->pr = smpi_xmalloc(c->bytes, c->comm, c->what))
-                           : rbuf;
-    }
+    int to = reduce_node_to(c);
+    reduce_node_dest(c, rbuf, res);
     if (to == -1) {
         PMPI_Bcast(*res, bytes, MPI_BYTE, 0, st->node);
     } else if (to > 0 && st->node_rank == 0) {
@@ -1463,14 +1541,78 @@ static int reduce_hier(reduce_call_t *c, void *rbuf, char **res)
             smpi_xmalloc((size_t)st->node_size * c->bytes, c->comm, c->what);
         c->pr = smpi_xmalloc(c->bytes, c->comm, c->what);
     }
+    smpi.node_mpi_steps++;
     PMPI_Gather(c->src, (int)c->bytes, MPI_BYTE, c->all, (int)c->bytes,
                 MPI_BYTE, 0, st->node);
     if (st->node_rank == 0) {
+        if (c->spec.op != SHARP_OP_SUM_EXACT) {
+            node_fold(st, &c->d, c->all, c->ns, c->bytes, c->pr, c->comm);
+        }
         how = reduce_leader(c, res);
     }
     PMPI_Bcast(&how, 1, MPI_INT, 0, st->node);
     if (how == OP_OK) {
         reduce_node_result(c, rbuf, res);
+    }
+    return how;
+}
+
+/* A node step on shared memory that failed: a rank of this node died or
+ * did not come (node_shm.h); the others are inside the collective. */
+static void node_shm_fail(comm_state_t *st, MPI_Comm comm, const char *what,
+                          shp_status_t s)
+{
+    fprintf(stderr,
+            "sharp_mpi[%d]: the node-local step of %s failed: node rank %d "
+            "%s: aborting\n",
+            smpi.rank, what, smn_failed_rank(st->nshm),
+            s == SHP_ERR_TIMED_OUT ? "did not come in time"
+                                   : "died (or its node step failed)");
+    PMPI_Abort(comm, 70);
+}
+
+/* Node-local aggregation on shared memory (node_shm.h), for data that fit
+ * a slot: every rank's contribution into the node's segment and the
+ * leader's fold in node-rank order (an exact sum: every contribution
+ * apart), its sharp call, then the result and the status out of the
+ * segment.  The same results as reduce_hier, bitwise; one step in and one
+ * out, the ranks asleep in between, none woken for MPI's algorithms. */
+static int reduce_hier_shm(reduce_call_t *c, void *rbuf, char **res)
+{
+    comm_state_t *st = c->st;
+    int how = OP_OK, lead = st->node_rank == 0;
+    shp_status_t s;
+    smpi.node_shm_steps++;
+    if (lead) {
+        c->pr = smpi_xmalloc(c->bytes, c->comm, c->what);
+    }
+    if (c->spec.op == SHARP_OP_SUM_EXACT) {
+        const void *srcs[SMN_MAX_RANKS];
+        s = smn_gather(st->nshm, c->src, c->bytes, srcs);
+        if (s == SHP_OK && lead) {
+            c->all = smpi_xmalloc((size_t)st->node_size * c->bytes, c->comm,
+                                  c->what);
+            for (int k = 0; k < st->node_size; k++) {
+                memcpy(c->all + (size_t)k * c->bytes, srcs[k], c->bytes);
+            }
+        }
+    } else {
+        s = smn_reduce(st->nshm, &c->d, c->src, c->ns, c->pr);
+    }
+    if (s != SHP_OK) {
+        node_shm_fail(st, c->comm, c->what, s);
+    }
+    if (lead) {
+        how = reduce_leader(c, res);
+    } else {
+        reduce_node_dest(c, rbuf, res);
+    }
+    /* the leader publishes its result (whatever c->pr holds if the
+     * operation is to be redone: nobody reads it then) and how */
+    void *out = lead ? (how == OP_OK && *res != NULL ? *res : c->pr) : *res;
+    s = smn_result(st->nshm, out, c->bytes, &how);
+    if (s != SHP_OK) {
+        node_shm_fail(st, c->comm, c->what, s);
     }
     return how;
 }
@@ -1533,8 +1675,10 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                        .d = d};
     char *res = NULL;
     reduce_prepare(&c, sbuf, sop);
-    int how =
-        st->hier ? reduce_hier(&c, rbuf, &res) : reduce_flat(&c, rbuf, &res);
+    int how = !st->hier ? reduce_flat(&c, rbuf, &res)
+              : st->nshm != NULL && bytes <= smn_slot_bytes(st->nshm)
+                  ? reduce_hier_shm(&c, rbuf, &res)
+                  : reduce_hier(&c, rbuf, &res);
     if (how == OP_OK && keep && res != rbuf) {
         if (m.packed) {
             smpi_loc_unpack(res, rbuf, c.n, &m);
@@ -1606,6 +1750,23 @@ API int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     return PMPI_Reduce(sbuf, rbuf, count, dt, op, root, comm);
 }
 
+/* the leader's sharp barrier inside the node's (smn_barrier) */
+typedef struct barrier_hook {
+    comm_state_t *st;
+    MPI_Comm comm;
+} barrier_hook_t;
+
+static int barrier_leader(void *arg, void *buf, size_t count, size_t offset)
+{
+    barrier_hook_t *b = arg;
+    op_args_t a = {C_BARRIER, NULL, NULL, 0, NULL, -1, 0};
+    char *res;
+    (void)buf;
+    (void)count;
+    (void)offset;
+    return run_op(b->st, b->comm, "MPI_Barrier", 0, &a, &res);
+}
+
 API int MPI_Barrier(MPI_Comm comm)
 {
     int why = WHY_KIND_OFF;
@@ -1614,7 +1775,15 @@ API int MPI_Barrier(MPI_Comm comm)
         op_args_t a = {C_BARRIER, NULL, NULL, 0, NULL, -1, 0};
         char *res;
         int how = OP_OK;
-        if (st->hier) { /* the node in, the leaders, the node out */
+        if (st->hier && st->nshm != NULL) { /* one node step around it */
+            barrier_hook_t b = {st, comm};
+            smpi.node_shm_steps++;
+            shp_status_t s = smn_barrier(st->nshm, barrier_leader, &b, &how);
+            if (s != SHP_OK) {
+                node_shm_fail(st, comm, "MPI_Barrier", s);
+            }
+        } else if (st->hier) { /* the node in, the leaders, the node out */
+            smpi.node_mpi_steps++;
             PMPI_Barrier(st->node);
             if (st->node_rank == 0) {
                 how = run_op(st, comm, "MPI_Barrier", 0, &a, &res);
@@ -1653,9 +1822,39 @@ static int bcast_bytes(comm_state_t *st, char *p, int len, int root,
     op_args_t a = {C_BCAST, NULL, NULL, root, p, -1, 0};
     char *res = NULL;
     int how = OP_OK;
-    if (st->hier) {
+    if (st->hier && st->nshm != NULL && (size_t)len <= smn_slot_bytes(st->nshm)) {
+        /* on shared memory: the root's node first (from the root), then
+         * the leaders; the leader's status, and its data to the other
+         * nodes' ranks, in one step out */
+        int lroot = st->node_of[root], rin = st->rank_in_node[root];
+        int early = st->node_of[st->rank] == lroot && rin != 0;
+        const void *srcs[SMN_MAX_RANKS];
+        shp_status_t s = SHP_OK;
+        smpi.node_shm_steps++;
+        if (early) {
+            s = smn_bcast(st->nshm, p, (size_t)len, (unsigned)rin);
+        }
+        if (s == SHP_OK) {
+            s = smn_gather(st->nshm, NULL, 0, srcs);
+        }
+        if (s == SHP_OK && st->node_rank == 0) {
+            a.broot = lroot;
+            a.bsrc = st->node_of[st->rank] == lroot ? p : NULL;
+            how = run_op(st, comm, "MPI_Bcast", (size_t)len, &a, &res);
+            if (how == OP_OK && a.bsrc == NULL && res != p) {
+                memcpy(p, res, (size_t)len);
+            }
+        }
+        if (s == SHP_OK) {
+            s = smn_result(st->nshm, p, early ? 0 : (size_t)len, &how);
+        }
+        if (s != SHP_OK) {
+            node_shm_fail(st, comm, "MPI_Bcast", s);
+        }
+    } else if (st->hier) {
         /* the root's node first, then the leaders, then the other nodes */
         int lroot = st->node_of[root];
+        smpi.node_mpi_steps++;
         int early =
             st->node_of[st->rank] == lroot && st->rank_in_node[root] != 0;
         if (early) {

@@ -17,6 +17,7 @@
 #include <mpi.h>
 #include <sharp/api/sharp.h>
 
+#include "mpi-coll/node_shm.h"
 #include "mpi-coll/recover.h"
 #include "reduce/reduce.h"
 
@@ -30,6 +31,9 @@
 /* Settings (SHARP_MPI_*, read at MPI_Init) */
 typedef struct smpi_cfg {
     int enable, verbose, min_ranks, node_aggr;
+    int node_shm;         /* SHARP_MPI_NODE_SHM: the node step on shm */
+    long node_shm_slot;   /* SHARP_MPI_NODE_SHM_SLOT: bytes a rank */
+    long node_shm_timeout_ms; /* SHARP_MPI_NODE_SHM_TIMEOUT */
     long max_bytes;
     int allreduce, reduce, barrier, bcast;
     int fallback;             /* SHARP_MPI_ON_FAULT: 1 fallback, 0 abort */
@@ -125,6 +129,8 @@ typedef struct smpi_global {
     int svc;
     smr_addr_t *addrs;
     unsigned long long fallen, fetched, redone, regrouped, recovery_us_max;
+    /* node-local steps: on shared memory, and on MPI (gather / bcast) */
+    unsigned long long node_shm_steps, node_mpi_steps;
 } smpi_global_t;
 
 extern smpi_global_t smpi;
@@ -138,6 +144,7 @@ typedef struct comm_state {
     int rank, size, node_rank, node_size;
     int *node_of;      /* [size] the leader (rank in `leaders`) of each node */
     int *rank_in_node; /* [size] */
+    smn_node_t *nshm;  /* hier: the node step's segment (NULL: PMPI) */
     /* the last result and the recovery service's view of the group
      * (members only); all: a duplicate of the communicator, for the
      * barrier that keeps the record until every rank is done with it */

@@ -191,18 +191,29 @@ fi
 # 2d. two processes per host (8 ranks on a 4-host fabric)
 "$BIN/sharp-topo" fat-tree --radix 4 --hosts 4 >"$DIR/ft4.ibnd"
 "$BIN/sharp-fabric" --dir "$DIR/fabric4" up "$DIR/ft4.ibnd" --net 127.19 >/dev/null
-for aggr in 1 0; do
+# (node-local aggregation with its step on shared memory, the default; on
+# MPI, SHARP_MPI_NODE_SHM=0; and one member per process)
+for way in "1 1" "1 0" "0 1"; do
+    set -- $way
+    aggr=$1 nshm=$2
     "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
-        -x SHARP_MPI_VERBOSE=2 -x SHARP_MPI_NODE_AGGR=$aggr -x SHARP_FABRIC_DIR="$DIR/fabric4" \
+        -x SHARP_MPI_VERBOSE=2 -x SHARP_MPI_NODE_AGGR=$aggr -x SHARP_MPI_NODE_SHM=$nshm \
+        -x SHARP_FABRIC_DIR="$DIR/fabric4" \
         "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_check_ompi" >"$DIR/ppn2.out" 2>&1
     rc=$?
     n=$(offloaded MPI_Allreduce "$DIR/ppn2.out")
     pernode=$(grep -c "one member per node" "$DIR/ppn2.out")
+    steps=$(sed -n 's/.*node-local aggregation: \([0-9]*\) step(s) on shared memory, \([0-9]*\) on MPI.*/\1 \2/p' "$DIR/ppn2.out")
+    set -- ${steps:-0 0}
+    shm=$1 onmpi=$2
     if [ $rc -eq 0 ] && grep -q "every check passed" "$DIR/ppn2.out" && [ "${n:-0}" -gt 1000 ] &&
-        { { [ $aggr = 1 ] && [ "$pernode" -gt 0 ]; } || { [ $aggr = 0 ] && [ "$pernode" = 0 ]; }; }; then
-        ok "ppn 2 (8 ranks, 4 hosts), NODE_AGGR=$aggr: every check passed, $n allreduces offloaded"
+        { { [ $aggr = 1 ] && [ "$pernode" -gt 0 ]; } || { [ $aggr = 0 ] && [ "$pernode" = 0 ]; }; } &&
+        { { [ "$way" = "1 1" ] && [ "$shm" -gt 1000 ]; } ||
+          { [ "$way" = "1 0" ] && [ "$shm" = 0 ] && [ "$onmpi" -gt 1000 ]; } ||
+          { [ $aggr = 0 ] && [ "$shm" = 0 ] && [ "$onmpi" = 0 ]; }; }; then
+        ok "ppn 2 (8 ranks, 4 hosts), NODE_AGGR=$aggr NODE_SHM=$nshm: every check passed, $n allreduces offloaded, node steps $shm on shared memory and $onmpi on MPI"
     else
-        bad "ppn 2, NODE_AGGR=$aggr (exit $rc)"; tail -30 "$DIR/ppn2.out"
+        bad "ppn 2, NODE_AGGR=$aggr NODE_SHM=$nshm (exit $rc, node steps: ${steps:-none})"; tail -30 "$DIR/ppn2.out"
     fi
 done
 # the node-local paths (gather, fold, bcast or send to the root, packed

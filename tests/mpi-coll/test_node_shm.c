@@ -509,7 +509,8 @@ static int chunk_body(smn_node_t *nd, unsigned rank, void *arg)
         }
     }
     /* a hook's code stops the chunks after the one it came with, on every
-     * rank: two chunks written, the rest untouched */
+     * rank: the chunk before written; the chunk that came with the code
+     * carries no data (the leader's holds its fold), the rest untouched */
     int code = 0;
     for (size_t j = 0; j < 3 * c + 1; j++) {
         dst[j] = 0xdeadbeef;
@@ -524,7 +525,9 @@ static int chunk_body(smn_node_t *nd, unsigned rank, void *arg)
         for (unsigned r = 0; r < n; r++) {
             want ^= (uint32_t)val(r, 1, j);
         }
-        if ((j < 2 * c) != (dst[j] == want) ||
+        int lead = smn_rank(nd) == 0;
+        if ((j < c && dst[j] != want) ||
+            (j >= c && j < 2 * c && dst[j] != (lead ? want : 0xdeadbeef)) ||
             (j >= 2 * c && dst[j] != 0xdeadbeef)) {
             return 104;
         }
