@@ -17,6 +17,11 @@
 #          mpi_layer_ns=.. mpi_allreduce_8B_np8_shm_vs_shm=..
 #          mpi_allreduce_8B_np16_shm_vs_shm=..
 #          mpi_mcast_mac_8B_vs_untagged=.. mpi_mcast_mac_1M_vs_untagged=..
+#          mpi_allreduce_8B_np64_vs_tcp=.. mpi_allreduce_8B_np64_vs_shm=..
+#          mpi_allreduce_8B_ppn8_vs_shm=.. mpi_allreduce_4K_ppn8_vs_shm=..
+#          mpi_allreduce_8B_ppn8_shm_vs_shm=..
+#          mpi_node_aggr_8B_ppn8_vs_per_process=.. (and _4K_, _barrier_,
+#          _bcast_8B_: the scale section's, below)
 # (sharp over tcp/udp against Open MPI over TCP, sharp over shm against
 # Open MPI over shared memory; a ratio below 1 is sharp faster).
 #
@@ -24,6 +29,10 @@
 # alternated; every figure printed is a median over the rounds.
 # SHARP_BENCH_SCALE (default 0.5): the fraction of bench_mpi_lat's
 # iterations each run makes (1: 1500 at <= 4 KiB).
+# SHARP_BENCH_SCALE_RUN (default 1): 0 skips the scale section (64
+# processes: it takes most of the run); SHARP_BENCH_SCALE_NPS ("8 16 32
+# 64") and SHARP_BENCH_SCALE_PPNS ("2 4 8") choose its columns (the RESULT
+# keys name the last of each).
 # SHARP_BENCH_MAC (default 1): 0 skips the multicast tags' cost (it builds
 # a second tree without them, in O/nomac, and runs sharp twice more).
 set -euo pipefail
@@ -178,6 +187,100 @@ if [ "${SHARP_BENCH_MAC:-1}" = 1 ]; then
     done
 fi
 
+# Scale (issue 31): one rank per host at 8 to 64 ranks on a 64-host
+# fabric, and 2, 4, 8 ranks per host on the 8-host fabric, sharp against
+# both Open MPI transports; allreduce of 8 B and 4 KiB, bcast, barrier
+# (bench_mpi_lat with SHARP_BENCH_QUICK=1), one round each (64 processes
+# on this machine's cores make every run long).  SHARP_BENCH_SCALE_RUN=0
+# skips it; SHARP_BENCH_SCALE_NPS and SHARP_BENCH_SCALE_PPNS choose the
+# columns.
+scale_row() { # LABEL OP BYTES FILE...: latency (CPU per op) of each file
+    local f op=$2 bytes=$3
+    printf '%-16s %-9s %6s' "$1" "$op" "$bytes"
+    shift 3
+    for f in "$@"; do
+        awk -v o="$op" -v b="$bytes" '$1 == o && $2 == b { printf " %9.1f (%6.0f)", $3, $4; found = 1 }
+            END { if (!found) printf " %9s (%6s)", "-", "-" }' "$f"
+    done
+    echo
+}
+sr() { # OP BYTES A B: latency of A / latency of B
+    awk -v a="$(val "$3" "$1" "$2" 3)" -v b="$(val "$4" "$1" "$2" 3)" \
+        'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b; else printf "nan" }'
+}
+if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
+    NPS=${SHARP_BENCH_SCALE_NPS:-8 16 32 64}
+    PPNS=${SHARP_BENCH_SCALE_PPNS:-2 4 8}
+    export SHARP_BENCH_QUICK=1
+    # one rank per host: a 64-host two-level fat-tree (radix 16)
+    "$BIN/sharp-topo" fat-tree --radix 16 --hosts 64 >"$DIR/ft64.ibnd"
+    "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/ft64.ibnd" --net 127.20 >/dev/null
+    for np in $NPS; do
+        PRELOAD= sharp_run "$np" "$DIR/sc-sharp$np"
+    done
+    "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
+    for np in $NPS; do
+        run "$np" --mca btl tcp,self "$BIN/bench_mpi_lat" >"$DIR/sc-tcp$np"
+        run "$np" --mca btl self,vader "$BIN/bench_mpi_lat" >"$DIR/sc-shm$np"
+    done
+    # several ranks per host on the 8-host fabric: node-local aggregation
+    # (its step on shared memory), one member per process, the same with
+    # the aggregation nodes on the shm transport, Open MPI's two
+    cp "$SRC/examples/fat-tree-2l.ibnd" "$DIR/topo.ibnd"
+    "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/topo.ibnd" --net 127.20 >/dev/null
+    for ppn in $PPNS; do
+        PRELOAD= sharp_run $((8 * ppn)) "$DIR/sc-aggr$ppn"
+        PRELOAD= sharp_run $((8 * ppn)) "$DIR/sc-proc$ppn" -x SHARP_MPI_NODE_AGGR=0
+    done
+    "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
+    SHARP_AN_TRANSPORT=shm "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/topo.ibnd" \
+        --net 127.20 >/dev/null
+    for ppn in $PPNS; do
+        PRELOAD= sharp_run $((8 * ppn)) "$DIR/sc-aggrshm$ppn"
+    done
+    "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
+    for ppn in $PPNS; do
+        run $((8 * ppn)) --mca btl tcp,self "$BIN/bench_mpi_lat" >"$DIR/sc-tcpp$ppn"
+        run $((8 * ppn)) --mca btl self,vader "$BIN/bench_mpi_lat" >"$DIR/sc-shmp$ppn"
+    done
+    unset SHARP_BENCH_QUICK
+    echo
+    echo "Scale, one rank per host (64-host fat-tree, radix 16): latency us"
+    echo "(machine CPU us per operation, over the timed loop), one round"
+    printf '%-16s %-9s %6s %18s %18s %18s\n' ranks op bytes "sharp tcp/udp" "ompi tcp" "ompi shm"
+    for np in $NPS; do
+        for ob in "allreduce 8" "allreduce 4096" "bcast 8" "barrier 0"; do
+            set -- $ob
+            scale_row "$np" "$1" "$2" "$DIR/sc-sharp$np" "$DIR/sc-tcp$np" "$DIR/sc-shm$np"
+        done
+    done
+    echo
+    echo "Scale, several ranks per host (8-host fat-tree): latency us (machine"
+    echo "CPU us per operation); sharp with node-local aggregation (its step on"
+    echo "shared memory), with one member per process (SHARP_MPI_NODE_AGGR=0),"
+    echo "and node-local with the aggregation nodes on shm; one round"
+    printf '%-16s %-9s %6s %18s %18s %18s %18s %18s\n' "ranks (per host)" op bytes \
+        "sharp per node" "sharp per proc" "sharp shm ANs" "ompi tcp" "ompi shm"
+    for ppn in $PPNS; do
+        for ob in "allreduce 8" "allreduce 4096" "bcast 8" "bcast 4096" "barrier 0"; do
+            set -- $ob
+            scale_row "$((8 * ppn)) ($ppn)" "$1" "$2" "$DIR/sc-aggr$ppn" \
+                "$DIR/sc-proc$ppn" "$DIR/sc-aggrshm$ppn" "$DIR/sc-tcpp$ppn" "$DIR/sc-shmp$ppn"
+        done
+    done
+    last_np=${NPS##* } last_ppn=${PPNS##* }
+    SCALE_RESULT="mpi_allreduce_8B_np${last_np}_vs_tcp=$(sr allreduce 8 "$DIR/sc-sharp$last_np" "$DIR/sc-tcp$last_np")"
+    SCALE_RESULT+=" mpi_allreduce_8B_np${last_np}_vs_shm=$(sr allreduce 8 "$DIR/sc-sharp$last_np" "$DIR/sc-shm$last_np")"
+    SCALE_RESULT+=" mpi_allreduce_8B_ppn${last_ppn}_vs_shm=$(sr allreduce 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-shmp$last_ppn")"
+    SCALE_RESULT+=" mpi_allreduce_4K_ppn${last_ppn}_vs_shm=$(sr allreduce 4096 "$DIR/sc-aggr$last_ppn" "$DIR/sc-shmp$last_ppn")"
+    SCALE_RESULT+=" mpi_allreduce_8B_ppn${last_ppn}_shm_vs_shm=$(sr allreduce 8 "$DIR/sc-aggrshm$last_ppn" "$DIR/sc-shmp$last_ppn")"
+    SCALE_RESULT+=" mpi_node_aggr_8B_ppn${last_ppn}_vs_per_process=$(sr allreduce 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-proc$last_ppn")"
+    SCALE_RESULT+=" mpi_node_aggr_4K_ppn${last_ppn}_vs_per_process=$(sr allreduce 4096 "$DIR/sc-aggr$last_ppn" "$DIR/sc-proc$last_ppn")"
+    SCALE_RESULT+=" mpi_node_aggr_barrier_ppn${last_ppn}_vs_per_process=$(sr barrier 0 "$DIR/sc-aggr$last_ppn" "$DIR/sc-proc$last_ppn")"
+    SCALE_RESULT+=" mpi_node_aggr_bcast_8B_ppn${last_ppn}_vs_per_process=$(sr bcast 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-proc$last_ppn")"
+    echo
+fi
+
 r() { # OP BYTES NP COLUMN [SHARP MPI]: sharp / Open MPI (tcp by default),
     # the median of the rounds' ratios
     local k
@@ -198,4 +301,5 @@ echo "RESULT mpi_allreduce_8B_np8_vs_tcp=$(r allreduce 8 8 3)" \
     "mpi_allreduce_8B_np8_shm_vs_shm=$(r allreduce 8 8 3 sharpshm shm)" \
     "mpi_allreduce_8B_np16_shm_vs_shm=$(r allreduce 8 16 3 sharpshm shm)" \
     ${NOMAC:+"mpi_mcast_mac_8B_vs_untagged=$(r allreduce 8 8 3 mac nomac)"} \
-    ${NOMAC:+"mpi_mcast_mac_1M_vs_untagged=$(r allreduce 1048576 8 3 mac nomac)"}
+    ${NOMAC:+"mpi_mcast_mac_1M_vs_untagged=$(r allreduce 1048576 8 3 mac nomac)"} \
+    ${SCALE_RESULT:-}

@@ -1,9 +1,11 @@
 /*
  * mpi_lat: OSU-style MPI latency (warm-up, iterations, mean over ranks'
- * maximum) for MPI_Allreduce (float sum) of 8 B to 1 MiB and MPI_Barrier,
- * with the whole machine's CPU time and context switches per operation.
- * Prints one line per size: "allreduce BYTES US CPU_US CTXSW" and
- * "barrier 0 US CPU_US CTXSW".
+ * maximum) for MPI_Allreduce (float sum) of 8 B to 1 MiB, MPI_Bcast of
+ * 8 B and 4 KiB and MPI_Barrier, with the whole machine's CPU time and
+ * context switches per operation.  Prints one line per size: "allreduce
+ * BYTES US CPU_US CTXSW", "bcast BYTES ..." and "barrier 0 US CPU_US
+ * CTXSW".  SHARP_BENCH_QUICK=1: allreduce of 8 B and 4 KiB only (with
+ * the bcasts and the barrier), no MPI_Iallreduce: the scale runs.
  *
  * CPU_US is the busy time of every CPU over the timed loop (from
  * /proc/stat: every process counted, daemons, ranks and kernel) divided by
@@ -83,6 +85,15 @@ static void iallreduce(int n)
     MPI_Wait(&r, MPI_STATUS_IGNORE);
 }
 
+/* from a rank that moves with the iterations: every node's turn */
+static void bcast(int n)
+{
+    static int it;
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Bcast(a, n, MPI_FLOAT, (it++ * 7) % size, MPI_COMM_WORLD);
+}
+
 static void barrier(int n)
 {
     (void)n;
@@ -95,6 +106,8 @@ int main(int argc, char **argv)
     /* SHARP_BENCH_SCALE: a fraction of the iterations (quick runs) */
     const char *sc = getenv("SHARP_BENCH_SCALE");
     double scale = sc ? atof(sc) : 1.0;
+    const char *q = getenv("SHARP_BENCH_QUICK");
+    int quick = q != NULL && atoi(q) == 1;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     a = calloc(1 << 18, sizeof(float));
@@ -102,16 +115,25 @@ int main(int argc, char **argv)
     static const int sizes[] = {8, 64, 512, 4096, 65536, 262144, 1048576};
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         int bytes = sizes[k], n = bytes / 4;
+        if (quick && bytes != 8 && bytes != 4096) {
+            continue;
+        }
         int iters = bytes <= 4096 ? 1500 : bytes <= 65536 ? 100 : 60;
         iters = (int)(iters * scale) > 5 ? (int)(iters * scale) : 5;
         for (int i = 0; i < 10; i++)
             allreduce(n);
         measure("allreduce", bytes, iters, rank, allreduce, n);
-        if (bytes == 8 || bytes == 4096 || bytes == 65536) {
+        if (!quick && (bytes == 8 || bytes == 4096 || bytes == 65536)) {
             for (int i = 0; i < 10; i++)
                 iallreduce(n);
             measure("iallreduce", bytes, iters, rank, iallreduce, n);
         }
+    }
+    for (int bytes = 8; bytes <= 4096; bytes *= 512) {
+        int iters = (int)(1500 * scale) > 5 ? (int)(1500 * scale) : 5;
+        for (int i = 0; i < 10; i++)
+            bcast(bytes / 4);
+        measure("bcast", bytes, iters, rank, bcast, bytes / 4);
     }
     for (int i = 0; i < 10; i++)
         barrier(0);
