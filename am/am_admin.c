@@ -223,7 +223,9 @@ static shp_status_t am_admin_job_kill(shp_am_t *am, shp_am_peer_t *p,
 
 static json_t *am_admin_stats(shp_am_t *am)
 {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "jobs",
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+                     "s:I, s:I}",
+                     "jobs",
                      (json_int_t)HASH_COUNT(am->jobs), "groups",
                      (json_int_t)HASH_COUNT(am->groups), "jobs_begun",
                      (json_int_t)am->stats.jobs_begun, "jobs_refused",
@@ -232,7 +234,10 @@ static json_t *am_admin_stats(shp_am_t *am)
                      (json_int_t)am->stats.groups_failed, "groups_revoked",
                      (json_int_t)am->stats.groups_revoked, "auth_failures",
                      (json_int_t)am->stats.auth_failures, "tree_builds",
-                     (json_int_t)am->stats.tree_builds);
+                     (json_int_t)am->stats.tree_builds, "uid_groups_refused",
+                     (json_int_t)am->stats.uid_groups_refused, "peers_refused",
+                     (json_int_t)am->stats.peers_refused, "squats_ended",
+                     (json_int_t)am->stats.squats_ended);
 }
 
 /* topology_load {file}: *error (static) says why not. */

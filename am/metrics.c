@@ -131,6 +131,19 @@ static void am_metrics_totals(am_metrics_buf_t *b, const shp_am_t *am)
                       "Peers that failed the cluster-secret handshake.");
     am_metrics_put(b, "sharp_am_auth_failures_total %llu\n",
                    (unsigned long long)am->stats.auth_failures);
+    am_metrics_family(b, "sharp_am_uid_groups_refused_total", "counter",
+                      "Groups refused: their user had uid_max_groups.");
+    am_metrics_put(b, "sharp_am_uid_groups_refused_total %llu\n",
+                   (unsigned long long)am->stats.uid_groups_refused);
+    am_metrics_family(b, "sharp_am_peers_refused_total", "counter",
+                      "ANs and sharpds refused: max_peers were connected.");
+    am_metrics_put(b, "sharp_am_peers_refused_total %llu\n",
+                   (unsigned long long)am->stats.peers_refused);
+    am_metrics_family(b, "sharp_am_squats_ended_total", "counter",
+                      "Users' jobs ended because the scheduler reserved "
+                      "their id.");
+    am_metrics_put(b, "sharp_am_squats_ended_total %llu\n",
+                   (unsigned long long)am->stats.squats_ended);
     am_metrics_family(b, "sharp_am_tree_builds_total", "counter",
                       "Tree (re)builds.");
     am_metrics_put(b, "sharp_am_tree_builds_total %llu\n",
