@@ -916,10 +916,11 @@ static void test_squat(void **state)
 
     /* the prolog's reservation for the real owner (uid 1000) */
     client_t *a = client_open("sd-n00001.sock");
-    assert_int_equal(call_status(a, reserve_json(9001, 1000, 2)), 0);
-    assert_int_equal(write(go[1], "x", 1), 1);
+    int reserved = call_status(a, reserve_json(9001, 1000, 2));
+    assert_int_equal(write(go[1], "x", 1), 1); /* the squatter ends */
     assert_int_equal(read(res[0], out, sizeof(out)), (ssize_t)sizeof(out));
     assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(reserved, 0);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_int_equal(out[1], SHP_ERR_JOB_KILLED); /* the squatter is told */
     assert_non_null((row = job_row(9001)));
@@ -1202,14 +1203,15 @@ static void test_max_peers(void **state)
         usleep(25000);
         seen = sd_log_has("n00008", "max_peers");
     }
+    int registered = sd_log_has("n00008", "registered with the aggregation");
+    assert_int_equal(stop(extra), 0);
     assert_true(seen);
-    assert_false(sd_log_has("n00008", "registered with the aggregation"));
+    assert_false(registered);
     st = admin("stats");
     assert_true(json_integer_value(json_object_get(
                     json_object_get(st, "stats"), "peers_refused")) >
                 refused0);
     json_decref(st);
-    assert_int_equal(stop(extra), 0);
 
     /* n00001's sharpd again, beside the first (its own socket and log) */
     char exe[500], sock[600], log[600];
@@ -1225,9 +1227,10 @@ static void test_max_peers(void **state)
         usleep(25000);
         seen = sd_log_has("n00001b", "registered with the aggregation");
     }
-    assert_true(seen);
-    assert_false(sd_log_has("n00001b", "max_peers"));
+    int refused = sd_log_has("n00001b", "max_peers");
     assert_int_equal(stop(extra), 0);
+    assert_true(seen);
+    assert_false(refused);
     /* the first one is back: a job through it */
     client_t *a = NULL;
     int ok = 0;
