@@ -6,7 +6,7 @@
  * with SO_PEERCRED (never from what they say), stamps their uid on every
  * request and relays it to the AM over an authenticated TCP connection:
  *
- *   client -> sharpd  hello {id} -> hello_ack {host, am_up}
+ *   client -> sharpd  hello {id} -> hello_ack {host, am_up, stats}
  *                     job_begin {id, job_id, hosts, req?}   job_attach {id,
  *                     job_id}   job_end {id, job_id}   group_create {id,
  *                     job_id, members, dist?}   group_destroy {id, job_id,
@@ -18,7 +18,13 @@
  *                     true when sharpd lost the AM: every group of the job)
  *
  * When the last local process of a job exits without job_end, sharpd tells
- * the AM (job_detach), which revokes the job's groups.  It reconnects to a
+ * the AM (job_detach), which revokes the job's groups (and ends the job
+ * when no host has processes of it and none holds a reservation): every
+ * job a connection began or attached to is tracked, at most
+ * client_max_jobs.  Connections are bounded (uid_max_clients per user,
+ * max_clients in all: one more is told why and closed), and one that
+ * began a frame and has not completed it in frame_timeout is closed; one
+ * idle between requests is not (MPI processes keep theirs for the job).  It reconnects to a
  * lost AM with backoff and re-announces its jobs; the groups that AM knew
  * are reported revoked to their processes (a new AM does not have them).
  */
