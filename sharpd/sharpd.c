@@ -123,6 +123,13 @@ static job_t *sd_job_get(sd_t *sd, uint64_t id)
     return j;
 }
 
+/* 1 for a request that makes its client one of a job's (job_begin,
+ * job_attach): counted in client->asked until answered */
+static int sd_pending_joins(const pending_t *p)
+{
+    return !strcmp(p->type, "job_begin") || !strcmp(p->type, "job_attach");
+}
+
 static int sd_client_has_job(const client_t *c, uint64_t id)
 {
     for (unsigned i = 0; i < c->njobs; i++)
@@ -295,7 +302,7 @@ static void sd_am_handle_reply(sd_t *sd, json_t *msg)
         return;
     HASH_DEL(sd->pending, p);
     int64_t st = shp_json_opt_int(msg, "status", -32768, 32767, SHP_ERR_PROTO);
-    int joins = !strcmp(p->type, "job_begin") || !strcmp(p->type, "job_attach");
+    int joins = sd_pending_joins(p);
     if (p->client) {
         if (joins)
             p->client->asked--;
@@ -428,10 +435,12 @@ static void sd_am_closed(shp_conn_t *conn, shp_status_t reason)
     HASH_ITER(hh, sd->pending, p, tmp)
     {
         HASH_DEL(sd->pending, p);
-        if (p->client)
+        if (p->client) {
+            p->client->asked -= sd_pending_joins(p);
             sd_send(&p->client->conn,
                     sd_ack(p->type, p->client_id, SHP_ERR_UNREACHABLE,
                            "lost the aggregation manager"));
+        }
         free(p);
     }
     sd_am_lost_groups(sd);
@@ -584,7 +593,8 @@ static void sd_client_request(client_t *c, json_t *msg)
                                  "the aggregation manager is unreachable"));
         return;
     }
-    if (k < 2 && sd_client_jobs_full(c, jid)) { /* job_begin, job_attach */
+    int joins = !strcmp(type, "job_begin") || !strcmp(type, "job_attach");
+    if (joins && sd_client_jobs_full(c, jid)) {
         char why[200];
         c->sd->stats.jobs_refused++;
         snprintf(why, sizeof(why),
@@ -596,8 +606,7 @@ static void sd_client_request(client_t *c, json_t *msg)
         sd_send(&c->conn, sd_ack(type, id, SHP_ERR_QUOTA, why));
         return;
     }
-    if (k < 2)
-        c->asked++;
+    c->asked += (unsigned)joins; /* until answered (sd_pending_joins) */
     sd_client_relay(c, msg, type, id, jid);
 }
 
