@@ -85,8 +85,8 @@ static const shp_config_opt_t am_opts[] = {
     {"keepalive", "2s", "keepalive interval of control connections",
      offsetof(shp_am_config_t, keepalive_ms), &shp_cfg_time},
     {"auth_timeout", "10s",
-     "how long a new TCP peer has to prove the cluster secret before it is "
-     "disconnected",
+     "how long a new TCP peer has to prove the cluster secret and register "
+     "before it is disconnected",
      offsetof(shp_am_config_t, auth_timeout_ms), &shp_cfg_time},
     {"group_timeout", "10s", "how long ANs have to confirm a new group",
      offsetof(shp_am_config_t, group_timeout_ms), &shp_cfg_time},
