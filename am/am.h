@@ -76,6 +76,9 @@ struct shp_am_peer {
     shp_auth_server_t auth;
     int an;         /* AN index for role AN, else -1 */
     char host[128]; /* sharpd: its host */
+    /* sharpd: its last sharpd_stats (clients_refused, frames_timed_out,
+     * jobs_refused: its local clients' limits reached) */
+    uint64_t sd_limits[3];
     uid_t uid;      /* admin: SO_PEERCRED */
     gid_t gid;
     ev_timer auth_timer; /* a TCP peer's deadline to prove the secret */

@@ -24,7 +24,9 @@
  * client_max_jobs.  Connections are bounded (uid_max_clients per user,
  * max_clients in all: one more is told why and closed), and one that
  * began a frame and has not completed it in frame_timeout is closed; one
- * idle between requests is not (MPI processes keep theirs for the job).  It reconnects to a
+ * idle between requests is not (MPI processes keep theirs for the job).
+ * The counts of these refusals go to the AM when they change
+ * (sharpd_stats), for sharpctl stats and the metrics.  It reconnects to a
  * lost AM with backoff and re-announces its jobs; the groups that AM knew
  * are reported revoked to their processes (a new AM does not have them).
  */
@@ -258,6 +260,7 @@ static void sd_am_registered(sd_t *sd, json_t *msg)
         return;
     }
     sd->am_state = SHP_SHARPD_AM_REGISTERED;
+    memset(&sd->stats_told, 0, sizeof(sd->stats_told)); /* a new AM peer */
     sd->am_error[0] = '\0';
     sd->backoff = 0.1;
     shp_info("registered with the aggregation manager as %s", sd->cfg.host);
@@ -713,9 +716,25 @@ static int sd_refused(sd_t *sd, int fd, const struct ucred *cred)
     return 1;
 }
 
+/* The AM learns the counts of limits reached when they changed
+ * (sharpd_stats; sharpctl stats and the metrics sum them). */
+static void sd_tell_stats(sd_t *sd)
+{
+    if (sd->am_state != SHP_SHARPD_AM_REGISTERED ||
+        !memcmp(&sd->stats, &sd->stats_told, sizeof(sd->stats)))
+        return;
+    sd->stats_told = sd->stats;
+    sd_send(&sd->am,
+            json_pack("{s:s, s:I, s:I, s:I}", "type", "sharpd_stats",
+                      "clients_refused", (json_int_t)sd->stats.clients_refused,
+                      "frames_timed_out", (json_int_t)sd->stats.frames_timed_out,
+                      "jobs_refused", (json_int_t)sd->stats.jobs_refused));
+}
+
 /* Every second or so: a client that began a frame and has not completed
  * one for frame_timeout is disconnected (a slow sender pins its buffer);
- * a client with nothing begun is left alone however long it is idle. */
+ * a client with nothing begun is left alone however long it is idle.
+ * Then the counts go to the AM if they changed. */
 static void sd_sweep_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     sd_t *sd = w->data;
@@ -723,7 +742,7 @@ static void sd_sweep_cb(struct ev_loop *loop, ev_timer *w, int revents)
              limit = (uint64_t)sd->cfg.frame_timeout_ms * 1000000u;
     (void)loop;
     (void)revents;
-    for (client_t *c = sd->clients, *next; c; c = next) {
+    for (client_t *c = sd->clients, *next; limit && c; c = next) {
         next = c->next;
         if (c->conn.rlen == 0 || c->conn.stats.frames_in != c->partial_frames) {
             c->partial_frames = c->conn.stats.frames_in;
@@ -742,6 +761,7 @@ static void sd_sweep_cb(struct ev_loop *loop, ev_timer *w, int revents)
                         (double)(now - c->partial_ns) / 1e9);
         shp_conn_close(&c->conn, SHP_ERR_TIMED_OUT);
     }
+    sd_tell_stats(sd);
 }
 
 shp_status_t shp_sharpd_accept(sd_t *sd, int fd)
@@ -797,11 +817,9 @@ void shp_sharpd_init(sd_t *sd, struct ev_loop *loop)
     sd->am_timer.data = sd;
     /* a quarter of frame_timeout, at most a second, between sweeps */
     double tick = (double)sd->cfg.frame_timeout_ms / 4000.0;
-    tick = tick > 1.0 ? 1.0 : tick < 0.05 ? 0.05 : tick;
+    tick = tick > 1.0 || tick <= 0 ? 1.0 : tick < 0.05 ? 0.05 : tick;
     ev_timer_init(&sd->sweep, sd_sweep_cb, tick, tick);
     sd->sweep.data = sd;
-    if (sd->cfg.frame_timeout_ms > 0)
-        ev_timer_start(loop, &sd->sweep);
 }
 
 /* the short host name, when none is configured */
@@ -847,6 +865,7 @@ shp_status_t shp_sharpd_start(sd_t *sd, struct ev_loop *loop, char *msg,
     }
     /* any local user may ask; who asks is the kernel's answer */
     chmod(sd->cfg.socket, 0666);
+    ev_timer_start(sd->loop, &sd->sweep);
     sd_am_connect(sd);
 out:
     return st;

@@ -67,7 +67,7 @@ typedef struct shp_sharpd {
         uint64_t clients_refused; /* max_clients or uid_max_clients */
         uint64_t frames_timed_out; /* frame_timeout */
         uint64_t jobs_refused;     /* client_max_jobs */
-    } stats;
+    } stats, stats_told;           /* stats_told: the AM has these */
 } shp_sharpd_t;
 
 /* The state before anything runs, on `loop` (sd->cfg as loaded: kept). */

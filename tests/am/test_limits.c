@@ -821,6 +821,18 @@ static json_int_t am_stat(const char *name)
     return v;
 }
 
+/* until the manager's counter `name` is at least `want` (at most 5 s; the
+ * sharpds tell theirs every second): its value */
+static json_int_t am_stat_reaches(const char *name, json_int_t want)
+{
+    json_int_t v = am_stat(name);
+    for (int i = 0; i < 100 && v < want; i++) {
+        usleep(50000);
+        v = am_stat(name);
+    }
+    return v;
+}
+
 /* the manager's jobs with ids in [lo, hi] */
 static int am_jobs_in(uint64_t lo, uint64_t hi)
 {
@@ -956,6 +968,8 @@ static void test_connection_jobs(void **state)
                              &ms),
                      0);
     assert_int_equal(am_jobs_in(7600, 7624), 24);
+    /* sharpctl stats and the metrics have sharpd's count */
+    assert_true(am_stat_reaches("sharpd_jobs_refused", 1) >= 1);
     close(fd);
     assert_int_equal(am_jobs_settle(7600, 7624, 0), 0);
 }
@@ -1098,6 +1112,9 @@ static void test_max_clients(void **state)
     assert_int_equal(have + open, MAX);
     assert_int_equal(told, TRY - open);
     assert_true(stat_of(s1, "clients_refused") >= told);
+    /* the manager has sharpd's count (sharpctl stats, the metrics) */
+    json_int_t want = stat_of(s1, "clients_refused");
+    assert_true(am_stat_reaches("sharpd_clients_refused", want) >= want);
     json_decref(s1);
     unflood(fds, TRY);
     close(first);
@@ -1152,6 +1169,7 @@ static void test_frame_timeout(void **state)
     assert_true(out[1] >= 0 && out[1] < 2);
     assert_int_equal((int)out[2], 1);
     assert_true(out[3] >= 2);
+    assert_true(am_stat_reaches("sharpd_frames_timed_out", 2) >= 2);
 }
 
 static int setup(void **state)
