@@ -56,8 +56,9 @@ static void start_am(const char *listen)
                     "--group-timeout", "5s",
                     /* the tests below plan groups over tree levels */
                     "--flat-max", "0",
-                    /* its 6 ANs and 4 sharpds (test_max_peers) */
-                    "--max-peers", "10", NULL};
+                    /* its 6 ANs and 4 sharpds, and one more sharpd at a
+                     * time (test_node_keys, test_max_peers) */
+                    "--max-peers", "11", NULL};
     am_pid = test_spawn(argv, log);
     /* the address it listens on */
     char line[256];
@@ -1321,11 +1322,11 @@ static int sd_log_has(const char *name, const char *what)
     return found;
 }
 
-/* The manager takes at most max_peers ANs and sharpds (10 here: the 6 ANs
- * and 4 sharpds of this fabric).  An eleventh, the sharpd of n00008, is
- * refused with an answer naming the setting, and counted; a second sharpd
- * of n00001 is no eleventh: it replaces the first (then it goes and the
- * first registers again). */
+/* The manager takes at most max_peers ANs and sharpds (11 here: the 6 ANs
+ * and 4 sharpds of this fabric and one more).  With n00008's sharpd the
+ * eleventh, n00007's is refused with an answer naming the setting, and
+ * counted; a second sharpd of n00001 is no twelfth: it replaces the first
+ * (then it goes and the first registers again). */
 static void test_max_peers(void **state)
 {
     (void)state;
@@ -1333,20 +1334,24 @@ static void test_max_peers(void **state)
     json_int_t refused0 = json_integer_value(
         json_object_get(json_object_get(st, "stats"), "peers_refused"));
     json_decref(st);
-    pid_t extra = start_sharpd("n00008", secret);
-    int seen = 0;
-    for (int i = 0; i < 200 && !seen; i++) {
-        usleep(25000);
-        seen = sd_log_has("n00008", "max_peers");
-    }
-    int registered = sd_log_has("n00008", "registered with the aggregation");
+    /* the logs of this test's daemons gain lines (their files are
+     * appended to): counted before */
+    char amlog[600], log7[600];
+    snprintf(amlog, sizeof(amlog), "%s/am.log", dir);
+    snprintf(log7, sizeof(log7), "%s/sd-n00007.log", dir);
+    const char *reg8 = "sharpd of host n00008 registered",
+               *reg7 = "registered with the aggregation";
+    int before8 = file_count(amlog, reg8), before7 = file_count(log7, reg7),
+        refusals7 = file_count(log7, "max_peers");
+    pid_t eleventh = start_sharpd("n00008", secret);
+    int seen = file_says(amlog, reg8, before8);
+    pid_t extra = start_sharpd("n00007", secret);
+    int refused = seen && file_says(log7, "max_peers", refusals7);
+    int registered = file_count(log7, reg7) > before7;
     assert_int_equal(stop(extra), 0);
-    assert_true(seen);
-    assert_false(registered);
     st = admin("stats");
-    assert_true(json_integer_value(json_object_get(
-                    json_object_get(st, "stats"), "peers_refused")) >
-                refused0);
+    json_int_t refused1 = json_integer_value(
+        json_object_get(json_object_get(st, "stats"), "peers_refused"));
     json_decref(st);
 
     /* n00001's sharpd again, beside the first (its own socket and log) */
@@ -1358,15 +1363,20 @@ static void test_max_peers(void **state)
                     "--am",  am_addr,         "--secret-file", secret,
                     "--keepalive", "1s", NULL};
     extra = test_spawn(argv, log);
-    seen = 0;
-    for (int i = 0; i < 200 && !seen; i++) {
+    int replaced = 0;
+    for (int i = 0; i < 200 && !replaced; i++) {
         usleep(25000);
-        seen = sd_log_has("n00001b", "registered with the aggregation");
+        replaced = sd_log_has("n00001b", "registered with the aggregation");
     }
-    int refused = sd_log_has("n00001b", "max_peers");
+    int refused_b = sd_log_has("n00001b", "max_peers");
     assert_int_equal(stop(extra), 0);
+    assert_int_equal(stop(eleventh), 0);
     assert_true(seen);
-    assert_false(refused);
+    assert_true(refused);
+    assert_false(registered);
+    assert_true(refused1 > refused0);
+    assert_true(replaced);
+    assert_false(refused_b);
     /* the first one is back: a job through it */
     client_t *a = NULL;
     int ok = 0;
