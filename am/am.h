@@ -35,6 +35,8 @@ typedef struct shp_am_config {
     unsigned max_jobs;
     unsigned max_list;     /* hosts or members in one request, at most */
     unsigned uid_max_jobs; /* jobs of one user at once (root: no limit) */
+    unsigned uid_max_groups; /* groups of one user's jobs (root: no limit) */
+    unsigned max_peers;      /* authenticated ANs and sharpds at once */
     unsigned job_max_groups;
     unsigned group_osts;
     size_t group_payload;
@@ -74,6 +76,9 @@ struct shp_am_peer {
     shp_auth_server_t auth;
     int an;         /* AN index for role AN, else -1 */
     char host[128]; /* sharpd: its host */
+    /* sharpd: its last sharpd_stats (clients_refused, frames_timed_out,
+     * jobs_refused: its local clients' limits reached) */
+    uint64_t sd_limits[3];
     uid_t uid;      /* admin: SO_PEERCRED */
     gid_t gid;
     ev_timer auth_timer; /* a TCP peer's deadline to prove the secret */
@@ -175,6 +180,9 @@ struct shp_am {
     struct {
         uint64_t jobs_begun, jobs_refused, groups_created, groups_failed,
             groups_revoked, auth_failures, tree_builds;
+        /* refusals at a limit: a user's uid_max_groups, a peer past
+         * max_peers; squatters' jobs ended by a reservation of their id */
+        uint64_t uid_groups_refused, peers_refused, squats_ended;
     } stats;
 };
 

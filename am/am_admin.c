@@ -221,9 +221,26 @@ static shp_status_t am_admin_job_kill(shp_am_t *am, shp_am_peer_t *p,
     return SHP_OK;
 }
 
+/* the sharpds' counts of their limits reached, summed over those
+ * connected (sharpd_stats) */
+static void am_admin_sharpd_limits(shp_am_t *am, json_t *stats)
+{
+    static const char *const names[3] = {"sharpd_clients_refused",
+                                         "sharpd_frames_timed_out",
+                                         "sharpd_jobs_refused"};
+    uint64_t sum[3] = {0, 0, 0};
+    for (const shp_am_peer_t *p = am->peers; p; p = p->next)
+        for (int k = 0; p->role == AM_PEER_SHARPD && k < 3; k++)
+            sum[k] += p->sd_limits[k];
+    for (int k = 0; k < 3; k++)
+        json_object_set_new(stats, names[k], json_integer((json_int_t)sum[k]));
+}
+
 static json_t *am_admin_stats(shp_am_t *am)
 {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "jobs",
+    json_t *s = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+                     "s:I, s:I}",
+                     "jobs",
                      (json_int_t)HASH_COUNT(am->jobs), "groups",
                      (json_int_t)HASH_COUNT(am->groups), "jobs_begun",
                      (json_int_t)am->stats.jobs_begun, "jobs_refused",
@@ -232,7 +249,13 @@ static json_t *am_admin_stats(shp_am_t *am)
                      (json_int_t)am->stats.groups_failed, "groups_revoked",
                      (json_int_t)am->stats.groups_revoked, "auth_failures",
                      (json_int_t)am->stats.auth_failures, "tree_builds",
-                     (json_int_t)am->stats.tree_builds);
+                     (json_int_t)am->stats.tree_builds, "uid_groups_refused",
+                     (json_int_t)am->stats.uid_groups_refused, "peers_refused",
+                     (json_int_t)am->stats.peers_refused, "squats_ended",
+                     (json_int_t)am->stats.squats_ended);
+    if (s)
+        am_admin_sharpd_limits(am, s);
+    return s;
 }
 
 /* topology_load {file}: *error (static) says why not. */

@@ -189,9 +189,24 @@ static shp_status_t am_group_fail(am_group_req_t *r, shp_status_t st,
     return r->st = st;
 }
 
-/* The request's members and dist, and the job's max_groups. */
-static shp_status_t am_group_check(const json_t *msg, am_group_req_t *r,
-                                   const char *dflt, json_t **members)
+/* groups of uid's jobs now */
+static unsigned am_uid_groups(shp_am_t *am, uid_t uid)
+{
+    unsigned n = 0;
+    shp_am_job_t *j, *tmp;
+    HASH_ITER(hh, am->jobs, j, tmp)
+    {
+        if (j->uid == uid)
+            n += (unsigned)j->ngroups;
+    }
+    return n;
+}
+
+/* The request's members and dist, the job's max_groups and its owner's
+ * uid_max_groups (over every job of the user: root's are not counted). */
+static shp_status_t am_group_check(shp_am_t *am, const json_t *msg,
+                                   am_group_req_t *r, const char *dflt,
+                                   json_t **members)
 {
     const char *w;
     const char *dist = shp_json_opt_str(msg, "dist", dflt);
@@ -206,6 +221,17 @@ static shp_status_t am_group_check(const json_t *msg, am_group_req_t *r,
                  "job %" PRIu64 " has its maximum of %u "
                  "groups",
                  r->job->id, r->job->max_groups);
+        return r->st = SHP_ERR_QUOTA;
+    }
+    uid_t uid = r->job->uid;
+    if (uid != 0 && am_uid_groups(am, uid) >= am->cfg.uid_max_groups) {
+        am->stats.uid_groups_refused++;
+        snprintf(r->why, sizeof(r->why),
+                 "uid %u has its maximum of %u groups over all its jobs "
+                 "(uid_max_groups)",
+                 (unsigned)uid, am->cfg.uid_max_groups);
+        shp_warn_sparse(1000, "group of job %" PRIu64 " refused: %s",
+                        r->job->id, r->why);
         return r->st = SHP_ERR_QUOTA;
     }
     return SHP_OK;
@@ -380,7 +406,7 @@ void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     r.job = shp_am_job_for(am, p, msg, ack, id);
     if (!r.job)
         return;
-    if (am_group_check(msg, &r, shp_dist_names[am->cfg.dist], &members) !=
+    if (am_group_check(am, msg, &r, shp_dist_names[am->cfg.dist], &members) !=
             SHP_OK ||
         am_group_members(am, members, &r) != SHP_OK ||
         am_group_place(am, &r) != SHP_OK)

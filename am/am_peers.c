@@ -5,7 +5,10 @@
  * Every TCP peer first proves the cluster secret (protocol/auth.h), with
  * small frames only until it has; then it says what it is with its first
  * message: an_register (an AN, am_ans.c) or sharpd_register (a host daemon,
- * am_sharpds.c), and its later messages go to that role's handler.  An admin
+ * am_sharpds.c), and its later messages go to that role's handler.  It
+ * has auth_timeout to prove and register; at most max_peers ANs and
+ * sharpds are connected at once (one that replaces its own earlier
+ * connection is not refused for it).  An admin
  * peer is known by its SO_PEERCRED and each request goes to the handler
  * the admin interface installed (am->admin_handler).  A peer that goes
  * takes its AN, or its host's share of jobs, with it.
@@ -22,6 +25,62 @@
 #include "protocol/ctl.h"
 #include "core/log.h"
 #include "core/net.h"
+
+/* A peer that proved the secret, before it registers, is past max_peers:
+ * the ANs and sharpds connected and proved, other than itself and than
+ * the one connection of its own name and role it would replace. */
+static int am_peer_over_cap(shp_am_t *am, const shp_am_peer_t *p)
+{
+    unsigned n = 0;
+    int same = 0;
+    for (const shp_am_peer_t *q = am->peers; q; q = q->next) {
+        if (q == p || q->role == AM_PEER_ADMIN || q->auth.state < 2)
+            continue;
+        if (!same && !strcmp(q->auth.role, p->auth.role) &&
+            !strcmp(q->auth.name, p->auth.name)) {
+            same = 1; /* replaced, or refused as a duplicate, not counted */
+            continue;
+        }
+        n++;
+    }
+    return n >= am->cfg.max_peers;
+}
+
+/* The first message after the handshake says the peer's role: an AN's
+ * or a sharpd's registration, within max_peers; from then on the peer
+ * has no deadline. */
+static void am_peer_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
+{
+    const char *type = shp_ctl_type(msg);
+    int an = !strcmp(type, "an_register") && !strcmp(p->auth.role, "an");
+    int sd = !strcmp(type, "sharpd_register") && !strcmp(p->auth.role, "sharpd");
+    if (!an && !sd) {
+        shp_conn_close(&p->conn, SHP_ERR_PROTO);
+        return;
+    }
+    if (am_peer_over_cap(am, p)) {
+        char why[300];
+        am->stats.peers_refused++;
+        snprintf(why, sizeof(why),
+                 "the manager has its maximum of %u ANs and sharpds "
+                 "connected (max_peers)",
+                 am->cfg.max_peers);
+        shp_error_id("AM0105", "refusing %s %s (%s): %s", p->auth.role,
+                     p->auth.name, p->conn.peer, why);
+        shp_am_send(p, shp_ctl_reply(an ? "an_register_ack"
+                                        : "sharpd_register_ack",
+                                     0, SHP_ERR_QUOTA, why));
+        shp_conn_flush(&p->conn);
+        shp_conn_close(&p->conn, SHP_ERR_QUOTA);
+        return;
+    }
+    if (an)
+        shp_am_an_register(am, p, msg);
+    else
+        shp_am_sharpd_register(am, p, msg);
+    if (p->role != AM_PEER_NEW)
+        ev_timer_stop(am->loop, &p->auth_timer);
+}
 
 /* One message from a peer: an admin's goes to the installed handler;
  * before the secret is proved, the handshake; then the first message says
@@ -56,20 +115,12 @@ static void am_peer_frame(shp_conn_t *conn, const void *frame, size_t len)
             shp_am_send(p, chal);
         }
         if (p->auth.state >= 2) { /* proved: full-sized frames from now */
-            ev_timer_stop(am->loop, &p->auth_timer);
             p->conn.max_frame = SHP_CTL_MAX_FRAME;
             /* and sealed both ways (protocol/ctl.h) */
             shp_ctl_seal(conn, p->auth.session.s2c, p->auth.session.c2s);
         }
     } else if (p->role == AM_PEER_NEW) {
-        const char *type = shp_ctl_type(msg);
-        if (!strcmp(type, "an_register") && !strcmp(p->auth.role, "an"))
-            shp_am_an_register(am, p, msg);
-        else if (!strcmp(type, "sharpd_register") &&
-                 !strcmp(p->auth.role, "sharpd"))
-            shp_am_sharpd_register(am, p, msg);
-        else
-            shp_conn_close(conn, SHP_ERR_PROTO);
+        am_peer_register(am, p, msg);
     } else if (p->role == AM_PEER_AN) {
         shp_am_an_message(am, p, msg);
     } else {
@@ -133,9 +184,10 @@ static shp_am_peer_t *am_peer_new(shp_am_t *am, int fd, am_role_t role)
     return p;
 }
 
-/* A TCP peer that has not proved the cluster secret in auth_timeout: it
- * holds a descriptor and a connection for nothing (answering pings keeps a
- * connection alive, not this). */
+/* A TCP peer that has not proved the cluster secret and registered in
+ * auth_timeout: it holds a descriptor and a connection (and, proved, a
+ * place among max_peers) for nothing (answering pings keeps a connection
+ * alive, not this). */
 static void am_auth_expired(struct ev_loop *loop, ev_timer *w, int revents)
 {
     shp_am_peer_t *p = w->data;
@@ -144,7 +196,7 @@ static void am_auth_expired(struct ev_loop *loop, ev_timer *w, int revents)
     p->am->stats.auth_failures++;
     shp_warn_sparse(1000,
                     "disconnecting %s: no proof of the cluster secret "
-                    "within auth_timeout",
+                    "and registration within auth_timeout",
                     p->conn.peer);
     shp_conn_close(&p->conn, SHP_ERR_TIMED_OUT);
 }

@@ -6,6 +6,13 @@
  * job's quotas; each further host must be spanned by some tree with the
  * others.  A reserved job outlives its processes until released; the
  * loss of a holding sharpd drops that host's hold (am_jobs.c).
+ *
+ * The scheduler's job ids are the scheduler's: a user's ordinary job (not
+ * root's, not reserved) that holds the id a reservation asks for is a
+ * squat (a user can guess the next Slurm job id and begin it first, which
+ * made the prolog's reservation fail and, with required=1, drained the
+ * node).  The reservation ends that job (its processes are told) and
+ * goes on.
  */
 #include "am/am_int.h"
 
@@ -25,6 +32,25 @@ typedef struct {
     char why[300];
 } am_reserve_t;
 
+/* A user's ordinary job holds the id the scheduler reserves: it ends,
+ * its processes told why, and the reservation goes on as for a new job. */
+static void am_reserve_evict(shp_am_t *am, shp_am_peer_t *p, am_reserve_t *r)
+{
+    shp_am_job_t *j = r->job;
+    char why[200];
+    if (!j || j->reserved || j->uid == 0)
+        return;
+    am->stats.squats_ended++;
+    shp_warn_id("AM0404",
+                "job %" PRIu64 " of uid %u ended: the scheduler reserves "
+                "its id (from %s)",
+                j->id, (unsigned)j->uid, p->host);
+    snprintf(why, sizeof(why),
+             "job id %" PRIu64 " is reserved by the scheduler", j->id);
+    shp_am_job_end(am, j, SHP_ERR_JOB_KILLED, why);
+    r->job = NULL;
+}
+
 /* Whether the host may reserve its share of the job. */
 static shp_status_t am_reserve_check(shp_am_t *am, shp_am_peer_t *p,
                                      am_reserve_t *r)
@@ -35,9 +61,9 @@ static shp_status_t am_reserve_check(shp_am_t *am, shp_am_peer_t *p,
                  "host %s reaches no live aggregation node", p->host);
         return SHP_ERR_NO_TREE;
     }
-    if (j && !j->reserved) {
+    if (j && !j->reserved) { /* root's: a squat is evicted before */
         snprintf(r->why, sizeof(r->why),
-                 "job %" PRIu64 " exists (not reserved)", r->job_id);
+                 "job %" PRIu64 " exists (not reserved, root's)", r->job_id);
         return SHP_ERR_EXISTS;
     }
     if (j && j->uid != (uid_t)r->owner) {
@@ -137,6 +163,8 @@ void shp_am_job_reserve(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     }
     r.node = shp_topo_find(am->topo, p->host);
     r.job = shp_am_job_find(am, r.job_id);
+    if (r.node >= 0 && am->leaf[r.node] >= 0)
+        am_reserve_evict(am, p, &r);
     shp_status_t st = am_reserve_check(am, p, &r);
     for (int h = 0; r.job && h < r.job->nhosts && r.k < 0; h++)
         if (r.job->hosts[h] == r.node)

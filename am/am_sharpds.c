@@ -4,7 +4,8 @@
  * manager knows are attached again, the others were lost with an earlier
  * manager and it is told so.  Its requests are dispatched here to the jobs
  * (am_jobs.c), reservations (am_reserve.c) and groups (am_groups.c); a
- * job_detach says a job's processes on its host exited.  A sharpd that
+ * job_detach says a job's processes on its host exited; sharpd_stats
+ * brings its counts of local clients refused at its limits.  A sharpd that
  * goes (not replaced by a new one of its host) takes its host's share of
  * every job with it.
  */
@@ -76,6 +77,15 @@ void shp_am_sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
 {
     const char *type = shp_ctl_type(msg);
     int64_t id = 0;
+    if (!strcmp(type, "sharpd_stats")) { /* its limits reached, counted */
+        uint64_t v[3];
+        const char *w;
+        if (!shp_json_get_u64(msg, "clients_refused", &v[0], &w) &&
+            !shp_json_get_u64(msg, "frames_timed_out", &v[1], &w) &&
+            !shp_json_get_u64(msg, "jobs_refused", &v[2], &w))
+            memcpy(p->sd_limits, v, sizeof(v));
+        return;
+    }
     if (!strcmp(type, "job_detach")) {
         uint64_t jid;
         const char *w;

@@ -60,6 +60,11 @@ static const shp_config_opt_t am_opts[] = {
     {"uid_max_jobs", "64",
      "jobs of one user at once, at most (root's are not counted)",
      offsetof(shp_am_config_t, uid_max_jobs), &shp_cfg_uint, &am_count_range},
+    {"uid_max_groups", "256",
+     "groups of one user's jobs together, at most (root's are not counted); "
+     "one more is refused",
+     offsetof(shp_am_config_t, uid_max_groups), &shp_cfg_uint,
+     &am_count_range},
     {"job_max_groups", "16", "groups per job, at most",
      offsetof(shp_am_config_t, job_max_groups), &shp_cfg_uint, &am_count_range},
     {"group_osts", "16", "outstanding operations per group (quota)",
@@ -75,11 +80,16 @@ static const shp_config_opt_t am_opts[] = {
      offsetof(shp_am_config_t, mcast_prefix), &shp_cfg_string},
     {"mcast_port", "20000", "first UDP port of the groups' multicast",
      offsetof(shp_am_config_t, mcast_port), &shp_cfg_uint, &am_port_range},
+    {"max_peers", "65536",
+     "authenticated ANs and sharpds at once, at most; one more is refused "
+     "(a peer that replaces its own earlier connection is not counted "
+     "twice)",
+     offsetof(shp_am_config_t, max_peers), &shp_cfg_uint, &am_count_range},
     {"keepalive", "2s", "keepalive interval of control connections",
      offsetof(shp_am_config_t, keepalive_ms), &shp_cfg_time},
     {"auth_timeout", "10s",
-     "how long a new TCP peer has to prove the cluster secret before it is "
-     "disconnected",
+     "how long a new TCP peer has to prove the cluster secret and register "
+     "before it is disconnected",
      offsetof(shp_am_config_t, auth_timeout_ms), &shp_cfg_time},
     {"group_timeout", "10s", "how long ANs have to confirm a new group",
      offsetof(shp_am_config_t, group_timeout_ms), &shp_cfg_time},

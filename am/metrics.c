@@ -82,6 +82,30 @@ static uint64_t am_metrics_counter_of(const json_t *counters, const char *key)
 }
 
 /* The manager's gauges and counters. */
+/* The sharpds' counts of their limits reached (their sharpd_stats), summed
+ * over those connected. */
+static void am_metrics_sharpd_limits(am_metrics_buf_t *b, const shp_am_t *am)
+{
+    static const char *const sd_names[3] = {
+        "sharp_am_sharpd_clients_refused_total",
+        "sharp_am_sharpd_frames_timed_out_total",
+        "sharp_am_sharpd_jobs_refused_total"};
+    static const char *const sd_help[3] = {
+        "Local connections the sharpds refused (max_clients, "
+        "uid_max_clients), summed over the connected sharpds.",
+        "Local clients the sharpds closed in a request (frame_timeout), "
+        "summed over the connected sharpds.",
+        "Jobs the sharpds refused to a connection (client_max_jobs), "
+        "summed over the connected sharpds."};
+    for (int k = 0; k < 3; k++) {
+        unsigned long long sum = 0;
+        for (const shp_am_peer_t *p = am->peers; p; p = p->next)
+            sum += p->role == AM_PEER_SHARPD ? p->sd_limits[k] : 0;
+        am_metrics_family(b, sd_names[k], "counter", sd_help[k]);
+        am_metrics_put(b, "%s %llu\n", sd_names[k], sum);
+    }
+}
+
 static void am_metrics_totals(am_metrics_buf_t *b, const shp_am_t *am)
 {
     int njobs = 0, ngroups = 0, nup = 0;
@@ -131,6 +155,20 @@ static void am_metrics_totals(am_metrics_buf_t *b, const shp_am_t *am)
                       "Peers that failed the cluster-secret handshake.");
     am_metrics_put(b, "sharp_am_auth_failures_total %llu\n",
                    (unsigned long long)am->stats.auth_failures);
+    am_metrics_family(b, "sharp_am_uid_groups_refused_total", "counter",
+                      "Groups refused: their user had uid_max_groups.");
+    am_metrics_put(b, "sharp_am_uid_groups_refused_total %llu\n",
+                   (unsigned long long)am->stats.uid_groups_refused);
+    am_metrics_family(b, "sharp_am_peers_refused_total", "counter",
+                      "ANs and sharpds refused: max_peers were connected.");
+    am_metrics_put(b, "sharp_am_peers_refused_total %llu\n",
+                   (unsigned long long)am->stats.peers_refused);
+    am_metrics_family(b, "sharp_am_squats_ended_total", "counter",
+                      "Users' jobs ended because the scheduler reserved "
+                      "their id.");
+    am_metrics_put(b, "sharp_am_squats_ended_total %llu\n",
+                   (unsigned long long)am->stats.squats_ended);
+    am_metrics_sharpd_limits(b, am);
     am_metrics_family(b, "sharp_am_tree_builds_total", "counter",
                       "Tree (re)builds.");
     am_metrics_put(b, "sharp_am_tree_builds_total %llu\n",

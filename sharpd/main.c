@@ -34,6 +34,21 @@ static const shp_config_opt_t sharpd_opts[] = {
      "counted); one more is refused",
      offsetof(shp_sharpd_config_t, uid_max_clients), &shp_cfg_uint,
      &sd_clients_range},
+    {"max_clients", "4096",
+     "local connections at once, everyone's together, at most; one more "
+     "is refused",
+     offsetof(shp_sharpd_config_t, max_clients), &shp_cfg_uint,
+     &sd_clients_range},
+    {"client_max_jobs", "1024",
+     "jobs one local connection begins or attaches to, at most; one more "
+     "is refused (each is ended or detached when the connection closes)",
+     offsetof(shp_sharpd_config_t, client_max_jobs), &shp_cfg_uint,
+     &sd_clients_range},
+    {"frame_timeout", "10s",
+     "a local client that began a request and has not sent all of it "
+     "within this time is disconnected (0: never); a client idle between "
+     "requests is not",
+     offsetof(shp_sharpd_config_t, frame_timeout_ms), &shp_cfg_time},
     {NULL}};
 
 static const shp_config_table_t sharpd_table = {

@@ -6,7 +6,7 @@
  * with SO_PEERCRED (never from what they say), stamps their uid on every
  * request and relays it to the AM over an authenticated TCP connection:
  *
- *   client -> sharpd  hello {id} -> hello_ack {host, am_up}
+ *   client -> sharpd  hello {id} -> hello_ack {host, am_up, stats}
  *                     job_begin {id, job_id, hosts, req?}   job_attach {id,
  *                     job_id}   job_end {id, job_id}   group_create {id,
  *                     job_id, members, dist?}   group_destroy {id, job_id,
@@ -18,7 +18,15 @@
  *                     true when sharpd lost the AM: every group of the job)
  *
  * When the last local process of a job exits without job_end, sharpd tells
- * the AM (job_detach), which revokes the job's groups.  It reconnects to a
+ * the AM (job_detach), which revokes the job's groups (and ends the job
+ * when no host has processes of it and none holds a reservation): every
+ * job a connection began or attached to is tracked, at most
+ * client_max_jobs.  Connections are bounded (uid_max_clients per user,
+ * max_clients in all: one more is told why and closed), and one that
+ * began a frame and has not completed it in frame_timeout is closed; one
+ * idle between requests is not (MPI processes keep theirs for the job).
+ * The counts of these refusals go to the AM when they change
+ * (sharpd_stats), for sharpctl stats and the metrics.  It reconnects to a
  * lost AM with backoff and re-announces its jobs; the groups that AM knew
  * are reported revoked to their processes (a new AM does not have them).
  */
@@ -37,6 +45,7 @@
 
 #include "core/log.h"
 #include "core/net.h"
+#include "core/time.h"
 #include "protocol/ctl.h"
 
 typedef shp_sharpd_t sd_t;
@@ -44,15 +53,18 @@ typedef shp_sharpd_client_t client_t;
 typedef shp_sharpd_pending_t pending_t;
 typedef shp_sharpd_job_t job_t;
 
-#define MAX_CLIENT_JOBS 16
-
 struct shp_sharpd_client {
     shp_conn_t conn;
     sd_t *sd;
     uid_t uid;
     pid_t pid;
-    uint64_t jobs[MAX_CLIENT_JOBS];
-    int njobs;
+    /* the jobs it began or attached to, every one (at most client_max_jobs
+     * with those asked for and not answered yet): its close detaches them */
+    uint64_t *jobs;
+    unsigned njobs, capjobs, asked;
+    /* a frame begun and not completed: since when, and the frames received
+     * then (frame_timeout) */
+    uint64_t partial_ns, partial_frames;
     client_t *next;
 };
 
@@ -113,38 +125,59 @@ static job_t *sd_job_get(sd_t *sd, uint64_t id)
     return j;
 }
 
+/* 1 for a request that makes its client one of a job's (job_begin,
+ * job_attach): counted in client->asked until answered */
+static int sd_pending_joins(const pending_t *p)
+{
+    return !strcmp(p->type, "job_begin") || !strcmp(p->type, "job_attach");
+}
+
 static int sd_client_has_job(const client_t *c, uint64_t id)
 {
-    for (int i = 0; i < c->njobs; i++)
+    for (unsigned i = 0; i < c->njobs; i++)
         if (c->jobs[i] == id)
             return 1;
     return 0;
 }
 
-static void sd_client_add_job(client_t *c, uint64_t id, uid_t uid)
+/* The client takes part in job id (the AM admitted or attached it): it is
+ * tracked until the job ends or the client goes.  SHP_ERR_NO_MEMORY: not
+ * tracked. */
+static shp_status_t sd_client_add_job(client_t *c, uint64_t id, uid_t uid)
 {
     sd_t *sd = c->sd;
-    if (sd_client_has_job(c, id) || c->njobs == MAX_CLIENT_JOBS)
-        return;
-    c->jobs[c->njobs++] = id;
+    if (sd_client_has_job(c, id))
+        return SHP_OK;
+    if (c->njobs == c->capjobs) {
+        unsigned cap = c->capjobs ? 2 * c->capjobs : 4;
+        uint64_t *a = realloc(c->jobs, sizeof(*a) * cap);
+        if (!a)
+            return SHP_ERR_NO_MEMORY;
+        c->jobs = a;
+        c->capjobs = cap;
+    }
     job_t *j = sd_job_get(sd, id);
     if (!j) {
         j = calloc(1, sizeof(*j));
         if (!j)
-            return;
+            return SHP_ERR_NO_MEMORY;
         j->id = id;
         j->uid = uid;
         HASH_ADD(hh, sd->jobs, id, sizeof(j->id), j);
     }
+    c->jobs[c->njobs++] = id;
     j->nclients++;
+    return SHP_OK;
 }
 
 static void sd_job_drop(sd_t *sd, job_t *j)
 {
     for (client_t *c = sd->clients; c; c = c->next)
-        for (int i = 0; i < c->njobs; i++)
-            if (c->jobs[i] == j->id)
-                c->jobs[i--] = c->jobs[--c->njobs];
+        for (unsigned i = 0; i < c->njobs; i++)
+            if (c->jobs[i] == j->id) {
+                c->jobs[i] = c->jobs[--c->njobs];
+                break;
+            }
     HASH_DEL(sd->jobs, j);
     free(j);
 }
@@ -227,6 +260,7 @@ static void sd_am_registered(sd_t *sd, json_t *msg)
         return;
     }
     sd->am_state = SHP_SHARPD_AM_REGISTERED;
+    memset(&sd->stats_told, 0, sizeof(sd->stats_told)); /* a new AM peer */
     sd->am_error[0] = '\0';
     sd->backoff = 0.1;
     shp_info("registered with the aggregation manager as %s", sd->cfg.host);
@@ -271,10 +305,26 @@ static void sd_am_handle_reply(sd_t *sd, json_t *msg)
         return;
     HASH_DEL(sd->pending, p);
     int64_t st = shp_json_opt_int(msg, "status", -32768, 32767, SHP_ERR_PROTO);
+    int joins = sd_pending_joins(p);
     if (p->client) {
-        if (st == SHP_OK &&
-            (!strcmp(p->type, "job_begin") || !strcmp(p->type, "job_attach")))
-            sd_client_add_job(p->client, p->job_id, p->client->uid);
+        if (joins)
+            p->client->asked--;
+        if (st == SHP_OK && joins &&
+            sd_client_add_job(p->client, p->job_id, p->client->uid) !=
+                SHP_OK) {
+            /* not tracked, it would outlive the client: undone */
+            shp_error("job %" PRIu64 " of pid %d: no memory to track it",
+                      p->job_id, (int)p->client->pid);
+            if (!sd_job_get(sd, p->job_id))
+                sd_send(&sd->am, json_pack("{s:s, s:o}", "type", "job_detach",
+                                           "job_id",
+                                           shp_json_u64(p->job_id)));
+            sd_send(&p->client->conn,
+                    sd_ack(p->type, p->client_id, SHP_ERR_NO_MEMORY,
+                           "sharpd has no memory to track the job"));
+            free(p);
+            return;
+        }
         if (st == SHP_OK && !strcmp(p->type, "group_create"))
             sd_track_group(sd, msg);
         if (st == SHP_OK && !strcmp(p->type, "job_end")) {
@@ -388,10 +438,12 @@ static void sd_am_closed(shp_conn_t *conn, shp_status_t reason)
     HASH_ITER(hh, sd->pending, p, tmp)
     {
         HASH_DEL(sd->pending, p);
-        if (p->client)
+        if (p->client) {
+            p->client->asked -= sd_pending_joins(p);
             sd_send(&p->client->conn,
                     sd_ack(p->type, p->client_id, SHP_ERR_UNREACHABLE,
                            "lost the aggregation manager"));
+        }
         free(p);
     }
     sd_am_lost_groups(sd);
@@ -460,6 +512,12 @@ static void sd_client_hello(client_t *c, int64_t id)
     json_object_set_new(r, "uid", json_integer(c->uid));
     json_object_set_new(r, "pid", json_integer(c->pid));
     json_object_set_new(r, "am", json_string(sd->cfg.am));
+    json_object_set_new(
+        r, "stats",
+        json_pack("{s:I, s:I, s:I, s:I}", "clients", (json_int_t)sd->nclients,
+                  "clients_refused", (json_int_t)sd->stats.clients_refused,
+                  "frames_timed_out", (json_int_t)sd->stats.frames_timed_out,
+                  "jobs_refused", (json_int_t)sd->stats.jobs_refused));
     if (sd->am_state != SHP_SHARPD_AM_REGISTERED)
         json_object_set_new(r, "am_error",
                             json_string(sd->am_error[0]
@@ -491,6 +549,14 @@ static void sd_client_relay(client_t *c, json_t *msg, const char *type,
     if (!strcmp(type, "job_begin") || !strcmp(type, "group_create"))
         json_object_set_new(msg, "pid", json_integer(c->pid));
     sd_send(&sd->am, json_incref(msg));
+}
+
+/* One more job for the client would pass client_max_jobs (those it asked
+ * for and has no answer yet counted). */
+static int sd_client_jobs_full(const client_t *c, uint64_t jid)
+{
+    unsigned max = c->sd->cfg.client_max_jobs;
+    return max && !sd_client_has_job(c, jid) && c->njobs + c->asked >= max;
 }
 
 static void sd_client_request(client_t *c, json_t *msg)
@@ -530,6 +596,20 @@ static void sd_client_request(client_t *c, json_t *msg)
                                  "the aggregation manager is unreachable"));
         return;
     }
+    int joins = !strcmp(type, "job_begin") || !strcmp(type, "job_attach");
+    if (joins && sd_client_jobs_full(c, jid)) {
+        char why[200];
+        c->sd->stats.jobs_refused++;
+        snprintf(why, sizeof(why),
+                 "this connection takes part in its maximum of %u jobs "
+                 "(client_max_jobs)",
+                 c->sd->cfg.client_max_jobs);
+        shp_warn_sparse(1000, "%s of pid %d refused: %s", type, (int)c->pid,
+                        why);
+        sd_send(&c->conn, sd_ack(type, id, SHP_ERR_QUOTA, why));
+        return;
+    }
+    c->asked += (unsigned)joins; /* until answered (sd_pending_joins) */
     sd_client_relay(c, msg, type, id, jid);
 }
 
@@ -562,7 +642,8 @@ static void sd_client_closed(shp_conn_t *conn, shp_status_t reason)
         if (p->client == c)
             p->client = NULL;
     }
-    for (int i = 0; i < c->njobs; i++) {
+    sd->nclients--;
+    for (unsigned i = 0; i < c->njobs; i++) {
         job_t *j = sd_job_get(sd, c->jobs[i]);
         if (j && --j->nclients == 0 && !sd->stopping) {
             shp_info("job %" PRIu64 ": its last process here (pid %d) is gone",
@@ -574,6 +655,7 @@ static void sd_client_closed(shp_conn_t *conn, shp_status_t reason)
             free(j);
         }
     }
+    free(c->jobs);
     free(c);
 }
 
@@ -596,6 +678,92 @@ static int sd_uid_full(const sd_t *sd, uid_t uid)
     return n >= sd->cfg.uid_max_clients;
 }
 
+/* Whether a new connection of cred is refused (max_clients, then its
+ * user's uid_max_clients): if so, it is told why in one frame, unless its
+ * socket is full, and the refusal is logged and counted. */
+static int sd_refused(sd_t *sd, int fd, const struct ucred *cred)
+{
+    char why[200];
+    if (sd->cfg.max_clients && sd->nclients >= sd->cfg.max_clients)
+        snprintf(why, sizeof(why),
+                 "sharpd has its maximum of %u local connections open "
+                 "(max_clients)",
+                 sd->cfg.max_clients);
+    else if (sd_uid_full(sd, cred->uid))
+        snprintf(why, sizeof(why),
+                 "uid %u has its maximum of %u connections open "
+                 "(uid_max_clients)",
+                 (unsigned)cred->uid, sd->cfg.uid_max_clients);
+    else
+        return 0;
+    sd->stats.clients_refused++;
+    shp_warn_sparse(1000, "refusing a connection of pid %d: %s",
+                    (int)cred->pid, why);
+    json_t *m = shp_ctl_reply("refused", 0, SHP_ERR_QUOTA, why);
+    char *body = m ? json_dumps(m, JSON_COMPACT) : NULL;
+    if (body) {
+        uint8_t frame[SHP_CTL_HDR_LEN + 300];
+        size_t n = strlen(body);
+        if (n <= sizeof(frame) - SHP_CTL_HDR_LEN) {
+            shp_ctl_hdr_pack(SHP_CTL_FRAME_MSG, (uint32_t)n, frame);
+            memcpy(frame + SHP_CTL_HDR_LEN, body, n);
+            (void)!send(fd, frame, SHP_CTL_HDR_LEN + n,
+                        MSG_DONTWAIT | MSG_NOSIGNAL);
+        }
+    }
+    free(body);
+    json_decref(m);
+    return 1;
+}
+
+/* The AM learns the counts of limits reached when they changed
+ * (sharpd_stats; sharpctl stats and the metrics sum them). */
+static void sd_tell_stats(sd_t *sd)
+{
+    if (sd->am_state != SHP_SHARPD_AM_REGISTERED ||
+        !memcmp(&sd->stats, &sd->stats_told, sizeof(sd->stats)))
+        return;
+    sd->stats_told = sd->stats;
+    sd_send(&sd->am,
+            json_pack("{s:s, s:I, s:I, s:I}", "type", "sharpd_stats",
+                      "clients_refused", (json_int_t)sd->stats.clients_refused,
+                      "frames_timed_out", (json_int_t)sd->stats.frames_timed_out,
+                      "jobs_refused", (json_int_t)sd->stats.jobs_refused));
+}
+
+/* Every second or so: a client that began a frame and has not completed
+ * one for frame_timeout is disconnected (a slow sender pins its buffer);
+ * a client with nothing begun is left alone however long it is idle.
+ * Then the counts go to the AM if they changed. */
+static void sd_sweep_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    sd_t *sd = w->data;
+    uint64_t now = shp_time_ns(),
+             limit = (uint64_t)sd->cfg.frame_timeout_ms * 1000000u;
+    (void)loop;
+    (void)revents;
+    for (client_t *c = sd->clients, *next; limit && c; c = next) {
+        next = c->next;
+        if (c->conn.rlen == 0 || c->conn.stats.frames_in != c->partial_frames) {
+            c->partial_frames = c->conn.stats.frames_in;
+            c->partial_ns = c->conn.rlen ? now : 0;
+            continue;
+        }
+        if (c->partial_ns == 0)
+            c->partial_ns = now;
+        if (now - c->partial_ns < limit)
+            continue;
+        sd->stats.frames_timed_out++;
+        shp_warn_sparse(1000,
+                        "disconnecting pid %d (uid %u): a request begun "
+                        "%.1f s ago is still incomplete (frame_timeout)",
+                        (int)c->pid, (unsigned)c->uid,
+                        (double)(now - c->partial_ns) / 1e9);
+        shp_conn_close(&c->conn, SHP_ERR_TIMED_OUT);
+    }
+    sd_tell_stats(sd);
+}
+
 shp_status_t shp_sharpd_accept(sd_t *sd, int fd)
 {
     struct ucred cred;
@@ -607,12 +775,7 @@ shp_status_t shp_sharpd_accept(sd_t *sd, int fd)
         close(fd);
         goto out;
     }
-    if (sd_uid_full(sd, cred.uid)) {
-        shp_warn_sparse(1000,
-                        "refusing a connection of uid %u (pid %d): it has "
-                        "uid_max_clients (%u) open",
-                        (unsigned)cred.uid, (int)cred.pid,
-                        sd->cfg.uid_max_clients);
+    if (sd_refused(sd, fd, &cred)) {
         close(fd);
         st = SHP_ERR_QUOTA;
         goto out;
@@ -630,6 +793,7 @@ shp_status_t shp_sharpd_accept(sd_t *sd, int fd)
         goto out;
     c->next = sd->clients;
     sd->clients = c;
+    sd->nclients++;
     c = NULL;
 out:
     free(c);
@@ -651,6 +815,11 @@ void shp_sharpd_init(sd_t *sd, struct ev_loop *loop)
     sd->backoff = 0.1;
     ev_timer_init(&sd->am_timer, sd_am_timer_cb, 0., 0.);
     sd->am_timer.data = sd;
+    /* a quarter of frame_timeout, at most a second, between sweeps */
+    double tick = (double)sd->cfg.frame_timeout_ms / 4000.0;
+    tick = tick > 1.0 || tick <= 0 ? 1.0 : tick < 0.05 ? 0.05 : tick;
+    ev_timer_init(&sd->sweep, sd_sweep_cb, tick, tick);
+    sd->sweep.data = sd;
 }
 
 /* the short host name, when none is configured */
@@ -696,6 +865,7 @@ shp_status_t shp_sharpd_start(sd_t *sd, struct ev_loop *loop, char *msg,
     }
     /* any local user may ask; who asks is the kernel's answer */
     chmod(sd->cfg.socket, 0666);
+    ev_timer_start(sd->loop, &sd->sweep);
     sd_am_connect(sd);
 out:
     return st;
@@ -705,6 +875,7 @@ void shp_sharpd_stop(sd_t *sd)
 {
     sd->stopping = 1;
     ev_timer_stop(sd->loop, &sd->am_timer);
+    ev_timer_stop(sd->loop, &sd->sweep);
     shp_listener_stop(&sd->listener);
     while (sd->clients)
         shp_conn_close(&sd->clients->conn, SHP_ERR_CANCELED);

@@ -25,6 +25,9 @@ typedef struct shp_sharpd_config {
     int log_level;
     int64_t keepalive_ms;
     unsigned uid_max_clients; /* connections of one user at once (root: any) */
+    unsigned max_clients;     /* local connections at once, everyone's */
+    unsigned client_max_jobs; /* jobs one connection takes part in */
+    int64_t frame_timeout_ms; /* to complete a frame begun (0: no limit) */
 } shp_sharpd_config_t;
 
 /* the AM connection (am_state) */
@@ -53,10 +56,18 @@ typedef struct shp_sharpd {
     ev_timer am_timer;
     shp_listener_t listener;
     shp_sharpd_client_t *clients;
+    unsigned nclients;
+    ev_timer sweep; /* clients that began a frame and stalled */
     shp_sharpd_pending_t *pending; /* relayed to the AM, by the AM's id */
     shp_sharpd_job_t *jobs;        /* jobs with local processes */
     int64_t next_id;
     int stopping;
+    /* refusals at a limit (hello answers them) */
+    struct {
+        uint64_t clients_refused; /* max_clients or uid_max_clients */
+        uint64_t frames_timed_out; /* frame_timeout */
+        uint64_t jobs_refused;     /* client_max_jobs */
+    } stats, stats_told;           /* stats_told: the AM has these */
 } shp_sharpd_t;
 
 /* The state before anything runs, on `loop` (sd->cfg as loaded: kept). */

@@ -55,7 +55,10 @@ static void start_am(const char *listen)
                     "--keepalive", "1s", "--tree-settle", "100ms",
                     "--group-timeout", "5s",
                     /* the tests below plan groups over tree levels */
-                    "--flat-max", "0", NULL};
+                    "--flat-max", "0",
+                    /* its 6 ANs and 4 sharpds, and one more sharpd at a
+                     * time (test_node_keys, test_max_peers) */
+                    "--max-peers", "11", NULL};
     am_pid = test_spawn(argv, log);
     /* the address it listens on */
     char line[256];
@@ -899,6 +902,80 @@ static void test_reservation(void **state)
 
 /* An AN listening on every address must be told what to advertise; the
  * AM then hands that address to members. */
+/* An unprivileged user begins a job with the id Slurm will give its next
+ * job (a squat): the scheduler's reservation of that id, as root, ends the
+ * squatter's job (its process is told) and succeeds for the real owner,
+ * where before it failed ("job exists") and, with required=1, drained the
+ * node.  A job of root's with the id is still not taken over. */
+static void test_squat(void **state)
+{
+    (void)state;
+    int go[2], res[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(res), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgid(65534) || setuid(65534))
+            _exit(90);
+        client_t *c = client_open("sd-n00001.sock");
+        static const char *h[] = {"n00001"};
+        int out[2] = {call_status(c, job_begin_json(9001, h, 1)), -1};
+        if (write(res[1], out, sizeof(out)) != sizeof(out))
+            _exit(91);
+        char x;
+        if (read(go[0], &x, 1) != 1) /* the reservation was made */
+            _exit(92);
+        json_t *k = wait_notice(c, "job_killed", -1, 5000);
+        out[1] = k ? status_of(k) : -1;
+        json_decref(k);
+        _exit(write(res[1], out, sizeof(out)) == sizeof(out) ? 0 : 93);
+    }
+    int out[2], st;
+    assert_int_equal(read(res[0], out, sizeof(out)), (ssize_t)sizeof(out));
+    assert_int_equal(out[0], 0); /* the squat */
+    json_t *row = job_row(9001);
+    assert_non_null(row);
+    assert_int_equal(json_integer_value(json_object_get(row, "uid")), 65534);
+    json_decref(row);
+    json_t *stats = admin("stats");
+    json_int_t ended0 = json_integer_value(
+        json_object_get(json_object_get(stats, "stats"), "squats_ended"));
+    json_decref(stats);
+
+    /* the prolog's reservation for the real owner (uid 1000) */
+    client_t *a = client_open("sd-n00001.sock");
+    int reserved = call_status(a, reserve_json(9001, 1000, 2));
+    assert_int_equal(write(go[1], "x", 1), 1); /* the squatter ends */
+    assert_int_equal(read(res[0], out, sizeof(out)), (ssize_t)sizeof(out));
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(reserved, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(out[1], SHP_ERR_JOB_KILLED); /* the squatter is told */
+    assert_non_null((row = job_row(9001)));
+    assert_true(json_is_true(json_object_get(row, "reserved")));
+    assert_int_equal(json_integer_value(json_object_get(row, "uid")), 1000);
+    json_decref(row);
+    stats = admin("stats");
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(stats, "stats"), "squats_ended")),
+                     ended0 + 1);
+    json_decref(stats);
+    assert_int_equal(call_status(a, job_msg("job_release", 9001)), 0);
+    assert_null(job_row(9001));
+
+    /* root's own job of that id is not a squat: the reservation is refused */
+    static const char *h1[] = {"n00001"};
+    assert_int_equal(call_status(a, job_begin_json(9002, h1, 1)), 0);
+    assert_int_equal(call_status(a, reserve_json(9002, 1000, 2)),
+                     SHP_ERR_JOB_REFUSED);
+    assert_int_equal(call_status(a, job_msg("job_end", 9002)), 0);
+    client_close(a);
+    close(go[0]);
+    close(go[1]);
+    close(res[0]);
+    close(res[1]);
+}
+
 static void test_an_advertise(void **state)
 {
     (void)state;
@@ -1231,6 +1308,89 @@ static void test_am_restart(void **state)
     client_close(a);
 }
 
+/* whether the log of the sharpd started as `name` has a line with `what` */
+static int sd_log_has(const char *name, const char *what)
+{
+    char log[600], line[1024];
+    int found = 0;
+    snprintf(log, sizeof(log), "%s/sd-%s.log", dir, name);
+    FILE *f = fopen(log, "r");
+    while (f && fgets(line, sizeof(line), f))
+        found |= strstr(line, what) != NULL;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* The manager takes at most max_peers ANs and sharpds (11 here: the 6 ANs
+ * and 4 sharpds of this fabric and one more).  With n00008's sharpd the
+ * eleventh, n00007's is refused with an answer naming the setting, and
+ * counted; a second sharpd of n00001 is no twelfth: it replaces the first
+ * (then it goes and the first registers again). */
+static void test_max_peers(void **state)
+{
+    (void)state;
+    json_t *st = admin("stats");
+    json_int_t refused0 = json_integer_value(
+        json_object_get(json_object_get(st, "stats"), "peers_refused"));
+    json_decref(st);
+    /* the logs of this test's daemons gain lines (their files are
+     * appended to): counted before */
+    char amlog[600], log7[600];
+    snprintf(amlog, sizeof(amlog), "%s/am.log", dir);
+    snprintf(log7, sizeof(log7), "%s/sd-n00007.log", dir);
+    const char *reg8 = "sharpd of host n00008 registered",
+               *reg7 = "registered with the aggregation";
+    int before8 = file_count(amlog, reg8), before7 = file_count(log7, reg7),
+        refusals7 = file_count(log7, "max_peers");
+    pid_t eleventh = start_sharpd("n00008", secret);
+    int seen = file_says(amlog, reg8, before8);
+    pid_t extra = start_sharpd("n00007", secret);
+    int refused = seen && file_says(log7, "max_peers", refusals7);
+    int registered = file_count(log7, reg7) > before7;
+    assert_int_equal(stop(extra), 0);
+    st = admin("stats");
+    json_int_t refused1 = json_integer_value(
+        json_object_get(json_object_get(st, "stats"), "peers_refused"));
+    json_decref(st);
+
+    /* n00001's sharpd again, beside the first (its own socket and log) */
+    char exe[500], sock[600], log[600];
+    snprintf(exe, sizeof(exe), "%s/sharpd", bindir);
+    snprintf(sock, sizeof(sock), "%s/sd-n00001b.sock", dir);
+    snprintf(log, sizeof(log), "%s/sd-n00001b.log", dir);
+    char *argv[] = {exe,     "--host",        "n00001", "--socket",    sock,
+                    "--am",  am_addr,         "--secret-file", secret,
+                    "--keepalive", "1s", NULL};
+    extra = test_spawn(argv, log);
+    int replaced = 0;
+    for (int i = 0; i < 200 && !replaced; i++) {
+        usleep(25000);
+        replaced = sd_log_has("n00001b", "registered with the aggregation");
+    }
+    int refused_b = sd_log_has("n00001b", "max_peers");
+    assert_int_equal(stop(extra), 0);
+    assert_int_equal(stop(eleventh), 0);
+    assert_true(seen);
+    assert_true(refused);
+    assert_false(registered);
+    assert_true(refused1 > refused0);
+    assert_true(replaced);
+    assert_false(refused_b);
+    /* the first one is back: a job through it */
+    client_t *a = NULL;
+    int ok = 0;
+    static const char *h[] = {"n00001"};
+    for (int i = 0; i < 200 && !ok; i++) {
+        usleep(25000);
+        a = client_open("sd-n00001.sock");
+        ok = call_status(a, job_begin_json(9100, h, 1)) == 0;
+        client_close(a);
+    }
+    assert_true(ok);
+    wait_ready(NSW);
+}
+
 int main(void)
 {
     char self[300];
@@ -1252,11 +1412,13 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_uid_enforcement),
         cmocka_unit_test(test_reservation),
+        cmocka_unit_test(test_squat),
         cmocka_unit_test(test_an_advertise),
         cmocka_unit_test(test_wrong_secret),
         cmocka_unit_test(test_node_keys),
         cmocka_unit_test(test_kill_an),
         cmocka_unit_test(test_am_restart),
+        cmocka_unit_test(test_max_peers),
     };
     return cmocka_run_group_tests_name("am", tests, setup, teardown);
 }

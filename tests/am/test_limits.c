@@ -16,9 +16,13 @@
  *   AN keeps completing operations; the stalled job's other member gets an
  *   error after its coll_timeout.
  * - Long lists and many jobs from an unprivileged user (uid 65534, through
- *   sharpd; the manager allows 3 jobs per user): a job of 160000 hosts is
+ *   sharpd; the manager allows 20 jobs per user): a job of 160000 hosts is
  *   refused, a group of 65536 members answered within a second, a job of
- *   other hosts only refused, a fourth job refused.
+ *   other hosts only refused, a 21st job refused.
+ * - What a user holds is bounded and goes with it: the jobs of a
+ *   connection end when it closes (more than 16 of them), a user's groups
+ *   over all its jobs (uid_max_groups), sharpd's connections of everyone
+ *   (max_clients), a request begun and never finished (frame_timeout).
  */
 #include "tests/support/test_util.h"
 #include <sharp/api/sharp.h>
@@ -511,8 +515,12 @@ static void test_uid_max_clients(void **state)
         }
         usleep(300000);
         for (int i = 0; i < 40; i++) {
-            char c;
-            ssize_t r = recv(fds[i], &c, 1, MSG_DONTWAIT);
+            char c[512];
+            ssize_t r = recv(fds[i], c, sizeof(c) - 1, MSG_DONTWAIT);
+            if (r > 0) { /* told why, then closed */
+                c[r] = '\0';
+                r = strstr(c + SHP_CTL_HDR_LEN, "uid_max_clients") ? 0 : -1;
+            }
             closed += r == 0;
             open += r < 0 && errno == EAGAIN && i < 32;
         }
@@ -752,20 +760,20 @@ static int m_lists(int rank, void *arg)
                  &ms);
     CHECK(st != 0 && strstr(sd_error, "n00001") != NULL,
           "a job of another host: status %d (%s)", st, sd_error);
-    /* the user's job quota (uid_max_jobs 3 in this fabric): 7302 and two
+    /* the user's job quota (uid_max_jobs 20 in this fabric): 7302 and 19
      * more, then a clear refusal */
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 20; k++) {
         st = sd_call(fd,
                      json_pack("{s:s, s:i, s:I, s:[s]}", "type", "job_begin",
                                "id", 6 + k, "job_id", (json_int_t)(7311 + k),
                                "hosts", "n00001"),
                      &ms);
-        if (k < 2) {
+        if (k < 19) {
             CHECK(st == 0, "job %d of the user: status %d (%s)", k + 2, st,
                   sd_error);
         } else {
             CHECK(st != 0 && strstr(sd_error, "uid_max_jobs") != NULL,
-                  "a fourth job of the user: status %d (%s)", st, sd_error);
+                  "a 21st job of the user: status %d (%s)", st, sd_error);
         }
     }
     close(fd);
@@ -783,6 +791,387 @@ static void test_long_lists(void **state)
     run_members(1, m_lists, NULL, 1, 60);
 }
 
+/* --- jobs of a connection, a user's groups, sharpd's clients -------------- */
+
+/* the manager's answer to an admin request of `type` (NULL: none) */
+static json_t *am_admin(const char *type)
+{
+    char p[400];
+    shp_status_t st;
+    const char *why;
+    snprintf(p, sizeof(p), "%s/am.sock", dir);
+    int fd = shp_unix_connect(p);
+    if (fd < 0) {
+        return NULL;
+    }
+    json_t *req = json_pack("{s:s, s:i}", "type", type, "id", 1);
+    json_t *r = shp_ctl_call_fd(fd, req, &st, &why);
+    json_decref(req);
+    close(fd);
+    return r;
+}
+
+/* one of the manager's counters (sharpctl stats --json) */
+static json_int_t am_stat(const char *name)
+{
+    json_t *r = am_admin("stats");
+    json_int_t v = json_integer_value(
+        json_object_get(json_object_get(r, "stats"), name));
+    json_decref(r);
+    return v;
+}
+
+/* until the manager's counter `name` is at least `want` (at most 5 s; the
+ * sharpds tell theirs every second): its value */
+static json_int_t am_stat_reaches(const char *name, json_int_t want)
+{
+    json_int_t v = am_stat(name);
+    for (int i = 0; i < 100 && v < want; i++) {
+        usleep(50000);
+        v = am_stat(name);
+    }
+    return v;
+}
+
+/* the manager's jobs with ids in [lo, hi] */
+static int am_jobs_in(uint64_t lo, uint64_t hi)
+{
+    json_t *r = am_admin("jobs"), *j;
+    size_t i;
+    int n = 0;
+    json_array_foreach(json_object_get(r, "jobs"), i, j)
+    {
+        uint64_t id = strtoull(
+            json_string_value(json_object_get(j, "job_id")), NULL, 10);
+        n += id >= lo && id <= hi;
+    }
+    json_decref(r);
+    return n;
+}
+
+/* until the manager has `want` jobs in [lo, hi] (at most 5 s): how many */
+static int am_jobs_settle(uint64_t lo, uint64_t hi, int want)
+{
+    int n = am_jobs_in(lo, hi);
+    for (int i = 0; i < 100 && n != want; i++) {
+        usleep(50000);
+        n = am_jobs_in(lo, hi);
+    }
+    return n;
+}
+
+/* a connection to n00001's sharpd, hello said (-1: none) */
+static int sd_open(void)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    double ms;
+    if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/hosts/n00001.sock",
+                 dir) >= (int)sizeof(sa.sun_path)) {
+        return -1;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        sd_call(fd, json_pack("{s:s, s:i}", "type", "hello", "id", 1), &ms) !=
+            0) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    return fd;
+}
+
+static int job_begin1(int fd, uint64_t job)
+{
+    double ms;
+    return sd_call(fd,
+                   json_pack("{s:s, s:i, s:I, s:[s]}", "type", "job_begin",
+                             "id", 10, "job_id", (json_int_t)job, "hosts",
+                             "n00001"),
+                   &ms);
+}
+
+/* the directories down to the sockets are root's: let uid 65534 through */
+static void open_dirs(int open)
+{
+    char hosts[400];
+    snprintf(hosts, sizeof(hosts), "%s/hosts", dir);
+    chmod(dir, open ? 0711 : 0700);
+    chmod(hosts, open ? 0711 : 0700);
+}
+
+/* become uid 65534 (in a child of the test) */
+static int become_nobody(void)
+{
+    return setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0;
+}
+
+/* A connection's jobs end with it: uid 65534 begins 18 jobs on one
+ * connection (sharpd tracked 16 a connection: the others outlived it and
+ * held the user's uid_max_jobs forever), closes it, and the manager has
+ * none of them left.  Root, whom uid_max_jobs does not bound, meets
+ * sharpd's client_max_jobs (24 here) with a clear refusal, and its 24
+ * jobs end with its connection too. */
+static void test_connection_jobs(void **state)
+{
+    (void)state;
+    enum { N = 18, LO = 7500 };
+    int res[2], go[2];
+    assert_int_equal(pipe(res), 0);
+    assert_int_equal(pipe(go), 0);
+    open_dirs(1);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int32_t ok = 0;
+        char x;
+        int fd = become_nobody() ? sd_open() : -1;
+        for (int k = 0; fd >= 0 && k < N; k++) {
+            ok += job_begin1(fd, LO + (uint64_t)k) == 0;
+        }
+        if (write(res[1], &ok, 4) != 4 || read(go[0], &x, 1) != 1) {
+            _exit(3);
+        }
+        _exit(0); /* the connection closes with the process */
+    }
+    int32_t ok = 0;
+    assert_int_equal(read(res[0], &ok, 4), 4);
+    int during = am_jobs_in(LO, LO + N - 1);
+    assert_int_equal(write(go[1], "x", 1), 1);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    open_dirs(0);
+    int after = am_jobs_settle(LO, LO + N - 1, 0);
+    print_message("uid 65534: %d jobs begun on one connection, %d at the "
+                  "manager; %d left once it closed\n",
+                  ok, during, after);
+    assert_int_equal(ok, N);
+    assert_int_equal(during, N);
+    assert_int_equal(after, 0);
+
+    /* root: 24 jobs, the 25th refused by sharpd, naming the setting */
+    int fd = sd_open();
+    assert_true(fd >= 0);
+    for (int k = 0; k < 24; k++) {
+        assert_int_equal(job_begin1(fd, 7600 + (uint64_t)k), 0);
+    }
+    json_int_t refused = am_stat("jobs_refused");
+    int r = job_begin1(fd, 7624);
+    print_message("root's 25th job on one connection: %d (%s)\n", r, sd_error);
+    assert_int_not_equal(r, 0);
+    assert_non_null(strstr(sd_error, "client_max_jobs"));
+    assert_int_equal(am_stat("jobs_refused"), refused); /* never asked */
+    /* one it has is no new one */
+    double ms;
+    assert_int_equal(sd_call(fd,
+                             json_pack("{s:s, s:i, s:I}", "type", "job_attach",
+                                       "id", 11, "job_id", (json_int_t)7600),
+                             &ms),
+                     0);
+    assert_int_equal(am_jobs_in(7600, 7624), 24);
+    /* sharpctl stats and the metrics have sharpd's count */
+    assert_true(am_stat_reaches("sharpd_jobs_refused", 1) >= 1);
+    close(fd);
+    assert_int_equal(am_jobs_settle(7600, 7624, 0), 0);
+}
+
+/* A user's groups over all its jobs are bounded by uid_max_groups (3 here;
+ * each job may have 2): uid 65534's fourth group is refused, naming the
+ * setting, though its job has room; its other groups stay; one destroyed
+ * makes room. */
+static void test_uid_max_groups(void **state)
+{
+    (void)state;
+    int res[2];
+    assert_int_equal(pipe(res), 0);
+    json_int_t refused0 = am_stat("uid_groups_refused");
+    open_dirs(1);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int32_t out[6] = {0};
+        double ms;
+        int fd = become_nobody() ? sd_open() : -1;
+        if (fd < 0) {
+            _exit(3);
+        }
+        out[0] = job_begin1(fd, 7700) == 0 && job_begin1(fd, 7701) == 0;
+        int64_t gid = -1;
+        for (int k = 0; k < 3; k++) {
+            json_t *req = json_pack("{s:s, s:i, s:I, s:[s]}", "type",
+                                    "group_create", "id", 20 + k, "job_id",
+                                    (json_int_t)(k < 2 ? 7700 : 7701),
+                                    "members", "n00001");
+            shp_status_t st;
+            const char *why;
+            json_t *r = shp_ctl_call_fd(fd, req, &st, &why);
+            json_decref(req);
+            out[1] += r != NULL &&
+                      shp_json_opt_int(r, "status", INT32_MIN, INT32_MAX, -1) ==
+                          0;
+            if (k == 0) {
+                gid = shp_json_opt_int(json_object_get(r, "group"),
+                                       "group_id", 0, INT64_MAX, -1);
+            }
+            json_decref(r);
+        }
+        json_t *fourth = json_pack("{s:s, s:i, s:I, s:[s]}", "type",
+                                   "group_create", "id", 30, "job_id",
+                                   (json_int_t)7701, "members", "n00001");
+        out[2] = sd_call(fd, fourth, &ms);
+        out[3] = strstr(sd_error, "uid_max_groups") != NULL;
+        out[4] = sd_call(fd,
+                         json_pack("{s:s, s:i, s:I, s:I}", "type",
+                                   "group_destroy", "id", 31, "job_id",
+                                   (json_int_t)7700, "group_id",
+                                   (json_int_t)gid),
+                         &ms) == 0;
+        out[5] = sd_call(fd,
+                         json_pack("{s:s, s:i, s:I, s:[s]}", "type",
+                                   "group_create", "id", 32, "job_id",
+                                   (json_int_t)7701, "members", "n00001"),
+                         &ms) == 0;
+        _exit(write(res[1], out, sizeof(out)) == sizeof(out) ? 0 : 4);
+    }
+    int32_t out[6];
+    int st;
+    assert_int_equal(read(res[0], out, sizeof(out)), (ssize_t)sizeof(out));
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    open_dirs(0);
+    print_message("uid 65534: jobs %d, groups made %d of 3, the fourth: "
+                  "status %d (names uid_max_groups: %d), one destroyed %d, "
+                  "then another made %d\n",
+                  out[0], out[1], out[2], out[3], out[4], out[5]);
+    assert_int_equal(out[0], 1);
+    assert_int_equal(out[1], 3);
+    assert_int_not_equal(out[2], 0);
+    assert_int_equal(out[3], 1);
+    assert_int_equal(out[4], 1);
+    assert_int_equal(out[5], 1);
+    assert_true(am_stat("uid_groups_refused") > refused0);
+    assert_int_equal(am_jobs_settle(7700, 7701, 0), 0);
+}
+
+/* sharpd's answer to hello: its stats (a new reference) */
+static json_t *sd_stats(int fd)
+{
+    shp_status_t st;
+    const char *why;
+    json_t *req = json_pack("{s:s, s:i}", "type", "hello", "id", 1);
+    json_t *r = shp_ctl_call_fd(fd, req, &st, &why);
+    json_decref(req);
+    json_t *s = json_incref(json_object_get(r, "stats"));
+    json_decref(r);
+    return s;
+}
+
+static json_int_t stat_of(json_t *stats, const char *name)
+{
+    return json_integer_value(json_object_get(stats, name));
+}
+
+/* sharpd takes max_clients (64 here) local connections of everyone
+ * together: root (whom uid_max_clients does not hold) opens 80; those
+ * past 64 are told why (max_clients) and closed; those open stay open. */
+static void test_max_clients(void **state)
+{
+    (void)state;
+    enum { TRY = 80, MAX = 64 };
+    static int fds[TRY];
+    int first = sd_open();
+    assert_true(first >= 0);
+    json_t *s0 = sd_stats(first);
+    json_int_t have = stat_of(s0, "clients");
+    json_decref(s0);
+    char sock[400];
+    snprintf(sock, sizeof(sock), "%s/hosts/n00001.sock", dir);
+    for (int i = 0; i < TRY; i++) {
+        struct sockaddr_un su = {.sun_family = AF_UNIX};
+        memcpy(su.sun_path, sock, strlen(sock) + 1);
+        fds[i] = socket(AF_UNIX, SOCK_STREAM, 0);
+        assert_int_equal(
+            connect(fds[i], (struct sockaddr *)&su, sizeof(su)), 0);
+        usleep(2000); /* one at a time, as sharpd accepts them */
+    }
+    usleep(300000);
+    int open = 0, told = 0;
+    for (int i = 0; i < TRY; i++) {
+        char buf[512];
+        ssize_t r = recv(fds[i], buf, sizeof(buf) - 1, MSG_DONTWAIT);
+        if (r < 0 && errno == EAGAIN) {
+            open++;
+        } else if (r > SHP_CTL_HDR_LEN) {
+            buf[r] = '\0';
+            told += strstr(buf + SHP_CTL_HDR_LEN, "max_clients") != NULL;
+        }
+    }
+    json_t *s1 = sd_stats(first);
+    print_message("%d connections held before; of %d more, %d open, %d "
+                  "refused naming max_clients; sharpd counted %lld "
+                  "refusals\n",
+                  (int)have, TRY, open, told,
+                  (long long)stat_of(s1, "clients_refused"));
+    assert_int_equal(have + open, MAX);
+    assert_int_equal(told, TRY - open);
+    assert_true(stat_of(s1, "clients_refused") >= told);
+    /* the manager has sharpd's count (sharpctl stats, the metrics) */
+    json_int_t want = stat_of(s1, "clients_refused");
+    assert_true(am_stat_reaches("sharpd_clients_refused", want) >= want);
+    json_decref(s1);
+    unflood(fds, TRY);
+    close(first);
+    usleep(200000);
+    uint64_t job = 7800;
+    run_members(2, m_fresh, &job, 2, 60);
+}
+
+/* A local client that begins a request and stalls is disconnected after
+ * frame_timeout (2 s here): half a header, and a header with a tenth of
+ * its body.  A client idle between requests (an MPI process holds one
+ * for its whole job) stays, and is answered after. */
+static void test_frame_timeout(void **state)
+{
+    (void)state;
+    int res[2];
+    assert_int_equal(pipe(res), 0);
+    open_dirs(1);
+    pid_t pid = fork();
+    if (pid == 0) {
+        double out[4] = {-2, -2, -2, -2};
+        int idle = become_nobody() ? sd_open() : -1;
+        int half = sd_open(), part = sd_open();
+        if (idle < 0 || half < 0 || part < 0) {
+            _exit(3);
+        }
+        uint8_t hdr[SHP_CTL_HDR_LEN + 10];
+        shp_ctl_hdr_pack(SHP_CTL_FRAME_MSG, 100, hdr);
+        memset(hdr + SHP_CTL_HDR_LEN, '{', 10);
+        if (write(half, hdr, 5) != 5 ||
+            write(part, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr)) {
+            _exit(4);
+        }
+        out[0] = eof_within(half, 8);
+        out[1] = eof_within(part, 8);
+        json_t *s = sd_stats(idle);
+        out[2] = s ? 1 : 0;
+        out[3] = s ? (double)stat_of(s, "frames_timed_out") : -1;
+        json_decref(s);
+        _exit(write(res[1], out, sizeof(out)) == sizeof(out) ? 0 : 5);
+    }
+    double out[4];
+    int st;
+    assert_int_equal(read(res[0], out, sizeof(out)), (ssize_t)sizeof(out));
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    open_dirs(0);
+    print_message("half a header: closed after %.1f s; a header and part of "
+                  "its body: %.1f s later; the idle client answered: %d; "
+                  "sharpd counted %.0f\n",
+                  out[0], out[1], (int)out[2], out[3]);
+    assert_true(out[0] >= 1.5 && out[0] < 5);
+    assert_true(out[1] >= 0 && out[1] < 2);
+    assert_int_equal((int)out[2], 1);
+    assert_true(out[3] >= 2);
+    assert_true(am_stat_reaches("sharpd_frames_timed_out", 2) >= 2);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -793,8 +1182,10 @@ static int setup(void **state)
     if (sh("%s/sharp-topo fat-tree --radix 4 --hosts 8 > %s", bindir, topo) !=
             0 ||
         sh("ulimit -n 1024 && SHARP_AM_JOB_MAX_GROUPS=2 SHARP_AM_KEEPALIVE=1s "
-           "SHARP_AM_UID_MAX_JOBS=3 SHARP_AM_AUTH_TIMEOUT=2s "
-           "SHARPD_UID_MAX_CLIENTS=32 "
+           "SHARP_AM_UID_MAX_JOBS=20 SHARP_AM_UID_MAX_GROUPS=3 "
+           "SHARP_AM_AUTH_TIMEOUT=2s SHARPD_UID_MAX_CLIENTS=32 "
+           "SHARPD_MAX_CLIENTS=64 SHARPD_CLIENT_MAX_JOBS=24 "
+           "SHARPD_FRAME_TIMEOUT=2s "
            "SHARPD_KEEPALIVE=1s %s/sharp-fabric --dir %s up %s --net " NET
            " >/dev/null",
            bindir, dir, topo) != 0) {
@@ -841,6 +1232,10 @@ int main(void)
         cmocka_unit_test(test_many_connections),
         cmocka_unit_test(test_auth_deadline),
         cmocka_unit_test(test_uid_max_clients),
+        cmocka_unit_test(test_connection_jobs),
+        cmocka_unit_test(test_uid_max_groups),
+        cmocka_unit_test(test_max_clients),
+        cmocka_unit_test(test_frame_timeout),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -628,6 +628,10 @@ static void seeds_am(void)
     put8(&b, 0);
     am_send(&b, np + 1,
             json_pack("{s:s, s:s}", "type", "job_detach", "job_id", "78"));
+    am_send(&b, np + 1,
+            json_pack("{s:s, s:i, s:i, s:i}", "type", "sharpd_stats",
+                      "clients_refused", 3, "frames_timed_out", 1,
+                      "jobs_refused", 2));
     for (int i = 0; i < 2; i++) {
         am_send(&b, np + i,
                 json_pack("{s:s, s:i, s:s, s:i}", "type", "job_release", "id",

@@ -100,17 +100,15 @@ static int teardown(void **state)
     return 0;
 }
 
-/* The AM proves the secret, sharpd answers and registers, sealed: a plain
- * frame after the handshake (what a man in the middle could inject) closes
- * the connection. */
-static void test_genuine_am(void **state)
+/* The AM's side of the handshake and registration, then sealed. */
+static void am_handshake(void)
 {
     shp_auth_server_t s;
     json_t *hello, *chal = NULL, *auth, *reg;
     const char *why = NULL;
 
-    (void)state;
     memset(&s, 0, sizeof(s));
+    memset(&am_seal, 0, sizeof(am_seal));
     hello = am_read();
     assert_non_null(hello);
     assert_int_equal(shp_auth_server_hello(&s, &d.key, hello, &chal, &why),
@@ -132,6 +130,15 @@ static void test_genuine_am(void **state)
     am_write(
         json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status", 0));
     assert_int_equal(d.am_state, SHP_SHARPD_AM_REGISTERED);
+}
+
+/* The AM proves the secret, sharpd answers and registers, sealed: a plain
+ * frame after the handshake (what a man in the middle could inject) closes
+ * the connection. */
+static void test_genuine_am(void **state)
+{
+    (void)state;
+    am_handshake();
     am_seal.on = 0;
     am_write(json_pack("{s:s}", "type", "job_ack"));
     assert_false(shp_conn_is_open(&d.am));
@@ -155,11 +162,91 @@ static void test_register_ack_without_proof(void **state)
     assert_null(am_read()); /* closed */
 }
 
+/* a request from a local process on fd, as sharpd's clients send them */
+static void client_write(int fd, json_t *msg)
+{
+    uint8_t *frame;
+    size_t len;
+
+    assert_int_equal(shp_ctl_encode(msg, &frame, &len), SHP_OK);
+    assert_int_equal(send(fd, frame, len, 0), (ssize_t)len);
+    free(frame);
+    json_decref(msg);
+    for (int i = 0; i < 20; i++) {
+        ev_run(d.loop, EVRUN_NOWAIT);
+    }
+}
+
+/* sharpd's next message to the local process on fd (NULL: none) */
+static json_t *client_read(int fd)
+{
+    uint8_t buf[4096];
+    uint8_t type;
+    json_t *msg = NULL;
+
+    for (int i = 0; i < 20; i++) {
+        ev_run(d.loop, EVRUN_NOWAIT);
+    }
+    ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n <= 0) {
+        return NULL;
+    }
+    assert_int_equal(shp_ctl_decode(buf, (size_t)n, &type, &msg, NULL),
+                     SHP_OK);
+    return msg;
+}
+
+/* A request to join a job counts against the client's client_max_jobs
+ * until answered; one failed because the AM was lost frees its place (it
+ * stayed taken: after one lost AM a process with client_max_jobs 1 could
+ * begin no job). */
+static void test_lost_am_frees_job_place(void **state)
+{
+    int cv[2], sv[2];
+    json_t *m;
+
+    (void)state;
+    d.cfg.client_max_jobs = 1;
+    am_handshake();
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, cv), 0);
+    assert_int_equal(shp_sharpd_accept(&d, cv[0]), SHP_OK);
+    client_write(cv[1], json_pack("{s:s, s:i, s:I, s:[s]}", "type",
+                                  "job_begin", "id", 1, "job_id",
+                                  (json_int_t)5, "hosts", "n01"));
+    m = am_read();
+    assert_non_null(m);
+    assert_string_equal(shp_ctl_type(m), "job_begin");
+    json_decref(m);
+    close(am_fd); /* the AM is lost: the request fails */
+    m = client_read(cv[1]);
+    assert_non_null(m);
+    assert_int_equal(shp_json_opt_int(m, "status", INT32_MIN, INT32_MAX, 0),
+                     SHP_ERR_UNREACHABLE);
+    json_decref(m);
+    /* a new AM; the same request goes to it, not refused */
+    ev_timer_stop(d.loop, &d.am_timer);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    am_fd = sv[1];
+    assert_int_equal(shp_sharpd_am_attach(&d, sv[0]), SHP_OK);
+    am_handshake();
+    client_write(cv[1], json_pack("{s:s, s:i, s:I, s:[s]}", "type",
+                                  "job_begin", "id", 2, "job_id",
+                                  (json_int_t)5, "hosts", "n01"));
+    m = am_read();
+    assert_non_null(m);
+    assert_string_equal(shp_ctl_type(m), "job_begin");
+    json_decref(m);
+    assert_null(client_read(cv[1])); /* no refusal */
+    close(cv[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_genuine_am, setup, teardown),
         cmocka_unit_test_setup_teardown(test_register_ack_without_proof, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_lost_am_frees_job_place, setup,
                                         teardown),
     };
 
