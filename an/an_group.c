@@ -597,6 +597,7 @@ void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         status = SHP_ERR_NO_MEMORY;
     }
     if (status == SHP_OK) {
+        ev_timer_stop(an->loop, &l->join_deadline); /* it joined in time */
         g->children[join.child_index].link = l;
         g->children[join.child_index].rc_only = 0;
         if (g->children[join.child_index].left) {

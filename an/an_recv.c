@@ -202,6 +202,25 @@ const shp_tp_ep_cbs_t shp_an_link_cbs = {
     .on_close = an_link_on_close,
 };
 
+/* A child's link that joined no group in time: a peer that connected (and
+ * over shm had its rings mapped) holds nothing for longer */
+static void an_join_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    shp_an_link_t *l = w->data;
+
+    (void)loop;
+    (void)revents;
+    if (l->ep == NULL || l->ngroups > 0) {
+        return;
+    }
+    l->an->stats.join_deadline++;
+    shp_warn_sparse(1000,
+                    "%s joined no group within %lld ms of connecting: "
+                    "closing it",
+                    l->addr, (long long)l->an->cfg.join_deadline_ms);
+    shp_tp_close(l->ep); /* on_close frees l */
+}
+
 void shp_an_on_accept(shp_tp_t *tp, shp_tp_ep_t *ep)
 {
     shp_an_t *an = (shp_an_t *)((char *)tp - offsetof(shp_an_t, tp));
@@ -223,4 +242,10 @@ void shp_an_on_accept(shp_tp_t *tp, shp_tp_ep_t *ep)
     }
     ep->cbs = &shp_an_link_cbs;
     ep->arg = l;
+    if (an->cfg.join_deadline_ms > 0) {
+        ev_timer_init(&l->join_deadline, an_join_deadline_cb,
+                      (double)an->cfg.join_deadline_ms / 1000., 0.);
+        l->join_deadline.data = l;
+        ev_timer_start(an->loop, &l->join_deadline);
+    }
 }

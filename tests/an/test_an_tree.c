@@ -14,6 +14,7 @@
 #include "protocol/ctl.h"
 #include "core/time.h"
 #include "protocol/wire.h"
+#include "transport/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -807,6 +808,76 @@ static int setup_sleeping(void **state)
     return 0;
 }
 
+static int setup_deadline(void **state)
+{
+    setenv("SHARP_AN_JOIN_DEADLINE", "1s", 1);
+    start_fabric();
+    unsetenv("SHARP_AN_JOIN_DEADLINE");
+    (void)state;
+    return 0;
+}
+
+/* a peer that connects, takes the AN's nonce and never joins */
+static int idle_up, idle_nonce, idle_closed;
+
+static void idle_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
+                     const void *payload)
+{
+    (void)ep;
+    (void)payload;
+    idle_nonce += hdr->opcode == SHP_WIRE_OP_JOIN_NONCE;
+}
+
+static void idle_connect(shp_tp_ep_t *ep)
+{
+    (void)ep;
+    idle_up = 1;
+}
+
+static void idle_close(shp_tp_ep_t *ep, shp_status_t reason)
+{
+    (void)ep;
+    (void)reason;
+    idle_closed = 1;
+}
+
+static const shp_tp_ep_cbs_t idle_cbs = {idle_msg, idle_connect, idle_close};
+
+/* A peer that connected to an AN (over shm: said hello, its rings mapped)
+ * and joins no group is closed after the AN's join_deadline (1 s here,
+ * SHARP_AN_JOIN_DEADLINE); members that join stay, and work. */
+static void test_join_deadline(void **state)
+{
+    static const char *const extra[] = {"--ops", "20", NULL};
+    group_t g = {10, 301, key_a, "rc", NULL, 8, 256};
+    shp_tp_ep_t *ep = NULL;
+    shp_tp_t tp;
+    uint64_t t0;
+    double took;
+
+    (void)state;
+    idle_up = idle_nonce = idle_closed = 0;
+    assert_int_equal(
+        shp_tp_init(&tp, shp_tp_find(tr_name), loop, 1u << 16, tr_ip), SHP_OK);
+    t0 = shp_time_ns();
+    assert_int_equal(
+        tp.ops->connect(&tp, ans[1].data_addr, &idle_cbs, NULL, &ep), SHP_OK);
+    TEST_RUN_WHILE(loop, !idle_nonce && !idle_closed, 5);
+    assert_true(idle_up);
+    assert_int_equal(idle_nonce, 1); /* the AN took it: hello done */
+    assert_false(idle_closed);
+    /* members join and run meanwhile, past the deadline */
+    create_group(&g);
+    run_members(&g, "stream", extra, 0, 60);
+    TEST_RUN_WHILE(loop, !idle_closed, 10);
+    took = (double)(shp_time_ns() - t0) / 1e9;
+    print_message("a peer that never joined closed after %.2f s\n", took);
+    assert_true(idle_closed);
+    assert_true(took >= 0.9);
+    assert_int_equal(stat_of(an_stats(1), "join_deadline"), 1);
+    shp_tp_cleanup(&tp);
+}
+
 static void test_two_jobs(void **state)
 {
     char nops[16];
@@ -1053,6 +1124,8 @@ int main(int argc, char **argv)
         T(test_kill_leaf),
         T(test_kill_root),
         cmocka_unit_test_setup_teardown(test_quiet_links, setup_sleeping,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_join_deadline, setup_deadline,
                                         teardown),
     };
     char self[300];
