@@ -75,7 +75,7 @@ static shp_status_t mem_send(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
 {
     sends++;
     last_sent = *hdr;
-    if (hdr->payload_len <= sizeof(last_payload)) {
+    if (payload != NULL && hdr->payload_len <= sizeof(last_payload)) {
         memcpy(last_payload, payload, hdr->payload_len);
     }
     if (hdr->opcode == SHP_WIRE_OP_JOIN_NONCE && nnonces < 16) {
