@@ -171,6 +171,13 @@ shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop, char *err,
     if ((st = shp_auth_init()) ||
         (st = shp_auth_key_load(am->cfg.secret_file, &am->key, err, errlen)))
         return st;
+    if (am->key.node) { /* it would refuse every AN and sharpd */
+        snprintf(err, errlen,
+                 "secret_file %s holds the node secret of %s %s, not the "
+                 "cluster secret",
+                 am->cfg.secret_file, am->key.role, am->key.name);
+        return SHP_ERR_INVALID_PARAM;
+    }
     if ((st = shp_am_listen(am, err, errlen)) != SHP_OK)
         return st;
     shp_am_trees_init(am);

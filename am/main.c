@@ -1,10 +1,12 @@
 /* sharp_am: options, signals and the event loop. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "am/am.h"
 #include "am/metrics.h"
 #include "core/config.h"
+#include "protocol/auth.h"
 #include "protocol/ctl.h"
 #include "core/log.h"
 #include "core/paths.h"
@@ -37,7 +39,8 @@ static const shp_config_opt_t am_opts[] = {
      "hosts one",
      offsetof(shp_am_config_t, an_hosts), &shp_cfg_string},
     {"secret_file", SHP_PATH_SECRET,
-     "cluster secret shared with ANs and sharpds (mode 0600)",
+     "cluster secret (mode 0600); an AN or sharpd holds its node secret "
+     "(--node-secret), or this file",
      offsetof(shp_am_config_t, secret_file), &shp_cfg_string},
     {"log_level", "info", "log level", offsetof(shp_am_config_t, log_level),
      &shp_cfg_loglevel},
@@ -95,6 +98,68 @@ static const shp_config_opt_t am_opts[] = {
 static const shp_config_table_t am_table = {
     "sharp_am", "SHARP_AM_", SHP_CONF_DIR "/sharp_am.conf", am_opts};
 
+/* --node-secret ROLE:NAME (or =ROLE:NAME), taken out of argv: the value,
+ * or NULL.  It is an action, not a setting: no file or variable sets it. */
+static const char *take_node_secret(int *argc, char **argv)
+{
+    const char *v = NULL;
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        if (!strcmp(argv[i], "--node-secret") && i + 1 < *argc) {
+            v = argv[++i];
+        } else if (!strncmp(argv[i], "--node-secret=", 14)) {
+            v = argv[i] + 14;
+        } else {
+            argv[out++] = argv[i];
+        }
+    }
+    *argc = out;
+    argv[out] = NULL;
+    return v;
+}
+
+/* Prints the node secret of ROLE:NAME (an AN's or a sharpd's secret file)
+ * from the cluster secret; the exit status. */
+static int print_node_secret(const shp_am_config_t *cfg, const char *which)
+{
+    shp_auth_key_t key;
+    char err[300], out[SHP_AUTH_NODE_SECRET_MAX], role[16];
+    const char *colon = strchr(which, ':');
+    size_t rl = colon ? (size_t)(colon - which) : 0;
+    if (!colon || colon[1] == '\0' || rl >= sizeof(role) ||
+        strlen(colon + 1) >= 128) {
+        fprintf(stderr, "sharp_am: --node-secret wants ROLE:NAME (an:SWITCH "
+                        "or sharpd:HOST), not \"%s\"\n", which);
+        return 2;
+    }
+    memcpy(role, which, rl);
+    role[rl] = '\0';
+    if (strcmp(role, "an") != 0 && strcmp(role, "sharpd") != 0) {
+        fprintf(stderr, "sharp_am: --node-secret: role \"%s\" is neither an "
+                        "nor sharpd\n", role);
+        return 2;
+    }
+    if (shp_auth_init() != SHP_OK ||
+        shp_auth_key_load(cfg->secret_file, &key, err, sizeof(err)) !=
+            SHP_OK) {
+        fprintf(stderr, "sharp_am: %s\n", err);
+        return 1;
+    }
+    if (key.node) {
+        fprintf(stderr, "sharp_am: %s is a node secret (%s %s), not the "
+                        "cluster secret\n", cfg->secret_file, key.role,
+                key.name);
+        return 1;
+    }
+    if (shp_auth_node_secret(&key, role, colon + 1, out) != SHP_OK) {
+        fprintf(stderr, "sharp_am: --node-secret: the name is empty, too "
+                        "long or has a line break\n");
+        return 2;
+    }
+    printf("%s\n", out);
+    return 0;
+}
+
 static void am_on_stop(void *arg, int signum)
 {
     shp_am_t *am = arg;
@@ -120,8 +185,14 @@ int main(int argc, char **argv)
 
     shp_log_set_component("sharp_am");
     shp_log_detect_journal();
+    const char *node_secret = take_node_secret(&argc, argv);
     if (shp_config_load(&am_table, &am.cfg, argc, argv,
                         "usage: sharp_am [--config FILE] [--OPTION VALUE ...]\n"
+                        "       sharp_am [--config FILE] --node-secret "
+                        "ROLE:NAME\n"
+                        "           print the secret file of the AN (an:SWITCH) "
+                        "or sharpd (sharpd:HOST)\n"
+                        "           NAME, made from secret_file\n"
                         "\n"
                         "The aggregation manager of sharp: reads the fabric "
                         "topology, builds aggregation\ntrees over the "
@@ -136,6 +207,11 @@ int main(int argc, char **argv)
     if (action != SHP_CONFIG_RUN) {
         shp_config_release(&am_table, &am.cfg);
         return 0;
+    }
+    if (node_secret) {
+        int rc = print_node_secret(&am.cfg, node_secret);
+        shp_config_release(&am_table, &am.cfg);
+        return rc;
     }
     shp_log_set_level(am.cfg.log_level);
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);

@@ -350,8 +350,10 @@ shp_status_t shp_am_metrics_start(shp_am_metrics_t *m, shp_am_t *am,
         MHD_USE_EPOLL | (sa.ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
         (uint16_t)shp_sockaddr_port(&sa), NULL, NULL, am_metrics_on_request, am,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa.ss,
-        MHD_OPTION_CONNECTION_LIMIT, 64U, MHD_OPTION_CONNECTION_TIMEOUT, 10U,
-        MHD_OPTION_END);
+        /* 64 at once, at most 4 of one address (idle ones could take
+         * every slot from the scraper), each for 5 s without traffic */
+        MHD_OPTION_CONNECTION_LIMIT, 64U, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        4U, MHD_OPTION_CONNECTION_TIMEOUT, 5U, MHD_OPTION_END);
     if (m->mhd == NULL) {
         shp_error_id("AM0031", "metrics: cannot listen on %s", addr);
         return SHP_ERR_IO;

@@ -52,7 +52,7 @@ $(BENCH_MPI_LAT): bench/mpi_lat.c | $(DEPS_STAMP)
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
 
 # preloaded in front of libsharp_mpi: the MPI layer's own cost per call
-BENCH_MPI_LAYER := $(LIBDIR)/bench_mpi_layer.so
+BENCH_MPI_LAYER := $(LIB_OUT)/bench_mpi_layer.so
 BENCHES += $(BENCH_MPI_LAYER)
 
 $(BENCH_MPI_LAYER): bench/mpi_layer.c | $(DEPS_STAMP)

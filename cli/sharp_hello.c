@@ -433,9 +433,12 @@ int main(int argc, char **argv)
         const char *err = shp_json_opt_str(hello, "am_error", "not registered");
         const char *remedy;
         if (strstr(err, "secret"))
-            remedy = "copy the manager's cluster secret (" SHP_PATH_SECRET
-                     ", mode 0600) to this host and restart sharpd "
-                     "(systemctl restart sharpd)";
+            remedy = "install this host's node secret as " SHP_PATH_SECRET
+                     " (mode 0600): on the manager's host, sharp_am "
+                     "--node-secret sharpd:HOST prints it (HOST: this "
+                     "host's name above; or the manager's cluster secret "
+                     "itself, which proves any name); then systemctl "
+                     "restart sharpd";
         else if (strstr(err, "not in the topology"))
             remedy = "the manager's topology has no host by this name: set "
                      "host = NAME in sharpd.conf (the name of this host's "
@@ -453,8 +456,8 @@ int main(int argc, char **argv)
         return finish(2);
     }
     report(2, 1,
-           fmt("sharpd of %s is registered with the manager at %s (both "
-               "proved the cluster secret)",
+           fmt("sharpd of %s is registered with the manager at %s (each "
+               "proved its secret to the other)",
                host, am),
            NULL, NULL);
 

@@ -13,7 +13,7 @@ COMMON_SRCS := \
 	core/net.c \
 	core/conn.c
 
-COMMON_LIB := $(LIBDIR)/libshp_common.a
+COMMON_LIB := $(LIB_OUT)/libshp_common.a
 LIBS += $(COMMON_LIB)
 
 print-%:

@@ -163,9 +163,6 @@ static int exact_lanes(coll_comm_t *comm, const exact_call_t *x,
     }
     if (rc == SHARP_COLL_SUCCESS && x->keep) {
         shp_exact_decode(lay, sum, x->n, x->rp);
-        if (x->diov.buf != NULL) {
-            coll_iov_scatter(&x->diov);
-        }
     }
     free(lanes);
     free(sum);
@@ -197,6 +194,11 @@ static int exact_sum(coll_comm_t *comm, struct sharp_coll_reduce_spec *spec,
             rc = exact_lanes(comm, &x, &lay);
         } else if (x.keep) { /* every value +0 everywhere */
             memset(x.rp, 0, x.n * x.es);
+        }
+        /* an IOV result was gathered into one buffer: written back in
+         * both cases, the all-zero one too */
+        if (rc == SHARP_COLL_SUCCESS && x.keep && x.diov.buf != NULL) {
+            coll_iov_scatter(&x.diov);
         }
     }
     free(x.srcs);

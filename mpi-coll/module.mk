@@ -3,11 +3,12 @@
 
 MPICC_OMPI ?= mpicc.openmpi
 MPICC_MPICH ?= mpicc.mpich
-SHARP_MPI_SRC := mpi-coll/sharp_mpi.c mpi-coll/sharp_mpi_nb.c mpi-coll/recover.c
+SHARP_MPI_SRC := mpi-coll/sharp_mpi.c mpi-coll/sharp_mpi_nb.c mpi-coll/recover.c \
+	mpi-coll/why.c
 # the sources' own headers
 SHARP_MPI_HDR := mpi-coll/sharp_mpi_int.h mpi-coll/recover.h
-SHARP_MPI_OMPI := $(LIBDIR)/libsharp_mpi_ompi.so
-SHARP_MPI_MPICH := $(LIBDIR)/libsharp_mpi_mpich.so
+SHARP_MPI_OMPI := $(LIB_OUT)/libsharp_mpi_ompi.so
+SHARP_MPI_MPICH := $(LIB_OUT)/libsharp_mpi_mpich.so
 MPI_DEMO_OMPI := $(BINDIR)/sharp_mpi_demo_ompi
 MPI_DEMO_MPICH := $(BINDIR)/sharp_mpi_demo_mpich
 LIBS += $(SHARP_MPI_OMPI) $(SHARP_MPI_MPICH)
@@ -15,31 +16,31 @@ BINS += $(MPI_DEMO_OMPI) $(MPI_DEMO_MPICH)
 
 # No sanitizers here: these are preloaded into MPI programs that are not.
 MPI_CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -fPIC \
-	-fvisibility=hidden -I$(TOP)/include -I$(TOP) -D_GNU_SOURCE
+	-fvisibility=hidden -I$(TOP)/include -I$(TOP) -I$(O)/gen -D_GNU_SOURCE
 # the node-local fold uses the reduction engine (hidden inside the library)
-MPI_LIB_COMMON = $(COMMON_LIB) -lm
+MPI_LIB_COMMON = $(COMMON_LIB) $(SODIUM_LIBS) -lm
 # libev exports libevent-compatible event_* names; Open MPI uses libevent:
 # libevent must come first in the global scope or Open MPI's event_add
 # would bind to libev's (a crash in MPI_Init).
 MPI_OMPI_LIBS := -Wl,--no-as-needed -levent_core -Wl,--as-needed
 
-$(SHARP_MPI_OMPI): $(SHARP_MPI_SRC) $(SHARP_MPI_HDR) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
+$(SHARP_MPI_OMPI): $(SHARP_MPI_SRC) $(SHARP_MPI_HDR) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP) $(PATHS_H)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -shared -pthread -Wl,-soname,$(@F) -o $@ \
 		$(SHARP_MPI_SRC) \
-		$(MPI_OMPI_LIBS) -L$(LIBDIR) -lsharp_coll $(MPI_LIB_COMMON)
+		$(MPI_OMPI_LIBS) -L$(LIB_OUT) -lsharp_coll $(MPI_LIB_COMMON)
 
-$(SHARP_MPI_MPICH): $(SHARP_MPI_SRC) $(SHARP_MPI_HDR) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP)
+$(SHARP_MPI_MPICH): $(SHARP_MPI_SRC) $(SHARP_MPI_HDR) $(COLL_SO) $(COMMON_LIB) | $(DEPS_STAMP) $(PATHS_H)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -shared -pthread -Wl,-soname,$(@F) -o $@ \
 		$(SHARP_MPI_SRC) \
-		-L$(LIBDIR) -lsharp_coll $(MPI_LIB_COMMON)
+		-L$(LIB_OUT) -lsharp_coll $(MPI_LIB_COMMON)
 
 # libsharp_yield: a preloaded shim that makes a busy-polling MPI (MPICH on
 # UCX) sleep while it waits; no MPI needed to build it.
-SHARP_YIELD := $(LIBDIR)/libsharp_yield.so
+SHARP_YIELD := $(LIB_OUT)/libsharp_yield.so
 LIBS += $(SHARP_YIELD)
 
 $(SHARP_YIELD): mpi-coll/sharp_yield.c | $(DEPS_STAMP)
@@ -137,6 +138,21 @@ $(MPI_STRESS_OMPI): tests/mpi-coll/mpi_stress.c | $(DEPS_STAMP)
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
 
 $(MPI_STRESS_MPICH): tests/mpi-coll/mpi_stress.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
+
+# Calls that go to MPI for known reasons (tests/mpi-coll/test_why.sh).
+MPI_WHY_OMPI := $(TESTDIR)/mpi-coll/mpi_why_ompi
+MPI_WHY_MPICH := $(TESTDIR)/mpi-coll/mpi_why_mpich
+TEST_HELPERS += $(MPI_WHY_OMPI) $(MPI_WHY_MPICH)
+
+$(MPI_WHY_OMPI): tests/mpi-coll/mpi_why.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
+
+$(MPI_WHY_MPICH): tests/mpi-coll/mpi_why.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<

@@ -3,11 +3,26 @@
  * other processes' questions about this process's groups, and the
  * decision a member makes when its group failed.
  *
- * Wire (TCP, one question per connection, integers big-endian):
- *   question  magic "SMRQ", version, cookie, group id, k, flags (1: send
- *             the result of k if you have it)
+ * Wire (TCP, one question per connection, integers big-endian; MAC:
+ * HMAC-SHA-256 keyed by the job's key, which every rank got from rank 0 at
+ * MPI_Init through MPI and which is never sent here):
+ *   hello     (service) magic "SMRH", version, a fresh 16-byte nonce
+ *   question  magic "SMRQ", version, group id, k, flags (1: send the
+ *             result of k if you have it), the asker's nonce, MAC(hello's
+ *             nonce, the question)
  *   answer    magic "SMRA", known (0: no such group here yet), posted,
- *             done, decided, length of the result that follows (0: none)
+ *             done, decided, length of the result that follows (0: none),
+ *             MAC(both nonces, the answer, the result), then the result
+ * A question whose MAC does not verify (not the job's, or a replay: the
+ * nonce is the connection's own) is dropped without an answer; an answer
+ * whose MAC does not verify is taken for none.
+ *
+ * The service serves MAX_CONNS connections at once, non-blocking, one
+ * poll loop: each has CONN_MS from its accept to a proved question, then
+ * CONN_MS without progress while its answer goes out; fixed-size buffers
+ * but the answer's (the result, sent only to the job); a connection
+ * beyond MAX_CONNS closes the oldest that has not proved the key yet.  So no one holding connections open, or trickling
+ * bytes into them, delays an answer the job waits for.
  */
 #include "mpi-coll/recover.h"
 
@@ -23,6 +38,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +46,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#define H_MAGIC 0x534d5248u /* "SMRH" */
 #define Q_MAGIC 0x534d5251u /* "SMRQ" */
 #define A_MAGIC 0x534d5241u /* "SMRA" */
-#define VERSION 1u
-#define IO_TIMEOUT_MS 2000
+#define VERSION 2u
+#define IO_TIMEOUT_MS 2000 /* an asker's wait for each read and write */
+#define CONN_MS 2000       /* a connection's whole life at the service */
+#define MAX_CONNS 64       /* served at once */
+#define NONCE 16
+#define MAC crypto_auth_hmacsha256_BYTES
 
 struct smr_rec {
     uint64_t id;
@@ -55,14 +76,35 @@ struct smr_rec {
 
 typedef struct {
     uint32_t magic, version;
-    uint64_t cookie, id, k;
+    unsigned char nonce[NONCE];
+} hello_t;
+
+typedef struct {
+    uint32_t magic, version;
+    uint64_t id, k;
     uint32_t flags, pad;
+    unsigned char nonce[NONCE];
+    unsigned char mac[MAC]; /* over the hello's nonce and the above */
 } question_t;
 
 typedef struct {
     uint32_t magic, known, posted, pad;
     uint64_t done, decided, len;
+    unsigned char mac[MAC]; /* over both nonces, the above and the data */
 } answer_t;
+
+/* one connection at the service */
+typedef struct {
+    int fd; /* -1: free */
+    int answering;
+    uint64_t born, deadline;
+    hello_t hello;
+    size_t hsent;
+    question_t q;
+    size_t qgot;
+    char *out; /* the answer and its result */
+    size_t olen, osent;
+} conn_t;
 
 static struct {
     pthread_mutex_t mu; /* the records and the list */
@@ -70,10 +112,40 @@ static struct {
     int lfd, stop[2];
     pthread_t thread;
     int running;
-    uint64_t cookie;
+    unsigned char key[SMR_KEY_LEN];
+    conn_t conns[MAX_CONNS];
 } svc = {.mu = PTHREAD_MUTEX_INITIALIZER, .lfd = -1, .stop = {-1, -1}};
 
-/* I/O with a deadline ------------------------------------------------------ */
+/* the MACs ---------------------------------------------------------------- */
+
+static void q_mac(const question_t *q, const unsigned char *hnonce,
+                  unsigned char *mac)
+{
+    crypto_auth_hmacsha256_state st;
+    crypto_auth_hmacsha256_init(&st, svc.key, sizeof(svc.key));
+    crypto_auth_hmacsha256_update(&st, hnonce, NONCE);
+    crypto_auth_hmacsha256_update(&st, (const unsigned char *)q,
+                                  offsetof(question_t, mac));
+    crypto_auth_hmacsha256_final(&st, mac);
+}
+
+static void a_mac(const answer_t *a, const unsigned char *hnonce,
+                  const unsigned char *qnonce, const void *data, size_t len,
+                  unsigned char *mac)
+{
+    crypto_auth_hmacsha256_state st;
+    crypto_auth_hmacsha256_init(&st, svc.key, sizeof(svc.key));
+    crypto_auth_hmacsha256_update(&st, hnonce, NONCE);
+    crypto_auth_hmacsha256_update(&st, qnonce, NONCE);
+    crypto_auth_hmacsha256_update(&st, (const unsigned char *)a,
+                                  offsetof(answer_t, mac));
+    if (len > 0) {
+        crypto_auth_hmacsha256_update(&st, data, len);
+    }
+    crypto_auth_hmacsha256_final(&st, mac);
+}
+
+/* An asker's I/O with a deadline --------------------------------------------- */
 
 static int io_all(int fd, void *p, size_t n, int out)
 {
@@ -113,72 +185,201 @@ static smr_rec_t *find(uint64_t id)
     return NULL;
 }
 
-static void serve(int fd)
+/* a member asked while inside an operation: waited for, or given up
+ * after cancel_ns (under svc.mu) */
+static void asked_inside(smr_rec_t *r)
 {
-    question_t q;
-    answer_t a;
-    char *data = NULL;
-    set_timeouts(fd);
-    if (io_all(fd, &q, sizeof(q), 0) != 0 || ntohl(q.magic) != Q_MAGIC ||
-        ntohl(q.version) != VERSION || be64toh(q.cookie) != svc.cookie) {
-        return; /* not one of ours: closed without an answer */
+    uint64_t now = shp_time_ns();
+    if (r->asked_inside_ns == 0) {
+        r->asked_inside_ns = now;
+    } else if (r->cancel != NULL && !r->canceled &&
+               now - r->asked_inside_ns > r->cancel_ns) {
+        r->canceled = 1;
+        fprintf(stderr,
+                "sharp_mpi: recovery of group %016llx: member %d was "
+                "still inside operation %llu %llu ms after the "
+                "others asked (no notice of the failure came): it "
+                "gives the operation up\n",
+                (unsigned long long)r->id, r->rank,
+                (unsigned long long)(r->done + 1),
+                (unsigned long long)(r->cancel_ns / SHP_NSEC_PER_MSEC));
+        r->cancel(r->cancel_arg);
     }
-    uint64_t id = be64toh(q.id), k = be64toh(q.k);
+}
+
+/* c's question, proved: its answer (and the result asked for) made into
+ * c->out.  0, or -1 (out of memory: the connection is closed). */
+static int answer(conn_t *c)
+{
+    const question_t *q = &c->q;
+    uint64_t id = be64toh(q->id), k = be64toh(q->k);
+    answer_t a;
+    char *out;
     memset(&a, 0, sizeof(a));
     pthread_mutex_lock(&svc.mu);
     smr_rec_t *r = find(id);
+    size_t len = 0;
     if (r != NULL) {
         r->frozen = 1; /* from now on: nothing more through sharp */
         if (r->posted) {
-            /* the members wait for this one's operation to complete or
-             * fail; if it does neither for too long, it is given up */
-            uint64_t now = shp_time_ns();
-            if (r->asked_inside_ns == 0) {
-                r->asked_inside_ns = now;
-            } else if (r->cancel != NULL && !r->canceled &&
-                       now - r->asked_inside_ns > r->cancel_ns) {
-                r->canceled = 1;
-                fprintf(stderr,
-                        "sharp_mpi: recovery of group %016llx: member %d was "
-                        "still inside operation %llu %llu ms after the "
-                        "others asked (no notice of the failure came): it "
-                        "gives the operation up\n",
-                        (unsigned long long)r->id, r->rank,
-                        (unsigned long long)(r->done + 1),
-                        (unsigned long long)(r->cancel_ns / SHP_NSEC_PER_MSEC));
-                r->cancel(r->cancel_arg);
-            }
+            asked_inside(r);
         }
         a.known = 1;
         a.posted = (uint32_t)r->posted;
         a.done = r->done;
         a.decided = r->decided;
-        if ((ntohl(q.flags) & 1) && r->done == k && r->rlen > 0 &&
-            (data = malloc(r->rlen)) != NULL) {
-            memcpy(data, r->buf, r->rlen);
-            a.len = r->rlen;
+        if ((ntohl(q->flags) & 1) && r->done == k && r->rlen > 0) {
+            len = r->rlen;
         }
     }
+    out = malloc(sizeof(a) + len);
+    if (out != NULL && len > 0) {
+        memcpy(out + sizeof(a), r->buf, len);
+    }
     pthread_mutex_unlock(&svc.mu);
-    uint64_t len = a.len;
+    if (out == NULL) {
+        return -1;
+    }
     a.magic = htonl(A_MAGIC);
     a.known = htonl(a.known);
     a.posted = htonl(a.posted);
     a.done = htobe64(a.done);
     a.decided = htobe64(a.decided);
-    a.len = htobe64(a.len);
-    if (io_all(fd, &a, sizeof(a), 1) == 0 && len > 0) {
-        io_all(fd, data, len, 1);
+    a.len = htobe64((uint64_t)len);
+    a_mac(&a, c->hello.nonce, q->nonce, out + sizeof(a), len, a.mac);
+    memcpy(out, &a, sizeof(a));
+    c->out = out;
+    c->olen = sizeof(a) + len;
+    c->osent = 0;
+    c->answering = 1;
+    return 0;
+}
+
+static void conn_close(conn_t *c)
+{
+    if (c->fd >= 0) {
+        close(c->fd);
     }
-    free(data);
+    free(c->out);
+    memset(c, 0, sizeof(*c));
+    c->fd = -1;
+}
+
+/* what c can do now: 1 to keep it, 0 to close it (done, a stranger,
+ * closed by the peer) */
+static int conn_step(conn_t *c)
+{
+    ssize_t n;
+    if (c->hsent < sizeof(c->hello)) {
+        n = send(c->fd, (char *)&c->hello + c->hsent,
+                 sizeof(c->hello) - c->hsent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+        }
+        c->hsent += (size_t)n;
+    }
+    if (c->hsent == sizeof(c->hello) && !c->answering) {
+        n = recv(c->fd, (char *)&c->q + c->qgot, sizeof(c->q) - c->qgot,
+                 MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                       errno != EINTR)) {
+            return 0;
+        }
+        c->qgot += n > 0 ? (size_t)n : 0;
+        if (c->qgot < sizeof(c->q)) {
+            return 1;
+        }
+        unsigned char mac[MAC];
+        q_mac(&c->q, c->hello.nonce, mac);
+        if (ntohl(c->q.magic) != Q_MAGIC || ntohl(c->q.version) != VERSION ||
+            sodium_memcmp(mac, c->q.mac, MAC) != 0 || answer(c) != 0) {
+            return 0; /* not one of ours: closed without an answer */
+        }
+    }
+    if (c->answering) {
+        n = send(c->fd, c->out + c->osent, c->olen - c->osent,
+                 MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+        }
+        c->osent += (size_t)n;
+        /* a process of the job: CONN_MS without progress, however large
+         * the result */
+        c->deadline = shp_time_ns() + (uint64_t)CONN_MS * SHP_NSEC_PER_MSEC;
+        return c->osent < c->olen;
+    }
+    return 1;
+}
+
+/* a new connection: a free slot, or the oldest not yet answering */
+static void conn_accept(void)
+{
+    int fd = accept4(svc.lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE) {
+            poll(NULL, 0, 10); /* the asker retries */
+        }
+        return;
+    }
+    conn_t *c = NULL, *old = NULL;
+    for (int i = 0; i < MAX_CONNS && c == NULL; i++) {
+        conn_t *x = &svc.conns[i];
+        if (x->fd < 0) {
+            c = x;
+        } else if (!x->answering && (old == NULL || x->born < old->born)) {
+            old = x;
+        }
+    }
+    if (c == NULL && old != NULL) {
+        conn_close(old);
+        c = old;
+    }
+    if (c == NULL) {
+        close(fd); /* every slot is answering the job: the asker retries */
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    c->fd = fd;
+    c->born = shp_time_ns();
+    c->deadline = c->born + (uint64_t)CONN_MS * SHP_NSEC_PER_MSEC;
+    c->hello.magic = htonl(H_MAGIC);
+    c->hello.version = htonl(VERSION);
+    randombytes_buf(c->hello.nonce, NONCE);
+    if (!conn_step(c)) {
+        conn_close(c);
+    }
 }
 
 static void *service(void *arg)
 {
+    struct pollfd p[2 + MAX_CONNS];
+    int at[MAX_CONNS];
     (void)arg;
     for (;;) {
-        struct pollfd p[2] = {{svc.lfd, POLLIN, 0}, {svc.stop[0], POLLIN, 0}};
-        if (poll(p, 2, -1) < 0) {
+        uint64_t now = shp_time_ns(), next = UINT64_MAX;
+        int n = 2;
+        p[0] = (struct pollfd){svc.lfd, POLLIN, 0};
+        p[1] = (struct pollfd){svc.stop[0], POLLIN, 0};
+        for (int i = 0; i < MAX_CONNS; i++) {
+            conn_t *c = &svc.conns[i];
+            if (c->fd < 0) {
+                continue;
+            }
+            if (now >= c->deadline) {
+                conn_close(c); /* its time is up, answered or not */
+                continue;
+            }
+            next = c->deadline < next ? c->deadline : next;
+            int out = c->hsent < sizeof(c->hello) || c->answering;
+            p[n] = (struct pollfd){c->fd, out ? POLLOUT : POLLIN, 0};
+            at[n - 2] = i;
+            n++;
+        }
+        int ms = next == UINT64_MAX
+                     ? -1
+                     : (int)((next - now) / SHP_NSEC_PER_MSEC) + 1;
+        if (poll(p, (nfds_t)n, ms) < 0) {
             if (errno == EINTR) {
                 continue;
             }
@@ -187,20 +388,23 @@ static void *service(void *arg)
         if (p[1].revents) {
             break;
         }
-        if (p[0].revents & POLLIN) {
-            int fd = accept4(svc.lfd, NULL, NULL, SOCK_CLOEXEC);
-            if (fd >= 0) {
-                serve(fd);
-                close(fd);
-            } else if (errno == EMFILE || errno == ENFILE) {
-                poll(NULL, 0, 10); /* the asker retries */
+        for (int j = 2; j < n; j++) {
+            conn_t *c = &svc.conns[at[j - 2]];
+            if (p[j].revents != 0 && !conn_step(c)) {
+                conn_close(c);
             }
         }
+        if (p[0].revents & POLLIN) {
+            conn_accept();
+        }
+    }
+    for (int i = 0; i < MAX_CONNS; i++) {
+        conn_close(&svc.conns[i]);
     }
     return NULL;
 }
 
-/* the address to publish when bound to every address: the host name's */
+/* the host name's address (loopback if it has none) */
 static uint32_t host_ip(void)
 {
     char host[256] = "";
@@ -218,31 +422,58 @@ static uint32_t host_ip(void)
     return ip;
 }
 
-int smr_start(const char *ip, uint64_t cookie, smr_addr_t *me)
+/* a listening socket on ip:0 (network order), or -1 */
+static int listen_on(uint32_t ip)
+{
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = ip;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+                    listen(fd, 128) != 0)) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        fd = -1;
+    }
+    return fd;
+}
+
+int smr_start(const char *ip, const unsigned char *key, smr_addr_t *me)
 {
     struct sockaddr_in sa;
     socklen_t sl = sizeof(sa);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
+    uint32_t addr;
+    if (sodium_init() < 0) {
+        errno = ENOSYS;
+        return -1;
+    }
     if (ip != NULL && *ip != '\0') {
-        if (inet_pton(AF_INET, ip, &sa.sin_addr) != 1) {
+        if (inet_pton(AF_INET, ip, &addr) != 1) {
             errno = EINVAL;
             return -1;
         }
+        svc.lfd = listen_on(addr);
+    } else {
+        /* the address the others will use: the host name's; every
+         * address only if that one is not this host's */
+        addr = host_ip();
+        svc.lfd = listen_on(addr);
+        if (svc.lfd < 0 && errno == EADDRNOTAVAIL) {
+            svc.lfd = listen_on(htonl(INADDR_ANY));
+        }
     }
-    svc.cookie = cookie;
-    svc.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (svc.lfd < 0) {
-        return -1;
+    memcpy(svc.key, key, SMR_KEY_LEN);
+    for (int i = 0; i < MAX_CONNS; i++) {
+        svc.conns[i].fd = -1;
     }
-    if (bind(svc.lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        listen(svc.lfd, 128) != 0 ||
-        getsockname(svc.lfd, (struct sockaddr *)&sa, &sl) != 0 ||
+    if (svc.lfd < 0 || getsockname(svc.lfd, (struct sockaddr *)&sa, &sl) != 0 ||
         pipe2(svc.stop, O_CLOEXEC) != 0) {
         goto fail;
     }
-    me->ip = sa.sin_addr.s_addr != htonl(INADDR_ANY) ? sa.sin_addr.s_addr
-                                                     : host_ip();
+    me->ip =
+        sa.sin_addr.s_addr != htonl(INADDR_ANY) ? sa.sin_addr.s_addr : addr;
     me->port = sa.sin_port;
     me->pad = 0;
     /* the thread takes no signal meant for the program's own threads */
@@ -252,6 +483,7 @@ int smr_start(const char *ip, uint64_t cookie, smr_addr_t *me)
     int rc = pthread_create(&svc.thread, NULL, service, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
+        errno = rc;
         goto fail;
     }
     svc.running = 1;
@@ -286,6 +518,7 @@ void smr_stop(void)
         close(svc.lfd);
         svc.lfd = -1;
     }
+    sodium_memzero(svc.key, sizeof(svc.key));
 }
 
 /* Records ----------------------------------------------------------------------- */
@@ -411,14 +644,18 @@ uint64_t smr_decided(const smr_rec_t *r)
 
 /* The decision ------------------------------------------------------------------ */
 
-/* Ask peer p about operation k (and for its result, into *data, if want).
- * 0: answered; -1: unreachable or garbled. */
-static int ask(const smr_rec_t *r, int p, uint64_t k, int want, answer_t *a,
-               char **data)
+/* Ask peer p about operation k (and for its result, into *data, if want:
+ * at most max bytes).  0: answered, the answer proved the job's; -1:
+ * unreachable, garbled or not proved. */
+static int ask(const smr_rec_t *r, int p, uint64_t k, int want, size_t max,
+               answer_t *a, char **data)
 {
     struct sockaddr_in sa;
+    hello_t h;
     question_t q;
+    unsigned char mac[MAC];
     int rc = -1;
+    *data = NULL;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         return -1;
@@ -428,35 +665,44 @@ static int ask(const smr_rec_t *r, int p, uint64_t k, int want, answer_t *a,
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = r->peers[p].ip;
     sa.sin_port = r->peers[p].port;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        io_all(fd, &h, sizeof(h), 0) != 0 || ntohl(h.magic) != H_MAGIC ||
+        ntohl(h.version) != VERSION) {
+        goto out;
+    }
     memset(&q, 0, sizeof(q));
     q.magic = htonl(Q_MAGIC);
     q.version = htonl(VERSION);
-    q.cookie = htobe64(svc.cookie);
     q.id = htobe64(r->id);
     q.k = htobe64(k);
     q.flags = htonl(want ? 1u : 0u);
-    *data = NULL;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        io_all(fd, &q, sizeof(q), 1) != 0 ||
+    randombytes_buf(q.nonce, NONCE);
+    q_mac(&q, h.nonce, q.mac);
+    if (io_all(fd, &q, sizeof(q), 1) != 0 ||
         io_all(fd, a, sizeof(*a), 0) != 0 || ntohl(a->magic) != A_MAGIC) {
         goto out;
+    }
+    uint64_t len = be64toh(a->len);
+    if (len > (want ? max : 0) ||
+        (len > 0 && ((*data = malloc((size_t)len)) == NULL ||
+                     io_all(fd, *data, (size_t)len, 0) != 0))) {
+        goto out;
+    }
+    a_mac(a, h.nonce, q.nonce, *data, (size_t)len, mac);
+    if (sodium_memcmp(mac, a->mac, MAC) != 0) {
+        goto out; /* not the job's service */
     }
     a->known = ntohl(a->known);
     a->posted = ntohl(a->posted);
     a->done = be64toh(a->done);
     a->decided = be64toh(a->decided);
-    a->len = be64toh(a->len);
-    if (a->len > 0) {
-        if (a->len > ((uint64_t)1 << 40) ||
-            (*data = malloc((size_t)a->len)) == NULL ||
-            io_all(fd, *data, (size_t)a->len, 0) != 0) {
-            free(*data);
-            *data = NULL;
-            goto out;
-        }
-    }
+    a->len = len;
     rc = 0;
 out:
+    if (rc != 0) {
+        free(*data);
+        *data = NULL;
+    }
     close(fd);
     return rc;
 }
@@ -466,7 +712,7 @@ static int fetch(smr_rec_t *r, int p, uint64_t k, size_t len)
 {
     answer_t a;
     char *data;
-    if (ask(r, p, k, 1, &a, &data) != 0) {
+    if (ask(r, p, k, 1, len, &a, &data) != 0) {
         return -1;
     }
     if (!a.known || a.done != k || a.len != len) {
@@ -497,7 +743,7 @@ static int ask_member(smr_rec_t *r, int p, uint64_t k, uint64_t *found,
 {
     answer_t a;
     char *data;
-    if (ask(r, p, k, 0, &a, &data) != 0) {
+    if (ask(r, p, k, 0, 0, &a, &data) != 0) {
         snprintf(why, whylen, "member %d's recovery service is unreachable", p);
         return 0; /* again, until the deadline */
     }
@@ -575,13 +821,22 @@ static uint64_t decide_sweep(smr_rec_t *r, uint64_t k, uint64_t end, char *pend,
     return found != 0 ? found : k;
 }
 
-/* the result of k from the member that has it (src), or any that has */
-static int fetch_any(smr_rec_t *r, int src, uint64_t k, size_t len, char *why,
-                     size_t whylen)
+/* the result of k from the member that has it (src), or any that has;
+ * again until the deadline (a service's slots may all be taken a moment) */
+static int fetch_any(smr_rec_t *r, int src, uint64_t k, size_t len,
+                     uint64_t end, char *why, size_t whylen)
 {
-    int ok = src >= 0 && fetch(r, src, k, len) == 0;
-    for (int p = 0; !ok && p < r->size; p++) {
-        ok = p != r->rank && fetch(r, p, k, len) == 0;
+    int ok = 0, wait_ms = 1;
+    for (;;) {
+        ok = src >= 0 && fetch(r, src, k, len) == 0;
+        for (int p = 0; !ok && p < r->size; p++) {
+            ok = p != r->rank && p != src && fetch(r, p, k, len) == 0;
+        }
+        if (ok || shp_deadline_passed(end)) {
+            break;
+        }
+        poll(NULL, 0, wait_ms);
+        wait_ms = wait_ms < 64 ? wait_ms * 2 : 64;
     }
     if (!ok) {
         snprintf(why, whylen,
@@ -621,7 +876,8 @@ uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
     }
     F = decide_sweep(r, k, end, pend, &src, why, whylen);
     free(pend);
-    if (F == 0 || (F == k + 1 && fetch_any(r, src, k, len, why, whylen) != 0)) {
+    if (F == 0 ||
+        (F == k + 1 && fetch_any(r, src, k, len, end, why, whylen) != 0)) {
         return 0;
     }
     pthread_mutex_lock(&svc.mu);

@@ -34,10 +34,15 @@ typedef struct smr_addr {
     uint16_t pad;
 } smr_addr_t;
 
-/* Start this process's service, bound to ip (dotted; NULL or "": every
- * address, published as the first address of the host's name); the
- * requests of other processes must carry cookie.  0 or -1 (errno). */
-int smr_start(const char *ip, uint64_t cookie, smr_addr_t *me);
+/* the job's key: questions and answers prove it (HMAC-SHA-256) */
+#define SMR_KEY_LEN 32
+
+/* Start this process's service, bound to ip (dotted; NULL or "": the
+ * first address of the host's name, or every address if that is not
+ * this host's); other processes' questions must prove key (SMR_KEY_LEN
+ * bytes, the same in every process of the job, never sent by the service).  0 or -1
+ * (errno). */
+int smr_start(const char *ip, const unsigned char *key, smr_addr_t *me);
 void smr_stop(void);
 
 typedef struct smr_rec smr_rec_t;

@@ -137,11 +137,13 @@ void smpi_note(int verbosity, const char *fmt, ...)
     if (smpi_cfg.verbose < verbosity) {
         return;
     }
+    char line[1024];
+    int n = snprintf(line, sizeof(line), "sharp_mpi[%d]: ", smpi.rank);
     va_start(ap, fmt);
-    fprintf(stderr, "sharp_mpi[%d]: ", smpi.rank);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
     va_end(ap);
+    /* one write: the ranks' lines do not interleave */
+    fprintf(stderr, "%s\n", line);
 }
 
 /* Out-of-band collectives on PMPI ------------------------------------------ */
@@ -242,12 +244,15 @@ static int comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
 
 /* every process's recovery service, known to every process (collective
  * over the world); off when any process cannot run one */
-static void recovery_setup(int size, uint64_t cookie)
+static void recovery_setup(int size, const unsigned char *key, int have_key)
 {
     smr_addr_t me;
     int ok = 1, all = 0;
     memset(&me, 0, sizeof(me));
-    if (smr_start(getenv("SHARP_COLL_LOCAL_IP"), cookie, &me) != 0) {
+    if (!have_key) {
+        smpi_note(1, "no recovery service (rank 0 drew no key)");
+        ok = 0;
+    } else if (smr_start(getenv("SHARP_COLL_LOCAL_IP"), key, &me) != 0) {
         smpi_note(1, "no recovery service (%s)", strerror(errno));
         ok = 0;
     }
@@ -272,12 +277,15 @@ static void recovery_setup(int size, uint64_t cookie)
     }
 }
 
-/* Rank 0's job id (unique on the fabric: its host, pid and clock), a
- * cookie for the recovery services (*cookie) and its SHARP_MPI_ON_FAULT
- * (one policy for the whole job), known to every rank. */
-static uint64_t job_agree(uint64_t *cookie)
+/* Rank 0's job id (unique on the fabric: its host, pid and clock), a key
+ * for the recovery services (key: SMR_KEY_LEN random bytes; *have_key 0
+ * if rank 0 could not draw them) and its SHARP_MPI_ON_FAULT (one policy
+ * for the whole job), known to every rank.  The key goes only through
+ * MPI; the services prove it without sending it (recover.c). */
+static uint64_t job_agree(unsigned char *key, int *have_key)
 {
-    uint64_t job = 0, agreed[3];
+    uint64_t job = 0, agreed[3 + SMR_KEY_LEN / 8];
+    memset(agreed, 0, sizeof(agreed));
     if (smpi.rank == 0) {
         struct timespec ts;
         char host[64] = "";
@@ -289,28 +297,31 @@ static uint64_t job_agree(uint64_t *cookie)
             job = job * 131 + (unsigned char)*p;
         }
         job &= (1ull << 53) - 1; /* printable as a JSON integer anywhere */
+        agreed[0] = job;
+        agreed[2] = getrandom(&agreed[3], SMR_KEY_LEN, 0) == SMR_KEY_LEN;
     }
-    agreed[0] = job;
-    agreed[1] = 0;
-    if (smpi.rank == 0 &&
-        getrandom(&agreed[1], sizeof(agreed[1]), 0) != sizeof(agreed[1])) {
-        agreed[1] = job ^ ((uint64_t)getpid() << 32);
-    }
-    agreed[2] = (uint64_t)smpi_cfg.fallback;
-    PMPI_Bcast(agreed, 3, MPI_UINT64_T, 0, smpi.oob_world);
-    smpi_cfg.fallback = (int)agreed[2];
-    *cookie = agreed[1];
-    return agreed[0];
+    agreed[1] = (uint64_t)smpi_cfg.fallback;
+    PMPI_Bcast(agreed, (int)(sizeof(agreed) / sizeof(agreed[0])), MPI_UINT64_T,
+               0, smpi.oob_world);
+    job = agreed[0];
+    smpi_cfg.fallback = (int)agreed[1];
+    *have_key = (int)agreed[2];
+    memcpy(key, &agreed[3], SMR_KEY_LEN);
+    memset(agreed, 0, sizeof(agreed));
+    return job;
 }
 
 static void sharp_setup(void)
 {
-    int size;
-    uint64_t job, cookie;
+    int size, have_key = 0;
+    uint64_t job;
+    unsigned char key[SMR_KEY_LEN];
 
     cfg_load();
     PMPI_Comm_rank(MPI_COMM_WORLD, &smpi.rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
+    smpi_why_init();
+    smpi.init_why = WHY_DISABLED;
     if (!smpi_cfg.enable) {
         smpi_note(1, "disabled by SHARP_MPI_ENABLE=0: plain MPI");
         return;
@@ -322,6 +333,7 @@ static void sharp_setup(void)
     PMPI_Query_thread(&level);
     PMPI_Allreduce(&level, &top, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (top >= MPI_THREAD_MULTIPLE) {
+        smpi.init_why = WHY_THREAD_MULTIPLE;
         if (smpi.rank == 0) {
             smpi_note(0,
                       "MPI_THREAD_MULTIPLE: collectives go to the MPI library "
@@ -333,7 +345,7 @@ static void sharp_setup(void)
     smpi.have_oob = 1;
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_delete, &smpi.keyval,
                             NULL);
-    job = job_agree(&cookie);
+    job = job_agree(key, &have_key);
 
     struct sharp_coll_init_spec spec;
     memset(&spec, 0, sizeof(spec));
@@ -348,18 +360,22 @@ static void sharp_setup(void)
     spec.oob_ctx = &smpi.oob_world;
     int rc = sharp_coll_init(&spec, &smpi.ctx);
     if (rc != SHARP_COLL_SUCCESS) {
+        memset(key, 0, sizeof(key));
         smpi.ctx = NULL;
+        smpi.init_why = smpi_why_of_status(rc);
         if (smpi.rank == 0) {
-            smpi_note(1, "sharp unavailable (%s): plain MPI",
-                      sharp_coll_strerror(rc));
+            smpi_note(1, "sharp unavailable (%s: %s): plain MPI",
+                      smpi_why_name(smpi.init_why), sharp_coll_strerror(rc));
         }
         return;
     }
     smpi.had_sharp = 1;
+    smpi.init_why = WHY_OK;
     smpi_note(2, "sharp job %llu up", (unsigned long long)job);
     if (smpi_cfg.fallback) {
-        recovery_setup(size, cookie);
+        recovery_setup(size, key, have_key);
     }
+    memset(key, 0, sizeof(key));
 }
 
 static void report(void)
@@ -453,7 +469,9 @@ API int MPI_Finalize(void)
     }
     if (smpi_cfg.verbose >= 1) {
         report();
+        smpi_why_report();
     }
+    smpi_why_fini();
     if (smpi.have_oob) {
         PMPI_Comm_free(&smpi.oob_world);
         smpi.have_oob = 0;
@@ -602,6 +620,10 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         rc = comm_setup_hier(s, comm, id);
     }
     s->use = s->had_group = rc == SHARP_COLL_SUCCESS;
+    /* every rank on one node: node-local aggregation left one member */
+    s->why = s->use                        ? WHY_OK
+             : maxn > 1 && maxn == s->size ? WHY_ONE_NODE
+                                           : smpi_why_of_status(rc);
     if (s->use && s->rec != NULL && s->sc != NULL) {
         /* a member left inside an operation the others gave up on (no
          * notice of the group's failure reached it) leaves it after a
@@ -614,10 +636,8 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         s->sc = NULL;
         smr_rec_free(s->rec);
         s->rec = NULL;
-        if (s->rank == 0) {
-            smpi_note(1,
-                      "no sharp group for a communicator of %d (%s): plain MPI "
-                      "there",
+        if (s->rank == 0) { /* its calls report the reason (why.c) */
+            smpi_note(2, "no sharp group for a communicator of %d (%s)",
                       s->size, sharp_coll_strerror(rc));
         }
     } else if (s->rank == 0) {
@@ -648,13 +668,15 @@ static void regroup(comm_state_t *s, MPI_Comm comm)
     }
 }
 
-/* The communicator's state, set up on first use; NULL: use PMPI. */
-comm_state_t *smpi_comm_sharp(MPI_Comm comm)
+/* The communicator's state, set up on first use; NULL: use PMPI, for
+ * *why. */
+comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why)
 {
     comm_state_t *s;
     int found = 0, inter = 0;
 
     if (smpi.ctx == NULL || comm == MPI_COMM_NULL) {
+        *why = smpi.ctx == NULL ? smpi.init_why : WHY_ARGS;
         return NULL;
     }
     PMPI_Comm_get_attr(comm, smpi.keyval, &s, &found);
@@ -669,6 +691,7 @@ comm_state_t *smpi_comm_sharp(MPI_Comm comm)
             nb_drain(NULL); /* as before making a group (below) */
             regroup(s, comm);
         }
+        *why = s->why;
         return s->use ? s : NULL;
     }
     /* making the group is an agreement of the members, blocking: every
@@ -684,7 +707,11 @@ comm_state_t *smpi_comm_sharp(MPI_Comm comm)
     PMPI_Comm_test_inter(comm, &inter);
     PMPI_Comm_rank(comm, &s->rank);
     PMPI_Comm_size(comm, &s->size);
-    if (!inter && s->size >= smpi_cfg.min_ranks) {
+    s->why = inter ? WHY_INTERCOMM
+             : s->size < smpi_cfg.min_ranks
+                 ? (s->size < 2 ? WHY_ONE_RANK : WHY_MIN_RANKS)
+                 : WHY_OK;
+    if (s->why == WHY_OK) {
         comm_setup(s, comm);
     }
     s->next = states;
@@ -694,6 +721,7 @@ comm_state_t *smpi_comm_sharp(MPI_Comm comm)
     }
     states = s;
     PMPI_Comm_set_attr(comm, smpi.keyval, s);
+    *why = s->why;
     return s->use ? s : NULL;
 }
 
@@ -1217,6 +1245,7 @@ static void fell_back(comm_state_t *st, MPI_Comm comm)
         st->since = 0;
         st->retry_at = (unsigned long)smpi_cfg.regroup_calls;
     }
+    st->why = WHY_FELL;
     smpi.redone++;
 }
 
@@ -1296,27 +1325,52 @@ int smpi_exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     return 1;
 }
 
+/* Why a datatype sharp does not carry is not (derived or not) */
+static int dtype_why(MPI_Datatype dt)
+{
+    int ni = 0, na = 0, nd = 0, comb = MPI_COMBINER_NAMED;
+    if (dt != MPI_DATATYPE_NULL) {
+        PMPI_Type_get_envelope(dt, &ni, &na, &nd, &comb);
+    }
+    return comb == MPI_COMBINER_NAMED ? WHY_DTYPE : WHY_DERIVED;
+}
+
 /* May a reduction of count x dt with op go through sharp (`on`: that kind
  * is enabled)?  The rules of the blocking and the non-blocking forms: the
  * type map in *m, sharp's op in *sop, the wire's bytes in *bytes (count x
- * the type's size) and the fold's descriptor in *d. */
-int smpi_reduce_offloadable(int on, int count, MPI_Datatype dt, MPI_Op op,
-                            dt_map_t *m, int *sop, size_t *bytes,
-                            shp_reduce_desc_t *d)
+ * the type's size) and the fold's descriptor in *d.  WHY_OK, or why not. */
+int smpi_reduce_why(int on, int count, MPI_Datatype dt, MPI_Op op, dt_map_t *m,
+                    int *sop, size_t *bytes, shp_reduce_desc_t *d)
 {
     *sop = op_of(op);
-    if (!on || count <= 0 || *sop < 0 || !map_dtype(dt, m) ||
-        !(m->ops & OPB(*sop))) {
-        return 0;
+    if (!on) {
+        return WHY_KIND_OFF;
+    }
+    if (count <= 0) {
+        return WHY_COUNT_ZERO;
+    }
+    if (*sop < 0) {
+        return WHY_USER_OP;
+    }
+    if (!map_dtype(dt, m)) {
+        return dtype_why(dt);
+    }
+    if (!(m->ops & OPB(*sop))) {
+        return WHY_OP_DTYPE;
     }
     *bytes = (size_t)count * m->size;
-    if (*bytes > (size_t)smpi_cfg.max_bytes || *bytes > INT_MAX) {
-        return 0;
+    if (*bytes > INT_MAX) {
+        return WHY_OVER_2G;
+    }
+    if (*bytes > (size_t)smpi_cfg.max_bytes) {
+        return WHY_MAX_BYTES;
     }
     *d = (shp_reduce_desc_t){(shp_dtype_t)m->sdt, (shp_op_t)*sop,
                              (shp_dtype_t)m->tag};
     return shp_reduce_desc_check(d, NULL) == SHP_OK &&
-           shp_reduce_elem_size(d) * (size_t)m->mult == m->size;
+                   shp_reduce_elem_size(d) * (size_t)m->mult == m->size
+               ? WHY_OK
+               : WHY_DTYPE;
 }
 
 /* One reduction through sharp: the call, in the wire's layout, and the
@@ -1437,27 +1491,32 @@ static int reduce_flat(reduce_call_t *c, void *rbuf, char **res)
     return run_op(c->st, c->comm, c->what, c->bytes, &c->a, res);
 }
 
-/* allreduce (root < 0) or reduce; 1 if offloaded */
+/* allreduce (root < 0) or reduce; 1 if offloaded, else 0 (*why) */
 static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
-                      MPI_Op op, int root, MPI_Comm comm, int *ret)
+                      MPI_Op op, int root, MPI_Comm comm, int *ret, int *why)
 {
     dt_map_t m;
     shp_reduce_desc_t d;
     int sop, kind = root < 0 ? C_ALLREDUCE : C_REDUCE;
     size_t bytes;
 
-    if (!smpi_reduce_offloadable(root < 0 ? smpi_cfg.allreduce
-                                          : smpi_cfg.reduce,
-                                 count, dt, op, &m, &sop, &bytes, &d)) {
+    *why = smpi_reduce_why(root < 0 ? smpi_cfg.allreduce : smpi_cfg.reduce,
+                           count, dt, op, &m, &sop, &bytes, &d);
+    if (*why != WHY_OK) {
         return 0;
     }
-    comm_state_t *st = smpi_comm_sharp(comm);
-    if (st == NULL || root >= st->size) {
+    comm_state_t *st = smpi_comm_sharp(comm, why);
+    if (st == NULL) {
+        return 0;
+    }
+    if (root >= st->size) {
+        *why = WHY_ARGS;
         return 0; /* an invalid root: PMPI says so */
     }
     int keep = root < 0 || root == st->rank;
     if (sbuf == MPI_IN_PLACE) {
         if (!keep) {
+            *why = WHY_ARGS;
             return 0; /* only the root may: PMPI says so */
         }
         sbuf = rbuf;
@@ -1488,6 +1547,7 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     free(c.all);
     if (how == OP_REDO) {
         fell_back(st, comm);
+        *why = WHY_FELL;
         return 0; /* the same call on PMPI, on every rank */
     }
     smpi.calls[kind][0]++;
@@ -1496,10 +1556,12 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     return 1;
 }
 
-void smpi_fallback(int kind, long bytes)
+void smpi_fallback(int kind, long bytes, MPI_Comm comm, int why,
+                   MPI_Datatype dt, MPI_Op op)
 {
     smpi.calls[kind][1]++;
     smpi.bytes[kind][1] += (unsigned long long)(bytes > 0 ? bytes : 0);
+    smpi_why_call(kind, bytes, comm, why, dt, op);
 }
 
 long smpi_bytes_of(int count, MPI_Datatype dt)
@@ -1517,11 +1579,11 @@ long smpi_bytes_of(int count, MPI_Datatype dt)
 API int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                       MPI_Op op, MPI_Comm comm)
 {
-    int ret;
-    if (try_reduce(sbuf, rbuf, count, dt, op, -1, comm, &ret)) {
+    int ret, why;
+    if (try_reduce(sbuf, rbuf, count, dt, op, -1, comm, &ret, &why)) {
         return ret;
     }
-    smpi_fallback(C_ALLREDUCE, smpi_bytes_of(count, dt));
+    smpi_fallback(C_ALLREDUCE, smpi_bytes_of(count, dt), comm, why, dt, op);
     if (smpi_exact_pmpi(sbuf, rbuf, count, dt, op, -1, comm, &ret)) {
         return ret;
     }
@@ -1531,11 +1593,12 @@ API int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 API int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                    MPI_Op op, int root, MPI_Comm comm)
 {
-    int ret;
-    if (root >= 0 && try_reduce(sbuf, rbuf, count, dt, op, root, comm, &ret)) {
+    int ret, why = WHY_ARGS;
+    if (root >= 0 &&
+        try_reduce(sbuf, rbuf, count, dt, op, root, comm, &ret, &why)) {
         return ret;
     }
-    smpi_fallback(C_REDUCE, smpi_bytes_of(count, dt));
+    smpi_fallback(C_REDUCE, smpi_bytes_of(count, dt), comm, why, dt, op);
     if (root >= 0 &&
         smpi_exact_pmpi(sbuf, rbuf, count, dt, op, root, comm, &ret)) {
         return ret;
@@ -1545,7 +1608,8 @@ API int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 
 API int MPI_Barrier(MPI_Comm comm)
 {
-    comm_state_t *st = smpi_cfg.barrier ? smpi_comm_sharp(comm) : NULL;
+    int why = WHY_KIND_OFF;
+    comm_state_t *st = smpi_cfg.barrier ? smpi_comm_sharp(comm, &why) : NULL;
     if (st != NULL) {
         op_args_t a = {C_BARRIER, NULL, NULL, 0, NULL, -1, 0};
         char *res;
@@ -1564,17 +1628,21 @@ API int MPI_Barrier(MPI_Comm comm)
             return MPI_SUCCESS;
         }
         fell_back(st, comm);
+        why = WHY_FELL;
     }
-    smpi_fallback(C_BARRIER, 0);
+    smpi_fallback(C_BARRIER, 0, comm, why, MPI_DATATYPE_NULL, MPI_OP_NULL);
     return PMPI_Barrier(comm);
 }
 
 /* May a bcast of this many bytes go through sharp (the blocking and the
- * non-blocking forms' rule)? */
-int smpi_bcast_offloadable(long bytes)
+ * non-blocking forms' rule)?  WHY_OK, or why not. */
+int smpi_bcast_why(long bytes)
 {
-    return smpi_cfg.bcast && bytes > 0 && bytes <= smpi_cfg.max_bytes &&
-           bytes <= INT_MAX;
+    return !smpi_cfg.bcast              ? WHY_KIND_OFF
+           : bytes <= 0                 ? WHY_COUNT_ZERO
+           : bytes > INT_MAX            ? WHY_OVER_2G
+           : bytes > smpi_cfg.max_bytes ? WHY_MAX_BYTES
+                                        : WHY_OK;
 }
 
 /* the bytes of a bcast through sharp, from p (len bytes) at the root:
@@ -1658,11 +1726,12 @@ API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
                   MPI_Comm comm)
 {
     long bytes = smpi_bytes_of(count, dt);
-    comm_state_t *st =
-        smpi_bcast_offloadable(bytes) ? smpi_comm_sharp(comm) : NULL;
+    int why = smpi_bcast_why(bytes);
+    comm_state_t *st = why == WHY_OK ? smpi_comm_sharp(comm, &why) : NULL;
 
     if (st == NULL || root < 0 || root >= st->size) {
-        smpi_fallback(C_BCAST, bytes);
+        smpi_fallback(C_BCAST, bytes, comm, st == NULL ? why : WHY_ARGS,
+                      MPI_DATATYPE_NULL, MPI_OP_NULL);
         return PMPI_Bcast(buf, count, dt, root, comm);
     }
     int len = (int)bytes, size = 0;
@@ -1683,7 +1752,8 @@ API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
     if (bcast_bytes(st, p, len, root, comm) == OP_REDO) {
         free(tmp);
         fell_back(st, comm);
-        smpi_fallback(C_BCAST, bytes);
+        smpi_fallback(C_BCAST, bytes, comm, WHY_FELL, MPI_DATATYPE_NULL,
+                      MPI_OP_NULL);
         return PMPI_Bcast(buf, count, dt, root, comm);
     }
     if (tmp != NULL && st->rank != root) {

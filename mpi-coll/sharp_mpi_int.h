@@ -55,12 +55,68 @@ enum {
 };
 extern const char *const smpi_coll_names[C_N];
 
+/* Why a call went to MPI (why.c; docs/mpi.md): one reason of this list
+ * per call, each a row of why.c's table (name, meaning, remedy); WHY_,
+ * not W_: <unistd.h> has W_OK */
+enum {
+    WHY_OK, /* offloaded */
+    /* the job (MPI_Init) and libsharp_coll's status codes */
+    WHY_DISABLED,
+    WHY_THREAD_MULTIPLE,
+    WHY_SHARPD,
+    WHY_JOB_REFUSED,
+    WHY_QUOTA,
+    WHY_NO_RESOURCE,
+    WHY_NO_TREE,
+    WHY_GROUP_ALLOC,
+    WHY_GROUP_JOIN,
+    WHY_DEVICE,
+    WHY_OOB,
+    WHY_NOMEM,
+    WHY_INVALID,
+    WHY_NOT_SUPP,
+    WHY_LOCK,
+    WHY_SHARP_ERROR,
+    /* a communicator */
+    WHY_INTERCOMM,
+    WHY_ONE_RANK,
+    WHY_MIN_RANKS,
+    WHY_ONE_NODE,
+    WHY_FELL,
+    /* a call */
+    WHY_KIND_OFF,
+    WHY_COUNT_ZERO,
+    WHY_USER_OP,
+    WHY_DERIVED,
+    WHY_DTYPE,
+    WHY_OP_DTYPE,
+    WHY_MAX_BYTES,
+    WHY_OVER_2G,
+    WHY_ARGS,
+    WHY_NB_NODE,
+    WHY_N
+};
+_Static_assert(WHY_N <= 64, "a reason is a bit of a 64-bit mask");
+
+/* libsharp_coll's status (SHARP_COLL_E*) as a reason */
+int smpi_why_of_status(int rc);
+const char *smpi_why_name(int why);
+/* a call of kind went to MPI for why (bytes; dt, op: MPI_DATATYPE_NULL,
+ * MPI_OP_NULL if none): counted, and noted once per communicator and
+ * class (SHARP_MPI_VERBOSE >= 1) */
+void smpi_why_call(int kind, long bytes, MPI_Comm comm, int why,
+                   MPI_Datatype dt, MPI_Op op);
+void smpi_why_init(void);   /* at MPI_Init, after the settings */
+void smpi_why_fini(void);   /* at MPI_Finalize */
+void smpi_why_report(void); /* the report's table (collective) */
+
 /* the library's state */
 typedef struct smpi_global {
     struct sharp_coll_context *ctx;
     MPI_Comm oob_world;
     int have_oob;
     int had_sharp;
+    int init_why; /* no context: why (WHY_DISABLED, WHY_SHARPD, ...) */
     int keyval;
     int rank;
     /* [collective][0 offloaded, 1 fallen back]: calls and bytes */
@@ -88,6 +144,7 @@ typedef struct comm_state {
     smr_rec_t *rec;
     int recoverable; /* every member's service is known */
     int had_group;   /* the same on every rank */
+    int why;         /* !use: why (the same on every rank) */
     /* fallen back to PMPI: eligible calls since, and when to try a new
      * group (SHARP_MPI_REGROUP_CALLS, doubled after each failed try) */
     int fell;
@@ -134,20 +191,21 @@ long smpi_bytes_of(int count, MPI_Datatype dt);
 
 /* Eligibility, the same rules for the blocking and non-blocking forms
  * (sharp_mpi.c) */
-int smpi_reduce_offloadable(int on, int count, MPI_Datatype dt, MPI_Op op,
-                            dt_map_t *m, int *sop, size_t *bytes,
-                            shp_reduce_desc_t *d);
-int smpi_bcast_offloadable(long bytes);
+/* WHY_OK if offloadable, else why not */
+int smpi_reduce_why(int on, int count, MPI_Datatype dt, MPI_Op op, dt_map_t *m,
+                    int *sop, size_t *bytes, shp_reduce_desc_t *d);
+int smpi_bcast_why(long bytes);
 int smpi_exact_wanted(int sop, const dt_map_t *m);
 /* an exact sum on PMPI: 1 if done (*ret), 0 if not an exact one */
 int smpi_exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                     MPI_Op op, int root, MPI_Comm comm, int *ret);
-void smpi_fallback(int kind,
-                   long bytes); /* a call that went to PMPI, counted */
+/* a call that went to PMPI, counted (and its reason: smpi_why_call) */
+void smpi_fallback(int kind, long bytes, MPI_Comm comm, int why,
+                   MPI_Datatype dt, MPI_Op op);
 
 /* Communicators (sharp_mpi.c): the state of one that offloads (made on
- * its first eligible call), or NULL */
-comm_state_t *smpi_comm_sharp(MPI_Comm comm);
+ * its first eligible call), or NULL (*why: the reason) */
+comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why);
 extern int smpi_nb_posting; /* comm_sharp called to post a non-blocking one */
 
 /* Recovery (sharp_mpi.c): after a failed operation, 1 if it completed

@@ -343,6 +343,7 @@ static void nb_recover(nb_op_t *o, int rc)
         st->nb_fell = 1;
         smpi_comm_fall(st);
         st->fell = 0;
+        st->why = WHY_FELL;
     }
     if (fetched) {
         nb_deliver(o, smr_result(st->rec));
@@ -580,8 +581,8 @@ static nb_op_t *nb_find(MPI_Request r)
 /* Deciding ------------------------------------------------------------------ */
 
 /* the communicator's state if a non-blocking operation may go through
- * sharp there (the same answer on every rank), else NULL */
-static comm_state_t *nb_comm(MPI_Comm comm)
+ * sharp there (the same answer on every rank), else NULL (*why) */
+static comm_state_t *nb_comm(MPI_Comm comm, int *why)
 {
     comm_state_t *st = NULL;
     int found = 0;
@@ -592,33 +593,40 @@ static comm_state_t *nb_comm(MPI_Comm comm)
         }
     }
     smpi_nb_posting = 1;
-    st = smpi_comm_sharp(comm);
+    st = smpi_comm_sharp(comm, why);
     smpi_nb_posting = 0;
-    return st != NULL && !st->hier ? st : NULL;
+    if (st != NULL && st->hier) {
+        *why = WHY_NB_NODE;
+        return NULL;
+    }
+    return st;
 }
 
-/* an (all)reduce as an operation, or NULL: PMPI (try_reduce's rules) */
+/* an (all)reduce as an operation, or NULL: PMPI (try_reduce's rules),
+ * for *why */
 static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
                              MPI_Datatype dt, MPI_Op op, int root,
-                             MPI_Comm comm)
+                             MPI_Comm comm, int *why)
 {
     dt_map_t m;
     shp_reduce_desc_t d;
     int sop;
     size_t bytes;
 
-    if (!smpi_reduce_offloadable(kind == C_IALLREDUCE ? smpi_cfg.allreduce
-                                                      : smpi_cfg.reduce,
-                                 count, dt, op, &m, &sop, &bytes, &d)) {
+    *why = smpi_reduce_why(kind == C_IALLREDUCE ? smpi_cfg.allreduce
+                                                : smpi_cfg.reduce,
+                           count, dt, op, &m, &sop, &bytes, &d);
+    if (*why != WHY_OK) {
         return NULL;
     }
     size_t n = (size_t)count;
-    comm_state_t *st = nb_comm(comm);
-    if (st == NULL || root >= st->size) {
+    comm_state_t *st = nb_comm(comm, why);
+    if (st == NULL) {
         return NULL;
     }
     int keep = root < 0 || root == st->rank;
-    if (sbuf == MPI_IN_PLACE && !keep) {
+    if (root >= st->size || (sbuf == MPI_IN_PLACE && !keep)) {
+        *why = WHY_ARGS;
         return NULL; /* erroneous: PMPI says so */
     }
     nb_op_t *o = calloc(1, sizeof(*o));
@@ -645,11 +653,16 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
 }
 
 static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
-                            MPI_Comm comm)
+                            MPI_Comm comm, int *why)
 {
     long bytes = smpi_bytes_of(count, dt);
-    comm_state_t *st = smpi_bcast_offloadable(bytes) ? nb_comm(comm) : NULL;
-    if (st == NULL || root < 0 || root >= st->size) {
+    *why = smpi_bcast_why(bytes);
+    comm_state_t *st = *why == WHY_OK ? nb_comm(comm, why) : NULL;
+    if (st == NULL) {
+        return NULL;
+    }
+    if (root < 0 || root >= st->size) {
+        *why = WHY_ARGS;
         return NULL;
     }
     nb_op_t *o = calloc(1, sizeof(*o));
@@ -678,9 +691,10 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
     return o;
 }
 
-static nb_op_t *nb_barrier_op(MPI_Comm comm)
+static nb_op_t *nb_barrier_op(MPI_Comm comm, int *why)
 {
-    comm_state_t *st = smpi_cfg.barrier ? nb_comm(comm) : NULL;
+    *why = WHY_KIND_OFF;
+    comm_state_t *st = smpi_cfg.barrier ? nb_comm(comm, why) : NULL;
     if (st == NULL) {
         return NULL;
     }
@@ -708,46 +722,51 @@ static int nb_go(nb_op_t *o, MPI_Request *req)
 API int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                        MPI_Op op, MPI_Comm comm, MPI_Request *req)
 {
+    int why;
     nb_op_t *o =
-        nb_reduce_op(C_IALLREDUCE, sbuf, rbuf, count, dt, op, -1, comm);
+        nb_reduce_op(C_IALLREDUCE, sbuf, rbuf, count, dt, op, -1, comm, &why);
     if (o != NULL) {
         return nb_go(o, req);
     }
-    smpi_fallback(C_IALLREDUCE, smpi_bytes_of(count, dt));
+    smpi_fallback(C_IALLREDUCE, smpi_bytes_of(count, dt), comm, why, dt, op);
     return PMPI_Iallreduce(sbuf, rbuf, count, dt, op, comm, req);
 }
 
 API int MPI_Ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                     MPI_Op op, int root, MPI_Comm comm, MPI_Request *req)
 {
+    int why = WHY_ARGS;
     nb_op_t *o = root >= 0 ? nb_reduce_op(C_IREDUCE, sbuf, rbuf, count, dt, op,
-                                          root, comm)
+                                          root, comm, &why)
                            : NULL;
     if (o != NULL) {
         return nb_go(o, req);
     }
-    smpi_fallback(C_IREDUCE, smpi_bytes_of(count, dt));
+    smpi_fallback(C_IREDUCE, smpi_bytes_of(count, dt), comm, why, dt, op);
     return PMPI_Ireduce(sbuf, rbuf, count, dt, op, root, comm, req);
 }
 
 API int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root,
                    MPI_Comm comm, MPI_Request *req)
 {
-    nb_op_t *o = nb_bcast_op(buf, count, dt, root, comm);
+    int why;
+    nb_op_t *o = nb_bcast_op(buf, count, dt, root, comm, &why);
     if (o != NULL) {
         return nb_go(o, req);
     }
-    smpi_fallback(C_IBCAST, smpi_bytes_of(count, dt));
+    smpi_fallback(C_IBCAST, smpi_bytes_of(count, dt), comm, why,
+                  MPI_DATATYPE_NULL, MPI_OP_NULL);
     return PMPI_Ibcast(buf, count, dt, root, comm, req);
 }
 
 API int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req)
 {
-    nb_op_t *o = nb_barrier_op(comm);
+    int why;
+    nb_op_t *o = nb_barrier_op(comm, &why);
     if (o != NULL) {
         return nb_go(o, req);
     }
-    smpi_fallback(C_IBARRIER, 0);
+    smpi_fallback(C_IBARRIER, 0, comm, why, MPI_DATATYPE_NULL, MPI_OP_NULL);
     return PMPI_Ibarrier(comm, req);
 }
 
@@ -771,8 +790,9 @@ API int PCOLL(Allreduce)(const void *sbuf, void *rbuf, int count,
                          MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
                          MPI_Info info, MPI_Request *req)
 {
+    int why; /* not counted: the starts are (MPI's own, here) */
     nb_op_t *o =
-        nb_reduce_op(C_IALLREDUCE, sbuf, rbuf, count, dt, op, -1, comm);
+        nb_reduce_op(C_IALLREDUCE, sbuf, rbuf, count, dt, op, -1, comm, &why);
     if (o != NULL) {
         return nb_persist(o, req);
     }
@@ -783,8 +803,9 @@ API int PCOLL(Reduce)(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                       MPI_Op op, int root, MPI_Comm comm, MPI_Info info,
                       MPI_Request *req)
 {
+    int why;
     nb_op_t *o = root >= 0 ? nb_reduce_op(C_IREDUCE, sbuf, rbuf, count, dt, op,
-                                          root, comm)
+                                          root, comm, &why)
                            : NULL;
     if (o != NULL) {
         return nb_persist(o, req);
@@ -795,7 +816,8 @@ API int PCOLL(Reduce)(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 API int PCOLL(Bcast)(void *buf, int count, MPI_Datatype dt, int root,
                      MPI_Comm comm, MPI_Info info, MPI_Request *req)
 {
-    nb_op_t *o = nb_bcast_op(buf, count, dt, root, comm);
+    int why;
+    nb_op_t *o = nb_bcast_op(buf, count, dt, root, comm, &why);
     if (o != NULL) {
         return nb_persist(o, req);
     }
@@ -804,7 +826,8 @@ API int PCOLL(Bcast)(void *buf, int count, MPI_Datatype dt, int root,
 
 API int PCOLL(Barrier)(MPI_Comm comm, MPI_Info info, MPI_Request *req)
 {
-    nb_op_t *o = nb_barrier_op(comm);
+    int why;
+    nb_op_t *o = nb_barrier_op(comm, &why);
     if (o != NULL) {
         return nb_persist(o, req);
     }

@@ -2,7 +2,7 @@
 
 # Everything but the main, as a library the tests link too.
 SHARPD_LIB_SRCS := sharpd/sharpd.c
-SHARPD_LIB := $(LIBDIR)/libshp_sharpd.a
+SHARPD_LIB := $(LIB_OUT)/libshp_sharpd.a
 LIBS += $(SHARPD_LIB)
 
 $(SHARPD_LIB): $(call obj_of,$(SHARPD_LIB_SRCS))

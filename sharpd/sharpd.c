@@ -248,8 +248,8 @@ static void sd_am_handle_auth(sd_t *sd, json_t *msg)
         shp_error_id("SD0001", "refusing the aggregation manager at %s: %s",
                      sd->cfg.am, why);
         sd_am_fail(sd,
-                   "refusing the aggregation manager at %s: %s (is the "
-                   "cluster secret %s the same as the manager's?)",
+                   "refusing the aggregation manager at %s: %s (is %s this "
+                   "host's node secret, or the manager's cluster secret?)",
                    sd->cfg.am, why, sd->cfg.secret_file);
         shp_conn_close(&sd->am, st);
         return;
@@ -342,8 +342,8 @@ static void sd_am_lost_reason(sd_t *sd, shp_status_t reason)
     else
         sd_am_fail(sd,
                    "the aggregation manager at %s closed the connection "
-                   "before this host was registered (%s): is the cluster "
-                   "secret %s the same as the manager's?",
+                   "before this host was registered (%s): is %s this "
+                   "host's node secret, or the manager's cluster secret?",
                    sd->cfg.am, shp_status_str(reason), sd->cfg.secret_file);
     if (sd->am_state == SHP_SHARPD_AM_REGISTERED)
         shp_warn_id("SD0003",

@@ -6,7 +6,7 @@
 # real daemons (tests/support/fabric.h), an archive they link with
 # $(TOPO_LIB) after it.
 TEST_SUPPORT_SRCS := tests/support/fabric.c
-TEST_SUPPORT_LIB := $(LIBDIR)/libshp_testsupport.a
+TEST_SUPPORT_LIB := $(LIB_OUT)/libshp_testsupport.a
 
 $(TEST_SUPPORT_LIB): $(call obj_of,$(TEST_SUPPORT_SRCS))
 	@mkdir -p $(@D)
@@ -16,7 +16,8 @@ $(TEST_SUPPORT_LIB): $(call obj_of,$(TEST_SUPPORT_SRCS))
 UNIT_TEST_SRCS := $(wildcard $(addsuffix /test_*.c,$(addprefix tests/, \
 	core protocol reduce transport topology))) \
 	tests/an/test_an_exact.c tests/an/test_an_link.c \
-	tests/mpi-coll/test_recover.c tests/sharpd/test_sharpd_auth.c \
+	tests/mpi-coll/test_recover.c tests/mpi-coll/test_node_shm.c \
+	tests/sharpd/test_sharpd_auth.c \
 	tests/libsharp/test_buf.c
 UNIT_TESTS := $(patsubst tests/%.c,$(TESTDIR)/%,$(UNIT_TEST_SRCS))
 TESTS += $(UNIT_TESTS)
@@ -72,7 +73,7 @@ TEST_SCRIPTS += tests/am/test_metrics.sh
 # libsharp_coll end to end over a sharp-fabric (links the shared library).
 COLL_TEST := $(TESTDIR)/libsharp/test_coll
 # epoll_wait exported: test_coll counts the library's polls through it
-COLL_LINK = -L$(LIBDIR) -lsharp_coll -Wl,-rpath,$(abspath $(LIBDIR)) \
+COLL_LINK = -L$(LIB_OUT) -lsharp_coll -Wl,-rpath,$(abspath $(LIB_OUT)) \
 	-Wl,--export-dynamic-symbol=epoll_wait
 TESTS += $(COLL_TEST)
 
@@ -99,6 +100,8 @@ TEST_SCRIPTS += tests/mpi-coll/test_mpi.sh
 TEST_SCRIPTS += tests/mpi-coll/test_exact_mpi.sh
 # non-blocking collectives under stress, against references
 TEST_SCRIPTS += tests/mpi-coll/test_stress.sh
+# why a call went to MPI: per communicator, per class, the final table
+TEST_SCRIPTS += tests/mpi-coll/test_why.sh
 
 # libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
 TEST_SCRIPTS += tests/mpi-coll/test_fault.sh
@@ -147,6 +150,9 @@ $(filter $(TESTDIR)/sharpd/%,$(UNIT_TESTS)): $(SHARPD_LIB)
 
 # The recovery protocol of libsharp_mpi, with forked members (no MPI).
 $(filter $(TESTDIR)/mpi-coll/%,$(UNIT_TESTS)): $(call obj_of,mpi-coll/recover.c)
+
+# libsharp_mpi's node-local step on shared memory, with forked ranks (no MPI).
+$(TESTDIR)/mpi-coll/test_node_shm: $(call obj_of,mpi-coll/node_shm.c)
 
 # The layering (scripts/check-layers.sh): the tree's includes and calls, and
 # the check failing on planted breaches.

@@ -3,7 +3,7 @@
 # manager, the tools (sharpctl, sharp-topo) and the OpenSM plugin.
 
 TOPO_LIB_SRCS := topology/topo.c topology/topo_gen.c topology/trees.c
-TOPO_LIB := $(LIBDIR)/libshp_topology.a
+TOPO_LIB := $(LIB_OUT)/libshp_topology.a
 LIBS += $(TOPO_LIB)
 
 $(TOPO_LIB): $(call obj_of,$(TOPO_LIB_SRCS))

@@ -2,7 +2,7 @@
 # lib<event_plugin_name>.so): tells the manager of fabric changes.  Built
 # against the installed OpenSM headers, which OpenSM checks.
 
-OSM_PLUGIN := $(LIBDIR)/libosm_sharp.so
+OSM_PLUGIN := $(LIB_OUT)/libosm_sharp.so
 LIBS += $(OSM_PLUGIN)
 CFLAGS_plugins_opensm_osm_sharp := -I/usr/include/infiniband
 

@@ -3,7 +3,7 @@
 # loaded into Slurm's daemons, which are not) and nothing of sharp's
 # libraries: it speaks the control protocol to sharpd itself.
 
-SPANK_SHARP := $(LIBDIR)/spank_sharp.so
+SPANK_SHARP := $(LIB_OUT)/spank_sharp.so
 LIBS += $(SPANK_SHARP)
 SPANK_CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -Wshadow -fPIC \
 	-I$(O)/gen -D_GNU_SOURCE

@@ -73,8 +73,32 @@ static void start_am(const char *listen)
     fail_msg("sharp_am did not start (see %s)", log);
 }
 
+/* The node secret of ROLE NAME (protocol/auth.h), made from the cluster
+ * secret as `sharp_am --node-secret` makes it, in a file of dir: its path
+ * (a static buffer of four, used in turn). */
+static const char *node_key(const char *role, const char *name)
+{
+    static char paths[4][600];
+    static int next;
+    char *p = paths[next++ % 4], err[300], s[SHP_AUTH_NODE_SECRET_MAX];
+    shp_auth_key_t cluster;
+    assert_int_equal(shp_auth_key_load(secret, &cluster, err, sizeof(err)),
+                     SHP_OK);
+    assert_int_equal(shp_auth_node_secret(&cluster, role, name, s), SHP_OK);
+    snprintf(p, 600, "%s/key-%s-%s", dir, role, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", s);
+    fclose(f);
+    chmod(p, 0600);
+    return p;
+}
+
+/* AN i, with key_file or (NULL) its own node secret */
 static void start_an(int i, const char *key_file)
 {
+    if (key_file == NULL)
+        key_file = node_key("an", sw_names[i]);
     char exe[500], listen[64], log[600];
     snprintf(exe, sizeof(exe), "%s/sharp_an", bindir);
     snprintf(listen, sizeof(listen), "127.0.1.%d:0", i + 1);
@@ -94,8 +118,11 @@ static void start_an(int i, const char *key_file)
     an_pid[i] = test_spawn(argv, log);
 }
 
+/* the sharpd of host, with key_file or (NULL) its own node secret */
 static pid_t start_sharpd(const char *host, const char *key_file)
 {
+    if (key_file == NULL)
+        key_file = node_key("sharpd", host);
     char exe[500], sock[600], log[600];
     snprintf(exe, sizeof(exe), "%s/sharpd", bindir);
     snprintf(sock, sizeof(sock), "%s/sd-%s.sock", dir, host);
@@ -410,9 +437,9 @@ static int setup(void **state)
     assert_int_equal(system(cmd), 0);
     start_am("127.0.0.1:0");
     for (int i = 0; i < NSW; i++)
-        start_an(i, secret);
+        start_an(i, NULL);
     for (int i = 0; i < NSD; i++)
-        sd_pid[i] = start_sharpd(sd_hosts[i], secret);
+        sd_pid[i] = start_sharpd(sd_hosts[i], NULL);
     wait_ready(NSW);
     return 0;
 }
@@ -851,7 +878,7 @@ static void test_reservation(void **state)
         usleep(20000);
     }
     assert_null(job_row(62));
-    sd_pid[3] = start_sharpd(sd_hosts[3], secret);
+    sd_pid[3] = start_sharpd(sd_hosts[3], NULL);
     usleep(100000);
     int up = 0; /* registered again, for the tests after this one */
     for (int i = 0; i < 100 && !up; i++) {
@@ -897,7 +924,8 @@ static void test_an_advertise(void **state)
         usleep(20000);
     char *argv2[] = {exe,         "--name",        "leaf04",    "--listen",
                      "0.0.0.0:0", "--advertise",   "127.0.1.6", "--am",
-                     am_addr,     "--secret-file", secret,      NULL};
+                     am_addr,     "--secret-file", NULL,        NULL};
+    argv2[10] = (char *)node_key("an", "leaf04");
     path(log, sizeof(log), "an-leaf04.log");
     an_pid[5] = test_spawn(argv2, log);
     wait_ready(NSW);
@@ -976,6 +1004,114 @@ static void test_wrong_secret(void **state)
     assert_int_equal(ans_up(), NSW);
 }
 
+/* the lines of the file at path with needle */
+static int file_count(const char *path, const char *needle)
+{
+    char line[512];
+    int n = 0;
+    FILE *lf = fopen(path, "r");
+    while (lf && fgets(line, sizeof(line), lf))
+        n += strstr(line, needle) != NULL;
+    if (lf)
+        fclose(lf);
+    return n;
+}
+
+/* whether the file at path has more than `before` lines with needle
+ * within 5 s */
+static int file_says(const char *path, const char *needle, int before)
+{
+    for (int i = 0; i < 200; i++) {
+        usleep(25000);
+        if (file_count(path, needle) > before)
+            return 1;
+    }
+    return 0;
+}
+
+/* a sharpd refused at its first step (SD0001 in its log): the AM's proof
+ * was made with another key than its file's */
+static int sharpd_refused(const char *host, const char *key_file)
+{
+    pid_t pid = start_sharpd(host, key_file);
+    char log[600];
+    snprintf(log, sizeof(log), "%s/sd-%s.log", dir, host);
+    int refused = file_says(log, "SD0001", 0);
+    stop(pid);
+    unlink(log);
+    return refused;
+}
+
+/* whether a raw peer holding key_file's secret, claiming ROLE NAME, gets
+ * past the AM's challenge and is accepted by it (raw: the cluster key used
+ * as it is, as if it were the node key of ROLE NAME) */
+static int raw_auth(const char *role, const char *name, const char *key_file,
+                    int raw_key)
+{
+    shp_sockaddr_t sa;
+    shp_auth_key_t key;
+    shp_auth_client_t ac;
+    char err[300];
+    const char *why = NULL;
+    json_t *auth = NULL;
+    assert_int_equal(shp_auth_key_load(key_file, &key, err, sizeof(err)),
+                     SHP_OK);
+    if (raw_key) {
+        key.node = 1;
+        snprintf(key.role, sizeof(key.role), "%s", role);
+        snprintf(key.name, sizeof(key.name), "%s", name);
+    }
+    assert_int_equal(shp_sockaddr_parse(am_addr, 0, &sa), SHP_OK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa.ss, sa.len), 0);
+    client_t raw = {.fd = fd, .notices = json_array()};
+    client_send(&raw, shp_auth_client_hello(&ac, role, name));
+    json_t *chal = client_read(&raw, 5000);
+    assert_non_null(chal);
+    int ok = shp_auth_client_answer(&ac, &key, chal, &auth, &why) == SHP_OK;
+    json_decref(chal);
+    if (ok) { /* proved both ways: the AM says nothing until registered */
+        client_send(&raw, auth);
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        ok = poll(&pf, 1, 300) == 0;
+    }
+    close(fd);
+    json_decref(raw.notices);
+    return ok;
+}
+
+/* Node keys: an AN's or sharpd's node secret proves its own role and name
+ * only (every daemon of this test holds its own), and the cluster key is
+ * never a node's key as it is */
+static void test_node_keys(void **state)
+{
+    (void)state;
+    const char *mine = node_key("sharpd", "n00008");
+    assert_true(raw_auth("sharpd", "n00008", mine, 0));
+    /* another host's, or an AN's, with that node secret */
+    assert_false(raw_auth("sharpd", "n00007", mine, 0));
+    assert_false(raw_auth("an", "n00008", mine, 0));
+    assert_false(raw_auth("an", "leaf04", mine, 0));
+    /* the cluster key itself, not derived, proves nothing */
+    assert_false(raw_auth("sharpd", "n00008", secret, 1));
+    assert_false(raw_auth("an", "leaf04", secret, 1));
+    /* the same through a real sharpd: n00008 with n00007's file is
+     * refused; with its own it registers; with the cluster secret (the
+     * manager's own host) it derives its key and registers too */
+    assert_true(sharpd_refused("n00008", node_key("sharpd", "n00007")));
+    char log[600];
+    snprintf(log, sizeof(log), "%s/am.log", dir);
+    const char *files[] = {node_key("sharpd", "n00008"), secret};
+    for (int k = 0; k < 2; k++) {
+        const char *reg = "sharpd of host n00008 registered";
+        int before = file_count(log, reg);
+        pid_t pid = start_sharpd("n00008", files[k]);
+        assert_true(file_says(log, reg, before));
+        assert_int_equal(stop(pid), 0);
+    }
+    assert_int_equal(ans_up(), NSW);
+}
+
 static void test_kill_an(void **state)
 {
     (void)state;
@@ -1036,7 +1172,7 @@ static void test_kill_an(void **state)
     json_decref(r);
 
     /* leaf03 back: once g2 is gone the trees are rebuilt with it */
-    start_an(4, secret);
+    start_an(4, NULL);
     json_t *d = job_msg("group_destroy", 60);
     json_object_set_new(d, "group_id", json_integer(group_id(g2)));
     assert_int_equal(call_status(a, d), 0);
@@ -1118,6 +1254,7 @@ int main(void)
         cmocka_unit_test(test_reservation),
         cmocka_unit_test(test_an_advertise),
         cmocka_unit_test(test_wrong_secret),
+        cmocka_unit_test(test_node_keys),
         cmocka_unit_test(test_kill_an),
         cmocka_unit_test(test_am_restart),
     };

@@ -117,4 +117,36 @@ else
     bad "dashboard: not a Grafana dashboard with panels"
 fi
 
+# 5. one client cannot take every connection: 64 idle ones from one
+# address (as nobody, as any local user could), and a scrape from another
+# address is still answered at once
+if [ -x /usr/bin/python3 ] && command -v setpriv >/dev/null; then
+    setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 - "$NET.0.1" 9105 "$NET.0.77" \
+        >"$DIR/hold.out" 2>&1 <<'PY' &
+import socket, sys, time
+held = []
+for _ in range(64):
+    s = socket.socket()
+    s.bind((sys.argv[3], 0))
+    try:
+        s.connect((sys.argv[1], int(sys.argv[2])))
+        held.append(s)
+    except OSError:
+        break
+print("held", len(held), flush=True)
+time.sleep(6)
+PY
+    holder=$!
+    for _ in $(seq 50); do grep -q held "$DIR/hold.out" && break; sleep 0.1; done
+    t0=$(date +%s%N)
+    if curl -sf -m 3 --interface "$NET.0.78" "$MURL/metrics" >"$DIR/m2"; then
+        ms=$((($(date +%s%N) - t0) / 1000000))
+        ok "a scrape while one address holds idle connections ($(cat "$DIR/hold.out")): answered in $ms ms"
+    else
+        bad "a scrape while one address holds idle connections ($(cat "$DIR/hold.out")): not answered"
+    fi
+    kill "$holder" 2>/dev/null
+    wait "$holder" 2>/dev/null
+fi
+
 [ $fails = 0 ]

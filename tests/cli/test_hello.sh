@@ -108,8 +108,11 @@ chmod 600 "$T/bad.secret"
 "$B/sharpd" --config /dev/null --am 127.62.0.1:6126 --host n00003 \
     --socket "$T/bad.sock" --secret-file "$T/bad.secret" >"$T/bad.log" 2>&1 &
 pids+=($!)
+# (nosuch's own node secret: it proves its name, which the topology lacks)
+(umask 077 && "$B/sharp_am" --config /dev/null --secret-file "$T/fab/secret" \
+    --node-secret sharpd:nosuch >"$T/nos.secret")
 "$B/sharpd" --config /dev/null --am 127.62.0.1:6126 --host nosuch \
-    --socket "$T/nos.sock" --secret-file "$T/fab/secret" >"$T/nos.log" 2>&1 &
+    --socket "$T/nos.sock" --secret-file "$T/nos.secret" >"$T/nos.log" 2>&1 &
 pids+=($!)
 sleep 1
 check "wrong secret: exit 2" until_exit 2 n00001 --socket "$T/bad.sock"

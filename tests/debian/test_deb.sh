@@ -6,7 +6,8 @@
 #    programs look in /etc/sharp; the man pages found by man;
 #  - a client built from libsharp-coll-dev through pkg-config runs;
 #  - sharp-fabric (installed) brings up a fabric of the installed daemons on
-#    127.60 and an MPI job, LD_PRELOAD=/usr/lib/libsharp_mpi_ompi.so, runs
+#    127.60 and an MPI job, LD_PRELOAD=/usr/lib/<triplet>/libsharp_mpi_ompi.so,
+#    runs
 #    through it (the aggregation nodes count its operations); sharp-hello
 #    passes on a host of it;
 #  - apt-get remove leaves only the conffiles (and the secret) in
@@ -29,6 +30,8 @@ for p in "${PKGS[@]}"; do
     fi
 done
 [ ! -e /etc/sharp ] || { echo "skip: /etc/sharp exists (another install)"; exit 77; }
+# the libraries are in the multiarch directory
+L=/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 
 T=$(mktemp -d /tmp/sharp-test-deb.XXXXXX)
 FAB=$T/fab
@@ -90,10 +93,14 @@ int main(void)
 }
 C
 # (/lib is /usr/lib on a merged /usr: ldd may say either)
-check "a client built with pkg-config sharp_coll runs, on /usr/lib/libsharp_coll.so.1" \
+check "a client built with pkg-config sharp_coll runs, on $L/libsharp_coll.so.1" \
     bash -c "cc -o $T/client $T/client.c \$(pkg-config --cflags --libs sharp_coll) &&
              $T/client | grep -qx 'Operation not supported' &&
-             ldd $T/client | grep -Eq '=> (/usr)?/lib/libsharp_coll.so.1 '"
+             ldd $T/client | grep -Eq '=> (/usr)?${L#/usr}/libsharp_coll.so.1 '"
+check "the libraries are in $L, none in /usr/lib itself" \
+    bash -c "test -e $L/libsharp_coll.so.1 -a -e $L/libsharp_mpi_ompi.so -a -e $L/sharp/spank_sharp.so &&
+             test -z \"\$(ls /usr/lib/libsharp* /usr/lib/libosm_sharp.so /usr/lib/sharp 2>/dev/null)\" &&
+             grep -qx 'optional $L/sharp/spank_sharp.so' /usr/share/doc/sharp/plugstack.sharp.conf"
 
 # a job through a fabric of the installed daemons ------------------------------
 sharp-topo fat-tree --radix 4 --hosts 4 >"$T/f.ibnd"
@@ -103,7 +110,7 @@ if SHARP_AM_STATS_INTERVAL=1s sharp-fabric --dir "$FAB" up "$T/f.ibnd" --net 127
         bash -c "pgrep -f '^/usr/bin/sharp_am ' && pgrep -f '^/usr/bin/sharp_an ' && pgrep -f '^/usr/bin/sharpd '" >/dev/null
     mpicc.openmpi -O2 -o "$T/demo" mpi-coll/sharp_mpi_demo.c
     if mpirun.openmpi --allow-run-as-root --oversubscribe -np 4 --mca btl self,vader,tcp \
-        -x LD_PRELOAD=/usr/lib/libsharp_mpi_ompi.so -x SHARP_FABRIC_DIR="$FAB" \
+        -x LD_PRELOAD=$L/libsharp_mpi_ompi.so -x SHARP_FABRIC_DIR="$FAB" \
         -x SHARP_MPI_VERBOSE=1 sharp-fabric --dir "$FAB" rank -- "$T/demo" >"$T/job.log" 2>&1; then
         echo "ok   the MPI job (4 ranks, libsharp_mpi_ompi.so preloaded) ran"
     else
@@ -129,6 +136,7 @@ left=$(ls /etc/sharp 2>/dev/null | tr '\n' ' ')
 check "remove: /etc/sharp holds the conffiles and the secret ($left)" \
     test "$left" = "secret sharp_am.conf sharp_an.conf sharpd.conf "
 others=$(ls -d /usr/bin/sharp* /usr/lib/libsharp* /usr/lib/libosm_sharp.so /usr/lib/sharp \
+    $L/libsharp* $L/libosm_sharp.so $L/sharp $L/pkgconfig/sharp* \
     /usr/include/sharp /lib/systemd/system/sharp* /usr/share/man/man*/sharp* \
     /usr/share/man/man*/libsharp* /usr/share/doc/sharp 2>/dev/null | tr '\n' ' ')
 check "remove: nothing else of the packages left ($others)" test -z "$others"

@@ -6,12 +6,18 @@
  *   1: a client's side fed the AM's challenge: never accepted either;
  *   2: a full handshake between both sides with the role and name the
  *      input gives: it must succeed, and fail once any byte of either
- *      proof is changed.
+ *      proof is changed;
+ *   3: the rest of the input as a secret file: a node secret it takes
+ *      names a fit role and name, and proves those only.
  */
 #include "tests/fuzz/fuzz.h"
 
 #include "protocol/auth.h"
 #include "protocol/ctl.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
 
 static shp_auth_key_t key, other;
 
@@ -109,8 +115,17 @@ static void handshake(fz_in_t *in)
     if (hello == NULL) {
         return; /* not UTF-8: json_pack refuses it */
     }
-    FZ_CHECK(shp_auth_server_hello(&s, &key, hello, &chal, &why) == SHP_OK);
+    /* a role and name a node key can be made for: the AM takes the hello
+     * (as the client keeps them: within its fields) */
+    int fit = c.role[0] != '\0' && strchr(c.role, ':') == NULL &&
+              c.name[0] != '\0' && strpbrk(c.name, "\r\n") == NULL;
+    shp_status_t hs = shp_auth_server_hello(&s, &key, hello, &chal, &why);
     json_decref(hello);
+    if (!fit) {
+        FZ_CHECK(hs == SHP_ERR_PROTO && chal == NULL);
+        return;
+    }
+    FZ_CHECK(hs == SHP_OK);
     switch (how % 4) {
     case 0:
         FZ_CHECK(shp_auth_client_answer(&c, &key, chal, &auth, &why) == SHP_OK);
@@ -137,14 +152,37 @@ static void handshake(fz_in_t *in)
     json_decref(auth);
 }
 
+/* the input as a secret file (the cluster's or a node's) */
+static void key_file(fz_in_t *in)
+{
+    static char path[64];
+    char err[300];
+    shp_auth_key_t k, d;
+    const char *why = NULL;
+    if (path[0] == '\0')
+        snprintf(path, sizeof(path), "/tmp/fuzz-auth-key-%d", (int)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    FZ_CHECK(fd >= 0);
+    FZ_CHECK(write(fd, in->p, in->n) == (ssize_t)in->n);
+    close(fd);
+    if (shp_auth_key_load(path, &k, err, sizeof(err)) != SHP_OK || !k.node)
+        return;
+    FZ_CHECK(k.role[0] != '\0' && strchr(k.role, ':') == NULL &&
+             k.name[0] != '\0' && strpbrk(k.name, "\r\n") == NULL);
+    FZ_CHECK(shp_auth_node_key(&k, k.role, k.name, &d, &why) == SHP_OK);
+    FZ_CHECK(memcmp(d.k, k.k, sizeof(d.k)) == 0);
+    FZ_CHECK(shp_auth_node_key(&k, k.role, "", &d, &why) != SHP_OK);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fz_in_t in = {data, size};
 
-    switch (fz_u8(&in) % 3) {
+    switch (fz_u8(&in) % 4) {
     case 0: server(&in); break;
     case 1: client(&in); break;
-    default: handshake(&in); break;
+    case 2: handshake(&in); break;
+    default: key_file(&in); break;
     }
     return 0;
 }

@@ -261,13 +261,25 @@ static void seeds_auth(void)
     save_buf("auth", "client", &b);
     for (unsigned how = 0; how < 4; how++) {
         char name[32];
+        static const char role[39] = "sharpd"; /* the harness's field */
         put8(&b, 2);
         put8(&b, how);
         put8(&b, 17);
-        put(&b, "sharpd\0", 7);
+        put(&b, role, sizeof(role));
+        put(&b, "n00001", 6);
         snprintf(name, sizeof(name), "handshake-%u", how);
         save_buf("auth", name, &b);
     }
+    /* secret files: a node secret, and a cluster secret */
+    char node[SHP_AUTH_NODE_SECRET_MAX];
+    FZ_CHECK(shp_auth_node_secret(&key, "an", "leaf01", node) == SHP_OK);
+    put8(&b, 3);
+    put(&b, node, strlen(node));
+    put8(&b, '\n');
+    save_buf("auth", "node-secret", &b);
+    put8(&b, 3);
+    put(&b, "some cluster secret\n", 20);
+    save_buf("auth", "cluster-secret", &b);
     json_decref(hello);
     json_decref(chal);
     json_decref(auth);

@@ -253,6 +253,18 @@ check "staged units: /usr/bin, /etc/sharp, RuntimeDirectory=sharp" \
              grep -qx 'RuntimeDirectory=sharp' $S/usr/lib/systemd/system/sharp_am.service &&
              ! grep -q 'ReadWritePaths\|@[A-Z]*@' $S/usr/lib/systemd/system/*.service"
 check "staged: prefix=/usr in sharp_coll.pc" grep -qx 'prefix=/usr' "$S/usr/lib/pkgconfig/sharp_coll.pc"
+# a multiarch LIBDIR, as Debian's packages install
+M=$T/multiarch
+inst PREFIX=/usr LIBDIR=/usr/lib/x86_64-linux-gnu DESTDIR="$M" install >"$T/multiarch.log" 2>&1 ||
+    { cat "$T/multiarch.log"; echo "FAIL make install LIBDIR=/usr/lib/x86_64-linux-gnu"; exit 1; }
+check "LIBDIR: the libraries, pkg-config file and Slurm plugin there, and named there" \
+    bash -c "L=$M/usr/lib/x86_64-linux-gnu
+             test -e \$L/libsharp_coll.so.1 -a -e \$L/libsharp_mpi_ompi.so -a -e \$L/libosm_sharp.so \
+                  -a -x \$L/sharp/spank_sharp.so &&
+             test -z \"\$(ls $M/usr/lib/libsharp* $M/usr/lib/sharp 2>/dev/null)\" &&
+             grep -qx 'libdir=/usr/lib/x86_64-linux-gnu' \$L/pkgconfig/sharp_coll.pc &&
+             grep -qx 'optional /usr/lib/x86_64-linux-gnu/sharp/spank_sharp.so' $M/usr/share/doc/sharp/plugstack.sharp.conf &&
+             grep -q 'LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libsharp_mpi_ompi.so' $M/usr/share/man/man7/libsharp_mpi.7"
 
 # nothing outside the test's directory ------------------------------------
 check "nothing appeared in /etc/sharp or /run/sharp" \

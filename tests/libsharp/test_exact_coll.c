@@ -232,6 +232,44 @@ static int m_exact(int rank, void *arg)
             }
         }
     }
+    /* results into a 3-entry IOV: values that sum to nonzero, and values
+     * that are +0 everywhere (no lanes go to the tree then: the zeros are
+     * written here and must reach every entry) */
+    if (cf->per == 1) {
+        const size_t n = 24;
+        double src[24], mid[9], tail[8], head[7];
+        struct sharp_data_iov v[3] = {{head, sizeof(head), NULL},
+                                      {mid, sizeof(mid), NULL},
+                                      {tail, sizeof(tail), NULL}};
+        for (int zero = 0; zero < 2; zero++) {
+            for (size_t i = 0; i < n; i++) {
+                src[i] = zero ? 0.0 : (double)(rank + 1) * (double)(i + 1);
+            }
+            memset(head, 0xa5, sizeof(head));
+            memset(mid, 0xa5, sizeof(mid));
+            memset(tail, 0xa5, sizeof(tail));
+            struct sharp_coll_reduce_spec sp;
+            memset(&sp, 0, sizeof(sp));
+            sp.sbuf_desc = test_host_desc(src, sizeof(src));
+            sp.rbuf_desc.type = SHARP_DATA_IOV;
+            sp.rbuf_desc.mem_type = SHARP_MEM_TYPE_HOST;
+            sp.rbuf_desc.iov.count = 3;
+            sp.rbuf_desc.iov.vector = v;
+            sp.dtype = SHARP_DTYPE_DOUBLE;
+            sp.op = SHARP_OP_SUM_EXACT;
+            sp.length = n;
+            CHECK(sharp_coll_do_allreduce(comm, &sp) == 0, "exact IOV");
+            double sr = (double)cf->size * (cf->size + 1) / 2;
+            for (size_t i = 0; i < n; i++) {
+                double got = i < 7 ? head[i] : i < 16 ? mid[i - 7]
+                                                      : tail[i - 16];
+                double want = zero ? 0.0 : sr * (double)(i + 1);
+                CHECK(got == want && !signbit(got),
+                      "exact IOV%s element %zu: got %.17g, want %.17g",
+                      zero ? " of zeros" : "", i, got, want);
+            }
+        }
+    }
     /* the group's exact operations in `sharpctl groups` (the manager
      * polls the ANs every 200 ms here) */
     if (cf->check_ctl) {

@@ -8,7 +8,11 @@
  * operation that completes or fails later, a decision already made
  * elsewhere, a member that never answers (a bounded error), a member left
  * inside an operation that is canceled, and questions that are not the
- * protocol's.
+ * protocol's.  And the service against others on the network: connections
+ * held open or trickling bytes, more than it serves at once, while a
+ * member needs a result (answered at once all the same, each stalled one
+ * closed by its deadline); a process with another job's key (no answer);
+ * a relay that records a member's question and sends it again (no answer).
  */
 #include "mpi-coll/recover.h"
 #include "core/time.h"
@@ -17,6 +21,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -25,7 +31,6 @@
 #include <unistd.h>
 
 #define MAXN 4
-#define COOKIE 0x1234abcd5678ef90ull
 #define GROUP 77
 
 /* what a member does once every member's service is known; its exit code
@@ -33,6 +38,21 @@
 typedef int (*role_t)(smr_rec_t *r, int me);
 
 static smr_addr_t addrs[MAXN];
+static const unsigned char job_key[SMR_KEY_LEN] =
+    "the job's key, 32 bytes long...";
+static const unsigned char other_key[SMR_KEY_LEN] =
+    "another job's key, 32 bytes....";
+/* a member that runs with another job's key (-1: none) */
+static int stranger = -1;
+/* a member that reaches member 0 through the relay of test_replay_... */
+static int via_mitm = -1;
+static struct {
+    int lfd;
+    volatile int stop;
+    smr_addr_t addr;
+    size_t back, replay_back; /* service to asker: relayed, replayed */
+    int replayed;
+} mitm;
 
 /* complete one operation with a len-byte result of byte c */
 static void complete(smr_rec_t *r, size_t len, int c)
@@ -57,10 +77,15 @@ static void run(int n, role_t role, int *codes)
         if (pid[i] == 0) {
             smr_addr_t me;
             alarm(30);
-            if (smr_start("127.0.0.1", COOKIE, &me) != 0 ||
+            signal(SIGPIPE, SIG_IGN);
+            if (smr_start("127.0.0.1", i == stranger ? other_key : job_key,
+                          &me) != 0 ||
                 write(up[i][1], &me, sizeof(me)) != sizeof(me) ||
                 read(down[i][0], addrs, sizeof(addrs)) != sizeof(addrs)) {
                 _exit(90);
+            }
+            if (i == via_mitm) {
+                addrs[0] = mitm.addr;
             }
             smr_rec_t *r = smr_rec_new(GROUP, i, n, addrs);
             if (r == NULL) {
@@ -93,10 +118,15 @@ static void run(int n, role_t role, int *codes)
 
 static void expect_all_zero(int n, const int *codes)
 {
+    int bad = -1;
     for (int i = 0; i < n; i++) {
         if (codes[i] != 0) {
-            fail_msg("member %d: verdict %d", i, codes[i]);
+            fprintf(stderr, "member %d: verdict %d\n", i, codes[i]);
+            bad = i;
         }
+    }
+    if (bad >= 0) {
+        fail_msg("member %d: verdict %d", bad, codes[bad]);
     }
 }
 
@@ -322,6 +352,7 @@ static int role_garbage(smr_rec_t *r, int me)
     int oom;
     if (me == 0) {
         complete(r, 4, 0x77);
+        usleep(1000000);
         return 0;
     }
     struct sockaddr_in sa;
@@ -334,16 +365,20 @@ static int role_garbage(smr_rec_t *r, int me)
         if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
             return 70;
         }
-        char junk[64];
+        char junk[256]; /* more than any question */
         memset(junk, k == 1 ? 0 : 0x53, sizeof(junk));
         if (k > 0 && write(fd, junk, sizeof(junk)) != sizeof(junk)) {
             return 71;
         }
-        char c;
+        char c[256];
         struct timeval tv = {3, 0};
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-        ssize_t got = k > 0 ? read(fd, &c, 1) : 0;
-        if (got > 0 || (got < 0 && errno == EAGAIN)) {
+        /* the service's hello (24 bytes), then nothing but the close */
+        ssize_t got = 0, n = 0;
+        while (k > 0 && (n = read(fd, c, sizeof(c))) > 0) {
+            got += n;
+        }
+        if (got > 24 || (n < 0 && errno == EAGAIN)) {
             return 72; /* answered garbage, or left it hanging */
         }
         close(fd);
@@ -363,6 +398,235 @@ static void test_not_the_protocol(void **state)
     expect_all_zero(2, codes);
 }
 
+/* Slow-loris connections to member 0's service: member 2 (no member of
+ * the group) holds LORIS connections open, some silent, some sending a
+ * byte now and then, more than the service takes at once, while member 1
+ * needs member 0's result.  The recovery completes at once with the right
+ * result; the service closes each stalled connection by its own deadline;
+ * member 2 then asks member 0 itself, with another job's key: it gets
+ * no answer and no result. */
+#define LORIS 100
+
+static int open_to(const smr_addr_t *a)
+{
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = a->ip;
+    sa.sin_port = a->port;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static int role_loris(smr_rec_t *r, int me)
+{
+    char why[200] = "";
+    int oom;
+    if (me == 0) {
+        complete(r, 3000, 0x11);
+        complete(r, 3000, 0x42);
+        usleep(4500000); /* up while the others ask */
+        return 0;
+    }
+    if (me == 1) {
+        complete(r, 3000, 0x11);
+        smr_begin(r, 3000, &oom);
+        smr_end(r, 0, 3000); /* 2 failed here, completed at member 0 */
+        usleep(300000);      /* member 2's connections are held by now */
+        uint64_t t0 = shp_time_ns();
+        uint64_t F = smr_decide(r, 3000, 3000, why, sizeof(why));
+        uint64_t ms = (shp_time_ns() - t0) / SHP_NSEC_PER_MSEC;
+        const unsigned char *b = smr_result(r);
+        if (F != 3 || smr_done(r) != 2 || b[0] != 0x42 || b[2999] != 0x42) {
+            fprintf(stderr, "member 1: F %llu after %llu ms (%s)\n",
+                    (unsigned long long)F, (unsigned long long)ms, why);
+            return 81;
+        }
+        return ms < 1500 ? 0 : 82;
+    }
+    /* member 2: the stranger */
+    int fds[LORIS];
+    for (int i = 0; i < LORIS; i++) {
+        fds[i] = open_to(&addrs[0]);
+        if (fds[i] < 0) {
+            return 83;
+        }
+    }
+    /* half of them trickle a byte every 100 ms for 3 s */
+    uint64_t t0 = shp_time_ns();
+    while (shp_time_ns() - t0 < 3 * SHP_NSEC_PER_SEC) {
+        for (int i = 0; i < LORIS; i += 2) {
+            (void)send(fds[i], "S", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
+        usleep(100000);
+    }
+    /* every one was closed by the service by now (2 s each at most) */
+    int open_left = 0;
+    for (int i = 0; i < LORIS; i++) {
+        char c[64];
+        ssize_t n;
+        while ((n = recv(fds[i], c, sizeof(c), MSG_DONTWAIT)) > 0) {
+        }
+        open_left += n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+        close(fds[i]);
+    }
+    if (open_left > 0) {
+        fprintf(stderr, "member 2: %d stalled connections still open\n",
+                open_left);
+        return 84;
+    }
+    /* another job's key: no answer, no result */
+    smr_rec_t *s = smr_rec_new(GROUP, 2, 3, addrs);
+    if (s == NULL) {
+        return 85;
+    }
+    smr_begin(s, 3000, &oom);
+    smr_end(s, 0, 3000);
+    uint64_t F = smr_decide(s, 3000, 600, why, sizeof(why));
+    int leaked = smr_done(s) != 0 ||
+                 (smr_result(s) && ((unsigned char *)smr_result(s))[0] == 0x42);
+    smr_rec_free(s);
+    if (F != 0 || leaked) {
+        fprintf(stderr, "member 2: a stranger got an answer (F %llu)\n",
+                (unsigned long long)F);
+        return 86;
+    }
+    return 0;
+}
+
+static void test_slow_loris_and_stranger(void **state)
+{
+    int codes[3];
+    (void)state;
+    stranger = 2;
+    run(3, role_loris, codes);
+    stranger = -1;
+    expect_all_zero(3, codes);
+}
+
+/* A man in the middle: member 1 reaches member 0's service only through
+ * a relay in the test process, which records the bytes member 1 sent in
+ * its first exchange and sends them again to member 0 on a connection of
+ * its own.  Member 1's recovery works through the relay; the replay gets
+ * no answer (less back than the exchange it copies): what crosses the
+ * network does not let whoever sees it ask again. */
+
+/* c and s relayed both ways until one closes; rec: what c sent (up to
+ * cap, *nrec bytes); *back (returned): what s sent */
+static size_t relay(int c, int s, char *rec, size_t cap, size_t *nrec,
+                    size_t *back)
+{
+    struct pollfd p[2] = {{c, POLLIN, 0}, {s, POLLIN, 0}};
+    char buf[8192];
+    *nrec = *back = 0;
+    while (poll(p, 2, 3000) > 0) {
+        int from = (p[0].revents != 0) ? 0 : 1;
+        ssize_t n = read(p[from].fd, buf, sizeof(buf));
+        if (n <= 0) {
+            break;
+        }
+        if (from == 0 && *nrec + (size_t)n <= cap) {
+            memcpy(rec + *nrec, buf, (size_t)n);
+            *nrec += (size_t)n;
+        }
+        *back += from == 1 ? (size_t)n : 0;
+        if (write(p[1 - from].fd, buf, (size_t)n) != n) {
+            break;
+        }
+    }
+    return *back;
+}
+
+static void *mitm_run(void *arg)
+{
+    (void)arg;
+    while (!mitm.stop) {
+        struct pollfd pl = {mitm.lfd, POLLIN, 0};
+        if (poll(&pl, 1, 50) <= 0) {
+            continue;
+        }
+        int c = accept(mitm.lfd, NULL, NULL);
+        int s = open_to(&addrs[0]);
+        char rec[4096];
+        size_t nrec = 0, back = 0;
+        if (c >= 0 && s >= 0) {
+            relay(c, s, rec, sizeof(rec), &nrec, &back);
+        }
+        close(c);
+        close(s);
+        if (!mitm.replayed && back > 0) {
+            mitm.replayed = 1;
+            mitm.back = back;
+            int t = open_to(&addrs[0]);
+            struct timeval tv = {3, 0};
+            setsockopt(t, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+            char buf[8192];
+            ssize_t n;
+            if (t >= 0 && write(t, rec, nrec) == (ssize_t)nrec) {
+                while ((n = read(t, buf, sizeof(buf))) > 0) {
+                    mitm.replay_back += (size_t)n;
+                }
+            }
+            close(t);
+        }
+    }
+    return NULL;
+}
+
+static int role_replayed(smr_rec_t *r, int me)
+{
+    char why[200] = "";
+    int oom;
+    complete(r, 500, 0x11);
+    if (me == 0) {
+        complete(r, 500, 0x42);
+        usleep(2000000); /* up for the replay */
+        return 0;
+    }
+    smr_begin(r, 500, &oom);
+    smr_end(r, 0, 500);
+    usleep(50000);
+    uint64_t F = smr_decide(r, 500, 3000, why, sizeof(why));
+    const unsigned char *b = smr_result(r);
+    return F == 3 && b[0] == 0x42 && b[499] == 0x42 ? 0 : 90;
+}
+
+static void test_replay_gets_nothing(void **state)
+{
+    int codes[2];
+    pthread_t th;
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof(sa);
+    (void)state;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    mitm.lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(bind(mitm.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(mitm.lfd, 16), 0);
+    assert_int_equal(getsockname(mitm.lfd, (struct sockaddr *)&sa, &sl), 0);
+    mitm.addr.ip = sa.sin_addr.s_addr;
+    mitm.addr.port = sa.sin_port;
+    assert_int_equal(pthread_create(&th, NULL, mitm_run, NULL), 0);
+    via_mitm = 1;
+    run(2, role_replayed, codes);
+    via_mitm = -1;
+    mitm.stop = 1;
+    pthread_join(th, NULL);
+    close(mitm.lfd);
+    expect_all_zero(2, codes);
+    assert_true(mitm.replayed);
+    if (mitm.replay_back >= mitm.back) {
+        fail_msg("a replayed question got %zu bytes back (the exchange it "
+                 "copies: %zu)",
+                 mitm.replay_back, mitm.back);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -374,6 +638,8 @@ int main(void)
         cmocka_unit_test(test_cancel_member_inside),
         cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_not_the_protocol),
+        cmocka_unit_test(test_slow_loris_and_stranger),
+        cmocka_unit_test(test_replay_gets_nothing),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -102,6 +102,88 @@ static void test_handshake(void **state)
     assert_int_equal(step, 2);
 }
 
+/* a node secret: its text, loaded from a file; it proves its own role and
+ * name and no other; the cluster key derives the same key; a node key is
+ * refused as the AM's */
+static void test_node_secrets(void **state)
+{
+    (void)state;
+    shp_auth_key_t cl, other, nk, nk2, d;
+    char text[SHP_AUTH_NODE_SECRET_MAX], err[256], tmpl[] = "/tmp/shp-node-XXXXXX";
+    const char *why = NULL;
+    int step;
+    shp_auth_key_from_bytes("secret-one-0123456789", 21, &cl);
+    shp_auth_key_from_bytes("secret-two-0123456789", 21, &other);
+    assert_int_equal(shp_auth_node_secret(&cl, "an", "leaf01", text), SHP_OK);
+    assert_int_equal(strncmp(text, "sharp-node-v1:an:", 17), 0);
+    assert_int_equal(strlen(text), strlen("sharp-node-v1:an::leaf01") + 64);
+    assert_non_null(strstr(text, ":leaf01"));
+    /* a name with a colon or a space (switch descriptions have them) */
+    assert_int_equal(shp_auth_node_secret(&cl, "an", "MF0;sw:1 U1", text),
+                     SHP_OK);
+    assert_non_null(mkdtemp(tmpl));
+    strcpy(dir, tmpl);
+    const char *p = write_secret("colon", text, 0600);
+    assert_int_equal(shp_auth_key_load(p, &nk, err, sizeof(err)), SHP_OK);
+    assert_true(nk.node);
+    assert_string_equal(nk.role, "an");
+    assert_string_equal(nk.name, "MF0;sw:1 U1");
+    /* the file's key is the one the cluster key derives */
+    assert_int_equal(shp_auth_node_secret(&cl, "an", "leaf01", text), SHP_OK);
+    p = write_secret("leaf01", text, 0600);
+    assert_int_equal(shp_auth_key_load(p, &nk, err, sizeof(err)), SHP_OK);
+    assert_int_equal(shp_auth_node_key(&cl, "an", "leaf01", &d, &why), SHP_OK);
+    assert_memory_equal(nk.k, d.k, sizeof(d.k));
+    assert_memory_not_equal(cl.k, d.k, sizeof(d.k));
+    /* with its own name: a handshake; another name, role or cluster: no */
+    assert_int_equal(handshake(&nk, &cl, &step), SHP_OK);
+    assert_int_equal(handshake(&nk, &other, &step), SHP_ERR_AUTH);
+    assert_int_equal(step, 2);
+    assert_int_equal(shp_auth_node_key(&nk, "an", "leaf02", &d, &why),
+                     SHP_ERR_AUTH);
+    assert_non_null(strstr(why, "another role or name"));
+    assert_int_equal(shp_auth_node_key(&nk, "sharpd", "leaf01", &d, &why),
+                     SHP_ERR_AUTH);
+    assert_int_equal(shp_auth_node_secret(&cl, "sharpd", "leaf02", text),
+                     SHP_OK);
+    p = write_secret("leaf02", text, 0600);
+    assert_int_equal(shp_auth_key_load(p, &nk2, err, sizeof(err)), SHP_OK);
+    assert_int_equal(handshake(&nk2, &cl, &step), SHP_ERR_AUTH);
+    assert_int_equal(step, 2); /* the client names its file the culprit */
+    /* the cluster key as a client's: derives its node key */
+    assert_int_equal(handshake(&cl, &cl, &step), SHP_OK);
+    /* a node key is no AM's key; a node key makes no node secret */
+    assert_int_equal(handshake(&nk, &nk, &step), SHP_ERR_AUTH);
+    assert_int_equal(step, 1);
+    assert_int_equal(shp_auth_node_secret(&nk, "an", "x", text),
+                     SHP_ERR_INVALID_PARAM);
+    assert_int_equal(shp_auth_node_secret(&cl, "a:n", "x", text),
+                     SHP_ERR_INVALID_PARAM);
+    assert_int_equal(shp_auth_node_secret(&cl, "an", "x\ny", text),
+                     SHP_ERR_INVALID_PARAM);
+    /* malformed node secrets are refused with what the form is */
+    const char *bad[] = {
+        "sharp-node-v1:an:1234:leaf01",
+        "sharp-node-v1:an:"
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdeX:l",
+        "sharp-node-v1:an:"
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef:",
+        "sharp-node-v1:an:"
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "sharp-node-v1:anxxxxxxxxxxxxxxxxxxxxxxxxxxx:"
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef:l",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        p = write_secret("bad", bad[i], 0600);
+        assert_int_equal(shp_auth_key_load(p, &d, err, sizeof(err)),
+                         SHP_ERR_INVALID_PARAM);
+        assert_non_null(strstr(err, "sharp-node-v1:ROLE:HEX:NAME"));
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_server_refusals(void **state)
 {
     (void)state;
@@ -148,7 +230,7 @@ static void test_server_refusals(void **state)
                      "00000000000000000000000000000000"
                      "00000000000000000000000000000000");
     assert_int_equal(shp_auth_server_verify(&s, &k, auth, &why), SHP_ERR_AUTH);
-    assert_string_equal(why, "wrong cluster secret");
+    assert_string_equal(why, "wrong cluster secret (or not the node secret of this role and name)");
     assert_int_equal(s.state, 1);
     json_decref(auth);
     json_decref(hello);
@@ -174,6 +256,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_files),
         cmocka_unit_test(test_handshake),
+        cmocka_unit_test(test_node_secrets),
         cmocka_unit_test(test_server_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,156 @@
+/*
+ * The node-local step of libsharp_mpi on shared memory (issue 31): one
+ * segment for one communicator's ranks on one node (node ranks 0..n-1, the
+ * leader is node rank 0, the sharp group's member), in which the ranks
+ * hand their contributions to the leader and the leader hands results back,
+ * without MPI and without waking anyone for MPI's own algorithms.
+ *
+ * Every step is one "operation" with a sequence number that every rank of
+ * the node counts alike (all ranks call the same steps in the same order,
+ * as MPI requires of collectives).  A step carries at most one slot's worth
+ * of data (smn_slot_bytes()); smn_allreduce() and smn_bcast() cut larger
+ * messages into chunks, each one operation.
+ *
+ *   allreduce     smn_reduce (every rank: its contribution; the leader gets
+ *                 the fold in node-rank order, shp_reduce_fold, bitwise what
+ *                 the PMPI gather + fold gave), the leader's sharp call,
+ *                 smn_result (the leader publishes, the others copy out);
+ *                 or smn_gather instead of smn_reduce, where the leader
+ *                 needs every contribution apart (an exact sum)
+ *   bcast         smn_bcast from one node rank (the leader after its sharp
+ *                 bcast, or a root in this node before it)
+ *   barrier       smn_barrier: everyone arrives, the leader's hook runs
+ *                 (its sharp barrier), the leader releases
+ *
+ * Waits spin briefly, then sleep on a futex of the shared word; a waiter
+ * that sleeps checks, every period, that the rank it waits for is alive.
+ * A dead peer or a wait past the timeout fails the segment for everyone
+ * (SHP_ERR_GROUP_FAILED or SHP_ERR_TIMED_OUT, smn_failed_rank() names the
+ * node rank): never a hang, never a wrong result.  A failed segment stays
+ * failed; the caller falls back to PMPI.
+ *
+ * No MPI here: the caller distributes the handle (a fixed-size blob) and
+ * makes the node barrier after which the leader unlinks the segment.
+ * Functions return shp_status_t; nothing is printed.
+ */
+#ifndef SHARP_MPI_NODE_SHM_H
+#define SHARP_MPI_NODE_SHM_H
+
+#include "core/status.h"
+#include "reduce/reduce.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SMN_MAX_RANKS 1024
+
+typedef struct smn_opts {
+    size_t slot_bytes;   /* per rank and for the result (leader's choice;
+                            rounded up to 64 bytes); default 64 KiB */
+    unsigned spin_ns;    /* spin before sleeping; default 2000 (2 us) */
+    unsigned timeout_ms; /* a fan-in (twice: waiting for a publication, which
+                            may include the leader's sharp call); 30000 */
+    unsigned period_ms;  /* sleep slices between liveness checks; 100
+                            (0 is taken as 1) */
+} smn_opts_t;
+
+/* The blob the leader gives every other node rank (e.g. PMPI_Bcast of
+ * sizeof(smn_handle_t) bytes on the node communicator). */
+typedef struct smn_handle {
+    char name[48];      /* shm_open name, NUL-terminated */
+    uint64_t seg_bytes; /* the whole segment */
+    uint64_t cookie;    /* random, also in the segment */
+    uint32_t nranks;
+    uint32_t slot_bytes;
+} smn_handle_t;
+
+typedef struct smn_stats {
+    uint64_t ops;    /* operations (chunks) this rank took part in */
+    uint64_t spins;  /* waits that ended while spinning */
+    uint64_t sleeps; /* futex waits entered */
+    uint64_t wakes;  /* futex wakes issued (someone was asleep) */
+} smn_stats_t;
+
+typedef struct smn_node smn_node_t;
+
+/* The leader's hook inside smn_allreduce / smn_barrier: buf holds the
+ * node's fold of this chunk (count elements, elements offset..offset+count
+ * of the whole message), to be replaced in place by the final result (the
+ * sharp call); NULL for a barrier.  Its return value reaches every rank
+ * (smn_result's code). */
+typedef int (*smn_leader_fn_t)(void *arg, void *buf, size_t count,
+                               size_t offset);
+
+void smn_opts_default(smn_opts_t *o);
+
+/* Setup ------------------------------------------------------------------ */
+
+/* Leader (node rank 0): a new segment for nranks ranks (mode 0600, a
+ * random name, O_EXCL); *h is what the others attach with. */
+SHP_WUR shp_status_t smn_create(unsigned nranks, const smn_opts_t *o,
+                                smn_node_t **node, smn_handle_t *h);
+/* Node rank `rank` (1..n-1) attaches; the segment must match the handle
+ * (size, magic, version, node size, slot size, cookie, owner, mode):
+ * SHP_ERR_PROTO / SHP_ERR_VERSION / SHP_ERR_MISMATCH / SHP_ERR_PERM if not.
+ * Only slot_bytes of o is ignored (the leader's). */
+SHP_WUR shp_status_t smn_attach(const smn_handle_t *h, unsigned rank,
+                                const smn_opts_t *o, smn_node_t **node);
+/* Removes the segment's name once every rank attached (call it after a
+ * node barrier, e.g. smn_barrier); mapped memory stays.  Any rank may call
+ * it; SHP_ERR_BUSY (and nothing done) if not all ranks attached. */
+SHP_WUR shp_status_t smn_unlink(smn_node_t *node);
+/* Unmaps (and unlinks the name if it still exists). */
+void smn_destroy(smn_node_t *node);
+
+unsigned smn_rank(const smn_node_t *node);
+unsigned smn_size(const smn_node_t *node);
+size_t smn_slot_bytes(const smn_node_t *node);
+/* elements of desc in one chunk (0 if desc is invalid) */
+size_t smn_chunk_count(const smn_node_t *node, const shp_reduce_desc_t *desc);
+/* the leader's result area (slot_bytes): smn_reduce may fold into it and
+ * smn_result publish from it without a copy */
+void *smn_result_area(smn_node_t *node);
+/* after a failure: the node rank that died or did not come, else -1 */
+int smn_failed_rank(const smn_node_t *node);
+void smn_get_stats(const smn_node_t *node, smn_stats_t *st);
+
+/* One chunk of an allreduce ---------------------------------------------- */
+
+/* Every rank: src (count elements of desc, wire layout, count <=
+ * smn_chunk_count()) is its contribution.  The leader waits for all and
+ * writes the fold (ranks 0..n-1 in order, its own src first) to dst (may
+ * be src itself, or smn_result_area()); the others return at once (dst
+ * unused).  Must be followed by smn_result on every rank. */
+SHP_WUR shp_status_t smn_reduce(smn_node_t *node, const shp_reduce_desc_t *desc,
+                                const void *src, size_t count, void *dst);
+/* The same, but the leader gets each rank's contribution apart: srcs[0] =
+ * its src, srcs[i] = rank i's, bytes each, valid until its smn_result. */
+SHP_WUR shp_status_t smn_gather(smn_node_t *node, const void *src, size_t bytes,
+                                const void **srcs);
+/* Ends the chunk.  Leader: publishes bytes of buf (<= slot_bytes; buf may
+ * be smn_result_area()) and code.  Others: wait, copy bytes into buf (NULL:
+ * copy nothing, e.g. a reduce's non-root) and get the leader's code (code
+ * may be NULL).  bytes must be the same on every rank. */
+SHP_WUR shp_status_t smn_result(smn_node_t *node, void *buf, size_t bytes,
+                                int *code);
+
+/* Whole collectives -------------------------------------------------------- */
+
+/* Allreduce of count elements in chunks: per chunk smn_reduce, the
+ * leader's fn on the fold (NULL: none, a node-only allreduce), smn_result.
+ * dst gets the result on every rank (may be src).  The first non-zero code
+ * of fn stops the loop after that chunk, on every rank, and is returned in
+ * *code. */
+SHP_WUR shp_status_t smn_allreduce(smn_node_t *node,
+                                   const shp_reduce_desc_t *desc,
+                                   const void *src, void *dst, size_t count,
+                                   smn_leader_fn_t fn, void *arg, int *code);
+/* bytes of buf from node rank root to all, in chunks. */
+SHP_WUR shp_status_t smn_bcast(smn_node_t *node, void *buf, size_t bytes,
+                               unsigned root);
+/* All arrive; the leader runs fn(arg, NULL, 0, 0) (NULL: nothing) once all
+ * arrived; all leave with its code. */
+SHP_WUR shp_status_t smn_barrier(smn_node_t *node, smn_leader_fn_t fn,
+                                 void *arg, int *code);
+
+#endif

@@ -1,0 +1,872 @@
+/*
+ * The node-local step on shared memory (mpi-coll/node_shm.c) with real
+ * processes: the test forks the leader, which creates the segment and hands
+ * the handle back, then the other node ranks, which attach by it; all meet
+ * in a barrier, the leader unlinks, and each runs the case's body.  A
+ * rank's exit code is its verdict (0 right).
+ *
+ * Results are checked against references the test computes itself: every
+ * rank's input regenerated from its seed and folded with shp_reduce_fold
+ * over the whole message in node-rank order (every dtype and op the engine
+ * takes, sizes across the chunk boundary), or plain loops.  Failures: a rank
+ * that is slow, killed (SIGKILL; left a zombie while the others run), or
+ * stuck past the timeout; segments that must be refused; nothing left in
+ * /dev/shm.
+ */
+#include "mpi-coll/node_shm.h"
+#include "reduce/reduce.h"
+#include "tests/support/test_util.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXN 8
+#define SLOT 1024 /* small slots: chunking is cheap to reach */
+
+typedef int (*body_t)(smn_node_t *nd, unsigned rank, void *arg);
+
+static char seg_name[64]; /* the last run's segment */
+
+static smn_opts_t test_opts(void)
+{
+    smn_opts_t o;
+    smn_opts_default(&o);
+    o.slot_bytes = SLOT;
+    o.timeout_ms = 5000;
+    o.period_ms = 20;
+    return o;
+}
+
+static uint64_t ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int shm_exists(const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "/dev/shm%s", name);
+    return access(path, F_OK) == 0;
+}
+
+/* a rank's life: attach (or create), barrier, unlink, body, destroy */
+static int rank_main(unsigned rank, unsigned n, const smn_opts_t *o,
+                     smn_handle_t *h, int pipefd, body_t body, void *arg)
+{
+    smn_node_t *nd = NULL;
+    shp_status_t st =
+        rank == 0 ? smn_create(n, o, &nd, h) : smn_attach(h, rank, o, &nd);
+    if (rank == 0) {
+        smn_handle_t none = {{0}, 0, 0, 0, 0};
+        if (write(pipefd, st == SHP_OK ? h : &none, sizeof(*h)) !=
+            (ssize_t)sizeof(*h)) {
+            return 90;
+        }
+    }
+    if (st != SHP_OK) {
+        fprintf(stderr, "rank %u: setup: %s\n", rank, shp_status_str(st));
+        return 91;
+    }
+    int rc = 0;
+    st = smn_barrier(nd, NULL, NULL, NULL);
+    if (st == SHP_OK && rank == 0) {
+        st = smn_unlink(nd);
+        if (st == SHP_OK && shm_exists(h->name)) {
+            rc = 93; /* unlinked, still there */
+        }
+    }
+    if (st != SHP_OK) {
+        rc = 92;
+    }
+    if (rc == 0) {
+        rc = body(nd, rank, arg);
+    }
+    smn_destroy(nd);
+    return rc;
+}
+
+/* n ranks run body; codes[i]: exit code, or 128 + signal */
+static void run_node(unsigned n, const smn_opts_t *o, body_t body, void *arg,
+                     int *codes)
+{
+    int p[2];
+    pid_t pid[MAXN];
+    smn_handle_t h;
+    assert_int_equal(pipe(p), 0);
+    for (unsigned i = 0; i < n; i++) {
+        pid[i] = fork();
+        assert_true(pid[i] >= 0);
+        if (pid[i] == 0) {
+            alarm(60);
+            close(p[0]);
+            _exit(rank_main(i, n, o, &h, p[1], body, arg));
+        }
+        if (i == 0) {
+            assert_int_equal(read(p[0], &h, sizeof(h)), sizeof(h));
+            snprintf(seg_name, sizeof(seg_name), "%s", h.name);
+        }
+    }
+    close(p[0]);
+    close(p[1]);
+    /* in rank order: a rank killed early stays a zombie meanwhile */
+    for (unsigned i = 0; i < n; i++) {
+        int ws;
+        assert_int_equal(waitpid(pid[i], &ws, 0), pid[i]);
+        codes[i] = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    }
+}
+
+static void expect_all(unsigned n, const int *codes, int want)
+{
+    for (unsigned i = 0; i < n; i++) {
+        if (codes[i] != want) {
+            fail_msg("rank %u exited %d, expected %d", i, codes[i], want);
+        }
+    }
+    assert_false(shm_exists(seg_name));
+}
+
+/* Inputs ------------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* rank r's input for a case: random bytes (NaNs, -0, anything) */
+static void fill(void *buf, size_t bytes, uint64_t seed, unsigned r)
+{
+    uint64_t s = mix(seed * 131 + r);
+    unsigned char *b = buf;
+    for (size_t i = 0; i < bytes; i++) {
+        if (i % 8 == 0) {
+            s = mix(s);
+        }
+        b[i] = (unsigned char)(s >> (8 * (i % 8)));
+    }
+}
+
+/* the reference: every rank's input folded over the whole message, in
+ * node-rank order */
+static int reference(const shp_reduce_desc_t *d, size_t count, uint64_t seed,
+                     unsigned n, void *out)
+{
+    size_t bytes = count * shp_reduce_elem_size(d);
+    char *in = malloc(bytes * n + 1);
+    const void *srcs[MAXN];
+    for (unsigned r = 0; r < n; r++) {
+        fill(in + r * bytes, bytes, seed, r);
+        srcs[r] = in + r * bytes;
+    }
+    int ok = shp_reduce_fold(d, out, srcs, n, count) == SHP_OK;
+    free(in);
+    return ok;
+}
+
+/* Every dtype and op ------------------------------------------------------ */
+
+static int one_allreduce(smn_node_t *nd, unsigned rank,
+                         const shp_reduce_desc_t *d, size_t count,
+                         uint64_t seed)
+{
+    size_t bytes = count * shp_reduce_elem_size(d);
+    char *src = malloc(bytes + 1), *dst = malloc(bytes + 1),
+         *ref = malloc(bytes + 1);
+    int rc = 0, code = -1;
+    fill(src, bytes, seed, rank);
+    shp_status_t st = smn_allreduce(nd, d, src, dst, count, NULL, NULL, &code);
+    if (st != SHP_OK || code != 0) {
+        fprintf(stderr, "rank %u: %s %s x%zu: %s\n", rank,
+                shp_dtype_name(d->dtype), shp_op_name(d->op), count,
+                shp_status_str(st));
+        rc = 10;
+    } else if (!reference(d, count, seed, smn_size(nd), ref)) {
+        rc = 11;
+    } else if (memcmp(dst, ref, bytes) != 0) {
+        fprintf(stderr, "rank %u: %s %s x%zu: result differs\n", rank,
+                shp_dtype_name(d->dtype), shp_op_name(d->op), count);
+        rc = 12;
+    }
+    free(src);
+    free(dst);
+    free(ref);
+    return rc;
+}
+
+static int types_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    (void)arg;
+    static const shp_dtype_t tags[] = {SHP_DTYPE_NULL, SHP_DTYPE_I32,
+                                       SHP_DTYPE_U8};
+    uint64_t seed = 1;
+    int cases = 0;
+    for (int dt = 0; dt < SHP_DTYPE_LAST; dt++) {
+        for (int op = 0; op < SHP_OP_LAST; op++) {
+            for (unsigned t = 0; t < sizeof(tags) / sizeof(tags[0]); t++) {
+                shp_reduce_desc_t d = {(shp_dtype_t)dt, (shp_op_t)op, tags[t]};
+                if (shp_reduce_desc_check(&d, NULL) != SHP_OK) {
+                    continue;
+                }
+                size_t c = smn_chunk_count(nd, &d);
+                size_t counts[] = {1, c - 1, c, c + 1, 2 * c + 3};
+                for (unsigned k = 0; k < 5; k++) {
+                    int rc = one_allreduce(nd, rank, &d, counts[k], seed++);
+                    if (rc != 0) {
+                        return rc;
+                    }
+                }
+                cases++;
+            }
+        }
+    }
+    return cases >= 96 ? 0 : 13; /* the table was walked */
+}
+
+static void test_types_8(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    run_node(8, &o, types_body, NULL, codes);
+    expect_all(8, codes, 0);
+}
+
+/* a few descriptors at every node size 1..8 */
+static int sizes_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    (void)arg;
+    static const shp_reduce_desc_t ds[] = {
+        {SHP_DTYPE_F32, SHP_OP_SUM, SHP_DTYPE_NULL},
+        {SHP_DTYPE_I8, SHP_OP_PROD, SHP_DTYPE_NULL},
+        {SHP_DTYPE_BF16, SHP_OP_MAX, SHP_DTYPE_NULL},
+        {SHP_DTYPE_F64, SHP_OP_MINLOC, SHP_DTYPE_I32},
+    };
+    for (unsigned i = 0; i < 4; i++) {
+        size_t c = smn_chunk_count(nd, &ds[i]);
+        for (size_t count = 1; count <= 3 * c + 1; count += c / 3 + 1) {
+            int rc = one_allreduce(nd, rank, &ds[i], count, 1000 + count);
+            if (rc != 0) {
+                return rc;
+            }
+        }
+    }
+    return 0;
+}
+
+static void test_node_sizes(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    for (unsigned n = 1; n <= MAXN; n++) {
+        run_node(n, &o, sizes_body, NULL, codes);
+        expect_all(n, codes, 0);
+    }
+}
+
+/* The fold's order, against a plain loop ----------------------------------- */
+
+/* rank r's j-th value: 2^(60 - 10r) style magnitudes, so that a sum's
+ * rounding depends on the order */
+static double ordered_value(unsigned r, size_t j)
+{
+    static const double mags[] = {1e16, 1.0, -1e16, 3.0, 0.5, 1e-3, 7.0, 2.5};
+    return mags[(r + j) % MAXN] * (1.0 + (double)(j % 7) / 8.0);
+}
+
+static int order_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    (void)arg;
+    shp_reduce_desc_t d = {SHP_DTYPE_F64, SHP_OP_SUM, SHP_DTYPE_NULL};
+    size_t count = 3 * smn_chunk_count(nd, &d) + 5;
+    double *src = malloc(count * 8), *dst = malloc(count * 8);
+    unsigned n = smn_size(nd);
+    int rc = 0, order_matters = 0;
+    for (size_t j = 0; j < count; j++) {
+        src[j] = ordered_value(rank, j);
+    }
+    if (smn_allreduce(nd, &d, src, dst, count, NULL, NULL, NULL) != SHP_OK) {
+        rc = 20;
+    }
+    for (size_t j = 0; j < count && rc == 0; j++) {
+        double fwd = ordered_value(0, j), bwd = ordered_value(n - 1, j);
+        for (unsigned r = 1; r < n; r++) {
+            fwd += ordered_value(r, j);
+            bwd += ordered_value(n - 1 - r, j);
+        }
+        order_matters |= memcmp(&fwd, &bwd, 8) != 0;
+        if (memcmp(&fwd, &dst[j], 8) != 0) {
+            fprintf(stderr, "rank %u: element %zu: %a, loop %a\n", rank, j,
+                    dst[j], fwd);
+            rc = 21;
+        }
+    }
+    free(src);
+    free(dst);
+    return rc != 0 ? rc : order_matters ? 0 : 22;
+}
+
+static void test_fold_order(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    run_node(8, &o, order_body, NULL, codes);
+    expect_all(8, codes, 0);
+}
+
+/* Many operations of every kind, one after the other ------------------------ */
+
+#define MANY_OPS 2000
+
+static uint64_t val(unsigned r, unsigned it, size_t j)
+{
+    return mix((uint64_t)it << 32 ^ (uint64_t)j << 8 ^ r);
+}
+
+/* the leader's hook: the sharp call's stand-in, adds the iteration */
+static int add_it(void *arg, void *buf, size_t count, size_t offset)
+{
+    unsigned it = *(unsigned *)arg;
+    uint64_t *v = buf;
+    for (size_t j = 0; j < count; j++) {
+        v[j] += it + offset + j;
+    }
+    return 0;
+}
+
+static int barrier_code(void *arg, void *buf, size_t count, size_t offset)
+{
+    (void)buf, (void)count, (void)offset;
+    return (int)*(unsigned *)arg + 1;
+}
+
+static int many_allreduce(smn_node_t *nd, unsigned rank, unsigned it,
+                          uint64_t *src, uint64_t *dst)
+{
+    shp_reduce_desc_t d = {SHP_DTYPE_U64, SHP_OP_SUM, SHP_DTYPE_NULL};
+    size_t count = 1 + (size_t)mix(it) % (3 * (SLOT / 8));
+    for (size_t j = 0; j < count; j++) {
+        src[j] = val(rank, it, j);
+    }
+    if (smn_allreduce(nd, &d, src, dst, count, add_it, &it, NULL) != SHP_OK) {
+        return 30;
+    }
+    for (size_t j = 0; j < count; j++) {
+        uint64_t want = it + j;
+        for (unsigned r = 0; r < smn_size(nd); r++) {
+            want += val(r, it, j);
+        }
+        if (dst[j] != want) {
+            fprintf(stderr, "rank %u op %u: [%zu] %llu != %llu\n", rank, it, j,
+                    (unsigned long long)dst[j], (unsigned long long)want);
+            return 31;
+        }
+    }
+    return 0;
+}
+
+static int many_gather(smn_node_t *nd, unsigned rank, unsigned it,
+                       uint64_t *src)
+{
+    size_t count = 1 + it % (SLOT / 8);
+    const void *srcs[MAXN];
+    uint64_t sum = 0, got = 0;
+    for (size_t j = 0; j < count; j++) {
+        src[j] = val(rank, it, j);
+    }
+    if (smn_gather(nd, src, count * 8, srcs) != SHP_OK) {
+        return 40;
+    }
+    if (rank == 0) { /* each contribution apart, as its rank sent it */
+        for (unsigned r = 0; r < smn_size(nd); r++) {
+            for (size_t j = 0; j < count; j++) {
+                uint64_t v;
+                memcpy(&v, (const char *)srcs[r] + j * 8, 8);
+                if (v != val(r, it, j)) {
+                    return 41;
+                }
+                sum += v * (r + 1);
+            }
+        }
+    }
+    if (smn_result(nd, &sum, 8, NULL) != SHP_OK) {
+        return 42;
+    }
+    for (unsigned r = 0; r < smn_size(nd); r++) {
+        for (size_t j = 0; j < count; j++) {
+            got += val(r, it, j) * (r + 1);
+        }
+    }
+    return sum == got ? 0 : 43;
+}
+
+static int many_bcast(smn_node_t *nd, unsigned rank, unsigned it, uint64_t *buf)
+{
+    unsigned root = it % smn_size(nd);
+    size_t count = 1 + (size_t)mix(it + 7) % (3 * (SLOT / 8));
+    for (size_t j = 0; j < count; j++) {
+        buf[j] = rank == root ? val(root, it, j) : 0;
+    }
+    if (smn_bcast(nd, buf, count * 8, root) != SHP_OK) {
+        return 50;
+    }
+    for (size_t j = 0; j < count; j++) {
+        if (buf[j] != val(root, it, j)) {
+            return 51;
+        }
+    }
+    return 0;
+}
+
+static int many_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    (void)arg;
+    uint64_t *a = malloc(3 * SLOT + 8), *b = malloc(3 * SLOT + 8);
+    int rc = 0;
+    for (unsigned it = 0; it < MANY_OPS && rc == 0; it++) {
+        int code = -1;
+        switch (it % 4) {
+        case 0: rc = many_allreduce(nd, rank, it, a, b); break;
+        case 1: rc = many_bcast(nd, rank, it, a); break;
+        case 2: rc = many_gather(nd, rank, it, a); break;
+        default:
+            if (smn_barrier(nd, barrier_code, &it, &code) != SHP_OK ||
+                code != (int)it + 1) {
+                rc = 60;
+            }
+        }
+    }
+    smn_stats_t st;
+    smn_get_stats(nd, &st);
+    if (rc == 0 && st.ops < MANY_OPS) {
+        rc = 61;
+    }
+    free(a);
+    free(b);
+    return rc;
+}
+
+static void test_many_ops(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    run_node(8, &o, many_body, NULL, codes);
+    expect_all(8, codes, 0);
+}
+
+/* The per-chunk calls the integration makes ------------------------------ */
+
+/* the leader's hook fails on the second chunk */
+static int fail_second(void *arg, void *buf, size_t count, size_t offset)
+{
+    (void)arg, (void)buf, (void)count;
+    return offset == 0 ? 0 : 7;
+}
+
+static int chunk_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    (void)arg;
+    shp_reduce_desc_t d = {SHP_DTYPE_U32, SHP_OP_BXOR, SHP_DTYPE_NULL};
+    size_t c = smn_chunk_count(nd, &d), n = smn_size(nd);
+    uint32_t src[3 * SLOT / 4 + 1], dst[3 * SLOT / 4 + 1];
+    for (size_t j = 0; j < 3 * c + 1; j++) {
+        src[j] = (uint32_t)val(rank, 1, j);
+        dst[j] = 0xdeadbeef;
+    }
+    if (smn_reduce(nd, &d, src, c + 1, dst) != SHP_ERR_TOO_LARGE) {
+        return 100;
+    }
+    /* the fold straight into the result area, published from it */
+    uint32_t *area = smn_result_area(nd);
+    if (smn_reduce(nd, &d, src, c, rank == 0 ? area : NULL) != SHP_OK ||
+        smn_result(nd, rank == 0 ? area : dst, c * 4, NULL) != SHP_OK) {
+        return 101;
+    }
+    if (rank == 0) {
+        memcpy(dst, area, c * 4);
+    }
+    for (size_t j = 0; j < c; j++) {
+        uint32_t want = 0;
+        for (unsigned r = 0; r < n; r++) {
+            want ^= (uint32_t)val(r, 1, j);
+        }
+        if (dst[j] != want) {
+            return 102;
+        }
+    }
+    /* a hook's code stops the chunks after the one it came with, on every
+     * rank: two chunks written, the rest untouched */
+    int code = 0;
+    for (size_t j = 0; j < 3 * c + 1; j++) {
+        dst[j] = 0xdeadbeef;
+    }
+    if (smn_allreduce(nd, &d, src, dst, 3 * c + 1, fail_second, NULL, &code) !=
+            SHP_OK ||
+        code != 7) {
+        return 103;
+    }
+    for (size_t j = 0; j < 3 * c + 1; j++) {
+        uint32_t want = 0;
+        for (unsigned r = 0; r < n; r++) {
+            want ^= (uint32_t)val(r, 1, j);
+        }
+        if ((j < 2 * c) != (dst[j] == want) ||
+            (j >= 2 * c && dst[j] != 0xdeadbeef)) {
+            return 104;
+        }
+    }
+    /* a result call without its reduce is refused, the segment unharmed */
+    if (smn_result(nd, dst, 4, NULL) != SHP_ERR_INVALID_PARAM) {
+        return 105;
+    }
+    /* the callers disagree on the result's length: an error, not a copy */
+    const void *srcs[MAXN];
+    uint32_t one = 1;
+    if (smn_gather(nd, &one, 4, srcs) != SHP_OK) {
+        return 106;
+    }
+    shp_status_t st = smn_result(nd, &one, rank == 0 ? 4 : 8, NULL);
+    if (st != (rank == 0 ? SHP_OK : SHP_ERR_MISMATCH)) {
+        return 107;
+    }
+    return smn_barrier(nd, NULL, NULL, NULL) == SHP_OK ? 0 : 108;
+}
+
+static void test_chunk_calls(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    run_node(3, &o, chunk_body, NULL, codes);
+    expect_all(3, codes, 0);
+}
+
+/* A slow rank ----------------------------------------------------------------- */
+
+static int slow_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    (void)arg;
+    shp_reduce_desc_t d = {SHP_DTYPE_F32, SHP_OP_SUM, SHP_DTYPE_NULL};
+    uint64_t t0 = ms_now();
+    for (unsigned it = 0; it < 20; it++) {
+        if (rank == 2 && it % 4 == 1) {
+            usleep(50000);
+        }
+        int rc = one_allreduce(nd, rank, &d, 300 + it, 500 + it);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    smn_stats_t st;
+    smn_get_stats(nd, &st);
+    /* the leader slept while rank 2 was slow, and was woken: not left to
+     * the end of its 2 s slice (5 x 50 ms of delays in all) */
+    if (rank == 0 && st.sleeps == 0) {
+        return 70;
+    }
+    if (rank == 2 && st.wakes == 0) {
+        return 71;
+    }
+    return ms_now() - t0 < 1500 ? 0 : 72;
+}
+
+static void test_slow_rank(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    o.period_ms = 2000;
+    run_node(4, &o, slow_body, NULL, codes);
+    expect_all(4, codes, 0);
+}
+
+/* A rank killed, a rank stuck ------------------------------------------------ */
+
+typedef struct fault {
+    unsigned victim;
+    int kind;          /* 0 SIGKILL in an allreduce, 1 in a bcast it roots,
+                          2 stuck (sleeps past the timeout) */
+    shp_status_t want; /* what the others get */
+    unsigned max_ms;   /* and how soon */
+} fault_t;
+
+#define FAULT_AT 50
+
+static int fault_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    const fault_t *f = arg;
+    shp_reduce_desc_t d = {SHP_DTYPE_I32, SHP_OP_SUM, SHP_DTYPE_NULL};
+    int32_t src[600], dst[600];
+    for (unsigned it = 0; it < FAULT_AT + 10; it++) {
+        uint64_t t0 = ms_now();
+        if (rank == f->victim && it == FAULT_AT) {
+            if (f->kind == 2) {
+                usleep(1500 * 1000);
+            } else {
+                raise(SIGKILL);
+            }
+        }
+        for (unsigned j = 0; j < 600; j++) {
+            src[j] = (int32_t)(rank * 1000 + j + it);
+        }
+        shp_status_t st =
+            f->kind == 1 && it == FAULT_AT
+                ? smn_bcast(nd, src, sizeof(src), f->victim)
+                : smn_allreduce(nd, &d, src, dst, 600, NULL, NULL, NULL);
+        if (it < FAULT_AT) {
+            if (st != SHP_OK) {
+                return 80;
+            }
+            continue;
+        }
+        if (rank == f->victim) { /* back from a stall: failed for it too */
+            return st == SHP_ERR_TIMED_OUT ? 0 : 81;
+        }
+        if (st == SHP_OK) {
+            return 82; /* a result without the victim: wrong */
+        }
+        if (st != f->want || smn_failed_rank(nd) != (int)f->victim) {
+            fprintf(stderr, "rank %u: %s, rank %d\n", rank, shp_status_str(st),
+                    smn_failed_rank(nd));
+            return 83;
+        }
+        if (ms_now() - t0 > f->max_ms) {
+            fprintf(stderr, "rank %u: failed after %llu ms\n", rank,
+                    (unsigned long long)(ms_now() - t0));
+            return 84;
+        }
+        /* the segment stays failed */
+        return smn_barrier(nd, NULL, NULL, NULL) == f->want ? 0 : 85;
+    }
+    return 86;
+}
+
+static void run_fault(unsigned n, const fault_t *f, unsigned timeout_ms)
+{
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    o.timeout_ms = timeout_ms;
+    run_node(n, &o, fault_body, (void *)f, codes);
+    for (unsigned i = 0; i < n; i++) {
+        int want = i == f->victim && f->kind != 2 ? 128 + SIGKILL : 0;
+        if (codes[i] != want) {
+            fail_msg("rank %u exited %d, expected %d", i, codes[i], want);
+        }
+    }
+    assert_false(shm_exists(seg_name));
+}
+
+/* killed: found dead (its pidfd), well before the 5 s timeout */
+static void test_killed_member(void **state)
+{
+    (void)state;
+    fault_t f = {2, 0, SHP_ERR_GROUP_FAILED, 1000};
+    run_fault(4, &f, 5000);
+}
+
+static void test_killed_leader(void **state)
+{
+    (void)state;
+    fault_t f = {0, 0, SHP_ERR_GROUP_FAILED, 1000};
+    run_fault(4, &f, 5000);
+}
+
+static void test_killed_bcast_root(void **state)
+{
+    (void)state;
+    fault_t f = {3, 1, SHP_ERR_GROUP_FAILED, 1000};
+    run_fault(5, &f, 5000);
+}
+
+/* alive but late: the timeout (300 ms), then the segment is failed */
+static void test_stuck_member(void **state)
+{
+    (void)state;
+    fault_t f = {1, 2, SHP_ERR_TIMED_OUT, 1200};
+    run_fault(3, &f, 300);
+}
+
+/* a rank killed before the first barrier (found dead), the leader killed
+ * before it unlinked, a rank that never came (the timeout): destroy leaves
+ * nothing behind */
+static void test_killed_before_unlink(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    smn_node_t *nd;
+    smn_handle_t h;
+    o.timeout_ms = 300;
+    assert_int_equal(smn_create(3, &o, &nd, &h), SHP_OK);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        smn_node_t *m;
+        alarm(20);
+        if (smn_attach(&h, 1, &o, &m) != SHP_OK) {
+            _exit(1);
+        }
+        raise(SIGKILL);
+    }
+    int ws;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFSIGNALED(ws));
+    uint64_t t0 = ms_now();
+    assert_int_equal(smn_barrier(nd, NULL, NULL, NULL), SHP_ERR_GROUP_FAILED);
+    assert_int_equal(smn_failed_rank(nd), 1);
+    assert_true(ms_now() - t0 < 250); /* found dead, not timed out */
+    assert_int_equal(smn_unlink(nd), SHP_ERR_BUSY); /* 2 never came */
+    assert_true(shm_exists(h.name));
+    smn_destroy(nd);
+    assert_false(shm_exists(h.name));
+
+    /* the leader killed before it unlinked: a member's destroy does */
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        if (smn_create(2, &o, &nd, &h) != SHP_OK ||
+            write(p[1], &h, sizeof(h)) != (ssize_t)sizeof(h)) {
+            _exit(1);
+        }
+        raise(SIGKILL);
+    }
+    assert_int_equal(read(p[0], &h, sizeof(h)), sizeof(h));
+    close(p[0]);
+    close(p[1]);
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_int_equal(smn_attach(&h, 1, &o, &nd), SHP_OK);
+    t0 = ms_now();
+    assert_int_equal(smn_barrier(nd, NULL, NULL, NULL), SHP_ERR_GROUP_FAILED);
+    assert_int_equal(smn_failed_rank(nd), 0);
+    assert_true(ms_now() - t0 < 250);
+    assert_true(shm_exists(h.name));
+    smn_destroy(nd);
+    assert_false(shm_exists(h.name));
+
+    assert_int_equal(smn_create(2, &o, &nd, &h), SHP_OK);
+    t0 = ms_now();
+    assert_int_equal(smn_barrier(nd, NULL, NULL, NULL), SHP_ERR_TIMED_OUT);
+    assert_int_equal(smn_failed_rank(nd), 1);
+    assert_true(ms_now() - t0 >= 300);
+    smn_destroy(nd);
+    assert_false(shm_exists(h.name));
+}
+
+/* Segments refused ------------------------------------------------------------ */
+
+static char *map_seg(const smn_handle_t *h)
+{
+    int fd = shm_open(h->name, O_RDWR, 0);
+    assert_true(fd >= 0);
+    char *p =
+        mmap(NULL, h->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    assert_true(p != MAP_FAILED);
+    return p;
+}
+
+static void expect_refused(const smn_handle_t *h, unsigned rank,
+                           shp_status_t want)
+{
+    smn_opts_t o = test_opts();
+    smn_node_t *nd = NULL;
+    assert_int_equal(smn_attach(h, rank, &o, &nd), want);
+    assert_null(nd);
+}
+
+static void test_refused(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    smn_node_t *l, *l2, *m;
+    smn_handle_t h, h2, bad;
+    assert_int_equal(smn_create(3, &o, &l, &h), SHP_OK);
+    o.slot_bytes = 2 * SLOT;
+    assert_int_equal(smn_create(3, &o, &l2, &h2), SHP_OK);
+    o = test_opts();
+    /* the handle itself */
+    expect_refused(&h, 0, SHP_ERR_INVALID_PARAM);
+    expect_refused(&h, 3, SHP_ERR_INVALID_PARAM);
+    bad = h;
+    bad.seg_bytes += 64;
+    expect_refused(&bad, 1, SHP_ERR_INVALID_PARAM);
+    bad = h;
+    memset(bad.name, 'x', sizeof(bad.name));
+    expect_refused(&bad, 1, SHP_ERR_INVALID_PARAM);
+    bad = h;
+    memcpy(bad.name, "/etc/passwd", 12);
+    expect_refused(&bad, 1, SHP_ERR_INVALID_PARAM);
+    /* the other segment's name: its size is not the handle's */
+    bad = h;
+    memcpy(bad.name, h2.name, sizeof(bad.name));
+    expect_refused(&bad, 1, SHP_ERR_MISMATCH);
+    bad = h;
+    bad.cookie ^= 1;
+    expect_refused(&bad, 1, SHP_ERR_MISMATCH);
+    /* what is mapped: magic, version */
+    char *p = map_seg(&h);
+    uint64_t magic;
+    uint32_t version;
+    memcpy(&magic, p, 8);
+    memcpy(&version, p + 8, 4);
+    p[0] ^= 0x55;
+    expect_refused(&h, 1, SHP_ERR_PROTO);
+    memcpy(p, &magic, 8);
+    uint32_t v2 = version + 1;
+    memcpy(p + 8, &v2, 4);
+    expect_refused(&h, 1, SHP_ERR_VERSION);
+    memcpy(p + 8, &version, 4);
+    munmap(p, h.seg_bytes);
+    /* a file others may read */
+    int fd = shm_open(h.name, O_RDWR, 0);
+    assert_int_equal(fchmod(fd, 0644), 0);
+    expect_refused(&h, 1, SHP_ERR_PERM);
+    assert_int_equal(fchmod(fd, 0600), 0);
+    close(fd);
+    /* right: once per rank */
+    assert_int_equal(smn_attach(&h, 1, &o, &m), SHP_OK);
+    expect_refused(&h, 1, SHP_ERR_EXISTS);
+    assert_int_equal(smn_unlink(l), SHP_ERR_BUSY);
+    assert_true(shm_exists(h.name));
+    smn_destroy(m);
+    smn_destroy(l);
+    smn_destroy(l2);
+    assert_false(shm_exists(h.name));
+    assert_false(shm_exists(h2.name));
+    expect_refused(&h, 2, SHP_ERR_NOT_FOUND);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_types_8),
+        cmocka_unit_test(test_node_sizes),
+        cmocka_unit_test(test_fold_order),
+        cmocka_unit_test(test_many_ops),
+        cmocka_unit_test(test_chunk_calls),
+        cmocka_unit_test(test_slow_rank),
+        cmocka_unit_test(test_killed_member),
+        cmocka_unit_test(test_killed_leader),
+        cmocka_unit_test(test_killed_bcast_root),
+        cmocka_unit_test(test_stuck_member),
+        cmocka_unit_test(test_killed_before_unlink),
+        cmocka_unit_test(test_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
