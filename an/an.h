@@ -1,8 +1,8 @@
 /*
  * sharp_an: the aggregation node.
  *
- * Data path: children (clients or lower ANs) connect, join groups with the
- * job key, and send one payload per operation; the AN folds them strictly in
+ * Data path: children (clients or lower ANs) connect, join groups proving
+ * the job key (over a nonce the AN sends each link first), and send one payload per operation; the AN folds them strictly in
  * child order, sends the result to its parent, or at the top of the group
  * distributes it down (RC) and/or by multicast.  Control path: a connection
  * to the aggregation manager that registers this AN and configures trees and
@@ -39,6 +39,9 @@ typedef struct shp_an_config {
     size_t max_payload;
     int64_t am_keepalive_ms;
     int64_t join_timeout_ms;
+    /* a child's link that joined no group this long after it came is
+     * closed (0: never) */
+    int64_t join_deadline_ms;
     char *secret_file;
     char *advertise;
     int sched;        /* 0: batch, 1: other (main.c) */
@@ -60,7 +63,14 @@ typedef struct shp_an_link {
     shp_tp_ep_t *ep;
     int is_parent;
     int connected;
-    int in_connect; /* on_connect runs: a close there leaves the free to it */
+    int in_connect; /* its joins go out: a close there leaves the free to it */
+    /* the nonce joins on this link prove the job key over: made by us on a
+     * child's link (sent first), the parent's on a parent link */
+    uint8_t nonce[SHP_WIRE_NONCE_LEN];
+    int have_nonce; /* a parent link: the parent's nonce came */
+    /* a child's link: closed if it has joined no group by then
+     * (cfg.join_deadline_ms after it came; stopped at its first join) */
+    ev_timer join_deadline;
     uint16_t tree_id;
     int quiet; /* its messages wait until pulled (shp_an_run) */
     char addr[64];
@@ -171,6 +181,7 @@ typedef struct shp_an_stats {
         err_malformed, err_protocol, err_forged;
     uint64_t groups_failed;
     uint64_t links_lost;
+    uint64_t join_deadline; /* children's links closed: no join in time */
     uint64_t quiet_msgs; /* messages read from quiet links (shp_an_run) */
 } shp_an_stats_t;
 

@@ -19,17 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int an_ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
-{
-    volatile uint8_t d = 0;
-    size_t i;
-
-    for (i = 0; i < n; i++) {
-        d |= a[i] ^ b[i];
-    }
-    return d == 0;
-}
-
 /* Events, to whoever drives the core (shp_an_set_events) --------------- */
 
 static void an_tell_group_failed(shp_an_t *an, const shp_an_group_t *g,
@@ -177,15 +166,10 @@ void shp_an_group_free(shp_an_t *an, shp_an_group_t *g)
 void shp_an_group_send_join(shp_an_group_t *g)
 {
     uint8_t payload[SHP_WIRE_JOIN_LEN];
-    shp_wire_join_t join;
     shp_wire_hdr_t h;
 
-    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN, g->tree_id, g->id, 0);
-    h.payload_len = SHP_WIRE_JOIN_LEN;
-    join.job_id = g->job_id;
-    memcpy(join.job_key, g->key, sizeof(join.job_key));
-    join.child_index = g->parent_index;
-    shp_wire_join_pack(&join, payload);
+    shp_wire_join_make(g->key, g->parent->nonce, g->tree_id, g->id, g->job_id,
+                       g->parent_index, &h, payload);
     if (g->join_tries++ == 0) {
         g->join_start_ns = shp_time_ns();
     }
@@ -198,7 +182,7 @@ static void an_join_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
     (void)loop;
     (void)revents;
-    if (g->parent != NULL && g->parent->connected && !g->parent_joined) {
+    if (g->parent != NULL && g->parent->have_nonce && !g->parent_joined) {
         shp_an_group_send_join(g);
     }
 }
@@ -480,7 +464,7 @@ static shp_status_t an_group_open(shp_an_t *an, shp_an_group_t *g,
         return SHP_ERR_UNREACHABLE;
     }
     g->add_req_id = req_id;
-    if (g->parent->connected) {
+    if (g->parent->have_nonce) {
         shp_an_group_send_join(g);
     }
     return SHP_INPROGRESS;
@@ -590,12 +574,15 @@ void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         status = SHP_ERR_GROUP_UNKNOWN;
         an->stats.join_early++;
     } else if (join.job_id != g->job_id ||
-               !an_ct_equal(join.job_key, g->key, sizeof(g->key))) {
+               !shp_wire_join_proof_ok(g->key, l->nonce, g->tree_id, g->id,
+                                       &join)) {
+        /* the proof is over this link's nonce: one recorded on another
+         * link does not verify here */
         status = SHP_ERR_BAD_KEY;
         an->stats.err_bad_key++;
         shp_warn_id("AN0101",
-                    "refused join of group %u from %s: wrong job "
-                    "key",
+                    "refused join of group %u from %s: no proof of the "
+                    "job key",
                     hdr->group_id, l->addr);
     } else if (join.child_index >= g->nchildren) {
         status = SHP_ERR_INVALID_PARAM;
@@ -610,6 +597,7 @@ void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         status = SHP_ERR_NO_MEMORY;
     }
     if (status == SHP_OK) {
+        ev_timer_stop(an->loop, &l->join_deadline); /* it joined in time */
         g->children[join.child_index].link = l;
         g->children[join.child_index].rc_only = 0;
         if (g->children[join.child_index].left) {

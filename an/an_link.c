@@ -43,6 +43,9 @@ void shp_an_link_free(shp_an_link_t *l)
     if (l->is_parent) {
         HASH_DEL(an->parents, l);
     }
+    if (an->loop != NULL) {
+        ev_timer_stop(an->loop, &l->join_deadline);
+    }
     free(l->groups);
     free(l);
 }

@@ -5,7 +5,8 @@
  * a child's operation to the fold (an_fold.c), a parent's result and a
  * retransmit request to distribution (an_dist.c), joins, leaves, join
  * answers and errors to the groups (an_group.c); one that has no business
- * on the link closes it.  A parent link's connect sends the joins that
+ * on the link closes it.  An accepted link is sent its nonce first (joins
+ * on it prove the job key over it); a parent's nonce sends the joins that
  * waited for it; a lost link fails every group it was part of.
  */
 #include "an/an_int.h"
@@ -14,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 /* whether link l is g's parent or one of its children's links */
 static int an_link_in_group(const shp_an_link_t *l, const shp_an_group_t *g)
@@ -63,6 +65,30 @@ static void an_link_error(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     shp_an_group_fail(g, l, hdr->status, text[0] ? text : "error from a peer");
 }
 
+/* The parent's nonce: the joins that waited for it go out, proving the
+ * job key over it */
+static void an_link_nonce(shp_an_link_t *l, const void *payload)
+{
+    shp_an_group_t *g;
+    unsigned i;
+
+    memcpy(l->nonce, payload, sizeof(l->nonce));
+    l->have_nonce = 1;
+    /* a failed send closes the link: on_close (at once where the transport
+     * does not defer it) then leaves freeing it to us */
+    l->in_connect = 1;
+    for (i = 0; i < l->ngroups && l->ep != NULL; i++) {
+        g = shp_an_group_find(l->an, l->groups[i]);
+        if (g != NULL && g->parent == l && !g->parent_joined) {
+            shp_an_group_send_join(g);
+        }
+    }
+    l->in_connect = 0;
+    if (l->ep == NULL) {
+        shp_an_link_free(l);
+    }
+}
+
 /* What arrives on a link, by opcode and direction */
 static void an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
                            const void *payload)
@@ -103,6 +129,12 @@ static void an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
             return;
         }
         break;
+    case SHP_WIRE_OP_JOIN_NONCE:
+        if (l->is_parent && !l->have_nonce) {
+            an_link_nonce(l, payload);
+            return;
+        }
+        break;
     case SHP_WIRE_OP_GROUP_JOIN_ACK: an_link_join_ack(l, hdr); return;
     case SHP_WIRE_OP_ERROR: an_link_error(l, hdr, payload); return;
     default: break;
@@ -116,25 +148,9 @@ static void an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
 static void an_link_on_connect(shp_tp_ep_t *ep)
 {
     shp_an_link_t *l = ep->arg;
-    shp_an_group_t *g;
-    unsigned i;
 
-    if (l == NULL) {
-        return;
-    }
-    l->connected = 1;
-    /* a failed send closes the link: on_close (at once, outside on_msg)
-     * then leaves freeing it to us */
-    l->in_connect = 1;
-    for (i = 0; i < l->ngroups && l->ep != NULL; i++) {
-        g = shp_an_group_find(l->an, l->groups[i]);
-        if (g != NULL && g->parent == l && !g->parent_joined) {
-            shp_an_group_send_join(g);
-        }
-    }
-    l->in_connect = 0;
-    if (l->ep == NULL) {
-        shp_an_link_free(l);
+    if (l != NULL) {
+        l->connected = 1; /* the joins wait for the parent's nonce */
     }
 }
 
@@ -186,6 +202,25 @@ const shp_tp_ep_cbs_t shp_an_link_cbs = {
     .on_close = an_link_on_close,
 };
 
+/* A child's link that joined no group in time: a peer that connected (and
+ * over shm had its rings mapped) holds nothing for longer */
+static void an_join_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    shp_an_link_t *l = w->data;
+
+    (void)loop;
+    (void)revents;
+    if (l->ep == NULL || l->ngroups > 0) {
+        return;
+    }
+    l->an->stats.join_deadline++;
+    shp_warn_sparse(1000,
+                    "%s joined no group within %lld ms of connecting: "
+                    "closing it",
+                    l->addr, (long long)l->an->cfg.join_deadline_ms);
+    shp_tp_close(l->ep); /* on_close frees l */
+}
+
 void shp_an_on_accept(shp_tp_t *tp, shp_tp_ep_t *ep)
 {
     shp_an_t *an = (shp_an_t *)((char *)tp - offsetof(shp_an_t, tp));
@@ -197,6 +232,20 @@ void shp_an_on_accept(shp_tp_t *tp, shp_tp_ep_t *ep)
     l->ep = ep;
     l->connected = 1;
     snprintf(l->addr, sizeof(l->addr), "%s", ep->peer);
+    /* the nonce its joins will prove the job key over, first on the link
+     * (the transports queue what is sent before the link is up) */
+    shp_wire_hdr_t h;
+    shp_wire_nonce_new(l->nonce, &h);
+    if (shp_tp_send(ep, &h, l->nonce) != SHP_OK) {
+        shp_an_link_free(l);
+        return; /* ep->cbs stays NULL: the provider closes it */
+    }
     ep->cbs = &shp_an_link_cbs;
     ep->arg = l;
+    if (an->cfg.join_deadline_ms > 0) {
+        ev_timer_init(&l->join_deadline, an_join_deadline_cb,
+                      (double)an->cfg.join_deadline_ms / 1000., 0.);
+        l->join_deadline.data = l;
+        ev_timer_start(an->loop, &l->join_deadline);
+    }
 }

@@ -52,6 +52,10 @@ static const shp_config_opt_t an_opts[] = {
      "how long to retry joining a parent AN that does "
      "not know a group yet",
      offsetof(shp_an_config_t, join_timeout_ms), &shp_cfg_time},
+    {"join_deadline", "10s",
+     "how long a child's connection may stay without joining a group "
+     "before it is closed (0: no limit)",
+     offsetof(shp_an_config_t, join_deadline_ms), &shp_cfg_time},
     {"advertise", "",
      "address children and the AM are told to use (default: the listen "
      "address; required when listening on 0.0.0.0)",

@@ -120,11 +120,28 @@ static void em_pump(void)
     }
 }
 
+/* the leaf AN's nonce, first on the link: the join proves the job key
+ * over it */
+static void em_nonce(shp_tp_ep_t *ep, member_t *m, const void *nonce)
+{
+    uint8_t payload[SHP_WIRE_JOIN_LEN];
+    shp_wire_hdr_t h;
+    shp_wire_join_make(em.key, nonce, em.tree, em.group, em.job, m->child, &h,
+                       payload);
+    if (shp_tp_send(ep, &h, payload) != SHP_OK) {
+        em.errors++;
+    }
+}
+
 static void em_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
                    const void *payload)
 {
     member_t *m = ep->arg;
     if (hdr->opcode == SHP_WIRE_OP_GROUP_LEAVE) {
+        return;
+    }
+    if (hdr->opcode == SHP_WIRE_OP_JOIN_NONCE) {
+        em_nonce(ep, m, payload);
         return;
     }
     if (hdr->opcode == SHP_WIRE_OP_GROUP_JOIN_ACK) {
@@ -153,21 +170,6 @@ static void em_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
     }
 }
 
-static void em_connect(shp_tp_ep_t *ep)
-{
-    member_t *m = ep->arg;
-    uint8_t payload[SHP_WIRE_JOIN_LEN];
-    shp_wire_join_t join = {.job_id = em.job, .child_index = m->child};
-    shp_wire_hdr_t h;
-    memcpy(join.job_key, em.key, 32);
-    shp_wire_join_pack(&join, payload);
-    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN, em.tree, em.group, 0);
-    h.payload_len = SHP_WIRE_JOIN_LEN;
-    if (shp_tp_send(ep, &h, payload) != SHP_OK) {
-        em.errors++;
-    }
-}
-
 static void em_close(shp_tp_ep_t *ep, shp_status_t reason)
 {
     (void)reason;
@@ -176,7 +178,7 @@ static void em_close(shp_tp_ep_t *ep, shp_status_t reason)
     em.errors++;
 }
 
-static const shp_tp_ep_cbs_t em_cbs = {em_msg, em_connect, em_close};
+static const shp_tp_ep_cbs_t em_cbs = {em_msg, NULL, em_close};
 
 static void quiet_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *h, const void *p)
 {

@@ -219,11 +219,36 @@ static void on_mcast(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
     }
 }
 
+/* The leaf AN's nonce, first on the link: the join proves the job key over
+ * it (the key itself never goes on the wire) */
+static void on_nonce(coll_comm_t *comm, const void *nonce)
+{
+    uint8_t payload[SHP_WIRE_JOIN_LEN];
+    shp_wire_hdr_t h;
+
+    if (comm->join_sent) {
+        return; /* one join a link */
+    }
+    comm->join_sent = 1;
+    shp_wire_join_make(comm->ctx->job_key, nonce, comm->tree_id,
+                       comm->group_id, comm->ctx->job_id, comm->child, &h,
+                       payload);
+    if (shp_tp_send(comm->ep, &h, payload) != SHP_OK &&
+        comm->join_status == SHP_INPROGRESS) {
+        comm->join_status = SHP_ERR_CONN_RESET;
+    }
+}
+
 static void on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
                    const void *payload)
 {
     coll_comm_t *comm = ep->arg;
 
+    if (comm != NULL && ep == comm->ep &&
+        hdr->opcode == SHP_WIRE_OP_JOIN_NONCE) {
+        on_nonce(comm, payload);
+        return;
+    }
     if (comm == NULL || hdr->group_id != comm->group_id) {
         return;
     }
@@ -258,27 +283,6 @@ static void on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
     }
 }
 
-static void on_connect(shp_tp_ep_t *ep)
-{
-    coll_comm_t *comm = ep->arg;
-    uint8_t payload[SHP_WIRE_JOIN_LEN];
-    if (comm == NULL || ep != comm->ep) {
-        return; /* the multicast endpoint joined its group */
-    }
-    shp_wire_join_t join = {.job_id = comm->ctx->job_id,
-                            .child_index = comm->child};
-    shp_wire_hdr_t h;
-
-    memcpy(join.job_key, comm->ctx->job_key, sizeof(join.job_key));
-    shp_wire_join_pack(&join, payload);
-    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN, comm->tree_id, comm->group_id,
-                      0);
-    h.payload_len = SHP_WIRE_JOIN_LEN;
-    if (shp_tp_send(ep, &h, payload) != SHP_OK) {
-        comm->join_status = SHP_ERR_CONN_RESET;
-    }
-}
-
 static void on_close(shp_tp_ep_t *ep, shp_status_t reason)
 {
     coll_comm_t *comm = ep->arg;
@@ -298,7 +302,8 @@ static void on_close(shp_tp_ep_t *ep, shp_status_t reason)
                    "lost the leaf aggregation node");
 }
 
-const shp_tp_ep_cbs_t coll_ep_cbs = {on_msg, on_connect, on_close};
+/* no on_connect: the join waits for the AN's nonce (on_nonce) */
+const shp_tp_ep_cbs_t coll_ep_cbs = {on_msg, NULL, on_close};
 
 /* the retransmit requests and timeouts of comm's fragments in flight */
 static void comm_tick(coll_comm_t *comm, uint64_t now)

@@ -43,6 +43,7 @@ struct sharp_coll_comm {
     unsigned child;
     shp_tp_ep_t *ep, *mep;
     int join_status; /* SHP_INPROGRESS until the ack */
+    int join_sent;   /* on the leaf AN's nonce */
     int leaving;     /* group_leave sent: no more retransmit requests */
     int left;        /* the AN confirmed our group_leave */
     shp_status_t failed;

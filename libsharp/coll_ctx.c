@@ -20,6 +20,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 _Static_assert((int)SHARP_DTYPE_NULL == (int)SHP_DTYPE_NULL &&
@@ -373,7 +374,15 @@ static void sd_frame(shp_conn_t *conn, const void *frame, size_t len)
 static void sd_connected(shp_conn_t *conn)
 {
     coll_ctx_t *ctx = conn->arg;
+    struct ucred cr;
+    socklen_t cl = sizeof(cr);
+
     ctx->sd_connected = 1;
+    /* the user sharpd runs as, from the kernel: an shm listener running as
+     * it (or root, or us) is taken for an AN (transport/shm/shm.c) */
+    if (getsockopt(conn->fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0) {
+        ctx->sd_uid = cr.uid;
+    }
 }
 
 static void sd_closed(shp_conn_t *conn, shp_status_t reason)
@@ -792,6 +801,7 @@ static coll_ctx_t *ctx_new(const struct sharp_coll_init_spec *spec)
         return NULL;
     }
     ctx->spec = *spec;
+    ctx->sd_uid = (uid_t)-1;
     ctx->job_id = spec->job_id;
     ctx->want_id = -1;
     ctx->mt = spec->enable_thread_support != 0;

@@ -120,6 +120,7 @@ static shp_tp_t *tp_get(coll_ctx_t *ctx, const shp_tp_ops_t *ops)
     if (!ctx->tps_up[i] &&
         shp_tp_init(&ctx->tps[i], ops, ctx->loop, max, ip) == SHP_OK) {
         ctx->tps_up[i] = 1;
+        ctx->tps[i].shm.trust_uid = ctx->sd_uid; /* besides root and us */
     }
     return ctx->tps_up[i] ? &ctx->tps[i] : NULL;
 }

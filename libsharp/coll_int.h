@@ -96,6 +96,7 @@ struct sharp_coll_context {
     shp_conn_t sd; /* the local sharpd */
     int sd_up;
     int sd_connected;
+    uid_t sd_uid; /* sharpd's user ((uid_t)-1: not known) */
     char host[SHP_HOST_MAX];
     uint64_t job_id;
     int reserved; /* job_id is a job the scheduler reserved: attach only */

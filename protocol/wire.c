@@ -53,7 +53,7 @@ void shp_wire_join_pack(const shp_wire_join_t *join, void *buf)
     shp_wire_join_raw_t raw;
 
     raw.job_id_be = htobe64(join->job_id);
-    memcpy(raw.job_key, join->job_key, sizeof(raw.job_key));
+    memcpy(raw.proof, join->proof, sizeof(raw.proof));
     raw.child_index_be = htobe32(join->child_index);
     raw.reserved = 0;
     memcpy(buf, &raw, sizeof(raw));
@@ -65,8 +65,85 @@ void shp_wire_join_unpack(const void *buf, shp_wire_join_t *join)
 
     memcpy(&raw, buf, sizeof(raw));
     join->job_id = be64toh(raw.job_id_be);
-    memcpy(join->job_key, raw.job_key, sizeof(join->job_key));
+    memcpy(join->proof, raw.proof, sizeof(join->proof));
     join->child_index = be32toh(raw.child_index_be);
+}
+
+/* Join proofs ---------------------------------------------------------------- */
+
+static void shp_wire_join_mac(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+                              const uint8_t nonce[SHP_WIRE_NONCE_LEN],
+                              uint16_t tree_id, uint32_t group_id,
+                              const shp_wire_join_t *join,
+                              uint8_t mac[SHP_WIRE_PROOF_LEN])
+{
+    _Static_assert(SHP_WIRE_PROOF_LEN == crypto_auth_BYTES &&
+                       crypto_auth_KEYBYTES <= crypto_kdf_BYTES_MAX,
+                   "a join's proof is one crypto_auth tag");
+    uint8_t key[crypto_auth_KEYBYTES];
+    uint8_t msg[SHP_WIRE_NONCE_LEN + 2 + 4 + 8 + 4], *p = msg;
+    uint16_t t = htobe16(tree_id);
+    uint32_t g = htobe32(group_id), c = htobe32(join->child_index);
+    uint64_t j = htobe64(join->job_id);
+
+    if (sodium_init() < 0) { /* cannot fail once it has succeeded */
+        abort();
+    }
+    crypto_kdf_derive_from_key(key, sizeof(key),
+                               ((uint64_t)tree_id << 32) | group_id, "shp_join",
+                               job_key);
+    memcpy(p, nonce, SHP_WIRE_NONCE_LEN);
+    p += SHP_WIRE_NONCE_LEN;
+    memcpy(p, &t, 2);
+    memcpy(p + 2, &g, 4);
+    memcpy(p + 6, &j, 8);
+    memcpy(p + 14, &c, 4);
+    crypto_auth(mac, msg, sizeof(msg), key);
+    sodium_memzero(key, sizeof(key));
+}
+
+void shp_wire_join_prove(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+                         const uint8_t nonce[SHP_WIRE_NONCE_LEN],
+                         uint16_t tree_id, uint32_t group_id,
+                         shp_wire_join_t *join)
+{
+    shp_wire_join_mac(job_key, nonce, tree_id, group_id, join, join->proof);
+}
+
+int shp_wire_join_proof_ok(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+                           const uint8_t nonce[SHP_WIRE_NONCE_LEN],
+                           uint16_t tree_id, uint32_t group_id,
+                           const shp_wire_join_t *join)
+{
+    uint8_t want[SHP_WIRE_PROOF_LEN];
+
+    shp_wire_join_mac(job_key, nonce, tree_id, group_id, join, want);
+    return sodium_memcmp(want, join->proof, sizeof(want)) == 0;
+}
+
+void shp_wire_nonce_new(uint8_t nonce[SHP_WIRE_NONCE_LEN],
+                        shp_wire_hdr_t *hdr)
+{
+    if (sodium_init() < 0) {
+        abort();
+    }
+    randombytes_buf(nonce, SHP_WIRE_NONCE_LEN);
+    shp_wire_hdr_init(hdr, SHP_WIRE_OP_JOIN_NONCE, 0, 0, 0);
+    hdr->payload_len = SHP_WIRE_NONCE_LEN;
+}
+
+void shp_wire_join_make(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+                        const uint8_t nonce[SHP_WIRE_NONCE_LEN],
+                        uint16_t tree_id, uint32_t group_id, uint64_t job_id,
+                        uint32_t child_index, shp_wire_hdr_t *hdr,
+                        uint8_t payload[SHP_WIRE_JOIN_LEN])
+{
+    shp_wire_join_t join = {.job_id = job_id, .child_index = child_index};
+
+    shp_wire_join_prove(job_key, nonce, tree_id, group_id, &join);
+    shp_wire_join_pack(&join, payload);
+    shp_wire_hdr_init(hdr, SHP_WIRE_OP_GROUP_JOIN, tree_id, group_id, 0);
+    hdr->payload_len = SHP_WIRE_JOIN_LEN;
 }
 
 void shp_wire_hdr_init(shp_wire_hdr_t *hdr, shp_wire_opcode_t opcode,
@@ -103,6 +180,7 @@ static const char *const shp_wire_opcode_names[SHP_WIRE_OP_LAST] = {
     [SHP_WIRE_OP_GROUP_JOIN] = "group_join",
     [SHP_WIRE_OP_GROUP_JOIN_ACK] = "group_join_ack",
     [SHP_WIRE_OP_GROUP_LEAVE] = "group_leave",
+    [SHP_WIRE_OP_JOIN_NONCE] = "join_nonce",
 };
 
 const char *shp_wire_opcode_name(unsigned opcode)
@@ -204,6 +282,12 @@ static shp_status_t shp_wire_check_ctl(const shp_wire_hdr_t *hdr,
     case SHP_WIRE_OP_GROUP_JOIN:
         if (hdr->payload_len != SHP_WIRE_JOIN_LEN) {
             return shp_wire_reject(SHP_ERR_PROTO, "join of the wrong size",
+                                   why);
+        }
+        return SHP_OK;
+    case SHP_WIRE_OP_JOIN_NONCE:
+        if (hdr->count != 0 || hdr->payload_len != SHP_WIRE_NONCE_LEN) {
+            return shp_wire_reject(SHP_ERR_PROTO, "join nonce of the wrong size",
                                    why);
         }
         return SHP_OK;

@@ -27,7 +27,9 @@
  *   1  first version (opcode 7, group_leave, added compatibly: an AN
  *      that does not know it closes the link, as before; flag MAC: every
  *      multicast result carries a tag, and members take no multicast
- *      result without a valid one).
+ *      result without a valid one; opcode 8, join_nonce, and a join that
+ *      proves the job key instead of carrying it: a peer from before it
+ *      is refused at the join).
  *
  * Multicast results are authenticated (anyone on the data network can send
  * a datagram to a group's address): a Poly1305 tag over the packed header
@@ -35,6 +37,12 @@
  * makes it (libsodium's primitives) keyed by a key derived from the
  * job key for the tree and group, and the operation's 64-bit number as
  * nonce (so a result replayed after the 32-bit seq wraps does not verify).
+ *
+ * Joins prove the job key without sending it: an AN sends every link it
+ * accepts a fresh random nonce (JOIN_NONCE) first, and a join on that link
+ * carries an HMAC, keyed by a key derived from the job key for the tree
+ * and group, over that nonce and the join's fields (tree, group, job,
+ * child index).  A join recorded on one link does not verify on another.
  */
 #ifndef SHP_COMMON_WIRE_H
 #define SHP_COMMON_WIRE_H
@@ -49,6 +57,8 @@
 #define SHP_WIRE_HDR_LEN 32
 #define SHP_WIRE_JOIN_LEN 48
 #define SHP_WIRE_JOB_KEY_LEN 32
+#define SHP_WIRE_NONCE_LEN 32 /* JOIN_NONCE's payload */
+#define SHP_WIRE_PROOF_LEN 32 /* a join's proof of the job key */
 #define SHP_WIRE_ERR_MSG_MAX 256
 
 typedef enum shp_wire_opcode {
@@ -56,9 +66,10 @@ typedef enum shp_wire_opcode {
     SHP_WIRE_OP_AGG_RESULT = 2,     /* parent -> child / multicast: result */
     SHP_WIRE_OP_ERROR = 3,          /* either way: status + text */
     SHP_WIRE_OP_RETRANS_REQ = 4,    /* member -> AN: resend result `seq` */
-    SHP_WIRE_OP_GROUP_JOIN = 5,     /* child -> AN: join, with the job key */
+    SHP_WIRE_OP_GROUP_JOIN = 5,     /* child -> AN: join, proving the key */
     SHP_WIRE_OP_GROUP_JOIN_ACK = 6, /* AN -> child: status of the join */
     SHP_WIRE_OP_GROUP_LEAVE = 7,    /* member -> AN: leaving, cleanly */
+    SHP_WIRE_OP_JOIN_NONCE = 8,     /* AN -> child, first: the link's nonce */
     SHP_WIRE_OP_LAST
 } shp_wire_opcode_t;
 
@@ -136,13 +147,13 @@ _Static_assert(sizeof(shp_wire_hdr_raw_t) == SHP_WIRE_HDR_LEN,
 /* GROUP_JOIN payload, unpacked. */
 typedef struct shp_wire_join {
     uint64_t job_id;
-    uint8_t job_key[SHP_WIRE_JOB_KEY_LEN];
+    uint8_t proof[SHP_WIRE_PROOF_LEN]; /* shp_wire_join_prove */
     uint32_t child_index; /* this member's place among the AN's children */
 } shp_wire_join_t;
 
 typedef struct __attribute__((packed)) shp_wire_join_raw {
     uint64_t job_id_be;
-    uint8_t job_key[SHP_WIRE_JOB_KEY_LEN];
+    uint8_t proof[SHP_WIRE_PROOF_LEN];
     uint32_t child_index_be;
     uint32_t reserved;
 } shp_wire_join_raw_t;
@@ -156,6 +167,32 @@ void shp_wire_hdr_unpack(const void *buf, shp_wire_hdr_t *hdr);
 
 void shp_wire_join_pack(const shp_wire_join_t *join, void *buf);
 void shp_wire_join_unpack(const void *buf, shp_wire_join_t *join);
+
+/* A join's proof of the job key: HMAC-SHA-512-256 (crypto_auth) keyed by
+ * crypto_kdf(job key, tree << 32 | group, "shp_join") over the link's
+ * nonce, tree, group, job id and child index; written to join->proof from
+ * its other fields. */
+void shp_wire_join_prove(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+                         const uint8_t nonce[SHP_WIRE_NONCE_LEN],
+                         uint16_t tree_id, uint32_t group_id,
+                         shp_wire_join_t *join);
+/* Whether join->proof is right for this key, nonce, tree and group
+ * (compared in constant time). */
+int shp_wire_join_proof_ok(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+                           const uint8_t nonce[SHP_WIRE_NONCE_LEN],
+                           uint16_t tree_id, uint32_t group_id,
+                           const shp_wire_join_t *join);
+/* A fresh random nonce for a link an AN accepted, and the header of the
+ * JOIN_NONCE that carries it (tree and group 0) */
+void shp_wire_nonce_new(uint8_t nonce[SHP_WIRE_NONCE_LEN],
+                        shp_wire_hdr_t *hdr);
+/* A whole join message, header and payload (SHP_WIRE_JOIN_LEN bytes), as a
+ * child sends it on a link whose nonce it got. */
+void shp_wire_join_make(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+                        const uint8_t nonce[SHP_WIRE_NONCE_LEN],
+                        uint16_t tree_id, uint32_t group_id, uint64_t job_id,
+                        uint32_t child_index, shp_wire_hdr_t *hdr,
+                        uint8_t payload[SHP_WIRE_JOIN_LEN]);
 
 /* Fill a header with no reduction in it (join, join ack, error, retransmit
  * request, barrier): dtype, op and tag type NULL, everything else zero. */

@@ -19,6 +19,7 @@ shp_status_t shp_tp_init(shp_tp_t *tp, const shp_tp_ops_t *ops,
     tp->loop = loop;
     tp->max_payload = max_payload;
     tp->drop_seed = 0x853c49e6748fea9bull;
+    tp->shm.trust_uid = (uid_t)-1;
     if (local_ip != NULL) {
         snprintf(tp->local_ip, sizeof(tp->local_ip), "%s", local_ip);
     }

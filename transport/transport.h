@@ -24,6 +24,7 @@
 
 #include <ev.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 typedef struct shp_tp shp_tp_t;
 typedef struct shp_tp_ep shp_tp_ep_t;
@@ -122,6 +123,9 @@ typedef struct shp_tp_shm_opts {
      * (pays where a process switch is cheap: the spin's yields hand the
      * core to the members that owe them, and no wake-up is paid) */
     int spin_many;
+    /* a connector: besides root and its own user, the user a listener may
+     * run as ((uid_t)-1: none; shp_tp_init sets that) */
+    uid_t trust_uid;
 } shp_tp_shm_opts_t;
 
 struct shp_tp {

@@ -293,14 +293,31 @@ static void on_result(const shp_wire_hdr_t *in, const void *payload)
     pump();
 }
 
+/* The leaf AN's nonce: the join proves the job key over it */
+static void on_nonce(shp_tp_ep_t *e, const void *nonce)
+{
+    uint8_t payload[SHP_WIRE_JOIN_LEN];
+    shp_wire_hdr_t h;
+
+    shp_wire_join_make(o.key, nonce, o.tree, o.group, o.job, o.child, &h,
+                       payload);
+    if (shp_tp_send(e, &h, payload) != SHP_OK) {
+        finish(2);
+    }
+}
+
 static void on_msg(shp_tp_ep_t *e, const shp_wire_hdr_t *hdr,
                    const void *payload)
 {
-    (void)e;
     if (lingering || exit_code >= 0) {
         return; /* finished: nothing more to check or send */
     }
     switch (hdr->opcode) {
+    case SHP_WIRE_OP_JOIN_NONCE:
+        if (e == ep) {
+            on_nonce(e, payload);
+        }
+        break;
     case SHP_WIRE_OP_GROUP_JOIN_ACK:
         joined = hdr->status;
         if (joined != SHP_OK) {
@@ -325,22 +342,8 @@ static void on_msg(shp_tp_ep_t *e, const shp_wire_hdr_t *hdr,
 
 static void on_connect(shp_tp_ep_t *e)
 {
-    uint8_t payload[SHP_WIRE_JOIN_LEN];
-    shp_wire_join_t join;
-    shp_wire_hdr_t h;
-
-    if (e != ep) {
-        return; /* the multicast endpoint joined its group */
-    }
-    connected = 1;
-    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN, o.tree, o.group, 0);
-    h.payload_len = SHP_WIRE_JOIN_LEN;
-    join.job_id = o.job;
-    memcpy(join.job_key, o.key, 32);
-    join.child_index = o.child;
-    shp_wire_join_pack(&join, payload);
-    if (shp_tp_send(e, &h, payload) != SHP_OK) {
-        finish(2);
+    if (e == ep) {
+        connected = 1; /* the join waits for the AN's nonce */
     }
 }
 

@@ -117,12 +117,10 @@ static void deliver(shp_tp_ep_t *ep, const shp_wire_hdr_t *h,
 static void join(shp_tp_ep_t *ep, uint32_t gid, uint32_t ci)
 {
     uint8_t p[SHP_WIRE_JOIN_LEN];
-    shp_wire_join_t j = {.job_id = 5, .child_index = ci};
     shp_wire_hdr_t h;
-    memcpy(j.job_key, key, 32);
-    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN, 0, gid, 0);
-    h.payload_len = SHP_WIRE_JOIN_LEN;
-    shp_wire_join_pack(&j, p);
+    /* proved over the nonce the AN sent the link when it accepted it */
+    const shp_an_link_t *l = ep->arg;
+    shp_wire_join_make(key, l->nonce, 0, gid, 5, ci, &h, p);
     deliver(ep, &h, p);
     assert_int_equal(last_sent.opcode, SHP_WIRE_OP_GROUP_JOIN_ACK);
     assert_int_equal(last_sent.status, SHP_OK);

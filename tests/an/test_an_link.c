@@ -51,12 +51,37 @@ static shp_status_t mem_connect(shp_tp_t *tp, const char *addr,
     return SHP_OK;
 }
 
+/* the last payload sent, and the nonce each endpoint was sent */
+static uint8_t last_payload[SHP_WIRE_ERR_MSG_MAX];
+static struct {
+    shp_tp_ep_t *ep;
+    uint8_t nonce[SHP_WIRE_NONCE_LEN];
+} nonces[16];
+static int nnonces;
+
+static const uint8_t *nonce_of(const shp_tp_ep_t *ep)
+{
+    for (int i = nnonces - 1; i >= 0; i--) {
+        if (nonces[i].ep == ep) {
+            return nonces[i].nonce;
+        }
+    }
+    fail_msg("no nonce was sent to this endpoint");
+    return NULL;
+}
+
 static shp_status_t mem_send(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
                              const void *payload)
 {
-    (void)payload;
     sends++;
     last_sent = *hdr;
+    if (payload != NULL && hdr->payload_len <= sizeof(last_payload)) {
+        memcpy(last_payload, payload, hdr->payload_len);
+    }
+    if (hdr->opcode == SHP_WIRE_OP_JOIN_NONCE && nnonces < 16) {
+        nonces[nnonces].ep = ep;
+        memcpy(nonces[nnonces++].nonce, payload, SHP_WIRE_NONCE_LEN);
+    }
     if (hdr->opcode == SHP_WIRE_OP_ERROR && nerrs < 8) {
         errs[nerrs].ep = ep;
         errs[nerrs++].status = hdr->status;
@@ -107,6 +132,23 @@ const shp_tp_ops_t *__wrap_shp_tp_find(const char *name)
     return &mem_ops;
 }
 
+static const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN] =
+    "\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb\xcc\xdd\xee\xff"
+    "\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb\xcc\xdd\xee\xff";
+
+/* 1 if `hay` holds 8 bytes of the job key anywhere */
+static int holds_key(const uint8_t *hay, size_t n)
+{
+    for (size_t k = 0; k + 8 <= sizeof(job_key); k++) {
+        for (size_t i = 0; i + 8 <= n; i++) {
+            if (memcmp(hay + i, job_key + k, 8) == 0) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 static void add_group(shp_an_t *an, int gid)
 {
     json_t *req = json_pack(
@@ -123,11 +165,26 @@ static void add_group(shp_an_t *an, int gid)
     json_decref(req);
 }
 
+/* The parent's nonce `n` arriving on its link ep, as a transport delivers
+ * it */
+static void deliver_nonce(shp_tp_ep_t *ep, const uint8_t *n)
+{
+    uint8_t msg[SHP_WIRE_HDR_LEN + SHP_WIRE_NONCE_LEN];
+    uint8_t mine[SHP_WIRE_NONCE_LEN];
+    shp_wire_hdr_t h;
+
+    shp_wire_nonce_new(mine, &h);
+    shp_wire_hdr_pack(&h, msg);
+    memcpy(msg + SHP_WIRE_HDR_LEN, n, SHP_WIRE_NONCE_LEN);
+    assert_int_equal(shp_tp_deliver(ep, msg, sizeof(msg)), SHP_OK);
+}
+
 /* Found by tests/fuzz/fuzz_an: the parent connection comes up, the join
  * of the first group cannot be sent, the transport closes the link at
  * once (on_close frees it), and on_connect went on with the next group on
  * the freed link.  (Under SAN=1 a heap-use-after-free; here freed memory
- * is scribbled on, so the old code follows garbage.) */
+ * is scribbled on, so the old code follows garbage.)  The joins now go
+ * out when the parent's nonce comes: the same holds there. */
 static void test_send_fails_in_on_connect(void **state)
 {
     static char name[] = "an0", empty[] = "";
@@ -160,6 +217,8 @@ static void test_send_fails_in_on_connect(void **state)
 
     parent = an.parents->ep;
     parent->cbs->on_connect(parent);
+    assert_int_equal(sends, 0); /* the joins wait for the parent's nonce */
+    deliver_nonce(parent, job_key);
     /* one join tried, the link closed and gone, the groups failed */
     assert_int_equal(sends, 1);
     assert_int_equal(closes, 1);
@@ -180,17 +239,11 @@ static void test_send_fails_in_on_connect(void **state)
 static int join(shp_tp_ep_t *ep, uint32_t gid, uint32_t ci)
 {
     uint8_t msg[SHP_WIRE_HDR_LEN + SHP_WIRE_JOIN_LEN];
-    shp_wire_join_t j = {.job_id = 5, .child_index = ci};
     shp_wire_hdr_t h;
 
-    memcpy(j.job_key,
-           "\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb\xcc\xdd\xee\xff"
-           "\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb\xcc\xdd\xee\xff",
-           32);
-    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN, 0, gid, 0);
-    h.payload_len = SHP_WIRE_JOIN_LEN;
+    shp_wire_join_make(job_key, nonce_of(ep), 0, gid, 5, ci, &h,
+                       msg + SHP_WIRE_HDR_LEN);
     shp_wire_hdr_pack(&h, msg);
-    shp_wire_join_pack(&j, msg + SHP_WIRE_HDR_LEN);
     memset(&last_sent, 0, sizeof(last_sent));
     assert_int_equal(shp_tp_deliver(ep, msg, sizeof(msg)), SHP_OK);
     assert_int_equal(last_sent.opcode, SHP_WIRE_OP_GROUP_JOIN_ACK);
@@ -350,6 +403,133 @@ static void test_removal_after_leave_is_silent(void **state)
     shp_an_stop(&an);
 }
 
+/* A member's join proves the job key over the nonce the AN sent its link
+ * first: a join proved with another key, one carrying the key itself (as
+ * joins did before), and a join recorded on one link and sent again on
+ * another (the member's place free again after it left) are refused. */
+static void test_join_proves_the_key(void **state)
+{
+    static shp_an_t an;
+    shp_tp_ep_t *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
+    uint8_t rec[SHP_WIRE_HDR_LEN + SHP_WIRE_JOIN_LEN];
+    uint8_t wrong[SHP_WIRE_JOB_KEY_LEN], msg[sizeof(rec)];
+    shp_wire_join_t j = {.job_id = 5, .child_index = 0};
+    shp_wire_hdr_t h;
+
+    (void)state;
+    assert_non_null(a);
+    assert_non_null(b);
+    start_top(&an);
+    a->tp = b->tp = &an.tp;
+    sends = 0;
+    accept_cb(&an.tp, a);
+    /* the first thing on a link: its nonce */
+    assert_int_equal(sends, 1);
+    assert_int_equal(last_sent.opcode, SHP_WIRE_OP_JOIN_NONCE);
+
+    /* another key */
+    memcpy(wrong, job_key, sizeof(wrong));
+    wrong[7] ^= 0x40;
+    shp_wire_join_make(wrong, nonce_of(a), 0, 7, 5, 0, &h,
+                       msg + SHP_WIRE_HDR_LEN);
+    shp_wire_hdr_pack(&h, msg);
+    assert_int_equal(shp_tp_deliver(a, msg, sizeof(msg)), SHP_OK);
+    assert_int_equal(last_sent.opcode, SHP_WIRE_OP_GROUP_JOIN_ACK);
+    assert_int_equal(last_sent.status, SHP_ERR_BAD_KEY);
+    /* the key itself, as the old join sent it */
+    memcpy(j.proof, job_key, sizeof(j.proof));
+    shp_wire_join_pack(&j, msg + SHP_WIRE_HDR_LEN);
+    assert_int_equal(shp_tp_deliver(a, msg, sizeof(msg)), SHP_OK);
+    assert_int_equal(last_sent.status, SHP_ERR_BAD_KEY);
+    assert_int_equal(an.stats.err_bad_key, 2);
+    assert_null(shp_an_group_find(&an, 7)->children[0].link);
+
+    /* the right proof, recorded by whoever reads the network */
+    shp_wire_join_make(job_key, nonce_of(a), 0, 7, 5, 0, &h,
+                       rec + SHP_WIRE_HDR_LEN);
+    shp_wire_hdr_pack(&h, rec);
+    assert_false(holds_key(rec, sizeof(rec)));
+    assert_int_equal(shp_tp_deliver(a, rec, sizeof(rec)), SHP_OK);
+    assert_int_equal(last_sent.status, SHP_OK);
+    assert_ptr_equal(shp_an_group_find(&an, 7)->children[0].link, a->arg);
+    /* the member leaves cleanly: its place is free */
+    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_LEAVE, 0, 7, 0);
+    shp_wire_hdr_pack(&h, msg);
+    assert_int_equal(shp_tp_deliver(a, msg, SHP_WIRE_HDR_LEN), SHP_OK);
+    assert_null(shp_an_group_find(&an, 7)->children[0].link);
+
+    /* the recorded join, replayed on a new link: refused */
+    accept_cb(&an.tp, b);
+    assert_non_null(b->cbs);
+    assert_memory_not_equal(nonce_of(a), nonce_of(b), SHP_WIRE_NONCE_LEN);
+    assert_int_equal(shp_tp_deliver(b, rec, sizeof(rec)), SHP_OK);
+    assert_int_equal(last_sent.opcode, SHP_WIRE_OP_GROUP_JOIN_ACK);
+    assert_int_equal(last_sent.status, SHP_ERR_BAD_KEY);
+    assert_null(shp_an_group_find(&an, 7)->children[0].link);
+    assert_int_equal(an.stats.err_bad_key, 3);
+    /* proved over b's own nonce it joins */
+    assert_int_equal(join(b, 7, 0), SHP_OK);
+
+    a->cbs->on_close(a, SHP_ERR_IO);
+    b->cbs->on_close(b, SHP_ERR_IO);
+    free(a);
+    free(b);
+    shp_an_stop(&an);
+}
+
+/* An AN's join of its parent waits for the parent's nonce and proves the
+ * job key over it: the key is nowhere in what it sends. */
+static void test_parent_join_proves_the_key(void **state)
+{
+    static char name[] = "an1", empty[] = "";
+    static shp_an_t an;
+    const char *why = NULL;
+    uint8_t n[SHP_WIRE_NONCE_LEN];
+    shp_wire_join_t j;
+    shp_tp_ep_t *parent;
+
+    (void)state;
+    send_status = SHP_OK;
+    sends = 0;
+    memset(&an, 0, sizeof(an));
+    an.loop = loop;
+    an.link_cbs = &shp_an_link_cbs;
+    an.cfg.name = name;
+    an.cfg.am = empty;
+    an.cfg.max_trees = 4;
+    an.cfg.max_groups = 8;
+    an.cfg.max_osts = 4;
+    an.cfg.max_payload = 4096;
+    an.cfg.join_timeout_ms = 5000;
+    assert_int_equal(shp_tp_init(&an.tp, &mem_ops, loop, 4096, NULL), SHP_OK);
+    json_t *tree =
+        json_pack("{s:i, s:s}", "tree_id", 0, "parent", "10.0.0.1:7000");
+    assert_int_equal(shp_an_tree_set(&an, tree, &why), SHP_OK);
+    json_decref(tree);
+    add_group(&an, 4);
+    parent = an.parents->ep;
+    parent->cbs->on_connect(parent);
+    assert_int_equal(sends, 0);
+
+    for (size_t i = 0; i < sizeof(n); i++) {
+        n[i] = (uint8_t)(0xe0 ^ i);
+    }
+    deliver_nonce(parent, n);
+    assert_int_equal(sends, 1);
+    assert_int_equal(last_sent.opcode, SHP_WIRE_OP_GROUP_JOIN);
+    assert_int_equal(last_sent.payload_len, SHP_WIRE_JOIN_LEN);
+    assert_false(holds_key(last_payload, SHP_WIRE_JOIN_LEN));
+    shp_wire_join_unpack(last_payload, &j);
+    assert_true(shp_wire_join_proof_ok(job_key, n, 0, 4, &j));
+    n[0] ^= 1;
+    assert_false(shp_wire_join_proof_ok(job_key, n, 0, 4, &j));
+
+    an.stopping = 1;
+    assert_int_equal(shp_an_group_remove(&an, 4), SHP_OK);
+    shp_tp_close(parent);
+    shp_tp_cleanup(&an.tp);
+}
+
 /* The loop's polls that may sleep (timeout != 0), counted: libev's
  * epoll_wait resolves to this one (the program exports it:
  * tests/module.mk). */
@@ -435,6 +615,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_send_fails_in_on_connect),
         cmocka_unit_test(test_member_joins_twice),
+        cmocka_unit_test(test_join_proves_the_key),
+        cmocka_unit_test(test_parent_join_proves_the_key),
         cmocka_unit_test(test_removed_group_fails_its_members),
         cmocka_unit_test(test_removal_after_leave_is_silent),
         cmocka_unit_test(test_run_spins_while_a_core_is_free),

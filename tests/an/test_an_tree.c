@@ -14,11 +14,15 @@
 #include "protocol/ctl.h"
 #include "core/time.h"
 #include "protocol/wire.h"
+#include "transport/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <linux/if_ether.h>
+#include <netinet/in.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -804,6 +808,76 @@ static int setup_sleeping(void **state)
     return 0;
 }
 
+static int setup_deadline(void **state)
+{
+    setenv("SHARP_AN_JOIN_DEADLINE", "1s", 1);
+    start_fabric();
+    unsetenv("SHARP_AN_JOIN_DEADLINE");
+    (void)state;
+    return 0;
+}
+
+/* a peer that connects, takes the AN's nonce and never joins */
+static int idle_up, idle_nonce, idle_closed;
+
+static void idle_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
+                     const void *payload)
+{
+    (void)ep;
+    (void)payload;
+    idle_nonce += hdr->opcode == SHP_WIRE_OP_JOIN_NONCE;
+}
+
+static void idle_connect(shp_tp_ep_t *ep)
+{
+    (void)ep;
+    idle_up = 1;
+}
+
+static void idle_close(shp_tp_ep_t *ep, shp_status_t reason)
+{
+    (void)ep;
+    (void)reason;
+    idle_closed = 1;
+}
+
+static const shp_tp_ep_cbs_t idle_cbs = {idle_msg, idle_connect, idle_close};
+
+/* A peer that connected to an AN (over shm: said hello, its rings mapped)
+ * and joins no group is closed after the AN's join_deadline (1 s here,
+ * SHARP_AN_JOIN_DEADLINE); members that join stay, and work. */
+static void test_join_deadline(void **state)
+{
+    static const char *const extra[] = {"--ops", "20", NULL};
+    group_t g = {10, 301, key_a, "rc", NULL, 8, 256};
+    shp_tp_ep_t *ep = NULL;
+    shp_tp_t tp;
+    uint64_t t0;
+    double took;
+
+    (void)state;
+    idle_up = idle_nonce = idle_closed = 0;
+    assert_int_equal(
+        shp_tp_init(&tp, shp_tp_find(tr_name), loop, 1u << 16, tr_ip), SHP_OK);
+    t0 = shp_time_ns();
+    assert_int_equal(
+        tp.ops->connect(&tp, ans[1].data_addr, &idle_cbs, NULL, &ep), SHP_OK);
+    TEST_RUN_WHILE(loop, !idle_nonce && !idle_closed, 5);
+    assert_true(idle_up);
+    assert_int_equal(idle_nonce, 1); /* the AN took it: hello done */
+    assert_false(idle_closed);
+    /* members join and run meanwhile, past the deadline */
+    create_group(&g);
+    run_members(&g, "stream", extra, 0, 60);
+    TEST_RUN_WHILE(loop, !idle_closed, 10);
+    took = (double)(shp_time_ns() - t0) / 1e9;
+    print_message("a peer that never joined closed after %.2f s\n", took);
+    assert_true(idle_closed);
+    assert_true(took >= 0.9);
+    assert_int_equal(stat_of(an_stats(1), "join_deadline"), 1);
+    shp_tp_cleanup(&tp);
+}
+
 static void test_two_jobs(void **state)
 {
     char nops[16];
@@ -837,6 +911,19 @@ static void test_two_jobs(void **state)
     assert_int_equal(bad_key, 1);
 }
 
+/* The first message on a link the AN accepted: its nonce, which joins on
+ * that link prove the job key over */
+static void read_nonce(int fd)
+{
+    uint8_t raw[SHP_WIRE_HDR_LEN + SHP_WIRE_NONCE_LEN];
+    shp_wire_hdr_t h;
+
+    assert_int_equal(read(fd, raw, sizeof(raw)), (ssize_t)sizeof(raw));
+    shp_wire_hdr_unpack(raw, &h);
+    assert_int_equal(h.opcode, SHP_WIRE_OP_JOIN_NONCE);
+    assert_int_equal(h.payload_len, SHP_WIRE_NONCE_LEN);
+}
+
 static void test_bad_input(void **state)
 {
     if (strcmp(tr_name, "tcp") != 0) {
@@ -868,6 +955,7 @@ static void test_bad_input(void **state)
     shp_wire_hdr_pack(&h, raw);
     assert_int_equal(write(fd, raw, sizeof(raw)), (ssize_t)sizeof(raw));
     TEST_RUN_WHILE(loop, 1, 0.2);
+    read_nonce(fd);
     assert_int_equal(read(fd, buf, sizeof(buf)), 0); /* closed on us */
     close(fd);
     /* a sender that never joined cannot touch the group */
@@ -877,6 +965,7 @@ static void test_bad_input(void **state)
     shp_wire_hdr_pack(&h, raw);
     assert_int_equal(write(fd, raw, sizeof(raw)), (ssize_t)sizeof(raw));
     TEST_RUN_WHILE(loop, 1, 0.2);
+    read_nonce(fd);
     assert_int_equal(read(fd, raw, SHP_WIRE_HDR_LEN), SHP_WIRE_HDR_LEN);
     shp_wire_hdr_unpack(raw, &h);
     assert_int_equal(h.opcode, SHP_WIRE_OP_ERROR);
@@ -886,6 +975,56 @@ static void test_bad_input(void **state)
     /* the group, the AN and everybody else are untouched */
     assert_int_equal(groups_failed, 0);
     run_members(&g, "stream", extra, 0, 60);
+}
+
+/* Whoever reads the data network does not learn a job key: every frame
+ * on the loopback while members join a group (at their leaf ANs) and the
+ * ANs join each other, captured (AF_PACKET, as root: skipped without
+ * CAP_NET_RAW), holds the joins, and no 8 bytes of the key.  Before joins
+ * proved the key, each of them carried it. */
+static void test_key_not_on_wire(void **state)
+{
+    static const char *const extra[] = {"--ops", "20", NULL};
+    group_t g = {9, 300, key_a, "rc", NULL, 8, 256};
+    uint8_t key[32], frame[65536], join_hdr[12];
+    shp_wire_hdr_t h;
+    int ps, joins = 0, leaks = 0, rcvbuf = 64 << 20;
+    ssize_t n;
+
+    (void)state;
+    if (strcmp(tr_name, "tcp") != 0) {
+        skip(); /* it reads TCP on the loopback */
+    }
+    ps = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                htons(ETH_P_ALL));
+    if (ps < 0) {
+        print_message("no packet socket (%s): skipped\n", strerror(errno));
+        skip();
+    }
+    (void)setsockopt(ps, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf));
+    for (size_t i = 0; i < sizeof(key); i++) {
+        assert_int_equal(sscanf(key_a + 2 * i, "%2hhx", &key[i]), 1);
+    }
+    shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN, 1, g.gid, 0);
+    h.payload_len = SHP_WIRE_JOIN_LEN;
+    shp_wire_hdr_pack(&h, frame);
+    memcpy(join_hdr, frame, sizeof(join_hdr)); /* up to the group id */
+
+    create_group(&g);
+    run_members(&g, "stream", extra, 0, 60);
+    while ((n = recv(ps, frame, sizeof(frame), 0)) > 0) {
+        for (ssize_t i = 0; i + 12 <= n; i++) {
+            joins += memcmp(frame + i, join_hdr, sizeof(join_hdr)) == 0;
+            for (size_t k = 0; k + 8 <= sizeof(key); k++) {
+                leaks += memcmp(frame + i, key + k, 8) == 0;
+            }
+        }
+    }
+    close(ps);
+    print_message("captured %d joins, %d pieces of the job key\n", joins,
+                  leaks);
+    assert_true(joins >= NMEMBERS); /* the capture saw them */
+    assert_int_equal(leaks, 0);
 }
 
 static void test_mismatch_fails_group(void **state)
@@ -980,10 +1119,13 @@ int main(int argc, char **argv)
         T(test_mcast_unfit),
         T(test_two_jobs),
         T(test_bad_input),
+        T(test_key_not_on_wire),
         T(test_mismatch_fails_group),
         T(test_kill_leaf),
         T(test_kill_root),
         cmocka_unit_test_setup_teardown(test_quiet_links, setup_sleeping,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_join_deadline, setup_deadline,
                                         teardown),
     };
     char self[300];

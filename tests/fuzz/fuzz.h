@@ -95,12 +95,13 @@ enum {
 #define FZ_AN_G_BADKEY 0x08
 #define FZ_AN_G_NOMCAST 0x10 /* no mcast_addr */
 
-/* FZ_AN_MSG: u8 opcode (mod 8), u8 gid, u8 seq, u8 flags (mod 16), u8
+/* FZ_AN_MSG: u8 opcode (mod 9), u8 gid, u8 seq, u8 flags (mod 16), u8
  * dtype, u8 op, u8 tag dtype (each mod 14), u8 count, u8 extra; then, if
  * extra says so, u16 payload_len, u8 status, u32 seq; then the payload.
  * payload_len is otherwise count x element size (48 for a join, whose
- * payload the harness makes unless FZ_AN_M_OWNJOIN). */
-#define FZ_AN_M_BADKEY 0x01         /* join: a wrong job key */
+ * payload the harness makes unless FZ_AN_M_OWNJOIN: proved over the nonce
+ * the AN sent that link; 32 for a join nonce). */
+#define FZ_AN_M_BADKEY 0x01         /* join: proved with a wrong job key */
 #define FZ_AN_M_RAWLEN 0x02         /* payload_len from the input */
 #define FZ_AN_M_STATUS 0x04         /* status from the input (negated) */
 #define FZ_AN_M_SEQ32 0x08          /* seq from the input, 32 bits */

@@ -29,6 +29,7 @@ typedef struct fz_ep {
     shp_tp_ep_t ep; /* first: the AN sees this */
     int kind, slot;
     int connected, closing, dispatching, close_pending, broken;
+    uint8_t nonce[SHP_WIRE_NONCE_LEN]; /* the AN sent it (JOIN_NONCE) */
     struct fz_ep *next;
 } fz_ep_t;
 
@@ -171,6 +172,9 @@ static shp_status_t fz_send(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
         memcpy(copy, payload, hdr->payload_len);
     }
     free(copy);
+    if (hdr->opcode == SHP_WIRE_OP_JOIN_NONCE) { /* joins prove over it */
+        memcpy(e->nonce, payload, sizeof(e->nonce));
+    }
     sent_msgs++;
     sent_bytes += SHP_WIRE_HDR_LEN + hdr->payload_len;
     ep->tp->stats.msgs_out++;
@@ -381,7 +385,7 @@ static void op_group_add(fz_in_t *in)
 static void op_msg(fz_in_t *in)
 {
     fz_ep_t *e = slot_of(in);
-    uint8_t opcode = fz_u8(in) % 8, gid = fz_u8(in);
+    uint8_t opcode = fz_u8(in) % 9, gid = fz_u8(in);
     uint32_t seq = fz_u8(in);
     uint16_t flags = fz_u8(in) % 16;
     shp_reduce_desc_t d = {fz_u8(in) % 14, fz_u8(in) % 14, fz_u8(in) % 14};
@@ -401,6 +405,8 @@ static void op_msg(fz_in_t *in)
         h.payload_len = (uint32_t)(h.count * shp_reduce_elem_size(&d));
     } else if (opcode == SHP_WIRE_OP_GROUP_JOIN) {
         h.payload_len = SHP_WIRE_JOIN_LEN;
+    } else if (opcode == SHP_WIRE_OP_JOIN_NONCE) {
+        h.payload_len = SHP_WIRE_NONCE_LEN;
     } else if (opcode == SHP_WIRE_OP_ERROR) {
         h.status = SHP_ERR_GROUP_FAILED;
         h.payload_len = count % 64;
@@ -423,13 +429,20 @@ static void op_msg(fz_in_t *in)
     shp_wire_hdr_pack(&h, buf);
     if (opcode == SHP_WIRE_OP_GROUP_JOIN &&
         h.payload_len >= SHP_WIRE_JOIN_LEN && !(extra & FZ_AN_M_OWNJOIN)) {
+        /* proved over the nonce the AN sent this link, for the group's
+         * tree (any, if the group is not there) */
+        shp_an_group_t *g = shp_an_group_find(&an, h.group_id);
+        static const uint8_t none[SHP_WIRE_NONCE_LEN];
+        uint8_t key[SHP_WIRE_JOB_KEY_LEN];
         shp_wire_join_t j;
         j.job_id = fz_an_job_id(h.group_id);
-        fz_an_job_key(h.group_id, j.job_key);
+        fz_an_job_key(h.group_id, key);
         if (extra & FZ_AN_M_BADKEY) {
-            j.job_key[31] ^= 0x80;
+            key[31] ^= 0x80;
         }
         j.child_index = FZ_AN_M_CHILD(extra);
+        shp_wire_join_prove(key, e != NULL ? e->nonce : none,
+                            g != NULL ? g->tree_id : 0, h.group_id, &j);
         shp_wire_join_pack(&j, buf + SHP_WIRE_HDR_LEN);
         fz_bytes(in, buf + SHP_WIRE_HDR_LEN + SHP_WIRE_JOIN_LEN,
                  h.payload_len - SHP_WIRE_JOIN_LEN);

@@ -100,7 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 shp_wire_join_unpack(jr, &j2);
                 FZ_CHECK(j.job_id == j2.job_id &&
                          j.child_index == j2.child_index &&
-                         !memcmp(j.job_key, j2.job_key, sizeof(j.job_key)));
+                         !memcmp(j.proof, j2.proof, sizeof(j.proof)));
                 FZ_CHECK(!memcmp(jr, p + SHP_WIRE_HDR_LEN, 44));
             }
         } else {

@@ -130,6 +130,8 @@ static void seeds_wire(void)
     put_msg(&b, &h, join);
     shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_JOIN_ACK, 0, 9, 0);
     put_msg(&b, &h, NULL);
+    shp_wire_nonce_new(payload, &h);
+    put_msg(&b, &h, payload);
     shp_wire_hdr_init(&h, SHP_WIRE_OP_GROUP_LEAVE, 0, 9, 4);
     put_msg(&b, &h, NULL);
     save_buf("wire", "control-ops", &b);
@@ -442,6 +444,11 @@ static void seeds_an(void)
     an_group(&b, 2, 1, 0, 2, 0x2, 1);
     put8(&b, FZ_AN_CONNECT);
     put8(&b, 0);
+    /* the parent's nonce: the join goes out (payload: 32 bytes of 0x5a) */
+    an_msg(&b, 0, SHP_WIRE_OP_JOIN_NONCE, 0, 0, 0, NULL, 0, 0);
+    for (unsigned i = 0; i < SHP_WIRE_NONCE_LEN; i++) {
+        put8(&b, 0x5a);
+    }
     an_msg(&b, 0, SHP_WIRE_OP_GROUP_JOIN_ACK, 2, 0, 0, NULL, 0, FZ_AN_M_STATUS);
     put8(&b, SHP_ERR_GROUP_UNKNOWN < 0 ? -SHP_ERR_GROUP_UNKNOWN : 0);
     put8(&b, FZ_AN_TIMERS);

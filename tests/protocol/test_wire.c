@@ -5,6 +5,7 @@
 #include "protocol/wire.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static void assert_hdr_equal(const shp_wire_hdr_t *a, const shp_wire_hdr_t *b)
 {
@@ -97,14 +98,14 @@ static void test_join_pack_bytes(void **state)
     int i;
 
     (void)state;
-    for (i = 0; i < SHP_WIRE_JOB_KEY_LEN; i++) {
-        j.job_key[i] = (uint8_t)(0xa0 + i);
+    for (i = 0; i < SHP_WIRE_PROOF_LEN; i++) {
+        j.proof[i] = (uint8_t)(0xa0 + i);
     }
     shp_wire_join_pack(&j, buf);
     for (i = 0; i < 8; i++) {
         assert_int_equal(buf[i], i + 1);
     }
-    for (i = 0; i < SHP_WIRE_JOB_KEY_LEN; i++) {
+    for (i = 0; i < SHP_WIRE_PROOF_LEN; i++) {
         assert_int_equal(buf[8 + i], 0xa0 + i);
     }
     assert_int_equal(buf[40], 0);
@@ -112,7 +113,7 @@ static void test_join_pack_bytes(void **state)
     assert_int_equal(buf[44] | buf[45] | buf[46] | buf[47], 0);
     shp_wire_join_unpack(buf, &back);
     assert_true(back.job_id == j.job_id);
-    assert_memory_equal(back.job_key, j.job_key, SHP_WIRE_JOB_KEY_LEN);
+    assert_memory_equal(back.proof, j.proof, SHP_WIRE_PROOF_LEN);
     assert_int_equal(back.child_index, j.child_index);
 }
 
@@ -311,12 +312,95 @@ static void test_validate_control_opcodes(void **state)
     REJECT(h, SHP_WIRE_HDR_LEN + SHP_WIRE_JOIN_LEN - 1, 256, SHP_ERR_PROTO,
            "size");
 
+    h.opcode = SHP_WIRE_OP_JOIN_NONCE;
+    h.payload_len = SHP_WIRE_NONCE_LEN;
+    assert_int_equal(
+        shp_wire_validate(&h, SHP_WIRE_HDR_LEN + SHP_WIRE_NONCE_LEN, 256, NULL),
+        SHP_OK);
+    h.payload_len = SHP_WIRE_NONCE_LEN - 1;
+    REJECT(h, SHP_WIRE_HDR_LEN + SHP_WIRE_NONCE_LEN - 1, 256, SHP_ERR_PROTO,
+           "nonce");
+
     h.opcode = SHP_WIRE_OP_GROUP_JOIN_ACK;
     h.payload_len = 0;
     assert_int_equal(shp_wire_validate(&h, SHP_WIRE_HDR_LEN, 256, NULL),
                      SHP_OK);
     h.count = 1;
     REJECT(h, SHP_WIRE_HDR_LEN, 256, SHP_ERR_PROTO, "payload");
+}
+
+/* 1 if `hay` holds `needle` anywhere */
+static int holds(const uint8_t *hay, size_t n, const uint8_t *needle,
+                 size_t len)
+{
+    for (size_t i = 0; i + len <= n; i++) {
+        if (memcmp(hay + i, needle, len) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A join proves the job key over the link's nonce without carrying it: its
+ * bytes hold no part of the key (no 8 bytes of it), and the proof verifies
+ * only for the key, nonce, tree, group, job and place it was made for. */
+static void test_join_proof(void **state)
+{
+    uint8_t key[SHP_WIRE_JOB_KEY_LEN], nonce[SHP_WIRE_NONCE_LEN];
+    uint8_t other[SHP_WIRE_NONCE_LEN], msg[SHP_WIRE_HDR_LEN + SHP_WIRE_JOIN_LEN];
+    shp_wire_hdr_t h, nh, back;
+    shp_wire_join_t j, bad;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(key); i++) {
+        key[i] = (uint8_t)(0x11 * (i + 1));
+    }
+    shp_wire_nonce_new(nonce, &nh);
+    shp_wire_nonce_new(other, &nh);
+    assert_int_equal(nh.opcode, SHP_WIRE_OP_JOIN_NONCE);
+    assert_int_equal(nh.payload_len, SHP_WIRE_NONCE_LEN);
+    assert_memory_not_equal(nonce, other, sizeof(nonce)); /* fresh each */
+
+    shp_wire_join_make(key, nonce, 3, 77, 5555, 2, &h, msg + SHP_WIRE_HDR_LEN);
+    shp_wire_hdr_pack(&h, msg);
+    for (size_t off = 0; off + 8 <= sizeof(key); off++) {
+        assert_false(holds(msg, sizeof(msg), key + off, 8));
+    }
+    shp_wire_hdr_unpack(msg, &back);
+    assert_int_equal(shp_wire_validate(&back, sizeof(msg), 256, NULL), SHP_OK);
+    assert_int_equal(back.opcode, SHP_WIRE_OP_GROUP_JOIN);
+    assert_int_equal(back.tree_id, 3);
+    assert_int_equal(back.group_id, 77);
+    shp_wire_join_unpack(msg + SHP_WIRE_HDR_LEN, &j);
+    assert_true(j.job_id == 5555);
+    assert_int_equal(j.child_index, 2);
+    assert_true(shp_wire_join_proof_ok(key, nonce, 3, 77, &j));
+
+    /* another link's nonce (a replay), tree, group, key */
+    assert_false(shp_wire_join_proof_ok(key, other, 3, 77, &j));
+    assert_false(shp_wire_join_proof_ok(key, nonce, 4, 77, &j));
+    assert_false(shp_wire_join_proof_ok(key, nonce, 3, 78, &j));
+    uint8_t wrong[SHP_WIRE_JOB_KEY_LEN];
+    memcpy(wrong, key, sizeof(wrong));
+    wrong[31] ^= 1;
+    assert_false(shp_wire_join_proof_ok(wrong, nonce, 3, 77, &j));
+    /* another job or place under the same proof */
+    bad = j;
+    bad.job_id++;
+    assert_false(shp_wire_join_proof_ok(key, nonce, 3, 77, &bad));
+    bad = j;
+    bad.child_index = 1;
+    assert_false(shp_wire_join_proof_ok(key, nonce, 3, 77, &bad));
+    /* any bit of the proof */
+    for (size_t i = 0; i < SHP_WIRE_PROOF_LEN * 8; i++) {
+        bad = j;
+        bad.proof[i / 8] ^= (uint8_t)(1u << (i % 8));
+        assert_false(shp_wire_join_proof_ok(key, nonce, 3, 77, &bad));
+    }
+    /* what the old join sent, the key itself as the proof */
+    bad = j;
+    memcpy(bad.proof, key, sizeof(bad.proof));
+    assert_false(shp_wire_join_proof_ok(key, nonce, 3, 77, &bad));
 }
 
 static void test_frame_len(void **state)
@@ -469,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_hdr_pack_bytes),
         cmocka_unit_test(test_hdr_reserved_ignored),
         cmocka_unit_test(test_join_pack_bytes),
+        cmocka_unit_test(test_join_proof),
         cmocka_unit_test(test_init_agg),
         cmocka_unit_test(test_init_plain),
         cmocka_unit_test(test_validate_accepts),

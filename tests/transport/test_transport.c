@@ -2,7 +2,8 @@
  * udp multicast on loopback with and without induced loss, shm rings
  * (within a process, across processes that sleep or spin, a peer killed, a
  * listener woken by the last of several processes' contributions only, a
- * hand-made peer's bad segment and records), stubs. */
+ * hand-made peer's bad segment and records, a squatter of another user on
+ * an AN's name), stubs. */
 #include "tests/support/test_util.h"
 
 #include "core/net.h"
@@ -12,7 +13,11 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <inttypes.h>
+#include <poll.h>
+#include <stddef.h>
+#include <string.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -986,6 +991,144 @@ static void test_shm_malformed(void **state)
     shp_tp_cleanup(&tp);
 }
 
+/* the log lines a test keeps (shp_log_set_handler) */
+static char logged[2048];
+
+static void keep_log(int level, const char *err_id, const char *msg,
+                     void *arg)
+{
+    (void)level;
+    (void)err_id;
+    (void)arg;
+    size_t n = strlen(logged);
+    snprintf(logged + n, sizeof(logged) - n, "%s\n", msg);
+}
+
+/* The squatter: uid 65534 holds the shm name of `addr` (as anyone in the
+ * namespace can bind an abstract name), says when it listens, then counts
+ * the bytes and descriptors its callers send until told to stop; writes
+ * them to `out`. */
+static void squat(const char *addr, int ready, int stop, int out)
+{
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    int n = snprintf(sun.sun_path + 1, sizeof(sun.sun_path) - 1,
+                     "sharp-shm/%s", addr);
+    socklen_t slen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+                                 (size_t)n);
+    int got[2] = {0, 0}; /* bytes, descriptors */
+    int lfd;
+
+    if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0 ||
+        (lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0)) < 0 ||
+        bind(lfd, (struct sockaddr *)&sun, slen) != 0 || listen(lfd, 8) != 0) {
+        _exit(1);
+    }
+    if (write(ready, "r", 1) != 1) {
+        _exit(1);
+    }
+    for (;;) {
+        struct pollfd p[2] = {{lfd, POLLIN, 0}, {stop, POLLIN, 0}};
+        if (poll(p, 2, 10000) <= 0 || p[1].revents) {
+            break;
+        }
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0) {
+            continue;
+        }
+        char buf[256], cbuf[CMSG_SPACE(4 * sizeof(int))];
+        struct iovec iov = {buf, sizeof(buf)};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+                            .msg_control = cbuf,
+                            .msg_controllen = sizeof(cbuf)};
+        struct pollfd q = {fd, POLLIN, 0};
+        while (poll(&q, 1, 1000) > 0) {
+            ssize_t r = recvmsg(fd, &mh, 0);
+            if (r <= 0) {
+                break;
+            }
+            got[0] += (int)r;
+            for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c != NULL;
+                 c = CMSG_NXTHDR(&mh, c)) {
+                got[1] += c->cmsg_type == SCM_RIGHTS;
+            }
+            mh.msg_controllen = sizeof(cbuf);
+        }
+        close(fd);
+    }
+    _exit(write(out, got, sizeof(got)) == sizeof(got) ? 0 : 1);
+}
+
+/* Another user's process that binds an AN's shm name first (abstract
+ * names are anyone's in the namespace) cannot pose as the AN: a connector
+ * refuses it (SO_PEERCRED: not root, not its own user) before it sends
+ * anything, so the squatter gets no hello, no ring and no join; an AN that
+ * then listens there is told who holds the name.  Run as root: the
+ * squatter is uid 65534. */
+static void test_shm_squatter(void **state)
+{
+    int ready[2], stop[2], out[2], got[2] = {-1, -1}, status;
+    shp_sockaddr_t sa;
+    shp_tp_t cl, an;
+    shp_tp_ep_t *ep = NULL;
+    char addr[64];
+    pid_t pid;
+    rx_t rx = {0};
+
+    (void)state;
+    if (geteuid() != 0) {
+        skip(); /* no other user to become */
+    }
+    /* a free port, for the name */
+    int t = socket(AF_INET, SOCK_STREAM, 0);
+    socklen_t sl = sizeof(sa.ss);
+    assert_int_equal(shp_sockaddr_parse("127.0.0.1:0", 0, &sa), SHP_OK);
+    assert_int_equal(bind(t, (struct sockaddr *)&sa.ss, sa.len), 0);
+    assert_int_equal(getsockname(t, (struct sockaddr *)&sa.ss, &sl), 0);
+    sa.len = sl;
+    shp_sockaddr_str(&sa, addr, sizeof(addr));
+    close(t);
+
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(stop), 0);
+    assert_int_equal(pipe(out), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        squat(addr, ready[1], stop[0], out[1]);
+    }
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+
+    logged[0] = '\0';
+    shp_log_set_handler(keep_log, NULL);
+    assert_int_equal(shp_tp_init(&cl, shp_tp_find("shm"), loop, 4096, NULL),
+                     SHP_OK);
+    assert_int_equal(cl.ops->connect(&cl, addr, &rx_cbs, &rx, &ep),
+                     SHP_ERR_PERM);
+    assert_non_null(strstr(logged, "uid 65534"));
+    assert_int_equal(shp_tp_init(&an, shp_tp_find("shm"), loop, 4096, NULL),
+                     SHP_OK);
+    logged[0] = '\0';
+    assert_int_equal(an.ops->listen(&an, addr, on_accept), SHP_ERR_EXISTS);
+    assert_non_null(strstr(logged, "uid 65534"));
+    shp_log_set_handler(NULL, NULL);
+    print_message("%s", logged);
+
+    assert_int_equal(write(stop[1], "s", 1), 1);
+    assert_int_equal(read(out[0], got, sizeof(got)), (ssize_t)sizeof(got));
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(got[0], 0); /* no hello */
+    assert_int_equal(got[1], 0); /* no ring */
+    for (int i = 0; i < 2; i++) {
+        close(ready[i]);
+        close(stop[i]);
+        close(out[i]);
+    }
+    shp_tp_cleanup(&cl);
+    shp_tp_cleanup(&an);
+}
+
 static void test_registry_and_stubs(void **state)
 {
     shp_tp_t tp;
@@ -1011,7 +1154,8 @@ int main(void)
         T(test_udp_bad_group),         T(test_shm_roundtrip),
         T(test_shm_processes),         T(test_shm_spin),
         T(test_shm_after_tcp),         T(test_shm_wake_need),
-        T(test_shm_malformed),         T(test_registry_and_stubs),
+        T(test_shm_malformed),         T(test_shm_squatter),
+        T(test_registry_and_stubs),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests_name("transport", tests, NULL, NULL);

@@ -7,7 +7,12 @@
  * them out unchanged: a listener reserves the port with a bound (not
  * listening) TCP socket and accepts on the Unix socket "@sharp-shm/ip:port"
  * (abstract namespace: per network namespace, nothing left in the file
- * system).  The connecting side creates the segment (a sealed memfd: it can
+ * system).  Anyone in the namespace can bind such a name, so a connector
+ * takes a listener only if the kernel says (SO_PEERCRED) it runs as root,
+ * as the connector's own user or as the owner's trusted uid
+ * (tp->shm.trust_uid): another user's process squatting the name gets no
+ * hello, no ring and no join; and a listener that finds its name taken
+ * says by whom.  The connecting side creates the segment (a sealed memfd: it can
  * neither shrink nor grow, so the peer never faults on it) holding one ring
  * per direction and passes it in its first message.
  *
@@ -157,6 +162,44 @@ static void shm_abstract_name(const char *addr, struct sockaddr_un *sun,
     int n = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1,
                      "sharp-shm/%s", addr);
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* Whether the listener at the other end of fd (a connected socket) runs
+ * as a user this side trusts to be an aggregation node: root, our own
+ * user, or tp->shm.trust_uid.  *uid: the listener's. */
+static int shm_listener_trusted(const shp_tp_t *tp, int fd, uid_t *uid)
+{
+    struct ucred cr;
+    socklen_t cl = sizeof(cr);
+
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0) {
+        *uid = (uid_t)-1;
+        return 0;
+    }
+    *uid = cr.uid;
+    return cr.uid == 0 || cr.uid == geteuid() ||
+           (tp->shm.trust_uid != (uid_t)-1 && cr.uid == tp->shm.trust_uid);
+}
+
+/* After our bind of `sun` failed with EADDRINUSE: if another user holds
+ * the name (a connection, closed at once, asks the kernel), say who; our
+ * own user's holder is a second listener, refused as before. */
+static void shm_name_taken(const struct sockaddr_un *sun, socklen_t slen)
+{
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct ucred cr;
+    socklen_t cl = sizeof(cr);
+
+    if (fd >= 0 && connect(fd, (const struct sockaddr *)sun, slen) == 0 &&
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 &&
+        cr.uid != geteuid()) {
+        shp_error("shm: @%s is taken by pid %d of uid %u, another user "
+                  "(a squatter?): cannot listen there",
+                  sun->sun_path + 1, (int)cr.pid, (unsigned)cr.uid);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
 }
 
 static void shm_ep_map(shm_ep_t *ep, int connector)
@@ -1021,6 +1064,9 @@ static shp_status_t shm_listen(shp_tp_t *tp, const char *addr,
     if (priv->lfd < 0 || bind(priv->lfd, (struct sockaddr *)&sun, slen) != 0 ||
         listen(priv->lfd, 1024) != 0) {
         st = errno == EADDRINUSE ? SHP_ERR_EXISTS : SHP_ERR_IO;
+        if (st == SHP_ERR_EXISTS) {
+            shm_name_taken(&sun, slen);
+        }
         goto fail;
     }
     st = shm_board_new(priv);
@@ -1076,6 +1122,15 @@ static shp_status_t shm_connect(shp_tp_t *tp, const char *addr,
     if (connect(fd, (struct sockaddr *)&sun, slen) != 0) {
         st = errno == ECONNREFUSED || errno == ENOENT ? SHP_ERR_CONN_REFUSED
                                                       : SHP_ERR_IO;
+        goto fail;
+    }
+    uid_t uid;
+    if (!shm_listener_trusted(tp, fd, &uid)) {
+        /* not an AN of ours: it gets nothing, not even the hello */
+        shp_error("shm: @%s is held by uid %u, neither root nor ours: "
+                  "refused (a squatter?)",
+                  sun.sun_path + 1, (unsigned)uid);
+        st = SHP_ERR_PERM;
         goto fail;
     }
     memfd = memfd_create("sharp-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
