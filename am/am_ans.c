@@ -176,7 +176,7 @@ static void am_an_stats(shp_am_an_t *an, const json_t *msg)
     static const char *const errs[] = {
         "err_bad_key",  "err_unknown_group", "err_seq_window",
         "err_mismatch", "err_malformed",     "err_protocol",
-        "err_forged",   "groups_failed",     NULL};
+        "err_forged",   "groups_failed",     "join_deadline", NULL};
     uint64_t now = shp_time_ns();
     uint64_t ops = (uint64_t)shp_json_opt_int(msg, "ops", 0, INT64_MAX, 0);
     uint64_t e = 0;
