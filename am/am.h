@@ -33,8 +33,8 @@ typedef struct shp_am_config {
     unsigned radix;
     unsigned flat_max; /* groups of at most this many members: one AN */
     unsigned max_jobs;
-    unsigned max_list;     /* hosts or members in one request, at most */
-    unsigned uid_max_jobs; /* jobs of one user at once (root: no limit) */
+    unsigned max_list;       /* hosts or members in one request, at most */
+    unsigned uid_max_jobs;   /* jobs of one user at once (root: no limit) */
     unsigned uid_max_groups; /* groups of one user's jobs (root: no limit) */
     unsigned max_peers;      /* authenticated ANs and sharpds at once */
     unsigned job_max_groups;
@@ -79,7 +79,7 @@ struct shp_am_peer {
     /* sharpd: its last sharpd_stats (clients_refused, frames_timed_out,
      * jobs_refused: its local clients' limits reached) */
     uint64_t sd_limits[3];
-    uid_t uid;      /* admin: SO_PEERCRED */
+    uid_t uid; /* admin: SO_PEERCRED */
     gid_t gid;
     ev_timer auth_timer; /* a TCP peer's deadline to prove the secret */
     shp_am_peer_t *next;

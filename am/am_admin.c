@@ -238,21 +238,21 @@ static void am_admin_sharpd_limits(shp_am_t *am, json_t *stats)
 
 static json_t *am_admin_stats(shp_am_t *am)
 {
-    json_t *s = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-                     "s:I, s:I}",
-                     "jobs",
-                     (json_int_t)HASH_COUNT(am->jobs), "groups",
-                     (json_int_t)HASH_COUNT(am->groups), "jobs_begun",
-                     (json_int_t)am->stats.jobs_begun, "jobs_refused",
-                     (json_int_t)am->stats.jobs_refused, "groups_created",
-                     (json_int_t)am->stats.groups_created, "groups_failed",
-                     (json_int_t)am->stats.groups_failed, "groups_revoked",
-                     (json_int_t)am->stats.groups_revoked, "auth_failures",
-                     (json_int_t)am->stats.auth_failures, "tree_builds",
-                     (json_int_t)am->stats.tree_builds, "uid_groups_refused",
-                     (json_int_t)am->stats.uid_groups_refused, "peers_refused",
-                     (json_int_t)am->stats.peers_refused, "squats_ended",
-                     (json_int_t)am->stats.squats_ended);
+    json_t *s =
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+                  "s:I, s:I}",
+                  "jobs", (json_int_t)HASH_COUNT(am->jobs), "groups",
+                  (json_int_t)HASH_COUNT(am->groups), "jobs_begun",
+                  (json_int_t)am->stats.jobs_begun, "jobs_refused",
+                  (json_int_t)am->stats.jobs_refused, "groups_created",
+                  (json_int_t)am->stats.groups_created, "groups_failed",
+                  (json_int_t)am->stats.groups_failed, "groups_revoked",
+                  (json_int_t)am->stats.groups_revoked, "auth_failures",
+                  (json_int_t)am->stats.auth_failures, "tree_builds",
+                  (json_int_t)am->stats.tree_builds, "uid_groups_refused",
+                  (json_int_t)am->stats.uid_groups_refused, "peers_refused",
+                  (json_int_t)am->stats.peers_refused, "squats_ended",
+                  (json_int_t)am->stats.squats_ended);
     if (s)
         am_admin_sharpd_limits(am, s);
     return s;

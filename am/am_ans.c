@@ -173,10 +173,11 @@ void shp_am_an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
  * every error it counts. */
 static void am_an_stats(shp_am_an_t *an, const json_t *msg)
 {
-    static const char *const errs[] = {
-        "err_bad_key",  "err_unknown_group", "err_seq_window",
-        "err_mismatch", "err_malformed",     "err_protocol",
-        "err_forged",   "groups_failed",     "join_deadline", NULL};
+    static const char *const errs[] = {"err_bad_key",    "err_unknown_group",
+                                       "err_seq_window", "err_mismatch",
+                                       "err_malformed",  "err_protocol",
+                                       "err_forged",     "groups_failed",
+                                       "join_deadline",  NULL};
     uint64_t now = shp_time_ns();
     uint64_t ops = (uint64_t)shp_json_opt_int(msg, "ops", 0, INT64_MAX, 0);
     uint64_t e = 0;

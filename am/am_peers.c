@@ -53,7 +53,8 @@ static void am_peer_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
 {
     const char *type = shp_ctl_type(msg);
     int an = !strcmp(type, "an_register") && !strcmp(p->auth.role, "an");
-    int sd = !strcmp(type, "sharpd_register") && !strcmp(p->auth.role, "sharpd");
+    int sd =
+        !strcmp(type, "sharpd_register") && !strcmp(p->auth.role, "sharpd");
     if (!an && !sd) {
         shp_conn_close(&p->conn, SHP_ERR_PROTO);
         return;
@@ -67,9 +68,9 @@ static void am_peer_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
                  am->cfg.max_peers);
         shp_error_id("AM0105", "refusing %s %s (%s): %s", p->auth.role,
                      p->auth.name, p->conn.peer, why);
-        shp_am_send(p, shp_ctl_reply(an ? "an_register_ack"
-                                        : "sharpd_register_ack",
-                                     0, SHP_ERR_QUOTA, why));
+        shp_am_send(
+            p, shp_ctl_reply(an ? "an_register_ack" : "sharpd_register_ack", 0,
+                             SHP_ERR_QUOTA, why));
         shp_conn_flush(&p->conn);
         shp_conn_close(&p->conn, SHP_ERR_QUOTA);
         return;

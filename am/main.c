@@ -63,8 +63,7 @@ static const shp_config_opt_t am_opts[] = {
     {"uid_max_groups", "256",
      "groups of one user's jobs together, at most (root's are not counted); "
      "one more is refused",
-     offsetof(shp_am_config_t, uid_max_groups), &shp_cfg_uint,
-     &am_count_range},
+     offsetof(shp_am_config_t, uid_max_groups), &shp_cfg_uint, &am_count_range},
     {"job_max_groups", "16", "groups per job, at most",
      offsetof(shp_am_config_t, job_max_groups), &shp_cfg_uint, &am_count_range},
     {"group_osts", "16", "outstanding operations per group (quota)",
@@ -138,27 +137,31 @@ static int print_node_secret(const shp_am_config_t *cfg, const char *which)
     size_t rl = colon ? (size_t)(colon - which) : 0;
     if (!colon || colon[1] == '\0' || rl >= sizeof(role) ||
         strlen(colon + 1) >= 128) {
-        fprintf(stderr, "sharp_am: --node-secret wants ROLE:NAME (an:SWITCH "
-                        "or sharpd:HOST), not \"%s\"\n", which);
+        fprintf(stderr,
+                "sharp_am: --node-secret wants ROLE:NAME (an:SWITCH "
+                "or sharpd:HOST), not \"%s\"\n",
+                which);
         return 2;
     }
     memcpy(role, which, rl);
     role[rl] = '\0';
     if (strcmp(role, "an") != 0 && strcmp(role, "sharpd") != 0) {
-        fprintf(stderr, "sharp_am: --node-secret: role \"%s\" is neither an "
-                        "nor sharpd\n", role);
+        fprintf(stderr,
+                "sharp_am: --node-secret: role \"%s\" is neither an "
+                "nor sharpd\n",
+                role);
         return 2;
     }
     if (shp_auth_init() != SHP_OK ||
-        shp_auth_key_load(cfg->secret_file, &key, err, sizeof(err)) !=
-            SHP_OK) {
+        shp_auth_key_load(cfg->secret_file, &key, err, sizeof(err)) != SHP_OK) {
         fprintf(stderr, "sharp_am: %s\n", err);
         return 1;
     }
     if (key.node) {
-        fprintf(stderr, "sharp_am: %s is a node secret (%s %s), not the "
-                        "cluster secret\n", cfg->secret_file, key.role,
-                key.name);
+        fprintf(stderr,
+                "sharp_am: %s is a node secret (%s %s), not the "
+                "cluster secret\n",
+                cfg->secret_file, key.role, key.name);
         return 1;
     }
     if (shp_auth_node_secret(&key, role, colon + 1, out) != SHP_OK) {
@@ -196,18 +199,19 @@ int main(int argc, char **argv)
     shp_log_set_component("sharp_am");
     shp_log_detect_journal();
     const char *node_secret = take_node_secret(&argc, argv);
-    if (shp_config_load(&am_table, &am.cfg, argc, argv,
-                        "usage: sharp_am [--config FILE] [--OPTION VALUE ...]\n"
-                        "       sharp_am [--config FILE] --node-secret "
-                        "ROLE:NAME\n"
-                        "           print the secret file of the AN (an:SWITCH) "
-                        "or sharpd (sharpd:HOST)\n"
-                        "           NAME, made from secret_file\n"
-                        "\n"
-                        "The aggregation manager of sharp: reads the fabric "
-                        "topology, builds aggregation\ntrees over the "
-                        "registered ANs, admits jobs and creates their groups.",
-                        &action, &err) != SHP_OK) {
+    if (shp_config_load(
+            &am_table, &am.cfg, argc, argv,
+            "usage: sharp_am [--config FILE] [--OPTION VALUE ...]\n"
+            "       sharp_am [--config FILE] --node-secret "
+            "ROLE:NAME\n"
+            "           print the secret file of the AN (an:SWITCH) "
+            "or sharpd (sharpd:HOST)\n"
+            "           NAME, made from secret_file\n"
+            "\n"
+            "The aggregation manager of sharp: reads the fabric "
+            "topology, builds aggregation\ntrees over the "
+            "registered ANs, admits jobs and creates their groups.",
+            &action, &err) != SHP_OK) {
         fprintf(stderr, "sharp_am: %s\n", err.msg);
         shp_config_release(&am_table, &am.cfg);
         return 2;

@@ -182,7 +182,7 @@ typedef struct shp_an_stats {
     uint64_t groups_failed;
     uint64_t links_lost;
     uint64_t join_deadline; /* children's links closed: no join in time */
-    uint64_t quiet_msgs; /* messages read from quiet links (shp_an_run) */
+    uint64_t quiet_msgs;    /* messages read from quiet links (shp_an_run) */
 } shp_an_stats_t;
 
 struct shp_an {

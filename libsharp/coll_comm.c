@@ -230,9 +230,8 @@ static void on_nonce(coll_comm_t *comm, const void *nonce)
         return; /* one join a link */
     }
     comm->join_sent = 1;
-    shp_wire_join_make(comm->ctx->job_key, nonce, comm->tree_id,
-                       comm->group_id, comm->ctx->job_id, comm->child, &h,
-                       payload);
+    shp_wire_join_make(comm->ctx->job_key, nonce, comm->tree_id, comm->group_id,
+                       comm->ctx->job_id, comm->child, &h, payload);
     if (shp_tp_send(comm->ep, &h, payload) != SHP_OK &&
         comm->join_status == SHP_INPROGRESS) {
         comm->join_status = SHP_ERR_CONN_RESET;

@@ -1822,7 +1822,8 @@ static int bcast_bytes(comm_state_t *st, char *p, int len, int root,
     op_args_t a = {C_BCAST, NULL, NULL, root, p, -1, 0};
     char *res = NULL;
     int how = OP_OK;
-    if (st->hier && st->nshm != NULL && (size_t)len <= smn_slot_bytes(st->nshm)) {
+    if (st->hier && st->nshm != NULL &&
+        (size_t)len <= smn_slot_bytes(st->nshm)) {
         /* on shared memory: the root's node first (from the root), then
          * the leaders; the leader's status, and its data to the other
          * nodes' ranks, in one step out */

@@ -31,8 +31,8 @@
 /* Settings (SHARP_MPI_*, read at MPI_Init) */
 typedef struct smpi_cfg {
     int enable, verbose, min_ranks, node_aggr;
-    int node_shm;         /* SHARP_MPI_NODE_SHM: the node step on shm */
-    long node_shm_slot;   /* SHARP_MPI_NODE_SHM_SLOT: bytes a rank */
+    int node_shm;             /* SHARP_MPI_NODE_SHM: the node step on shm */
+    long node_shm_slot;       /* SHARP_MPI_NODE_SHM_SLOT: bytes a rank */
     long node_shm_timeout_ms; /* SHARP_MPI_NODE_SHM_TIMEOUT */
     long max_bytes;
     int allreduce, reduce, barrier, bcast;

@@ -332,15 +332,13 @@ shp_status_t shp_auth_server_verify(shp_auth_server_t *s,
     }
     if (get_bytes(auth, "proof", got, sizeof(got), why))
         return SHP_ERR_PROTO;
-    proof(&s->key, "sharp-peer", s->snonce, s->cnonce, s->role, s->name,
-          want);
+    proof(&s->key, "sharp-peer", s->snonce, s->cnonce, s->role, s->name, want);
     if (crypto_verify_32(got, want) != 0) {
         *why = "wrong cluster secret (or not the node secret of this role "
                "and name)";
         return SHP_ERR_AUTH;
     }
-    session_keys(&s->key, s->cnonce, s->snonce, s->role, s->name,
-                 &s->session);
+    session_keys(&s->key, s->cnonce, s->snonce, s->role, s->name, &s->session);
     sodium_memzero(&s->key, sizeof(s->key));
     s->state = 2;
     return SHP_OK;

@@ -49,8 +49,8 @@
 
 typedef struct shp_auth_key {
     uint8_t k[SHP_AUTH_KEY_LEN];
-    int node;       /* a node key (of role, name), not the cluster key */
-    char role[16];  /* node: whose */
+    int node;      /* a node key (of role, name), not the cluster key */
+    char role[16]; /* node: whose */
     char name[128];
 } shp_auth_key_t;
 
@@ -114,7 +114,7 @@ typedef struct shp_auth_server {
     char role[16];
     char name[128];
     shp_auth_key_t key; /* the node key of role and name (from hello on) */
-    int state;                  /* 0 wait hello, 1 wait auth, 2 authenticated */
+    int state;          /* 0 wait hello, 1 wait auth, 2 authenticated */
     shp_auth_session_t session; /* once authenticated */
 } shp_auth_server_t;
 

@@ -121,8 +121,7 @@ int shp_wire_join_proof_ok(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
     return sodium_memcmp(want, join->proof, sizeof(want)) == 0;
 }
 
-void shp_wire_nonce_new(uint8_t nonce[SHP_WIRE_NONCE_LEN],
-                        shp_wire_hdr_t *hdr)
+void shp_wire_nonce_new(uint8_t nonce[SHP_WIRE_NONCE_LEN], shp_wire_hdr_t *hdr)
 {
     if (sodium_init() < 0) {
         abort();
@@ -287,8 +286,8 @@ static shp_status_t shp_wire_check_ctl(const shp_wire_hdr_t *hdr,
         return SHP_OK;
     case SHP_WIRE_OP_JOIN_NONCE:
         if (hdr->count != 0 || hdr->payload_len != SHP_WIRE_NONCE_LEN) {
-            return shp_wire_reject(SHP_ERR_PROTO, "join nonce of the wrong size",
-                                   why);
+            return shp_wire_reject(SHP_ERR_PROTO,
+                                   "join nonce of the wrong size", why);
         }
         return SHP_OK;
     case SHP_WIRE_OP_GROUP_JOIN_ACK:

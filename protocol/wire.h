@@ -184,8 +184,7 @@ int shp_wire_join_proof_ok(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
                            const shp_wire_join_t *join);
 /* A fresh random nonce for a link an AN accepted, and the header of the
  * JOIN_NONCE that carries it (tree and group 0) */
-void shp_wire_nonce_new(uint8_t nonce[SHP_WIRE_NONCE_LEN],
-                        shp_wire_hdr_t *hdr);
+void shp_wire_nonce_new(uint8_t nonce[SHP_WIRE_NONCE_LEN], shp_wire_hdr_t *hdr);
 /* A whole join message, header and payload (SHP_WIRE_JOIN_LEN bytes), as a
  * child sends it on a link whose nonce it got. */
 void shp_wire_join_make(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],

@@ -310,15 +310,13 @@ static void sd_am_handle_reply(sd_t *sd, json_t *msg)
         if (joins)
             p->client->asked--;
         if (st == SHP_OK && joins &&
-            sd_client_add_job(p->client, p->job_id, p->client->uid) !=
-                SHP_OK) {
+            sd_client_add_job(p->client, p->job_id, p->client->uid) != SHP_OK) {
             /* not tracked, it would outlive the client: undone */
             shp_error("job %" PRIu64 " of pid %d: no memory to track it",
                       p->job_id, (int)p->client->pid);
             if (!sd_job_get(sd, p->job_id))
                 sd_send(&sd->am, json_pack("{s:s, s:o}", "type", "job_detach",
-                                           "job_id",
-                                           shp_json_u64(p->job_id)));
+                                           "job_id", shp_json_u64(p->job_id)));
             sd_send(&p->client->conn,
                     sd_ack(p->type, p->client_id, SHP_ERR_NO_MEMORY,
                            "sharpd has no memory to track the job"));
@@ -697,8 +695,8 @@ static int sd_refused(sd_t *sd, int fd, const struct ucred *cred)
     else
         return 0;
     sd->stats.clients_refused++;
-    shp_warn_sparse(1000, "refusing a connection of pid %d: %s",
-                    (int)cred->pid, why);
+    shp_warn_sparse(1000, "refusing a connection of pid %d: %s", (int)cred->pid,
+                    why);
     json_t *m = shp_ctl_reply("refused", 0, SHP_ERR_QUOTA, why);
     char *body = m ? json_dumps(m, JSON_COMPACT) : NULL;
     if (body) {
@@ -727,8 +725,9 @@ static void sd_tell_stats(sd_t *sd)
     sd_send(&sd->am,
             json_pack("{s:s, s:I, s:I, s:I}", "type", "sharpd_stats",
                       "clients_refused", (json_int_t)sd->stats.clients_refused,
-                      "frames_timed_out", (json_int_t)sd->stats.frames_timed_out,
-                      "jobs_refused", (json_int_t)sd->stats.jobs_refused));
+                      "frames_timed_out",
+                      (json_int_t)sd->stats.frames_timed_out, "jobs_refused",
+                      (json_int_t)sd->stats.jobs_refused));
 }
 
 /* Every second or so: a client that began a frame and has not completed

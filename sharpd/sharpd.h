@@ -57,14 +57,14 @@ typedef struct shp_sharpd {
     shp_listener_t listener;
     shp_sharpd_client_t *clients;
     unsigned nclients;
-    ev_timer sweep; /* clients that began a frame and stalled */
+    ev_timer sweep;                /* clients that began a frame and stalled */
     shp_sharpd_pending_t *pending; /* relayed to the AM, by the AM's id */
     shp_sharpd_job_t *jobs;        /* jobs with local processes */
     int64_t next_id;
     int stopping;
     /* refusals at a limit (hello answers them) */
     struct {
-        uint64_t clients_refused; /* max_clients or uid_max_clients */
+        uint64_t clients_refused;  /* max_clients or uid_max_clients */
         uint64_t frames_timed_out; /* frame_timeout */
         uint64_t jobs_refused;     /* client_max_jobs */
     } stats, stats_told;           /* stats_told: the AM has these */

@@ -1359,9 +1359,9 @@ static void test_max_peers(void **state)
     snprintf(exe, sizeof(exe), "%s/sharpd", bindir);
     snprintf(sock, sizeof(sock), "%s/sd-n00001b.sock", dir);
     snprintf(log, sizeof(log), "%s/sd-n00001b.log", dir);
-    char *argv[] = {exe,     "--host",        "n00001", "--socket",    sock,
-                    "--am",  am_addr,         "--secret-file", secret,
-                    "--keepalive", "1s", NULL};
+    char *argv[] = {exe,    "--host",      "n00001", "--socket",
+                    sock,   "--am",        am_addr,  "--secret-file",
+                    secret, "--keepalive", "1s",     NULL};
     extra = test_spawn(argv, log);
     int replaced = 0;
     for (int i = 0; i < 200 && !replaced; i++) {

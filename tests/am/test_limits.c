@@ -815,8 +815,8 @@ static json_t *am_admin(const char *type)
 static json_int_t am_stat(const char *name)
 {
     json_t *r = am_admin("stats");
-    json_int_t v = json_integer_value(
-        json_object_get(json_object_get(r, "stats"), name));
+    json_int_t v =
+        json_integer_value(json_object_get(json_object_get(r, "stats"), name));
     json_decref(r);
     return v;
 }
@@ -841,8 +841,8 @@ static int am_jobs_in(uint64_t lo, uint64_t hi)
     int n = 0;
     json_array_foreach(json_object_get(r, "jobs"), i, j)
     {
-        uint64_t id = strtoull(
-            json_string_value(json_object_get(j, "job_id")), NULL, 10);
+        uint64_t id =
+            strtoull(json_string_value(json_object_get(j, "job_id")), NULL, 10);
         n += id >= lo && id <= hi;
     }
     json_decref(r);
@@ -1004,26 +1004,25 @@ static void test_uid_max_groups(void **state)
             const char *why;
             json_t *r = shp_ctl_call_fd(fd, req, &st, &why);
             json_decref(req);
-            out[1] += r != NULL &&
-                      shp_json_opt_int(r, "status", INT32_MIN, INT32_MAX, -1) ==
-                          0;
+            out[1] += r != NULL && shp_json_opt_int(r, "status", INT32_MIN,
+                                                    INT32_MAX, -1) == 0;
             if (k == 0) {
-                gid = shp_json_opt_int(json_object_get(r, "group"),
-                                       "group_id", 0, INT64_MAX, -1);
+                gid = shp_json_opt_int(json_object_get(r, "group"), "group_id",
+                                       0, INT64_MAX, -1);
             }
             json_decref(r);
         }
-        json_t *fourth = json_pack("{s:s, s:i, s:I, s:[s]}", "type",
-                                   "group_create", "id", 30, "job_id",
-                                   (json_int_t)7701, "members", "n00001");
+        json_t *fourth =
+            json_pack("{s:s, s:i, s:I, s:[s]}", "type", "group_create", "id",
+                      30, "job_id", (json_int_t)7701, "members", "n00001");
         out[2] = sd_call(fd, fourth, &ms);
         out[3] = strstr(sd_error, "uid_max_groups") != NULL;
-        out[4] = sd_call(fd,
-                         json_pack("{s:s, s:i, s:I, s:I}", "type",
-                                   "group_destroy", "id", 31, "job_id",
-                                   (json_int_t)7700, "group_id",
-                                   (json_int_t)gid),
-                         &ms) == 0;
+        out[4] =
+            sd_call(fd,
+                    json_pack("{s:s, s:i, s:I, s:I}", "type", "group_destroy",
+                              "id", 31, "job_id", (json_int_t)7700, "group_id",
+                              (json_int_t)gid),
+                    &ms) == 0;
         out[5] = sd_call(fd,
                          json_pack("{s:s, s:i, s:I, s:[s]}", "type",
                                    "group_create", "id", 32, "job_id",
@@ -1087,8 +1086,8 @@ static void test_max_clients(void **state)
         struct sockaddr_un su = {.sun_family = AF_UNIX};
         memcpy(su.sun_path, sock, strlen(sock) + 1);
         fds[i] = socket(AF_UNIX, SOCK_STREAM, 0);
-        assert_int_equal(
-            connect(fds[i], (struct sockaddr *)&su, sizeof(su)), 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&su, sizeof(su)),
+                         0);
         usleep(2000); /* one at a time, as sharpd accepts them */
     }
     usleep(300000);

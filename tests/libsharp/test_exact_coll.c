@@ -261,8 +261,9 @@ static int m_exact(int rank, void *arg)
             CHECK(sharp_coll_do_allreduce(comm, &sp) == 0, "exact IOV");
             double sr = (double)cf->size * (cf->size + 1) / 2;
             for (size_t i = 0; i < n; i++) {
-                double got = i < 7 ? head[i] : i < 16 ? mid[i - 7]
-                                                      : tail[i - 16];
+                double got = i < 7    ? head[i]
+                             : i < 16 ? mid[i - 7]
+                                      : tail[i - 16];
                 double want = zero ? 0.0 : sr * (double)(i + 1);
                 CHECK(got == want && !signbit(got),
                       "exact IOV%s element %zu: got %.17g, want %.17g",

@@ -109,7 +109,8 @@ static void test_node_secrets(void **state)
 {
     (void)state;
     shp_auth_key_t cl, other, nk, nk2, d;
-    char text[SHP_AUTH_NODE_SECRET_MAX], err[256], tmpl[] = "/tmp/shp-node-XXXXXX";
+    char text[SHP_AUTH_NODE_SECRET_MAX], err[256],
+        tmpl[] = "/tmp/shp-node-XXXXXX";
     const char *why = NULL;
     int step;
     shp_auth_key_from_bytes("secret-one-0123456789", 21, &cl);
@@ -230,7 +231,9 @@ static void test_server_refusals(void **state)
                      "00000000000000000000000000000000"
                      "00000000000000000000000000000000");
     assert_int_equal(shp_auth_server_verify(&s, &k, auth, &why), SHP_ERR_AUTH);
-    assert_string_equal(why, "wrong cluster secret (or not the node secret of this role and name)");
+    assert_string_equal(
+        why,
+        "wrong cluster secret (or not the node secret of this role and name)");
     assert_int_equal(s.state, 1);
     json_decref(auth);
     json_decref(hello);

@@ -347,7 +347,8 @@ static int holds(const uint8_t *hay, size_t n, const uint8_t *needle,
 static void test_join_proof(void **state)
 {
     uint8_t key[SHP_WIRE_JOB_KEY_LEN], nonce[SHP_WIRE_NONCE_LEN];
-    uint8_t other[SHP_WIRE_NONCE_LEN], msg[SHP_WIRE_HDR_LEN + SHP_WIRE_JOIN_LEN];
+    uint8_t other[SHP_WIRE_NONCE_LEN],
+        msg[SHP_WIRE_HDR_LEN + SHP_WIRE_JOIN_LEN];
     shp_wire_hdr_t h, nh, back;
     shp_wire_join_t j, bad;
 

@@ -191,8 +191,7 @@ static json_t *client_read(int fd)
     if (n <= 0) {
         return NULL;
     }
-    assert_int_equal(shp_ctl_decode(buf, (size_t)n, &type, &msg, NULL),
-                     SHP_OK);
+    assert_int_equal(shp_ctl_decode(buf, (size_t)n, &type, &msg, NULL), SHP_OK);
     return msg;
 }
 
@@ -210,9 +209,9 @@ static void test_lost_am_frees_job_place(void **state)
     am_handshake();
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, cv), 0);
     assert_int_equal(shp_sharpd_accept(&d, cv[0]), SHP_OK);
-    client_write(cv[1], json_pack("{s:s, s:i, s:I, s:[s]}", "type",
-                                  "job_begin", "id", 1, "job_id",
-                                  (json_int_t)5, "hosts", "n01"));
+    client_write(cv[1],
+                 json_pack("{s:s, s:i, s:I, s:[s]}", "type", "job_begin", "id",
+                           1, "job_id", (json_int_t)5, "hosts", "n01"));
     m = am_read();
     assert_non_null(m);
     assert_string_equal(shp_ctl_type(m), "job_begin");
@@ -229,9 +228,9 @@ static void test_lost_am_frees_job_place(void **state)
     am_fd = sv[1];
     assert_int_equal(shp_sharpd_am_attach(&d, sv[0]), SHP_OK);
     am_handshake();
-    client_write(cv[1], json_pack("{s:s, s:i, s:I, s:[s]}", "type",
-                                  "job_begin", "id", 2, "job_id",
-                                  (json_int_t)5, "hosts", "n01"));
+    client_write(cv[1],
+                 json_pack("{s:s, s:i, s:I, s:[s]}", "type", "job_begin", "id",
+                           2, "job_id", (json_int_t)5, "hosts", "n01"));
     m = am_read();
     assert_non_null(m);
     assert_string_equal(shp_ctl_type(m), "job_begin");

@@ -994,8 +994,7 @@ static void test_shm_malformed(void **state)
 /* the log lines a test keeps (shp_log_set_handler) */
 static char logged[2048];
 
-static void keep_log(int level, const char *err_id, const char *msg,
-                     void *arg)
+static void keep_log(int level, const char *err_id, const char *msg, void *arg)
 {
     (void)level;
     (void)err_id;
@@ -1011,10 +1010,10 @@ static void keep_log(int level, const char *err_id, const char *msg,
 static void squat(const char *addr, int ready, int stop, int out)
 {
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    int n = snprintf(sun.sun_path + 1, sizeof(sun.sun_path) - 1,
-                     "sharp-shm/%s", addr);
-    socklen_t slen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
-                                 (size_t)n);
+    int n = snprintf(sun.sun_path + 1, sizeof(sun.sun_path) - 1, "sharp-shm/%s",
+                     addr);
+    socklen_t slen =
+        (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
     int got[2] = {0, 0}; /* bytes, descriptors */
     int lfd;
 
@@ -1037,7 +1036,8 @@ static void squat(const char *addr, int ready, int stop, int out)
         }
         char buf[256], cbuf[CMSG_SPACE(4 * sizeof(int))];
         struct iovec iov = {buf, sizeof(buf)};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+        struct msghdr mh = {.msg_iov = &iov,
+                            .msg_iovlen = 1,
                             .msg_control = cbuf,
                             .msg_controllen = sizeof(cbuf)};
         struct pollfd q = {fd, POLLIN, 0};
