@@ -216,6 +216,17 @@ for way in "1 1" "1 0" "0 1"; do
         bad "ppn 2, NODE_AGGR=$aggr NODE_SHM=$nshm (exit $rc, node steps: ${steps:-none})"; tail -30 "$DIR/ppn2.out"
     fi
 done
+# MPICH too, with the node step on shared memory (the default)
+"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
+    -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric4" \
+    "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_check_mpich" >"$DIR/ppn2-mpich.out" 2>&1
+rc=$?
+shm=$(sed -n 's/.*node-local aggregation: \([0-9]*\) step(s) on shared memory.*/\1/p' "$DIR/ppn2-mpich.out")
+if [ $rc -eq 0 ] && grep -q "every check passed" "$DIR/ppn2-mpich.out" && [ "${shm:-0}" -gt 1000 ]; then
+    ok "MPICH ppn 2 (8 ranks, 4 hosts): every check passed, node steps $shm on shared memory"
+else
+    bad "MPICH ppn 2 (exit $rc, node steps on shared memory: ${shm:-none})"; tail -30 "$DIR/ppn2-mpich.out"
+fi
 # the node-local paths (gather, fold, bcast or send to the root, packed
 # pairs) with the types that take different ones
 t0=$SECONDS
