@@ -264,6 +264,9 @@ static int smn_peer_alive(smn_node_t *nd, unsigned peer)
 /* a deadline `times` timeouts from now */
 static uint64_t smn_deadline(const smn_node_t *nd, unsigned times)
 {
+    if (nd->o.timeout_ms == 0) { /* none: as long as the peer lives */
+        return UINT64_MAX;
+    }
     return smn_now_ns() + (uint64_t)times * nd->o.timeout_ms * 1000000u;
 }
 

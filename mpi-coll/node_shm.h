@@ -49,7 +49,9 @@ typedef struct smn_opts {
                             rounded up to 64 bytes); default 64 KiB */
     unsigned spin_ns;    /* spin before sleeping; default 2000 (2 us) */
     unsigned timeout_ms; /* a fan-in (twice: waiting for a publication, which
-                            may include the leader's sharp call); 30000 */
+                            may include the leader's sharp call); 30000;
+                            0: none, a live rank is waited for as long as
+                            it takes (a dead one is still seen at once) */
     unsigned period_ms;  /* sleep slices between liveness checks; 100
                             (0 is taken as 1) */
 } smn_opts_t;

@@ -102,8 +102,7 @@ static void cfg_load(void)
     smpi_cfg.node_aggr = (int)env_long("SHARP_MPI_NODE_AGGR", 1);
     smpi_cfg.node_shm = (int)env_long("SHARP_MPI_NODE_SHM", 1);
     smpi_cfg.node_shm_slot = env_long("SHARP_MPI_NODE_SHM_SLOT", 64L << 10);
-    smpi_cfg.node_shm_timeout_ms =
-        env_long("SHARP_MPI_NODE_SHM_TIMEOUT", 60000);
+    smpi_cfg.node_shm_timeout_ms = env_long("SHARP_MPI_NODE_SHM_TIMEOUT", 0);
     smpi_cfg.max_bytes = env_long("SHARP_MPI_MAX_BYTES", 64L << 20);
     smpi_cfg.allreduce = (int)env_long("SHARP_MPI_ALLREDUCE", 1);
     smpi_cfg.reduce = (int)env_long("SHARP_MPI_REDUCE", 1);
@@ -579,9 +578,12 @@ static void node_shm_setup(comm_state_t *s)
     if (smpi_cfg.node_shm_slot > 0 && smpi_cfg.node_shm_slot <= (1L << 30)) {
         o.slot_bytes = (size_t)smpi_cfg.node_shm_slot;
     }
-    if (smpi_cfg.node_shm_timeout_ms > 0) {
-        o.timeout_ms = (unsigned)smpi_cfg.node_shm_timeout_ms;
-    }
+    /* 0 (the default): a rank late to a collective is waited for as MPI
+     * would (a dead one is still seen at once) */
+    o.timeout_ms = smpi_cfg.node_shm_timeout_ms > 0 &&
+                           smpi_cfg.node_shm_timeout_ms < INT_MAX
+                       ? (unsigned)smpi_cfg.node_shm_timeout_ms
+                       : 0;
     memset(&h, 0, sizeof(h));
     if (s->node_rank == 0) {
         ok = smn_create((unsigned)s->node_size, &o, &s->nshm, &h) == SHP_OK;

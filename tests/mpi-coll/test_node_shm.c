@@ -703,6 +703,42 @@ static void test_stuck_member(void **state)
     run_fault(3, &f, 300);
 }
 
+/* no timeout (what MPI programs get: a rank may come to a collective as
+ * late as it likes): a rank 1.5 s late is waited for, the results right;
+ * a dead one is still found at once */
+static int late_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    (void)arg;
+    shp_reduce_desc_t d = {SHP_DTYPE_I32, SHP_OP_SUM, SHP_DTYPE_NULL};
+    int32_t src = (int32_t)rank + 1, dst = 0;
+    for (unsigned it = 0; it < 3; it++) {
+        if (rank == 1 && it == 1) {
+            usleep(1500 * 1000);
+        }
+        if (smn_allreduce(nd, &d, &src, &dst, 1, NULL, NULL, NULL) != SHP_OK) {
+            return 90;
+        }
+        if (dst != (int32_t)(smn_size(nd) * (smn_size(nd) + 1) / 2)) {
+            return 91;
+        }
+    }
+    return 0;
+}
+
+static void test_no_timeout(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    o.timeout_ms = 0;
+    run_node(3, &o, late_body, NULL, codes);
+    for (unsigned i = 0; i < 3; i++) {
+        assert_int_equal(codes[i], 0);
+    }
+    fault_t f = {2, 0, SHP_ERR_GROUP_FAILED, 1000};
+    run_fault(4, &f, 0);
+}
+
 /* a rank killed before the first barrier (found dead), the leader killed
  * before it unlinked, a rank that never came (the timeout): destroy leaves
  * nothing behind */
@@ -868,6 +904,7 @@ int main(void)
         cmocka_unit_test(test_killed_leader),
         cmocka_unit_test(test_killed_bcast_root),
         cmocka_unit_test(test_stuck_member),
+        cmocka_unit_test(test_no_timeout),
         cmocka_unit_test(test_killed_before_unlink),
         cmocka_unit_test(test_refused),
     };
