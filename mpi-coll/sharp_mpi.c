@@ -701,6 +701,8 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         s->sc = NULL;
         smr_rec_free(s->rec);
         s->rec = NULL;
+        smn_destroy(s->nshm); /* no group: no node step (every rank) */
+        s->nshm = NULL;
         if (s->rank == 0) { /* its calls report the reason (why.c) */
             smpi_note(2, "no sharp group for a communicator of %d (%s)",
                       s->size, sharp_coll_strerror(rc));
