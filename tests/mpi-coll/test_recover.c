@@ -26,6 +26,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +55,21 @@ static struct {
     int replayed;
 } mitm;
 
+/* a meeting point of the members (shared memory made by run(), counted
+ * afresh for each run) */
+static int *met;
+
+/* wait until n arrivals in all (a run's second meeting of n members
+ * waits for 2n): a member asked before it reached the state a test
+ * means finds its record frozen, another case than the test's */
+static void meet(int n)
+{
+    __atomic_add_fetch(met, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(met, __ATOMIC_SEQ_CST) < n) {
+        usleep(1000);
+    }
+}
+
 /* complete one operation with a len-byte result of byte c */
 static void complete(smr_rec_t *r, size_t len, int c)
 {
@@ -69,6 +85,12 @@ static void run(int n, role_t role, int *codes)
 {
     int up[MAXN][2], down[MAXN][2];
     pid_t pid[MAXN];
+    if (met == NULL) {
+        met = mmap(NULL, sizeof(*met), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        assert_true(met != MAP_FAILED);
+    }
+    *met = 0;
     for (int i = 0; i < n; i++) {
         assert_int_equal(pipe(up[i]), 0);
         assert_int_equal(pipe(down[i]), 0);
@@ -137,14 +159,16 @@ static int role_fetch(smr_rec_t *r, int me)
     char why[200];
     complete(r, 5000, 0x11);
     complete(r, 5000, 0x22);
+    meet(3);
     if (me == 0) {
         complete(r, 5000, 0x33);
+        meet(6);
         return 0;
     }
     int oom;
     smr_begin(r, 5000, &oom);
     smr_end(r, 0, 5000); /* failed */
-    usleep(50000);       /* member 0 is done by now */
+    meet(6);             /* member 0 is done by now */
     uint64_t F = smr_decide(r, 5000, 5000, why, sizeof(why));
     if (F != 4 || smr_done(r) != 3) {
         return 10;
@@ -171,13 +195,16 @@ static void test_fetch_result(void **state)
     expect_all_zero(3, codes);
 }
 
-/* Every member failed in operation 2, outside it now: F = 2 everywhere. */
+/* Every member failed in operation 2, outside it now: F = 2 everywhere.
+ * (All complete 1 first: a member that had not begun 1 when the others
+ * asked would find its record frozen, and fail 1 instead: another case.) */
 static int role_nowhere(smr_rec_t *r, int me)
 {
     char why[200];
     int oom;
     (void)me;
     complete(r, 16, 0x11);
+    meet(4);
     smr_begin(r, 16, &oom);
     smr_end(r, 0, 16);
     uint64_t F = smr_decide(r, 16, 5000, why, sizeof(why));
@@ -202,12 +229,14 @@ static int role_behind(smr_rec_t *r, int me)
     complete(r, 64, 0x11);
     if (me == 0) {
         complete(r, 64, 0x22);
+        meet(2);
         smr_begin(r, 64, &oom);
         smr_end(r, 0, 64); /* 3 failed */
         uint64_t F = smr_decide(r, 64, 5000, why, sizeof(why));
         return F == 3 && smr_done(r) == 2 ? 0 : 30;
     }
     smr_begin(r, 64, &oom); /* inside 2 */
+    meet(2);
     usleep(200000);
     smr_end(r, 0, 64); /* then it fails */
     uint64_t F = smr_decide(r, 64, 5000, why, sizeof(why));
@@ -230,6 +259,7 @@ static int role_late(smr_rec_t *r, int me)
     char why[200];
     int oom;
     char *b = smr_begin(r, 100, &oom);
+    meet(2);
     if (me == 1) {
         usleep(150000);
         memset(b, 0x5a, 100);
@@ -257,6 +287,7 @@ static int role_stuck(smr_rec_t *r, int me)
     char why[200] = "";
     int oom;
     smr_begin(r, 8, &oom);
+    meet(2);
     if (me == 1) {
         usleep(1500000);
         return 0;
@@ -291,6 +322,7 @@ static int role_canceled(smr_rec_t *r, int me)
     smr_set_cancel(r, cancel_hook, (void *)&canceled, 300);
     uint64_t t0 = shp_time_ns();
     smr_begin(r, 8, &oom);
+    meet(2);
     if (me == 1) {
         while (!canceled && shp_time_ns() - t0 < 4 * SHP_NSEC_PER_SEC) {
             usleep(1000);
