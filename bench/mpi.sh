@@ -194,24 +194,26 @@ fi
 # on this machine's cores make every run long).  SHARP_BENCH_SCALE_RUN=0
 # skips it; SHARP_BENCH_SCALE_NPS and SHARP_BENCH_SCALE_PPNS choose the
 # columns.
-scale_row() { # LABEL OP BYTES FILE...: latency (CPU per op) of each file
+scale_row() { # LABEL OP BYTES FILE...: latency (job CPU per op) of each file
     local f op=$2 bytes=$3
     printf '%-16s %-9s %6s' "$1" "$op" "$bytes"
     shift 3
     for f in "$@"; do
-        awk -v o="$op" -v b="$bytes" '$1 == o && $2 == b { printf " %9.1f (%6.0f)", $3, $4; found = 1 }
+        awk -v o="$op" -v b="$bytes" '$1 == o && $2 == b { printf " %9.1f (%6.0f)", $3, $6; found = 1 }
             END { if (!found) printf " %9s (%6s)", "-", "-" }' "$f"
     done
     echo
 }
-sr() { # OP BYTES A B: latency of A / latency of B
-    awk -v a="$(val "$3" "$1" "$2" 3)" -v b="$(val "$4" "$1" "$2" 3)" \
+sr() { # OP BYTES A B [COLUMN]: latency (or COLUMN) of A / that of B
+    awk -v a="$(val "$3" "$1" "$2" "${5:-3}")" -v b="$(val "$4" "$1" "$2" "${5:-3}")" \
         'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b; else printf "nan" }'
 }
 if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
     NPS=${SHARP_BENCH_SCALE_NPS:-8 16 32 64}
     PPNS=${SHARP_BENCH_SCALE_PPNS:-2 4 8}
-    export SHARP_BENCH_QUICK=1
+    # the job's own CPU time per operation too (ranks and the fabric's
+    # daemons): on a host busy with other work it still measures the work
+    export SHARP_BENCH_QUICK=1 SHARP_BENCH_JOB_CPU=1
     # one rank per host: a 64-host two-level fat-tree (radix 16)
     "$BIN/sharp-topo" fat-tree --radix 16 --hosts 64 >"$DIR/ft64.ibnd"
     "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/ft64.ibnd" --net 127.20 >/dev/null
@@ -243,10 +245,11 @@ if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
         run $((8 * ppn)) --mca btl tcp,self "$BIN/bench_mpi_lat" >"$DIR/sc-tcpp$ppn"
         run $((8 * ppn)) --mca btl self,vader "$BIN/bench_mpi_lat" >"$DIR/sc-shmp$ppn"
     done
-    unset SHARP_BENCH_QUICK
+    unset SHARP_BENCH_QUICK SHARP_BENCH_JOB_CPU
     echo
     echo "Scale, one rank per host (64-host fat-tree, radix 16): latency us"
-    echo "(machine CPU us per operation, over the timed loop), one round"
+    echo "(the job's CPU us per operation over the timed loop: its ranks and"
+    echo "the fabric's daemons, not the rest of the machine), one round"
     printf '%-16s %-9s %6s %18s %18s %18s\n' ranks op bytes "sharp tcp/udp" "ompi tcp" "ompi shm"
     for np in $NPS; do
         for ob in "allreduce 8" "allreduce 4096" "bcast 8" "barrier 0"; do
@@ -255,7 +258,7 @@ if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
         done
     done
     echo
-    echo "Scale, several ranks per host (8-host fat-tree): latency us (machine"
+    echo "Scale, several ranks per host (8-host fat-tree): latency us (job"
     echo "CPU us per operation); sharp with node-local aggregation (its step on"
     echo "shared memory), with one member per process (SHARP_MPI_NODE_AGGR=0),"
     echo "and node-local with the aggregation nodes on shm; one round"
@@ -278,6 +281,9 @@ if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
     SCALE_RESULT+=" mpi_node_aggr_4K_ppn${last_ppn}_vs_per_process=$(sr allreduce 4096 "$DIR/sc-aggr$last_ppn" "$DIR/sc-proc$last_ppn")"
     SCALE_RESULT+=" mpi_node_aggr_barrier_ppn${last_ppn}_vs_per_process=$(sr barrier 0 "$DIR/sc-aggr$last_ppn" "$DIR/sc-proc$last_ppn")"
     SCALE_RESULT+=" mpi_node_aggr_bcast_8B_ppn${last_ppn}_vs_per_process=$(sr bcast 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-proc$last_ppn")"
+    SCALE_RESULT+=" mpi_node_aggr_8B_ppn${last_ppn}_cpu_vs_per_process=$(sr allreduce 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-proc$last_ppn" 6)"
+    SCALE_RESULT+=" mpi_allreduce_8B_ppn${last_ppn}_cpu_vs_shm=$(sr allreduce 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-shmp$last_ppn" 6)"
+    SCALE_RESULT+=" mpi_allreduce_8B_np${last_np}_cpu_vs_shm=$(sr allreduce 8 "$DIR/sc-sharp$last_np" "$DIR/sc-shm$last_np" 6)"
     echo
 fi
 

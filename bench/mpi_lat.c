@@ -12,6 +12,15 @@
  * the operations; CTXSW the machine's context switches per operation.  On
  * cores shared by every process, latency follows that work.
  *
+ * SHARP_BENCH_JOB_CPU=1 adds a sixth column, JOB_CPU_US: the CPU time of
+ * the job alone per operation, the ranks' own (getrusage, every thread)
+ * and that of the fabric's daemons when SHARP_FABRIC_DIR names one (its
+ * pids file; /proc/PID/stat).  Unlike CPU_US it does not count what other
+ * programs on the machine do meanwhile, so it stays a fair measure of the
+ * work per operation on a busy host (kernel work charged to whichever task
+ * a tick finds running, as the kernel's accounting does; ksoftirqd is not
+ * counted).
+ *
  * An ordinary MPI program: bench/mpi.sh runs it through sharp, over TCP
  * and over shared memory.
  */
@@ -20,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 typedef struct {
@@ -48,23 +58,83 @@ static machine_t machine(void)
     return m;
 }
 
+/* this process's CPU time in us, every thread */
+static double self_cpu_us(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* CPU time in us of the fabric's daemons ($SHARP_FABRIC_DIR/pids: lines
+ * "kind name address pid"); 0 without a fabric */
+static double fabric_cpu_us(void)
+{
+    const char *dir = getenv("SHARP_FABRIC_DIR");
+    char path[4096], line[512];
+    double ticks = 0;
+    if (dir == NULL ||
+        snprintf(path, sizeof(path), "%s/pids", dir) >= (int)sizeof(path))
+        return 0;
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f)) {
+        long pid;
+        if (sscanf(line, "%*s %*s %*s %ld", &pid) != 1 || pid <= 0)
+            continue;
+        char sp[64], st[1024];
+        snprintf(sp, sizeof(sp), "/proc/%ld/stat", pid);
+        FILE *s = fopen(sp, "r");
+        if (s == NULL)
+            continue;
+        size_t n = fread(st, 1, sizeof(st) - 1, s);
+        fclose(s);
+        st[n] = 0;
+        /* after the command's closing parenthesis: field 3 on; utime and
+         * stime are fields 14 and 15 */
+        char *p = strrchr(st, ')');
+        unsigned long long ut, stime;
+        if (p != NULL &&
+            sscanf(p + 1,
+                   " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+                   &ut, &stime) == 2)
+            ticks += (double)(ut + stime);
+    }
+    fclose(f);
+    return ticks * 1e6 / (double)sysconf(_SC_CLK_TCK);
+}
+
+static int job_cpu;
+
 /* time `iters` calls of op() after a barrier; rank 0 prints */
 static void measure(const char *name, int bytes, int iters, int rank,
                     void (*op)(int), int n)
 {
     PMPI_Barrier(MPI_COMM_WORLD);
     machine_t m0 = rank == 0 ? machine() : (machine_t){0, 0};
+    double f0 = rank == 0 && job_cpu ? fabric_cpu_us() : 0;
+    double c0 = self_cpu_us();
     double t0 = MPI_Wtime();
     for (int i = 0; i < iters; i++)
         op(n);
     double us = (MPI_Wtime() - t0) * 1e6 / iters, max;
+    double cpu = self_cpu_us() - c0, cpus = 0;
     machine_t m1 = rank == 0 ? machine() : (machine_t){0, 0};
+    double f1 = rank == 0 && job_cpu ? fabric_cpu_us() : 0;
     MPI_Reduce(&us, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (job_cpu)
+        MPI_Reduce(&cpu, &cpus, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) {
         double tick_us = 1e6 / (double)sysconf(_SC_CLK_TCK);
-        printf("%s %d %.2f %.1f %.1f\n", name, bytes, max,
+        printf("%s %d %.2f %.1f %.1f", name, bytes, max,
                (double)(m1.busy - m0.busy) * tick_us / iters,
                (double)(m1.ctxt - m0.ctxt) / iters);
+        if (job_cpu)
+            printf(" %.1f", (cpus + f1 - f0) / iters);
+        printf("\n");
         fflush(stdout);
     }
 }
@@ -108,6 +178,8 @@ int main(int argc, char **argv)
     double scale = sc ? atof(sc) : 1.0;
     const char *q = getenv("SHARP_BENCH_QUICK");
     int quick = q != NULL && atoi(q) == 1;
+    const char *jc = getenv("SHARP_BENCH_JOB_CPU");
+    job_cpu = jc != NULL && atoi(jc) == 1;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     a = calloc(1 << 18, sizeof(float));
