@@ -126,6 +126,15 @@ struct smn_node {
     size_t slot;
     uint32_t seq; /* the current (last begun) operation */
     int open;     /* a reduce/gather awaits its smn_result */
+    /* the non-blocking step (smn_nb_*): 0 none, 1 arrived (the leader:
+     * waiting for the others; the others: for the publication), 2 the
+     * leader has every contribution (folded or handed out) */
+    int nb;
+    unsigned nb_next;     /* leader: the first rank not seen arrived */
+    uint64_t nb_deadline; /* the timeout of this step's wait */
+    uint64_t nb_check_at; /* next liveness check (every period_ms) */
+    const void *nb_src;   /* leader: its own contribution */
+    size_t nb_bytes;
     uint64_t pidns;
     int *pidfd;        /* [n]: -1 not opened, -2 no pidfds here */
     const void **srcs; /* [n] */
@@ -689,7 +698,7 @@ shp_status_t smn_reduce(smn_node_t *nd, const shp_reduce_desc_t *desc,
     if (count > nd->slot / es) {
         return SHP_ERR_TOO_LARGE;
     }
-    if (nd->open || (nd->rank == 0 && dst == NULL) ||
+    if (nd->open || nd->nb || (nd->rank == 0 && dst == NULL) ||
         (count != 0 && src == NULL)) {
         return SHP_ERR_INVALID_PARAM;
     }
@@ -723,7 +732,7 @@ shp_status_t smn_gather(smn_node_t *nd, const void *src, size_t bytes,
     if (bytes > nd->slot) {
         return SHP_ERR_TOO_LARGE;
     }
-    if (nd->open || (nd->rank == 0 && srcs == NULL) ||
+    if (nd->open || nd->nb || (nd->rank == 0 && srcs == NULL) ||
         (bytes != 0 && src == NULL)) {
         return SHP_ERR_INVALID_PARAM;
     }
@@ -800,7 +809,7 @@ shp_status_t smn_allreduce(smn_node_t *nd, const shp_reduce_desc_t *desc,
 
 shp_status_t smn_bcast(smn_node_t *nd, void *buf, size_t bytes, unsigned root)
 {
-    if (root >= nd->n || nd->open || (bytes != 0 && buf == NULL)) {
+    if (root >= nd->n || nd->open || nd->nb || (bytes != 0 && buf == NULL)) {
         return SHP_ERR_INVALID_PARAM;
     }
     for (size_t off = 0; off < bytes;) {
@@ -833,7 +842,7 @@ shp_status_t smn_bcast(smn_node_t *nd, void *buf, size_t bytes, unsigned root)
 shp_status_t smn_barrier(smn_node_t *nd, smn_leader_fn_t fn, void *arg,
                          int *code)
 {
-    if (nd->open) {
+    if (nd->open || nd->nb) {
         return SHP_ERR_INVALID_PARAM;
     }
     int rc = 0;
@@ -851,4 +860,182 @@ shp_status_t smn_barrier(smn_node_t *nd, smn_leader_fn_t fn, void *arg,
         *code = rc;
     }
     return st;
+}
+
+/* Non-blocking steps -------------------------------------------------------
+ *
+ * The same operation as smn_reduce/smn_gather + smn_result (the same words,
+ * the same reuse rules), cut where the blocking form would wait: arriving
+ * never waits; the leader's smn_nb_test_in and the others' smn_nb_test_out
+ * look at the words once and return SHP_INPROGRESS if the peer has not
+ * stored yet.  While a step is pending, the peer it waits for is checked
+ * for life (and the timeout) at most once per period_ms, so that a test
+ * called in a loop costs a load, not a syscall. */
+
+/* Has the peer that a pending step waits for died, or the step's time run
+ * out?  SHP_INPROGRESS if neither (or not time to look again yet). */
+static shp_status_t smn_nb_check(smn_node_t *nd, unsigned peer)
+{
+    if (atomic_load(&nd->hdr->fail) != 0) {
+        nd->nb = 0;
+        return smn_failed(nd);
+    }
+    uint64_t now = smn_now_ns();
+    if (now < nd->nb_check_at) {
+        return SHP_INPROGRESS;
+    }
+    nd->nb_check_at = now + (uint64_t)nd->o.period_ms * 1000000u;
+    if (!smn_peer_alive(nd, peer)) {
+        nd->nb = 0;
+        return smn_fail(nd, peer, SMN_FAIL_DEAD);
+    }
+    if (now >= nd->nb_deadline) {
+        nd->nb = 0;
+        return smn_fail(nd, peer, SMN_FAIL_TIMEOUT);
+    }
+    return SHP_INPROGRESS;
+}
+
+shp_status_t smn_nb_arrive(smn_node_t *nd, const void *src, size_t bytes)
+{
+    if (nd->open || nd->nb || bytes > nd->slot || (bytes != 0 && src == NULL)) {
+        return SHP_ERR_INVALID_PARAM;
+    }
+    shp_status_t st = smn_begin(nd);
+    if (st != SHP_OK) {
+        return st;
+    }
+    nd->nb = 1;
+    nd->nb_next = 1;
+    nd->nb_src = src;
+    nd->nb_bytes = bytes;
+    /* as the blocking form: the leader's fan-in one timeout, the others'
+     * wait for the publication two (the leader names the late rank) */
+    nd->nb_deadline = smn_deadline(nd, nd->rank == 0 ? 1 : 2);
+    nd->nb_check_at = smn_now_ns() + (uint64_t)nd->o.spin_ns;
+    if (nd->rank != 0) {
+        smn_line_t *l = &nd->lines[nd->rank];
+        if (bytes != 0) {
+            memcpy(smn_slot(nd, nd->rank), src, bytes);
+        }
+        smn_post(nd, &l->arr, &l->arr_sleepers, nd->seq);
+    }
+    return SHP_OK;
+}
+
+shp_status_t smn_nb_test_in(smn_node_t *nd)
+{
+    if (nd->rank != 0 || nd->nb == 0) {
+        return SHP_ERR_INVALID_PARAM;
+    }
+    if (nd->nb == 2) {
+        return SHP_OK;
+    }
+    while (nd->nb_next < nd->n) {
+        smn_line_t *l = &nd->lines[nd->nb_next];
+        if (!reached(atomic_load_explicit(&l->arr, memory_order_acquire),
+                     nd->seq)) {
+            return smn_nb_check(nd, nd->nb_next);
+        }
+        nd->nb_next++;
+    }
+    if (atomic_load(&nd->hdr->fail) != 0) {
+        nd->nb = 0;
+        return smn_failed(nd);
+    }
+    nd->nb = 2;
+    return SHP_OK;
+}
+
+shp_status_t smn_nb_fold(smn_node_t *nd, const shp_reduce_desc_t *desc,
+                         size_t count, void *dst)
+{
+    size_t es = shp_reduce_elem_size(desc);
+    if (nd->rank != 0 || nd->nb != 2 || es == 0 || count * es != nd->nb_bytes ||
+        (count != 0 && dst == NULL)) {
+        return SHP_ERR_INVALID_PARAM;
+    }
+    if (count == 0) {
+        return SHP_OK;
+    }
+    nd->srcs[0] = nd->nb_src;
+    for (unsigned i = 1; i < nd->n; i++) {
+        nd->srcs[i] = smn_slot(nd, i);
+    }
+    return shp_reduce_fold(desc, dst, nd->srcs, nd->n, count);
+}
+
+shp_status_t smn_nb_srcs(smn_node_t *nd, const void **srcs)
+{
+    if (nd->rank != 0 || nd->nb != 2 || srcs == NULL) {
+        return SHP_ERR_INVALID_PARAM;
+    }
+    srcs[0] = nd->nb_src;
+    for (unsigned i = 1; i < nd->n; i++) {
+        srcs[i] = smn_slot(nd, i);
+    }
+    return SHP_OK;
+}
+
+shp_status_t smn_nb_publish(smn_node_t *nd, const void *buf, size_t bytes,
+                            int code)
+{
+    if (nd->rank != 0 || nd->nb != 2) {
+        return SHP_ERR_INVALID_PARAM;
+    }
+    nd->nb = 0;
+    if (atomic_load(&nd->hdr->fail) != 0) {
+        return smn_failed(nd);
+    }
+    if (bytes > nd->slot || (bytes != 0 && buf == NULL)) {
+        smn_fail(nd, nd->rank, SMN_FAIL_DEAD); /* the others wait for it */
+        return SHP_ERR_INVALID_PARAM;
+    }
+    return smn_fan_out(nd, 0, (void *)buf, bytes, &code);
+}
+
+shp_status_t smn_nb_test_out(smn_node_t *nd, void *buf, size_t bytes, int *code)
+{
+    if (nd->rank == 0 || nd->nb != 1) {
+        return SHP_ERR_INVALID_PARAM;
+    }
+    if (!reached(atomic_load_explicit(&nd->pub->go, memory_order_acquire),
+                 nd->seq)) {
+        return smn_nb_check(nd, 0);
+    }
+    nd->nb = 0;
+    /* published: smn_fan_out finds it so at once, copies, and finishes */
+    return smn_fan_out(nd, 0, buf, bytes, code);
+}
+
+int smn_nb_pending(const smn_node_t *nd)
+{
+    return nd->nb != 0;
+}
+
+void smn_nb_sleep(smn_node_t *nd, uint64_t max_ns)
+{
+    _Atomic uint32_t *w, *sleepers;
+    if (nd->nb != 1) {
+        return; /* nothing awaited from the others */
+    }
+    if (nd->rank == 0) {
+        if (nd->nb_next >= nd->n) {
+            return;
+        }
+        w = &nd->lines[nd->nb_next].arr;
+        sleepers = &nd->lines[nd->nb_next].arr_sleepers;
+    } else {
+        w = &nd->pub->go;
+        sleepers = &nd->pub->go_sleepers;
+    }
+    struct timespec ts = {(time_t)(max_ns / 1000000000u),
+                          (long)(max_ns % 1000000000u)};
+    atomic_fetch_add(sleepers, 1);
+    uint32_t v = atomic_load(w);
+    if (!reached(v, nd->seq) && atomic_load(&nd->hdr->fail) == 0) {
+        nd->st.sleeps++;
+        syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
+    }
+    atomic_fetch_sub(sleepers, 1);
 }

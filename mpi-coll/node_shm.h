@@ -157,4 +157,48 @@ SHP_WUR shp_status_t smn_bcast(smn_node_t *node, void *buf, size_t bytes,
 SHP_WUR shp_status_t smn_barrier(smn_node_t *node, smn_leader_fn_t fn,
                                  void *arg, int *code);
 
+/* Non-blocking steps (libsharp_mpi's MPI_Iallreduce and the like) -------- *
+ *
+ * One reduce/gather + result operation cut where the blocking form waits,
+ * for a caller that progresses it from its own loop.  One step at a time
+ * per segment (a caller with several queues them and begins the next once
+ * the last ended); the blocking calls refuse while one is pending
+ * (SHP_ERR_INVALID_PARAM) and may be used between.
+ *
+ *   every rank   smn_nb_arrive: the next operation, with bytes of src as
+ *                its contribution (the others: copied into the slot now;
+ *                the leader: read from src at smn_nb_fold/srcs).  Never
+ *                waits.
+ *   leader       smn_nb_test_in until SHP_OK (every rank arrived), then
+ *                smn_nb_fold (the fold in node-rank order, bitwise the
+ *                blocking one's) or smn_nb_srcs (each contribution
+ *                apart, valid until the publication), then, whenever the
+ *                result is ready, smn_nb_publish (bytes and a code; ends
+ *                its step)
+ *   the others   smn_nb_test_out until SHP_OK: the published bytes copied
+ *                to buf (nothing with a non-zero code) and the code; ends
+ *                their step
+ *
+ * The tests return SHP_INPROGRESS while the peer has not stored; at most
+ * once per period_ms they also check that the peer lives and the timeout
+ * (from the arrival: the leader's wait for the others one timeout, the
+ * others' wait for the publication two, as the blocking form's), and fail
+ * the segment as the blocking waits do.  smn_nb_sleep blocks on the word
+ * the pending step waits for (a futex) for at most max_ns, or until it
+ * changes or the segment fails; it checks nothing (call the test after). */
+SHP_WUR shp_status_t smn_nb_arrive(smn_node_t *node, const void *src,
+                                   size_t bytes);
+SHP_WUR shp_status_t smn_nb_test_in(smn_node_t *node);
+SHP_WUR shp_status_t smn_nb_fold(smn_node_t *node,
+                                 const shp_reduce_desc_t *desc, size_t count,
+                                 void *dst);
+SHP_WUR shp_status_t smn_nb_srcs(smn_node_t *node, const void **srcs);
+SHP_WUR shp_status_t smn_nb_publish(smn_node_t *node, const void *buf,
+                                    size_t bytes, int code);
+SHP_WUR shp_status_t smn_nb_test_out(smn_node_t *node, void *buf, size_t bytes,
+                                     int *code);
+/* 1 while a step is pending on this rank */
+int smn_nb_pending(const smn_node_t *node);
+void smn_nb_sleep(smn_node_t *node, uint64_t max_ns);
+
 #endif

@@ -891,6 +891,465 @@ static void test_refused(void **state)
     expect_refused(&h, 2, SHP_ERR_NOT_FOUND);
 }
 
+/* Non-blocking steps (smn_nb_*) -------------------------------------------- *
+ *
+ * A test-side operation made of them, as libsharp_mpi's MPI_Iallreduce
+ * drives them: an allreduce of count elements in chunks of one slot, each
+ * chunk one step; step() advances it without waiting and says whether it
+ * is done.  The leader publishes the fold as it is (a node-only
+ * allreduce: no network part), so the reference is the fold over the
+ * whole message in node-rank order. */
+
+typedef struct nbop {
+    smn_node_t *nd;
+    shp_reduce_desc_t d;
+    size_t count, off, m;
+    const char *src;
+    char *dst;
+    int arrived, done;
+} nbop_t;
+
+static void nbop_init(nbop_t *o, smn_node_t *nd, const shp_reduce_desc_t *d,
+                      size_t count, const void *src, void *dst)
+{
+    memset(o, 0, sizeof(*o));
+    o->nd = nd;
+    o->d = *d;
+    o->count = count;
+    o->src = src;
+    o->dst = dst;
+}
+
+/* 1 done, 0 not yet, < 0 a status */
+static int nbop_step(nbop_t *o)
+{
+    size_t es = shp_reduce_elem_size(&o->d);
+    for (;;) {
+        if (o->done) {
+            return 1;
+        }
+        shp_status_t st;
+        if (!o->arrived) {
+            size_t c = smn_chunk_count(o->nd, &o->d);
+            o->m = o->count - o->off < c ? o->count - o->off : c;
+            st = smn_nb_arrive(o->nd, o->src + o->off * es, o->m * es);
+            if (st != SHP_OK) {
+                return st;
+            }
+            o->arrived = 1;
+        }
+        char *d = o->dst + o->off * es;
+        if (smn_rank(o->nd) == 0) {
+            st = smn_nb_test_in(o->nd);
+            if (st == SHP_OK) {
+                st = smn_nb_fold(o->nd, &o->d, o->m, d);
+            }
+            if (st == SHP_OK) {
+                st = smn_nb_publish(o->nd, d, o->m * es, 0);
+            }
+        } else {
+            int code = -1;
+            st = smn_nb_test_out(o->nd, d, o->m * es, &code);
+            if (st == SHP_OK && code != 0) {
+                return -1000;
+            }
+        }
+        if (st == SHP_INPROGRESS) {
+            return 0;
+        }
+        if (st != SHP_OK) {
+            return st;
+        }
+        o->arrived = 0;
+        o->off += o->m;
+        o->done = o->off >= o->count;
+    }
+}
+
+/* wait for o, asleep on the segment between looks */
+static int nbop_wait(nbop_t *o)
+{
+    int r;
+    while ((r = nbop_step(o)) == 0) {
+        smn_nb_sleep(o->nd, 50 * 1000 * 1000);
+    }
+    return r;
+}
+
+static int nb_check(const nbop_t *o, uint64_t seed, unsigned rank)
+{
+    size_t bytes = o->count * shp_reduce_elem_size(&o->d);
+    char *ref = malloc(bytes + 1);
+    int rc = reference(&o->d, o->count, seed, smn_size(o->nd), ref) &&
+                     memcmp(ref, o->dst, bytes) == 0
+                 ? 0
+                 : 1;
+    if (rc != 0) {
+        fprintf(stderr, "rank %u: nb %s %s x%zu: result differs\n", rank,
+                shp_dtype_name(o->d.dtype), shp_op_name(o->d.op), o->count);
+    }
+    free(ref);
+    return rc;
+}
+
+/* A second segment for the same ranks, its handle sent through the first
+ * (a second communicator on the node). */
+static int second_segment(smn_node_t *nd, unsigned rank, smn_node_t **out)
+{
+    smn_opts_t o = test_opts();
+    smn_handle_t h;
+    memset(&h, 0, sizeof(h));
+    if (rank == 0 && smn_create(smn_size(nd), &o, out, &h) != SHP_OK) {
+        memset(&h, 0, sizeof(h));
+    }
+    if (smn_bcast(nd, &h, sizeof(h), 0) != SHP_OK || h.name[0] == '\0') {
+        return 1;
+    }
+    if (rank != 0 && smn_attach(&h, rank, &o, out) != SHP_OK) {
+        return 2;
+    }
+    if (smn_barrier(*out, NULL, NULL, NULL) != SHP_OK) {
+        return 3;
+    }
+    return rank == 0 && smn_unlink(*out) != SHP_OK ? 4 : 0;
+}
+
+/* Ranks post out of step (each rank's own delays between its posts and
+ * its tests), on two segments interleaved (each rank progresses them in
+ * its own order), messages of several chunks: every result is the fold in
+ * node-rank order, bitwise; a blocking call between steps shares the
+ * sequence, and is refused while a step is pending. */
+static int nb_steps_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    (void)arg;
+    static const shp_reduce_desc_t ds[] = {
+        {SHP_DTYPE_F64, SHP_OP_SUM, SHP_DTYPE_NULL},
+        {SHP_DTYPE_F32, SHP_OP_MAX, SHP_DTYPE_NULL},
+        {SHP_DTYPE_I64, SHP_OP_PROD, SHP_DTYPE_NULL},
+        {SHP_DTYPE_F16, SHP_OP_SUM, SHP_DTYPE_NULL},
+        {SHP_DTYPE_F32, SHP_OP_MINLOC, SHP_DTYPE_I32},
+    };
+    smn_node_t *nd2 = NULL;
+    int rc = second_segment(nd, rank, &nd2);
+    if (rc != 0) {
+        smn_destroy(nd2);
+        return 110 + rc;
+    }
+    size_t bytes = 4 * SLOT + 64;
+    char *src[2], *dst[2];
+    for (int k = 0; k < 2; k++) {
+        src[k] = malloc(bytes);
+        dst[k] = malloc(bytes);
+    }
+    for (unsigned it = 0; it < 40 && rc == 0; it++) {
+        nbop_t a, b;
+        const shp_reduce_desc_t *da = &ds[it % 5], *db = &ds[(it + 2) % 5];
+        /* 1 element, one chunk exactly, and across chunk boundaries */
+        size_t ca = it % 4 == 0   ? 1
+                    : it % 4 == 1 ? smn_chunk_count(nd, da)
+                                  : (bytes / shp_reduce_elem_size(da)) - it % 7;
+        size_t cb = 1 + (it * 37) % (bytes / shp_reduce_elem_size(db));
+        fill(src[0], ca * shp_reduce_elem_size(da), 700 + it, rank);
+        fill(src[1], cb * shp_reduce_elem_size(db), 900 + it, rank);
+        nbop_init(&a, nd, da, ca, src[0], dst[0]);
+        nbop_init(&b, nd2, db, cb, src[1], dst[1]);
+        /* out of step: rank r posts late on some iterations */
+        if ((it + rank) % 3 == 0) {
+            usleep(2000 * (rank + 1));
+        }
+        int ra = nbop_step(&a);
+        if (rank % 2 == 1) {
+            usleep(1000);
+        }
+        int rb = nbop_step(&b);
+        while (rc == 0 && (ra == 0 || rb == 0)) {
+            /* odd ranks look at the second first */
+            if (rank % 2 == 1 && rb == 0) {
+                rb = nbop_step(&b);
+            }
+            if (ra == 0) {
+                ra = nbop_step(&a);
+            }
+            if (rb == 0) {
+                rb = nbop_step(&b);
+            }
+            if (ra == 0) {
+                smn_nb_sleep(nd, 1000 * 1000);
+            } else if (rb == 0) {
+                smn_nb_sleep(nd2, 1000 * 1000);
+            }
+        }
+        if (ra != 1 || rb != 1) {
+            fprintf(stderr, "rank %u it %u: %d %d\n", rank, it, ra, rb);
+            rc = 120;
+        } else if (nb_check(&a, 700 + it, rank) != 0 ||
+                   nb_check(&b, 900 + it, rank) != 0) {
+            rc = 121;
+        }
+        if (rc == 0 && it % 10 == 9) {
+            /* a blocking step between non-blocking ones */
+            if (one_allreduce(nd, rank, da, 5, 40 + it) != 0) {
+                rc = 122;
+            }
+            /* refused while a step is pending */
+            uint32_t x = 1;
+            if (smn_nb_arrive(nd2, &x, 4) != SHP_OK ||
+                smn_barrier(nd2, NULL, NULL, NULL) != SHP_ERR_INVALID_PARAM ||
+                smn_nb_arrive(nd2, &x, 4) != SHP_ERR_INVALID_PARAM) {
+                rc = 123;
+            }
+            nbop_t o;
+            shp_reduce_desc_t du = {SHP_DTYPE_U32, SHP_OP_SUM, SHP_DTYPE_NULL};
+            nbop_init(&o, nd2, &du, 1, &x, &x);
+            o.arrived = 1; /* (the step just begun) */
+            o.m = 1;
+            if (rc == 0 && (nbop_wait(&o) != 1 || x != smn_size(nd))) {
+                rc = 124;
+            }
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        free(src[k]);
+        free(dst[k]);
+    }
+    if (rc == 0 && smn_barrier(nd2, NULL, NULL, NULL) != SHP_OK) {
+        rc = 125;
+    }
+    smn_destroy(nd2);
+    return rc;
+}
+
+static void test_nb_steps(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    run_node(4, &o, nb_steps_body, NULL, codes);
+    expect_all(4, codes, 0);
+    run_node(2, &o, nb_steps_body, NULL, codes);
+    expect_all(2, codes, 0);
+}
+
+/* The leader's part: each contribution apart (an exact sum's), the code
+ * it publishes reaches every rank, and with a non-zero one nothing is
+ * copied (the buffer may be the rank's input, for a redo). */
+static int nb_gather_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    (void)arg;
+    uint64_t mine[8], got[8];
+    for (unsigned j = 0; j < 8; j++) {
+        mine[j] = val(rank, 3, j);
+        got[j] = 0xdead;
+    }
+    for (int code = 0; code < 2; code++) {
+        if (code == 1) {
+            memset(got, 0x11, sizeof(got));
+        }
+        if (smn_nb_arrive(nd, mine, sizeof(mine)) != SHP_OK) {
+            return 130;
+        }
+        shp_status_t st;
+        if (rank == 0) {
+            const void *srcs[MAXN];
+            uint64_t sum[8] = {0};
+            while ((st = smn_nb_test_in(nd)) == SHP_INPROGRESS) {
+                smn_nb_sleep(nd, 50 * 1000 * 1000);
+            }
+            if (st != SHP_OK || smn_nb_srcs(nd, srcs) != SHP_OK) {
+                return 131;
+            }
+            for (unsigned r = 0; r < smn_size(nd); r++) {
+                if (memcmp(srcs[r],
+                           (uint64_t[8]){val(r, 3, 0), val(r, 3, 1),
+                                         val(r, 3, 2), val(r, 3, 3),
+                                         val(r, 3, 4), val(r, 3, 5),
+                                         val(r, 3, 6), val(r, 3, 7)},
+                           sizeof(mine)) != 0) {
+                    return 132;
+                }
+                for (unsigned j = 0; j < 8; j++) {
+                    sum[j] += ((const uint64_t *)srcs[r])[j];
+                }
+            }
+            if (smn_nb_publish(nd, sum, sizeof(sum), code * 5) != SHP_OK) {
+                return 133;
+            }
+            continue;
+        }
+        int c = -1;
+        while ((st = smn_nb_test_out(nd, got, sizeof(got), &c)) ==
+               SHP_INPROGRESS) {
+            smn_nb_sleep(nd, 50 * 1000 * 1000);
+        }
+        if (st != SHP_OK || c != code * 5) {
+            return 134;
+        }
+        for (unsigned j = 0; j < 8 && code == 0; j++) {
+            uint64_t want = 0;
+            for (unsigned r = 0; r < smn_size(nd); r++) {
+                want += val(r, 3, j);
+            }
+            if (got[j] != want) {
+                return 135;
+            }
+        }
+        for (unsigned j = 0; j < 8 && code == 1; j++) {
+            if (got[j] != 0x1111111111111111ull) {
+                return 136; /* a code, and data copied */
+            }
+        }
+    }
+    return smn_barrier(nd, NULL, NULL, NULL) == SHP_OK ? 0 : 137;
+}
+
+static void test_nb_gather_code(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    run_node(3, &o, nb_gather_body, NULL, codes);
+    expect_all(3, codes, 0);
+}
+
+/* A slow rank: the others' steps stay pending (never a result without
+ * it), they sleep on the segment meanwhile and are woken by its arrival
+ * (and by the leader's publication) */
+static int nb_slow_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    (void)arg;
+    shp_reduce_desc_t d = {SHP_DTYPE_I64, SHP_OP_SUM, SHP_DTYPE_NULL};
+    for (unsigned it = 0; it < 6; it++) {
+        int64_t src[300], dst[300];
+        for (unsigned j = 0; j < 300; j++) {
+            src[j] = (int64_t)val(rank, it, j) >> 4;
+        }
+        if (rank == 2 && it % 2 == 1) {
+            usleep(100 * 1000);
+        }
+        nbop_t o;
+        nbop_init(&o, nd, &d, 300, src, dst);
+        int r = nbop_step(&o);
+        if (r == 1 && rank != 2 && it % 2 == 1) {
+            return 140; /* done without the slow rank */
+        }
+        if (r == 0 && nbop_wait(&o) != 1) {
+            return 141;
+        }
+        for (unsigned j = 0; j < 300; j++) {
+            int64_t want = 0;
+            for (unsigned q = 0; q < smn_size(nd); q++) {
+                want += (int64_t)val(q, it, j) >> 4;
+            }
+            if (dst[j] != want) {
+                return 142;
+            }
+        }
+    }
+    smn_stats_t st;
+    smn_get_stats(nd, &st);
+    if (rank != 2 && st.sleeps == 0) {
+        return 143; /* slept on the segment while rank 2 was late */
+    }
+    if (rank == 2 && st.wakes == 0) {
+        return 144; /* and rank 2's arrival woke the leader */
+    }
+    return 0;
+}
+
+static void test_nb_slow_rank(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    o.period_ms = 2000; /* a sleeper is woken, not left to its slice */
+    o.timeout_ms = 0;
+    run_node(4, &o, nb_slow_body, NULL, codes);
+    expect_all(4, codes, 0);
+}
+
+/* A rank killed (or stuck past the timeout) while the others' steps are
+ * pending: every other rank's test fails with the segment's failure and
+ * names it; no timeout is needed for a dead one (its pidfd) */
+static int nb_fault_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    const fault_t *f = arg;
+    shp_reduce_desc_t d = {SHP_DTYPE_I32, SHP_OP_SUM, SHP_DTYPE_NULL};
+    int32_t src[600], dst[600];
+    for (unsigned it = 0; it < FAULT_AT + 10; it++) {
+        for (unsigned j = 0; j < 600; j++) {
+            src[j] = (int32_t)(rank * 1000 + j + it);
+        }
+        nbop_t o; /* 600 elements: three steps (a slot of 256) */
+        nbop_init(&o, nd, &d, 600, src, dst);
+        if (rank == f->victim && it == FAULT_AT) {
+            if (f->kind == 2) {
+                usleep(1500 * 1000);
+            } else if (f->kind == 0) {
+                raise(SIGKILL); /* before arriving */
+            } else if (smn_nb_arrive(nd, src, 4) == SHP_OK) {
+                raise(SIGKILL); /* the leader arrived, never publishes */
+            }
+        }
+        int r = nbop_wait(&o);
+        if (it < FAULT_AT) {
+            if (r != 1) {
+                return 150;
+            }
+            continue;
+        }
+        if (rank == f->victim) { /* back from a stall: failed for it too */
+            return r == SHP_ERR_TIMED_OUT ? 0 : 151;
+        }
+        if (r == 1) {
+            return 152; /* a result without the victim: wrong */
+        }
+        if (r != f->want || smn_failed_rank(nd) != (int)f->victim) {
+            fprintf(stderr, "rank %u: %d, rank %d\n", rank, r,
+                    smn_failed_rank(nd));
+            return 153;
+        }
+        /* the segment stays failed, for either form */
+        if (smn_nb_arrive(nd, src, 4) != f->want ||
+            smn_barrier(nd, NULL, NULL, NULL) != f->want) {
+            return 154;
+        }
+        return 0;
+    }
+    return 155;
+}
+
+static void run_nb_fault(unsigned n, const fault_t *f, unsigned timeout_ms)
+{
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    o.timeout_ms = timeout_ms;
+    run_node(n, &o, nb_fault_body, (void *)f, codes);
+    for (unsigned i = 0; i < n; i++) {
+        int want = i == f->victim && f->kind != 2 ? 128 + SIGKILL : 0;
+        if (codes[i] != want) {
+            fail_msg("rank %u exited %d, expected %d", i, codes[i], want);
+        }
+    }
+    assert_false(shm_exists(seg_name));
+}
+
+static void test_nb_killed(void **state)
+{
+    (void)state;
+    /* no timeout: only the pidfd can tell */
+    fault_t member = {2, 0, SHP_ERR_GROUP_FAILED, 0};
+    run_nb_fault(4, &member, 0);
+    fault_t leader = {0, 1, SHP_ERR_GROUP_FAILED, 0};
+    run_nb_fault(4, &leader, 0);
+}
+
+static void test_nb_stuck(void **state)
+{
+    (void)state;
+    fault_t f = {1, 2, SHP_ERR_TIMED_OUT, 0};
+    run_nb_fault(3, &f, 300);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -907,6 +1366,11 @@ int main(void)
         cmocka_unit_test(test_no_timeout),
         cmocka_unit_test(test_killed_before_unlink),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_nb_steps),
+        cmocka_unit_test(test_nb_gather_code),
+        cmocka_unit_test(test_nb_slow_rank),
+        cmocka_unit_test(test_nb_killed),
+        cmocka_unit_test(test_nb_stuck),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
