@@ -224,6 +224,7 @@ static void comm_teardown(comm_state_t *s)
     }
     smn_destroy(s->nshm);
     s->nshm = NULL;
+    s->nb_slot = 0;
     free(s->node_of);
     free(s->rank_in_node);
     s->node_of = s->rank_in_node = NULL;
@@ -643,6 +644,12 @@ static int comm_setup_hier(comm_state_t *s, MPI_Comm comm, uint64_t id)
     if (smpi_cfg.node_shm) {
         node_shm_setup(s);
     }
+    /* the non-blocking forms take the node step on shared memory only if
+     * every node has it, up to the smallest slot (every rank decides
+     * alike whether a call is offloaded) */
+    long have = s->nshm != NULL ? -(long)smn_slot_bytes(s->nshm) : 0, all_nb;
+    PMPI_Allreduce(&have, &all_nb, 1, MPI_LONG, MPI_MAX, comm);
+    s->nb_slot = (size_t)-all_nb;
     if (s->leaders != MPI_COMM_NULL) {
         PMPI_Comm_dup(s->leaders, &s->oob);
         rec_setup(s, s->oob, id, comm);
@@ -703,6 +710,7 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         s->rec = NULL;
         smn_destroy(s->nshm); /* no group: no node step (every rank) */
         s->nshm = NULL;
+        s->nb_slot = 0;
         if (s->rank == 0) { /* its calls report the reason (why.c) */
             smpi_note(2, "no sharp group for a communicator of %d (%s)",
                       s->size, sharp_coll_strerror(rc));
@@ -1563,8 +1571,8 @@ static int reduce_hier(reduce_call_t *c, void *rbuf, char **res)
 
 /* A node step on shared memory that failed: a rank of this node died or
  * did not come (node_shm.h); the others are inside the collective. */
-static void node_shm_fail(comm_state_t *st, MPI_Comm comm, const char *what,
-                          shp_status_t s)
+void smpi_node_shm_fail(comm_state_t *st, MPI_Comm comm, const char *what,
+                        shp_status_t s)
 {
     fprintf(stderr,
             "sharp_mpi[%d]: the node-local step of %s failed: node rank %d "
@@ -1604,7 +1612,7 @@ static int reduce_hier_shm(reduce_call_t *c, void *rbuf, char **res)
         s = smn_reduce(st->nshm, &c->d, c->src, c->ns, c->pr);
     }
     if (s != SHP_OK) {
-        node_shm_fail(st, c->comm, c->what, s);
+        smpi_node_shm_fail(st, c->comm, c->what, s);
     }
     if (lead) {
         how = reduce_leader(c, res);
@@ -1616,7 +1624,7 @@ static int reduce_hier_shm(reduce_call_t *c, void *rbuf, char **res)
     void *out = lead ? (how == OP_OK && *res != NULL ? *res : c->pr) : *res;
     s = smn_result(st->nshm, out, c->bytes, &how);
     if (s != SHP_OK) {
-        node_shm_fail(st, c->comm, c->what, s);
+        smpi_node_shm_fail(st, c->comm, c->what, s);
     }
     return how;
 }
@@ -1784,7 +1792,7 @@ API int MPI_Barrier(MPI_Comm comm)
             smpi.node_shm_steps++;
             shp_status_t s = smn_barrier(st->nshm, barrier_leader, &b, &how);
             if (s != SHP_OK) {
-                node_shm_fail(st, comm, "MPI_Barrier", s);
+                smpi_node_shm_fail(st, comm, "MPI_Barrier", s);
             }
         } else if (st->hier) { /* the node in, the leaders, the node out */
             smpi.node_mpi_steps++;
@@ -1854,7 +1862,7 @@ static int bcast_bytes(comm_state_t *st, char *p, int len, int root,
             s = smn_result(st->nshm, p, early ? 0 : (size_t)len, &how);
         }
         if (s != SHP_OK) {
-            node_shm_fail(st, comm, "MPI_Bcast", s);
+            smpi_node_shm_fail(st, comm, "MPI_Bcast", s);
         }
     } else if (st->hier) {
         /* the root's node first, then the leaders, then the other nodes */

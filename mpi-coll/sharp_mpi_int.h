@@ -145,6 +145,9 @@ typedef struct comm_state {
     int *node_of;      /* [size] the leader (rank in `leaders`) of each node */
     int *rank_in_node; /* [size] */
     smn_node_t *nshm;  /* hier: the node step's segment (NULL: PMPI) */
+    /* hier: every node has its segment, each slot at least this many
+     * bytes (0: not every node): the non-blocking forms' node step */
+    size_t nb_slot;
     /* the last result and the recovery service's view of the group
      * (members only); all: a duplicate of the communicator, for the
      * barrier that keeps the record until every rank is done with it */
@@ -221,6 +224,10 @@ int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
                     size_t len, int rc, int leave);
 /* the communicator goes to PMPI: 1 if it offloaded until now */
 int smpi_comm_fall(comm_state_t *st);
+/* a node step on shared memory failed (a rank of the node died or did not
+ * come, node_shm.h): abort, naming it */
+void smpi_node_shm_fail(comm_state_t *st, MPI_Comm comm, const char *what,
+                        shp_status_t s);
 
 /* What sharp_mpi.c may ask of the non-blocking layer above it
  * (sharp_mpi_nb.c), which gives these with its first operation: the two

@@ -67,6 +67,7 @@ typedef struct nb_op {
     int count, root, sop, keep;
     MPI_Datatype dt;
     dt_map_t m;
+    shp_reduce_desc_t d; /* the node-local fold's */
     size_t n, bytes;
     char *direct; /* bcast: the bytes in the user's buffer, else NULL */
     /* one activation */
@@ -84,6 +85,17 @@ typedef struct nb_op {
     MPI_Request preq;
     MPI_Op mop;
     struct nb_op *qnext;
+    /* several ranks per node (the communicator's hier): the node step on
+     * shared memory, one at a time per communicator (always queued).
+     * nphase 0: not begun; 1: arrived (the leader waits for the node's
+     * other ranks, they for its publication); 2: the leader's sharp part
+     * in flight.  nsrc: what this rank gave (a bcast's data at its root);
+     * nin: the leader's input to sharp (the node's fold; every
+     * contribution, for an exact sum; a bcast's data from a root in its
+     * node) */
+    int node, nphase;
+    const char *nsrc;
+    char *nin;
     /* persistent: the program's handle; freed while active */
     int persistent, user_freed;
     MPI_Request handle;
@@ -129,6 +141,7 @@ static void nb_release(nb_op_t *o)
     }
     free(o->ps);
     free(o->pr);
+    free(o->nin);
     free(o);
 }
 
@@ -331,10 +344,8 @@ static void nb_redo(nb_op_t *o)
  * operations end, decided with the other members (docs/mpi.md, failure
  * protocol): o's result fetched from a member that has it, or o and every
  * later operation on PMPI */
-static void nb_recover(nb_op_t *o, int rc)
+static void nb_fall(comm_state_t *st)
 {
-    comm_state_t *st = o->st;
-    int fetched = smpi_recover_op(st, o->comm, nb_name(o), o->bytes, rc, 1);
     if (!st->nb_fell) {
         /* from here on the communicator's non-blocking operations stay
          * the layer's and go to PMPI (every rank decides so at its own
@@ -345,12 +356,326 @@ static void nb_recover(nb_op_t *o, int rc)
         st->fell = 0;
         st->why = WHY_FELL;
     }
+}
+
+static void nb_recover(nb_op_t *o, int rc)
+{
+    comm_state_t *st = o->st;
+    int fetched = smpi_recover_op(st, o->comm, nb_name(o), o->bytes, rc, 1);
+    nb_fall(st);
     if (fetched) {
         nb_deliver(o, smr_result(st->rec));
         nb_dequeue(o);
         return;
     }
     nb_redo(o);
+}
+
+/* The node step on shared memory ---------------------------------------------
+ *
+ * With several ranks per node (hier) an operation is one node step
+ * (node_shm.h, the non-blocking form), taken in the communicator's queue:
+ * when it comes to the head, every rank arrives with its contribution (a
+ * reduction's data in the wire's layout; a bcast's data at its root; a
+ * barrier's nothing) and goes on.  Progress does the rest: the leader,
+ * once the node's ranks all arrived, folds them in node-rank order (the
+ * blocking form's fold, the same bits; an exact sum keeps them apart),
+ * posts sharp's non-blocking call, and when it completes publishes the
+ * result and a code; the other ranks complete when it is published.  The
+ * codes: */
+enum {
+    NODE_OK,   /* the result */
+    NODE_FELL, /* the result, fetched in a recovery: later ones on PMPI */
+    NODE_REDO  /* this one and the later ones on PMPI (every rank) */
+};
+
+static size_t node_len(const nb_op_t *o)
+{
+    return o->kind == C_IBARRIER ? 0 : o->bytes;
+}
+
+static char *node_pr(nb_op_t *o)
+{
+    if (o->pr == NULL) {
+        o->pr = smpi_xmalloc(o->bytes, o->comm, nb_name(o));
+    }
+    return o->pr;
+}
+
+/* a reduction's data in the wire's layout */
+static const char *node_red_src(nb_op_t *o)
+{
+    const void *src = o->sbuf == MPI_IN_PLACE ? o->rbuf : o->sbuf;
+    if (o->m.packed) {
+        if (o->ps == NULL) {
+            o->ps = smpi_xmalloc(o->bytes, o->comm, nb_name(o));
+        }
+        smpi_loc_pack(src, o->ps, o->n, &o->m);
+        src = o->ps;
+    }
+    return src;
+}
+
+/* a bcast's data, at its root */
+static const char *node_bcast_src(nb_op_t *o)
+{
+    if (o->direct != NULL) {
+        return o->direct;
+    }
+    smpi_pack_data(1, o->rbuf, o->count, o->dt, node_pr(o), (int)o->bytes,
+                   o->comm);
+    return o->pr;
+}
+
+static void node_check(nb_op_t *o, shp_status_t s)
+{
+    if (s != SHP_OK && s != SHP_INPROGRESS) {
+        smpi_node_shm_fail(o->st, o->comm, nb_name(o), s);
+    }
+}
+
+/* the head of the queue begins: this rank's contribution, without waiting */
+static void node_arrive(nb_op_t *o)
+{
+    comm_state_t *st = o->st;
+    const char *src = NULL;
+    size_t len = 0;
+    if (o->kind == C_IBCAST) {
+        if (st->rank == o->root) {
+            src = node_bcast_src(o);
+            len = o->bytes;
+        }
+    } else if (o->kind != C_IBARRIER) {
+        src = node_red_src(o);
+        len = o->bytes;
+    }
+    o->nsrc = src;
+    smpi.node_shm_steps++;
+    node_check(o, smn_nb_arrive(st->nshm, src, len));
+    o->nphase = 1;
+}
+
+/* the published result (res; NULL: none) and code, at the leader; then
+ * the leader's own buffers, and the next operation (or the redo) */
+static void node_publish(nb_op_t *o, const char *res, int code)
+{
+    comm_state_t *st = o->st;
+    size_t len = node_len(o);
+    if (len != 0 && res == NULL) {
+        res = smn_result_area(st->nshm); /* nothing to tell: no data */
+    }
+    node_check(o, smn_nb_publish(st->nshm, res, len, code));
+    o->nphase = 0;
+    if (code == NODE_REDO) {
+        nb_redo(o);
+        return;
+    }
+    if (len != 0) {
+        nb_deliver(o, res);
+    }
+    nb_dequeue(o); /* o may be gone */
+}
+
+/* the group failed at o (the leader): recovered as nb_recover does, the
+ * outcome published to the node */
+static void node_recover(nb_op_t *o, int rc)
+{
+    comm_state_t *st = o->st;
+    int fetched = smpi_recover_op(st, o->comm, nb_name(o), o->bytes, rc, 1);
+    nb_fall(st);
+    if (fetched) {
+        node_publish(o, node_len(o) != 0 ? smr_result(st->rec) : NULL,
+                     NODE_FELL);
+    } else {
+        node_publish(o, NULL, NODE_REDO);
+    }
+}
+
+/* the data of a bcast at the leader of its root's node (NULL elsewhere) */
+static const char *node_bcast_data(const nb_op_t *o)
+{
+    const comm_state_t *st = o->st;
+    if (st->node_of[o->root] != st->node_of[st->rank]) {
+        return NULL;
+    }
+    return st->rank == o->root ? o->nsrc : o->nin;
+}
+
+/* the leader's sharp part ended (rc) */
+static void node_finish(nb_op_t *o, int rc)
+{
+    comm_state_t *st = o->st;
+    o->h = NULL;
+    const char *data = o->kind == C_IBCAST ? node_bcast_data(o) : NULL;
+    const char *res = o->rec ? o->recbuf : o->pr;
+    if (o->rec) {
+        if (!o->ended) {
+            smr_end(st->rec, rc == SHARP_COLL_SUCCESS, o->bytes);
+        }
+        o->ended = 0;
+        if (rc != SHARP_COLL_SUCCESS) {
+            node_recover(o, rc);
+            return;
+        }
+        if (data != NULL) {
+            /* the root's node sent from its data: the record's last result */
+            memcpy(o->recbuf, data, o->bytes);
+        }
+    } else if (rc != SHARP_COLL_SUCCESS) {
+        smpi_fail(o->comm, nb_name(o), rc);
+    }
+    node_publish(o, data != NULL ? data : res, NODE_OK);
+}
+
+/* every rank of the node arrived: the leader's sharp part */
+static void node_lead(nb_op_t *o)
+{
+    comm_state_t *st = o->st;
+    int exact = o->kind != C_IBARRIER && o->kind != C_IBCAST &&
+                smpi_exact_wanted(o->sop, &o->m);
+    size_t ns = o->n * (size_t)o->m.mult;
+    const void *srcs[SMN_MAX_RANKS];
+    if (o->kind == C_IALLREDUCE || o->kind == C_IREDUCE) {
+        if (exact) { /* every contribution apart: no rounding in the node */
+            if (o->nin == NULL) { /* (a persistent one's, kept) */
+                o->nin = smpi_xmalloc((size_t)st->node_size * o->bytes, o->comm,
+                                      nb_name(o));
+            }
+            node_check(o, smn_nb_srcs(st->nshm, srcs));
+            for (int k = 0; k < st->node_size; k++) {
+                memcpy(o->nin + (size_t)k * o->bytes, srcs[k], o->bytes);
+            }
+        } else {
+            if (o->nin == NULL) {
+                o->nin = smpi_xmalloc(o->bytes, o->comm, nb_name(o));
+            }
+            node_check(o, smn_nb_fold(st->nshm, &o->d, ns, o->nin));
+        }
+    } else if (o->kind == C_IBCAST &&
+               st->node_of[o->root] == st->node_of[st->rank] &&
+               st->rank != o->root) {
+        if (o->nin == NULL) {
+            o->nin = smpi_xmalloc(o->bytes, o->comm, nb_name(o));
+        }
+        node_check(o, smn_nb_srcs(st->nshm, srcs));
+        memcpy(o->nin, srcs[st->rank_in_node[o->root]], o->bytes);
+    }
+    o->nphase = 2;
+    char *dst;
+    if (o->rec) {
+        int oom = 0;
+        o->recbuf = st->sc != NULL ? smr_begin(st->rec, o->bytes, &oom) : NULL;
+        if (oom) {
+            smpi_fail(o->comm, nb_name(o), SHARP_COLL_ENOMEM);
+        }
+        if (o->recbuf == NULL) {
+            node_recover(o, SHARP_COLL_ERROR); /* a member asked: frozen */
+            return;
+        }
+        dst = o->recbuf;
+    } else {
+        dst = o->kind == C_IBARRIER ? NULL : node_pr(o);
+    }
+    int rc;
+    if (o->kind == C_IBARRIER) {
+        rc = sharp_coll_do_barrier_nb(st->sc, &o->h);
+    } else if (o->kind == C_IBCAST) {
+        struct sharp_coll_bcast_spec bs;
+        const char *data = node_bcast_data(o);
+        memset(&bs, 0, sizeof(bs));
+        bs.buf_desc = smpi_desc_of(data != NULL ? (void *)data : dst, o->bytes);
+        bs.size = o->bytes;
+        bs.root = st->node_of[o->root];
+        rc = sharp_coll_do_bcast_nb(st->sc, &bs, &o->h);
+    } else {
+        struct sharp_coll_reduce_spec spec;
+        memset(&spec, 0, sizeof(spec));
+        spec.dtype = (enum sharp_datatype)o->m.sdt;
+        spec.tag_dtype = (enum sharp_datatype)o->m.tag;
+        spec.op = exact ? SHARP_OP_SUM_EXACT : (enum sharp_reduce_op)o->sop;
+        spec.length = ns;
+        spec.sbuf_desc = smpi_desc_of(
+            o->nin, (exact ? (size_t)st->node_size : 1) * o->bytes);
+        spec.rbuf_desc = smpi_desc_of(dst, o->bytes);
+        if (exact) {
+            /* libsharp_coll's exact sums are blocking (its _nb forms
+             * complete before returning): done here, then published */
+            o->h = NULL;
+            node_finish(o, sharp_coll_do_allreduce_exact_n(st->sc, &spec,
+                                                           st->node_size));
+            return;
+        }
+        rc = sharp_coll_do_allreduce_nb(st->sc, &spec, &o->h);
+    }
+    if (rc != SHARP_COLL_SUCCESS) {
+        o->h = NULL;
+        if (!o->rec) {
+            smpi_fail(o->comm, nb_name(o), rc);
+        }
+        smr_end(st->rec, 0, o->bytes);
+        node_recover(o, rc);
+        return;
+    }
+    sharp_coll_progress(smpi.ctx); /* on its way while the program computes */
+}
+
+/* a node step's turn of progress (nphase 1): 1 if o completed (it may be
+ * gone) */
+static int node_poll(nb_op_t *o)
+{
+    comm_state_t *st = o->st;
+    if (st->node_rank == 0) {
+        shp_status_t s = smn_nb_test_in(st->nshm);
+        node_check(o, s);
+        if (s == SHP_OK) {
+            node_lead(o);
+        }
+        return 0; /* (its end is nb_poll's to see) */
+    }
+    /* where the published bytes go: straight into the program's buffer
+     * if it takes the wire's layout, else unpacked from ours */
+    char *out = NULL;
+    int unpack = 0;
+    if (o->kind == C_IBCAST) {
+        if (st->rank != o->root) {
+            out = o->direct != NULL ? o->direct : node_pr(o);
+            unpack = o->direct == NULL;
+        }
+    } else if (o->kind != C_IBARRIER && o->keep) {
+        out = o->m.packed ? node_pr(o) : o->rbuf;
+        unpack = o->m.packed;
+    }
+    int code = NODE_OK;
+    shp_status_t s = smn_nb_test_out(st->nshm, out, node_len(o), &code);
+    node_check(o, s);
+    if (s != SHP_OK) {
+        return 0;
+    }
+    o->nphase = 0;
+    if (code != NODE_OK) {
+        nb_fall(st); /* as the leader did */
+    }
+    if (code == NODE_REDO) {
+        nb_redo(o); /* (the program's buffers untouched; o may be gone) */
+        return 0;
+    }
+    if (unpack) {
+        nb_deliver(o, o->pr);
+    }
+    nb_dequeue(o); /* o may be gone */
+    return 1;
+}
+
+/* a segment on which this rank waits for the node's other ranks, if any:
+ * a wait's idle turn sleeps on it (woken by their store) */
+static smn_node_t *node_waiting(void)
+{
+    for (nb_op_t *o = nb_ops; o != NULL; o = o->next) {
+        if (o->node && o->nphase == 1 && o->active && !o->done) {
+            return o->st->nshm;
+        }
+    }
+    return NULL;
 }
 
 /* the head of st's queue posted (through sharp, or on PMPI) */
@@ -369,6 +694,10 @@ static void nb_kick(comm_state_t *st)
     }
     if (st->nb_fell) {
         nb_redo(o);
+        return;
+    }
+    if (o->node) {
+        node_arrive(o);
         return;
     }
     int oom = 0;
@@ -398,7 +727,7 @@ static void nb_start(nb_op_t *o)
     o->rec = smpi_cfg.fallback && st->recoverable;
     smpi.calls[o->kind][0]++;
     smpi.bytes[o->kind][0] += o->bytes;
-    if (o->rec) {
+    if (o->rec || o->node) {
         o->queued = 1;
         o->qnext = NULL;
         if (st->nbq_tail != NULL) {
@@ -408,6 +737,10 @@ static void nb_start(nb_op_t *o)
         }
         st->nbq_tail = o;
         nb_kick(st);
+        if (o->node && o->nphase == 1 && st->node_rank == 0) {
+            /* the node may be in already: the network's part now */
+            node_poll(o);
+        }
     } else {
         int rc = nb_post(o, NULL, 0);
         if (rc != SHARP_COLL_SUCCESS) {
@@ -426,6 +759,10 @@ static void nb_start(nb_op_t *o)
 static void nb_finish(nb_op_t *o, int rc)
 {
     o->h = NULL;
+    if (o->node) {
+        node_finish(o, rc);
+        return;
+    }
     if (o->rec) {
         comm_state_t *st = o->st;
         if (!o->ended) {
@@ -463,7 +800,7 @@ static int nb_poll(nb_op_t *o, int block)
     if (!o->active || o->done) {
         return 1;
     }
-    if (o->rec && (o->queued || o->preq != MPI_REQUEST_NULL)) {
+    if ((o->rec || o->node) && (o->queued || o->preq != MPI_REQUEST_NULL)) {
         if (o->preq != MPI_REQUEST_NULL) {
             int flag = 0;
             PMPI_Test(&o->preq, &flag, MPI_STATUS_IGNORE);
@@ -473,6 +810,9 @@ static int nb_poll(nb_op_t *o, int block)
             }
         }
         return 0; /* its turn comes with the others' (nb_drain) */
+    }
+    if (o->node && o->nphase == 1) {
+        return node_poll(o);
     }
     if (o->ended) {
         nb_finish(o, o->end_rc); /* ended in nb_wait_hook */
@@ -534,6 +874,13 @@ static void nb_idle(unsigned turn)
     unsigned shift = (turn - 16) / 64;
     long ns = shift >= 6 ? 1000000 : 20000L << shift;
     struct timespec ts = {0, ns < 1000000 ? ns : 1000000};
+    smn_node_t *nd = node_waiting();
+    if (nd != NULL) {
+        /* as long, but asleep on the node's segment: the node's rank (or
+         * its leader) that this one waits for wakes it by its store */
+        smn_nb_sleep(nd, (uint64_t)ts.tv_nsec);
+        return;
+    }
     nanosleep(&ts, NULL);
 }
 
@@ -582,7 +929,7 @@ static nb_op_t *nb_find(MPI_Request r)
 
 /* the communicator's state if a non-blocking operation may go through
  * sharp there (the same answer on every rank), else NULL (*why) */
-static comm_state_t *nb_comm(MPI_Comm comm, int *why)
+static comm_state_t *nb_comm(MPI_Comm comm, size_t bytes, int *why)
 {
     comm_state_t *st = NULL;
     int found = 0;
@@ -595,7 +942,9 @@ static comm_state_t *nb_comm(MPI_Comm comm, int *why)
     smpi_nb_posting = 1;
     st = smpi_comm_sharp(comm, why);
     smpi_nb_posting = 0;
-    if (st != NULL && st->hier) {
+    if (st != NULL && st->hier && (st->nb_slot == 0 || bytes > st->nb_slot)) {
+        /* the node step on MPI (no segment on some node), or data over
+         * one slot: PMPI */
         *why = WHY_NB_NODE;
         return NULL;
     }
@@ -620,7 +969,7 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
         return NULL;
     }
     size_t n = (size_t)count;
-    comm_state_t *st = nb_comm(comm, why);
+    comm_state_t *st = nb_comm(comm, bytes, why);
     if (st == NULL) {
         return NULL;
     }
@@ -645,6 +994,8 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
     o->mop = op;
     o->keep = keep;
     o->m = m;
+    o->d = d;
+    o->node = st->hier;
     o->n = n;
     o->bytes = bytes;
     o->greq = o->handle = o->preq = MPI_REQUEST_NULL;
@@ -657,7 +1008,8 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
 {
     long bytes = smpi_bytes_of(count, dt);
     *why = smpi_bcast_why(bytes);
-    comm_state_t *st = *why == WHY_OK ? nb_comm(comm, why) : NULL;
+    comm_state_t *st =
+        *why == WHY_OK ? nb_comm(comm, (size_t)bytes, why) : NULL;
     if (st == NULL) {
         return NULL;
     }
@@ -679,6 +1031,7 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
         o->direct = (char *)buf + tlb;
     }
     o->kind = C_IBCAST;
+    o->node = st->hier;
     o->st = st;
     o->comm = comm;
     o->rbuf = buf;
@@ -694,7 +1047,7 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
 static nb_op_t *nb_barrier_op(MPI_Comm comm, int *why)
 {
     *why = WHY_KIND_OFF;
-    comm_state_t *st = smpi_cfg.barrier ? nb_comm(comm, why) : NULL;
+    comm_state_t *st = smpi_cfg.barrier ? nb_comm(comm, 0, why) : NULL;
     if (st == NULL) {
         return NULL;
     }
@@ -703,6 +1056,7 @@ static nb_op_t *nb_barrier_op(MPI_Comm comm, int *why)
         smpi_fail(comm, "MPI_Ibarrier", SHARP_COLL_ENOMEM);
     }
     o->kind = C_IBARRIER;
+    o->node = st->hier;
     o->st = st;
     o->comm = comm;
     o->greq = o->handle = o->preq = MPI_REQUEST_NULL;

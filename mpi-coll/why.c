@@ -140,9 +140,11 @@ static const struct {
                   "MPI_IN_PLACE at a non-root): MPI reports them",
                   "fix the call"},
     [WHY_NB_NODE] = {S_CALL, "nb_node_aggr",
-                     "several ranks per node and SHARP_MPI_NODE_AGGR=1: the "
-                     "non-blocking forms go to MPI",
-                     "set SHARP_MPI_NODE_AGGR=0 (every process a member)"},
+                     "a non-blocking call at several ranks per node whose "
+                     "node step cannot be on shared memory: data over one "
+                     "node slot, or a node without its segment",
+                     "raise SHARP_MPI_NODE_SHM_SLOT (or SHARP_MPI_NODE_AGGR=0: "
+                     "every process a member)"},
 };
 
 /* per reason: [0] communicators (counted by their rank 0), [1] calls,

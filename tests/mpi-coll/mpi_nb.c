@@ -24,7 +24,8 @@
  * prints "mpi_nb: expect offloaded MPI_Iallreduce A MPI_Ireduce R
  * MPI_Ibcast B MPI_Ibarrier C" (summed over ranks, persistent starts
  * included: what libsharp_mpi's report counts; --ppn K: K ranks a host in
- * blocks, where communicators with two ranks on a host go to PMPI) and
+ * blocks, where communicators with two ranks on a host take the node step
+ * on shared memory for data up to --node-slot B bytes, PMPI above) and
  * "every result matches PMPI" or "FAILURES".
  */
 #include <mpi.h>
@@ -194,8 +195,22 @@ static void op_init(op_t *o, int kind, const tcase_t *t, long count,
 
 /* --ppn K: K ranks per host, in blocks (as sharp-fabric places them).  A
  * communicator with two ranks on one host is hierarchical (one member per
- * node) and its non-blocking operations go to PMPI. */
+ * node): its non-blocking operations take the node step up to a slot. */
 static int ppn = 1;
+/* --node-slot B: the node step's slot (SHARP_MPI_NODE_SHM_SLOT; 0: no
+ * node step on shared memory): on a hierarchical communicator the
+ * non-blocking operations of B bytes or less are offloaded */
+static long node_slot;
+
+static long op_bytes(const op_t *o)
+{
+    int ts = 0;
+    if (o->kind == K_BAR) {
+        return 0;
+    }
+    MPI_Type_size(o->t->dt, &ts);
+    return o->count * ts;
+}
 
 static int one_per_host(MPI_Comm comm)
 {
@@ -228,7 +243,8 @@ static int eligible(const op_t *o)
 {
     return (o->kind == K_BAR || (o->kind == K_BC && o->count > 0) ||
             (o->t->offload && o->count > 0)) &&
-           (ppn == 1 || one_per_host(o->comm));
+           (ppn == 1 || one_per_host(o->comm) ||
+            (node_slot > 0 && op_bytes(o) <= node_slot));
 }
 
 static void op_count(const op_t *o)
@@ -568,7 +584,7 @@ static void overlap(void)
         double t0 = now();
         MPI_Allreduce(&in, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         blk += now() - t0;
-        expect[0] += ppn == 1;
+        expect[0] += ppn == 1 || node_slot >= 8;
         MPI_Iallreduce(&in, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &r);
         compute(0.002);
         t0 = now();
@@ -603,6 +619,8 @@ int main(int argc, char **argv)
             frag = atol(argv[a + 1]);
         } else if (!strcmp(argv[a], "--ppn")) {
             ppn = atoi(argv[a + 1]) > 0 ? atoi(argv[a + 1]) : 1;
+        } else if (!strcmp(argv[a], "--node-slot")) {
+            node_slot = atol(argv[a + 1]);
         }
     }
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -652,7 +670,7 @@ int main(int argc, char **argv)
         MPI_Request r, b;
         in = rank;
         MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_SUM, comms[1], &r);
-        expect[0] += ppn == 1 || one_per_host(comms[1]);
+        expect[0] += ppn == 1 || one_per_host(comms[1]) || node_slot >= 4;
         /* Open MPI 4.1.4 and MPICH 4.0.2 refuse to free their own
          * non-blocking collectives in flight (MPI_ERR_REQUEST): where the
          * operation went to PMPI, it is waited for instead */
@@ -666,7 +684,7 @@ int main(int argc, char **argv)
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
         MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL);
         MPI_Ibarrier(comms[1], &b);
-        expect[3] += ppn == 1 || one_per_host(comms[1]);
+        expect[3] += ppn == 1 || one_per_host(comms[1]) || node_slot > 0;
         MPI_Wait(&b, MPI_STATUS_IGNORE);
         MPI_Barrier(comms[1]);
     }
