@@ -160,13 +160,18 @@ mid "top ANs killed (MPICH, 2 ranks)" mpich 2 "$DIR/ft8.ibnd" 127.33 \
 # four communicators, mixed with MPI's own) when the leaf AN of the first
 # hosts is killed: the job goes on, every result right, the failed
 # operations and the later ones on those communicators redone on MPI (or
-# their results fetched from a member that completed them)
-nbmid() { # NAME MPI NP NET
-    local name=$1 mpi=$2 np=$3 net=$4 out="$DIR/nb-$2.out" t0=$SECONDS rc
+# their results fetched from a member that completed them); at two ranks a
+# host (TOPO ft4, ARGS --ppn 2 ...) the operations take the node step on
+# shared memory, and the node leader's recovery reaches its node's ranks
+# through it (a fetched result, or "redo on MPI" for every rank alike)
+nbmid() { # NAME MPI NP NET [TOPO LEAF ARGS...]
+    local name=$1 mpi=$2 np=$3 net=$4 topo=${5:-$DIR/ft8.ibnd} leaf=${6:-leaf01}
+    local out="$DIR/nb-$2-$np.out" t0=$SECONDS rc
+    shift 6 2>/dev/null || shift $#
     [ -z "${FAULT_ONLY:-}" ] || [[ "$name" == *$FAULT_ONLY* ]] || return 0
-    up "$DIR/ft8.ibnd" "$net" || { bad "$name: fabric"; return; }
+    up "$topo" "$net" || { bad "$name: fabric"; return; }
     rm -f "$DIR/sig"
-    local args=(--seed 3 --seeds 3 --ops 2000 --signal-at 600 "$DIR/sig")
+    local args=(--seed 3 --seeds 3 --ops 2000 --signal-at 600 "$DIR/sig" "$@")
     if [ "$mpi" = ompi ]; then
         timeout 150 "${OMPI[@]}" -np "$np" -x LD_LIBRARY_PATH="$LIB" \
             -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
@@ -183,7 +188,7 @@ nbmid() { # NAME MPI NP NET
     fi
     jobpid=$!
     if wait_file "$DIR/sig" 90; then
-        kill -9 $(pid_of an leaf01)
+        kill -9 $(pid_of an "$leaf")
     else
         echo "  ($name: the stream never reached 600 completions)"
     fi
@@ -192,9 +197,12 @@ nbmid() { # NAME MPI NP NET
     local rec redone
     rec=$(grep -o 'recovery: .*' "$out" | head -1)
     redone=$(echo "$rec" | sed -n 's/.* \([0-9]*\) result(s) fetched.* \([0-9]*\) call(s) redone.*/\1 \2/p')
+    local shm
+    shm=$(sed -n 's/.*node-local aggregation: \([0-9]*\) step(s) on shared memory.*/\1/p' "$out")
     if [ $rc = 0 ] && grep -q "every result right" "$out" &&
-        [ -n "$redone" ] && [ "$redone" != "0 0" ]; then
-        ok "$name: every result right in $((SECONDS - t0)) s; $rec"
+        [ -n "$redone" ] && [ "$redone" != "0 0" ] &&
+        { [ $# = 0 ] || [ "${shm:-0}" -gt 100 ]; }; then
+        ok "$name: every result right in $((SECONDS - t0)) s; $rec${shm:+; $shm node steps on shared memory}"
     else
         bad "$name (exit $rc${rec:+; $rec})"
         grep -v '^\s*$' "$out" | grep -v "^\[vm" | tail -25
@@ -204,6 +212,10 @@ nbmid() { # NAME MPI NP NET
 }
 nbmid "non-blocking collectives in flight, leaf AN killed (Open MPI, 8 ranks)" ompi 8 127.33
 nbmid "non-blocking collectives in flight, leaf AN killed (MPICH, 8 ranks)" mpich 8 127.33
+nbmid "non-blocking collectives in flight, leaf AN killed, 2 ranks per host (Open MPI, 8 ranks, 4 hosts)" \
+    ompi 8 127.34 "$DIR/ft4.ibnd" leaf02 --ppn 2 --node-slot 65536
+nbmid "non-blocking collectives in flight, leaf AN killed, 2 ranks per host (MPICH, 8 ranks, 4 hosts)" \
+    mpich 8 127.34 "$DIR/ft4.ibnd" leaf02 --ppn 2 --node-slot 65536
 
 # FAULT_ONLY=TEXT: only the mid-stream cases whose name has TEXT
 [ -z "${FAULT_ONLY:-}" ] || { [ $fails -eq 0 ]; exit; }

@@ -152,7 +152,7 @@ fi
 # in flight on three communicators, completed in each rank's own order by
 # every MPI_Wait*/MPI_Test* form, each result against PMPI, offloaded
 # exactly as expected (with --ppn 2, communicators with one member per node
-# go to PMPI: only the even and odd halves, one rank a host, offload)
+# take the node step on shared memory up to one slot: below)
 nb_verdict() { # RC OUT
     local rc=$1 out=$2 c want got why=""
     [ "$rc" = 0 ] || why="exit $rc"
@@ -241,16 +241,43 @@ if [ -z "$why" ]; then
 else
     bad "ppn 2 mpi_types ($why)"; grep -v "PMPI defect" "$DIR/types-ppn2.out" | tail -30
 fi
-# non-blocking ones with one member per node: PMPI on every rank alike
-"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
-    -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
-    "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_ompi" --ppn 2 >"$DIR/nb-ppn2.out" 2>&1
-why=$(nb_verdict $? "$DIR/nb-ppn2.out")
-if [ -z "$why" ]; then
-    ok "ppn 2 mpi_nb: $(grep -o '[0-9]* comparisons' "$DIR/nb-ppn2.out") match PMPI, offloaded exactly as expected (communicators with one member per node: PMPI)"
-else
-    bad "ppn 2 mpi_nb ($why)"; tail -30 "$DIR/nb-ppn2.out"
-fi
+# non-blocking ones with one member per node: the node step on shared
+# memory (its non-blocking form), with a 4 KiB slot so that the data above
+# it go to PMPI (on every rank alike); the node steps counted; and with
+# SHARP_MPI_NODE_SHM=0 (the node step on MPI) all of them on PMPI
+nbppn2() { # MPI SLOT OUT
+    local mpi=$1 slot=$2 out=$3 t0=$SECONDS rc
+    if [ "$mpi" = ompi ]; then
+        "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+            -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
+            -x SHARP_MPI_NODE_SHM=$([ "$slot" = 0 ] && echo 0 || echo 1) \
+            -x SHARP_MPI_NODE_SHM_SLOT="$slot" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_ompi" --ppn 2 \
+            --node-slot "$slot" >"$out" 2>&1
+    else
+        "${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
+            -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric4" \
+            -genv SHARP_MPI_NODE_SHM $([ "$slot" = 0 ] && echo 0 || echo 1) \
+            -genv SHARP_MPI_NODE_SHM_SLOT "$slot" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_mpich" --ppn 2 \
+            --node-slot "$slot" >"$out" 2>&1
+    fi
+    rc=$?
+    local why shm
+    why=$(nb_verdict $rc "$out")
+    shm=$(sed -n 's/.*node-local aggregation: \([0-9]*\) step(s) on shared memory.*/\1/p' "$out")
+    if [ "$slot" != 0 ] && [ "${shm:-0}" -lt 1000 ]; then
+        why="$why; node steps on shared memory: ${shm:-none}"
+    fi
+    if [ -z "$why" ]; then
+        ok "$mpi ppn 2 mpi_nb, slot $slot: $(grep -o '[0-9]* comparisons' "$out") match PMPI, offloaded exactly as expected (Iallreduce $(offloaded MPI_Iallreduce "$out"), Ireduce $(offloaded MPI_Ireduce "$out"), Ibcast $(offloaded MPI_Ibcast "$out"), Ibarrier $(offloaded MPI_Ibarrier "$out")), node steps on shared memory ${shm:-0} ($((SECONDS - t0)) s)"
+    else
+        bad "$mpi ppn 2 mpi_nb, slot $slot ($why)"; grep -v "goes to MPI" "$out" | tail -30
+    fi
+}
+nbppn2 ompi 4096 "$DIR/nb-ppn2.out"
+nbppn2 mpich 4096 "$DIR/nb-ppn2-mpich.out"
+nbppn2 ompi 0 "$DIR/nb-ppn2-noshm.out"
 "$BIN/sharp-fabric" --dir "$DIR/fabric4" down >/dev/null
 
 # 3. no sharpd: plain MPI, one line of notice, right results

@@ -9,7 +9,8 @@
 # MPI defines them.  Open MPI and MPICH at 5 and 8 ranks, one per host,
 # several seeds each (SHARP_STRESS_SEED moves them; a failure names its
 # seed), the offloaded counts checked against the report; and with
-# MPI_THREAD_MULTIPLE (passed to MPI with one notice).
+# MPI_THREAD_MULTIPLE (passed to MPI with one notice); and at two ranks a
+# host, where they take the node step on shared memory.
 set -u
 O=${O:-build}
 BIN=$(cd "$O/bin" && pwd)
@@ -88,6 +89,23 @@ stress ompi 5 "$DIR/fabric" "$S0" 4
 stress ompi 8 "$DIR/fabric" $((S0 + 4)) 3
 stress mpich 5 "$DIR/fabric" "$S0" 4
 stress mpich 8 "$DIR/fabric" $((S0 + 4)) 3
+# two ranks a host (8 ranks, 4 hosts): every communicator hierarchical, its
+# non-blocking operations through the node step on shared memory (the
+# default 64 KiB slot holds every one of them): offloaded, node steps counted
+"$BIN/sharp-topo" fat-tree --radix 4 --hosts 4 >"$DIR/ft4.ibnd"
+"$BIN/sharp-fabric" --dir "$DIR/fabric4" up "$DIR/ft4.ibnd" --net 127.52 >/dev/null ||
+    { echo "fabric up failed"; exit 1; }
+for mpi in ompi mpich; do
+    stress $mpi 8 "$DIR/fabric4" "$S0" 2 --ppn 2 --node-slot 65536
+    shm=$(sed -n 's/.*node-local aggregation: \([0-9]*\) step(s) on shared memory.*/\1/p' \
+        "$DIR/$mpi-8-$S0.out")
+    if [ "${shm:-0}" -gt 1000 ]; then
+        ok "$mpi, 2 ranks a host: $shm node steps on shared memory"
+    else
+        bad "$mpi, 2 ranks a host: node steps on shared memory: ${shm:-none}"
+    fi
+done
+"$BIN/sharp-fabric" --dir "$DIR/fabric4" down >/dev/null
 # MPI_THREAD_MULTIPLE: the layer is not thread-safe: everything on MPI,
 # every result right, one notice (rank 0's), nothing offloaded
 for mpi in ompi mpich; do
