@@ -149,10 +149,23 @@ for aggr in 1 0; do
 done
 "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
 echo "Two ranks per host (8 ranks, 4 hosts), us: node-local aggregation"
-echo "(SHARP_MPI_NODE_AGGR=1, the default) against one member per process (=0)"
-printf '%-10s %9s %12s %12s %8s\n' op bytes "per node" "per process" ratio
-paste "$DIR/aggr1.txt" "$DIR/aggr0.txt" |
-    awk '{ printf "%-10s %9s %12.1f %12.1f %8.2f\n", $1, $2, $3, $8, $3 / $8 }'
+echo "(SHARP_MPI_NODE_AGGR=1, the default) against one member per process (=0);"
+echo "\"per node\": how the per-node run's calls of that kind went (its report:"
+echo "offloaded, on MPI, or both); MPI_Iallreduce takes the non-blocking node"
+echo "step on shared memory up to one slot (SHARP_MPI_NODE_SHM_SLOT, 64 KiB)"
+printf '%-10s %9s %12s %12s %8s  %s\n' op bytes "per node" "per process" ratio "per node"
+# the report's "sharp_mpi: MPI_X offloaded bytes fallback bytes" rows
+how() { # OP: offloaded / on MPI / both, from the per-node run's report
+    awk -v c="MPI_$(echo "${1:0:1}" | tr a-z A-Z)${1:1}" \
+        '$1 == "sharp_mpi:" && $2 == c { o = $3; f = $5 }
+         END { print (o > 0 && f == 0) ? "offloaded" : (o > 0 ? "both" : "on MPI") }' \
+        "$DIR/aggr1.txt.err"
+}
+paste "$DIR/aggr1.txt" "$DIR/aggr0.txt" | while read -r line; do
+    set -- $line
+    echo "$line" | awk -v h="$(how "$1")" \
+        '{ printf "%-10s %9s %12.1f %12.1f %8.2f  %s\n", $1, $2, $3, $8, $3 / $8, h }'
+done
 
 # What multicast result tags cost (docs/security.md): sharp over tcp/udp,
 # 8 ranks, against a build that neither makes nor checks them

@@ -103,6 +103,10 @@ typedef struct nb_op {
 } nb_op_t;
 
 static nb_op_t *nb_ops; /* every live operation */
+/* node steps that moved on (a leader's sharp part posted, a result
+ * published or received): a wait that sees one starts its idle backoff
+ * afresh (the next part of the operation is near) */
+static unsigned long nb_moved;
 
 static void nb_drain(comm_state_t *s);
 static void nb_wait_hook(void);
@@ -466,6 +470,7 @@ static void node_publish(nb_op_t *o, const char *res, int code)
     }
     node_check(o, smn_nb_publish(st->nshm, res, len, code));
     o->nphase = 0;
+    nb_moved++;
     if (code == NODE_REDO) {
         nb_redo(o);
         return;
@@ -616,6 +621,7 @@ static void node_lead(nb_op_t *o)
         node_recover(o, rc);
         return;
     }
+    nb_moved++;
     sharp_coll_progress(smpi.ctx); /* on its way while the program computes */
 }
 
@@ -652,6 +658,7 @@ static int node_poll(nb_op_t *o)
         return 0;
     }
     o->nphase = 0;
+    nb_moved++;
     if (code != NODE_OK) {
         nb_fall(st); /* as the leader did */
     }
@@ -1406,10 +1413,15 @@ static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
                        int *index, int *outcount, int indices[],
                        MPI_Status *statuses)
 {
+    unsigned long moved = nb_moved;
     for (unsigned turn = 0;; turn++) {
         nb_set_t s;
         int rc, done = 0, f = 0;
         nb_progress_all();
+        if (nb_moved != moved) {
+            moved = nb_moved;
+            turn = 0; /* a node step moved on: its next part is near */
+        }
         int busy = nb_sharp_busy();
         rc = nb_set_make(&s, n, reqs);
         if (rc != MPI_SUCCESS) {
