@@ -17,11 +17,20 @@
  *       handle inside MPI_Wait* / MPI_Test* and the handle is given back.
  *
  * Offloaded exactly when the blocking call would be (same datatypes, ops,
- * counts, sizes: every rank decides alike), and only on a communicator
- * with one member per process: with node-local aggregation (several ranks
- * per node) the non-blocking forms go to PMPI on every rank (hier is agreed
- * when the group is made).  The first collective on a communicator makes
- * its group (an agreement of its members), blocking or not.
+ * counts, sizes: every rank decides alike).  With node-local aggregation
+ * (several ranks per node, hier) an operation is one node step on shared
+ * memory in its non-blocking form (node_shm.h, smn_nb_*), for data up to
+ * the smallest slot of the communicator's nodes where every node has its
+ * segment (nb_slot, agreed when the group is made), else PMPI on every
+ * rank: the communicator's operations go through its queue one at a time;
+ * at the head each rank arrives with its contribution and goes on;
+ * progress then has the leader fold the node's contributions (the
+ * blocking fold, the same bits), post sharp's _nb call and, once it
+ * completes, publish the result and a code (OK, fetched in a recovery,
+ * redo on PMPI), and the node's other ranks complete when they see it
+ * (node_* below; docs/mpi.md has the table).  The first collective on a
+ * communicator makes its group (an agreement of its members), blocking or
+ * not.
  *
  * Progress: a message up to the OST quota is wholly sent when it goes to
  * sharp, so the network reduces it while the program computes; the result
@@ -30,7 +39,12 @@
  * operations go to sharp one at a time (a queue per communicator), each
  * received into the group's record, and a failed one is recovered as a
  * blocking one is (nb_recover: fetched from a member, or redone on PMPI);
- * without, they are pipelined and a failure aborts (smpi_fail()).
+ * without, they are pipelined and a failure aborts (smpi_fail()).  With
+ * several ranks per node the leader recovers (its group's member) and
+ * publishes the outcome to its node; a rank of the node that dies or
+ * stays past SHARP_MPI_NODE_SHM_TIMEOUT aborts the job naming it, as the
+ * blocking node step does.  A wait on a node step sleeps on the segment's
+ * futex (1 ms slices: MPI's own requests still progress).
  * MPI_THREAD_MULTIPLE jobs never get here (sharp_setup: plain MPI).
  */
 
@@ -883,9 +897,10 @@ static void nb_idle(unsigned turn)
     struct timespec ts = {0, ns < 1000000 ? ns : 1000000};
     smn_node_t *nd = node_waiting();
     if (nd != NULL) {
-        /* as long, but asleep on the node's segment: the node's rank (or
-         * its leader) that this one waits for wakes it by its store */
-        smn_nb_sleep(nd, (uint64_t)ts.tv_nsec);
+        /* asleep on the node's segment, woken by the store of the rank
+         * (or the leader) this one waits for: the longest slice at once
+         * (1 ms: MPI's own progress still has its turn that often) */
+        smn_nb_sleep(nd, 1000000);
         return;
     }
     nanosleep(&ts, NULL);
