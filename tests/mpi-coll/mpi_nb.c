@@ -610,9 +610,37 @@ static void overlap(void)
     }
 }
 
+/* --stuck R MS: one MPI_Iallreduce on the world (its group made), then
+ * rank R stays away MS ms (outside MPI) before it posts the second, which
+ * the others post and wait for at once.  With several ranks per node and
+ * SHARP_MPI_NODE_SHM_TIMEOUT below MS the job must abort naming R's node
+ * rank (the node step's timeout), not wait; "completed" if it does not. */
+static int stuck(int who, int ms)
+{
+    int in = 1, out = 0;
+    MPI_Request r;
+    MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+    if (rank == who) {
+        printf("mpi_nb: rank %d away for %d ms\n", rank, ms);
+        fflush(stdout);
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+    if (rank == 0) {
+        printf("mpi_nb: the operation with a rank away completed (%s)\n",
+               out == size ? "right" : "WRONG");
+    }
+    MPI_Finalize();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     long frag = 4096;
+    int stuck_rank = -1, stuck_ms = 0;
     MPI_Init(&argc, &argv);
     for (int a = 1; a + 1 < argc; a += 2) {
         if (!strcmp(argv[a], "--frag")) {
@@ -621,11 +649,18 @@ int main(int argc, char **argv)
             ppn = atoi(argv[a + 1]) > 0 ? atoi(argv[a + 1]) : 1;
         } else if (!strcmp(argv[a], "--node-slot")) {
             node_slot = atol(argv[a + 1]);
+        } else if (!strcmp(argv[a], "--stuck") && a + 2 < argc) {
+            stuck_rank = atoi(argv[a + 1]);
+            stuck_ms = atoi(argv[a + 2]);
+            a++;
         }
     }
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
     rng_state = 77u + (unsigned)rank * 1000003u;
+    if (stuck_rank >= 0) {
+        return stuck(stuck_rank, stuck_ms);
+    }
     MPI_Op_create(user_sum_fn, 1, &user_sum);
     const tcase_t tc[] = {
         {"MPI_INT SUM", MPI_INT, MPI_SUM, 1},

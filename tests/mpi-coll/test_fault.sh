@@ -217,6 +217,41 @@ nbmid "non-blocking collectives in flight, leaf AN killed, 2 ranks per host (Ope
 nbmid "non-blocking collectives in flight, leaf AN killed, 2 ranks per host (MPICH, 8 ranks, 4 hosts)" \
     mpich 8 127.34 "$DIR/ft4.ibnd" leaf02 --ppn 2 --node-slot 65536
 
+# a rank of a node that does not come to a non-blocking collective (two
+# ranks a host; rank 1, node rank 1 of the first host, away 60 s outside
+# MPI) with SHARP_MPI_NODE_SHM_TIMEOUT=1500: its leader, waiting in
+# MPI_Wait, aborts the job naming it (not a wait of 60 s, nor a result
+# without it); both MPIs
+nbstuck() { # MPI
+    local mpi=$1 out="$DIR/nbstuck-$1.out" t0=$SECONDS rc
+    [ -z "${FAULT_ONLY:-}" ] || [[ "node rank away" == *$FAULT_ONLY* ]] || return 0
+    up "$DIR/ft4.ibnd" 127.34 || { bad "node rank away ($mpi): fabric"; return; }
+    if [ "$mpi" = ompi ]; then
+        timeout 50 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" \
+            -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
+            -x SHARP_MPI_NODE_SHM_TIMEOUT=1500 -x SHARP_FABRIC_DIR="$FAB" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_ompi" \
+            --stuck 1 60000 >"$out" 2>&1
+    else
+        timeout 50 mpiexec.mpich -n 8 -genv LD_LIBRARY_PATH "$LIB" \
+            -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
+            -genv SHARP_MPI_VERBOSE 1 -genv SHARP_MPI_NODE_SHM_TIMEOUT 1500 \
+            -genv SHARP_FABRIC_DIR "$FAB" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_mpich" \
+            --stuck 1 60000 >"$out" 2>&1
+    fi
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+        grep -q "the node-local step of MPI_Iallreduce failed: node rank 1 did not come in time" "$out" &&
+        ! grep -q "completed" "$out"; then
+        ok "a node rank away from a non-blocking allreduce ($mpi, 2 ranks a host): the job aborted in $((SECONDS - t0)) s naming it"
+    else
+        bad "a node rank away from a non-blocking allreduce ($mpi; exit $rc)"; tail -20 "$out"
+    fi
+}
+nbstuck ompi
+nbstuck mpich
+
 # FAULT_ONLY=TEXT: only the mid-stream cases whose name has TEXT
 [ -z "${FAULT_ONLY:-}" ] || { [ $fails -eq 0 ]; exit; }
 
