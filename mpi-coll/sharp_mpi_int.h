@@ -160,9 +160,10 @@ typedef struct comm_state {
     int fell;
     unsigned long since, retry_at;
     MPI_Comm all;
-    /* non-blocking operations with recovery (sharp_mpi_nb.c): the
-     * communicator's activations in posting order, the first in flight
-     * (through sharp, or on PMPI once the group failed); nb_fell: a
+    /* non-blocking operations with recovery, and every one with several
+     * ranks per node (sharp_mpi_nb.c): the communicator's activations in
+     * posting order, the first in flight (its node step, through sharp,
+     * or on PMPI once the group failed); nb_fell: a
      * non-blocking operation found the group failed (its later ones stay
      * the layer's, done on PMPI: the same decision on every rank) */
     struct nb_op *nbq_head, *nbq_tail;
