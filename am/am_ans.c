@@ -74,25 +74,6 @@ static int am_an_add(shp_am_t *am, int node)
     return a;
 }
 
-/* The groups a registering AN still serves: this AM does not know them
- * (it knows no group of an AN that was down), so they are stale. */
-static void am_an_remove_stale(shp_am_t *am, shp_am_peer_t *p, const char *name,
-                               const json_t *groups)
-{
-    size_t i;
-    json_t *v;
-    json_array_foreach(groups, i, v)
-    {
-        if (!json_is_integer(v))
-            continue;
-        shp_am_send(p, json_pack("{s:s, s:I, s:I}", "type", "group_remove",
-                                 "id", (json_int_t)am->next_req++, "group_id",
-                                 json_integer_value(v)));
-        shp_info("AN %s: removing stale group %" JSON_INTEGER_FORMAT, name,
-                 json_integer_value(v));
-    }
-}
-
 /* an_register {name, data_addr, transport?, mcast?, caps {max_trees,
  * max_groups, max_osts, max_payload}, groups [ids]} from an AN that proved
  * `name`: refused (and closed), or registered and the trees rescheduled. */
@@ -165,7 +146,7 @@ void shp_am_an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     shp_am_send(
         p, json_pack("{s:s, s:i}", "type", "an_register_ack", "status", 0));
     shp_info("AN %s registered (data %s)", name, addr);
-    am_an_remove_stale(am, p, name, groups);
+    /* the groups it serves: taken back or removed (am_adopt.c) */
     shp_am_trees_schedule(am);
 }
 
