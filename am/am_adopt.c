@@ -62,6 +62,7 @@ typedef struct adopt_group {
     int nreps;
     json_t *members; /* host names in rank order (a sharpd's), or NULL */
     char why[300];   /* the reports disagree: revoked for this */
+    int gone;        /* revoked: later reports of it are removed quietly */
     UT_hash_handle hh;
 } adopt_group_t;
 
@@ -69,6 +70,7 @@ struct shp_am_adopt {
     int on;          /* within adopt_timeout of the start */
     int evidence;    /* something was reported to take back */
     int trees_ready; /* trees over every AN (or the timeout passed) */
+    int built_all;   /* ready with every AN up: nothing to wait for */
     ev_timer deadline;
     adopt_group_t *groups;
     unsigned ngroups;
@@ -88,9 +90,19 @@ static void adopt_group_free(shp_am_adopt_t *ad, adopt_group_t *g)
     free(g);
 }
 
-static adopt_group_t *adopt_group_get(shp_am_adopt_t *ad, uint32_t id)
+/* Ids reported are not given to new groups: the next id is past them (a
+ * group id names its multicast address too). */
+static void adopt_id_seen(shp_am_t *am, uint32_t id)
 {
+    if (id >= am->next_group && id + 1 < (1u << 24))
+        am->next_group = id + 1;
+}
+
+static adopt_group_t *adopt_group_get(shp_am_t *am, uint32_t id)
+{
+    shp_am_adopt_t *ad = am->adopt;
     adopt_group_t *g;
+    adopt_id_seen(am, id);
     HASH_FIND(hh, ad->groups, &id, sizeof(id), g);
     if (g || ad->ngroups >= ADOPT_MAX_GROUPS)
         return g;
@@ -139,7 +151,16 @@ static void adopt_revoke(shp_am_t *am, adopt_group_t *g, const char *reason)
                 "group %" PRIu32 " of job %" PRIu64 " not taken back: %s",
                 g->id, g->job, reason);
     adopt_log(ad, g->id, g->job, reason);
-    adopt_group_free(ad, g);
+    /* kept (gone) until the adoption is over: an AN that reports it later
+     * is told to remove it, nobody else */
+    for (int i = 0; i < g->nreps; i++)
+        free(g->reps[i].kinds);
+    free(g->reps);
+    g->reps = NULL;
+    g->nreps = 0;
+    json_decref(g->members);
+    g->members = NULL;
+    g->gone = 1;
 }
 
 /* A group's record made from its plan and reports: up, counted on its
@@ -288,6 +309,17 @@ static int adopt_try(shp_am_t *am, adopt_group_t *g, int final)
     shp_am_job_t *j = shp_am_job_find(am, g->job);
     char fp[SHP_AUTH_FP_HEX];
 
+    if (g->gone)
+        return 1;
+    if (!j) { /* the first reason: its members' failures follow from it */
+        if (!final)
+            return 0;
+        snprintf(why, sizeof(why),
+                 "no sharpd reported job %" PRIu64 " (its processes are gone)",
+                 g->job);
+        adopt_revoke(am, g, why);
+        return 1;
+    }
     if (g->why[0]) {
         adopt_revoke(am, g, g->why);
         return 1;
@@ -296,13 +328,6 @@ static int adopt_try(shp_am_t *am, adopt_group_t *g, int final)
         if (!final)
             return 0;
         adopt_revoke(am, g, "no AN reported it");
-        return 1;
-    }
-    if (!j) {
-        if (!final)
-            return 0;
-        snprintf(why, sizeof(why), "no sharpd reported job %" PRIu64, g->job);
-        adopt_revoke(am, g, why);
         return 1;
     }
     shp_auth_key_fp(j->key, j->id, fp);
@@ -360,6 +385,8 @@ static void adopt_resolve(shp_am_t *am, int final)
     HASH_ITER(hh, am->adopt->groups, g, tmp)
     {
         adopt_try(am, g, final);
+        if (final && g->gone)
+            adopt_group_free(am->adopt, g);
     }
 }
 
@@ -380,6 +407,7 @@ static void adopt_trees_built(shp_am_t *am)
     if (!all && ad->evidence && ad->on)
         return;
     ad->trees_ready = 1;
+    ad->built_all = all;
     am->trees_hold = 0;
     if (ad->evidence)
         shp_info("adoption: trees built over every AN; groups taken back "
@@ -420,6 +448,25 @@ static void adopt_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
                  " groups taken back, %" PRIu64 " groups revoked",
                  am->stats.jobs_adopted, am->stats.groups_adopted,
                  am->stats.groups_not_adopted);
+}
+
+/* Something to take back was reported: the trees wait for every AN.  If
+ * they were built before over fewer (nothing was reported yet: a fresh
+ * fabric as far as the manager knew), new requests wait again until the
+ * rebuild that the other ANs' registrations bring. */
+static void adopt_evidence(shp_am_t *am)
+{
+    shp_am_adopt_t *ad = am->adopt;
+    ad->evidence = 1;
+    if (!ad->on)
+        return;
+    if (ad->trees_ready && !ad->built_all) {
+        ad->trees_ready = 0;
+        am->requests_held = 1;
+        shp_am_trees_schedule(am);
+    }
+    if (!ad->trees_ready)
+        am->trees_hold = 1;
 }
 
 /* The ANs' reports -------------------------------------------------------- */
@@ -474,11 +521,14 @@ static int adopt_an_read(const json_t *v, adopt_an_rep_t *r)
 static void adopt_an_group(shp_am_t *am, shp_am_peer_t *p,
                            const adopt_an_rep_t *r)
 {
-    shp_am_adopt_t *ad = am->adopt;
-    adopt_group_t *g = adopt_group_get(ad, (uint32_t)r->gid);
+    adopt_group_t *g = adopt_group_get(am, (uint32_t)r->gid);
     const char *name = am->ans[p->an].name;
     if (!g) {
         adopt_remove_at(am, p, r->gid, "too many groups reported");
+        return;
+    }
+    if (g->gone) {
+        adopt_remove_at(am, p, r->gid, "revoked already");
         return;
     }
     if (g->tree < 0 && g->nreps == 0) { /* the first AN to report it */
@@ -501,7 +551,9 @@ static void adopt_an_group(shp_am_t *am, shp_am_peer_t *p,
     if (r->top)
         snprintf(g->mcast, sizeof(g->mcast), "%s", r->mcast);
     if (r->failed && !g->why[0])
-        snprintf(g->why, sizeof(g->why), "AN %s reports it failed", name);
+        snprintf(g->why, sizeof(g->why),
+                 "AN %s reports it failed (an AN or a member of it was lost)",
+                 name);
     adopt_rep_t *rep = adopt_rep_of(g, p->an);
     if (!rep) {
         adopt_rep_t *nr =
@@ -547,12 +599,10 @@ void shp_am_adopt_an(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         } else if (shp_am_group_find(am, (uint32_t)r.gid)) {
             continue; /* taken back already (the AN registers again) */
         } else {
-            ad->evidence = 1;
+            adopt_evidence(am);
             adopt_an_group(am, p, &r);
         }
     }
-    if (ad && ad->on && ad->evidence && !ad->trees_ready)
-        am->trees_hold = 1;
     if (ad && ad->on)
         adopt_resolve(am, 0);
 }
@@ -656,8 +706,8 @@ static void adopt_job_groups(shp_am_t *am, shp_am_job_t *j, const json_t *gs)
             json_array_size(members) > am->cfg.max_list ||
             shp_am_group_find(am, (uint32_t)gid))
             continue;
-        adopt_group_t *g = adopt_group_get(am->adopt, (uint32_t)gid);
-        if (!g)
+        adopt_group_t *g = adopt_group_get(am, (uint32_t)gid);
+        if (!g || g->gone)
             continue;
         if (g->nreps == 0 && g->tree < 0)
             g->job = j->id;
@@ -703,7 +753,7 @@ static void adopt_sharpd_job(shp_am_t *am, shp_am_peer_t *p, const json_t *v,
         }
     }
     if (!j) {
-        ad->evidence = 1;
+        adopt_evidence(am);
         if (!(j = adopt_job_new(am, p, v, jid, uid)))
             return;
     }
@@ -738,7 +788,7 @@ static void adopt_sharpd_reservation(shp_am_t *am, const json_t *v, int node)
         am->stats.jobs_adopted++;
         j->adopted = 1;
         j->reserved = 1;
-        am->adopt->evidence = 1;
+        adopt_evidence(am);
         shp_info("reservation of job %" PRIu64 " taken back", jid);
     }
     if (!j->reserved || j->uid != (uid_t)owner)
@@ -768,8 +818,6 @@ void shp_am_adopt_sharpd(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
                 break;
             adopt_sharpd_reservation(am, v, node);
         }
-        if (ad->evidence && !ad->trees_ready)
-            am->trees_hold = 1;
         adopt_resolve(am, 0);
     }
 }

@@ -769,8 +769,16 @@ static void sd_client_request(client_t *c, json_t *msg)
         sd_send(&c->conn, sd_ack(type, id, SHP_ERR_PROTO, "job_id required"));
         return;
     }
+    /* a group's creation or end does not wait for the AM: the job runs
+     * meanwhile (its communicators on MPI); a group destroyed then is
+     * forgotten here, so a restarted AM removes it from the ANs */
+    int waits = strcmp(type, "group_create") && strcmp(type, "group_destroy");
     if (c->sd->am_state != SHP_SHARPD_AM_REGISTERED &&
-        (c->sd->cfg.am_wait_ms <= 0 || c->sd->stopping ||
+        !strcmp(type, "group_destroy"))
+        sd_untrack_group(c->sd, jid,
+                         shp_json_opt_int(msg, "group_id", 0, UINT32_MAX, -2));
+    if (c->sd->am_state != SHP_SHARPD_AM_REGISTERED &&
+        (!waits || c->sd->cfg.am_wait_ms <= 0 || c->sd->stopping ||
          c->sd->nheld >= SD_MAX_HELD ||
          sd_client_held(c->sd, c) >= SD_CLIENT_MAX_HELD)) {
         sd_send(&c->conn, sd_ack(type, id, SHP_ERR_UNREACHABLE,

@@ -105,6 +105,8 @@ TEST_SCRIPTS += tests/mpi-coll/test_why.sh
 
 # libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
 TEST_SCRIPTS += tests/mpi-coll/test_fault.sh
+# a manager killed -9 and restarted: the running jobs keep their offload
+TEST_SCRIPTS += tests/mpi-coll/test_adopt.sh
 
 # Slurm: the SPANK plugin with real slurmctld and slurmd (tests/plugins/slurm/).
 SLURM_RANK := $(TESTDIR)/plugins/slurm/slurm_rank
