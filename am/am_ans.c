@@ -5,8 +5,8 @@
  * counters its stats answers bring (polled every stats_interval).
  *
  * An AN registers under the name it proved, for a node of the topology
- * that may host one; groups it still serves that this manager does not
- * know are removed.  An AN lost takes its groups (and only those) with it;
+ * that may host one; the groups it still serves are taken back or removed
+ * by am_adopt.c.  An AN lost takes its groups (and only those) with it;
  * its trees take no new groups and are rebuilt once empty.
  */
 #include "am/am_int.h"

@@ -1,8 +1,9 @@
 /*
  * The sharpds, one per host.  A sharpd registers for its host (the name
- * it proved) and lists the jobs it still has processes of: those this
- * manager knows are attached again, the others were lost with an earlier
- * manager and it is told so.  Its requests are dispatched here to the jobs
+ * it proved) and reports the jobs it still has processes of and its
+ * reservations (am_adopt.c takes them back or tells it they are gone).
+ * While the trees of a fabric taken back are not built, its requests
+ * wait here (am->requests_held).  Its requests are dispatched here to the jobs
  * (am_jobs.c), reservations (am_reserve.c) and groups (am_groups.c); a
  * job_detach says a job's processes on its host exited; sharpd_stats
  * brings its counts of local clients refused at its limits.  A sharpd that

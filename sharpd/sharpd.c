@@ -27,8 +27,11 @@
  * idle between requests is not (MPI processes keep theirs for the job).
  * The counts of these refusals go to the AM when they change
  * (sharpd_stats), for sharpctl stats and the metrics.  It reconnects to a
- * lost AM with backoff and re-announces its jobs; the groups that AM knew
- * are reported revoked to their processes (a new AM does not have them).
+ * lost AM with backoff and reports its jobs (key, quotas, hosts, the
+ * groups created here with their members) and its host's reservations,
+ * which a restarted AM takes back (am/am_adopt.c): the processes are told
+ * nothing, their groups run on.  Meanwhile requests that begin, attach to
+ * or end a job wait for the AM (am_wait); group requests fail at once.
  */
 #include "sharpd/sharpd.h"
 
