@@ -791,6 +791,8 @@ static void adopt_sharpd_reservation(shp_am_t *am, const json_t *v, int node)
         adopt_evidence(am);
         shp_info("reservation of job %" PRIu64 " taken back", jid);
     }
+    if (j->adopted && j->uid == (uid_t)owner)
+        j->reserved = 1; /* its processes' sharpd reported it first */
     if (!j->reserved || j->uid != (uid_t)owner)
         return;
     int h = adopt_job_host(j, node);
