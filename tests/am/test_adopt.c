@@ -74,9 +74,12 @@ static void peer_read(peer_t *p)
         memcpy(p->buf + p->len, b, (size_t)n);
         p->len += (size_t)n;
     }
-    while (shp_ctl_frame_len(NULL, p->buf + off, p->len - off, &len) ==
+    if (p->buf == NULL)
+        return;
+    while (p->len - off >= SHP_CTL_HDR_LEN &&
+           shp_ctl_frame_len(NULL, p->buf + off, p->len - off, &len) ==
                SHP_OK &&
-           len <= p->len - off && p->len - off >= SHP_CTL_HDR_LEN) {
+           len <= p->len - off) {
         uint8_t type;
         json_t *msg = NULL;
         const char *why;
