@@ -664,6 +664,49 @@ static void test_adopt_requests_wait(void **state)
     am_down();
 }
 
+/* A scheduler's reservation (Slurm's prolog) outlives the manager: the
+ * hosts' sharpds report it, the job is reserved again with every reporting
+ * host holding it, a later step attaches (its quotas and a key with it),
+ * and the epilog's release ends it. */
+static void test_adopt_reservation(void **state)
+{
+    peer_t *sd[2];
+    (void)state;
+    am_up(1000000);
+    for (int i = 0; i < nswitches; i++) {
+        ans2[i] = peer_new("an", switches[i]);
+        send_msg(ans2[i], an_register(switches[i], NULL));
+    }
+    for (int h = 0; h < 2; h++) {
+        sd[h] = peer_new("sharpd", hosts[h]);
+        send_msg(sd[h], json_pack("{s:s, s:s, s:[], s:[{s:i, s:i, s:{s:i}}]}",
+                                  "type", "sharpd_register", "host", hosts[h],
+                                  "jobs", "reservations", "job_id", 11, "owner",
+                                  1000, "req", "max_groups", 2));
+    }
+    settle();
+    shp_am_job_t *j = shp_am_job_find(&am, 11);
+    assert_non_null(j);
+    assert_true(j->reserved);
+    assert_int_equal(j->uid, 1000);
+    assert_int_equal(j->nhosts, 2);
+    assert_true(j->held[0] && j->held[1]);
+    assert_int_equal(j->max_groups, 2);
+    send_msg(sd[1], json_pack("{s:s, s:i, s:i, s:i}", "type", "job_attach",
+                              "id", 3, "job_id", 11, "uid", 1000));
+    json_t *ack = got(sd[1], "job_attach_ack", -1);
+    assert_non_null(ack);
+    assert_int_equal(json_integer_value(json_object_get(ack, "status")), 0);
+    assert_true(json_is_true(json_object_get(ack, "reserved")));
+    send_msg(sd[0], json_pack("{s:s, s:i, s:i, s:i}", "type", "job_release",
+                              "id", 4, "job_id", 11, "uid", 0));
+    ack = got(sd[0], "job_release_ack", -1);
+    assert_non_null(ack);
+    assert_true(json_is_true(json_object_get(ack, "released")));
+    assert_null(shp_am_job_find(&am, 11));
+    am_down();
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -721,6 +764,7 @@ int main(void)
         cmocka_unit_test(test_adopt_disagreements),
         cmocka_unit_test(test_adopt_bounds),
         cmocka_unit_test(test_adopt_requests_wait),
+        cmocka_unit_test(test_adopt_reservation),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
