@@ -6,8 +6,9 @@
 # with SIGKILL: a leaf AN, the top ANs, a member's sharpd, the manager
 # (restarted: the job keeps its offload, nothing falls back), a leaf AN
 # between collectives, the top ANs during MPI_Finalize; Open MPI 8 ranks
-# (one and two per host), MPICH. Each job must finish, every result right, the report counting the calls that fell
-# back; each case is bounded.  With SHARP_MPI_ON_FAULT=abort the job
+# (one and two per host), MPICH. Each job must finish, every result
+# right, the report counting the calls that fell back; each case is
+# bounded.  With SHARP_MPI_ON_FAULT=abort the job
 # aborts naming the failure.
 set -u
 O=${O:-build}
