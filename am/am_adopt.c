@@ -126,6 +126,21 @@ static void adopt_log(shp_am_adopt_t *ad, uint32_t gid, uint64_t jid,
                            "job_id", shp_json_u64(jid), "reason", reason));
 }
 
+/* Settled (taken back or revoked): kept, gone, until the adoption is
+ * over; an AN that reports it later is told to remove it (unless the
+ * manager has a group of that id). */
+static void adopt_group_settle(adopt_group_t *g)
+{
+    for (int i = 0; i < g->nreps; i++)
+        free(g->reps[i].kinds);
+    free(g->reps);
+    g->reps = NULL;
+    g->nreps = 0;
+    json_decref(g->members);
+    g->members = NULL;
+    g->gone = 1;
+}
+
 /* A group not taken back: its ANs forget it, its job's sharpds hear why. */
 static void adopt_revoke(shp_am_t *am, adopt_group_t *g, const char *reason)
 {
@@ -151,16 +166,7 @@ static void adopt_revoke(shp_am_t *am, adopt_group_t *g, const char *reason)
                 "group %" PRIu32 " of job %" PRIu64 " not taken back: %s",
                 g->id, g->job, reason);
     adopt_log(ad, g->id, g->job, reason);
-    /* kept (gone) until the adoption is over: an AN that reports it later
-     * is told to remove it, nobody else */
-    for (int i = 0; i < g->nreps; i++)
-        free(g->reps[i].kinds);
-    free(g->reps);
-    g->reps = NULL;
-    g->nreps = 0;
-    json_decref(g->members);
-    g->members = NULL;
-    g->gone = 1;
+    adopt_group_settle(g);
 }
 
 /* A group's record made from its plan and reports: up, counted on its
@@ -369,7 +375,7 @@ static int adopt_try(shp_am_t *am, adopt_group_t *g, int final)
     } else if (adopt_group_make(am, g, j, &plan) != SHP_OK) {
         snprintf(why, sizeof(why), "out of memory");
     } else {
-        adopt_group_free(am->adopt, g);
+        adopt_group_settle(g); /* freed with the others at the end */
         free(nodes);
         return 1;
     }
@@ -865,6 +871,13 @@ void shp_am_adopt_stop(shp_am_t *am)
 json_t *shp_am_adopt_json(const shp_am_t *am)
 {
     const shp_am_adopt_t *ad = am->adopt;
+    const adopt_group_t *g, *tmp;
+    json_int_t pending = 0;
+    if (ad)
+        HASH_ITER(hh, ad->groups, g, tmp)
+        {
+            pending += !g->gone;
+        }
     return json_pack("{s:s, s:I, s:I, s:I, s:I, s:o}", "state",
                      !ad || !ad->on ? (ad && ad->trees_ready ? "over" : "off")
                      : ad->trees_ready ? "taking back reports"
@@ -872,6 +885,6 @@ json_t *shp_am_adopt_json(const shp_am_t *am)
                      "jobs_adopted", (json_int_t)am->stats.jobs_adopted,
                      "groups_adopted", (json_int_t)am->stats.groups_adopted,
                      "groups_revoked", (json_int_t)am->stats.groups_not_adopted,
-                     "groups_pending", (json_int_t)(ad ? ad->ngroups : 0),
-                     "revoked", ad ? json_deep_copy(ad->log) : json_array());
+                     "groups_pending", pending, "revoked",
+                     ad ? json_deep_copy(ad->log) : json_array());
 }
