@@ -725,6 +725,33 @@ static void adopt_job_groups(shp_am_t *am, shp_am_job_t *j, const json_t *gs)
     }
 }
 
+/* A known job's groups that a sharpd reports and this manager no longer
+ * has (revoked while the sharpd was away, which did not hear it): its
+ * processes hear it now. */
+static void adopt_job_gone_groups(shp_am_t *am, shp_am_peer_t *p,
+                                  const shp_am_job_t *j, const json_t *gs)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(gs, i, v)
+    {
+        int64_t gid;
+        if (i >= am->cfg.job_max_groups)
+            break;
+        if (shp_json_get_int(v, "group_id", 1, (1 << 24) - 1, &gid, NULL))
+            continue;
+        shp_am_group_t *g = shp_am_group_find(am, (uint32_t)gid);
+        if (g && g->job == j)
+            continue;
+        shp_am_send(p, json_pack("{s:s, s:o, s:I, s:i, s:s}", "type",
+                                 "group_revoked", "job_id", shp_json_u64(j->id),
+                                 "group_id", (json_int_t)gid, "status",
+                                 (int)SHP_ERR_GROUP_REVOKED, "reason",
+                                 "revoked while this host's sharpd was away "
+                                 "from the aggregation manager"));
+    }
+}
+
 /* One job of a sharpd's report. */
 static void adopt_sharpd_job(shp_am_t *am, shp_am_peer_t *p, const json_t *v,
                              int node)
@@ -774,6 +801,8 @@ static void adopt_sharpd_job(shp_am_t *am, shp_am_peer_t *p, const json_t *v,
     }
     if (j->adopted && ad && ad->on)
         adopt_job_groups(am, j, json_object_get(v, "groups"));
+    else
+        adopt_job_gone_groups(am, p, j, json_object_get(v, "groups"));
 }
 
 /* A reservation of the sharpd's host: held again (the job made if it is

@@ -707,6 +707,41 @@ static void test_adopt_reservation(void **state)
     am_down();
 }
 
+/* A sharpd that was away from a manager that ran on (a connection lost)
+ * reports a group the manager revoked meanwhile: its processes hear it
+ * now; a group the manager still has is not touched. */
+static void test_sharpd_back_hears_revoked(void **state)
+{
+    world_t w = {0};
+    (void)state;
+    w.job = 7;
+    w.members = json_pack("[s, s]", hosts[0], hosts[1]);
+    snprintf(w.key, sizeof(w.key), "%064d", 0);
+    am_up(0);
+    for (int i = 0; i < nswitches; i++) {
+        ans2[i] = peer_new("an", switches[i]);
+        send_msg(ans2[i], an_register(switches[i], NULL));
+    }
+    settle();
+    peer_t *sd = peer_new("sharpd", hosts[0]);
+    send_msg(sd, json_pack("{s:s, s:s, s:[]}", "type", "sharpd_register",
+                           "host", hosts[0], "jobs"));
+    send_msg(sd, json_pack("{s:s, s:i, s:o, s:i, s:O}", "type", "job_begin",
+                           "id", 1, "job_id", shp_json_u64(w.job), "uid", 1000,
+                           "hosts", w.members));
+    assert_non_null(got(sd, "job_begin_ack", -1));
+    w.gid = 999; /* a group the manager does not have (any more) */
+    peer_t *again = peer_new("sharpd", hosts[0]);
+    send_msg(again, json_pack("{s:s, s:s, s:[o], s:[]}", "type",
+                              "sharpd_register", "host", hosts[0], "jobs",
+                              job_report(&w, NULL, 1000, 1), "reservations"));
+    assert_non_null(got(again, "group_revoked", 999));
+    assert_null(got(again, "job_killed", -1));
+    assert_non_null(shp_am_job_find(&am, w.job));
+    world_free(&w);
+    am_down();
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -765,6 +800,7 @@ int main(void)
         cmocka_unit_test(test_adopt_bounds),
         cmocka_unit_test(test_adopt_requests_wait),
         cmocka_unit_test(test_adopt_reservation),
+        cmocka_unit_test(test_sharpd_back_hears_revoked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
