@@ -29,8 +29,10 @@
  * (sharpd_stats), for sharpctl stats and the metrics.  It reconnects to a
  * lost AM with backoff and reports its jobs (key, quotas, hosts, the
  * groups created here with their members) and its host's reservations,
- * which a restarted AM takes back (am/am_adopt.c): the processes are told
- * nothing, their groups run on.  Meanwhile requests that begin, attach to
+ * which a restarted AM takes back (am/am_adopt.c): when the AM closed the
+ * connection the processes are told nothing, their groups run on; when it
+ * went silent (keepalives: this host may be cut off) they hear their
+ * groups are gone.  Meanwhile requests that begin, attach to
  * or end a job wait for the AM (am_wait); group requests fail at once.
  */
 #include "sharpd/sharpd.h"
@@ -563,6 +565,25 @@ static void sd_am_lost_reason(sd_t *sd, shp_status_t reason)
                     shp_status_str(reason));
 }
 
+/* The AM went silent (keepalives): this host may be cut off from the
+ * fabric, and its processes must not wait on groups that the AM, alive
+ * elsewhere, revokes: they learn now that every group of their jobs is
+ * gone, also those created through other hosts. */
+static void sd_am_lost_groups(sd_t *sd)
+{
+    job_t *j, *jt;
+    HASH_ITER(hh, sd->jobs, j, jt)
+    {
+        json_t *all = json_pack(
+            "{s:s, s:o, s:b, s:i, s:s}", "type", "group_revoked", "job_id",
+            shp_json_u64(j->id), "all", 1, "status", (int)SHP_ERR_GROUP_REVOKED,
+            "reason", "the aggregation manager stopped answering");
+        sd_notify_job(sd, j->id, all);
+        json_decref(all);
+        json_array_clear(j->groups);
+    }
+}
+
 static void sd_am_closed(shp_conn_t *conn, shp_status_t reason)
 {
     sd_t *sd = conn->arg;
@@ -582,9 +603,13 @@ static void sd_am_closed(shp_conn_t *conn, shp_status_t reason)
         }
         sd_pending_free(p);
     }
-    /* the groups keep running on the ANs, the jobs here: a restarted
-     * manager takes them back (sd_am_register), the processes are told
-     * nothing */
+    /* The manager closed or reset the connection (its host answered: the
+     * process is gone, killed or restarting): the groups keep running on
+     * the ANs, the jobs here, and a restarted manager takes them back
+     * (sd_am_register); the processes are told nothing.  Silence is
+     * another matter (sd_am_lost_groups). */
+    if (reason == SHP_ERR_KEEPALIVE || reason == SHP_ERR_TIMED_OUT)
+        sd_am_lost_groups(sd);
     sd_am_schedule(sd);
 }
 
