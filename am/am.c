@@ -181,6 +181,10 @@ shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop, char *err,
     if ((st = shp_am_listen(am, err, errlen)) != SHP_OK)
         return st;
     shp_am_trees_init(am);
+    if ((st = shp_am_adopt_start(am)) != SHP_OK) {
+        snprintf(err, errlen, "out of memory");
+        return st;
+    }
     shp_am_ans_poll_start(am);
     shp_info("topology %s: %zu switches, %zu hosts, %zu links",
              am->cfg.topology, shp_topo_count_type(am->topo, SHP_NODE_SWITCH),
@@ -204,6 +208,7 @@ void shp_am_stop(shp_am_t *am)
         shp_am_job_free(am, j);
     }
     shp_am_peers_close(am);
+    shp_am_adopt_stop(am);
     for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++)
         shp_tree_free(&am->trees[t].t);
     for (int a = 0; a < am->nans; a++)

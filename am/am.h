@@ -47,6 +47,10 @@ typedef struct shp_am_config {
     int64_t auth_timeout_ms; /* a TCP peer's time to prove the secret */
     int64_t group_timeout_ms;
     int64_t tree_settle_ms;
+    /* a restarted manager takes the running fabric back (am_adopt.c):
+     * jobs and groups reported within this time of its start are adopted,
+     * and new groups wait for every AN at most this long */
+    int64_t adopt_timeout_ms;
     int64_t stats_interval_ms;
     char *metrics_listen; /* "" off */
 } shp_am_config_t;
@@ -55,6 +59,8 @@ typedef struct shp_am shp_am_t;
 typedef struct shp_am_peer shp_am_peer_t;
 typedef struct shp_am_group shp_am_group_t;
 typedef struct shp_am_job shp_am_job_t;
+typedef struct shp_am_adopt shp_am_adopt_t;
+typedef struct shp_am_deferred shp_am_deferred_t;
 
 /* Answers one request of the admin socket (sharpctl); the core sends the
  * reply and releases it.  The core knows no admin request: the admin module
@@ -145,6 +151,7 @@ struct shp_am_job {
     uint8_t *held;     /* [nhosts] reserved by the host's scheduler
                           (job_reserve), until job_release */
     int reserved;      /* begun by job_reserve: outlives its processes */
+    int adopted;       /* taken back from the sharpds' reports (am_adopt.c) */
     unsigned max_groups, osts;
     uint32_t payload;
     int ngroups;
@@ -176,6 +183,15 @@ struct shp_am {
     shp_am_peer_t *peers;
     ev_timer settle;
     ev_timer stats_timer;
+    /* adoption of a running fabric (am_adopt.c): its state, the trees
+     * held back until every AN is back (trees_hold), told when built */
+    shp_am_adopt_t *adopt;
+    int trees_hold;
+    void (*trees_built)(shp_am_t *am);
+    /* sharpd requests that wait for the trees of an adopted fabric */
+    shp_am_deferred_t *deferred;
+    unsigned ndeferred;
+    int requests_held; /* they wait (the deferred list) */
     char listen_addr[64];
     struct {
         uint64_t jobs_begun, jobs_refused, groups_created, groups_failed,
@@ -183,6 +199,8 @@ struct shp_am {
         /* refusals at a limit: a user's uid_max_groups, a peer past
          * max_peers; squatters' jobs ended by a reservation of their id */
         uint64_t uid_groups_refused, peers_refused, squats_ended;
+        /* a restart: jobs and groups taken back, groups revoked then */
+        uint64_t jobs_adopted, groups_adopted, groups_not_adopted;
     } stats;
 };
 
@@ -198,6 +216,7 @@ SHP_WUR shp_status_t shp_am_topology_load(shp_am_t *am, const char *path,
 void shp_am_admin_install(shp_am_t *am);
 
 /* The core's services to its consumers (the admin interface) */
+json_t *shp_am_adopt_json(const shp_am_t *am); /* sharpctl adoption */
 void shp_am_job_end(shp_am_t *am, shp_am_job_t *job, shp_status_t why,
                     const char *reason);
 const char *shp_am_an_name(const shp_am_t *am, int node);

@@ -327,6 +327,8 @@ static json_t *am_admin_request(shp_am_t *am, shp_am_peer_t *p,
         st = am_admin_topology_load(am, p, req, &error);
     } else if (!strcmp(type, "topology")) {
         json_object_set_new(r, "topology", am_admin_topology(am));
+    } else if (!strcmp(type, "adoption")) {
+        json_object_set_new(r, "adoption", shp_am_adopt_json(am));
     } else {
         st = SHP_ERR_UNSUPPORTED;
         error = "unknown request";

@@ -5,8 +5,8 @@
  * counters its stats answers bring (polled every stats_interval).
  *
  * An AN registers under the name it proved, for a node of the topology
- * that may host one; groups it still serves that this manager does not
- * know are removed.  An AN lost takes its groups (and only those) with it;
+ * that may host one; the groups it still serves are taken back or removed
+ * by am_adopt.c.  An AN lost takes its groups (and only those) with it;
  * its trees take no new groups and are rebuilt once empty.
  */
 #include "am/am_int.h"
@@ -72,25 +72,6 @@ static int am_an_add(shp_am_t *am, int node)
     memset(&am->ans[a], 0, sizeof(am->ans[a]));
     am->ans[a].node = node;
     return a;
-}
-
-/* The groups a registering AN still serves: this AM does not know them
- * (it knows no group of an AN that was down), so they are stale. */
-static void am_an_remove_stale(shp_am_t *am, shp_am_peer_t *p, const char *name,
-                               const json_t *groups)
-{
-    size_t i;
-    json_t *v;
-    json_array_foreach(groups, i, v)
-    {
-        if (!json_is_integer(v))
-            continue;
-        shp_am_send(p, json_pack("{s:s, s:I, s:I}", "type", "group_remove",
-                                 "id", (json_int_t)am->next_req++, "group_id",
-                                 json_integer_value(v)));
-        shp_info("AN %s: removing stale group %" JSON_INTEGER_FORMAT, name,
-                 json_integer_value(v));
-    }
 }
 
 /* an_register {name, data_addr, transport?, mcast?, caps {max_trees,
@@ -165,7 +146,7 @@ void shp_am_an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     shp_am_send(
         p, json_pack("{s:s, s:i}", "type", "an_register_ack", "status", 0));
     shp_info("AN %s registered (data %s)", name, addr);
-    am_an_remove_stale(am, p, name, groups);
+    /* the groups it serves: taken back or removed (am_adopt.c) */
     shp_am_trees_schedule(am);
 }
 

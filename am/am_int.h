@@ -12,6 +12,7 @@
  *   am_jobs.c     jobs: admission, quotas, attach/detach, the end of a job
  *   am_reserve.c  a scheduler's reservations: job_reserve, job_release
  *   am_sharpds.c  the sharpds: registration, their requests, their loss
+ *   am_adopt.c    a restart: the ANs' and sharpds' reports taken back
  *   am_peers.c    listeners and peers: connections, authentication,
  *                 dispatch by role
  *   am.c          start and stop, topology (re)load
@@ -91,6 +92,21 @@ void shp_am_job_release(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
 void shp_am_sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
 void shp_am_sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
 void shp_am_sharpd_lost(shp_am_t *am, const char *host, shp_status_t reason);
+
+/* a sharpd's request that waits for the trees (am->requests_held) */
+struct shp_am_deferred {
+    shp_am_peer_t *peer;
+    json_t *msg;
+    shp_am_deferred_t *next;
+};
+void shp_am_sharpd_replay(shp_am_t *am);
+void shp_am_sharpd_forget(shp_am_t *am, shp_am_peer_t *p);
+
+/* am_adopt.c */
+shp_status_t shp_am_adopt_start(shp_am_t *am);
+void shp_am_adopt_stop(shp_am_t *am);
+void shp_am_adopt_an(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
+void shp_am_adopt_sharpd(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
 
 /* am_peers.c */
 shp_status_t shp_am_listen(shp_am_t *am, char *err, size_t errlen);

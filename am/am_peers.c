@@ -79,6 +79,11 @@ static void am_peer_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         shp_am_an_register(am, p, msg);
     else
         shp_am_sharpd_register(am, p, msg);
+    /* what it reports of a running fabric (a restart): am_adopt.c */
+    if (p->role == AM_PEER_AN)
+        shp_am_adopt_an(am, p, msg);
+    else if (p->role == AM_PEER_SHARPD)
+        shp_am_adopt_sharpd(am, p, msg);
     if (p->role != AM_PEER_NEW)
         ev_timer_stop(am->loop, &p->auth_timer);
 }
@@ -147,6 +152,7 @@ static void am_peer_close(shp_conn_t *conn, shp_status_t reason)
         if (g->req_peer == p)
             g->req_peer = NULL;
     }
+    shp_am_sharpd_forget(am, p); /* its requests waiting, if any */
     if (p->role == AM_PEER_AN && am->ans[p->an].peer == p) {
         shp_am_an_lost(am, p->an, shp_status_str(reason));
     } else if (p->role == AM_PEER_SHARPD && reason != SHP_ERR_EXISTS) {

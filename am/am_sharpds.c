@@ -1,8 +1,9 @@
 /*
  * The sharpds, one per host.  A sharpd registers for its host (the name
- * it proved) and lists the jobs it still has processes of: those this
- * manager knows are attached again, the others were lost with an earlier
- * manager and it is told so.  Its requests are dispatched here to the jobs
+ * it proved) and reports the jobs it still has processes of and its
+ * reservations (am_adopt.c takes them back or tells it they are gone).
+ * While the trees of a fabric taken back are not built, its requests
+ * wait here (am->requests_held).  Its requests are dispatched here to the jobs
  * (am_jobs.c), reservations (am_reserve.c) and groups (am_groups.c); a
  * job_detach says a job's processes on its host exited; sharpd_stats
  * brings its counts of local clients refused at its limits.  A sharpd that
@@ -50,24 +51,59 @@ void shp_am_sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     shp_am_send(
         p, json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status", 0));
     shp_info("sharpd of host %s registered", host);
-    /* jobs this AM still knows are attached again; others were lost with an
-     * earlier AM and the sharpd is told they are gone */
-    size_t i;
-    json_t *v;
-    json_array_foreach(jobs, i, v)
-    {
-        uint64_t jid;
-        if (shp_json_get_u64(v, "job_id", &jid, &w))
+    /* its jobs and reservations: am_adopt.c */
+}
+
+/* Requests wait while the trees of a fabric taken back are not built yet
+ * (am->requests_held, at most adopt_timeout): a job begun then gets its
+ * groups once they are. */
+#define AM_MAX_DEFERRED 4096
+static int am_sharpd_defer(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                           int64_t id)
+{
+    shp_am_deferred_t *d;
+    if (!am->requests_held)
+        return 0;
+    if (am->ndeferred >= AM_MAX_DEFERRED || !(d = calloc(1, sizeof(*d)))) {
+        shp_am_send(p, shp_ctl_reply("error", id, SHP_ERR_UNREACHABLE,
+                                     "the aggregation manager is taking the "
+                                     "fabric back; retry"));
+        return 1;
+    }
+    d->peer = p;
+    d->msg = json_incref((json_t *)msg);
+    shp_am_deferred_t **pp = &am->deferred;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = d;
+    am->ndeferred++;
+    return 1;
+}
+
+void shp_am_sharpd_replay(shp_am_t *am)
+{
+    while (am->deferred && !am->requests_held) {
+        shp_am_deferred_t *d = am->deferred;
+        am->deferred = d->next;
+        am->ndeferred--;
+        shp_am_sharpd_message(am, d->peer, d->msg);
+        json_decref(d->msg);
+        free(d);
+    }
+}
+
+void shp_am_sharpd_forget(shp_am_t *am, shp_am_peer_t *p)
+{
+    for (shp_am_deferred_t **pp = &am->deferred; *pp;) {
+        shp_am_deferred_t *d = *pp;
+        if (d->peer != p) {
+            pp = &d->next;
             continue;
-        shp_am_job_t *j = shp_am_job_find(am, jid);
-        if (!j || !shp_am_job_attach_host(am, j, host)) {
-            shp_am_send(p,
-                        json_pack("{s:s, s:o, s:i, s:s}", "type", "job_killed",
-                                  "job_id", shp_json_u64(jid), "status",
-                                  (int)SHP_ERR_JOB_UNKNOWN, "reason",
-                                  "the aggregation manager restarted and "
-                                  "does not know the job"));
         }
+        *pp = d->next;
+        am->ndeferred--;
+        json_decref(d->msg);
+        free(d);
     }
 }
 
@@ -104,6 +140,8 @@ void shp_am_sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
                                      "request without an id"));
         return;
     }
+    if (am_sharpd_defer(am, p, msg, id))
+        return;
     if (!strcmp(type, "job_begin")) {
         shp_am_job_begin(am, p, msg, id);
     } else if (!strcmp(type, "job_attach")) {

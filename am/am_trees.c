@@ -48,9 +48,26 @@ static void am_send_tree_config(shp_am_t *am, int t)
 
 /* Rebuild: trees in use whose ANs are all up are kept as they are; the
  * others are replaced by trees over the live ANs. */
+/* Every AN the topology expects is up. */
+static int am_trees_all_ans(shp_am_t *am)
+{
+    for (size_t n = 0; n < shp_topo_count(am->topo); n++) {
+        if (!am->an_expected[n])
+            continue;
+        int a = shp_am_an_of_node(am, (int)n);
+        if (a < 0 || !am->ans[a].up)
+            return 0;
+    }
+    return 1;
+}
+
 void shp_am_trees_rebuild(shp_am_t *am)
 {
     size_t n = shp_topo_count(am->topo);
+    /* a restart takes a running fabric back: its trees are those built
+     * over every AN (am_adopt.c lifts the hold at adopt_timeout) */
+    if (am->trees_hold && !am_trees_all_ans(am))
+        return;
     uint8_t *is_an = calloc(n, 1);
     int *cap = calloc(n, sizeof(int));
     int skip[SHP_AM_MAX_TREE_ID], nskip = 0, kept = 0;
@@ -116,6 +133,8 @@ void shp_am_trees_rebuild(shp_am_t *am)
     free(trees);
     free(is_an);
     free(cap);
+    if (am->trees_built)
+        am->trees_built(am);
 }
 
 static void am_settle_cb(struct ev_loop *loop, ev_timer *w, int revents)

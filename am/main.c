@@ -95,6 +95,12 @@ static const shp_config_opt_t am_opts[] = {
     {"tree_settle", "200ms",
      "quiet time after ANs come or go before trees are rebuilt",
      offsetof(shp_am_config_t, tree_settle_ms), &shp_cfg_time},
+    {"adopt_timeout", "10s",
+     "a restarted manager takes back the jobs and groups the sharpds and "
+     "ANs report within this time of its start (what is not complete then "
+     "is revoked); new groups wait for every AN of the topology, at most "
+     "this long",
+     offsetof(shp_am_config_t, adopt_timeout_ms), &shp_cfg_time},
     {"stats_interval", "5s",
      "how often ANs are asked for their counters (sharpctl ans: ops/s, "
      "errors); 0: never",

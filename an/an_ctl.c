@@ -2,7 +2,8 @@
  * The aggregation node's control connection to the aggregation manager:
  * register, then answer tree_config / group_add / group_remove / stats_req;
  * report failed groups.  Reconnects with exponential backoff (0.1 s to 5 s)
- * and registers again, listing the groups it still serves.
+ * and registers again, reporting the groups it still serves, which it
+ * keeps serving meanwhile (a restarted manager adopts them: am_adopt.c).
  *
  * The connection first proves the cluster secret (protocol/auth.h: hello,
  * challenge, auth); the AN registers only once the AM has proved it too.
@@ -15,7 +16,10 @@
  * Messages (JSON, protocol/ctl.h):
  *   AN -> AM  an_register {name, data_addr, transport, mcast,
  *                          caps {max_trees, max_groups, max_osts,
- *                          max_payload}, groups [ids]}
+ *                          max_payload}, groups [{group_id, tree_id,
+ *                          job_id, key_fp, top, parent_index, children
+ *                          ("am..": an AN, a member), dist, mcast_addr,
+ *                          osts, payload, parent, failed}]}
  *   AM -> AN  an_register_ack {status}
  *   AM -> AN  tree_config {id, tree_id, parent: "ip:port" | null}
  *   AN -> AM  tree_config_ack {id, status, error?}
@@ -31,6 +35,7 @@
  */
 #include "an/an.h"
 
+#include "protocol/auth.h"
 #include "protocol/ctl.h"
 #include "core/log.h"
 
@@ -91,6 +96,38 @@ static const shp_an_events_t an_ctl_events = {
 
 /* Registration and the AM's requests ------------------------------------- */
 
+/* What a manager that restarted needs to take a group this AN serves
+ * back (am/am_adopt.c): its place here (top, parent index, the kinds of
+ * its children in order: 'a' an AN, 'm' a member), its tree and job, how
+ * it distributes results, its quotas, and the job key's fingerprint, never
+ * the key.  A failed group says so: the manager removes it. */
+static json_t *an_ctl_group_report(const shp_an_t *an, const shp_an_group_t *g)
+{
+    char fp[SHP_AUTH_FP_HEX];
+    char *kinds = malloc(g->nchildren + 1);
+    json_t *r;
+
+    if (kinds == NULL) {
+        return NULL;
+    }
+    for (unsigned c = 0; c < g->nchildren; c++) {
+        kinds[c] = g->children[c].is_an ? 'a' : 'm';
+    }
+    kinds[g->nchildren] = '\0';
+    shp_auth_key_fp(g->key, g->job_id, fp);
+    r = json_pack("{s:I, s:i, s:o, s:s, s:b, s:i, s:s, s:s, s:s, s:i, s:I, "
+                  "s:s, s:b}",
+                  "group_id", (json_int_t)g->id, "tree_id", (int)g->tree_id,
+                  "job_id", shp_json_u64(g->job_id), "key_fp", fp, "top",
+                  g->is_top, "parent_index", (int)g->parent_index, "children",
+                  kinds, "dist", shp_dist_names[g->dist], "mcast_addr",
+                  g->mcast_addr, "osts", (int)g->osts, "payload",
+                  (json_int_t)g->payload, "parent",
+                  an->trees[g->tree_id].parent, "failed", g->failed != 0);
+    free(kinds);
+    return r;
+}
+
 static void an_ctl_register(shp_an_t *an)
 {
     json_t *groups = json_array(), *msg;
@@ -98,7 +135,9 @@ static void an_ctl_register(shp_an_t *an)
 
     HASH_ITER(hh, an->groups, g, tmp)
     {
-        json_array_append_new(groups, json_integer(g->id));
+        json_t *r = an_ctl_group_report(an, g);
+        /* no memory for the report: the bare id, which the manager removes */
+        json_array_append_new(groups, r ? r : json_integer(g->id));
     }
     msg = json_pack("{s:s, s:s, s:s, s:s, s:b, s:{s:i, s:i, s:i, s:I}, s:o}",
                     "type", "an_register", "name", an->cfg.name, "data_addr",

@@ -360,6 +360,25 @@ static daemon_t daemons[64];
 static int ndaemons;
 static int n_ans, n_restarts[3]; /* am, an, sharpd */
 static int n_cuts;
+/* manager kills: the jobs running then, and those of them that kept their
+ * offload (no member failed or began again from the kill until
+ * KEPT_WATCH_MS after the restart: the restarted manager took them back) */
+static int n_am_jobs, n_am_kept;
+#define KEPT_WATCH_MS 8000
+
+/* a job's failures and beginnings so far, summed over its members; 0 in
+ * *running if it has no group now */
+static uint64_t job_changes(int j, int *running)
+{
+    uint64_t n = 0;
+    *running = 1;
+    for (int m = 0; m < nmem; m++) {
+        const mstat_t *s = &sh->m[j][m];
+        n += s->fails + s->setup_fails + s->incarnations;
+        *running &= s->incarnations > 0;
+    }
+    return n;
+}
 
 static long rss_kib(pid_t pid)
 {
@@ -479,10 +498,24 @@ static void chaos_once(unsigned *seed)
     } else {
         return; /* no links to cut on loopback */
     }
+    uint64_t before[MAXJOBS];
+    int running[MAXJOBS];
+    for (int j = 0; what == 7 && j < njobs; j++)
+        before[j] = job_changes(j, &running[j]);
     event("kill -9", name, what < 4 ? 0 : what < 7 ? 1 : 2);
     fabric("kill", name);
     pause_ms(down);
     fabric("start", name);
+    if (what == 7) { /* which jobs kept their offload through it */
+        pause_ms(KEPT_WATCH_MS);
+        for (int j = 0; j < njobs; j++) {
+            int r;
+            if (!running[j])
+                continue;
+            n_am_jobs++;
+            n_am_kept += job_changes(j, &r) == before[j];
+        }
+    }
     n_restarts[what < 4 ? 1 : what < 7 ? 2 : 0]++;
     for (int i = 0; i < ndaemons; i++) {
         if (!strcmp(daemons[i].name, name)) {
@@ -761,6 +794,8 @@ int main(void)
     printf("%-44s %5d am %3d an %3d sharpd\n", "daemons killed and restarted",
            n_restarts[0], n_restarts[1], n_restarts[2]);
     printf("%-44s %12d\n", "link cuts", n_cuts);
+    printf("%-44s %5d of %d\n", "manager kills: jobs that kept their offload",
+           n_am_kept, n_am_jobs);
     static const char *kinds[3] = {"sharp_am", "sharp_an", "sharpd"};
     for (int k = 0; k < 3; k++) {
         char label[80];

@@ -58,6 +58,8 @@ static const char usage_text[] =
     "                              a synthetic fabric in ibnetdiscover "
     "format\n"
     "  stats                       the manager's counters\n"
+    "  adoption                    what a restarted manager took back, what it "
+    "revoked\n"
     "  config dump                 every option of sharp_am, sharp_an and\n"
     "                              sharpd with its default and doc\n"
     "  version                     this program's version\n"
@@ -111,6 +113,11 @@ static const struct {
      "changes nothing). generate: a\nsynthetic fat-tree on stdout.\n"},
     {"stats", "Usage: sharpctl stats [--json]\n\nThe manager's counters: "
               "jobs, groups, refusals, failures, tree builds.\n"},
+    {"adoption",
+     "Usage: sharpctl adoption [--json]\n\nWhat the manager took back of "
+     "a running fabric when it started (its ANs'\nand sharpds' reports, "
+     "docs/am.md): its state, the jobs and groups taken\nback, and every "
+     "group it revoked instead, with the reason.\n"},
     {"config", "Usage: sharpctl config dump\n\nEvery option of sharp_am, "
                "sharp_an and sharpd with its default and doc, as\nthe "
                "configuration files take them.\n"},
@@ -486,6 +493,42 @@ static int cmd_object(const char *type)
     return 0;
 }
 
+/* adoption: the counts, then one line per group revoked and why */
+static int cmd_adoption(void)
+{
+    int rc = 0;
+    json_t *r = call(json_pack("{s:s}", "type", "adoption"), &rc);
+    if (r == NULL) {
+        return rc;
+    }
+    json_t *o = json_object_get(r, "adoption"), *v;
+    if (as_json) {
+        print_json(o);
+    } else {
+        const char *key;
+        char buf[256];
+        size_t i;
+        json_object_foreach(o, key, v)
+        {
+            if (strcmp(key, "revoked") != 0) {
+                cell(v, buf, sizeof(buf));
+                printf("%-16s %s\n", key, buf);
+            }
+        }
+        json_array_foreach(json_object_get(o, "revoked"), i, v)
+        {
+            char job[32];
+            cell(json_object_get(v, "job_id"), job, sizeof(job));
+            printf("revoked          group %" JSON_INTEGER_FORMAT
+                   " of job %s: %s\n",
+                   json_integer_value(json_object_get(v, "group_id")), job,
+                   json_string_value(json_object_get(v, "reason")));
+        }
+    }
+    json_decref(r);
+    return 0;
+}
+
 static int cmd_topology(int argc, char **argv)
 {
     if (argc == 2 && !strcmp(argv[1], "show")) {
@@ -652,6 +695,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "stats") && argc == 1) {
         return cmd_object("stats");
+    }
+    if (!strcmp(cmd, "adoption") && argc == 1) {
+        return cmd_adoption();
     }
     if (!strcmp(cmd, "config")) {
         return cmd_config(argc, argv, argv[0]);

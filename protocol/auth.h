@@ -85,6 +85,14 @@ SHP_WUR shp_status_t shp_auth_node_key(const shp_auth_key_t *key,
 /* Fills buf with random bytes from the OS's source (getrandom). */
 void shp_auth_random(void *buf, size_t len);
 
+/* A job key's fingerprint, as 32 hex digits and a NUL: a keyed hash
+ * (BLAKE2b, the key as its key) of a label and the job id, so that an AN
+ * and a sharpd can show a manager that restarted which key they hold
+ * without sending it (docs/security.md). */
+#define SHP_AUTH_FP_HEX 33
+void shp_auth_key_fp(const uint8_t key[32], uint64_t job_id,
+                     char out[SHP_AUTH_FP_HEX]);
+
 /* The session keys of a connection: client -> AM, AM -> client. */
 typedef struct shp_auth_session {
     uint8_t c2s[SHP_AUTH_KEY_LEN], s2c[SHP_AUTH_KEY_LEN];

@@ -49,6 +49,11 @@ static const shp_config_opt_t sharpd_opts[] = {
      "within this time is disconnected (0: never); a client idle between "
      "requests is not",
      offsetof(shp_sharpd_config_t, frame_timeout_ms), &shp_cfg_time},
+    {"am_wait", "20s",
+     "a request that finds the aggregation manager unreachable waits this "
+     "long for it to come back (or for a restarted one to take the fabric "
+     "back) before it fails (0: fails at once)",
+     offsetof(shp_sharpd_config_t, am_wait_ms), &shp_cfg_time},
     {NULL}};
 
 static const shp_config_table_t sharpd_table = {

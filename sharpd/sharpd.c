@@ -27,8 +27,13 @@
  * idle between requests is not (MPI processes keep theirs for the job).
  * The counts of these refusals go to the AM when they change
  * (sharpd_stats), for sharpctl stats and the metrics.  It reconnects to a
- * lost AM with backoff and re-announces its jobs; the groups that AM knew
- * are reported revoked to their processes (a new AM does not have them).
+ * lost AM with backoff and reports its jobs (key, quotas, hosts, the
+ * groups created here with their members) and its host's reservations,
+ * which a restarted AM takes back (am/am_adopt.c): when the AM closed the
+ * connection the processes are told nothing, their groups run on; when it
+ * went silent (keepalives: this host may be cut off) they hear their
+ * groups are gone.  Meanwhile requests that begin, attach to
+ * or end a job wait for the AM (am_wait); group requests fail at once.
  */
 #include "sharpd/sharpd.h"
 
@@ -68,25 +73,54 @@ struct shp_sharpd_client {
     client_t *next;
 };
 
-/* a request relayed to the AM */
+/* a request relayed to the AM, or waiting for it (sd->held, am_wait) */
 struct shp_sharpd_pending {
     int64_t am_id;
     client_t *client;
     int64_t client_id;
     char type[32];
     uint64_t job_id;
+    json_t *req;          /* the request as relayed (uid stamped) */
+    uint64_t deadline_ns; /* held: when it fails */
+    shp_sharpd_pending_t *hnext;
     UT_hash_handle hh;
 };
 
-/* a job with local processes */
+/* groups of a job remembered for a restarted AM, at most */
+#define SD_JOB_MAX_GROUPS 256
+/* requests waiting for the AM, at most: in all, and of one connection */
+#define SD_MAX_HELD 1024
+#define SD_CLIENT_MAX_HELD 8
+/* reservations of this host remembered, at most */
+#define SD_MAX_RESERVED 4096
+
+/* a job with local processes, and what a restarted AM needs to take it
+ * back (sd_am_register): its key, quotas and hosts as the AM answered,
+ * the groups created through this host with their members */
 struct shp_sharpd_job {
     uint64_t id;
     uid_t uid;
     int nclients;
-    uint32_t groups[64];
-    int ngroups;
+    int have_key;
+    uint8_t key[32];
+    int64_t max_groups, osts, payload; /* 0: not known here */
+    json_t *hosts;                     /* job_begin's, or NULL */
+    json_t *groups;                    /* [{group_id, members?}] */
     UT_hash_handle hh;
 };
+
+static void sd_job_free(job_t *j)
+{
+    json_decref(j->hosts);
+    json_decref(j->groups);
+    free(j);
+}
+
+static void sd_pending_free(pending_t *p)
+{
+    json_decref(p->req);
+    free(p);
+}
 
 /* the first reason of this connection attempt (hello reports it) */
 static void __attribute__((format(printf, 2, 3)))
@@ -163,6 +197,11 @@ static shp_status_t sd_client_add_job(client_t *c, uint64_t id, uid_t uid)
             return SHP_ERR_NO_MEMORY;
         j->id = id;
         j->uid = uid;
+        j->groups = json_array();
+        if (!j->groups) {
+            free(j);
+            return SHP_ERR_NO_MEMORY;
+        }
         HASH_ADD(hh, sd->jobs, id, sizeof(j->id), j);
     }
     c->jobs[c->njobs++] = id;
@@ -179,7 +218,7 @@ static void sd_job_drop(sd_t *sd, job_t *j)
                 break;
             }
     HASH_DEL(sd->jobs, j);
-    free(j);
+    sd_job_free(j);
 }
 
 /* forward an AM notification to the local processes of its job */
@@ -190,18 +229,82 @@ static void sd_notify_job(sd_t *sd, uint64_t id, const json_t *msg)
             sd_send(&c->conn, json_incref((json_t *)msg));
 }
 
-/* remember groups created for local processes, to report them if the AM
- * is lost */
-static void sd_track_group(sd_t *sd, const json_t *reply)
+/* remember groups created for local processes, with their members, to
+ * report them to a restarted AM (sd_am_register) */
+static void sd_track_group(sd_t *sd, const json_t *req, const json_t *reply)
 {
     json_t *g = json_object_get(reply, "group");
+    json_t *members = json_object_get(req, "members");
     uint64_t jid, gid;
     if (!g || shp_json_get_u64(g, "job_id", &jid, NULL) != SHP_OK ||
         shp_json_get_u64(g, "group_id", &gid, NULL) != SHP_OK)
         return;
     job_t *j = sd_job_get(sd, jid);
-    if (j && j->ngroups < 64)
-        j->groups[j->ngroups++] = (uint32_t)gid;
+    if (!j || json_array_size(j->groups) >= SD_JOB_MAX_GROUPS)
+        return;
+    json_t *e = json_pack("{s:I}", "group_id", (json_int_t)gid);
+    if (e && json_is_array(members))
+        json_object_set(e, "members", members);
+    json_array_append_new(j->groups, e);
+}
+
+/* a group of job jid is gone (destroyed, or revoked: all of them when
+ * gid < 0) */
+static void sd_untrack_group(sd_t *sd, uint64_t jid, int64_t gid)
+{
+    job_t *j = sd_job_get(sd, jid);
+    size_t i;
+    json_t *e;
+    if (!j)
+        return;
+    if (gid < 0) {
+        json_array_clear(j->groups);
+        return;
+    }
+    json_array_foreach(j->groups, i, e)
+    {
+        if (json_integer_value(json_object_get(e, "group_id")) == gid) {
+            json_array_remove(j->groups, i);
+            return;
+        }
+    }
+}
+
+/* what the AM answered a job_begin or job_attach: the job's key and
+ * quotas, and job_begin's hosts, for a restarted AM */
+static void sd_job_learn(sd_t *sd, const pending_t *p, const json_t *reply)
+{
+    job_t *j = sd_job_get(sd, p->job_id);
+    json_t *hosts = json_object_get(p->req, "hosts");
+    if (!j)
+        return;
+    if (shp_json_get_hex(reply, "job_key", j->key, sizeof(j->key), NULL) ==
+        SHP_OK)
+        j->have_key = 1;
+    j->max_groups = shp_json_opt_int(reply, "max_groups", 1, 1 << 20, 0);
+    j->osts = shp_json_opt_int(reply, "osts", 1, 1 << 20, 0);
+    j->payload = shp_json_opt_int(reply, "payload", 1, 1 << 30, 0);
+    if (!strcmp(p->type, "job_begin") && json_is_array(hosts)) {
+        json_decref(j->hosts);
+        j->hosts = json_incref(hosts);
+    }
+}
+
+/* a reservation of this host made or released (job_reserve and
+ * job_release answered), for a restarted AM */
+static void sd_track_reservation(sd_t *sd, const pending_t *p)
+{
+    char k[24];
+    snprintf(k, sizeof(k), "%" PRIu64, p->job_id);
+    if (!strcmp(p->type, "job_release")) {
+        json_object_del(sd->reserved, k);
+    } else if (json_object_size(sd->reserved) < SD_MAX_RESERVED) {
+        json_t *r =
+            json_pack("{s:o, s:O?, s:O?}", "job_id", shp_json_u64(p->job_id),
+                      "owner", json_object_get(p->req, "owner"), "req",
+                      json_object_get(p->req, "req"));
+        json_object_set_new(sd->reserved, k, r);
+    }
 }
 
 /* AM connection ------------------------------------------------------------- */
@@ -215,18 +318,59 @@ static void sd_am_schedule(sd_t *sd)
     sd->backoff = sd->backoff * 2 > 5.0 ? 5.0 : sd->backoff * 2;
 }
 
+/* One job as a (restarted) AM takes it back: its id and uid, the key and
+ * quotas it was given, job_begin's hosts, the groups created here with
+ * their members (am/am_adopt.c). */
+static json_t *sd_job_report(const job_t *j)
+{
+    json_t *r = json_pack("{s:o, s:i, s:O}", "job_id", shp_json_u64(j->id),
+                          "uid", (int)j->uid, "groups", j->groups);
+    if (!r)
+        return NULL;
+    if (j->have_key)
+        json_object_set_new(r, "key", shp_json_hex(j->key, sizeof(j->key)));
+    if (j->max_groups && j->osts && j->payload)
+        json_object_set_new(r, "req",
+                            json_pack("{s:I, s:I, s:I}", "max_groups",
+                                      (json_int_t)j->max_groups, "osts",
+                                      (json_int_t)j->osts, "payload",
+                                      (json_int_t)j->payload));
+    if (j->hosts)
+        json_object_set(r, "hosts", j->hosts);
+    return r;
+}
+
 static void sd_am_register(sd_t *sd)
 {
-    json_t *jobs = json_array();
+    json_t *jobs = json_array(), *res = json_array(), *v;
+    const char *k;
     job_t *j, *tmp;
     HASH_ITER(hh, sd->jobs, j, tmp)
     {
-        json_array_append_new(jobs, json_pack("{s:o, s:i}", "job_id",
-                                              shp_json_u64(j->id), "uid",
-                                              (int)j->uid));
+        json_array_append_new(jobs, sd_job_report(j));
     }
-    sd_send(&sd->am, json_pack("{s:s, s:s, s:o}", "type", "sharpd_register",
-                               "host", sd->cfg.host, "jobs", jobs));
+    json_object_foreach(sd->reserved, k, v)
+    {
+        json_array_append(res, v);
+    }
+    sd_send(&sd->am,
+            json_pack("{s:s, s:s, s:o, s:o}", "type", "sharpd_register", "host",
+                      sd->cfg.host, "jobs", jobs, "reservations", res));
+}
+
+/* The requests that waited for the AM go now, oldest first. */
+static void sd_held_relay(sd_t *sd)
+{
+    while (sd->held) {
+        pending_t *p = sd->held;
+        sd->held = p->hnext;
+        sd->nheld--;
+        p->hnext = NULL;
+        p->am_id = sd->next_id++;
+        json_object_set_new(p->req, "id", json_integer(p->am_id));
+        HASH_ADD(hh, sd->pending, am_id, sizeof(p->am_id), p);
+        sd_send(&sd->am, json_incref(p->req));
+    }
 }
 
 /* the AM's answer to the registration */
@@ -264,6 +408,7 @@ static void sd_am_registered(sd_t *sd, json_t *msg)
     sd->am_error[0] = '\0';
     sd->backoff = 0.1;
     shp_info("registered with the aggregation manager as %s", sd->cfg.host);
+    sd_held_relay(sd);
 }
 
 /* before registration: the AM's challenge, then its answer */
@@ -320,11 +465,17 @@ static void sd_am_handle_reply(sd_t *sd, json_t *msg)
             sd_send(&p->client->conn,
                     sd_ack(p->type, p->client_id, SHP_ERR_NO_MEMORY,
                            "sharpd has no memory to track the job"));
-            free(p);
+            sd_pending_free(p);
             return;
         }
+        if (st == SHP_OK && joins)
+            sd_job_learn(sd, p, msg);
         if (st == SHP_OK && !strcmp(p->type, "group_create"))
-            sd_track_group(sd, msg);
+            sd_track_group(sd, p->req, msg);
+        if (st == SHP_OK && !strcmp(p->type, "group_destroy"))
+            sd_untrack_group(
+                sd, p->job_id,
+                shp_json_opt_int(p->req, "group_id", 0, UINT32_MAX, -2));
         if (st == SHP_OK && !strcmp(p->type, "job_end")) {
             job_t *j = sd_job_get(sd, p->job_id);
             if (j)
@@ -333,7 +484,10 @@ static void sd_am_handle_reply(sd_t *sd, json_t *msg)
         json_object_set_new(msg, "id", json_integer(p->client_id));
         sd_send(&p->client->conn, json_incref(msg));
     }
-    free(p);
+    if (st == SHP_OK &&
+        (!strcmp(p->type, "job_reserve") || !strcmp(p->type, "job_release")))
+        sd_track_reservation(sd, p);
+    sd_pending_free(p);
 }
 
 static void sd_am_handle(sd_t *sd, json_t *msg)
@@ -349,8 +503,19 @@ static void sd_am_handle(sd_t *sd, json_t *msg)
             return;
         sd_notify_job(sd, jid, msg);
         job_t *j = sd_job_get(sd, jid);
-        if (j && !strcmp(type, "job_killed"))
-            sd_job_drop(sd, j);
+        if (!strcmp(type, "group_revoked"))
+            sd_untrack_group(
+                sd, jid,
+                json_is_true(json_object_get(msg, "all"))
+                    ? -1
+                    : shp_json_opt_int(msg, "group_id", 0, UINT32_MAX, -2));
+        if (!strcmp(type, "job_killed")) {
+            char k[24];
+            snprintf(k, sizeof(k), "%" PRIu64, jid);
+            json_object_del(sd->reserved, k);
+            if (j)
+                sd_job_drop(sd, j);
+        }
         return;
     }
     sd_am_handle_reply(sd, msg);
@@ -400,29 +565,22 @@ static void sd_am_lost_reason(sd_t *sd, shp_status_t reason)
                     shp_status_str(reason));
 }
 
-/* a restarted AM has none of the groups: their processes learn now
- * (every group of the job, also those created through other hosts) */
+/* The AM went silent (keepalives): this host may be cut off from the
+ * fabric, and its processes must not wait on groups that the AM, alive
+ * elsewhere, revokes: they learn now that every group of their jobs is
+ * gone, also those created through other hosts. */
 static void sd_am_lost_groups(sd_t *sd)
 {
     job_t *j, *jt;
     HASH_ITER(hh, sd->jobs, j, jt)
     {
-        json_t *all = json_pack("{s:s, s:o, s:b, s:i, s:s}", "type",
-                                "group_revoked", "job_id", shp_json_u64(j->id),
-                                "all", 1, "status", (int)SHP_ERR_GROUP_REVOKED,
-                                "reason", "lost the aggregation manager");
+        json_t *all = json_pack(
+            "{s:s, s:o, s:b, s:i, s:s}", "type", "group_revoked", "job_id",
+            shp_json_u64(j->id), "all", 1, "status", (int)SHP_ERR_GROUP_REVOKED,
+            "reason", "the aggregation manager stopped answering");
         sd_notify_job(sd, j->id, all);
         json_decref(all);
-        for (int g = 0; g < j->ngroups; g++) {
-            json_t *m = json_pack(
-                "{s:s, s:o, s:I, s:i, s:s}", "type", "group_revoked", "job_id",
-                shp_json_u64(j->id), "group_id", (json_int_t)j->groups[g],
-                "status", (int)SHP_ERR_GROUP_REVOKED, "reason",
-                "lost the aggregation manager");
-            sd_notify_job(sd, j->id, m);
-            json_decref(m);
-        }
-        j->ngroups = 0;
+        json_array_clear(j->groups);
     }
 }
 
@@ -440,11 +598,18 @@ static void sd_am_closed(shp_conn_t *conn, shp_status_t reason)
             p->client->asked -= sd_pending_joins(p);
             sd_send(&p->client->conn,
                     sd_ack(p->type, p->client_id, SHP_ERR_UNREACHABLE,
-                           "lost the aggregation manager"));
+                           "lost the aggregation manager while it was "
+                           "asked; retry"));
         }
-        free(p);
+        sd_pending_free(p);
     }
-    sd_am_lost_groups(sd);
+    /* The manager closed or reset the connection (its host answered: the
+     * process is gone, killed or restarting): the groups keep running on
+     * the ANs, the jobs here, and a restarted manager takes them back
+     * (sd_am_register); the processes are told nothing.  Silence is
+     * another matter (sd_am_lost_groups). */
+    if (reason == SHP_ERR_KEEPALIVE || reason == SHP_ERR_TIMED_OUT)
+        sd_am_lost_groups(sd);
     sd_am_schedule(sd);
 }
 
@@ -535,18 +700,61 @@ static void sd_client_relay(client_t *c, json_t *msg, const char *type,
         sd_send(&c->conn, sd_ack(type, id, SHP_ERR_NO_MEMORY, "no memory"));
         return;
     }
-    p->am_id = sd->next_id++;
     p->client = c;
     p->client_id = id;
     p->job_id = jid;
+    p->req = json_incref(msg);
     snprintf(p->type, sizeof(p->type), "%s", type);
-    HASH_ADD(hh, sd->pending, am_id, sizeof(p->am_id), p);
     /* the identity is the kernel's, whatever the message claims */
     json_object_set_new(msg, "uid", json_integer(c->uid));
-    json_object_set_new(msg, "id", json_integer(p->am_id));
     if (!strcmp(type, "job_begin") || !strcmp(type, "group_create"))
         json_object_set_new(msg, "pid", json_integer(c->pid));
+    if (sd->am_state != SHP_SHARPD_AM_REGISTERED) {
+        /* waits for the AM (sd_held_relay), at most am_wait */
+        pending_t **pp = &sd->held;
+        while (*pp)
+            pp = &(*pp)->hnext;
+        *pp = p;
+        sd->nheld++;
+        p->deadline_ns =
+            shp_time_ns() + (uint64_t)sd->cfg.am_wait_ms * 1000000u;
+        return;
+    }
+    p->am_id = sd->next_id++;
+    HASH_ADD(hh, sd->pending, am_id, sizeof(p->am_id), p);
+    json_object_set_new(msg, "id", json_integer(p->am_id));
     sd_send(&sd->am, json_incref(msg));
+}
+
+static unsigned sd_client_held(const sd_t *sd, const client_t *c)
+{
+    unsigned n = 0;
+    for (const pending_t *p = sd->held; p; p = p->hnext)
+        n += p->client == c;
+    return n;
+}
+
+/* Requests that waited am_wait for the AM fail (now: all of them). */
+static void sd_held_expire(sd_t *sd, int all)
+{
+    uint64_t now = shp_time_ns();
+    for (pending_t **pp = &sd->held; *pp;) {
+        pending_t *p = *pp;
+        if (!all && p->deadline_ns > now) {
+            pp = &p->hnext;
+            continue;
+        }
+        *pp = p->hnext;
+        sd->nheld--;
+        if (p->client) {
+            p->client->asked -= (unsigned)sd_pending_joins(p);
+            sd_send(&p->client->conn,
+                    sd_ack(p->type, p->client_id, SHP_ERR_UNREACHABLE,
+                           "the aggregation manager is unreachable (waited "
+                           "am_wait for it); retry"));
+        }
+        sd_pending_free(p);
+    }
 }
 
 /* One more job for the client would pass client_max_jobs (those it asked
@@ -589,7 +797,18 @@ static void sd_client_request(client_t *c, json_t *msg)
         sd_send(&c->conn, sd_ack(type, id, SHP_ERR_PROTO, "job_id required"));
         return;
     }
-    if (c->sd->am_state != SHP_SHARPD_AM_REGISTERED) {
+    /* a group's creation or end does not wait for the AM: the job runs
+     * meanwhile (its communicators on MPI); a group destroyed then is
+     * forgotten here, so a restarted AM removes it from the ANs */
+    int waits = strcmp(type, "group_create") && strcmp(type, "group_destroy");
+    if (c->sd->am_state != SHP_SHARPD_AM_REGISTERED &&
+        !strcmp(type, "group_destroy"))
+        sd_untrack_group(c->sd, jid,
+                         shp_json_opt_int(msg, "group_id", 0, UINT32_MAX, -2));
+    if (c->sd->am_state != SHP_SHARPD_AM_REGISTERED &&
+        (!waits || c->sd->cfg.am_wait_ms <= 0 || c->sd->stopping ||
+         c->sd->nheld >= SD_MAX_HELD ||
+         sd_client_held(c->sd, c) >= SD_CLIENT_MAX_HELD)) {
         sd_send(&c->conn, sd_ack(type, id, SHP_ERR_UNREACHABLE,
                                  "the aggregation manager is unreachable"));
         return;
@@ -640,6 +859,16 @@ static void sd_client_closed(shp_conn_t *conn, shp_status_t reason)
         if (p->client == c)
             p->client = NULL;
     }
+    for (pending_t **pp = &sd->held; *pp;) { /* it waits for nobody now */
+        p = *pp;
+        if (p->client != c) {
+            pp = &p->hnext;
+            continue;
+        }
+        *pp = p->hnext;
+        sd->nheld--;
+        sd_pending_free(p);
+    }
     sd->nclients--;
     for (unsigned i = 0; i < c->njobs; i++) {
         job_t *j = sd_job_get(sd, c->jobs[i]);
@@ -650,7 +879,7 @@ static void sd_client_closed(shp_conn_t *conn, shp_status_t reason)
                 sd_send(&sd->am, json_pack("{s:s, s:o}", "type", "job_detach",
                                            "job_id", shp_json_u64(j->id)));
             HASH_DEL(sd->jobs, j);
-            free(j);
+            sd_job_free(j);
         }
     }
     free(c->jobs);
@@ -760,6 +989,7 @@ static void sd_sweep_cb(struct ev_loop *loop, ev_timer *w, int revents)
                         (double)(now - c->partial_ns) / 1e9);
         shp_conn_close(&c->conn, SHP_ERR_TIMED_OUT);
     }
+    sd_held_expire(sd, 0);
     sd_tell_stats(sd);
 }
 
@@ -812,6 +1042,8 @@ void shp_sharpd_init(sd_t *sd, struct ev_loop *loop)
     sd->loop = loop;
     sd->next_id = 1;
     sd->backoff = 0.1;
+    if (!sd->reserved)
+        sd->reserved = json_object();
     ev_timer_init(&sd->am_timer, sd_am_timer_cb, 0., 0.);
     sd->am_timer.data = sd;
     /* a quarter of frame_timeout, at most a second, between sweeps */
@@ -882,10 +1114,13 @@ void shp_sharpd_stop(sd_t *sd)
         shp_conn_flush(&sd->am);
         shp_conn_close(&sd->am, SHP_ERR_CANCELED);
     }
+    sd_held_expire(sd, 1);
     job_t *j, *jt;
     HASH_ITER(hh, sd->jobs, j, jt)
     {
         HASH_DEL(sd->jobs, j);
-        free(j);
+        sd_job_free(j);
     }
+    json_decref(sd->reserved);
+    sd->reserved = NULL;
 }

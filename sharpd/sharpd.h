@@ -28,6 +28,9 @@ typedef struct shp_sharpd_config {
     unsigned max_clients;     /* local connections at once, everyone's */
     unsigned client_max_jobs; /* jobs one connection takes part in */
     int64_t frame_timeout_ms; /* to complete a frame begun (0: no limit) */
+    /* a request that finds the AM unreachable waits this long for it to
+     * come back before it fails (0: fails at once) */
+    int64_t am_wait_ms;
 } shp_sharpd_config_t;
 
 /* the AM connection (am_state) */
@@ -60,6 +63,10 @@ typedef struct shp_sharpd {
     ev_timer sweep;                /* clients that began a frame and stalled */
     shp_sharpd_pending_t *pending; /* relayed to the AM, by the AM's id */
     shp_sharpd_job_t *jobs;        /* jobs with local processes */
+    /* requests waiting for the AM to come back (am_wait), oldest first */
+    shp_sharpd_pending_t *held;
+    unsigned nheld;
+    json_t *reserved; /* this host's reservations, by job id: {owner, req} */
     int64_t next_id;
     int stopping;
     /* refusals at a limit (hello answers them) */

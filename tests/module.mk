@@ -17,7 +17,7 @@ UNIT_TEST_SRCS := $(wildcard $(addsuffix /test_*.c,$(addprefix tests/, \
 	core protocol reduce transport topology))) \
 	tests/an/test_an_exact.c tests/an/test_an_link.c \
 	tests/mpi-coll/test_recover.c tests/mpi-coll/test_node_shm.c \
-	tests/sharpd/test_sharpd_auth.c \
+	tests/sharpd/test_sharpd_auth.c tests/am/test_adopt.c \
 	tests/libsharp/test_buf.c
 UNIT_TESTS := $(patsubst tests/%.c,$(TESTDIR)/%,$(UNIT_TEST_SRCS))
 TESTS += $(UNIT_TESTS)
@@ -25,6 +25,10 @@ TESTS += $(UNIT_TESTS)
 $(UNIT_TESTS): $(TESTDIR)/%: $(OBJDIR)/tests/%.o $(AM_LIB) $(TOPO_LIB) \
 		$(COMMON_LIB)
 	$(call link_prog,$(CMOCKA_LIBS))
+
+# the manager's core in-process, its peers on socketpairs (nothing bound)
+$(TESTDIR)/am/test_adopt: LDFLAGS += -Wl,--wrap=shp_listener_start \
+	-Wl,--wrap=shp_listener_stop
 
 # exact sums checked against MPFR
 $(TESTDIR)/reduce/test_exact: CMOCKA_LIBS += -lmpfr -lgmp
@@ -105,6 +109,8 @@ TEST_SCRIPTS += tests/mpi-coll/test_why.sh
 
 # libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
 TEST_SCRIPTS += tests/mpi-coll/test_fault.sh
+# a manager killed -9 and restarted: the running jobs keep their offload
+TEST_SCRIPTS += tests/mpi-coll/test_adopt.sh
 
 # Slurm: the SPANK plugin with real slurmctld and slurmd (tests/plugins/slurm/).
 SLURM_RANK := $(TESTDIR)/plugins/slurm/slurm_rank

@@ -100,8 +100,9 @@ static int teardown(void **state)
     return 0;
 }
 
-/* The AM's side of the handshake and registration, then sealed. */
-static void am_handshake(void)
+/* The AM's side of the handshake and registration, then sealed (*out:
+ * the registration, when asked for). */
+static void am_handshake_reg(json_t **out)
 {
     shp_auth_server_t s;
     json_t *hello, *chal = NULL, *auth, *reg;
@@ -126,10 +127,18 @@ static void am_handshake(void)
     reg = am_read();
     assert_non_null(reg);
     assert_string_equal(shp_ctl_type(reg), "sharpd_register");
-    json_decref(reg);
+    if (out)
+        *out = reg;
+    else
+        json_decref(reg);
     am_write(
         json_pack("{s:s, s:i}", "type", "sharpd_register_ack", "status", 0));
     assert_int_equal(d.am_state, SHP_SHARPD_AM_REGISTERED);
+}
+
+static void am_handshake(void)
+{
+    am_handshake_reg(NULL);
 }
 
 /* The AM proves the secret, sharpd answers and registers, sealed: a plain
@@ -239,6 +248,76 @@ static void test_lost_am_frees_job_place(void **state)
     close(cv[1]);
 }
 
+/* A lost AM takes nothing from the processes: they are told nothing, the
+ * job and its group stay, and the next AM hears them (key, quotas, hosts,
+ * the group with its members) to take them back; a job_attach that comes
+ * meanwhile waits for it (am_wait) and goes to it. */
+static void test_lost_am_keeps_jobs(void **state)
+{
+    int cv[2], sv[2];
+    json_t *m, *reg;
+    int64_t id;
+    static const char key[] =
+        "1111111111111111111111111111111111111111111111111111111111111111";
+
+    (void)state;
+    am_handshake();
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, cv), 0);
+    assert_int_equal(shp_sharpd_accept(&d, cv[0]), SHP_OK);
+    client_write(cv[1], json_pack("{s:s, s:i, s:I, s:[s, s]}", "type",
+                                  "job_begin", "id", 1, "job_id", (json_int_t)5,
+                                  "hosts", "n01", "n02"));
+    m = am_read();
+    id = json_integer_value(json_object_get(m, "id"));
+    json_decref(m);
+    am_write(json_pack("{s:s, s:I, s:i, s:s, s:i, s:i, s:i}", "type",
+                       "job_begin_ack", "id", (json_int_t)id, "status", 0,
+                       "job_key", key, "max_groups", 4, "osts", 2, "payload",
+                       1024));
+    json_decref(client_read(cv[1]));
+    client_write(cv[1], json_pack("{s:s, s:i, s:I, s:[s, s]}", "type",
+                                  "group_create", "id", 2, "job_id",
+                                  (json_int_t)5, "members", "n02", "n01"));
+    m = am_read();
+    id = json_integer_value(json_object_get(m, "id"));
+    json_decref(m);
+    am_write(json_pack("{s:s, s:I, s:i, s:{s:i, s:o}}", "type",
+                       "group_create_ack", "id", (json_int_t)id, "status", 0,
+                       "group", "group_id", 9, "job_id", shp_json_u64(5)));
+    json_decref(client_read(cv[1]));
+
+    close(am_fd); /* the AM is lost: the process hears nothing */
+    assert_null(client_read(cv[1]));
+    d.cfg.am_wait_ms = 10000;
+    client_write(cv[1], json_pack("{s:s, s:i, s:I}", "type", "job_attach", "id",
+                                  3, "job_id", (json_int_t)5));
+    assert_null(client_read(cv[1])); /* it waits */
+
+    ev_timer_stop(d.loop, &d.am_timer);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    am_fd = sv[1];
+    assert_int_equal(shp_sharpd_am_attach(&d, sv[0]), SHP_OK);
+    am_handshake_reg(&reg);
+    json_t *j = json_array_get(json_object_get(reg, "jobs"), 0);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "key")), key);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(j, "req"), "max_groups")),
+                     4);
+    assert_int_equal(json_array_size(json_object_get(j, "hosts")), 2);
+    json_t *g = json_array_get(json_object_get(j, "groups"), 0);
+    assert_int_equal(json_integer_value(json_object_get(g, "group_id")), 9);
+    assert_string_equal(
+        json_string_value(json_array_get(json_object_get(g, "members"), 0)),
+        "n02");
+    json_decref(reg);
+    m = am_read(); /* the job_attach that waited */
+    assert_non_null(m);
+    assert_string_equal(shp_ctl_type(m), "job_attach");
+    json_decref(m);
+    close(cv[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -246,6 +325,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_register_ack_without_proof, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_lost_am_frees_job_place, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_lost_am_keeps_jobs, setup,
                                         teardown),
     };
 

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# The manager is no single point of failure (docs/am.md, Faults): an
+# 8-rank Open MPI job through libsharp_mpi runs a stream of checked
+# collectives (tests/mpi-coll/mpi_fault.c, 6000 calls, over 10000
+# allreduces among them) while sharp_am is killed -9 and started again:
+#
+# 1. the job keeps its offload: every result right, 0 calls on MPI (the
+#    MPI layer's report), the ANs' operation counters grow while no
+#    manager runs (SIGUSR1 dumps), a job started during the outage waits
+#    and then gets its groups (no call on MPI either), the restarted
+#    manager says it took the groups back; a third job whose processes are
+#    all ended during the outage (no sharpd reports it) has its groups
+#    revoked with that reason (sharpctl adoption, the log);
+# 2. a leaf AN killed and started again during the outage (it comes back
+#    without its groups, its neighbours report them failed): the groups
+#    through it are revoked with the reason, the streaming job finishes
+#    right.
+set -u
+O=${O:-build}
+BIN=$(cd "$O/bin" && pwd)
+LIB=$(cd "$O/lib" && pwd)
+if [ "${SAN:-0}" = 1 ]; then
+    echo "skip: libsharp_mpi is preloaded into uninstrumented MPI programs;" \
+        "run without SAN=1"
+    exit 77
+fi
+command -v mpirun.openmpi >/dev/null || { echo "skip: no Open MPI"; exit 77; }
+DIR=$(mktemp -d /tmp/sharp-test-adopt.XXXXXX)
+FAB="$DIR/fabric"
+NET=127.36
+fabric() { "$BIN/sharp-fabric" --dir "$FAB" "$@"; }
+ctl() { "$BIN/sharpctl" --socket "$FAB/am.sock" "$@"; }
+cleanup() {
+    fabric down >/dev/null 2>&1
+    [ -n "${KEEP_LOGS:-}" ] || rm -rf "$DIR"
+}
+trap cleanup EXIT
+fails=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+"$BIN/sharp-topo" fat-tree --radix 4 --hosts 8 >"$DIR/ft8.ibnd"
+
+# groups over the levels (a leaf AN on the path of its hosts), adoption
+# over within 6 s of the restart (more than the 5 s of the peers' longest
+# backoff)
+up() {
+    fabric down >/dev/null 2>&1
+    SHARP_AM_FLAT_MAX=0 SHARP_AM_ADOPT_TIMEOUT=6s fabric up "$DIR/ft8.ibnd" \
+        --net $NET >/dev/null || { echo "fabric up failed"; return 1; }
+}
+pid_of() { awk -v k="$1" -v n="$2" '$1 == k && $2 ~ n { print $4 }' "$FAB/pids"; }
+
+# a daemon (KIND NAME) killed -9, and (start) started again as it was
+# (command line, environment)
+AM_PID=
+kill_daemon() {
+    local kind=$1 name=$2 pid
+    pid=$(pid_of "$kind" "$name")
+    mapfile -d '' CMD <"/proc/$pid/cmdline"
+    mapfile -d '' ENV <"/proc/$pid/environ"
+    KILLED=$pid
+    kill -9 "$pid"
+}
+start_again() { # KIND NAME LOG
+    env -i "${ENV[@]}" setsid "${CMD[@]}" >>"$3" 2>&1 </dev/null &
+    sed -i "s/^$1 $2 \(.*\) $KILLED\$/$1 $2 \1 $!/" "$FAB/pids"
+}
+
+# the operations every AN folded: each dumps its state on SIGUSR1
+ops_sum() {
+    local n0 pid log
+    for log in "$FAB"/logs/an-*.log; do
+        n0=$(grep -c 'state: .* operations folded' "$log")
+        pid=$(pid_of an "$(basename "$log" .log | sed 's/^an-//')")
+        kill -USR1 "$pid"
+        for _ in $(seq 50); do
+            [ "$(grep -c 'state: .* operations folded' "$log")" -gt "$n0" ] && break
+            sleep 0.1
+        done
+    done
+    local s=0 f v
+    for f in "$FAB"/logs/an-*.log; do
+        v=$(grep 'state: .* operations folded' "$f" | tail -1 |
+            sed 's/.*, \([0-9]*\) operations folded.*/\1/')
+        s=$((s + ${v:-0}))
+    done
+    echo $s
+}
+
+OMPI=(mpirun.openmpi --allow-run-as-root --oversubscribe
+      --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp)
+job() { # OUT ARGS...: the stream in the background ($!)
+    local out=$1
+    shift
+    timeout 150 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" \
+        -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
+        -x SHARP_COLL_LOG_LEVEL=1 -x SHARP_FABRIC_DIR="$FAB" \
+        "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_fault_ompi" "$@" \
+        >"$out" 2>&1 &
+}
+wait_file() { # FILE SECONDS
+    for _ in $(seq $(($2 * 10))); do
+        [ -e "$1" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+wait_log() { # FILE REGEX SECONDS
+    for _ in $(seq $(($3 * 10))); do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+# the report's counts: offloaded and on MPI, summed over collectives
+counts() {
+    awk '$1 == "sharp_mpi:" && $2 ~ /^MPI_/ { o += $3; f += $5 }
+         END { print o + 0, f + 0 }' "$1"
+}
+allreduces() {
+    awk '$1 == "sharp_mpi:" && $2 == "MPI_Allreduce" { print $3 + 0 }' "$1"
+}
+show() { # OUT
+    grep '^sharp_mpi' "$1" | head -20
+    grep -v '^\s*$' "$1" | grep -v '^sharp_mpi' | tail -15
+    echo "  the manager's log:"
+    tail -25 "$FAB/logs/am.log" 2>/dev/null | sed 's/^/  /'
+}
+
+# the job the restarted manager took back (the only one in case 2)
+taken_job() {
+    grep -o 'job [0-9]* of uid [0-9]* taken back' "$FAB/logs/am.log" |
+        awk '{ print $2; exit }'
+}
+
+# ADOPT_ONLY=1|2: only that case
+case1() {
+# 1. the manager killed -9 and started again in the middle of the stream
+t0=$SECONDS
+up || exit 1
+rm -f "$DIR/sig"
+rm -f "$DIR/never" "$DIR/never.paused"
+job "$DIR/d.out" --calls 6000 --pause-at 100 "$DIR/never" # to be ended
+dpid=$!
+job "$DIR/a.out" --calls 6000 --signal-at 1000 "$DIR/sig"
+apid=$!
+if ! wait_file "$DIR/sig" 90 || ! wait_file "$DIR/never.paused" 90; then
+    bad "the streams never reached their marks"
+    show "$DIR/a.out"
+    exit 1
+fi
+kill_daemon am sharp_am
+ops0=$(ops_sum)
+kill "$dpid" # the processes of this job go while no manager runs
+wait "$dpid" 2>/dev/null
+job "$DIR/b.out" --calls 3000 # begins while no manager runs
+bpid=$!
+sleep 2
+ops1=$(ops_sum)
+start_again am sharp_am "$FAB/logs/am.log"
+wait $apid
+arc=$?
+wait $bpid
+brc=$?
+read -r ao af < <(counts "$DIR/a.out")
+read -r bo bf < <(counts "$DIR/b.out")
+adopted=$(grep -c 'taken back on tree' "$FAB/logs/am.log")
+if [ $arc = 0 ] && grep -q "every result right" "$DIR/a.out" &&
+    ! grep -q WRONG "$DIR/a.out" && [ "$af" = 0 ] &&
+    [ "$(allreduces "$DIR/a.out")" -ge 10000 ]; then
+    ok "manager killed -9 and restarted: every result right, $ao calls" \
+        "offloaded ($(allreduces "$DIR/a.out") allreduces), 0 on MPI"
+else
+    bad "manager killed -9 and restarted (exit $arc, $ao offloaded, $af on MPI)"
+    show "$DIR/a.out"
+fi
+if [ "$ops1" -gt "$ops0" ]; then
+    ok "the ANs folded $((ops1 - ops0)) operations in 2 s without a manager"
+else
+    bad "the ANs' counters did not grow without a manager ($ops0 -> $ops1)"
+fi
+if [ $brc = 0 ] && grep -q "every result right" "$DIR/b.out" &&
+    [ "$bo" -gt 0 ] && [ "$bf" = 0 ]; then
+    ok "a job begun during the outage waited and got its groups" \
+        "($bo calls offloaded, 0 on MPI)"
+else
+    bad "the job begun during the outage (exit $brc, $bo offloaded, $bf on MPI)"
+    show "$DIR/b.out"
+fi
+if [ "$adopted" -gt 0 ] && ctl adoption | grep -q 'groups_adopted'; then
+    ok "the restarted manager took $adopted groups back ($((SECONDS - t0)) s)"
+else
+    bad "the restarted manager took no group back"
+    tail -30 "$FAB/logs/am.log"
+fi
+wait_log "$FAB/logs/am.log" "adoption over" 15
+ctl adoption >"$DIR/adoption.txt" 2>&1
+if grep -q "no sharpd reported job" "$DIR/adoption.txt" &&
+    grep -q "no sharpd reported job" "$FAB/logs/am.log"; then
+    ok "the groups of a job whose processes went during the outage are revoked"
+else
+    bad "the groups of the job that went are not revoked with their reason"
+    cat "$DIR/adoption.txt"
+    tail -30 "$FAB/logs/am.log"
+fi
+
+}
+
+case2() {
+# 2. what cannot be taken back: a leaf AN that came back without its
+# groups (the failure reached the group's other ANs too: they report it
+# failed)
+t0=$SECONDS
+up || exit 1
+rm -f "$DIR/sig"
+job "$DIR/c.out" --calls 3000 --signal-at 1000 "$DIR/sig"
+cpid=$!
+if ! wait_file "$DIR/sig" 90; then
+    bad "the stream never reached call 1000"
+    show "$DIR/c.out"
+    exit 1
+fi
+kill_daemon am sharp_am
+AM_CMD=("${CMD[@]}")
+AM_ENV=("${ENV[@]}")
+leaf=$(awk '$1 == "an" && $2 ~ /leaf/ { print $2; exit }' "$FAB/pids")
+kill_daemon an "^$leaf\$"
+start_again an "$leaf" "$FAB/logs/an-$leaf.log"
+sleep 1
+CMD=("${AM_CMD[@]}")
+ENV=("${AM_ENV[@]}")
+KILLED=$(pid_of am sharp_am)
+start_again am sharp_am "$FAB/logs/am.log"
+wait $cpid
+crc=$?
+read -r co cf < <(counts "$DIR/c.out")
+wait_log "$FAB/logs/am.log" "adoption over" 15
+ctl adoption >"$DIR/adoption.txt" 2>&1
+if grep -q "of job $(taken_job).*\(came back without it\|reports it failed\|no AN reported it\)" \
+    "$DIR/adoption.txt"; then
+    ok "the groups through a leaf AN that came back without them are revoked"
+else
+    bad "the groups through the restarted leaf AN are not revoked with their reason"
+    cat "$DIR/adoption.txt"
+fi
+if [ $crc = 0 ] && grep -q "every result right" "$DIR/c.out" &&
+    ! grep -q WRONG "$DIR/c.out"; then
+    ok "the streaming job finished right ($co offloaded, $cf on MPI, $((SECONDS - t0)) s)"
+else
+    bad "the streaming job (exit $crc, $co offloaded, $cf on MPI)"
+    show "$DIR/c.out"
+fi
+}
+
+[ "${ADOPT_ONLY:-1}" != 1 ] || case1
+[ "${ADOPT_ONLY:-2}" != 2 ] || case2
+[ $fails -eq 0 ]
