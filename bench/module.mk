@@ -17,13 +17,13 @@ BENCHES += $(BENCH_GROUP)
 
 $(BENCH_GROUP): $(OBJDIR)/bench/group_create.o $(TEST_SUPPORT_LIB) $(AM_LIB) \
 		$(TOPO_LIB) $(COMMON_LIB)
-	$(call link_prog)
+	$(call link_prog,$(SQLITE_LIBS))
 
 BENCH_AM := $(BINDIR)/bench_am
 BENCHES += $(BENCH_AM)
 
 $(BENCH_AM): $(OBJDIR)/bench/am.o $(AM_LIB) $(TOPO_LIB) $(COMMON_LIB)
-	$(call link_prog)
+	$(call link_prog,$(SQLITE_LIBS))
 
 .PHONY: bench-am
 bench-am: $(BENCH_AM) $(BENCH_GROUP) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
@@ -71,7 +71,7 @@ BENCHES += $(BENCH_AN)
 
 $(BENCH_AN): $(OBJDIR)/bench/an.o $(TEST_SUPPORT_LIB) $(AM_LIB) $(TOPO_LIB) \
 		$(COMMON_LIB)
-	$(call link_prog)
+	$(call link_prog,$(SQLITE_LIBS))
 
 .PHONY: bench-an
 bench-an: $(BENCH_AN) $(SHARP_AM) $(SHARP_AN) $(SHARPD)

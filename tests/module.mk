@@ -17,14 +17,14 @@ UNIT_TEST_SRCS := $(wildcard $(addsuffix /test_*.c,$(addprefix tests/, \
 	core protocol reduce transport topology))) \
 	tests/an/test_an_exact.c tests/an/test_an_link.c \
 	tests/mpi-coll/test_recover.c tests/mpi-coll/test_node_shm.c \
-	tests/sharpd/test_sharpd_auth.c \
+	tests/sharpd/test_sharpd_auth.c tests/am/test_store.c \
 	tests/libsharp/test_buf.c
 UNIT_TESTS := $(patsubst tests/%.c,$(TESTDIR)/%,$(UNIT_TEST_SRCS))
 TESTS += $(UNIT_TESTS)
 
 $(UNIT_TESTS): $(TESTDIR)/%: $(OBJDIR)/tests/%.o $(AM_LIB) $(TOPO_LIB) \
 		$(COMMON_LIB)
-	$(call link_prog,$(CMOCKA_LIBS))
+	$(call link_prog,$(CMOCKA_LIBS) $(SQLITE_LIBS))
 
 # exact sums checked against MPFR
 $(TESTDIR)/reduce/test_exact: CMOCKA_LIBS += -lmpfr -lgmp
