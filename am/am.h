@@ -25,6 +25,8 @@
  * where a restart resumes is committed a block ahead (am_persist.c) */
 #define SHP_AM_GROUP_ID_END (1u << 24)
 #define SHP_AM_GROUP_ID_BLOCK 1024u
+/* the largest max_jobs (am/main.c's range): reservations loaded back */
+#define SHP_AM_MAX_JOBS_EVER 1000000u
 
 typedef struct shp_am_config {
     char *listen;

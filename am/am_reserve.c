@@ -290,6 +290,16 @@ static void am_reserve_restore_one(void *arg, const shp_am_store_job_t *sj)
         j->hosts[j->nhosts] = node;
         j->held[j->nhosts++] = sj->held[h];
     }
+    if (j->nhosts == 0) {
+        shp_warn("job %" PRIu64 ": no host of its reservation is in the "
+                 "topology: dropped",
+                 sj->job_id);
+        free(j->hosts);
+        free(j->attached);
+        free(j->held);
+        free(j);
+        return;
+    }
     HASH_ADD(hh, am->jobs, id, sizeof(j->id), j);
     rs->n++;
 }
@@ -301,9 +311,12 @@ shp_status_t shp_am_reserve_restore(shp_am_t *am, char *err, size_t errlen)
     am_restore_t rs = {am, SHP_OK, 0};
     if (!am->store)
         return SHP_OK;
-    shp_status_t st =
-        shp_am_store_jobs(am->store, am->cfg.max_jobs, am->cfg.max_list,
-                          am_reserve_restore_one, &rs);
+    /* what this manager could have written: each host of the topology
+     * once per job; jobs within the largest max_jobs (a max_jobs lowered
+     * since keeps them, and refuses new ones until they are fewer) */
+    shp_status_t st = shp_am_store_jobs(am->store, SHP_AM_MAX_JOBS_EVER,
+                                        (unsigned)shp_topo_count(am->topo),
+                                        am_reserve_restore_one, &rs);
     if (st == SHP_OK)
         st = rs.st;
     if (st != SHP_OK) {
@@ -315,5 +328,9 @@ shp_status_t shp_am_reserve_restore(shp_am_t *am, char *err, size_t errlen)
     if (rs.n)
         shp_info("%u reservation%s restored from %s", rs.n,
                  rs.n == 1 ? "" : "s", shp_am_store_path(am->store));
+    if (rs.n > am->cfg.max_jobs)
+        shp_warn("%u reservations restored, more than max_jobs %u: no new "
+                 "job until they are fewer",
+                 rs.n, am->cfg.max_jobs);
     return SHP_OK;
 }

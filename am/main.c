@@ -18,7 +18,7 @@
 static const shp_config_range_t am_trees_range = {1, SHP_AM_MAX_TREE_ID};
 static const shp_config_range_t am_radix_range = {1, 4096};
 static const shp_config_range_t am_flat_range = {0, 4096};
-static const shp_config_range_t am_count_range = {1, 1000000};
+static const shp_config_range_t am_count_range = {1, SHP_AM_MAX_JOBS_EVER};
 static const shp_config_range_t am_list_range = {1, 1u << 20};
 static const shp_config_range_t am_port_range = {1024, 45000};
 
