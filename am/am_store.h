@@ -82,9 +82,11 @@ SHP_WUR shp_status_t shp_am_store_setting_set(shp_am_store_t *s,
                                               const char *value);
 
 /* Reservations: put replaces the job's row and hosts; del forgets it (no
- * row: SHP_OK).  jobs() calls fn for each stored job, at most `max` of
- * them and `max_hosts` hosts each (more: SHP_ERR_TOO_LARGE, none called);
- * the job's memory is the store's, valid during the call. */
+ * row: SHP_OK).  jobs() calls fn for each stored job in id order, at most
+ * `max` of them (more: SHP_ERR_TOO_LARGE before any call) and `max_hosts`
+ * hosts each (more: SHP_ERR_TOO_LARGE at that job, the calls before it
+ * made: the caller gives up the whole load); the job's memory is the
+ * store's, valid during the call. */
 SHP_WUR shp_status_t shp_am_store_job_put(shp_am_store_t *s,
                                           const shp_am_store_job_t *j);
 SHP_WUR shp_status_t shp_am_store_job_del(shp_am_store_t *s, uint64_t job_id);
