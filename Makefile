@@ -9,7 +9,8 @@
 #   make SAN=1 check     the same under AddressSanitizer + UBSan (O=build/san)
 #   make bench-reduce    reduction-engine throughput benchmark
 #   make bench-exact     exact (SHARP_OP_SUM_EXACT) vs normal sums
-#   make install         PREFIX=/usr/local DESTDIR= (SYSCONFDIR, RUNSTATEDIR: see below)
+#   make install         PREFIX=/usr/local DESTDIR= (SYSCONFDIR, LOCALSTATEDIR,
+#                        RUNSTATEDIR: see below)
 #   make deps            install (or print how to install) build dependencies
 #   make format-check    clang-format conformance, as run by CI
 #   make V=1 ...         show full command lines
@@ -183,8 +184,10 @@ check-layers: all
 # PREFIX: binaries, libraries, headers, pkg-config, units, docs.
 # SYSCONFDIR/sharp: the configurations and the cluster secret (never
 # overwritten).  RUNSTATEDIR/sharp: the sockets (systemd makes it when it is
-# /run, else make install does).  DESTDIR stages all of it and creates no
-# secret: a package must not ship one.
+# /run, else make install does).  LOCALSTATEDIR/lib/sharp: the manager's
+# state database (mode 0700; systemd makes it when it is /var/lib, else
+# make install does; never removed).  DESTDIR stages all of it and creates
+# no secret: a package must not ship one.
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 # the libraries (with pkgconfig/ and sharp/, the Slurm plugin's directory);
 # Debian's packages set it to /usr/lib/<multiarch triplet>
@@ -199,12 +202,21 @@ UNITS := sharp_am.service sharpd.service sharp_an@.service
 ifneq ($(filter /run /var/run,$(RUNSTATEDIR)),)
 RUNDIR_SYSTEMD := 1
 endif
+# @STATEDIR@ lines: a state directory systemd manages (/var/lib/sharp),
+# @LOCALSTATEDIR@ lines for any other
+STATE_DIR := $(LOCALSTATEDIR)/lib/sharp
+ifeq ($(LOCALSTATEDIR),/var)
+STATEDIR_SYSTEMD := 1
+endif
 subst_paths = sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
 	-e 's|@LIBDIR@|$(LIBDIR)|g' \
 	-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@PREFIX@|$(PREFIX)|g' \
 	-e 's|@VERSION@|$(VERSION)|g' \
 	$(if $(RUNDIR_SYSTEMD),-e '/^@RUNSTATEDIR@/d' -e 's|^@RUNTIMEDIR@||', \
 	    -e '/^@RUNTIMEDIR@/d' -e 's|^@RUNSTATEDIR@||') \
+	$(if $(STATEDIR_SYSTEMD),-e '/^@LOCALSTATEDIR@/d' -e 's|^@STATEDIR@||', \
+	    -e '/^@STATEDIR@/d' -e 's|^@LOCALSTATEDIR@||') \
+	-e 's|@LOCALSTATEDIR@|$(LOCALSTATEDIR)|g' \
 	-e 's|@RUNSTATEDIR@|$(RUNSTATEDIR)|g'
 
 # what make install installs, built
@@ -217,6 +229,7 @@ install: programs install-man
 		$(DESTDIR)$(PREFIX)/include/sharp/api $(DESTDIR)$(UNITDIR) \
 		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/sharp \
 		$(if $(RUNDIR_SYSTEMD),,$(DESTDIR)$(RUNSTATEDIR)/sharp)
+	$(Q)$(if $(STATEDIR_SYSTEMD),,install -d -m 0700 $(DESTDIR)$(STATE_DIR))
 	$(Q)install -m 0755 $(INST_BINS) $(DESTDIR)$(PREFIX)/bin/
 	$(Q)install -m 0755 $(MPI_DEMO_OMPI) $(MPI_DEMO_MPICH) $(DESTDIR)$(DOCDIR)/
 	$(Q)install -m 0644 include/sharp/api/*.h $(DESTDIR)$(PREFIX)/include/sharp/api/
@@ -262,7 +275,8 @@ uninstall: uninstall-man
 	$(Q)rm -rf $(DESTDIR)$(PREFIX)/include/sharp $(DESTDIR)$(DOCDIR)
 	$(Q)rm -f $(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS))
 	$(Q)$(if $(RUNDIR_SYSTEMD),,rmdir --ignore-fail-on-non-empty $(DESTDIR)$(RUNSTATEDIR)/sharp 2>/dev/null || true)
-	$(Q)echo "uninstall: $(SYSCONFDIR)/sharp (configuration, secret) left in place"
+	$(Q)echo "uninstall: $(SYSCONFDIR)/sharp (configuration, secret) and" \
+	    "$(STATE_DIR) (the manager's state) left in place"
 
 # Debian packages -------------------------------------------------------------
 # debian/ built with dpkg-buildpackage -us -uc -b in a copy of the tree

@@ -1,6 +1,7 @@
 /*
- * The aggregation manager's core, start to stop: the topology and the nodes
- * that may host an AN, the control listener and admin socket (am_peers.c),
+ * The aggregation manager's core, start to stop: the state database of the
+ * last run (am_persist.c), the topology and the nodes that may host an AN,
+ * the control listener and admin socket (am_peers.c),
  * the tree timer, the AN counter polls; and a topology replaced while the
  * manager runs.
  *
@@ -125,6 +126,14 @@ shp_status_t shp_am_topology_load(shp_am_t *am, const char *path, char *err,
         free(newpath);
         return st;
     }
+    /* on disk first: a restart loads this one */
+    if ((st = shp_am_persist_topology(am, path, err, errlen)) != SHP_OK) {
+        free(ne);
+        free(nl);
+        shp_topo_free(nt);
+        free(newpath);
+        return st;
+    }
     /* no jobs, so no groups: every tree goes */
     for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++)
         if (am->trees[t].used)
@@ -165,8 +174,13 @@ shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop, char *err,
                  am->cfg.admin_socket);
         return SHP_ERR_INVALID_PARAM;
     }
-    if ((st = shp_topo_load(am->cfg.topology, &am->topo, err, errlen)) ||
-        (st = am_mark_an_hosts(am, err, errlen)))
+    /* the state of the last run (the topology an administrator loaded
+     * then, reservations) before any peer is heard */
+    if ((st = shp_am_persist_open(am, err, errlen)) ||
+        (st = shp_topo_load(am->cfg.topology, &am->topo, err, errlen)) ||
+        (st = am_mark_an_hosts(am, err, errlen)) ||
+        (st = shp_am_persist_topology(am, am->cfg.topology, err, errlen)) ||
+        (st = shp_am_reserve_restore(am, err, errlen)))
         return st;
     if ((st = shp_auth_init()) ||
         (st = shp_auth_key_load(am->cfg.secret_file, &am->key, err, errlen)))
@@ -218,4 +232,5 @@ void shp_am_stop(shp_am_t *am)
     free(am->leaf);
     free(am->mark);
     shp_topo_free(am->topo);
+    shp_am_persist_close(am);
 }

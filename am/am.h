@@ -13,6 +13,7 @@
 #include <sys/types.h>
 #include <uthash.h>
 
+#include "am/am_store.h"
 #include "topology/topo.h"
 #include "topology/trees.h"
 #include "protocol/auth.h"
@@ -20,6 +21,12 @@
 #include "core/status.h"
 
 #define SHP_AM_MAX_TREE_ID 64 /* tree ids 0..63: the AN's tree table */
+/* group ids: 1 .. SHP_AM_GROUP_ID_END - 1 (24 bits), handed out in turn;
+ * where a restart resumes is committed a block ahead (am_persist.c) */
+#define SHP_AM_GROUP_ID_END (1u << 24)
+#define SHP_AM_GROUP_ID_BLOCK 1024u
+/* the largest max_jobs (am/main.c's range): reservations loaded back */
+#define SHP_AM_MAX_JOBS_EVER 1000000u
 
 typedef struct shp_am_config {
     char *listen;
@@ -53,6 +60,8 @@ typedef struct shp_am_config {
     int64_t adopt_timeout_ms;
     int64_t stats_interval_ms;
     char *metrics_listen; /* "" off */
+    char *state_dir;      /* the state database's directory; "": none */
+    int reset_state;      /* --reset-state: the old database moved aside */
 } shp_am_config_t;
 
 typedef struct shp_am shp_am_t;
@@ -177,6 +186,11 @@ struct shp_am {
     shp_am_job_t *jobs;
     shp_am_group_t *groups;
     uint32_t next_group;
+    uint32_t group_ids_left; /* ids before the next block is committed */
+    /* the state database (am_persist.c); NULL: state_dir empty */
+    shp_am_store_t *store;
+    uint64_t epoch;        /* this incarnation's, grown at each start */
+    char *topology_config; /* the configuration's topology path */
     int64_t next_req;
     shp_listener_t listener, admin;
     shp_am_admin_fn *admin_handler; /* required when cfg.admin_socket is set */

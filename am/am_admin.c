@@ -253,8 +253,11 @@ static json_t *am_admin_stats(shp_am_t *am)
                   (json_int_t)am->stats.uid_groups_refused, "peers_refused",
                   (json_int_t)am->stats.peers_refused, "squats_ended",
                   (json_int_t)am->stats.squats_ended);
-    if (s)
+    if (s) {
         am_admin_sharpd_limits(am, s);
+        /* this incarnation's epoch (grows at each start, am_persist.c) */
+        json_object_set_new(s, "epoch", json_integer((json_int_t)am->epoch));
+    }
     return s;
 }
 

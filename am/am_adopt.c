@@ -91,11 +91,15 @@ static void adopt_group_free(shp_am_adopt_t *ad, adopt_group_t *g)
 }
 
 /* Ids reported are not given to new groups: the next id is past them (a
- * group id names its multicast address too). */
+ * group id names its multicast address too).  The block of ids committed
+ * to the state database started before the jump: the next id handed out
+ * commits a new one from here (am_persist.c). */
 static void adopt_id_seen(shp_am_t *am, uint32_t id)
 {
-    if (id >= am->next_group && id + 1 < (1u << 24))
+    if (id >= am->next_group && id + 1 < (1u << 24)) {
         am->next_group = id + 1;
+        am->group_ids_left = 0;
+    }
 }
 
 static adopt_group_t *adopt_group_get(shp_am_t *am, uint32_t id)

@@ -303,13 +303,18 @@ static shp_status_t am_group_place(shp_am_t *am, am_group_req_t *r)
     return r->tree < 0 ? r->st : (r->st = SHP_OK);
 }
 
-/* A group id: 24 bits, not 0, none in use. */
+/* A group id: 24 bits, not 0, none in use, none a restart hands out
+ * again (its block is committed first); 0: the state database failed. */
 static uint32_t am_group_id(shp_am_t *am)
 {
     uint32_t id;
     do {
+        if (shp_am_persist_group_ids(am) != SHP_OK)
+            return 0;
+        if (am->group_ids_left)
+            am->group_ids_left--;
         id = am->next_group++;
-        if (am->next_group >= (1u << 24))
+        if (am->next_group >= SHP_AM_GROUP_ID_END)
             am->next_group = 1;
     } while (shp_am_group_find(am, id));
     return id;
@@ -320,6 +325,13 @@ static uint32_t am_group_id(shp_am_t *am)
 static shp_am_group_t *am_group_new(shp_am_t *am, am_group_req_t *r,
                                     shp_am_peer_t *p, int64_t id)
 {
+    uint32_t gid = am_group_id(am);
+    if (!gid) {
+        am_group_fail(r, SHP_ERR_IO,
+                      "the manager cannot write its state "
+                      "database");
+        return NULL;
+    }
     shp_am_group_t *g = calloc(1, sizeof(*g));
     if (!g || !(g->an_of = malloc(sizeof(int) * (size_t)r->plan.nans)) ||
         !(g->acked = calloc((size_t)r->plan.nans, 1))) {
@@ -329,7 +341,7 @@ static shp_am_group_t *am_group_new(shp_am_t *am, am_group_req_t *r,
         return NULL;
     }
     shp_am_job_t *j = r->job;
-    g->id = am_group_id(am);
+    g->id = gid;
     g->am = am;
     g->job = j;
     g->tree = r->tree;
@@ -412,7 +424,8 @@ void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         am_group_place(am, &r) != SHP_OK)
         goto fail;
     if (!(g = am_group_new(am, &r, p, id))) {
-        am_group_fail(&r, SHP_ERR_NO_MEMORY, "no memory");
+        if (r.st != SHP_ERR_IO)
+            am_group_fail(&r, SHP_ERR_NO_MEMORY, "no memory");
         goto fail;
     }
     am_group_wire(am, g);

@@ -5,6 +5,8 @@
  *
  *   am_state.c    the tables looked up (ANs, jobs, groups, sharpds), a
  *                 message sent to a peer, node marks, host lists resolved
+ *   am_persist.c  the state database (am_store.c): epoch, group ids,
+ *                 topology in use, reservations written
  *   am_trees.c    the tree table: (re)builds over the live ANs, tree_config
  *   am_groups.c   groups: checks, placement on a tree, ids, multicast
  *                 address, wiring (group_add), acks, revocation
@@ -43,6 +45,18 @@ void shp_am_job_notify(shp_am_t *am, shp_am_job_t *j, json_t *msg);
 shp_status_t shp_am_hosts_resolve(shp_am_t *am, const json_t *arr, int **out,
                                   int *n, char *why, size_t whylen);
 int shp_am_hosts_spanned(shp_am_t *am, const int *nodes, int n);
+
+/* am_persist.c: no-ops without a database (state_dir empty) */
+shp_status_t shp_am_persist_open(shp_am_t *am, char *err, size_t errlen);
+void shp_am_persist_close(shp_am_t *am);
+/* before a group id is handed out: the block it is in committed */
+shp_status_t shp_am_persist_group_ids(shp_am_t *am);
+/* the topology now in use (path, hash), before it is */
+shp_status_t shp_am_persist_topology(shp_am_t *am, const char *path, char *err,
+                                     size_t errlen);
+/* a reserved job's row (uid, key, quotas, hosts and holds) */
+shp_status_t shp_am_persist_job(shp_am_t *am, const shp_am_job_t *j);
+void shp_am_persist_job_forget(shp_am_t *am, const shp_am_job_t *j);
 
 /* am_trees.c */
 void shp_am_trees_init(shp_am_t *am);
@@ -87,6 +101,7 @@ void shp_am_job_reserve(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
                         int64_t id);
 void shp_am_job_release(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
                         int64_t id);
+shp_status_t shp_am_reserve_restore(shp_am_t *am, char *err, size_t errlen);
 
 /* am_sharpds.c */
 void shp_am_sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);

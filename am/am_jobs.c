@@ -63,6 +63,7 @@ void shp_am_job_end(shp_am_t *am, shp_am_job_t *j, shp_status_t why,
     }
     shp_info("job %" PRIu64 " ended%s%s", j->id, why ? ": " : "",
              why ? reason : "");
+    shp_am_persist_job_forget(am, j);
     shp_am_job_free(am, j);
 }
 
@@ -251,7 +252,7 @@ void shp_am_job_attach(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
 void shp_am_job_detach_host(shp_am_t *am, shp_am_job_t *j, const char *host,
                             const char *reason, int lost)
 {
-    int any = 0, was = 0, held = 0;
+    int any = 0, was = 0, held = 0, unheld = 0;
     for (int k = 0; k < j->nhosts; k++) {
         int here = !strcmp(shp_topo_node(am->topo, j->hosts[k])->host, host);
         if (here && j->attached[k]) {
@@ -260,7 +261,7 @@ void shp_am_job_detach_host(shp_am_t *am, shp_am_job_t *j, const char *host,
         }
         if (here && lost && j->held[k]) {
             j->held[k] = 0;
-            was = 1;
+            was = unheld = 1;
         }
         any |= j->attached[k];
         held |= j->held[k];
@@ -271,4 +272,6 @@ void shp_am_job_detach_host(shp_am_t *am, shp_am_job_t *j, const char *host,
         shp_am_group_revoke(am, j->groups, SHP_ERR_GROUP_REVOKED, reason);
     if (!any && !held)
         shp_am_job_end(am, j, SHP_ERR_JOB_KILLED, reason);
+    else if (unheld) /* its hold is gone on disk too */
+        (void)shp_am_persist_job(am, j);
 }

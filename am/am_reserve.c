@@ -13,6 +13,10 @@
  * made the prolog's reservation fail and, with required=1, drained the
  * node).  The reservation ends that job (its processes are told) and
  * goes on.
+ *
+ * A reservation is written to the state database (am_persist.c) before
+ * its answer, and loaded back when the manager starts again
+ * (shp_am_reserve_restore): a job's next step attaches after a restart.
  */
 #include "am/am_int.h"
 
@@ -182,7 +186,22 @@ void shp_am_job_reserve(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_JOB_REFUSED, r.why));
         return;
     }
+    int was_held = r.job->held[r.k];
     r.job->held[r.k] = 1;
+    /* the reservation is on disk before the scheduler hears of it */
+    if (shp_am_persist_job(am, r.job) != SHP_OK) {
+        r.job->held[r.k] = (uint8_t)was_held;
+        snprintf(r.why, sizeof(r.why),
+                 "the manager cannot write its state database: %s",
+                 shp_am_store_error(am->store));
+        int none = 1;
+        for (int h = 0; h < r.job->nhosts; h++)
+            none &= !r.job->held[h] && !r.job->attached[h];
+        if (none && !r.job->ngroups)
+            shp_am_job_free(am, r.job); /* a new job: never told anyone */
+        shp_am_send(p, shp_ctl_reply(ack, id, SHP_ERR_IO, r.why));
+        return;
+    }
     shp_am_send(p, shp_am_job_quota_reply(ack, id, r.job));
 }
 
@@ -225,4 +244,93 @@ void shp_am_job_release(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         shp_am_job_end(am, j, busy ? SHP_ERR_JOB_KILLED : SHP_OK, why);
     }
     shp_am_send(p, m);
+}
+
+/* A stored reservation back in the job table (hosts the topology no
+ * longer has are dropped). */
+typedef struct {
+    shp_am_t *am;
+    shp_status_t st;
+    unsigned n;
+} am_restore_t;
+
+static void am_reserve_restore_one(void *arg, const shp_am_store_job_t *sj)
+{
+    am_restore_t *rs = arg;
+    shp_am_t *am = rs->am;
+    if (rs->st != SHP_OK)
+        return;
+    shp_am_job_t *j = calloc(1, sizeof(*j));
+    if (!j || !(j->hosts = malloc(sizeof(int) * ((size_t)sj->nhosts + 1))) ||
+        !(j->attached = calloc((size_t)sj->nhosts + 1, 1)) ||
+        !(j->held = calloc((size_t)sj->nhosts + 1, 1))) {
+        if (j) {
+            free(j->hosts);
+            free(j->attached);
+        }
+        free(j);
+        rs->st = SHP_ERR_NO_MEMORY;
+        return;
+    }
+    j->id = sj->job_id;
+    j->uid = (uid_t)sj->uid;
+    memcpy(j->key, sj->key, sizeof(j->key));
+    j->max_groups = sj->max_groups;
+    j->osts = sj->osts;
+    j->payload = sj->payload;
+    j->reserved = 1;
+    for (int h = 0; h < sj->nhosts; h++) {
+        int node = shp_topo_find(am->topo, sj->hosts[h]);
+        if (node < 0 || shp_topo_node(am->topo, node)->type != SHP_NODE_CA) {
+            shp_warn("job %" PRIu64 ": host %s of its reservation is not in "
+                     "the topology: dropped",
+                     sj->job_id, sj->hosts[h]);
+            continue;
+        }
+        j->hosts[j->nhosts] = node;
+        j->held[j->nhosts++] = sj->held[h];
+    }
+    if (j->nhosts == 0) {
+        shp_warn("job %" PRIu64 ": no host of its reservation is in the "
+                 "topology: dropped",
+                 sj->job_id);
+        free(j->hosts);
+        free(j->attached);
+        free(j->held);
+        free(j);
+        return;
+    }
+    HASH_ADD(hh, am->jobs, id, sizeof(j->id), j);
+    rs->n++;
+}
+
+/* The reservations of the state database, back in the job table before
+ * any peer is heard; err says why not. */
+shp_status_t shp_am_reserve_restore(shp_am_t *am, char *err, size_t errlen)
+{
+    am_restore_t rs = {am, SHP_OK, 0};
+    if (!am->store)
+        return SHP_OK;
+    /* what this manager could have written: each host of the topology
+     * once per job; jobs within the largest max_jobs (a max_jobs lowered
+     * since keeps them, and refuses new ones until they are fewer) */
+    shp_status_t st = shp_am_store_jobs(am->store, SHP_AM_MAX_JOBS_EVER,
+                                        (unsigned)shp_topo_count(am->topo),
+                                        am_reserve_restore_one, &rs);
+    if (st == SHP_OK)
+        st = rs.st;
+    if (st != SHP_OK) {
+        snprintf(err, errlen, "%s",
+                 st == SHP_ERR_NO_MEMORY ? "no memory"
+                                         : shp_am_store_error(am->store));
+        return st;
+    }
+    if (rs.n)
+        shp_info("%u reservation%s restored from %s", rs.n,
+                 rs.n == 1 ? "" : "s", shp_am_store_path(am->store));
+    if (rs.n > am->cfg.max_jobs)
+        shp_warn("%u reservations restored, more than max_jobs %u: no new "
+                 "job until they are fewer",
+                 rs.n, am->cfg.max_jobs);
+    return SHP_OK;
 }

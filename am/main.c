@@ -18,7 +18,7 @@
 static const shp_config_range_t am_trees_range = {1, SHP_AM_MAX_TREE_ID};
 static const shp_config_range_t am_radix_range = {1, 4096};
 static const shp_config_range_t am_flat_range = {0, 4096};
-static const shp_config_range_t am_count_range = {1, 1000000};
+static const shp_config_range_t am_count_range = {1, SHP_AM_MAX_JOBS_EVER};
 static const shp_config_range_t am_list_range = {1, 1u << 20};
 static const shp_config_range_t am_port_range = {1024, 45000};
 
@@ -108,19 +108,27 @@ static const shp_config_opt_t am_opts[] = {
     {"metrics_listen", "",
      "ip:port to serve Prometheus metrics on (GET /metrics); empty: off",
      offsetof(shp_am_config_t, metrics_listen), &shp_cfg_string},
+    {"state_dir", SHP_PATH_STATE_DIR,
+     "directory of the state database am.db (reservations, the topology "
+     "in use, the next ids, the epoch; mode 0700, made when missing); "
+     "empty: no state kept, a restart forgets it",
+     offsetof(shp_am_config_t, state_dir), &shp_cfg_string},
     {NULL}};
 
 static const shp_config_table_t am_table = {
     "sharp_am", "SHARP_AM_", SHP_CONF_DIR "/sharp_am.conf", am_opts};
 
 /* --node-secret ROLE:NAME (or =ROLE:NAME), taken out of argv: the value,
- * or NULL.  It is an action, not a setting: no file or variable sets it. */
-static const char *take_node_secret(int *argc, char **argv)
+ * or NULL; and --reset-state (*reset).  They are actions, not settings:
+ * no file or variable sets them. */
+static const char *take_node_secret(int *argc, char **argv, int *reset)
 {
     const char *v = NULL;
     int out = 1;
     for (int i = 1; i < *argc; i++) {
-        if (!strcmp(argv[i], "--node-secret") && i + 1 < *argc) {
+        if (!strcmp(argv[i], "--reset-state")) {
+            *reset = 1;
+        } else if (!strcmp(argv[i], "--node-secret") && i + 1 < *argc) {
             v = argv[++i];
         } else if (!strncmp(argv[i], "--node-secret=", 14)) {
             v = argv[i] + 14;
@@ -204,7 +212,8 @@ int main(int argc, char **argv)
 
     shp_log_set_component("sharp_am");
     shp_log_detect_journal();
-    const char *node_secret = take_node_secret(&argc, argv);
+    int reset_state = 0;
+    const char *node_secret = take_node_secret(&argc, argv, &reset_state);
     if (shp_config_load(
             &am_table, &am.cfg, argc, argv,
             "usage: sharp_am [--config FILE] [--OPTION VALUE ...]\n"
@@ -213,6 +222,11 @@ int main(int argc, char **argv)
             "           print the secret file of the AN (an:SWITCH) "
             "or sharpd (sharpd:HOST)\n"
             "           NAME, made from secret_file\n"
+            "       sharp_am [--config FILE] --reset-state [--OPTION VALUE "
+            "...]\n"
+            "           move the state database (state_dir/am.db) aside "
+            "to\n"
+            "           am.db.corrupt-DATE and start with an empty state\n"
             "\n"
             "The aggregation manager of sharp: reads the fabric "
             "topology, builds aggregation\ntrees over the "
@@ -233,6 +247,7 @@ int main(int argc, char **argv)
         shp_config_release(&am_table, &am.cfg);
         return rc;
     }
+    am.cfg.reset_state = reset_state;
     shp_log_set_level(am.cfg.log_level);
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
     shp_am_admin_install(&am);

@@ -17,18 +17,27 @@ BENCHES += $(BENCH_GROUP)
 
 $(BENCH_GROUP): $(OBJDIR)/bench/group_create.o $(TEST_SUPPORT_LIB) $(AM_LIB) \
 		$(TOPO_LIB) $(COMMON_LIB)
-	$(call link_prog)
+	$(call link_prog,$(SQLITE_LIBS))
 
 BENCH_AM := $(BINDIR)/bench_am
 BENCHES += $(BENCH_AM)
 
 $(BENCH_AM): $(OBJDIR)/bench/am.o $(AM_LIB) $(TOPO_LIB) $(COMMON_LIB)
-	$(call link_prog)
+	$(call link_prog,$(SQLITE_LIBS))
+
+# the manager's state database: a commit, a reservation, per group
+BENCH_AM_STORE := $(BINDIR)/bench_am_store
+BENCHES += $(BENCH_AM_STORE)
+
+$(BENCH_AM_STORE): $(OBJDIR)/bench/am_store.o $(AM_LIB) $(COMMON_LIB)
+	$(call link_prog,$(SQLITE_LIBS))
 
 .PHONY: bench-am
-bench-am: $(BENCH_AM) $(BENCH_GROUP) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
+bench-am: $(BENCH_AM) $(BENCH_GROUP) $(BENCH_AM_STORE) $(SHARP_AM) \
+		$(SHARP_AN) $(SHARPD)
 	$(BENCH_GROUP)
 	$(BENCH_AM)
+	$(BENCH_AM_STORE)
 
 # libsharp_coll latency through a local fabric, next to a TCP round trip.
 BENCH_COLL := $(BINDIR)/bench_coll
@@ -71,7 +80,7 @@ BENCHES += $(BENCH_AN)
 
 $(BENCH_AN): $(OBJDIR)/bench/an.o $(TEST_SUPPORT_LIB) $(AM_LIB) $(TOPO_LIB) \
 		$(COMMON_LIB)
-	$(call link_prog)
+	$(call link_prog,$(SQLITE_LIBS))
 
 .PHONY: bench-an
 bench-an: $(BENCH_AN) $(SHARP_AM) $(SHARP_AN) $(SHARPD)

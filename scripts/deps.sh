@@ -26,6 +26,7 @@ PKGS=(
     groff-base man-db          # the man page test: groff -ww, man -w
     iproute2 nftables          # sharp-fabric --netns: namespaces, loss
     libmicrohttpd-dev          # sharp_am's Prometheus metrics endpoint
+    libsqlite3-dev             # sharp_am's state database (reservations, ids)
     prometheus curl            # its test: a real Prometheus scrapes a fabric
     libslurm-dev               # the Slurm SPANK plugin (<slurm/spank.h>)
     slurmctld slurmd slurm-client munge  # its test: real Slurm daemons

@@ -18,13 +18,14 @@ UNIT_TEST_SRCS := $(wildcard $(addsuffix /test_*.c,$(addprefix tests/, \
 	tests/an/test_an_exact.c tests/an/test_an_link.c \
 	tests/mpi-coll/test_recover.c tests/mpi-coll/test_node_shm.c \
 	tests/sharpd/test_sharpd_auth.c tests/am/test_adopt.c \
+	tests/am/test_store.c \
 	tests/libsharp/test_buf.c
 UNIT_TESTS := $(patsubst tests/%.c,$(TESTDIR)/%,$(UNIT_TEST_SRCS))
 TESTS += $(UNIT_TESTS)
 
 $(UNIT_TESTS): $(TESTDIR)/%: $(OBJDIR)/tests/%.o $(AM_LIB) $(TOPO_LIB) \
 		$(COMMON_LIB)
-	$(call link_prog,$(CMOCKA_LIBS))
+	$(call link_prog,$(CMOCKA_LIBS) $(SQLITE_LIBS))
 
 # the manager's core in-process, its peers on socketpairs (nothing bound)
 $(TESTDIR)/am/test_adopt: LDFLAGS += -Wl,--wrap=shp_listener_start \

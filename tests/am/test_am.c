@@ -8,9 +8,10 @@
  * Covers: job begin/attach/end, group create (trimmed sub-tree, descriptor)
  * and a real allreduce through it (tests/an/an_member), group destroy, uid
  * enforcement (a client running as nobody), refusals, a wrong cluster
- * secret, kill -9 of an AN (only the groups through it are revoked), and an
+ * secret, kill -9 of an AN (only the groups through it are revoked), an
  * AM restart (ANs and sharpds come back, the job and its group are taken
- * back).
+ * back), and the AM's own state kept across kill -9 (reservations, the
+ * topology loaded, group ids, the epoch).
  */
 #include "tests/support/test_util.h"
 
@@ -46,15 +47,16 @@ static void path(char *buf, size_t len, const char *name)
 
 static void start_am(const char *listen)
 {
-    char exe[500], topo[600], sock[600], log[600];
+    char exe[500], topo[600], sock[600], log[600], state[600];
     snprintf(exe, sizeof(exe), "%s/sharp_am", bindir);
     path(topo, sizeof(topo), "topo.ibnd");
     path(sock, sizeof(sock), "am.sock");
     path(log, sizeof(log), "am.log");
+    path(state, sizeof(state), "am-state"); /* kept across its restarts */
     char *argv[] = {exe, "--topology", topo, "--listen", (char *)listen,
                     "--admin-socket", sock, "--secret-file", secret,
-                    "--keepalive", "1s", "--tree-settle", "100ms",
-                    "--group-timeout", "5s",
+                    "--state-dir", state, "--keepalive", "1s", "--tree-settle",
+                    "100ms", "--group-timeout", "5s",
                     /* the tests below plan groups over tree levels */
                     "--flat-max", "0",
                     /* its 6 ANs and 4 sharpds, and one more sharpd at a
@@ -1316,6 +1318,128 @@ static void test_am_restart(void **state)
     client_close(a);
 }
 
+static json_int_t stat_of(const char *name)
+{
+    json_t *st = admin("stats");
+    json_int_t v =
+        json_integer_value(json_object_get(json_object_get(st, "stats"), name));
+    json_decref(st);
+    return v;
+}
+
+/* The manager's own state survives kill -9 (its state database, kept in
+ * state_dir): a scheduler's reservation comes back with its owner, key,
+ * quotas and hosts, and the job's next step attaches to it; the topology
+ * an administrator loaded is the one in use again; no group id of the
+ * killed manager is handed out again; the epoch grows. */
+static void test_state_restart(void **state)
+{
+    (void)state;
+    char topo2[600], cmd[1400], listen[64], key[80];
+    static const char *hosts[] = {"n00001", "n00003"};
+    path(topo2, sizeof(topo2), "topo2.ibnd");
+    snprintf(cmd, sizeof(cmd), "cp %s/topo.ibnd %s", dir, topo2);
+    assert_int_equal(system(cmd), 0);
+    client_t *ad = client_open("am.sock");
+    json_t *r = call(
+        ad, json_pack("{s:s, s:s}", "type", "topology_load", "file", topo2));
+    client_close(ad);
+    assert_int_equal(status_of(r), 0);
+    json_decref(r);
+    wait_ready(NSW);
+    json_int_t epoch0 = stat_of("epoch");
+    assert_true(epoch0 > 0);
+
+    /* a reservation of two hosts, a step of it and its group */
+    client_t *a = client_open("sd-n00001.sock");
+    client_t *b = client_open("sd-n00003.sock");
+    assert_int_equal(call_status(a, reserve_json(80, 65534, 3)), 0);
+    assert_int_equal(call_status(b, reserve_json(80, 65534, 3)), 0);
+    r = call(a, job_msg("job_attach", 80));
+    assert_int_equal(status_of(r), 0);
+    snprintf(key, sizeof(key), "%s",
+             json_string_value(json_object_get(r, "job_key")));
+    assert_int_equal(strlen(key), 64);
+    json_decref(r);
+    json_t *g = group_create(a, 80, hosts, 2);
+    assert_int_equal(status_of(g), 0);
+    int64_t gid0 = group_id(g);
+    json_decref(g);
+
+    snprintf(listen, sizeof(listen), "%s", am_addr);
+    kill(am_pid, SIGKILL);
+    waitpid(am_pid, NULL, 0);
+    json_t *n = wait_notice(a, "group_revoked", gid0, 5000);
+    assert_non_null(n);
+    json_decref(n);
+    client_close(a);
+    start_am(listen);
+    wait_ready(NSW);
+
+    /* the reservation is there as it was */
+    json_t *row = job_row(80);
+    assert_non_null(row);
+    assert_true(json_is_true(json_object_get(row, "reserved")));
+    assert_int_equal(json_integer_value(json_object_get(row, "uid")), 65534);
+    assert_int_equal(json_array_size(json_object_get(row, "hosts")), 2);
+    json_decref(row);
+    /* the topology in use is the one loaded, not the configuration's */
+    r = admin("topology");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(r, "topology"), "file")),
+                        topo2);
+    json_decref(r);
+    assert_true(stat_of("epoch") > epoch0);
+
+    /* the job's next step (as its owner) attaches: same key, same quotas */
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgid(65534) || setuid(65534))
+            _exit(90);
+        client_t *c = client_open("sd-n00003.sock");
+        json_t *ar = call(c, job_msg("job_attach", 80));
+        static const char *m[] = {"n00003"};
+        json_t *g1 = group_create(c, 80, m, 1);
+        const char *k = json_string_value(json_object_get(ar, "job_key"));
+        int64_t out[6] = {status_of(ar),
+                          json_integer_value(json_object_get(ar, "osts")),
+                          json_is_true(json_object_get(ar, "reserved")),
+                          k && !strcmp(k, key),
+                          status_of(g1),
+                          group_id(g1)};
+        _exit(write(pipefd[1], out, sizeof(out)) == sizeof(out) ? 0 : 91);
+    }
+    int64_t res[6];
+    int st;
+    assert_int_equal(read(pipefd[0], res, sizeof(res)), sizeof(res));
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(res[1], 3);
+    assert_int_equal(res[2], 1);
+    assert_int_equal(res[3], 1);
+    assert_int_equal(res[4], 0);
+    /* a group id after the killed manager's, not one it handed out (ids
+     * go round 1 .. 2^24 - 1) */
+    int64_t ahead = ((res[5] - gid0) % 16777215 + 16777215) % 16777215;
+    assert_true(ahead > 0 && ahead < (1 << 23));
+
+    /* released: gone, and gone after a restart too */
+    r = call(b, job_msg("job_release", 80));
+    assert_int_equal(status_of(r), 0);
+    assert_true(json_is_true(json_object_get(r, "released")));
+    json_decref(r);
+    client_close(b);
+    kill(am_pid, SIGKILL);
+    waitpid(am_pid, NULL, 0);
+    start_am(listen);
+    wait_ready(NSW);
+    assert_null(job_row(80));
+}
+
 /* whether the log of the sharpd started as `name` has a line with `what` */
 static int sd_log_has(const char *name, const char *what)
 {
@@ -1426,6 +1550,7 @@ int main(void)
         cmocka_unit_test(test_node_keys),
         cmocka_unit_test(test_kill_an),
         cmocka_unit_test(test_am_restart),
+        cmocka_unit_test(test_state_restart),
         cmocka_unit_test(test_max_peers),
     };
     return cmocka_run_group_tests_name("am", tests, setup, teardown);

@@ -67,6 +67,7 @@ $(FUZZ_O)/bin/fuzz_an: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_an.o $(FUZZ_AN_OBJS) \
 	$(call fuzz_link,$^)
 # the AM's listeners hand the harness their accept callbacks; topology files
 # it is asked to load are only the harness's own
+$(FUZZ_O)/bin/fuzz_am: FUZZ_LDLIBS += $(SQLITE_LIBS)
 $(FUZZ_O)/bin/fuzz_am: FUZZ_WRAP := -Wl,--wrap=shp_listener_start \
 	-Wl,--wrap=shp_listener_stop -Wl,--wrap=shp_topo_load
 $(FUZZ_O)/bin/fuzz_am: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_am.o $(FUZZ_AM_OBJS) \

@@ -5,7 +5,8 @@
 #     the library's soname and exports, a client built from the installed
 #     headers through pkg-config, the configurations and the secret under
 #     P/etc/sharp (loadable, never overwritten, 0600), the sockets' directory
-#     P/var/run/sharp; the installed programs' compiled-in defaults and the
+#     P/var/run/sharp, the manager's state directory P/var/lib/sharp (0700);
+#     the installed programs' compiled-in defaults and the
 #     units name those paths; the installed sharp_am and sharpd, started
 #     with no path given, find their configuration, secret and sockets there,
 #     and sharpctl and the client find them; make uninstall;
@@ -80,11 +81,13 @@ for f in bin/sharp_am bin/sharp_an bin/sharpd bin/sharpctl bin/sharp-topo \
     share/doc/sharp/README.md share/doc/sharp/sharpctl.txt \
     share/man/man8/sharp_an.8 share/man/man5/sharpd.conf.5 share/man/man3/sharp_coll.3 \
     etc/sharp/sharp_am.conf etc/sharp/sharp_an.conf etc/sharp/sharpd.conf \
-    etc/sharp/secret var/run/sharp; do
+    etc/sharp/secret var/run/sharp var/lib/sharp; do
     [ -e "$P/$f" ] || { echo "missing $P/$f"; missing=$((missing + 1)); }
 done
-check "layout: binaries, headers, libraries, pkg-config, units, docs, etc, var/run" \
+check "layout: binaries, headers, libraries, pkg-config, units, docs, etc, var/run, var/lib" \
     test $missing = 0
+check "the state directory var/lib/sharp: mode 0700, owned by $U" \
+    test "$(stat -c '%a %U' "$P/var/lib/sharp")" = "700 $U"
 check "soname libsharp_coll.so.1" \
     bash -c "readelf -d $P/lib/libsharp_coll.so | grep -q 'SONAME.*libsharp_coll.so.1'"
 check "the library exports only sharp_coll_*" \
@@ -98,6 +101,7 @@ check "sharp_am: configuration, topology, secret, admin socket under the prefix"
              dump | grep -qx 'admin_socket = $P/var/run/sharp/am.sock' &&
              dump | grep -qx 'topology = $P/etc/sharp/topology.ibnd' &&
              dump | grep -qx 'secret_file = $P/etc/sharp/secret' &&
+             dump | grep -qx 'state_dir = $P/var/lib/sharp' &&
              env -i $P/bin/sharp_am --help | grep -q 'default file: $P/etc/sharp/sharp_am.conf'"
 check "sharpd: configuration, secret, socket under the prefix" \
     bash -c "env -i $P/bin/sharpd --dump-config | grep -qx 'socket = $P/var/run/sharp/sharpd.sock' &&
@@ -130,6 +134,7 @@ check "units: the prefix's programs, configurations and socket directory" \
              grep -qx 'ExecStart=$P/bin/sharp_an --config $P/etc/sharp/sharp_an.conf --name %i' '$U_DIR/sharp_an@.service' &&
              grep -qx 'ReadWritePaths=$P/var/run/sharp' $U_DIR/sharpd.service &&
              grep -qx 'ReadWritePaths=$P/var/run/sharp' $U_DIR/sharp_am.service &&
+             grep -qx 'ReadWritePaths=$P/var/lib/sharp' $U_DIR/sharp_am.service &&
              ! grep -Eq 'RuntimeDirectory|@[A-Z]+@|(^|[ =])/(etc|run)/sharp' $U_DIR/*.service"
 if command -v systemd-analyze >/dev/null; then
     cp "$U_DIR/sharp_an@.service" "$T/sharp_an@leaf01.service"
@@ -198,6 +203,8 @@ pids+=($!)
 for _ in $(seq 100); do [ -S "$P/var/run/sharp/sharpd.sock" ] && break; sleep 0.1; done
 check "sharp_am and sharpd made their sockets in $P/var/run/sharp" \
     test -S "$P/var/run/sharp/am.sock" -a -S "$P/var/run/sharp/sharpd.sock"
+check "sharp_am keeps its state in $P/var/lib/sharp/am.db (mode 0600)" \
+    test "$(stat -c %a "$P/var/lib/sharp/am.db" 2>&1)" = 600
 ctl_stats() { "${as[@]}" env -i "$P/bin/sharpctl" stats >"$T/stats.log" 2>&1; }
 check "sharpctl reaches the manager through its default socket" ctl_stats
 if [ "$U" != nobody ] && [ "$(id -u)" = 0 ]; then
@@ -224,8 +231,8 @@ check "reinstall keeps configuration and secret" \
     bash -c "grep -q '^# mine' $P/etc/sharp/sharpd.conf && [ \"\$(md5sum <$P/etc/sharp/secret)\" = '$before' ]"
 inst PREFIX="$P" uninstall >/dev/null 2>&1
 left=$(cd "$P" && find . \( -type f -o -type l \) -printf '%P\n' | sort | tr '\n' ' ')
-check "uninstall: only etc/sharp left ($left)" \
-    test "$left" = "etc/sharp/secret etc/sharp/sharp_am.conf etc/sharp/sharp_an.conf etc/sharp/sharpd.conf etc/sharp/topology.ibnd "
+check "uninstall: only etc/sharp and the manager's state left ($left)" \
+    test "$left" = "etc/sharp/secret etc/sharp/sharp_am.conf etc/sharp/sharp_an.conf etc/sharp/sharpd.conf etc/sharp/topology.ibnd var/lib/sharp/am.db "
 
 # 2. Staged for a package --------------------------------------------------
 etc_before=$(ls -d /etc/sharp /run/sharp 2>/dev/null)
@@ -238,7 +245,7 @@ check "staged: /usr, /etc/sharp, the units in /usr/lib/systemd/system" \
 check "staged: the Slurm plugin under /usr/lib/sharp, its plugstack line names it" \
     bash -c "test -x $S/usr/lib/sharp/spank_sharp.so &&
              grep -qx 'optional /usr/lib/sharp/spank_sharp.so' $S/usr/share/doc/sharp/plugstack.sharp.conf"
-check "staged: no secret, no runtime directory (systemd makes /run/sharp)" \
+check "staged: no secret, no runtime or state directory (systemd makes /run/sharp, /var/lib/sharp)" \
     test ! -e "$S/etc/sharp/secret" -a ! -e "$S/run" -a ! -e "$S/var"
 check "staged: the programs and configurations name /etc/sharp and /run/sharp" \
     bash -c "grep -qx '# secret_file = /etc/sharp/secret' $S/etc/sharp/sharpd.conf &&
@@ -251,6 +258,8 @@ check "staged units: /usr/bin, /etc/sharp, RuntimeDirectory=sharp" \
     bash -c "grep -qx 'ExecStart=/usr/bin/sharpd --config /etc/sharp/sharpd.conf' $S/usr/lib/systemd/system/sharpd.service &&
              grep -qx 'RuntimeDirectory=sharp' $S/usr/lib/systemd/system/sharpd.service &&
              grep -qx 'RuntimeDirectory=sharp' $S/usr/lib/systemd/system/sharp_am.service &&
+             grep -qx 'StateDirectory=sharp' $S/usr/lib/systemd/system/sharp_am.service &&
+             grep -qx 'StateDirectoryMode=0700' $S/usr/lib/systemd/system/sharp_am.service &&
              ! grep -q 'ReadWritePaths\|@[A-Z]*@' $S/usr/lib/systemd/system/*.service"
 check "staged: prefix=/usr in sharp_coll.pc" grep -qx 'prefix=/usr' "$S/usr/lib/pkgconfig/sharp_coll.pc"
 # a multiarch LIBDIR, as Debian's packages install

@@ -194,10 +194,11 @@ static void spawn_am(test_fabric_t *f, const char *secret,
                      const char *topo_path, const char *amaddr,
                      const char *osts)
 {
-    char exe[600], log[600];
+    char exe[600], log[600], state[600];
 
     snprintf(exe, sizeof(exe), "%s/sharp_am", f->bin);
     snprintf(log, sizeof(log), "%s/am.log", f->dir);
+    snprintf(state, sizeof(state), "%s/am-state", f->dir);
     char *argv[] = {exe,
                     "--topology",
                     (char *)topo_path,
@@ -207,6 +208,8 @@ static void spawn_am(test_fabric_t *f, const char *secret,
                     "",
                     "--secret-file",
                     (char *)secret,
+                    "--state-dir",
+                    state,
                     "--log-level",
                     "warn",
                     "--tree-settle",
@@ -215,7 +218,7 @@ static void spawn_am(test_fabric_t *f, const char *secret,
                     (char *)osts,
                     NULL};
     if (osts[0] == '\0') {
-        argv[13] = NULL; /* the manager's default quota */
+        argv[15] = NULL; /* the manager's default quota */
     }
     test_fabric_spawn(f, argv, log);
 }
@@ -263,6 +266,8 @@ void test_fabric_spawn_daemons(test_fabric_t *f, const char *secret,
     char exe[600], log[600], amaddr[64];
 
     snprintf(amaddr, sizeof(amaddr), "%s.0.1:6126", net);
+    /* a new fabric: no state of an earlier one in the directory */
+    test_fabric_sh("rm -rf '%s/am-state'", f->dir);
     spawn_am(f, secret, topo_path, amaddr, osts);
     usleep(300000);
     spawn_ans(f, secret, topo, net, amaddr);

@@ -37,7 +37,8 @@ check() {
 "$BIN/sharp-topo" fat-tree --radix 4 --hosts 4 >"$D/small.ibnd"
 (umask 077 && head -c 32 /dev/urandom | base64 >"$D/secret")
 "$BIN/sharp_am" --topology "$D/small.ibnd" --listen 127.16.0.1:0 \
-    --admin-socket "$D/am.sock" --secret-file "$D/secret" >"$D/am.log" 2>&1 &
+    --admin-socket "$D/am.sock" --secret-file "$D/secret" --state-dir "$D/state" \
+    >"$D/am.log" 2>&1 &
 am=$!
 for _ in $(seq 100); do grep -q "listening on" "$D/am.log" && break; sleep 0.05; done
 

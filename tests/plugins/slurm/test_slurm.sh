@@ -12,6 +12,9 @@
 #      while it runs the manager holds it for nobody's uid (reserved, one
 #      group); after scancel it is gone, no AN serves a group.
 #   3. a batch job that fails (exit 3): released too.
+#   4. a batch job of two steps, the manager killed -9 and started again
+#      between them: its reservation comes back from the manager's state
+#      database, the second step attaches and allreduces, and it is released.
 # Skips (77) when Slurm's packages are missing, or when not root (slurmd
 # must run as root to start jobs).
 set -u
@@ -195,6 +198,29 @@ check "failing job $jid3: Slurm says FAILED" wait_for 90 job3_done
 check "failing job $jid3: its step allreduced before" \
     test "$(grep -c ' 5 allreduces ok' "$DIR/log/job3.out")" = 4
 check "failing job $jid3: released at the manager" wait_for 30 job_gone "$jid3"
+
+# 4. the manager killed -9 between two steps of a job ---------------------------------
+# (as systemd's Restart= would start it again: same state database) the
+# job's reservation is there again and the second step attaches to it
+jid4=$(SHARP_TEST_OOB=$OOB sbatch --parsable -J sharp-test -N1 -n4 -D "$DIR/run" \
+    -o "$DIR/log/job4.out" --wrap "srun $RANK 5 && touch $DIR/run/step1 &&
+        while [ ! -e $DIR/run/go ]; do sleep 0.1; done && srun $RANK 5")
+wait_for 90 test -e "$DIR/run/step1" || { cat "$DIR/log/job4.out"; die "job $jid4: no first step"; }
+check "two steps: after the first, the manager holds job $jid4" job_at_am "$jid4"
+sd_regs() { grep -c "sharpd of host n00001 .*registered" "$DIR/fabric/logs/am.log"; }
+regs=$(sd_regs)
+fabric kill sharp_am >/dev/null
+fabric start sharp_am >/dev/null
+check "the manager killed -9 and started again: n00001's sharpd registered again" \
+    wait_for 100 bash -c "[ \$(grep -c 'sharpd of host n00001 .*registered' '$DIR/fabric/logs/am.log') -gt $regs ]"
+check "the restarted manager holds job $jid4: reserved, for root, 8 OSTs (its state database)" \
+    test "$(ctl jobs --json | jq -c --arg j "$jid4" '.[] | select((.job_id | tostring) == $j) | [.reserved, .uid, .osts]')" = "[true,0,8]"
+touch "$DIR/run/go"
+job4_done() { scontrol show job "$jid4" | grep -q 'JobState=COMPLETED'; }
+check "job $jid4: Slurm says COMPLETED" wait_for 90 job4_done
+check "job $jid4: both steps allreduced, the second through the restarted manager" \
+    test "$(grep -c ' 5 allreduces ok' "$DIR/log/job4.out")" = 8
+check "job $jid4: released at the manager" wait_for 30 job_gone "$jid4"
 
 check "nothing left at the manager: no job, no group" \
     test "$(ctl stats --json | jq -c '[.jobs, .groups]')" = "[0,0]"
