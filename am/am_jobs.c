@@ -55,7 +55,10 @@ void shp_am_job_end(shp_am_t *am, shp_am_job_t *j, shp_status_t why,
             shp_am_group_revoke(am, g, why, reason);
         }
     }
-    if (why != SHP_OK) {
+    /* an orderly end of a reserved job is told too: every host's sharpd
+     * forgets the reservation, which it would otherwise report to a
+     * restarted manager (adoption) and bring the job back */
+    if (why != SHP_OK || j->reserved) {
         json_t *m = json_pack("{s:s, s:o, s:i, s:s}", "type", "job_killed",
                               "job_id", shp_json_u64(j->id), "status", (int)why,
                               "reason", reason);

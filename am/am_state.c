@@ -117,10 +117,12 @@ shp_am_job_t *shp_am_job_for(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
 /* Tell the sharpds of the job's hosts. */
 void shp_am_job_notify(shp_am_t *am, shp_am_job_t *j, json_t *msg)
 {
-    /* a host listed twice is told once (without marks, twice) */
+    /* a host listed twice is told once (without marks, twice); a host
+     * that holds a reservation of the job is told too (its sharpd keeps
+     * the reservation until the job ends) */
     int marks = shp_am_mark_begin(am) == SHP_OK;
     for (int h = 0; h < j->nhosts; h++) {
-        if (!j->attached[h])
+        if (!j->attached[h] && !(j->held && j->held[h]))
             continue;
         if (marks) {
             if (am->mark[j->hosts[h]] == am->mark_gen)
