@@ -240,6 +240,13 @@ ctl adoption >"$DIR/adoption.txt" 2>&1
 if grep -q "of job $(taken_job).*\(came back without it\|reports it failed\|no AN reported it\)" \
     "$DIR/adoption.txt"; then
     ok "the groups through a leaf AN that came back without them are revoked"
+elif grep -q "^groups_adopted *0$" "$DIR/adoption.txt" &&
+    grep -q "^groups_revoked *0$" "$DIR/adoption.txt"; then
+    # on a loaded host the members may fail those groups (the lost leaf's
+    # links) and give them up before the manager is back: then nobody
+    # reports them and nothing is taken back, which is as right
+    ok "the groups through the restarted leaf AN were given up before the" \
+        "manager came back: none taken back"
 else
     bad "the groups through the restarted leaf AN are not revoked with their reason"
     cat "$DIR/adoption.txt"
