@@ -49,6 +49,11 @@ typedef struct shp_am_config {
     int64_t tree_settle_ms;
     int64_t stats_interval_ms;
     char *metrics_listen; /* "" off */
+    /* a standby manager (am_ha.c, docs/am.md "A standby manager") */
+    char *address; /* how nodes and peers name this manager; "": listen */
+    char *peers;   /* the other managers' addresses, comma separated */
+    int standby;   /* start as standby: wait takeover_after for an active */
+    int64_t takeover_after_ms; /* a standby takes over after this silence */
 } shp_am_config_t;
 
 typedef struct shp_am shp_am_t;
@@ -66,7 +71,8 @@ typedef enum {
     AM_PEER_NEW,
     AM_PEER_AN,
     AM_PEER_SHARPD,
-    AM_PEER_ADMIN
+    AM_PEER_ADMIN,
+    AM_PEER_MANAGER /* another manager (am_ha.c) */
 } am_role_t;
 
 struct shp_am_peer {
@@ -177,12 +183,24 @@ struct shp_am {
     ev_timer settle;
     ev_timer stats_timer;
     char listen_addr[64];
+    /* the active/standby state (am_ha.c): the epoch this manager is or
+     * was active in, and its proof for the nodes (protocol/auth.h) */
+    uint64_t epoch;
+    char epoch_proof[SHP_AUTH_EPOCH_PROOF_LEN + 1];
+    int active;          /* serving nodes (always, without peers) */
+    double active_since; /* wall-clock time it became active, or standby */
+    struct shp_am_ha *ha;
+    /* what a manager runs when it becomes active, at start or at a
+     * takeover (am.c installs it; am_ha.c calls it) */
+    void (*serve)(shp_am_t *am);
     struct {
         uint64_t jobs_begun, jobs_refused, groups_created, groups_failed,
             groups_revoked, auth_failures, tree_builds;
         /* refusals at a limit: a user's uid_max_groups, a peer past
          * max_peers; squatters' jobs ended by a reservation of their id */
         uint64_t uid_groups_refused, peers_refused, squats_ended;
+        /* this manager became active; stepped down (am_ha.c) */
+        uint64_t takeovers, step_downs;
     } stats;
 };
 
@@ -196,6 +214,10 @@ SHP_WUR shp_status_t shp_am_topology_load(shp_am_t *am, const char *path,
 /* The admin interface (am_admin.c), a consumer of the core above: installs
  * its request handler in `am` (call before shp_am_start). */
 void shp_am_admin_install(shp_am_t *am);
+
+/* The active/standby state for sharpctl status (am_ha.c): a new
+ * reference. */
+json_t *shp_am_ha_status(shp_am_t *am);
 
 /* The core's services to its consumers (the admin interface) */
 void shp_am_job_end(shp_am_t *am, shp_am_job_t *job, shp_status_t why,
