@@ -196,6 +196,7 @@ void shp_am_ha_step_down(shp_am_t *am, const char *why)
 /* Becoming active ------------------------------------------------------------ */
 
 static void am_ha_send_all(shp_am_ha_t *ha);
+static void am_ha_check_takeover(shp_am_ha_t *ha);
 
 static void am_ha_become_active(shp_am_ha_t *ha, const char *why)
 {
@@ -263,8 +264,11 @@ static int am_ha_heard(shp_am_ha_t *ha, const char *from, const json_t *msg)
                    ? json_number_value(json_object_get(msg, "since"))
                    : 0.;
     l->heard_ns = shp_time_ns();
-    if (!l->active)
+    if (!l->active) {
+        if (ha->fresh)
+            am_ha_check_takeover(ha);
         return 0;
+    }
     ha->fresh = 0;
     int64_t ng = shp_json_opt_int(msg, "next_group", 0, (1 << 24) - 1, 0);
     if ((uint32_t)ng > ha->next_group_heard)
@@ -333,6 +337,8 @@ static void am_ha_link_closed(shp_conn_t *conn, shp_status_t reason)
                  shp_status_str(reason));
     l->state = 0;
     l->tried = 1;
+    if (ha->fresh)
+        am_ha_check_takeover(ha); /* a primary need not wait for a beat */
     if (!ha->stopping) {
         /* a restarted peer is found within a beat */
         ev_timer_set(&l->retry, (double)ha->beat_ns / 1e9, 0.);
@@ -421,7 +427,7 @@ static uint64_t am_ha_takeover_in(shp_am_ha_t *ha, uint64_t now)
  * before the next beat */
 static void am_ha_check_takeover(shp_am_ha_t *ha)
 {
-    if (ha->am->active)
+    if (ha->am->active || ha->stopping)
         return;
     uint64_t in = am_ha_takeover_in(ha, shp_time_ns());
     if (in == 0) {
