@@ -25,10 +25,19 @@ BENCHES += $(BENCH_AM)
 $(BENCH_AM): $(OBJDIR)/bench/am.o $(AM_LIB) $(TOPO_LIB) $(COMMON_LIB)
 	$(call link_prog)
 
+# a standby manager: kill -9 of the active to the first group of the new
+BENCH_TAKEOVER := $(BINDIR)/bench_am_takeover
+BENCHES += $(BENCH_TAKEOVER)
+
+$(BENCH_TAKEOVER): $(OBJDIR)/bench/am_takeover.o $(COMMON_LIB)
+	$(call link_prog)
+
 .PHONY: bench-am
-bench-am: $(BENCH_AM) $(BENCH_GROUP) $(SHARP_AM) $(SHARP_AN) $(SHARPD)
+bench-am: $(BENCH_AM) $(BENCH_GROUP) $(BENCH_TAKEOVER) $(SHARP_AM) \
+		$(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
 	$(BENCH_GROUP)
 	$(BENCH_AM)
+	$(BENCH_TAKEOVER)
 
 # libsharp_coll latency through a local fabric, next to a TCP round trip.
 BENCH_COLL := $(BINDIR)/bench_coll
