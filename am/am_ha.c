@@ -527,6 +527,13 @@ int shp_am_ha_admit(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     if (am->active) { /* cannot be: fenced steps down */
         r = shp_ctl_reply(ack_type, 0, SHP_ERR_STALE_EPOCH, "stale epoch");
     } else {
+        /* a standby learns the epochs the nodes saw: it takes over above
+         * them even when no peer told it (both managers restarted) */
+        uint64_t e = (uint64_t)shp_json_opt_int(msg, "epoch", 0, INT64_MAX, 0);
+        if (e > ha->epoch_known &&
+            shp_auth_epoch_check(&am->key, e,
+                                 shp_json_opt_str(msg, "epoch_proof", "")))
+            am_ha_learn(ha, e);
         uint64_t now = shp_time_ns();
         am_ha_link_t *a = am_ha_active_peer(ha, now);
         uint64_t in = am_ha_takeover_in(ha, now);

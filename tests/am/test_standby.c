@@ -14,7 +14,8 @@
  * standby takes over, and the old one, resumed, steps down without
  * revoking anything (the new active's group stays, its ANs too, no id is
  * given twice); a manager that a node has seen outlived (a higher epoch,
- * with its proof) steps down when the node registers.
+ * with its proof) steps down when the node registers; a manager restarted
+ * alone learns the nodes' epoch while standby and takes over above it.
  */
 #include "tests/support/test_util.h"
 
@@ -582,6 +583,28 @@ static void test_stale_refused(void **state)
     assert_int_equal(stop(sd), 0);
     /* the pair's standby took over meanwhile */
     assert_int_equal(wait_role(1, "active", 5000), 4);
+    wait_ready(1);
+}
+
+/* Both managers of the pair gone, one started again (a standby, with its
+ * memory empty): it learns from the nodes trying it that they saw epoch 4
+ * and takes over above it, without being refused first. */
+static void test_both_restarted(void **state)
+{
+    (void)state;
+    kill9(1);
+    start_am(0, pair, "yes", "1s");
+    assert_int_equal(wait_role(0, "active", 10000), 5);
+    json_t *r = admin(0, "status");
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(r, "manager"), "step_downs")),
+                     0);
+    json_decref(r);
+    wait_ready(0);
+    client_t *c = client_open("sd-n00001.sock");
+    wait_sd_up(c);
+    job_and_group(c, 6);
+    client_close(c);
 }
 
 int main(void)
@@ -600,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_kill_active),
         cmocka_unit_test(test_pause_active),
         cmocka_unit_test(test_stale_refused),
+        cmocka_unit_test(test_both_restarted),
     };
     return cmocka_run_group_tests_name("standby", tests, setup, teardown);
 }
