@@ -498,7 +498,8 @@ static void test_kill_active(void **state)
 {
     (void)state;
     assert_int_equal(wait_role(0, "active", 5000), 1);
-    assert_int_equal(wait_role(1, "standby", 100), 0);
+    /* the standby (its admin socket up once it has read the topology) */
+    assert_int_equal(wait_role(1, "standby", 10000), 0);
     wait_ready(0);
     assert_int_equal(count_up(1, "ans"), 0);
     client_t *c = client_open("sd-n00001.sock");
@@ -533,6 +534,8 @@ static void test_kill_active(void **state)
 static void test_pause_active(void **state)
 {
     (void)state;
+    assert_int_equal(wait_role(1, "active", 100), 2);
+    wait_ready(1);
     client_t *c = client_open("sd-n00001.sock");
     wait_sd_up(c);
     int64_t g1 = job_and_group(c, 3);
