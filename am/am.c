@@ -158,6 +158,23 @@ shp_status_t shp_am_topology_load(shp_am_t *am, const char *path, char *err,
     return SHP_OK;
 }
 
+/* What a manager starts when it becomes active: at once without peers,
+ * or when it takes over from another (am_ha.c calls it through am->serve,
+ * after the new epoch is committed).  ANs and sharpds register from now
+ * on; whatever a fresh manager does to take the fabric over belongs
+ * here. */
+static void am_serve(shp_am_t *am)
+{
+    shp_am_trees_init(am);
+    /* the fabric as the ANs and sharpds report it, taken back (a manager
+     * that stepped down and comes back starts a new adoption) */
+    shp_am_adopt_stop(am);
+    if (shp_am_adopt_start(am) != SHP_OK)
+        shp_error("adoption: out of memory: the fabric's groups are not "
+                  "taken back");
+    shp_am_ans_poll_start(am);
+}
+
 shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop, char *err,
                           size_t errlen)
 {
@@ -194,21 +211,23 @@ shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop, char *err,
     }
     if ((st = shp_am_listen(am, err, errlen)) != SHP_OK)
         return st;
-    shp_am_trees_init(am);
-    if ((st = shp_am_adopt_start(am)) != SHP_OK) {
-        snprintf(err, errlen, "out of memory");
-        return st;
-    }
-    shp_am_ans_poll_start(am);
+    shp_am_trees_init(am); /* idle timers, so a standby's stop is clean */
+    am->serve = am_serve;
     shp_info("topology %s: %zu switches, %zu hosts, %zu links",
              am->cfg.topology, shp_topo_count_type(am->topo, SHP_NODE_SWITCH),
              shp_topo_count_type(am->topo, SHP_NODE_CA),
              shp_topo_links(am->topo));
+    /* active now, or standby until no peer is (am_ha.c) */
+    if ((st = shp_am_ha_start(am, err, errlen)) != SHP_OK) {
+        shp_am_unlisten(am);
+        return st;
+    }
     return SHP_OK;
 }
 
 void shp_am_stop(shp_am_t *am)
 {
+    shp_am_ha_stop(am);
     ev_timer_stop(am->loop, &am->settle);
     ev_timer_stop(am->loop, &am->stats_timer);
     shp_am_unlisten(am);

@@ -62,6 +62,11 @@ typedef struct shp_am_config {
     char *metrics_listen; /* "" off */
     char *state_dir;      /* the state database's directory; "": none */
     int reset_state;      /* --reset-state: the old database moved aside */
+    /* a standby manager (am_ha.c, docs/am.md "A standby manager") */
+    char *address; /* how nodes and peers name this manager; "": listen */
+    char *peers;   /* the other managers' addresses, comma separated */
+    int standby;   /* start as standby: wait takeover_after for an active */
+    int64_t takeover_after_ms; /* a standby takes over after this silence */
 } shp_am_config_t;
 
 typedef struct shp_am shp_am_t;
@@ -81,7 +86,8 @@ typedef enum {
     AM_PEER_NEW,
     AM_PEER_AN,
     AM_PEER_SHARPD,
-    AM_PEER_ADMIN
+    AM_PEER_ADMIN,
+    AM_PEER_MANAGER /* another manager (am_ha.c) */
 } am_role_t;
 
 struct shp_am_peer {
@@ -189,7 +195,6 @@ struct shp_am {
     uint32_t group_ids_left; /* ids before the next block is committed */
     /* the state database (am_persist.c); NULL: state_dir empty */
     shp_am_store_t *store;
-    uint64_t epoch;        /* this incarnation's, grown at each start */
     char *topology_config; /* the configuration's topology path */
     int64_t next_req;
     shp_listener_t listener, admin;
@@ -207,6 +212,16 @@ struct shp_am {
     unsigned ndeferred;
     int requests_held; /* they wait (the deferred list) */
     char listen_addr[64];
+    /* the active/standby state (am_ha.c): the epoch this manager is or
+     * was active in, and its proof for the nodes (protocol/auth.h) */
+    uint64_t epoch;
+    char epoch_proof[SHP_AUTH_EPOCH_PROOF_LEN + 1];
+    int active;          /* serving nodes (always, without peers) */
+    double active_since; /* wall-clock time it became active, or standby */
+    struct shp_am_ha *ha;
+    /* what a manager runs when it becomes active, at start or at a
+     * takeover (am.c installs it; am_ha.c calls it) */
+    void (*serve)(shp_am_t *am);
     struct {
         uint64_t jobs_begun, jobs_refused, groups_created, groups_failed,
             groups_revoked, auth_failures, tree_builds;
@@ -215,6 +230,8 @@ struct shp_am {
         uint64_t uid_groups_refused, peers_refused, squats_ended;
         /* a restart: jobs and groups taken back, groups revoked then */
         uint64_t jobs_adopted, groups_adopted, groups_not_adopted;
+        /* this manager became active; stepped down (am_ha.c) */
+        uint64_t takeovers, step_downs;
     } stats;
 };
 
@@ -228,6 +245,10 @@ SHP_WUR shp_status_t shp_am_topology_load(shp_am_t *am, const char *path,
 /* The admin interface (am_admin.c), a consumer of the core above: installs
  * its request handler in `am` (call before shp_am_start). */
 void shp_am_admin_install(shp_am_t *am);
+
+/* The active/standby state for sharpctl status (am_ha.c): a new
+ * reference. */
+json_t *shp_am_ha_status(shp_am_t *am);
 
 /* The core's services to its consumers (the admin interface) */
 json_t *shp_am_adopt_json(const shp_am_t *am); /* sharpctl adoption */

@@ -324,6 +324,8 @@ static json_t *am_admin_request(shp_am_t *am, shp_am_peer_t *p,
         json_object_set_new(r, "groups", am_admin_groups(am, req));
     } else if (!strcmp(type, "job_kill")) {
         st = am_admin_job_kill(am, p, req, &error);
+    } else if (!strcmp(type, "status")) { /* active or standby: am_ha.c */
+        json_object_set_new(r, "manager", shp_am_ha_status(am));
     } else if (!strcmp(type, "stats")) {
         json_object_set_new(r, "stats", am_admin_stats(am));
     } else if (!strcmp(type, "topology_load")) {

@@ -15,6 +15,8 @@
  *   am_reserve.c  a scheduler's reservations: job_reserve, job_release
  *   am_sharpds.c  the sharpds: registration, their requests, their loss
  *   am_adopt.c    a restart: the ANs' and sharpds' reports taken back
+ *   am_ha.c       active or standby: the peer managers, the epoch, taking
+ *                 over and stepping down
  *   am_peers.c    listeners and peers: connections, authentication,
  *                 dispatch by role
  *   am.c          start and stop, topology (re)load
@@ -122,6 +124,22 @@ shp_status_t shp_am_adopt_start(shp_am_t *am);
 void shp_am_adopt_stop(shp_am_t *am);
 void shp_am_adopt_an(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
 void shp_am_adopt_sharpd(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
+/* am_ha.c */
+typedef struct shp_am_ha shp_am_ha_t;
+/* The epoch as persisted (MERGE: issue 30 part 2's store, see am_ha.c) */
+uint64_t am_epoch_load(shp_am_t *am);
+int am_epoch_commit(shp_am_t *am, uint64_t epoch);
+/* peers configured: standby until no peer is active; none: active now */
+shp_status_t shp_am_ha_start(shp_am_t *am, char *err, size_t errlen);
+void shp_am_ha_stop(shp_am_t *am);
+void shp_am_ha_step_down(shp_am_t *am, const char *why);
+/* a node's registration may go on (1), or it was answered and closed:
+ * this manager is standby, or stale (and steps down) */
+int shp_am_ha_admit(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
+                    const char *ack_type);
+void shp_am_ha_refused(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
+void shp_am_ha_peer_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
+void shp_am_ha_peer_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
 
 /* am_peers.c */
 shp_status_t shp_am_listen(shp_am_t *am, char *err, size_t errlen);

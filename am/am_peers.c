@@ -4,8 +4,10 @@
  *
  * Every TCP peer first proves the cluster secret (protocol/auth.h), with
  * small frames only until it has; then it says what it is with its first
- * message: an_register (an AN, am_ans.c) or sharpd_register (a host daemon,
- * am_sharpds.c), and its later messages go to that role's handler.  It
+ * message: an_register (an AN, am_ans.c), sharpd_register (a host daemon,
+ * am_sharpds.c) or am_state (another manager, am_ha.c), and its later
+ * messages go to that role's handler; a standby manager answers a node's
+ * registration with SHP_ERR_STANDBY and closes (am_ha.c).  It
  * has auth_timeout to prove and register; at most max_peers ANs and
  * sharpds are connected at once (one that replaces its own earlier
  * connection is not refused for it).  An admin
@@ -52,6 +54,12 @@ static int am_peer_over_cap(shp_am_t *am, const shp_am_peer_t *p)
 static void am_peer_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
 {
     const char *type = shp_ctl_type(msg);
+    if (!strcmp(type, "am_state")) { /* another manager (am_ha.c) */
+        shp_am_ha_peer_register(am, p, msg);
+        if (p->role != AM_PEER_NEW)
+            ev_timer_stop(am->loop, &p->auth_timer);
+        return;
+    }
     int an = !strcmp(type, "an_register") && !strcmp(p->auth.role, "an");
     int sd =
         !strcmp(type, "sharpd_register") && !strcmp(p->auth.role, "sharpd");
@@ -59,6 +67,10 @@ static void am_peer_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         shp_conn_close(&p->conn, SHP_ERR_PROTO);
         return;
     }
+    /* a standby, or a stale manager, answers and closes (am_ha.c) */
+    if (!shp_am_ha_admit(am, p, msg,
+                         an ? "an_register_ack" : "sharpd_register_ack"))
+        return;
     if (am_peer_over_cap(am, p)) {
         char why[300];
         am->stats.peers_refused++;
@@ -125,6 +137,11 @@ static void am_peer_frame(shp_conn_t *conn, const void *frame, size_t len)
             /* and sealed both ways (protocol/ctl.h) */
             shp_ctl_seal(conn, p->auth.session.s2c, p->auth.session.c2s);
         }
+    } else if (p->role == AM_PEER_MANAGER) {
+        shp_am_ha_peer_message(am, p, msg);
+    } else if (!strcmp(shp_ctl_type(msg), "am_refused")) {
+        shp_am_ha_refused(am, p, msg); /* a node: this manager is stale */
+        shp_conn_close(conn, SHP_ERR_STALE_EPOCH);
     } else if (p->role == AM_PEER_NEW) {
         am_peer_register(am, p, msg);
     } else if (p->role == AM_PEER_AN) {

@@ -81,13 +81,10 @@ shp_status_t shp_am_persist_open(shp_am_t *am, char *err, size_t errlen)
         snprintf(err, errlen, "no memory");
         return SHP_ERR_NO_MEMORY;
     }
-    /* the epoch grows at each start; after a reset (or a lost database)
-     * the clock keeps it above the earlier ones */
-    if ((st = shp_am_store_epoch_advance(am->store, (uint64_t)time(NULL),
-                                         &am->epoch)) != SHP_OK) {
-        snprintf(err, errlen, "%s", shp_am_store_error(am->store));
-        return st;
-    }
+    /* the last epoch this manager was active in: becoming active (at
+     * once without peers, or at a takeover) commits a higher one
+     * (am_epoch_commit, am_ha.c) */
+    am->epoch = shp_am_store_epoch(am->store);
     st = shp_am_store_counter(am->store, "group_next", &v);
     if (st == SHP_OK && v >= 1 && v < SHP_AM_GROUP_ID_END) {
         am->next_group = (uint32_t)v;

@@ -37,10 +37,27 @@ shp_status_t shp_am_mark_begin(shp_am_t *am)
     return SHP_OK;
 }
 
+/* A registration taken carries the manager's epoch and its proof: the
+ * node keeps the highest (protocol/am_list.h, am_ha.c). */
+static void am_stamp_epoch(const shp_am_peer_t *p, json_t *msg)
+{
+    const char *type = shp_ctl_type(msg);
+    size_t n = strlen(type), k = strlen("_register_ack");
+    if (n > k && !strcmp(type + n - k, "_register_ack") &&
+        json_integer_value(json_object_get(msg, "status")) == 0) {
+        json_object_set_new(msg, "epoch",
+                            json_integer((json_int_t)p->am->epoch));
+        json_object_set_new(msg, "epoch_proof",
+                            json_string(p->am->epoch_proof));
+    }
+}
+
 void shp_am_send(shp_am_peer_t *p, json_t *msg)
 {
     if (!msg)
         return;
+    if (p)
+        am_stamp_epoch(p, msg);
     if (p && shp_conn_is_open(&p->conn) &&
         shp_ctl_send(&p->conn, msg) != SHP_OK)
         shp_warn("cannot send %s to %s", shp_ctl_type(msg), p->conn.peer);

@@ -113,6 +113,25 @@ static const shp_config_opt_t am_opts[] = {
      "in use, the next ids, the epoch; mode 0700, made when missing); "
      "empty: no state kept, a restart forgets it",
      offsetof(shp_am_config_t, state_dir), &shp_cfg_string},
+    /* a standby manager (am/am_ha.c) */
+    {"address", "",
+     "host:port the nodes and the peer managers know this manager by "
+     "(empty: listen); needed with peers when listen is a wildcard",
+     offsetof(shp_am_config_t, address), &shp_cfg_string},
+    {"peers", "",
+     "the other managers' addresses (host:port, comma separated; this "
+     "manager's own address may be in the list); empty: a single manager, "
+     "active at once",
+     offsetof(shp_am_config_t, peers), &shp_cfg_string},
+    {"standby", "no",
+     "with peers: wait takeover_after for an active manager before taking "
+     "over (no: take over as soon as every peer was reached or failed and "
+     "none is active)",
+     offsetof(shp_am_config_t, standby), &shp_cfg_bool},
+    {"takeover_after", "1s",
+     "with peers: a standby takes over when no peer has been heard active "
+     "for this long (it hears the active one every fifth of it)",
+     offsetof(shp_am_config_t, takeover_after_ms), &shp_cfg_time},
     {NULL}};
 
 static const shp_config_table_t am_table = {

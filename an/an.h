@@ -11,6 +11,7 @@
 #ifndef SHP_AN_H
 #define SHP_AN_H
 
+#include "protocol/am_list.h"
 #include "protocol/auth.h"
 #include "core/conn.h"
 #include "reduce/reduce.h"
@@ -210,8 +211,8 @@ struct shp_an {
     int registered;
     shp_auth_key_t key;
     shp_auth_client_t auth;
-    double am_backoff;
     ev_timer am_timer;
+    shp_am_list_t ams; /* the managers (cfg.am) and the epoch seen */
     int stopping;
     int stop; /* shp_an_run returns */
     /* the socket spin's look at the machine (shp_an_run): /proc/loadavg,

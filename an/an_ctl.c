@@ -19,8 +19,11 @@
  *                          max_payload}, groups [{group_id, tree_id,
  *                          job_id, key_fp, top, parent_index, children
  *                          ("am..": an AN, a member), dist, mcast_addr,
- *                          osts, payload, parent, failed}]}
- *   AM -> AN  an_register_ack {status}
+ *                          osts, payload, parent, failed}], epoch?,
+ *                          epoch_proof?}
+ *   AM -> AN  an_register_ack {status, epoch, epoch_proof}  (a standby:
+ *                          status SHP_ERR_STANDBY, active?, retry_ms?)
+ *   AN -> AM  am_refused {status, epoch, epoch_proof}  (a stale manager)
  *   AM -> AN  tree_config {id, tree_id, parent: "ip:port" | null}
  *   AN -> AM  tree_config_ack {id, status, error?}
  *   AM -> AN  group_add {id, group_id, tree_id, job_id, job_key (hex),
@@ -146,6 +149,7 @@ static void an_ctl_register(shp_an_t *an)
                     "max_groups", (int)an->cfg.max_groups, "max_osts",
                     (int)an->cfg.max_osts, "max_payload",
                     (json_int_t)an->cfg.max_payload, "groups", groups);
+    shp_am_list_stamp(&an->ams, msg);
     an_ctl_send(an, msg);
 }
 
@@ -159,7 +163,7 @@ static void an_ctl_authenticate(shp_an_t *an, const json_t *msg)
     status = shp_auth_client_answer(&an->auth, &an->key, msg, &answer, &why);
     if (status != SHP_OK) {
         shp_error_id("AN0009", "refusing the aggregation manager at %s: %s",
-                     an->cfg.am, why);
+                     shp_am_list_current(&an->ams), why);
         shp_conn_close(&an->am, status);
         return;
     }
@@ -172,18 +176,24 @@ static void an_ctl_authenticate(shp_an_t *an, const json_t *msg)
 
 static void an_ctl_register_ack(shp_an_t *an, const json_t *msg)
 {
-    int64_t st = -1;
+    char why[300];
+    shp_status_t st = shp_am_list_ack(&an->ams, msg, why, sizeof(why));
 
-    if (shp_json_get_int(msg, "status", -32768, 32767, &st, NULL) == SHP_OK &&
-        st == 0) {
+    if (st == SHP_OK) {
         an->registered = 1;
-        an->am_backoff = 0.1;
-        shp_info("registered with the aggregation manager");
+        shp_info("%s", why);
+    } else if (st == SHP_ERR_STANDBY) {
+        shp_info("%s: trying the next one", why);
+        shp_conn_close(&an->am, st);
+    } else if (st == SHP_ERR_STALE_EPOCH) {
+        shp_error_id("AN0010", "%s", why);
+        an_ctl_send(an, shp_am_list_refusal(&an->ams));
+        shp_conn_close(&an->am, st);
     } else {
         shp_error_id("AN0003",
                      "the aggregation manager refused the "
-                     "registration (status %lld)",
-                     (long long)st);
+                     "registration (status %d): %s",
+                     (int)st, why);
     }
 }
 
@@ -265,22 +275,24 @@ static void an_ctl_connected(shp_conn_t *conn)
 
     an->am_up = 1;
     an->authenticated = 0;
-    shp_info("connected to the aggregation manager at %s", an->cfg.am);
+    shp_info("connected to the aggregation manager at %s",
+             shp_am_list_current(&an->ams));
     an_ctl_send(an, shp_auth_client_hello(&an->auth, "an", an->cfg.name));
 }
 
-static void an_ctl_schedule(shp_an_t *an)
+static void an_ctl_schedule(shp_an_t *an, double delay)
 {
-    ev_timer_set(&an->am_timer, an->am_backoff, 0.);
+    ev_timer_set(&an->am_timer, delay, 0.);
     ev_timer_start(an->loop, &an->am_timer);
-    an->am_backoff = an->am_backoff * 2 > 5.0 ? 5.0 : an->am_backoff * 2;
 }
 
 static void an_ctl_closed(shp_conn_t *conn, shp_status_t reason)
 {
     shp_an_t *an = an_of_conn(conn);
 
-    if (an->am_up) {
+    int was_registered = an->registered;
+
+    if (was_registered) {
         shp_warn_id("AN0007",
                     "lost the aggregation manager: %s; "
                     "reconnecting",
@@ -290,7 +302,8 @@ static void an_ctl_closed(shp_conn_t *conn, shp_status_t reason)
     an->authenticated = 0;
     an->registered = 0;
     if (!an->stopping) {
-        an_ctl_schedule(an);
+        an_ctl_schedule(an, was_registered ? shp_am_list_lost(&an->ams)
+                                           : shp_am_list_failed(&an->ams));
     }
 }
 
@@ -307,16 +320,17 @@ static void an_ctl_connect(shp_an_t *an)
     shp_sockaddr_t addr;
     shp_status_t status;
 
-    status = shp_sockaddr_parse(an->cfg.am, 0, &addr);
+    status = shp_sockaddr_parse(shp_am_list_current(&an->ams), 0, &addr);
     if (status != SHP_OK) {
         shp_error_id("AN0008", "bad aggregation manager address '%s'",
-                     an->cfg.am);
+                     shp_am_list_current(&an->ams));
+        an_ctl_schedule(an, shp_am_list_failed(&an->ams));
         return;
     }
     shp_conn_init(&an->am, an->loop, &an_ctl_ops, an, SHP_CTL_MAX_FRAME);
     status = shp_conn_connect(&an->am, &addr, NULL);
     if (status != SHP_OK) {
-        an_ctl_schedule(an);
+        an_ctl_schedule(an, shp_am_list_failed(&an->ams));
         return;
     }
     shp_conn_set_keepalive(&an->am, (double)an->cfg.am_keepalive_ms / 1000.0,
@@ -333,10 +347,14 @@ static void an_ctl_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 void shp_an_ctl_start(shp_an_t *an)
 {
     shp_an_set_events(an, &an_ctl_events, an);
-    an->am_backoff = 0.1;
     ev_timer_init(&an->am_timer, an_ctl_timer_cb, 0., 0.);
     an->am_timer.data = an;
-    if (an->cfg.am != NULL && an->cfg.am[0] != '\0') {
+    char err[200];
+    if (shp_am_list_parse(&an->ams, an->cfg.am, err, sizeof(err)) != SHP_OK) {
+        shp_error_id("AN0008", "%s", err);
+        return;
+    }
+    if (an->ams.n > 0) {
         an_ctl_connect(an);
     } else {
         shp_warn("no aggregation manager configured (--am): waiting for "

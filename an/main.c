@@ -32,7 +32,9 @@ static const shp_config_opt_t an_opts[] = {
      offsetof(shp_an_config_t, name), &shp_cfg_string},
     {"listen", "127.0.0.1:0", "ip:port children connect to (port 0: any)",
      offsetof(shp_an_config_t, listen), &shp_cfg_string},
-    {"am", "", "ip:port of the aggregation manager",
+    {"am", "",
+     "ip:port of the aggregation manager, or of each manager of an active "
+     "and standby set (comma separated): tried in turn, the active one kept",
      offsetof(shp_an_config_t, am), &shp_cfg_string},
     {"transport", "tcp", "data transport", offsetof(shp_an_config_t, transport),
      &shp_cfg_enum, shp_an_transports},

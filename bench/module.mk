@@ -32,12 +32,20 @@ BENCHES += $(BENCH_AM_STORE)
 $(BENCH_AM_STORE): $(OBJDIR)/bench/am_store.o $(AM_LIB) $(COMMON_LIB)
 	$(call link_prog,$(SQLITE_LIBS))
 
+# a standby manager: kill -9 of the active to the first group of the new
+BENCH_TAKEOVER := $(BINDIR)/bench_am_takeover
+BENCHES += $(BENCH_TAKEOVER)
+
+$(BENCH_TAKEOVER): $(OBJDIR)/bench/am_takeover.o $(COMMON_LIB)
+	$(call link_prog)
+
 .PHONY: bench-am
-bench-am: $(BENCH_AM) $(BENCH_GROUP) $(BENCH_AM_STORE) $(SHARP_AM) \
-		$(SHARP_AN) $(SHARPD)
+bench-am: $(BENCH_AM) $(BENCH_GROUP) $(BENCH_AM_STORE) $(BENCH_TAKEOVER) \
+		$(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
 	$(BENCH_GROUP)
 	$(BENCH_AM)
 	$(BENCH_AM_STORE)
+	$(BENCH_TAKEOVER)
 
 # libsharp_coll latency through a local fabric, next to a TCP round trip.
 BENCH_COLL := $(BINDIR)/bench_coll

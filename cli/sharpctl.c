@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -57,6 +58,8 @@ static const char usage_text[] =
     "  topology generate fat-tree [--levels 2|3] --radix R --hosts N\n"
     "                              a synthetic fabric in ibnetdiscover "
     "format\n"
+    "  status                      which manager is active, since when, its\n"
+    "                              epoch; this one's role and its peers\n"
     "  stats                       the manager's counters\n"
     "  adoption                    what a restarted manager took back, what it "
     "revoked\n"
@@ -111,6 +114,10 @@ static const struct {
      "links). load: replace\nit with FILE (ibnetdiscover format; the manager "
      "reads FILE itself; refused\nwhile jobs run; a file that does not parse "
      "changes nothing). generate: a\nsynthetic fat-tree on stdout.\n"},
+    {"status", "Usage: sharpctl status [--json]\n\nThe manager asked (its "
+               "address, active or standby, its epoch), the active\nmanager "
+               "as it knows it (address, since when, epoch) and each peer "
+               "manager\n(link, role, epoch, when last heard).\n"},
     {"stats", "Usage: sharpctl stats [--json]\n\nThe manager's counters: "
               "jobs, groups, refusals, failures, tree builds.\n"},
     {"adoption",
@@ -529,6 +536,71 @@ static int cmd_adoption(void)
     return 0;
 }
 
+/* a wall-clock time as UTC text */
+static const char *utc(double t, char *buf, size_t len)
+{
+    time_t s = (time_t)t;
+    struct tm tm;
+    if (t <= 0 || gmtime_r(&s, &tm) == NULL ||
+        strftime(buf, len, "%Y-%m-%d %H:%M:%S UTC", &tm) == 0) {
+        snprintf(buf, len, "?");
+    }
+    return buf;
+}
+
+static int cmd_status(void)
+{
+    int rc = 0;
+    json_t *r = call(json_pack("{s:s}", "type", "status"), &rc);
+    if (r == NULL) {
+        return rc;
+    }
+    json_t *m = json_object_get(r, "manager"),
+           *a = json_object_get(m, "active");
+    char t[64];
+    if (as_json) {
+        print_json(m);
+        json_decref(r);
+        return 0;
+    }
+    printf("%-10s %s, %s since %s, epoch %" JSON_INTEGER_FORMAT "\n", "this",
+           shp_json_opt_str(m, "address", "?"),
+           shp_json_opt_str(m, "role", "?"),
+           utc(json_number_value(json_object_get(m, "since")), t, sizeof(t)),
+           json_integer_value(json_object_get(m, "epoch")));
+    if (json_is_object(a)) {
+        printf(
+            "%-10s %s since %s, epoch %" JSON_INTEGER_FORMAT "\n", "active",
+            shp_json_opt_str(a, "address", "?"),
+            utc(json_number_value(json_object_get(a, "since")), t, sizeof(t)),
+            json_integer_value(json_object_get(a, "epoch")));
+    } else {
+        printf("%-10s none known", "active");
+        if (json_is_integer(json_object_get(m, "takeover_in_ms"))) {
+            printf(" (this one takes over in %" JSON_INTEGER_FORMAT " ms)",
+                   json_integer_value(json_object_get(m, "takeover_in_ms")));
+        }
+        printf("\n");
+    }
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(m, "peers"), i, p)
+    {
+        printf("%-10s %s, link %s", "peer", shp_json_opt_str(p, "address", "?"),
+               shp_json_opt_str(p, "link", "?"));
+        if (json_object_get(p, "role")) {
+            printf(", %s, epoch %" JSON_INTEGER_FORMAT
+                   ", heard %" JSON_INTEGER_FORMAT " ms ago",
+                   shp_json_opt_str(p, "role", "?"),
+                   json_integer_value(json_object_get(p, "epoch")),
+                   json_integer_value(json_object_get(p, "heard_ms_ago")));
+        }
+        printf("\n");
+    }
+    json_decref(r);
+    return 0;
+}
+
 static int cmd_topology(int argc, char **argv)
 {
     if (argc == 2 && !strcmp(argv[1], "show")) {
@@ -698,6 +770,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "adoption") && argc == 1) {
         return cmd_adoption();
+    }
+    if (!strcmp(cmd, "status") && argc == 1) {
+        return cmd_status();
     }
     if (!strcmp(cmd, "config")) {
         return cmd_config(argc, argv, argv[0]);

@@ -40,6 +40,8 @@ typedef enum shp_status {
     SHP_ERR_KEEPALIVE = -23,
     SHP_ERR_AUTH = -24,
     SHP_ERR_CLOSED = -25,
+    SHP_ERR_STANDBY = -26,     /* a standby manager: not the active one */
+    SHP_ERR_STALE_EPOCH = -27, /* a manager older than one already seen */
 
     /* group / tree: one group or tree failed */
     SHP_ERR_GROUP_FAILED = -40,

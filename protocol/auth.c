@@ -355,3 +355,29 @@ shp_status_t shp_auth_server_verify(shp_auth_server_t *s,
     s->state = 2;
     return SHP_OK;
 }
+
+void shp_auth_epoch_proof(const shp_auth_key_t *cluster, uint64_t epoch,
+                          char out[SHP_AUTH_EPOCH_PROOF_LEN + 1])
+{
+    static const char label[] = "sharp-epoch-v1";
+    uint8_t be[8], h[crypto_auth_hmacsha256_BYTES];
+    crypto_auth_hmacsha256_state st;
+    for (int i = 0; i < 8; i++)
+        be[i] = (uint8_t)(epoch >> (56 - 8 * i));
+    crypto_auth_hmacsha256_init(&st, cluster->k, sizeof(cluster->k));
+    crypto_auth_hmacsha256_update(&st, (const uint8_t *)label, sizeof(label));
+    crypto_auth_hmacsha256_update(&st, be, sizeof(be));
+    crypto_auth_hmacsha256_final(&st, h);
+    sodium_bin2hex(out, SHP_AUTH_EPOCH_PROOF_LEN + 1, h, sizeof(h));
+    sodium_memzero(&st, sizeof(st));
+}
+
+int shp_auth_epoch_check(const shp_auth_key_t *cluster, uint64_t epoch,
+                         const char *hex)
+{
+    char want[SHP_AUTH_EPOCH_PROOF_LEN + 1];
+    if (cluster->node || hex == NULL || strlen(hex) != SHP_AUTH_EPOCH_PROOF_LEN)
+        return 0;
+    shp_auth_epoch_proof(cluster, epoch, want);
+    return sodium_memcmp(want, hex, SHP_AUTH_EPOCH_PROOF_LEN) == 0;
+}

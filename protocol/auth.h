@@ -138,4 +138,17 @@ SHP_WUR shp_status_t shp_auth_server_verify(shp_auth_server_t *s,
                                             const json_t *auth,
                                             const char **why);
 
+/* Epochs (docs/am.md, "A standby manager"): the active manager's epoch
+ * goes to the nodes with a proof, HMAC-SHA-256 of the cluster key over
+ * "sharp-epoch-v1" and the epoch (8 bytes, big-endian), in hex.  Only a
+ * holder of the cluster secret (a manager) makes one; a node holding its
+ * node secret can repeat an epoch it was given, not invent a higher one,
+ * so a node cannot fence the real manager with a made-up epoch. */
+#define SHP_AUTH_EPOCH_PROOF_LEN 64 /* hex digits */
+void shp_auth_epoch_proof(const shp_auth_key_t *cluster, uint64_t epoch,
+                          char out[SHP_AUTH_EPOCH_PROOF_LEN + 1]);
+/* 1 if hex is the proof of epoch under the cluster key, else 0 */
+int shp_auth_epoch_check(const shp_auth_key_t *cluster, uint64_t epoch,
+                         const char *hex);
+
 #endif

@@ -5,4 +5,5 @@
 COMMON_SRCS += \
 	protocol/wire.c \
 	protocol/ctl.c \
-	protocol/auth.c
+	protocol/auth.c \
+	protocol/am_list.c

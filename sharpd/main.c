@@ -17,7 +17,9 @@ static const shp_config_range_t sd_clients_range = {1, 1000000};
 static const shp_config_opt_t sharpd_opts[] = {
     {"socket", SHP_PATH_SHARPD_SOCK, "Unix socket for local processes",
      offsetof(shp_sharpd_config_t, socket), &shp_cfg_string},
-    {"am", "127.0.0.1:6126", "ip:port of the aggregation manager",
+    {"am", "127.0.0.1:6126",
+     "ip:port of the aggregation manager, or of each manager of an active "
+     "and standby set (comma separated): tried in turn, the active one kept",
      offsetof(shp_sharpd_config_t, am), &shp_cfg_string},
     {"host", "",
      "this host's name in the topology (default: the short host name)",

@@ -34,6 +34,9 @@
  * went silent (keepalives: this host may be cut off) they hear their
  * groups are gone.  Meanwhile requests that begin, attach to
  * or end a job wait for the AM (am_wait); group requests fail at once.
+ * With several managers (am = a list) it tries them in turn and stays with
+ * the active one, refusing one whose epoch is older than one it was
+ * registered with (protocol/am_list.h).
  */
 #include "sharpd/sharpd.h"
 
@@ -309,13 +312,49 @@ static void sd_track_reservation(sd_t *sd, const pending_t *p)
 
 /* AM connection ------------------------------------------------------------- */
 
+/* the next manager of the list after a failure, the same after the loss
+ * of a registered one (protocol/am_list.h) */
 static void sd_am_schedule(sd_t *sd)
 {
+    double d =
+        sd->am_had ? shp_am_list_lost(&sd->ams) : shp_am_list_failed(&sd->ams);
+    sd->am_had = 0;
     if (sd->stopping)
         return;
-    ev_timer_set(&sd->am_timer, sd->backoff, 0.);
+    ev_timer_set(&sd->am_timer, d, 0.);
     ev_timer_start(sd->loop, &sd->am_timer);
-    sd->backoff = sd->backoff * 2 > 5.0 ? 5.0 : sd->backoff * 2;
+}
+
+/* the manager of the list connected to now */
+static const char *sd_am_addr(const sd_t *sd)
+{
+    return shp_am_list_current(&sd->ams);
+}
+
+/* The registration's answer as the epoch rules see it: 1 registered; 0
+ * handled here (a standby, or a stale manager refused: closed, the next
+ * one tried) */
+static int sd_am_epoch_ok(sd_t *sd, json_t *msg)
+{
+    char why[300];
+    shp_status_t st = shp_am_list_ack(&sd->ams, msg, why, sizeof(why));
+    if (st == SHP_ERR_STANDBY) {
+        shp_info("%s: trying the next one", why);
+        sd_am_fail(sd, "%s", why);
+        shp_conn_close(&sd->am, st);
+        return 0;
+    }
+    if (st == SHP_ERR_STALE_EPOCH) {
+        shp_error_id("SD0004", "%s", why);
+        sd_am_fail(sd, "%s", why);
+        sd_send(&sd->am, shp_am_list_refusal(&sd->ams));
+        shp_conn_flush(&sd->am);
+        shp_conn_close(&sd->am, st);
+        return 0;
+    }
+    if (st == SHP_OK)
+        shp_info("%s", why);
+    return 1;
 }
 
 /* One job as a (restarted) AM takes it back: its id and uid, the key and
@@ -353,9 +392,11 @@ static void sd_am_register(sd_t *sd)
     {
         json_array_append(res, v);
     }
-    sd_send(&sd->am,
-            json_pack("{s:s, s:s, s:o, s:o}", "type", "sharpd_register", "host",
-                      sd->cfg.host, "jobs", jobs, "reservations", res));
+    json_t *reg =
+        json_pack("{s:s, s:s, s:o, s:o}", "type", "sharpd_register", "host",
+                  sd->cfg.host, "jobs", jobs, "reservations", res);
+    shp_am_list_stamp(&sd->ams, reg);
+    sd_send(&sd->am, reg);
 }
 
 /* The requests that waited for the AM go now, oldest first. */
@@ -382,14 +423,16 @@ static void sd_am_registered(sd_t *sd, json_t *msg)
                      "refusing the aggregation manager at %s: it "
                      "answers the registration without proving the "
                      "cluster secret",
-                     sd->cfg.am);
+                     sd_am_addr(sd));
         sd_am_fail(sd,
                    "the aggregation manager at %s answered without "
                    "proving the cluster secret",
-                   sd->cfg.am);
+                   sd_am_addr(sd));
         shp_conn_close(&sd->am, SHP_ERR_AUTH);
         return;
     }
+    if (!sd_am_epoch_ok(sd, msg))
+        return;
     if (shp_json_opt_int(msg, "status", -32768, 32767, -1) != 0) {
         shp_error_id("SD0002",
                      "the aggregation manager refused this "
@@ -398,7 +441,7 @@ static void sd_am_registered(sd_t *sd, json_t *msg)
         sd_am_fail(sd,
                    "the aggregation manager at %s refused this host "
                    "(%s): %s",
-                   sd->cfg.am, sd->cfg.host,
+                   sd_am_addr(sd), sd->cfg.host,
                    shp_json_opt_str(msg, "error", "?"));
         shp_conn_close(&sd->am, SHP_ERR_AUTH);
         return;
@@ -406,7 +449,7 @@ static void sd_am_registered(sd_t *sd, json_t *msg)
     sd->am_state = SHP_SHARPD_AM_REGISTERED;
     memset(&sd->stats_told, 0, sizeof(sd->stats_told)); /* a new AM peer */
     sd->am_error[0] = '\0';
-    sd->backoff = 0.1;
+    sd->am_had = 1;
     shp_info("registered with the aggregation manager as %s", sd->cfg.host);
     sd_held_relay(sd);
 }
@@ -425,11 +468,11 @@ static void sd_am_handle_auth(sd_t *sd, json_t *msg)
         shp_auth_client_answer(&sd->auth, &sd->key, msg, &answer, &why);
     if (st != SHP_OK) {
         shp_error_id("SD0001", "refusing the aggregation manager at %s: %s",
-                     sd->cfg.am, why);
+                     sd_am_addr(sd), why);
         sd_am_fail(sd,
                    "refusing the aggregation manager at %s: %s (is %s this "
                    "host's node secret, or the manager's cluster secret?)",
-                   sd->cfg.am, why, sd->cfg.secret_file);
+                   sd_am_addr(sd), why, sd->cfg.secret_file);
         shp_conn_close(&sd->am, st);
         return;
     }
@@ -539,7 +582,7 @@ static void sd_am_connected(shp_conn_t *conn)
     sd->am_reached = 1;
     sd->am_state = SHP_SHARPD_AM_AUTH;
     sd->am_proved = 0;
-    shp_info("connected to the aggregation manager at %s", sd->cfg.am);
+    shp_info("connected to the aggregation manager at %s", sd_am_addr(sd));
     sd_send(&sd->am, shp_auth_client_hello(&sd->auth, "sharpd", sd->cfg.host));
 }
 
@@ -547,17 +590,17 @@ static void sd_am_connected(shp_conn_t *conn)
 static void sd_am_lost_reason(sd_t *sd, shp_status_t reason)
 {
     if (sd->am_state == SHP_SHARPD_AM_REGISTERED)
-        sd_am_fail(sd, "lost the aggregation manager at %s: %s", sd->cfg.am,
+        sd_am_fail(sd, "lost the aggregation manager at %s: %s", sd_am_addr(sd),
                    shp_status_str(reason));
     else if (!sd->am_reached)
         sd_am_fail(sd, "cannot connect to the aggregation manager at %s: %s",
-                   sd->cfg.am, shp_status_str(reason));
+                   sd_am_addr(sd), shp_status_str(reason));
     else
         sd_am_fail(sd,
                    "the aggregation manager at %s closed the connection "
                    "before this host was registered (%s): is %s this "
                    "host's node secret, or the manager's cluster secret?",
-                   sd->cfg.am, shp_status_str(reason), sd->cfg.secret_file);
+                   sd_am_addr(sd), shp_status_str(reason), sd->cfg.secret_file);
     if (sd->am_state == SHP_SHARPD_AM_REGISTERED)
         shp_warn_id("SD0003",
                     "lost the aggregation manager: %s; "
@@ -624,10 +667,13 @@ static const shp_conn_ops_t sd_am_ops = {
 static void sd_am_connect(sd_t *sd)
 {
     shp_sockaddr_t addr;
-    if (shp_sockaddr_parse(sd->cfg.am, 0, &addr) != SHP_OK) {
-        shp_error("bad aggregation manager address '%s'", sd->cfg.am);
+    if (sd->ams.n == 0 ||
+        shp_sockaddr_parse(sd_am_addr(sd), 0, &addr) != SHP_OK) {
+        shp_error("bad aggregation manager address '%s'", sd_am_addr(sd));
         sd_am_fail(sd, "bad aggregation manager address '%s' (option am)",
-                   sd->cfg.am);
+                   sd_am_addr(sd));
+        if (sd->ams.n > 0)
+            sd_am_schedule(sd);
         return;
     }
     shp_conn_init(&sd->am, sd->loop, &sd_am_ops, sd, SHP_CTL_MAX_FRAME);
@@ -636,7 +682,7 @@ static void sd_am_connect(sd_t *sd)
     sd->am_error_set = 0;
     if (shp_conn_connect(&sd->am, &addr, NULL) != SHP_OK) {
         sd_am_fail(sd, "cannot connect to the aggregation manager at %s",
-                   sd->cfg.am);
+                   sd_am_addr(sd));
         sd->am_state = SHP_SHARPD_AM_DOWN;
         sd_am_schedule(sd);
         return;
@@ -675,6 +721,11 @@ static void sd_client_hello(client_t *c, int64_t id)
     json_object_set_new(r, "uid", json_integer(c->uid));
     json_object_set_new(r, "pid", json_integer(c->pid));
     json_object_set_new(r, "am", json_string(sd->cfg.am));
+    if (sd->am_state == SHP_SHARPD_AM_REGISTERED) {
+        json_object_set_new(r, "am_active", json_string(sd_am_addr(sd)));
+        json_object_set_new(r, "epoch",
+                            json_integer((json_int_t)sd->ams.epoch));
+    }
     json_object_set_new(
         r, "stats",
         json_pack("{s:I, s:I, s:I, s:I}", "clients", (json_int_t)sd->nclients,
@@ -1044,6 +1095,9 @@ void shp_sharpd_init(sd_t *sd, struct ev_loop *loop)
     sd->backoff = 0.1;
     if (!sd->reserved)
         sd->reserved = json_object();
+    char err[200];
+    if (shp_am_list_parse(&sd->ams, sd->cfg.am, err, sizeof(err)) != SHP_OK)
+        shp_error("%s", err);
     ev_timer_init(&sd->am_timer, sd_am_timer_cb, 0., 0.);
     sd->am_timer.data = sd;
     /* a quarter of frame_timeout, at most a second, between sweeps */
@@ -1085,6 +1139,9 @@ shp_status_t shp_sharpd_start(sd_t *sd, struct ev_loop *loop, char *msg,
     if (st != SHP_OK)
         goto out;
     shp_sharpd_init(sd, loop);
+    st = shp_am_list_parse(&sd->ams, sd->cfg.am, msg, len);
+    if (st != SHP_OK)
+        goto out;
     st = shp_sockaddr_parse(sd->cfg.socket, 0, &addr);
     if (st == SHP_OK)
         st = shp_listener_start(&sd->listener, sd->loop, &addr, sd_on_accept,

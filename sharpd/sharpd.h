@@ -15,6 +15,7 @@
 
 #include "core/conn.h"
 #include "core/status.h"
+#include "protocol/am_list.h"
 #include "protocol/auth.h"
 
 typedef struct shp_sharpd_config {
@@ -55,8 +56,10 @@ typedef struct shp_sharpd {
      * once per connection attempt; empty once registered */
     char am_error[400];
     int am_error_set;
-    double backoff;
+    double backoff; /* unused: the list (ams) keeps the backoff */
     ev_timer am_timer;
+    shp_am_list_t ams; /* the managers (cfg.am) and the epoch seen */
+    int am_had;        /* the connection that ended had registered us */
     shp_listener_t listener;
     shp_sharpd_client_t *clients;
     unsigned nclients;

@@ -64,6 +64,14 @@ $(AM_TEST): $(OBJDIR)/tests/am/test_am.o $(COMMON_LIB) $(SHARP_AM) \
 		$(SHARP_AN) $(SHARPD) $(SHARP_TOPO) $(AN_MEMBER)
 	$(call link_prog,$(CMOCKA_LIBS))
 
+# A standby manager: takeover after kill -9 and SIGSTOP, epoch fencing.
+STANDBY_TEST := $(TESTDIR)/am/test_standby
+TESTS += $(STANDBY_TEST)
+
+$(STANDBY_TEST): $(OBJDIR)/tests/am/test_standby.o $(COMMON_LIB) \
+		$(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
+	$(call link_prog,$(CMOCKA_LIBS))
+
 # Resource exhaustion: quotas, floods of connections, a stalled member.
 LIMITS_TEST := $(TESTDIR)/am/test_limits
 TESTS += $(LIMITS_TEST)

@@ -59,6 +59,10 @@ check "topology show --json: 6 switches, 8 hosts" \
     test "$(ctl topology show --json | jq -c '[.switches, .hosts]')" = "[6,8]"
 check "stats --json: counters" \
     test "$(ctl stats --json | jq '.tree_builds >= 1')" = true
+check "status --json: a single manager, active, epoch 1, no peers" \
+    test "$(ctl status --json | jq -c '[.role, .epoch, .active.epoch, (.peers | length)]')" = '["active",1,1,0]'
+check "status: says which one is active" \
+    bash -c "$(printf %q "$BIN/sharpctl") --socket $(printf %q "$DIR/fabric/am.sock") status | grep -q '^active .* epoch 1\$'"
 check "topology generate fat-tree: parses" \
     bash -c "$(printf %q "$BIN/sharpctl") topology generate fat-tree --radix 4 --hosts 8 >$DIR/g.ibnd && $(printf %q "$BIN/sharp-topo") diff $DIR/g.ibnd $DIR/ft.ibnd >/dev/null"
 check "config dump: every daemon's options with docs" \
@@ -78,7 +82,7 @@ check "bad tree id: exit 2" test $? = 2
 ctl tree show 9 2>/dev/null
 check "no such tree: exit 1" test $? = 1
 check "--help" bash -c "$(printf %q "$BIN/sharpctl") --help | grep -q 'Exit status'"
-for c in ans trees tree groups jobs job topology stats config version; do
+for c in ans trees tree groups jobs job topology status stats config version; do
     check "$c --help" bash -c "$(printf %q "$BIN/sharpctl") $c --help | grep -q '^Usage: sharpctl $c'"
 done
 check "empty lists" test "$(ctl jobs)" = "no jobs"
