@@ -126,8 +126,7 @@ int am_epoch_commit(shp_am_t *am, uint64_t epoch)
     if (am->store) {
         uint64_t got;
         if (shp_am_store_epoch_advance(am->store, epoch, &got) != SHP_OK) {
-            shp_error_id("AM0501", "epoch: %s",
-                         shp_am_store_error(am->store));
+            shp_error_id("AM0501", "epoch: %s", shp_am_store_error(am->store));
             return -1;
         }
         epoch = got;
@@ -610,6 +609,10 @@ shp_status_t shp_am_ha_start(shp_am_t *am, char *err, size_t errlen)
     am->ha = ha;
     ha->am = am;
     ha->fresh = 1;
+    /* the epoch of the last run (its state database), proved as the
+     * peers want it: a restarted manager tells them what it was */
+    if (am->epoch)
+        shp_auth_epoch_proof(&am->key, am->epoch, am->epoch_proof);
     if (shp_am_list_parse(&peers, am->cfg.peers, err, errlen) != SHP_OK) {
         return SHP_ERR_INVALID_PARAM;
     }
