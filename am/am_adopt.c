@@ -411,7 +411,10 @@ static void adopt_trees_built(shp_am_t *am)
     for (int a = 0; a < am->nans && all; a++)
         all = am->ans[a].up;
     for (size_t n = 0; all && n < shp_topo_count(am->topo); n++) {
-        int a = am->an_expected[n] ? shp_am_an_of_node(am, (int)n) : 0;
+        if (!am->an_expected[n])
+            continue; /* (no AN there: nothing to look at, none at all
+                         before the first registers) */
+        int a = shp_am_an_of_node(am, (int)n);
         all = a >= 0 && am->ans[a].up;
     }
     if (!all && ad->evidence && ad->on)

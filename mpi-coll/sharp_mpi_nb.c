@@ -676,6 +676,14 @@ static int node_poll(nb_op_t *o)
     if (code != NODE_OK) {
         nb_fall(st); /* as the leader did */
     }
+    if (code == NODE_FELL && out != NULL && node_len(o) != 0) {
+        /* a result fetched in a recovery: the engine copies no data with
+         * a non-zero code, but it is in the node's result area until this
+         * rank arrives again (the leader publishes the next one only
+         * then); without this copy the rank kept its own buffer: a wrong
+         * result */
+        memcpy(out, smn_result_area(st->nshm), node_len(o));
+    }
     if (code == NODE_REDO) {
         nb_redo(o); /* (the program's buffers untouched; o may be gone) */
         return 0;

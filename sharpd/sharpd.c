@@ -447,6 +447,7 @@ static void sd_am_registered(sd_t *sd, json_t *msg)
         return;
     }
     sd->am_state = SHP_SHARPD_AM_REGISTERED;
+    ev_timer_stop(sd->loop, &sd->am_grace);             /* the groups go on */
     memset(&sd->stats_told, 0, sizeof(sd->stats_told)); /* a new AM peer */
     sd->am_error[0] = '\0';
     sd->am_had = 1;
@@ -627,6 +628,14 @@ static void sd_am_lost_groups(sd_t *sd)
     }
 }
 
+/* A silent manager's grace: time to try every manager of the list, each
+ * attempt at a silent one ending with its keepalives (3), and one more
+ * keepalive to register */
+static double sd_am_grace_s(const sd_t *sd)
+{
+    return (3.0 * sd->ams.n + 1.0) * (double)sd->cfg.keepalive_ms / 1000.0;
+}
+
 static void sd_am_closed(shp_conn_t *conn, shp_status_t reason)
 {
     sd_t *sd = conn->arg;
@@ -651,9 +660,36 @@ static void sd_am_closed(shp_conn_t *conn, shp_status_t reason)
      * the ANs, the jobs here, and a restarted manager takes them back
      * (sd_am_register); the processes are told nothing.  Silence is
      * another matter (sd_am_lost_groups). */
-    if (reason == SHP_ERR_KEEPALIVE || reason == SHP_ERR_TIMED_OUT)
-        sd_am_lost_groups(sd);
+    if (reason == SHP_ERR_KEEPALIVE || reason == SHP_ERR_TIMED_OUT) {
+        /* With other managers listed, a silent one is most likely a
+         * manager host lost or paused while a standby takes over: the
+         * groups go on if one of them registers this host within the
+         * grace (the new active takes them back); a host cut off reaches
+         * none and its processes learn then (sd_am_grace_cb). */
+        if (sd->ams.n > 1) {
+            if (!ev_is_active(&sd->am_grace)) {
+                ev_timer_set(&sd->am_grace, sd_am_grace_s(sd), 0.);
+                ev_timer_start(sd->loop, &sd->am_grace);
+            }
+        } else {
+            sd_am_lost_groups(sd);
+        }
+    }
     sd_am_schedule(sd);
+}
+
+static void sd_am_grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    sd_t *sd = w->data;
+    if (sd->am_state == SHP_SHARPD_AM_REGISTERED)
+        return;
+    shp_warn_id("SD0005",
+                "no aggregation manager registered this host within %.1f s "
+                "of the silence: the processes' groups are given up",
+                sd_am_grace_s(sd));
+    sd_am_lost_groups(sd);
 }
 
 static const shp_conn_ops_t sd_am_ops = {
@@ -1100,6 +1136,8 @@ void shp_sharpd_init(sd_t *sd, struct ev_loop *loop)
         shp_error("%s", err);
     ev_timer_init(&sd->am_timer, sd_am_timer_cb, 0., 0.);
     sd->am_timer.data = sd;
+    ev_timer_init(&sd->am_grace, sd_am_grace_cb, 0., 0.);
+    sd->am_grace.data = sd;
     /* a quarter of frame_timeout, at most a second, between sweeps */
     double tick = (double)sd->cfg.frame_timeout_ms / 4000.0;
     tick = tick > 1.0 || tick <= 0 ? 1.0 : tick < 0.05 ? 0.05 : tick;
@@ -1163,6 +1201,7 @@ void shp_sharpd_stop(sd_t *sd)
 {
     sd->stopping = 1;
     ev_timer_stop(sd->loop, &sd->am_timer);
+    ev_timer_stop(sd->loop, &sd->am_grace);
     ev_timer_stop(sd->loop, &sd->sweep);
     shp_listener_stop(&sd->listener);
     while (sd->clients)

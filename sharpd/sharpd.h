@@ -58,6 +58,7 @@ typedef struct shp_sharpd {
     int am_error_set;
     double backoff; /* unused: the list (ams) keeps the backoff */
     ev_timer am_timer;
+    ev_timer am_grace; /* a silent AM with others listed: their turn */
     shp_am_list_t ams; /* the managers (cfg.am) and the epoch seen */
     int am_had;        /* the connection that ended had registered us */
     shp_listener_t listener;

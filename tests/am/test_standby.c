@@ -553,6 +553,20 @@ static void test_pause_active(void **state)
     wait_sd_up(c);
     int64_t g2 = job_and_group(c, 4);
     assert_true(g2 > g1);
+    /* the paused manager's silence revokes nothing at the hosts: each
+     * sharpd lists both managers and found the new active within its
+     * grace (SD0005 otherwise), so its processes were not told their
+     * groups are gone (what the new active then takes back is the
+     * adoption's, docs/am.md) */
+    revoked(c, g1, 200);
+    size_t k;
+    json_t *n;
+    json_array_foreach(c->notices, k, n)
+    {
+        const char *why = shp_json_opt_str(n, "reason", "");
+        assert_null(strstr(why, "stopped answering"));
+    }
+    assert_int_equal(file_has("sd-n00001.log", "SD0005"), 0);
     json_array_clear(c->notices);
 
     kill(am_pid[1], SIGCONT);
