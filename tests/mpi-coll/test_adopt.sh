@@ -113,6 +113,15 @@ wait_log() { # FILE REGEX SECONDS
     done
     return 1
 }
+# a line matching REGEX in FILE beyond the first N (a line the manager
+# logs again after its restart)
+wait_more() { # FILE REGEX N SECONDS
+    for _ in $(seq $(($4 * 10))); do
+        [ "$(grep -c "$2" "$1" 2>/dev/null)" -gt "$3" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
 # the report's counts: offloaded and on MPI, summed over collectives
 counts() {
     awk '$1 == "sharp_mpi:" && $2 ~ /^MPI_/ { o += $3; f += $5 }
@@ -140,10 +149,12 @@ case1() {
 t0=$SECONDS
 up || exit 1
 rm -f "$DIR/sig"
-rm -f "$DIR/never" "$DIR/never.paused"
+rm -f "$DIR/never" "$DIR/never.paused" "$DIR/go" "$DIR/go.paused"
 job "$DIR/d.out" --calls 6000 --pause-at 100 "$DIR/never" # to be ended
 dpid=$!
-job "$DIR/a.out" --calls 6000 --signal-at 1000 "$DIR/sig"
+# (it waits at call 2000 until the restarted manager took groups back: on
+# a quiet host it would end before the manager is back)
+job "$DIR/a.out" --calls 6000 --signal-at 1000 "$DIR/sig" --pause-at 2000 "$DIR/go"
 apid=$!
 if ! wait_file "$DIR/sig" 90 || ! wait_file "$DIR/never.paused" 90; then
     bad "the streams never reached their marks"
@@ -158,7 +169,11 @@ job "$DIR/b.out" --calls 3000 # begins while no manager runs
 bpid=$!
 sleep 2
 ops1=$(ops_sum)
+nt=$(grep -c 'taken back on tree' "$FAB/logs/am.log")
+no=$(grep -c 'adoption over' "$FAB/logs/am.log")
 start_again am sharp_am "$FAB/logs/am.log"
+wait_more "$FAB/logs/am.log" 'taken back on tree' "$nt" 30
+touch "$DIR/go"
 wait $apid
 arc=$?
 wait $bpid
@@ -194,7 +209,7 @@ else
     bad "the restarted manager took no group back"
     tail -30 "$FAB/logs/am.log"
 fi
-wait_log "$FAB/logs/am.log" "adoption over" 25
+wait_more "$FAB/logs/am.log" 'adoption over' "$no" 30
 ctl adoption >"$DIR/adoption.txt" 2>&1
 if grep -q "no sharpd reported job" "$DIR/adoption.txt" &&
     grep -q "no sharpd reported job" "$FAB/logs/am.log"; then
@@ -213,8 +228,10 @@ case2() {
 # failed)
 t0=$SECONDS
 up || exit 1
-rm -f "$DIR/sig"
-job "$DIR/c.out" --calls 3000 --signal-at 1000 "$DIR/sig"
+rm -f "$DIR/sig" "$DIR/go2" "$DIR/go2.paused"
+# (it waits at call 1500 until the restarted manager's adoption is over:
+# its groups are still held then, and reported)
+job "$DIR/c.out" --calls 3000 --signal-at 1000 "$DIR/sig" --pause-at 1500 "$DIR/go2"
 cpid=$!
 if ! wait_file "$DIR/sig" 90; then
     bad "the stream never reached call 1000"
@@ -231,11 +248,13 @@ sleep 1
 CMD=("${AM_CMD[@]}")
 ENV=("${AM_ENV[@]}")
 KILLED=$(pid_of am sharp_am)
+no=$(grep -c 'adoption over' "$FAB/logs/am.log")
 start_again am sharp_am "$FAB/logs/am.log"
+wait_more "$FAB/logs/am.log" 'adoption over' "$no" 30
+touch "$DIR/go2"
 wait $cpid
 crc=$?
 read -r co cf < <(counts "$DIR/c.out")
-wait_log "$FAB/logs/am.log" "adoption over" 25
 ctl adoption >"$DIR/adoption.txt" 2>&1
 if grep -q "of job $(taken_job).*\(came back without it\|reports it failed\|no AN reported it\)" \
     "$DIR/adoption.txt"; then
