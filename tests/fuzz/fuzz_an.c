@@ -288,7 +288,7 @@ static void op_ctl(uint8_t mode)
         return;
     }
     /* later reconnects wait for this operation, not for time */
-    an.am_backoff = 1e6;
+    an.ams.backoff = 1e6;
     if ((mode & 1) && an.am_up) {
         an.authenticated = 1; /* as if the handshake were done */
     }

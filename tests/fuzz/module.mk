@@ -28,7 +28,9 @@ FUZZ_AM_OBJS := $(call fuzz_obj,$(filter-out am/metrics.c,$(AM_LIB_SRCS)) \
 	$(TOPO_LIB_SRCS))
 FUZZ_AN_OBJS := $(call fuzz_obj,$(AN_LIB_SRCS))
 FUZZ_SHARPD_OBJS := $(call fuzz_obj,$(SHARPD_LIB_SRCS))
-FUZZ_LDLIBS = $(COMMON_LDLIBS)
+# (SQLite: the manager's objects, linked by the harnesses and the seed maker
+# that use them)
+FUZZ_LDLIBS = $(COMMON_LDLIBS) $(SQLITE_LIBS)
 
 $(FUZZ_OBJDIR)/%.o: %.c | $(DEPS_STAMP) $(PATHS_H)
 	@mkdir -p $(@D)
@@ -67,7 +69,6 @@ $(FUZZ_O)/bin/fuzz_an: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_an.o $(FUZZ_AN_OBJS) \
 	$(call fuzz_link,$^)
 # the AM's listeners hand the harness their accept callbacks; topology files
 # it is asked to load are only the harness's own
-$(FUZZ_O)/bin/fuzz_am: FUZZ_LDLIBS += $(SQLITE_LIBS)
 $(FUZZ_O)/bin/fuzz_am: FUZZ_WRAP := -Wl,--wrap=shp_listener_start \
 	-Wl,--wrap=shp_listener_stop -Wl,--wrap=shp_topo_load
 $(FUZZ_O)/bin/fuzz_am: $(FUZZ_OBJDIR)/tests/fuzz/fuzz_am.o $(FUZZ_AM_OBJS) \
