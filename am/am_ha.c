@@ -160,6 +160,10 @@ static void am_ha_drop_active_state(shp_am_t *am)
 {
     ev_timer_stop(am->loop, &am->settle);
     ev_timer_stop(am->loop, &am->stats_timer);
+    /* the adoption in progress and the requests held for it name the
+     * peers closed below: they go first (becoming active again starts a
+     * new adoption, am_serve) */
+    shp_am_adopt_stop(am);
     shp_am_job_t *j, *jt;
     HASH_ITER(hh, am->jobs, j, jt)
     {
@@ -171,7 +175,8 @@ static void am_ha_drop_active_state(shp_am_t *am)
         next = p->next;
         if (p->role == AM_PEER_ADMIN || p->role == AM_PEER_MANAGER)
             continue;
-        p->role = AM_PEER_NEW; /* no fault handling: nothing revoked */
+        shp_am_sharpd_forget(am, p); /* its requests held, if any */
+        p->role = AM_PEER_NEW;       /* no fault handling: nothing revoked */
         shp_conn_flush(&p->conn);
         shp_conn_close(&p->conn, SHP_ERR_STALE_EPOCH);
     }
