@@ -113,9 +113,7 @@ static double am_ha_wall(void)
  * past the highest epoch a node shows it, one with peers steps down. */
 uint64_t am_epoch_load(shp_am_t *am)
 {
-    uint64_t e = am->epoch;
-    if (am->store && shp_am_store_epoch(am->store) > e)
-        e = shp_am_store_epoch(am->store);
+    uint64_t e = am->epoch; /* the database's, or the last committed */
     if (am->ha && am->ha->epoch_known > e)
         e = am->ha->epoch_known;
     return e;
