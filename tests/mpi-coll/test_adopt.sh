@@ -14,7 +14,12 @@
 # 2. a leaf AN killed and started again during the outage (it comes back
 #    without its groups, its neighbours report them failed): the groups
 #    through it are revoked with the reason, the streaming job finishes
-#    right.
+#    right;
+# 3. with a standby manager (sharp-fabric up --standby): the active one
+#    killed -9 in the middle of the stream; the standby takes over (epoch
+#    2, sharpctl status), takes the groups back; every result right, 0
+#    calls on MPI; a job begun during the takeover gets its groups; the
+#    old manager started again comes back as standby.
 set -u
 O=${O:-build}
 BIN=$(cd "$O/bin" && pwd)
@@ -44,10 +49,10 @@ bad() { echo "FAIL $*"; fails=$((fails + 1)); }
 # groups over the levels (a leaf AN on the path of its hosts), adoption
 # over within 15 s of the restart (more than the 5 s of the peers' longest
 # backoff)
-up() {
+up() { # [--standby]
     fabric down >/dev/null 2>&1
     SHARP_AM_FLAT_MAX=0 SHARP_AM_ADOPT_TIMEOUT=15s fabric up "$DIR/ft8.ibnd" \
-        --net $NET >/dev/null || { echo "fabric up failed"; return 1; }
+        --net $NET "$@" >/dev/null || { echo "fabric up failed"; return 1; }
 }
 pid_of() { awk -v k="$1" -v n="$2" '$1 == k && $2 ~ n { print $4 }' "$FAB/pids"; }
 
@@ -279,6 +284,86 @@ else
 fi
 }
 
+# the epoch on sharpctl status's line WHO (this, active)
+epoch_of() { awk -v w="$2" '$1 == w { print $NF; exit }' "$1"; }
+
+case3() {
+# 3. a standby takes over from the active manager killed -9
+t0=$SECONDS
+up --standby || exit 1
+AM2="$FAB/logs/am2.log"
+ctl2() { "$BIN/sharpctl" --socket "$FAB/am2.sock" "$@"; }
+rm -f "$DIR/sig" "$DIR/go3" "$DIR/go3.paused"
+# (it waits at call 2000 until the new active took its groups back)
+job "$DIR/e.out" --calls 6000 --signal-at 1000 "$DIR/sig" --pause-at 2000 "$DIR/go3"
+epid=$!
+if ! wait_file "$DIR/sig" 90; then
+    bad "the stream never reached call 1000"
+    show "$DIR/e.out"
+    exit 1
+fi
+ctl2 status >"$DIR/status0.txt" 2>&1
+fabric kill sharp_am >/dev/null
+job "$DIR/f.out" --calls 3000 # begins during the takeover
+fpid=$!
+wait_more "$AM2" 'taken back on tree' 0 30
+touch "$DIR/go3"
+wait $epid
+erc=$?
+wait $fpid
+frc=$?
+read -r eo ef < <(counts "$DIR/e.out")
+read -r fo ff < <(counts "$DIR/f.out")
+adopted=$(grep -c 'taken back on tree' "$AM2")
+ctl2 status >"$DIR/status.txt" 2>&1
+ep0=$(epoch_of "$DIR/status0.txt" active)
+ep1=$(epoch_of "$DIR/status.txt" this)
+if grep -q '^this .* standby since' "$DIR/status0.txt" &&
+    grep -q '^this .* active since' "$DIR/status.txt" &&
+    [ "${ep1:-0}" -gt "${ep0:-0}" ] && [ "$adopted" -gt 0 ]; then
+    ok "the standby took over (epoch $ep0 -> $ep1) and took $adopted groups back"
+else
+    bad "the standby's takeover ($adopted groups taken back)"
+    cat "$DIR/status0.txt" "$DIR/status.txt"
+    tail -30 "$AM2"
+fi
+if [ $erc = 0 ] && grep -q "every result right" "$DIR/e.out" &&
+    ! grep -q WRONG "$DIR/e.out" && [ "$ef" = 0 ] &&
+    [ "$(allreduces "$DIR/e.out")" -ge 10000 ]; then
+    ok "active manager killed -9, standby took over: every result right," \
+        "$eo calls offloaded ($(allreduces "$DIR/e.out") allreduces), 0 on MPI"
+else
+    bad "through the standby's takeover (exit $erc, $eo offloaded, $ef on MPI)"
+    show "$DIR/e.out"
+fi
+if [ $frc = 0 ] && grep -q "every result right" "$DIR/f.out" &&
+    [ "$fo" -gt 0 ] && [ "$ff" = 0 ]; then
+    ok "a job begun during the takeover waited and got its groups" \
+        "($fo calls offloaded, 0 on MPI)"
+else
+    bad "the job begun during the takeover (exit $frc, $fo offloaded, $ff on MPI)"
+    show "$DIR/f.out"
+fi
+# the old active, started again (as systemd would), is the standby now
+fabric start sharp_am >/dev/null 2>&1
+for _ in $(seq 100); do
+    ctl status 2>/dev/null | grep -q '^this .* standby since' && break
+    sleep 0.1
+done
+ctl2 status >"$DIR/status2.txt" 2>&1
+if ctl status 2>&1 | grep -q '^this .* standby since' &&
+    grep -q '^this .* active since' "$DIR/status2.txt" &&
+    [ "$(epoch_of "$DIR/status2.txt" this)" = "$ep1" ]; then
+    ok "the old manager came back as standby; epoch $ep1 stays ($((SECONDS - t0)) s)"
+else
+    bad "the old manager started again is not the standby"
+    ctl status
+    ctl2 status
+    tail -20 "$FAB/logs/am.log"
+fi
+}
+
 [ "${ADOPT_ONLY:-1}" != 1 ] || case1
 [ "${ADOPT_ONLY:-2}" != 2 ] || case2
+[ "${ADOPT_ONLY:-3}" != 3 ] || case3
 [ $fails -eq 0 ]
