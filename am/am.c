@@ -241,6 +241,7 @@ void shp_am_stop(shp_am_t *am)
         shp_am_job_free(am, j);
     }
     shp_am_peers_close(am);
+    shp_am_sharpd_holds_clear(am);
     shp_am_adopt_stop(am);
     for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++)
         shp_tree_free(&am->trees[t].t);

@@ -58,6 +58,10 @@ typedef struct shp_am_config {
      * jobs and groups reported within this time of its start are adopted,
      * and new groups wait for every AN at most this long */
     int64_t adopt_timeout_ms;
+    /* a sharpd lost (keepalives lapsed, its connection closed): its
+     * host's share of the jobs is held this long for it to register
+     * again and report them (am_sharpds.c); 0: revoked at once */
+    int64_t sharpd_grace_ms;
     int64_t stats_interval_ms;
     char *metrics_listen; /* "" off */
     char *state_dir;      /* the state database's directory; "": none */
@@ -166,6 +170,7 @@ struct shp_am_job {
     uint8_t *held;     /* [nhosts] reserved by the host's scheduler
                           (job_reserve), until job_release */
     int reserved;      /* begun by job_reserve: outlives its processes */
+    unsigned reported; /* the last sharpd report that named it (report_gen) */
     int adopted;       /* taken back from the sharpds' reports (am_adopt.c) */
     unsigned max_groups, osts;
     uint32_t payload;
@@ -211,6 +216,11 @@ struct shp_am {
     shp_am_deferred_t *deferred;
     unsigned ndeferred;
     int requests_held; /* they wait (the deferred list) */
+    /* hosts whose sharpd was lost, held for sharpd_grace; each report's
+     * number (a sharpd's report names its jobs: those it does not name
+     * lose the host) */
+    struct shp_am_sd_hold *sd_holds;
+    unsigned report_gen;
     char listen_addr[64];
     /* the active/standby state (am_ha.c): the epoch this manager is or
      * was active in, and its proof for the nodes (protocol/auth.h) */
@@ -232,6 +242,8 @@ struct shp_am {
         uint64_t jobs_adopted, groups_adopted, groups_not_adopted;
         /* this manager became active; stepped down (am_ha.c) */
         uint64_t takeovers, step_downs;
+        /* sharpds lost and held for sharpd_grace; back within it */
+        uint64_t sharpds_held, sharpds_back;
     } stats;
 };
 

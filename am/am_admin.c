@@ -257,6 +257,11 @@ static json_t *am_admin_stats(shp_am_t *am)
         am_admin_sharpd_limits(am, s);
         /* this incarnation's epoch (grows at each start, am_persist.c) */
         json_object_set_new(s, "epoch", json_integer((json_int_t)am->epoch));
+        /* sharpds lost and held for sharpd_grace, and back within it */
+        json_object_set_new(s, "sharpds_held",
+                            json_integer((json_int_t)am->stats.sharpds_held));
+        json_object_set_new(s, "sharpds_back",
+                            json_integer((json_int_t)am->stats.sharpds_back));
     }
     return s;
 }

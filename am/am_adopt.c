@@ -806,6 +806,7 @@ static void adopt_sharpd_job(shp_am_t *am, shp_am_peer_t *p, const json_t *v,
                       "this host is not a host of the job");
         return;
     }
+    j->reported = am->report_gen;
     if (j->adopted && ad && ad->on)
         adopt_job_groups(am, j, json_object_get(v, "groups"));
     else
@@ -849,12 +850,14 @@ void shp_am_adopt_sharpd(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     json_t *res = json_object_get(msg, "reservations");
     int node = shp_topo_find(am->topo, p->host);
     size_t i;
+    am->report_gen++;
     json_array_foreach(jobs, i, v)
     {
         if (i >= am->cfg.max_jobs)
             break;
         adopt_sharpd_job(am, p, v, node);
     }
+    shp_am_sharpd_sweep(am, p->host);
     if (ad && ad->on) {
         json_array_foreach(res, i, v)
         {

@@ -162,6 +162,7 @@ static void am_ha_drop_active_state(shp_am_t *am)
      * peers closed below: they go first (becoming active again starts a
      * new adoption, am_serve) */
     shp_am_adopt_stop(am);
+    shp_am_sharpd_holds_clear(am);
     shp_am_job_t *j, *jt;
     HASH_ITER(hh, am->jobs, j, jt)
     {

@@ -109,6 +109,14 @@ shp_status_t shp_am_reserve_restore(shp_am_t *am, char *err, size_t errlen);
 void shp_am_sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
 void shp_am_sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
 void shp_am_sharpd_lost(shp_am_t *am, const char *host, shp_status_t reason);
+/* A sharpd lost: its host's share of the jobs held for sharpd_grace, then
+ * lost (at once with no grace).  Unhold: it registered again (1: it was
+ * held).  Sweep: after its report, the jobs it did not name lose its host.
+ * Clear: every hold dropped, nothing revoked (shutdown, stepping down). */
+void shp_am_sharpd_hold(shp_am_t *am, const char *host, shp_status_t reason);
+int shp_am_sharpd_unhold(shp_am_t *am, const char *host);
+void shp_am_sharpd_sweep(shp_am_t *am, const char *host);
+void shp_am_sharpd_holds_clear(shp_am_t *am);
 
 /* a sharpd's request that waits for the trees (am->requests_held) */
 struct shp_am_deferred {

@@ -173,7 +173,7 @@ static void am_peer_close(shp_conn_t *conn, shp_status_t reason)
     if (p->role == AM_PEER_AN && am->ans[p->an].peer == p) {
         shp_am_an_lost(am, p->an, shp_status_str(reason));
     } else if (p->role == AM_PEER_SHARPD && reason != SHP_ERR_EXISTS) {
-        shp_am_sharpd_lost(am, p->host, reason);
+        shp_am_sharpd_hold(am, p->host, reason);
     }
     free(p);
 }

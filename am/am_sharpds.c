@@ -8,7 +8,9 @@
  * job_detach says a job's processes on its host exited; sharpd_stats
  * brings its counts of local clients refused at its limits.  A sharpd that
  * goes (not replaced by a new one of its host) takes its host's share of
- * every job with it.
+ * every job with it, after sharpd_grace: the data path does not need it,
+ * and one that comes back within the grace reports the jobs it still has
+ * processes of (the others lose the host then).
  */
 #include "am/am_int.h"
 
@@ -46,6 +48,12 @@ void shp_am_sharpd_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     shp_am_peer_t *old = shp_am_sharpd_of_host(am, host);
     if (old)
         shp_conn_close(&old->conn, SHP_ERR_EXISTS); /* replaced */
+    if (shp_am_sharpd_unhold(am, host)) {
+        am->stats.sharpds_back++;
+        shp_info("the sharpd of %s is back within sharpd_grace: its jobs' "
+                 "groups run on (the jobs it does not report lose the host)",
+                 host);
+    }
     p->role = AM_PEER_SHARPD;
     snprintf(p->host, sizeof(p->host), "%s", host);
     shp_am_send(
@@ -178,5 +186,106 @@ void shp_am_sharpd_lost(shp_am_t *am, const char *host, shp_status_t reason)
     HASH_ITER(hh, am->jobs, j, jt)
     {
         shp_am_job_detach_host(am, j, host, why, 1);
+    }
+}
+
+/* A lost sharpd's hold ----------------------------------------------------- */
+
+/* One host whose sharpd was lost, its share of the jobs held: at most one
+ * per host of the topology (a second loss of the host's sharpd finds it). */
+typedef struct shp_am_sd_hold {
+    shp_am_t *am;
+    char host[sizeof(((shp_am_peer_t *)0)->host)];
+    shp_status_t reason;
+    ev_timer timer;
+    struct shp_am_sd_hold *next;
+} shp_am_sd_hold_t;
+
+static shp_am_sd_hold_t **am_sd_hold_at(shp_am_t *am, const char *host)
+{
+    shp_am_sd_hold_t **pp = &am->sd_holds;
+    while (*pp && strcmp((*pp)->host, host) != 0)
+        pp = &(*pp)->next;
+    return pp;
+}
+
+static void am_sd_hold_free(shp_am_sd_hold_t **pp)
+{
+    shp_am_sd_hold_t *h = *pp;
+    ev_timer_stop(h->am->loop, &h->timer);
+    *pp = h->next;
+    free(h);
+}
+
+static void am_sd_hold_expired(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    shp_am_sd_hold_t *h = w->data;
+    shp_am_t *am = h->am;
+    char host[sizeof(h->host)];
+    shp_status_t reason = h->reason;
+    (void)loop;
+    (void)revents;
+    snprintf(host, sizeof(host), "%s", h->host);
+    am_sd_hold_free(am_sd_hold_at(am, host));
+    shp_am_sharpd_lost(am, host, reason);
+}
+
+void shp_am_sharpd_hold(shp_am_t *am, const char *host, shp_status_t reason)
+{
+    shp_am_sd_hold_t **pp = am_sd_hold_at(am, host), *h = *pp;
+    if (am->cfg.sharpd_grace_ms <= 0 || (!h && !(h = calloc(1, sizeof(*h))))) {
+        shp_am_sharpd_lost(am, host, reason);
+        return;
+    }
+    if (!*pp) {
+        h->am = am;
+        snprintf(h->host, sizeof(h->host), "%s", host);
+        ev_timer_init(&h->timer, am_sd_hold_expired,
+                      (double)am->cfg.sharpd_grace_ms / 1000.0, 0.);
+        h->timer.data = h;
+        h->next = am->sd_holds;
+        am->sd_holds = h;
+    }
+    h->reason = reason;
+    ev_timer_stop(am->loop, &h->timer);
+    ev_timer_start(am->loop, &h->timer);
+    am->stats.sharpds_held++;
+    shp_warn_id("AM0203",
+                "the sharpd of %s is gone (%s): its jobs' groups are held for "
+                "sharpd_grace (%.1f s) for it to come back",
+                host, shp_status_str(reason),
+                (double)am->cfg.sharpd_grace_ms / 1000.0);
+}
+
+int shp_am_sharpd_unhold(shp_am_t *am, const char *host)
+{
+    shp_am_sd_hold_t **pp = am_sd_hold_at(am, host);
+    if (!*pp)
+        return 0;
+    am_sd_hold_free(pp);
+    return 1;
+}
+
+void shp_am_sharpd_holds_clear(shp_am_t *am)
+{
+    while (am->sd_holds)
+        am_sd_hold_free(&am->sd_holds);
+}
+
+/* The jobs that have processes on `host` by this manager's account and
+ * that its sharpd's report (number am->report_gen) did not name: a sharpd
+ * started again has none of them. */
+void shp_am_sharpd_sweep(shp_am_t *am, const char *host)
+{
+    char why[200];
+    snprintf(why, sizeof(why),
+             "the sharpd of %s registered without the job (its processes "
+             "there are gone)",
+             host);
+    shp_am_job_t *j, *jt;
+    HASH_ITER(hh, am->jobs, j, jt)
+    {
+        if (j->reported != am->report_gen)
+            shp_am_job_detach_host(am, j, host, why, 0);
     }
 }

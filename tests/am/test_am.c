@@ -57,6 +57,8 @@ static void start_am(const char *listen)
                     "--admin-socket", sock, "--secret-file", secret,
                     "--state-dir", state, "--keepalive", "1s", "--tree-settle",
                     "100ms", "--group-timeout", "5s",
+                    /* a sharpd lost is held this long (test_sharpd_grace) */
+                    "--sharpd-grace", "3s",
                     /* the tests below plan groups over tree levels */
                     "--flat-max", "0",
                     /* its 6 ANs and 4 sharpds, and one more sharpd at a
@@ -879,7 +881,8 @@ static void test_reservation(void **state)
     assert_non_null((row = job_row(62)));
     json_decref(row);
     assert_int_equal(stop(sd_pid[3]), 0);
-    for (int i = 0; i < 200 && (row = job_row(62)) != NULL; i++) {
+    /* (after sharpd_grace, 3 s) */
+    for (int i = 0; i < 400 && (row = job_row(62)) != NULL; i++) {
         json_decref(row);
         usleep(20000);
     }
@@ -1327,6 +1330,65 @@ static json_int_t stat_of(const char *name)
     return v;
 }
 
+/* the manager's counter NAME above v within ms */
+static int stat_above(const char *name, json_int_t v, int ms)
+{
+    for (int t = 0; t < ms / 50; t++) {
+        if (stat_of(name) > v)
+            return 1;
+        usleep(50000);
+    }
+    return stat_of(name) > v;
+}
+
+/* A sharpd the manager loses is held for sharpd_grace (docs/am.md,
+ * Faults): one paused past the manager's keepalives (dropped by it) that
+ * comes back reports its job, and the job's group runs on (nobody is told
+ * anything); one killed and started again registers without the job, and
+ * the job's group is revoked with that reason. */
+static void test_sharpd_grace(void **state)
+{
+    (void)state;
+    client_t *a = client_open("sd-n00001.sock");
+    client_t *b = client_open("sd-n00003.sock");
+    static const char *hosts[] = {"n00001", "n00003"};
+    assert_int_equal(call_status(a, job_begin_json(85, hosts, 2)), 0);
+    assert_int_equal(call_status(b, job_msg("job_attach", 85)), 0);
+    json_t *g = group_create(a, 85, hosts, 2);
+    assert_int_equal(status_of(g), 0);
+
+    /* paused for more than 3 keepalives of 1 s: the manager drops it */
+    json_int_t held = stat_of("sharpds_held"), back = stat_of("sharpds_back");
+    kill(sd_pid[1], SIGSTOP);
+    int dropped = stat_above("sharpds_held", held, 10000);
+    kill(sd_pid[1], SIGCONT);
+    assert_true(dropped);
+    assert_true(stat_above("sharpds_back", back, 10000));
+    /* back within the grace: its job's group was kept */
+    assert_null(wait_notice(a, "group_revoked", group_id(g), 4000));
+    assert_int_equal(count_of("groups", "groups"), 1);
+    json_t *row = job_row(85);
+    assert_non_null(row);
+    json_decref(row);
+
+    /* killed and started again: the new sharpd has no process of the job */
+    client_close(b);
+    kill(sd_pid[1], SIGKILL);
+    waitpid(sd_pid[1], NULL, 0);
+    back = stat_of("sharpds_back");
+    sd_pid[1] = start_sharpd(sd_hosts[1], NULL);
+    assert_true(stat_above("sharpds_back", back, 10000));
+    json_t *n = wait_notice(a, "group_revoked", group_id(g), 5000);
+    assert_non_null(n);
+    assert_non_null(strstr(json_string_value(json_object_get(n, "reason")),
+                           "registered without the job"));
+    json_decref(n);
+    assert_int_equal(count_of("groups", "groups"), 0);
+    assert_int_equal(call_status(a, job_msg("job_end", 85)), 0);
+    json_decref(g);
+    client_close(a);
+}
+
 /* The manager's own state survives kill -9 (its state database, kept in
  * state_dir): a scheduler's reservation comes back with its owner, key,
  * quotas and hosts, and the job's next step attaches to it; the topology
@@ -1549,6 +1611,7 @@ int main(void)
         cmocka_unit_test(test_node_keys),
         cmocka_unit_test(test_kill_an),
         cmocka_unit_test(test_am_restart),
+        cmocka_unit_test(test_sharpd_grace),
         cmocka_unit_test(test_state_restart),
         cmocka_unit_test(test_max_peers),
     };
