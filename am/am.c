@@ -197,6 +197,7 @@ shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop, char *err,
         (st = shp_topo_load(am->cfg.topology, &am->topo, err, errlen)) ||
         (st = am_mark_an_hosts(am, err, errlen)) ||
         (st = shp_am_persist_topology(am, am->cfg.topology, err, errlen)) ||
+        (st = shp_am_settings_load(am, err, errlen)) ||
         (st = shp_am_reserve_restore(am, err, errlen)))
         return st;
     if ((st = shp_auth_init()) ||
@@ -252,5 +253,6 @@ void shp_am_stop(shp_am_t *am)
     free(am->leaf);
     free(am->mark);
     shp_topo_free(am->topo);
+    shp_am_settings_free(am);
     shp_am_persist_close(am);
 }

@@ -128,6 +128,24 @@ typedef struct shp_am_an {
     json_t *counters; /* the AN's last stats message */
 } shp_am_an_t;
 
+/* An administrator's settings (am_settings.c): a drained AN, a frozen
+ * tree take no new groups.  A reason is at most SHP_AM_REASON_MAX bytes;
+ * a manager holds at most SHP_AM_MAX_DRAINS drains (and a freeze per tree
+ * id). */
+#define SHP_AM_REASON_MAX 200
+#define SHP_AM_MAX_DRAINS 4096u
+
+typedef struct shp_am_drain {
+    char name[128]; /* the AN's topology node */
+    char reason[SHP_AM_REASON_MAX + 1];
+} shp_am_drain_t;
+
+typedef struct shp_am_freeze {
+    int set;
+    char root[128]; /* the tree's root AN when it was frozen */
+    char reason[SHP_AM_REASON_MAX + 1];
+} shp_am_freeze_t;
+
 typedef struct shp_am_tree {
     int used;
     int up;
@@ -194,6 +212,11 @@ struct shp_am {
     shp_am_an_t *ans;
     int nans, capans;
     shp_am_tree_t trees[SHP_AM_MAX_TREE_ID];
+    /* an administrator's settings (am_settings.c): drained ANs by name,
+     * frozen trees by id (and root) */
+    shp_am_drain_t *drains;
+    unsigned ndrains, capdrains;
+    shp_am_freeze_t freezes[SHP_AM_MAX_TREE_ID];
     shp_am_job_t *jobs;
     shp_am_group_t *groups;
     uint32_t next_group;
@@ -267,5 +290,18 @@ json_t *shp_am_adopt_json(const shp_am_t *am); /* sharpctl adoption */
 void shp_am_job_end(shp_am_t *am, shp_am_job_t *job, shp_status_t why,
                     const char *reason);
 const char *shp_am_an_name(const shp_am_t *am, int node);
+/* An administrator's settings (am_settings.c), committed to the state
+ * database before they return.  reason NULL: undrain, thaw (of an AN or
+ * tree not drained or frozen: SHP_OK).  SHP_ERR_NOT_FOUND: no such AN in
+ * the topology, no such tree; err says why not. */
+SHP_WUR shp_status_t shp_am_an_drain(shp_am_t *am, const char *name,
+                                     const char *reason, char *err,
+                                     size_t errlen);
+SHP_WUR shp_status_t shp_am_tree_freeze(shp_am_t *am, int tree,
+                                        const char *reason, char *err,
+                                        size_t errlen);
+/* the AN's drain, the tree's freeze; NULL: none */
+const shp_am_drain_t *shp_am_drained(const shp_am_t *am, const char *name);
+const shp_am_freeze_t *shp_am_frozen(const shp_am_t *am, int tree);
 
 #endif

@@ -11,6 +11,10 @@
  *   jobs                every job: id, uid, hosts, groups, quotas
  *   groups {job_id?}    groups (of one job): tree, state, ANs, members
  *   job_kill {job_id}   end a job now; its processes are told
+ *   an_drain {name, reason?}, an_undrain {name}
+ *                       the AN takes no new group (its groups run on)
+ *   tree_freeze {tree_id, reason?}, tree_thaw {tree_id}
+ *                       the tree takes no new group (its groups run on)
  *   stats               counters
  *   topology            what the AM's topology holds
  *   topology_load {file}  replace it (refused while jobs run)
@@ -74,6 +78,10 @@ static json_t *am_admin_ans(shp_am_t *am)
                    "ops_per_s", an->up ? an->ops_rate : 0.0, "ops",
                    (json_int_t)an->ops, "errors", (json_int_t)an->errors));
         json_t *row = json_array_get(a, json_array_size(a) - 1);
+        const shp_am_drain_t *d = shp_am_drained(am, an->name);
+        json_object_set_new(row, "drained", json_boolean(d != NULL));
+        json_object_set_new(row, "drain_reason",
+                            d ? json_string(d->reason) : json_null());
         if (an->counters)
             json_object_set(row, "counters", an->counters);
         /* how old ops, ops/s and errors are (polled every stats_interval);
@@ -99,6 +107,11 @@ static json_t *am_admin_trees(shp_am_t *am)
                          shp_am_an_name(am, tr->t.root), "ans", tr->t.n,
                          "depth", tr->t.depth, "hosts", tr->t.nhosts, "groups",
                          tr->ngroups, "state", tr->up ? "up" : "down"));
+        const shp_am_freeze_t *f = shp_am_frozen(am, t);
+        json_t *row = json_array_get(a, json_array_size(a) - 1);
+        json_object_set_new(row, "frozen", json_boolean(f != NULL));
+        json_object_set_new(row, "freeze_reason",
+                            f ? json_string(f->reason) : json_null());
     }
     return a;
 }
@@ -221,6 +234,50 @@ static shp_status_t am_admin_job_kill(shp_am_t *am, shp_am_peer_t *p,
     return SHP_OK;
 }
 
+/* an_drain {name, reason?}, an_undrain {name}; tree_freeze {tree_id,
+ * reason?}, tree_thaw {tree_id}: committed to the state database before
+ * the reply (am_settings.c); *error (static) says why not. */
+static shp_status_t am_admin_setting(shp_am_t *am, shp_am_peer_t *p,
+                                     const char *type, const json_t *req,
+                                     const char **error)
+{
+    static char why[512];
+    int on = !strcmp(type, "an_drain") || !strcmp(type, "tree_freeze");
+    const char *reason = on ? shp_json_opt_str(req, "reason", "") : NULL;
+    shp_status_t st;
+    if (!strncmp(type, "an_", 3)) {
+        const char *name;
+        if (shp_json_get_str(req, "name", &name, NULL) != SHP_OK) {
+            *error = "name required";
+            return SHP_ERR_PROTO;
+        }
+        if ((st = shp_am_an_drain(am, name, reason, why, sizeof(why))) !=
+            SHP_OK) {
+            *error = why;
+            return st;
+        }
+        shp_info("AN %s %s by uid %u%s%s", name, on ? "drained" : "undrained",
+                 (unsigned)p->uid, reason && *reason ? ": " : "",
+                 reason ? reason : "");
+        return SHP_OK;
+    }
+    int64_t t;
+    if (shp_json_get_int(req, "tree_id", 0, SHP_AM_MAX_TREE_ID - 1, &t, NULL) !=
+        SHP_OK) {
+        *error = "no such tree (tree_id 0 .. 63)";
+        return SHP_ERR_NOT_FOUND;
+    }
+    if ((st = shp_am_tree_freeze(am, (int)t, reason, why, sizeof(why))) !=
+        SHP_OK) {
+        *error = why;
+        return st;
+    }
+    shp_info("tree %d %s by uid %u%s%s", (int)t, on ? "frozen" : "thawed",
+             (unsigned)p->uid, reason && *reason ? ": " : "",
+             reason ? reason : "");
+    return SHP_OK;
+}
+
 /* the sharpds' counts of their limits reached, summed over those
  * connected (sharpd_stats) */
 static void am_admin_sharpd_limits(shp_am_t *am, json_t *stats)
@@ -329,6 +386,9 @@ static json_t *am_admin_request(shp_am_t *am, shp_am_peer_t *p,
         json_object_set_new(r, "groups", am_admin_groups(am, req));
     } else if (!strcmp(type, "job_kill")) {
         st = am_admin_job_kill(am, p, req, &error);
+    } else if (!strcmp(type, "an_drain") || !strcmp(type, "an_undrain") ||
+               !strcmp(type, "tree_freeze") || !strcmp(type, "tree_thaw")) {
+        st = am_admin_setting(am, p, type, req, &error);
     } else if (!strcmp(type, "status")) { /* active or standby: am_ha.c */
         json_object_set_new(r, "manager", shp_am_ha_status(am));
     } else if (!strcmp(type, "stats")) {

@@ -3,7 +3,8 @@
  *
  * group_create checks the request (dist, the job's max_groups, members that
  * are hosts of the job), places the group on the least-loaded up tree that
- * spans its members with room on every AN (max_groups), gives it an id (24
+ * spans its members with room on every AN (max_groups), neither frozen nor
+ * through a drained AN (am_settings.c), gives it an id (24
  * bits, never one in use), a multicast address and port derived from the
  * id, the job's quotas cut to what every AN takes, and wires it: one
  * group_add per AN of the trimmed sub-tree, all or nothing.  The requester
@@ -272,10 +273,27 @@ static int am_plan_full(const shp_am_t *am, const shp_group_plan_t *plan)
     return -1;
 }
 
-/* The least-loaded tree that spans the members, with room on its ANs. */
+/* The AN of the plan an administrator drained; -1: none. */
+static int am_plan_drained(const shp_am_t *am, const shp_group_plan_t *plan)
+{
+    for (int i = 0; am->ndrains > 0 && i < plan->nans; i++) {
+        int a = shp_am_an_of_node(am, plan->ans[i].node);
+        if (shp_am_drained(am, am->ans[a].name))
+            return a;
+    }
+    return -1;
+}
+
+/* The least-loaded tree that spans the members, with room on its ANs,
+ * neither frozen nor using a drained AN in the group's trimmed sub-tree
+ * (a drained AN of the tree that the group does not pass through is no
+ * obstacle).  When no tree is left, a full AN says why first (the
+ * group may fit later), then a freeze or drain. */
 static shp_status_t am_group_place(shp_am_t *am, am_group_req_t *r)
 {
     shp_group_plan_t plan = {0};
+    char admin_why[180] = "";
+    int nfrozen = 0, ndrained = 0, nfull = 0;
     am_group_fail(r, SHP_ERR_NO_TREE, "no aggregation tree spans the members");
     r->tree = -1;
     for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++) {
@@ -286,12 +304,29 @@ static shp_status_t am_group_place(shp_am_t *am, am_group_req_t *r)
         if (shp_group_plan(&tr->t, am->leaf, r->nodes, r->n,
                            (int)am->cfg.flat_max, &plan) != SHP_OK)
             continue;
+        const shp_am_freeze_t *fz = shp_am_frozen(am, t);
+        int drained = fz ? -1 : am_plan_drained(am, &plan);
+        if (fz || drained >= 0) {
+            /* the first one named: the others are alike */
+            if (!nfrozen && !ndrained && fz)
+                snprintf(admin_why, sizeof(admin_why),
+                         "tree %d is frozen: %.120s", t, fz->reason);
+            else if (!nfrozen && !ndrained)
+                snprintf(admin_why, sizeof(admin_why),
+                         "AN %.40s is drained: %.120s", am->ans[drained].name,
+                         shp_am_drained(am, am->ans[drained].name)->reason);
+            nfrozen += fz != NULL;
+            ndrained += drained >= 0;
+            shp_group_plan_free(&plan);
+            continue;
+        }
         int full = am_plan_full(am, &plan);
         if (full >= 0) {
             snprintf(r->why, sizeof(r->why),
                      "AN %s serves its maximum of %u groups",
                      am->ans[full].name, am->ans[full].max_groups);
             r->st = SHP_ERR_QUOTA;
+            nfull++;
             shp_group_plan_free(&plan);
             continue;
         }
@@ -300,7 +335,18 @@ static shp_status_t am_group_place(shp_am_t *am, am_group_req_t *r)
         memset(&plan, 0, sizeof(plan));
         r->tree = t;
     }
-    return r->tree < 0 ? r->st : (r->st = SHP_OK);
+    if (r->tree >= 0)
+        return r->st = SHP_OK;
+    if (!nfull && (nfrozen || ndrained)) {
+        snprintf(r->why, sizeof(r->why),
+                 "every tree that spans the members %s (%s)",
+                 !ndrained  ? "is frozen"
+                 : !nfrozen ? "uses a drained aggregation node"
+                            : "is frozen or uses a drained aggregation node",
+                 admin_why);
+        r->st = SHP_ERR_NO_TREE;
+    }
+    return r->st;
 }
 
 /* A group id: 24 bits, not 0, none in use, none a restart hands out

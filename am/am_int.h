@@ -7,6 +7,7 @@
  *                 message sent to a peer, node marks, host lists resolved
  *   am_persist.c  the state database (am_store.c): epoch, group ids,
  *                 topology in use, reservations written
+ *   am_settings.c an administrator's settings: ANs drained, trees frozen
  *   am_trees.c    the tree table: (re)builds over the live ANs, tree_config
  *   am_groups.c   groups: checks, placement on a tree, ids, multicast
  *                 address, wiring (group_add), acks, revocation
@@ -59,6 +60,12 @@ shp_status_t shp_am_persist_topology(shp_am_t *am, const char *path, char *err,
 /* a reserved job's row (uid, key, quotas, hosts and holds) */
 shp_status_t shp_am_persist_job(shp_am_t *am, const shp_am_job_t *j);
 void shp_am_persist_job_forget(shp_am_t *am, const shp_am_job_t *j);
+
+/* am_settings.c: loaded at start (after the topology); a tree built
+ * again under another root loses its freeze */
+shp_status_t shp_am_settings_load(shp_am_t *am, char *err, size_t errlen);
+void shp_am_settings_free(shp_am_t *am);
+void shp_am_settings_tree_built(shp_am_t *am, int t);
 
 /* am_trees.c */
 void shp_am_trees_init(shp_am_t *am);

@@ -472,6 +472,52 @@ shp_status_t shp_am_store_setting_set(shp_am_store_t *s, const char *name,
     return am_store_wend(s, st);
 }
 
+shp_status_t shp_am_store_settings(shp_am_store_t *s, const char *prefix,
+                                   unsigned max, shp_am_store_setting_fn *fn,
+                                   void *arg)
+{
+    sqlite3_stmt *stmt = NULL;
+    shp_status_t st;
+    int rc;
+    /* substr, not LIKE: a name's _ and % are no patterns */
+    if ((st = am_store_prepare(s,
+                               "SELECT count(*) FROM settings WHERE "
+                               "substr(name, 1, ?2) = ?1",
+                               &stmt)) != SHP_OK)
+        return st;
+    sqlite3_bind_text(stmt, 1, prefix, -1, SQLITE_STATIC);
+    sqlite3_bind_int(stmt, 2, (int)strlen(prefix));
+    if (sqlite3_step(stmt) != SQLITE_ROW) {
+        st = am_store_fail(s, "read");
+        sqlite3_finalize(stmt);
+        return st;
+    }
+    sqlite3_int64 n = sqlite3_column_int64(stmt, 0);
+    sqlite3_finalize(stmt);
+    if (n > (sqlite3_int64)max) {
+        snprintf(s->error, sizeof(s->error),
+                 "state database %s: %lld settings %s*, more than %u", s->path,
+                 (long long)n, prefix, max);
+        return SHP_ERR_TOO_LARGE;
+    }
+    if ((st = am_store_prepare(s,
+                               "SELECT name, value FROM settings WHERE "
+                               "substr(name, 1, ?2) = ?1 ORDER BY name",
+                               &stmt)) != SHP_OK)
+        return st;
+    sqlite3_bind_text(stmt, 1, prefix, -1, SQLITE_STATIC);
+    sqlite3_bind_int(stmt, 2, (int)strlen(prefix));
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(stmt, 0);
+        const char *value = (const char *)sqlite3_column_text(stmt, 1);
+        fn(arg, name ? name : "", value ? value : "");
+    }
+    if (rc != SQLITE_DONE)
+        st = am_store_fail(s, "read");
+    sqlite3_finalize(stmt);
+    return st;
+}
+
 static shp_status_t am_store_job_delete(shp_am_store_t *s, uint64_t job_id)
 {
     sqlite3_stmt *stmt;

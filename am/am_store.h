@@ -81,6 +81,16 @@ SHP_WUR shp_status_t shp_am_store_setting_set(shp_am_store_t *s,
                                               const char *name,
                                               const char *value);
 
+/* The settings whose name begins with `prefix`, in name order: fn for
+ * each, at most `max` of them (more: SHP_ERR_TOO_LARGE before any call);
+ * name and value are the store's, valid during the call. */
+typedef void shp_am_store_setting_fn(void *arg, const char *name,
+                                     const char *value);
+SHP_WUR shp_status_t shp_am_store_settings(shp_am_store_t *s,
+                                           const char *prefix, unsigned max,
+                                           shp_am_store_setting_fn *fn,
+                                           void *arg);
+
 /* Reservations: put replaces the job's row and hosts; del forgets it (no
  * row: SHP_OK).  jobs() calls fn for each stored job in id order, at most
  * `max` of them (more: SHP_ERR_TOO_LARGE before any call) and `max_hosts`

@@ -126,6 +126,9 @@ void shp_am_trees_rebuild(shp_am_t *am)
         for (int i = 0; i < trees[k].n; i++)
             am->ans[shp_am_an_of_node(am, trees[k].node[i])].ntrees++;
         am_send_tree_config(am, t);
+        /* a freeze of this id set on a tree of another root is no
+         * freeze of this one */
+        shp_am_settings_tree_built(am, t);
         shp_info("tree %d: root %s, %d ANs, depth %d, %d hosts", t,
                  shp_am_an_name(am, trees[k].root), trees[k].n, trees[k].depth,
                  trees[k].nhosts);

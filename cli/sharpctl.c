@@ -46,6 +46,14 @@ static const char usage_text[] =
     "                              state\n"
     "  tree show ID [--dot] [--png FILE]\n"
     "                              one tree, indented; as Graphviz; rendered\n"
+    "  tree freeze ID [--reason TEXT]\n"
+    "                              tree ID takes no new groups (its groups\n"
+    "                              run on); kept across a manager restart\n"
+    "  tree thaw ID                it takes new groups again\n"
+    "  an drain NAME [--reason TEXT]\n"
+    "                              AN NAME takes no new groups (its groups\n"
+    "                              run on); kept across a manager restart\n"
+    "  an undrain NAME             it takes new groups again\n"
     "  groups [--job J]            groups (of one job)\n"
     "  jobs                        jobs: id, uid, hosts, groups, quotas,\n"
     "                              reserved (by a scheduler)\n"
@@ -83,17 +91,34 @@ static const struct {
     const char *cmd, *text;
 } cmd_help[] = {
     {"ans", "Usage: sharpctl ans [--json]\n\nEvery aggregation node the "
-            "manager knows: name, data address, state (up/down),\ntrees and "
-            "groups through it, operations per second and errors (from its\n"
-            "counters, polled every stats_interval). --json adds the guid, "
-            "the raw\ncounters and the number of registrations.\n"},
+            "manager knows: name, data address, state (up/down,\nand "
+            "drained: sharpctl an drain), trees and groups through it, "
+            "operations\nper second and errors (from its counters, polled "
+            "every stats_interval).\n--json adds the guid, the raw counters, "
+            "the number of registrations,\n\"drained\" and "
+            "\"drain_reason\".\n"},
+    {"an", "Usage: sharpctl an drain NAME [--reason TEXT]\n"
+           "       sharpctl an undrain NAME\n\ndrain: AN NAME (its topology "
+           "node) takes no new groups: a group is placed\non a tree whose "
+           "sub-tree for it avoids the AN, or fails with the reason when\n"
+           "none does; the groups it serves run until they end. undrain: it "
+           "takes new\ngroups again. Kept in the manager's state database "
+           "(a restart keeps it).\nExit 1 if the topology has no such AN.\n"},
     {"trees", "Usage: sharpctl trees [--json]\n\nEvery aggregation tree: "
               "id, root AN, number of ANs, depth, hosts it spans,\ngroups on "
-              "it, state (down: an AN of it is lost; rebuilt once empty).\n"},
-    {"tree", "Usage: sharpctl tree show ID [--dot | --png FILE] [--json]\n\n"
-             "One tree: its ANs indented under their parents; --dot writes "
-             "Graphviz,\n--png renders it with dot (Graphviz must be "
-             "installed).\n"},
+              "it, state (down: an AN of it is lost; rebuilt once empty;\n"
+              "frozen: sharpctl tree freeze). --json adds \"frozen\" and "
+              "\"freeze_reason\".\n"},
+    {"tree", "Usage: sharpctl tree show ID [--dot | --png FILE] [--json]\n"
+             "       sharpctl tree freeze ID [--reason TEXT]\n"
+             "       sharpctl tree thaw ID\n\n"
+             "show: one tree, its ANs indented under their parents; --dot "
+             "writes Graphviz,\n--png renders it with dot (Graphviz must be "
+             "installed). freeze: the tree\ntakes no new groups (its groups "
+             "run until they end); thaw: it takes them\nagain. A freeze is "
+             "kept in the manager's state database with the tree's\nroot: "
+             "when the tree is rebuilt with another root, the freeze is "
+             "dropped.\nExit 1 if there is no such tree.\n"},
     {"groups", "Usage: sharpctl groups [--job J] [--json]\n\nGroups (of job "
                "J): id, job, tree, state, members, ANs, exact ops\n(exact-mode "
                "sums, SHARP_OP_SUM_EXACT, its top AN folded, as of\nthe "
@@ -257,6 +282,22 @@ static void table(const json_t *rows, const char *const *keys,
 
 /* Commands ----------------------------------------------------------------- */
 
+/* the state column says what an administrator set: "up, drained" */
+static void mark_state(json_t *rows, const char *flag, const char *word)
+{
+    size_t i;
+    json_t *row;
+    char buf[64];
+    json_array_foreach(rows, i, row)
+    {
+        const char *st = json_string_value(json_object_get(row, "state"));
+        if (json_is_true(json_object_get(row, flag)) && st != NULL) {
+            snprintf(buf, sizeof(buf), "%s, %s", st, word);
+            json_object_set_new(row, "state", json_string(buf));
+        }
+    }
+}
+
 static int listing(const char *type, const char *member,
                    const char *const *keys, const char *const *heads,
                    json_t *req)
@@ -272,6 +313,8 @@ static int listing(const char *type, const char *member,
     } else if (json_array_size(rows) == 0) {
         printf("no %s\n", member);
     } else {
+        mark_state(rows, "drained", "drained");
+        mark_state(rows, "frozen", "frozen");
         table(rows, keys, heads, 24);
     }
     json_decref(r);
@@ -358,6 +401,86 @@ static int cmd_job(int argc, char **argv)
     return 0;
 }
 
+/* an drain NAME [--reason TEXT] | an undrain NAME; tree freeze ID
+ * [--reason TEXT] | tree thaw ID: the request, or NULL after a usage
+ * error (*rc) */
+static json_t *setting_request(int argc, char **argv, int *rc)
+{
+    const char *reason = NULL, *what = argv[0], *verb = argv[1];
+    int on = !strcmp(verb, "drain") || !strcmp(verb, "freeze");
+    for (int a = 3; a < argc; a++) {
+        if (on && !strcmp(argv[a], "--reason") && a + 1 < argc) {
+            reason = argv[++a];
+        } else if (on && !strncmp(argv[a], "--reason=", 9)) {
+            reason = argv[a] + 9;
+        } else {
+            *rc = usage_error("unknown option \"%s\"", argv[a]);
+            return NULL;
+        }
+    }
+    char type[32];
+    snprintf(type, sizeof(type), "%s_%s", !strcmp(what, "an") ? "an" : "tree",
+             verb);
+    json_t *req = json_pack("{s:s}", "type", type);
+    if (!strcmp(what, "an")) {
+        json_object_set_new(req, "name", json_string(argv[2]));
+    } else {
+        char *end;
+        long id = strtol(argv[2], &end, 10);
+        if (*end != '\0' || end == argv[2] || id < 0 || id > 1000000) {
+            json_decref(req);
+            *rc = usage_error("bad tree id \"%s\"", argv[2]);
+            return NULL;
+        }
+        json_object_set_new(req, "tree_id", json_integer(id));
+    }
+    if (reason != NULL) {
+        json_object_set_new(req, "reason", json_string(reason));
+    }
+    return req;
+}
+
+static int cmd_setting(int argc, char **argv)
+{
+    int rc = 0;
+    json_t *req = setting_request(argc, argv, &rc);
+    if (req == NULL) {
+        return rc;
+    }
+    json_t *r = call(req, &rc);
+    if (r == NULL) {
+        return rc;
+    }
+    if (as_json) {
+        print_json(r);
+    } else {
+        static const char *const done[][2] = {{"drain", "drained"},
+                                              {"undrain", "undrained"},
+                                              {"freeze", "frozen"},
+                                              {"thaw", "thawed"}};
+        const char *d = argv[1];
+        for (size_t k = 0; k < 4; k++) {
+            if (!strcmp(argv[1], done[k][0])) {
+                d = done[k][1];
+            }
+        }
+        printf("%s %s %s\n", !strcmp(argv[0], "an") ? "AN" : "tree", argv[2],
+               d);
+    }
+    json_decref(r);
+    return 0;
+}
+
+static int cmd_an(int argc, char **argv)
+{
+    if (argc < 3 ||
+        (strcmp(argv[1], "drain") != 0 && strcmp(argv[1], "undrain") != 0)) {
+        return usage_error("usage: %s",
+                           "an drain NAME [--reason TEXT] | an undrain NAME");
+    }
+    return cmd_setting(argc, argv);
+}
+
 static void tree_text(const json_t *nodes, const char *parent, int depth)
 {
     for (size_t i = 0; i < json_array_size(nodes); i++) {
@@ -397,8 +520,13 @@ static int cmd_tree(int argc, char **argv)
     int dot = 0, rc = 0;
     const char *png = NULL;
     char *end;
+    if (argc >= 3 && (!strcmp(argv[1], "freeze") || !strcmp(argv[1], "thaw"))) {
+        return cmd_setting(argc, argv);
+    }
     if (argc < 3 || strcmp(argv[1], "show") != 0) {
-        return usage_error("usage: %s", "tree show ID [--dot] [--png FILE]");
+        return usage_error("usage: %s", "tree show ID [--dot] [--png FILE] | "
+                                        "tree freeze ID [--reason TEXT] | "
+                                        "tree thaw ID");
     }
     long id = strtol(argv[2], &end, 10);
     if (*end != '\0' || end == argv[2] || id < 0) {
@@ -752,6 +880,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "tree")) {
         return cmd_tree(argc, argv);
+    }
+    if (!strcmp(cmd, "an")) {
+        return cmd_an(argc, argv);
     }
     if (!strcmp(cmd, "groups")) {
         return cmd_groups(argc, argv);

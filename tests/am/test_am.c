@@ -10,11 +10,13 @@
  * enforcement (a client running as nobody), refusals, a wrong cluster
  * secret, kill -9 of an AN (only the groups through it are revoked), an
  * AM restart (ANs and sharpds come back, the job and its group are taken
- * back), and the AM's own state kept across kill -9 (reservations, the
- * topology loaded, group ids, the epoch).
+ * back), the AM's own state kept across kill -9 (reservations, the
+ * topology loaded, group ids, the epoch), and an administrator's drained
+ * ANs and frozen trees (placement around them, kept across kill -9).
  */
 #include "tests/support/test_util.h"
 
+#include "am/am_store.h"
 #include "protocol/auth.h"
 #include "protocol/ctl.h"
 #include "core/net.h"
@@ -1587,6 +1589,340 @@ static void test_max_peers(void **state)
     wait_ready(NSW);
 }
 
+/* --- an administrator's settings: drain, freeze ------------------------ */
+
+/* an admin request's reply, whatever its status (new reference) */
+static json_t *admin_req(json_t *msg)
+{
+    client_t *a = client_open("am.sock");
+    json_t *r = call(a, msg);
+    client_close(a);
+    return r;
+}
+
+static int admin_status(json_t *msg)
+{
+    json_t *r = admin_req(msg);
+    int st = status_of(r);
+    json_decref(r);
+    return st;
+}
+
+static int drain(const char *name, const char *reason)
+{
+    return admin_status(
+        reason ? json_pack("{s:s, s:s, s:s}", "type", "an_drain", "name", name,
+                           "reason", reason)
+               : json_pack("{s:s, s:s}", "type", "an_undrain", "name", name));
+}
+
+static int freeze(int t, const char *reason)
+{
+    return admin_status(
+        reason ? json_pack("{s:s, s:i, s:s}", "type", "tree_freeze", "tree_id",
+                           t, "reason", reason)
+               : json_pack("{s:s, s:i}", "type", "tree_thaw", "tree_id", t));
+}
+
+/* the id of the tree rooted at `root`; -1: none */
+static int tree_of(const char *root)
+{
+    json_t *r = admin("trees"), *v;
+    size_t i;
+    int id = -1;
+    json_array_foreach(json_object_get(r, "trees"), i, v)
+    {
+        if (!strcmp(json_string_value(json_object_get(v, "root")), root))
+            id = (int)json_integer_value(json_object_get(v, "id"));
+    }
+    json_decref(r);
+    return id;
+}
+
+/* the `flag` ("drained", "frozen") of the row of a listing whose `key`
+ * is `want`; -1: no row; the reason in `reason` (may be NULL) */
+static int flag_of(const char *type, const char *key, const char *want,
+                   const char *flag, char *reason, size_t len)
+{
+    json_t *r = admin(type), *v;
+    size_t i;
+    int out = -1;
+    char buf[32];
+    json_array_foreach(json_object_get(r, type), i, v)
+    {
+        json_t *k = json_object_get(v, key);
+        if (json_is_integer(k))
+            snprintf(buf, sizeof(buf), "%d", (int)json_integer_value(k));
+        else
+            snprintf(buf, sizeof(buf), "%s", json_string_value(k));
+        if (strcmp(buf, want) != 0)
+            continue;
+        out = json_is_true(json_object_get(v, flag));
+        const char *why = json_string_value(json_object_get(
+            v, !strcmp(flag, "drained") ? "drain_reason" : "freeze_reason"));
+        if (reason)
+            snprintf(reason, len, "%s", why ? why : "");
+    }
+    json_decref(r);
+    return out;
+}
+
+static int an_drained(const char *name, char *reason, size_t len)
+{
+    return flag_of("ans", "name", name, "drained", reason, len);
+}
+
+static int tree_frozen(int t, char *reason, size_t len)
+{
+    char id[16];
+    snprintf(id, sizeof(id), "%d", t);
+    return flag_of("trees", "id", id, "frozen", reason, len);
+}
+
+/* whether the group's ANs (its descriptor) include `name` */
+static int group_uses(const json_t *g, const char *name)
+{
+    json_t *ans = json_object_get(json_object_get(g, "group"), "ans"), *v;
+    size_t i;
+    json_array_foreach(ans, i, v)
+    {
+        if (!strcmp(json_string_value(v), name))
+            return 1;
+    }
+    return 0;
+}
+
+static int group_tree(const json_t *g)
+{
+    return (int)json_integer_value(
+        json_object_get(json_object_get(g, "group"), "tree_id"));
+}
+
+static int group_listed(int64_t gid)
+{
+    json_t *r = admin("groups"), *v;
+    size_t i;
+    int up = 0;
+    json_array_foreach(json_object_get(r, "groups"), i, v)
+    {
+        up |= json_integer_value(json_object_get(v, "group_id")) == gid &&
+              !strcmp(json_string_value(json_object_get(v, "state")), "up");
+    }
+    json_decref(r);
+    return up;
+}
+
+static void restart_am(void)
+{
+    char listen[64];
+    snprintf(listen, sizeof(listen), "%s", am_addr);
+    kill(am_pid, SIGKILL);
+    waitpid(am_pid, NULL, 0);
+    start_am(listen);
+    wait_ready(NSW);
+}
+
+/* A drained AN and a frozen tree take no new groups, the groups already
+ * on them run on; a group whose sub-tree avoids the drained AN is placed;
+ * no tree left: the group fails naming why; both settings survive kill -9
+ * of the manager (its state database), a freeze whose tree id now has
+ * another root is dropped; unknown names and non-admins are refused. */
+static void test_drain_freeze(void **state)
+{
+    (void)state;
+    char why[256];
+    static const char *hosts[] = {"n00001", "n00003", "n00005", "n00006"};
+    static const char *across[] = {"n00001", "n00003"};   /* two leaves */
+    static const char *one_leaf[] = {"n00005", "n00006"}; /* leaf03 */
+    client_t *a = client_open("sd-n00001.sock");
+    assert_int_equal(call_status(a, job_begin_json(95, hosts, 4)), 0);
+    /* a process of the job on the other member host too (a restarted
+     * manager takes a group back from its member hosts' reports) */
+    client_t *b = client_open("sd-n00003.sock");
+    assert_int_equal(call_status(b, job_msg("job_attach", 95)), 0);
+    json_t *g1 = group_create(a, 95, across, 2);
+    assert_int_equal(status_of(g1), 0);
+    int t1 = group_tree(g1);
+    const char *spine1 = group_uses(g1, "spine01") ? "spine01" : "spine02";
+    const char *spine2 = !strcmp(spine1, "spine01") ? "spine02" : "spine01";
+    assert_int_equal(tree_of(spine1), t1);
+    int t2 = tree_of(spine2);
+    assert_true(t2 >= 0 && t2 != t1);
+
+    /* the spine of g1 drained: the next group goes the other way, g1
+     * runs on (nobody is told anything) */
+    assert_int_equal(an_drained(spine1, NULL, 0), 0);
+    assert_int_equal(drain(spine1, "replacing a fan"), 0);
+    assert_int_equal(an_drained(spine1, why, sizeof(why)), 1);
+    assert_string_equal(why, "replacing a fan");
+    json_t *g2 = group_create(a, 95, across, 2);
+    assert_int_equal(status_of(g2), 0);
+    assert_int_equal(group_tree(g2), t2);
+    assert_false(group_uses(g2, spine1));
+    assert_true(group_listed(group_id(g1)));
+    assert_null(wait_notice(a, "group_revoked", -1, 200));
+
+    /* both spines drained: no tree left for members across leaves, the
+     * reason named; members under one leaf need no spine */
+    assert_int_equal(drain(spine2, "firmware"), 0);
+    json_t *r = group_create(a, 95, across, 2);
+    assert_int_equal(status_of(r), SHP_ERR_NO_TREE);
+    assert_non_null(strstr(json_string_value(json_object_get(r, "error")),
+                           "uses a drained aggregation node"));
+    json_decref(r);
+    r = group_create(a, 95, one_leaf, 2);
+    assert_int_equal(status_of(r), 0);
+    assert_true(group_uses(r, "leaf03"));
+    assert_false(group_uses(r, "spine01") || group_uses(r, "spine02"));
+    assert_int_equal(
+        call_status(a, json_pack("{s:s, s:s, s:I}", "type", "group_destroy",
+                                 "job_id", "95", "group_id",
+                                 (json_int_t)group_id(r))),
+        0);
+    json_decref(r);
+    assert_true(group_listed(group_id(g1)) && group_listed(group_id(g2)));
+
+    /* undrained: spine1's tree takes groups again (the least loaded) */
+    assert_int_equal(drain(spine1, NULL), 0);
+    assert_int_equal(drain(spine2, NULL), 0);
+    assert_int_equal(an_drained(spine1, NULL, 0), 0);
+    assert_int_equal(
+        call_status(a, json_pack("{s:s, s:s, s:I}", "type", "group_destroy",
+                                 "job_id", "95", "group_id",
+                                 (json_int_t)group_id(g1))),
+        0);
+    r = group_create(a, 95, across, 2);
+    assert_int_equal(status_of(r), 0);
+    assert_int_equal(group_tree(r), t1);
+    json_decref(g1);
+    g1 = r;
+
+    /* t1 frozen: a new group goes on t2 even though t2 is the more
+     * loaded one now; both frozen: none, the reason named */
+    assert_int_equal(freeze(t1, "tree under test"), 0);
+    assert_int_equal(tree_frozen(t1, why, sizeof(why)), 1);
+    assert_string_equal(why, "tree under test");
+    assert_int_equal(tree_frozen(t2, NULL, 0), 0);
+    json_t *g3 = group_create(a, 95, across, 2);
+    assert_int_equal(status_of(g3), 0);
+    assert_int_equal(group_tree(g3), t2);
+    assert_int_equal(freeze(t2, "also"), 0);
+    r = group_create(a, 95, across, 2);
+    assert_int_equal(status_of(r), SHP_ERR_NO_TREE);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(r, "error")), "is frozen"));
+    json_decref(r);
+    assert_true(group_listed(group_id(g1)) && group_listed(group_id(g3)));
+    assert_int_equal(freeze(t2, NULL), 0);
+
+    /* unknown names, no such tree, bad reasons: refused, nothing set */
+    assert_int_equal(drain("nosuch", "x"), SHP_ERR_NOT_FOUND);
+    assert_int_equal(drain("n00001", "a host, no AN"), SHP_ERR_NOT_FOUND);
+    assert_int_equal(freeze(63, "x"), SHP_ERR_NOT_FOUND);
+    assert_int_equal(freeze(64, "x"), SHP_ERR_NOT_FOUND);
+    assert_int_equal(drain("leaf02", "a\nb"), SHP_ERR_INVALID_PARAM);
+    assert_int_equal(an_drained("leaf02", NULL, 0), 0);
+
+    /* not an admin: refused (the socket opened to everyone for this) */
+    char sock[600];
+    path(sock, sizeof(sock), "am.sock");
+    assert_int_equal(chmod(sock, 0666), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgid(65534) || setuid(65534))
+            _exit(90);
+        client_t *c = client_open("am.sock");
+        int st =
+            call_status(c, json_pack("{s:s, s:s, s:s}", "type", "an_drain",
+                                     "name", "leaf02", "reason", "nobody's"));
+        int st2 = call_status(
+            c, json_pack("{s:s, s:i}", "type", "tree_thaw", "tree_id", t1));
+        _exit(st == SHP_ERR_PERM && st2 == SHP_ERR_PERM ? 0 : 1);
+    }
+    int wst;
+    assert_int_equal(waitpid(pid, &wst, 0), pid);
+    assert_int_equal(chmod(sock, 0660), 0);
+    assert_true(WIFEXITED(wst));
+    assert_int_equal(WEXITSTATUS(wst), 0);
+    assert_int_equal(an_drained("leaf02", NULL, 0), 0);
+    assert_int_equal(tree_frozen(t1, NULL, 0), 1);
+
+    /* kill -9 and restart: t1 still frozen, spine2 drained (set now),
+     * both with their reasons; no tree is left for a new group */
+    assert_int_equal(drain(spine2, "kept across a restart"), 0);
+    restart_am();
+    assert_int_equal(an_drained(spine2, why, sizeof(why)), 1);
+    assert_string_equal(why, "kept across a restart");
+    assert_int_equal(an_drained(spine1, NULL, 0), 0);
+    assert_int_equal(tree_of(spine1), t1); /* the same trees again */
+    assert_int_equal(tree_frozen(t1, why, sizeof(why)), 1);
+    assert_string_equal(why, "tree under test");
+    assert_int_equal(tree_frozen(t2, NULL, 0), 0);
+    r = group_create(a, 95, across, 2);
+    assert_int_equal(status_of(r), SHP_ERR_NO_TREE);
+    assert_non_null(strstr(json_string_value(json_object_get(r, "error")),
+                           "is frozen or uses a drained aggregation node"));
+    json_decref(r);
+    /* the groups of before are taken back (adoption) and run on */
+    for (int i = 0;
+         i < 100 && !(group_listed(group_id(g1)) && group_listed(group_id(g3)));
+         i++)
+        usleep(50000);
+    assert_true(group_listed(group_id(g1)) && group_listed(group_id(g3)));
+    assert_int_equal(drain(spine2, NULL), 0);
+    r = group_create(a, 95, across, 2);
+    assert_int_equal(status_of(r), 0);
+    assert_int_equal(group_tree(r), t2);
+    json_decref(r);
+
+    /* a freeze of t1 stored with another root (as a new topology that
+     * numbers the trees otherwise would leave it): dropped at start, and
+     * said why; gone from the database */
+    kill(am_pid, SIGKILL);
+    waitpid(am_pid, NULL, 0);
+    char state_dir[600], key[32], err[300], v[512];
+    shp_am_store_t *db = NULL;
+    path(state_dir, sizeof(state_dir), "am-state");
+    snprintf(key, sizeof(key), "tree_freeze:%d", t1);
+    assert_int_equal(shp_am_store_open(state_dir, 0, &db, err, sizeof(err)),
+                     SHP_OK);
+    assert_int_equal(shp_am_store_setting(db, key, v, sizeof(v)), SHP_OK);
+    assert_non_null(strstr(v, spine1)); /* as stored by the manager */
+    json_t *fz = json_pack("{s:s, s:s}", "root", spine2, "reason", "moved");
+    char *fzs = json_dumps(fz, JSON_COMPACT);
+    assert_int_equal(shp_am_store_setting_set(db, key, fzs), SHP_OK);
+    free(fzs);
+    json_decref(fz);
+    shp_am_store_close(db);
+    char amlog[600], said[200];
+    snprintf(amlog, sizeof(amlog), "%s/am.log", dir);
+    snprintf(said, sizeof(said), "tree %d thawed: it was frozen with root %s",
+             t1, spine2);
+    int before = file_count(amlog, said);
+    char listen[64];
+    snprintf(listen, sizeof(listen), "%s", am_addr);
+    start_am(listen);
+    wait_ready(NSW);
+    assert_int_equal(tree_frozen(t1, NULL, 0), 0);
+    assert_true(file_count(amlog, said) > before);
+    kill(am_pid, SIGKILL);
+    waitpid(am_pid, NULL, 0);
+    assert_int_equal(shp_am_store_open(state_dir, 0, &db, err, sizeof(err)),
+                     SHP_OK);
+    assert_int_equal(shp_am_store_setting(db, key, v, sizeof(v)),
+                     SHP_ERR_NOT_FOUND);
+    shp_am_store_close(db);
+    start_am(listen);
+    wait_ready(NSW);
+
+    assert_int_equal(call_status(a, job_msg("job_end", 95)), 0);
+    json_decref(g1);
+    json_decref(g2);
+    json_decref(g3);
+    client_close(b);
+    client_close(a);
+}
+
 int main(void)
 {
     char self[300];
@@ -1617,6 +1953,7 @@ int main(void)
         cmocka_unit_test(test_sharpd_grace),
         cmocka_unit_test(test_state_restart),
         cmocka_unit_test(test_max_peers),
+        cmocka_unit_test(test_drain_freeze),
     };
     return cmocka_run_group_tests_name("am", tests, setup, teardown);
 }

@@ -131,6 +131,49 @@ static void test_counters(void **state)
     shp_am_store_close(s);
 }
 
+static void on_setting(void *arg, const char *name, const char *value)
+{
+    char *out = arg;
+    size_t n = strlen(out);
+    snprintf(out + n, 512 - n, "%s=%s;", name, value);
+}
+
+/* the settings of a prefix, in name order, after a reopen; a name's _ and
+ * % are no patterns; more than max: refused before any call */
+static void test_settings_prefix(void **state)
+{
+    (void)state;
+    char out[512] = "";
+    shp_am_store_t *s = open_ok(dir, 0);
+    assert_int_equal(shp_am_store_setting_set(s, "an_drain:leaf02", "b"),
+                     SHP_OK);
+    assert_int_equal(shp_am_store_setting_set(s, "an_drain:leaf01", "a"),
+                     SHP_OK);
+    assert_int_equal(shp_am_store_setting_set(s, "anXdrain:leaf03", "x"),
+                     SHP_OK);
+    assert_int_equal(shp_am_store_setting_set(s, "an_drain", "short"), SHP_OK);
+    assert_int_equal(shp_am_store_setting_set(s, "topology", "/t"), SHP_OK);
+    shp_am_store_close(s);
+    s = open_ok(dir, 0);
+    assert_int_equal(shp_am_store_settings(s, "an_drain:", 10, on_setting, out),
+                     SHP_OK);
+    assert_string_equal(out, "an_drain:leaf01=a;an_drain:leaf02=b;");
+    out[0] = '\0';
+    assert_int_equal(shp_am_store_settings(s, "an_drain:", 1, on_setting, out),
+                     SHP_ERR_TOO_LARGE);
+    assert_string_equal(out, "");
+    assert_int_equal(shp_am_store_setting_set(s, "an_drain:leaf01", NULL),
+                     SHP_OK);
+    assert_int_equal(shp_am_store_settings(s, "an_drain:", 1, on_setting, out),
+                     SHP_OK);
+    assert_string_equal(out, "an_drain:leaf02=b;");
+    out[0] = '\0';
+    assert_int_equal(
+        shp_am_store_settings(s, "tree_freeze:", 0, on_setting, out), SHP_OK);
+    assert_string_equal(out, "");
+    shp_am_store_close(s);
+}
+
 typedef struct {
     int n;
     shp_am_store_job_t j;
@@ -320,6 +363,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_create_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epoch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settings_prefix, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reservation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt, setup, teardown),

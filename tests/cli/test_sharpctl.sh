@@ -82,10 +82,36 @@ check "bad tree id: exit 2" test $? = 2
 ctl tree show 9 2>/dev/null
 check "no such tree: exit 1" test $? = 1
 check "--help" bash -c "$(printf %q "$BIN/sharpctl") --help | grep -q 'Exit status'"
-for c in ans trees tree groups jobs job topology status stats config version; do
+for c in ans an trees tree groups jobs job topology status stats config version; do
     check "$c --help" bash -c "$(printf %q "$BIN/sharpctl") $c --help | grep -q '^Usage: sharpctl $c'"
 done
 check "empty lists" test "$(ctl jobs)" = "no jobs"
+
+# an administrator's settings: drain an AN, freeze a tree, and back
+check "an drain leaf01 --reason: exit 0" ctl an drain leaf01 --reason "new optics"
+check "ans --json: leaf01 drained, with the reason; the others not" \
+    test "$(ctl ans --json | jq -c '[.[] | select(.drained) | [.name, .drain_reason]]')" = '[["leaf01","new optics"]]'
+check "ans: leaf01 up, drained" \
+    bash -c "$(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock ans | grep -q '^leaf01 .* up, drained '"
+check "tree freeze 1 --reason: exit 0" ctl tree freeze 1 --reason=testing
+check "trees --json: tree 1 frozen, with the reason; tree 0 not" \
+    test "$(ctl trees --json | jq -c '[.[] | [.id, .frozen, .freeze_reason]]')" = '[[0,false,null],[1,true,"testing"]]'
+check "trees: tree 1 up, frozen" \
+    bash -c "$(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock trees | grep -q '^1 .* up, frozen\$'"
+ctl an drain nosuch 2>"$DIR/err"
+check "an drain of an unknown AN: exit 1, said so" \
+    bash -c "[ $? = 1 ] && grep -q 'no AN nosuch' $DIR/err"
+ctl tree freeze 9 2>/dev/null
+check "tree freeze of no such tree: exit 1" test $? = 1
+ctl tree freeze x 2>/dev/null
+check "tree freeze of a bad id: exit 2" test $? = 2
+ctl an drain leaf01 --bogus 2>/dev/null
+check "an drain with an unknown option: exit 2" test $? = 2
+check "an undrain leaf01, tree thaw 1: exit 0" \
+    bash -c "$(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock an undrain leaf01 >/dev/null &&
+             $(printf %q "$BIN/sharpctl") --socket $DIR/fabric/am.sock tree thaw 1 >/dev/null"
+check "nothing drained or frozen any more" \
+    test "$(ctl ans --json | jq '[.[] | select(.drained)] | length'),$(ctl trees --json | jq '[.[] | select(.frozen)] | length')" = 0,0
 
 # topology load: a smaller fabric, a broken file, the original again
 "$BIN/sharp-topo" fat-tree --radix 4 --hosts 6 >"$DIR/ft6.ibnd"
