@@ -101,11 +101,12 @@ static const shp_config_opt_t am_opts[] = {
      "is revoked); new groups wait for every AN of the topology, at most "
      "this long",
      offsetof(shp_am_config_t, adopt_timeout_ms), &shp_cfg_time},
-    {"sharpd_grace", "10s",
+    {"sharpd_grace", "4s",
      "a sharpd lost (keepalives, its connection closed) keeps its host's "
      "share of the jobs this long: one that registers again and reports "
      "them costs its jobs nothing (its processes' groups run on); then "
-     "their groups are revoked; 0: at once",
+     "their groups are revoked; 0: at once.  Keep it short: the other "
+     "members of a host cut off learn it after 3 keepalives and this",
      offsetof(shp_am_config_t, sharpd_grace_ms), &shp_cfg_time},
     {"stats_interval", "5s",
      "how often ANs are asked for their counters (sharpctl ans: ops/s, "
