@@ -217,6 +217,7 @@ struct shp_am {
     shp_am_drain_t *drains;
     unsigned ndrains, capdrains;
     shp_am_freeze_t freezes[SHP_AM_MAX_TREE_ID];
+    uint64_t settings_gen; /* grows at each change: standbys are sent them */
     shp_am_job_t *jobs;
     shp_am_group_t *groups;
     uint32_t next_group;

@@ -7,7 +7,10 @@
  * cluster secret proves that role), and every beat (takeover_after / 5)
  * sends its state, am_state {address, active, epoch, epoch_proof, since,
  * next_group}; the peer answers each with its own.  So every manager
- * hears every other one at least once a beat while both run.
+ * hears every other one at least once a beat while both run.  The active
+ * one adds its administrator's settings (am_settings.c) on a link when
+ * they changed since it last sent them there, or the link is new; a
+ * standby takes them as its own.
  *
  * Roles.  A manager without peers is active from the start (as before).
  * One with peers starts as standby and listens: it answers a node's
@@ -67,6 +70,7 @@ typedef struct am_ha_link {
     uint64_t epoch;
     double since;
     uint64_t heard_ns;
+    uint64_t settings_sent; /* am->settings_gen + 1 sent last; 0 none */
 } am_ha_link_t;
 
 struct shp_am_ha {
@@ -253,6 +257,19 @@ static am_ha_link_t *am_ha_link_of(shp_am_ha_t *ha, const char *addr)
     return NULL;
 }
 
+/* Our state for a link: with our settings when we are active and they
+ * changed since they were last sent there. */
+static json_t *am_ha_link_state(am_ha_link_t *l)
+{
+    shp_am_t *am = l->ha->am;
+    json_t *m = am_ha_state(am);
+    if (m && am->active && l->settings_sent != am->settings_gen + 1) {
+        json_object_set_new(m, "settings", shp_am_settings_rows(am));
+        l->settings_sent = am->settings_gen + 1;
+    }
+    return m;
+}
+
 /* am_state from the peer at `from` (the address it proved); 0, or -1 if
  * malformed or from no peer of ours. */
 static int am_ha_heard(shp_am_ha_t *ha, const char *from, const json_t *msg)
@@ -286,6 +303,13 @@ static int am_ha_heard(shp_am_ha_t *ha, const char *from, const json_t *msg)
         return 0;
     }
     ha->fresh = 0;
+    /* the settings of the active one of the newest epoch: a standby's */
+    json_t *settings = json_object_get(msg, "settings");
+    if (settings && !am->active && e == ha->epoch_known) {
+        char what[SHP_AM_LIST_ADDR + 40];
+        snprintf(what, sizeof(what), "the active manager at %s", from);
+        shp_am_settings_replace(am, settings, what);
+    }
     int64_t ng = shp_json_opt_int(msg, "next_group", 0, (1 << 24) - 1, 0);
     if ((uint32_t)ng > ha->next_group_heard)
         ha->next_group_heard = (uint32_t)ng;
@@ -328,7 +352,8 @@ static void am_ha_link_frame(shp_conn_t *conn, const void *frame, size_t len)
             am_ha_link_send(l, answer);
             shp_ctl_seal(conn, l->auth.session.c2s, l->auth.session.s2c);
             l->state = 2;
-            am_ha_link_send(l, am_ha_state(am));
+            l->settings_sent = 0;
+            am_ha_link_send(l, am_ha_link_state(l));
         }
     } else if (!strcmp(shp_ctl_type(msg), "am_state")) {
         if (am_ha_heard(l->ha, l->addr, msg) != 0)
@@ -403,7 +428,7 @@ static void am_ha_send_all(shp_am_ha_t *ha)
 {
     for (int i = 0; i < ha->n; i++)
         if (ha->link[i].state == 2)
-            am_ha_link_send(&ha->link[i], am_ha_state(ha->am));
+            am_ha_link_send(&ha->link[i], am_ha_link_state(&ha->link[i]));
 }
 
 /* the peer heard active most recently within takeover_after, or NULL */

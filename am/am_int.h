@@ -66,6 +66,11 @@ void shp_am_persist_job_forget(shp_am_t *am, const shp_am_job_t *j);
 shp_status_t shp_am_settings_load(shp_am_t *am, char *err, size_t errlen);
 void shp_am_settings_free(shp_am_t *am);
 void shp_am_settings_tree_built(shp_am_t *am, int t);
+/* The settings as rows {name: value} for a standby, and a standby's copy
+ * replaced by the active one's (in memory and in its database) */
+json_t *shp_am_settings_rows(const shp_am_t *am);
+void shp_am_settings_replace(shp_am_t *am, const json_t *rows,
+                             const char *from);
 
 /* am_trees.c */
 void shp_am_trees_init(shp_am_t *am);

@@ -11,6 +11,11 @@
  * id and root, and when that id is built again with another root the
  * freeze no longer means the tree it was set on, so it is dropped (and
  * said so in the log).
+ *
+ * A standby keeps a copy: the active manager sends its settings to each
+ * peer with its state when they changed (am_ha.c), and the standby
+ * replaces its own with them, in memory and in its database, so that
+ * after a takeover the settings are the ones an administrator set.
  */
 #include "am/am_int.h"
 
@@ -72,6 +77,7 @@ static shp_status_t am_setting_write(shp_am_t *am, const char *key,
                                      const char *value, char *err,
                                      size_t errlen)
 {
+    am->settings_gen++; /* the standbys are sent the change (am_ha.c) */
     if (!am->store)
         return SHP_OK;
     shp_status_t st = shp_am_store_setting_set(am->store, key, value);
@@ -207,6 +213,7 @@ typedef struct {
     shp_status_t st;
     char *err;
     size_t errlen;
+    const char *from; /* "the state database", "the active manager" */
 } am_settings_load_t;
 
 static void am_drain_loaded(void *arg, const char *name, const char *value)
@@ -217,7 +224,7 @@ static void am_drain_loaded(void *arg, const char *name, const char *value)
         return;
     if (strlen(an) >= sizeof(l->am->drains[0].name) ||
         strlen(value) > SHP_AM_REASON_MAX) {
-        shp_warn("state database: drain of AN %.128s ignored: too long", an);
+        shp_warn("%s: drain of AN %.128s ignored: too long", l->from, an);
         return;
     }
     /* kept even when the topology has no such AN now (it may again);
@@ -240,7 +247,7 @@ static void am_drain_loaded(void *arg, const char *name, const char *value)
     shp_am_drain_t *d = &l->am->drains[l->am->ndrains++];
     snprintf(d->name, sizeof(d->name), "%s", an);
     snprintf(d->reason, sizeof(d->reason), "%s", value);
-    shp_info("AN %s drained (from the state database): %s", an, value);
+    shp_info("AN %s drained (from %s): %s", an, l->from, value);
 }
 
 static void am_freeze_loaded(void *arg, const char *name, const char *value)
@@ -256,9 +263,8 @@ static void am_freeze_loaded(void *arg, const char *name, const char *value)
         if (!*id || *end || t < 0 || t >= SHP_AM_MAX_TREE_ID || !root ||
             !reason || strlen(root) >= sizeof(l->am->freezes[0].root) ||
             strlen(reason) > SHP_AM_REASON_MAX) {
-            shp_warn("state database: setting %s ignored: not a freeze this "
-                     "manager reads",
-                     name);
+            shp_warn("%s: setting %s ignored: not a freeze this manager reads",
+                     l->from, name);
         } else {
             shp_am_freeze_t *f = &l->am->freezes[t];
             f->set = 1;
@@ -266,9 +272,8 @@ static void am_freeze_loaded(void *arg, const char *name, const char *value)
             snprintf(f->reason, sizeof(f->reason), "%s", reason);
             /* the trees are built later: a tree t of another root drops
              * it then (shp_am_settings_tree_built) */
-            shp_info("tree %ld frozen (from the state database), if its "
-                     "root is still %s: %s",
-                     t, root, reason);
+            shp_info("tree %ld frozen (from %s), if its root is still %s: %s",
+                     t, l->from, root, reason);
         }
     }
     json_decref(v);
@@ -276,7 +281,7 @@ static void am_freeze_loaded(void *arg, const char *name, const char *value)
 
 shp_status_t shp_am_settings_load(shp_am_t *am, char *err, size_t errlen)
 {
-    am_settings_load_t l = {am, SHP_OK, err, errlen};
+    am_settings_load_t l = {am, SHP_OK, err, errlen, "the state database"};
     shp_status_t st;
     if (!am->store)
         return SHP_OK;
@@ -300,4 +305,83 @@ void shp_am_settings_free(shp_am_t *am)
     am->drains = NULL;
     am->ndrains = am->capdrains = 0;
     memset(am->freezes, 0, sizeof(am->freezes));
+}
+
+/* --- a standby's copy ------------------------------------------------------ */
+
+json_t *shp_am_settings_rows(const shp_am_t *am)
+{
+    json_t *rows = json_object();
+    char key[sizeof(AM_DRAIN_KEY) + sizeof(am->drains[0].name)];
+    for (unsigned i = 0; rows && i < am->ndrains; i++) {
+        snprintf(key, sizeof(key), AM_DRAIN_KEY "%s", am->drains[i].name);
+        json_object_set_new(rows, key, json_string(am->drains[i].reason));
+    }
+    for (int t = 0; rows && t < SHP_AM_MAX_TREE_ID; t++) {
+        char *v = am->freezes[t].set ? am_freeze_value(&am->freezes[t]) : NULL;
+        if (v) {
+            snprintf(key, sizeof(key), AM_FREEZE_KEY "%d", t);
+            json_object_set_new(rows, key, json_string(v));
+            free(v);
+        }
+    }
+    return rows;
+}
+
+void shp_am_settings_replace(shp_am_t *am, const json_t *rows, const char *from)
+{
+    char err[256];
+    const char *key;
+    json_t *v, *old;
+    if (!json_is_object(rows) ||
+        json_object_size(rows) > SHP_AM_MAX_DRAINS + SHP_AM_MAX_TREE_ID)
+        return;
+    /* a drain or a freeze each, of the sizes this manager keeps: the rest
+     * of the settings table (the topology, the epoch) is its own */
+    json_object_foreach((json_t *)rows, key, v)
+    {
+        if (!json_is_string(v) || strlen(json_string_value(v)) > 1024 ||
+            strlen(key) >= sizeof(AM_DRAIN_KEY) + sizeof(am->drains[0].name) ||
+            (strncmp(key, AM_DRAIN_KEY, strlen(AM_DRAIN_KEY)) != 0 &&
+             strncmp(key, AM_FREEZE_KEY, strlen(AM_FREEZE_KEY)) != 0)) {
+            shp_warn_sparse(1000,
+                            "settings from %s refused: %.64s is no "
+                            "drain or freeze this manager keeps",
+                            from, key);
+            return;
+        }
+    }
+    if (!(old = shp_am_settings_rows(am)))
+        return;
+    if (json_equal(old, (json_t *)rows)) {
+        json_decref(old);
+        return;
+    }
+    /* the database: what went, what is new or changed (each its commit) */
+    json_object_foreach(old, key, v)
+    {
+        if (!json_object_get(rows, key))
+            (void)am_setting_write(am, key, NULL, err, sizeof(err));
+    }
+    json_object_foreach((json_t *)rows, key, v)
+    {
+        json_t *was = json_object_get(old, key);
+        if (!was || !json_equal(was, v))
+            (void)am_setting_write(am, key, json_string_value(v), err,
+                                   sizeof(err));
+    }
+    json_decref(old);
+    /* memory: read again as at start */
+    am->ndrains = 0;
+    memset(am->freezes, 0, sizeof(am->freezes));
+    am_settings_load_t l = {am, SHP_OK, err, sizeof(err), from};
+    json_object_foreach((json_t *)rows, key, v)
+    {
+        if (!strncmp(key, AM_DRAIN_KEY, strlen(AM_DRAIN_KEY)) &&
+            am->ndrains < SHP_AM_MAX_DRAINS)
+            am_drain_loaded(&l, key, json_string_value(v));
+        else if (!strncmp(key, AM_FREEZE_KEY, strlen(AM_FREEZE_KEY)))
+            am_freeze_loaded(&l, key, json_string_value(v));
+    }
+    shp_info("settings taken from %s: %u ANs drained", from, am->ndrains);
 }

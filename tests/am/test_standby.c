@@ -305,21 +305,61 @@ static int revoked(client_t *c, int64_t gid, int ms)
     return 0;
 }
 
-/* manager i's admin reply to `type` (NULL if it does not answer) */
-static json_t *admin(int i, const char *type)
+/* manager i's admin reply to msg (NULL if it does not answer); want:
+ * its status */
+static json_t *admin_want(int i, json_t *msg, int want)
 {
     char name[32], p[600];
     snprintf(name, sizeof(name), "am-%d.sock", i);
     path(p, sizeof(p), name);
     int fd = shp_unix_connect(p);
-    if (fd < 0)
+    if (fd < 0) {
+        json_decref(msg);
         return NULL;
+    }
     client_t a = {.fd = fd, .notices = json_array(), .next_id = 1};
-    json_t *r = call(&a, json_pack("{s:s}", "type", type));
+    json_t *r = call(&a, msg);
     close(fd);
     json_decref(a.notices);
-    assert_int_equal(status_of(r), 0);
+    assert_int_equal(status_of(r), want);
     return r;
+}
+
+static json_t *admin_msg(int i, json_t *msg)
+{
+    return admin_want(i, msg, 0);
+}
+
+static json_t *admin(int i, const char *type)
+{
+    return admin_msg(i, json_pack("{s:s}", "type", type));
+}
+
+/* the row of manager i's listing `what` whose `key` is `value`, its
+ * boolean `flag` ("drained", "frozen"), with its reason */
+static int flag_of(int i, const char *what, const char *key, json_t *value,
+                   const char *flag, const char **reason)
+{
+    static char why[256];
+    json_t *r = admin(i, what), *row;
+    size_t k;
+    int on = -1;
+    why[0] = 0;
+    json_array_foreach(json_object_get(r, what), k, row)
+    {
+        if (json_equal(json_object_get(row, key), value)) {
+            on = json_is_true(json_object_get(row, flag));
+            snprintf(why, sizeof(why), "%s",
+                     json_string_value(json_object_get(
+                         row, !strcmp(flag, "drained") ? "drain_reason"
+                                                       : "freeze_reason"))
+                         ?: "");
+        }
+    }
+    json_decref(r);
+    json_decref(value);
+    *reason = why;
+    return on;
 }
 
 /* manager i's role ("active", "standby", "" if it does not answer) and
@@ -511,10 +551,42 @@ static void test_kill_active(void **state)
     client_t *c = client_open("sd-n00001.sock");
     wait_sd_up(c);
     int64_t g1 = job_and_group(c, 1);
+    /* an administrator's settings on the active one reach the standby */
+    json_t *tl = admin(0, "trees");
+    json_int_t t0 = json_integer_value(
+        json_object_get(json_array_get(json_object_get(tl, "trees"), 0), "id"));
+    json_decref(tl);
+    json_decref(
+        admin_msg(0, json_pack("{s:s, s:s, s:s}", "type", "an_drain", "name",
+                               "leaf04", "reason", "fan replaced")));
+    json_decref(
+        admin_msg(0, json_pack("{s:s, s:I, s:s}", "type", "tree_freeze",
+                               "tree_id", t0, "reason", "cable check")));
+    for (int t = 0; t < 100 && !file_has("am-1.log", "settings taken from");
+         t++)
+        usleep(20000);
+    /* (a standby takes them only from the active one) */
+    json_decref(admin_want(
+        1, json_pack("{s:s, s:s}", "type", "an_undrain", "name", "leaf04"),
+        SHP_ERR_STANDBY));
 
     kill9(0);
     assert_int_equal(wait_role(1, "active", 5000), 2);
     wait_ready(1);
+    /* the new active holds them */
+    const char *why;
+    assert_int_equal(
+        flag_of(1, "ans", "name", json_string("leaf04"), "drained", &why), 1);
+    assert_string_equal(why, "fan replaced");
+    assert_int_equal(
+        flag_of(1, "trees", "id", json_integer(t0), "frozen", &why), 1);
+    assert_string_equal(why, "cable check");
+    json_decref(admin_msg(
+        1, json_pack("{s:s, s:s}", "type", "an_undrain", "name", "leaf04")));
+    json_decref(admin_msg(
+        1, json_pack("{s:s, s:I}", "type", "tree_thaw", "tree_id", t0)));
+    assert_int_equal(
+        flag_of(1, "ans", "name", json_string("leaf04"), "drained", &why), 0);
     wait_sd_up(c);
     int64_t g2 = job_and_group(c, 2);
     assert_true(g2 != g1);
@@ -523,9 +595,13 @@ static void test_kill_active(void **state)
 
     /* restarted as systemd would: standby, the active one stays; it
      * remembers the epoch it was active in (its state database) */
+    int copies = file_has("am-0.log", "settings taken from");
     start_am(0, pair, "no", "1s");
     assert_int_equal(wait_role(0, "standby", 5000), 1);
     usleep(1500000); /* more than takeover_after */
+    /* it had the drain and the freeze in its database: the active one's
+     * settings (none now) replaced them */
+    assert_true(file_has("am-0.log", "settings taken from") > copies);
     assert_string_equal(role_of(0, NULL), "standby");
     int64_t e;
     assert_string_equal(role_of(1, &e), "active");
