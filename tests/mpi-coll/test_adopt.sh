@@ -19,7 +19,12 @@
 #    killed -9 in the middle of the stream; the standby takes over (epoch
 #    2, sharpctl status), takes the groups back; every result right, 0
 #    calls on MPI; a job begun during the takeover gets its groups; the
-#    old manager started again comes back as standby.
+#    old manager started again comes back as standby;
+# 4. a member host's sharpd paused (SIGSTOP) past the manager's keepalives
+#    (a sharpd starved of CPU: issue 27's "lost the child link"): the
+#    manager holds the host's share for sharpd_grace, the sharpd resumed
+#    registers again and reports the job, and the job keeps its groups:
+#    every result right, 0 calls on MPI.
 set -u
 O=${O:-build}
 BIN=$(cd "$O/bin" && pwd)
@@ -363,7 +368,52 @@ else
 fi
 }
 
+case4() {
+# 4. a member's sharpd paused past the manager's keepalives, then resumed
+t0=$SECONDS
+up || exit 1
+rm -f "$DIR/sig" "$DIR/go4" "$DIR/go4.paused"
+job "$DIR/g.out" --calls 6000 --signal-at 1000 "$DIR/sig" --pause-at 2000 "$DIR/go4"
+gpid=$!
+if ! wait_file "$DIR/sig" 90; then
+    bad "the stream never reached call 1000"
+    show "$DIR/g.out"
+    exit 1
+fi
+sd=$(pid_of sharpd n00004)
+nh=$(grep -c 'AM0203 the sharpd of n00004' "$FAB/logs/am.log")
+nb=$(grep -c 'sharpd of n00004 is back within sharpd_grace' "$FAB/logs/am.log")
+kill -STOP "$sd"
+# the manager drops it after 3 keepalives (2 s each)
+wait_more "$FAB/logs/am.log" 'AM0203 the sharpd of n00004' "$nh" 20
+dropped=$?
+kill -CONT "$sd"
+wait_more "$FAB/logs/am.log" 'sharpd of n00004 is back within sharpd_grace' "$nb" 15
+back=$?
+touch "$DIR/go4"
+wait $gpid
+grc=$?
+read -r go gf < <(counts "$DIR/g.out")
+if [ $dropped = 0 ] && [ $back = 0 ] &&
+    ! grep -q 'AM0202 the sharpd of n00004' "$FAB/logs/am.log"; then
+    ok "a sharpd paused past the keepalives: dropped, held, back within" \
+        "sharpd_grace, its host's share kept"
+else
+    bad "the paused sharpd (dropped: $dropped, back: $back)"
+    grep 'n00004' "$FAB/logs/am.log" | tail -10
+fi
+if [ $grc = 0 ] && grep -q "every result right" "$DIR/g.out" &&
+    ! grep -q WRONG "$DIR/g.out" && [ "$gf" = 0 ]; then
+    ok "the job through the paused sharpd: every result right, $go calls" \
+        "offloaded, 0 on MPI ($((SECONDS - t0)) s)"
+else
+    bad "the job through the paused sharpd (exit $grc, $go offloaded, $gf on MPI)"
+    show "$DIR/g.out"
+fi
+}
+
 [ "${ADOPT_ONLY:-1}" != 1 ] || case1
 [ "${ADOPT_ONLY:-2}" != 2 ] || case2
 [ "${ADOPT_ONLY:-3}" != 3 ] || case3
+[ "${ADOPT_ONLY:-4}" != 4 ] || case4
 [ $fails -eq 0 ]
