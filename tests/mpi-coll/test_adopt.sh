@@ -147,6 +147,37 @@ show() { # OUT
     tail -25 "$FAB/logs/am.log" 2>/dev/null | sed 's/^/  /'
 }
 
+# a stream of CALLS checked calls that signals at call 1000 and waits at
+# call PAUSE until the file GO exists; returns when it reached call 1000,
+# its pid in $spid
+stream() { # OUT CALLS PAUSE GO
+    rm -f "$DIR/sig" "$4" "$4.paused"
+    job "$1" --calls "$2" --signal-at 1000 "$DIR/sig" --pause-at "$3" "$4"
+    spid=$!
+    if ! wait_file "$DIR/sig" 90; then
+        bad "the stream never reached call 1000"
+        show "$1"
+        exit 1
+    fi
+}
+
+# the stream in OUT, ended with RC, kept its offload: every result right,
+# 0 calls on MPI, some offloaded (and at least MIN allreduces)
+kept() { # WHAT OUT RC [MIN]
+    local o f n
+    read -r o f < <(counts "$2")
+    n=$(allreduces "$2")
+    if [ "$3" = 0 ] && grep -q "every result right" "$2" &&
+        ! grep -q WRONG "$2" && [ "$o" -gt 0 ] && [ "$f" = 0 ] &&
+        [ "${n:-0}" -ge "${4:-0}" ]; then
+        ok "$1: every result right, $o calls offloaded ($n allreduces)," \
+            "0 on MPI"
+    else
+        bad "$1 (exit $3, $o offloaded, $f on MPI)"
+        show "$2"
+    fi
+}
+
 # the job the restarted manager took back (the only one in case 2)
 taken_job() {
     grep -o 'job [0-9]* of uid [0-9]* taken back' "$FAB/logs/am.log" |
@@ -188,31 +219,14 @@ wait $apid
 arc=$?
 wait $bpid
 brc=$?
-read -r ao af < <(counts "$DIR/a.out")
-read -r bo bf < <(counts "$DIR/b.out")
 adopted=$(grep -c 'taken back on tree' "$FAB/logs/am.log")
-if [ $arc = 0 ] && grep -q "every result right" "$DIR/a.out" &&
-    ! grep -q WRONG "$DIR/a.out" && [ "$af" = 0 ] &&
-    [ "$(allreduces "$DIR/a.out")" -ge 10000 ]; then
-    ok "manager killed -9 and restarted: every result right, $ao calls" \
-        "offloaded ($(allreduces "$DIR/a.out") allreduces), 0 on MPI"
-else
-    bad "manager killed -9 and restarted (exit $arc, $ao offloaded, $af on MPI)"
-    show "$DIR/a.out"
-fi
+kept "manager killed -9 and restarted" "$DIR/a.out" $arc 10000
 if [ "$ops1" -gt "$ops0" ]; then
     ok "the ANs folded $((ops1 - ops0)) operations in 2 s without a manager"
 else
     bad "the ANs' counters did not grow without a manager ($ops0 -> $ops1)"
 fi
-if [ $brc = 0 ] && grep -q "every result right" "$DIR/b.out" &&
-    [ "$bo" -gt 0 ] && [ "$bf" = 0 ]; then
-    ok "a job begun during the outage waited and got its groups" \
-        "($bo calls offloaded, 0 on MPI)"
-else
-    bad "the job begun during the outage (exit $brc, $bo offloaded, $bf on MPI)"
-    show "$DIR/b.out"
-fi
+kept "a job begun during the outage waited and got its groups" "$DIR/b.out" $brc
 if [ "$adopted" -gt 0 ] && ctl adoption | grep -q 'groups_adopted'; then
     ok "the restarted manager took $adopted groups back ($((SECONDS - t0)) s)"
 else
@@ -238,16 +252,10 @@ case2() {
 # failed)
 t0=$SECONDS
 up || exit 1
-rm -f "$DIR/sig" "$DIR/go2" "$DIR/go2.paused"
 # (it waits at call 1500 until the restarted manager's adoption is over:
 # its groups are still held then, and reported)
-job "$DIR/c.out" --calls 3000 --signal-at 1000 "$DIR/sig" --pause-at 1500 "$DIR/go2"
-cpid=$!
-if ! wait_file "$DIR/sig" 90; then
-    bad "the stream never reached call 1000"
-    show "$DIR/c.out"
-    exit 1
-fi
+stream "$DIR/c.out" 3000 1500 "$DIR/go2"
+cpid=$spid
 kill_daemon am sharp_am
 AM_CMD=("${CMD[@]}")
 AM_ENV=("${ENV[@]}")
@@ -298,15 +306,9 @@ t0=$SECONDS
 up --standby || exit 1
 AM2="$FAB/logs/am2.log"
 ctl2() { "$BIN/sharpctl" --socket "$FAB/am2.sock" "$@"; }
-rm -f "$DIR/sig" "$DIR/go3" "$DIR/go3.paused"
 # (it waits at call 2000 until the new active took its groups back)
-job "$DIR/e.out" --calls 6000 --signal-at 1000 "$DIR/sig" --pause-at 2000 "$DIR/go3"
-epid=$!
-if ! wait_file "$DIR/sig" 90; then
-    bad "the stream never reached call 1000"
-    show "$DIR/e.out"
-    exit 1
-fi
+stream "$DIR/e.out" 6000 2000 "$DIR/go3"
+epid=$spid
 ctl2 status >"$DIR/status0.txt" 2>&1
 fabric kill sharp_am >/dev/null
 job "$DIR/f.out" --calls 3000 # begins during the takeover
@@ -317,8 +319,6 @@ wait $epid
 erc=$?
 wait $fpid
 frc=$?
-read -r eo ef < <(counts "$DIR/e.out")
-read -r fo ff < <(counts "$DIR/f.out")
 adopted=$(grep -c 'taken back on tree' "$AM2")
 ctl2 status >"$DIR/status.txt" 2>&1
 ep0=$(epoch_of "$DIR/status0.txt" active)
@@ -332,23 +332,8 @@ else
     cat "$DIR/status0.txt" "$DIR/status.txt"
     tail -30 "$AM2"
 fi
-if [ $erc = 0 ] && grep -q "every result right" "$DIR/e.out" &&
-    ! grep -q WRONG "$DIR/e.out" && [ "$ef" = 0 ] &&
-    [ "$(allreduces "$DIR/e.out")" -ge 10000 ]; then
-    ok "active manager killed -9, standby took over: every result right," \
-        "$eo calls offloaded ($(allreduces "$DIR/e.out") allreduces), 0 on MPI"
-else
-    bad "through the standby's takeover (exit $erc, $eo offloaded, $ef on MPI)"
-    show "$DIR/e.out"
-fi
-if [ $frc = 0 ] && grep -q "every result right" "$DIR/f.out" &&
-    [ "$fo" -gt 0 ] && [ "$ff" = 0 ]; then
-    ok "a job begun during the takeover waited and got its groups" \
-        "($fo calls offloaded, 0 on MPI)"
-else
-    bad "the job begun during the takeover (exit $frc, $fo offloaded, $ff on MPI)"
-    show "$DIR/f.out"
-fi
+kept "active manager killed -9, standby took over" "$DIR/e.out" $erc 10000
+kept "a job begun during the takeover waited and got its groups" "$DIR/f.out" $frc
 # the old active, started again (as systemd would), is the standby now
 fabric start sharp_am >/dev/null 2>&1
 for _ in $(seq 100); do
@@ -372,14 +357,8 @@ case4() {
 # 4. a member's sharpd paused past the manager's keepalives, then resumed
 t0=$SECONDS
 up || exit 1
-rm -f "$DIR/sig" "$DIR/go4" "$DIR/go4.paused"
-job "$DIR/g.out" --calls 6000 --signal-at 1000 "$DIR/sig" --pause-at 2000 "$DIR/go4"
-gpid=$!
-if ! wait_file "$DIR/sig" 90; then
-    bad "the stream never reached call 1000"
-    show "$DIR/g.out"
-    exit 1
-fi
+stream "$DIR/g.out" 6000 2000 "$DIR/go4"
+gpid=$spid
 sd=$(pid_of sharpd n00004)
 nh=$(grep -c 'AM0203 the sharpd of n00004' "$FAB/logs/am.log")
 nb=$(grep -c 'sharpd of n00004 is back within sharpd_grace' "$FAB/logs/am.log")
@@ -393,7 +372,6 @@ back=$?
 touch "$DIR/go4"
 wait $gpid
 grc=$?
-read -r go gf < <(counts "$DIR/g.out")
 if [ $dropped = 0 ] && [ $back = 0 ] &&
     ! grep -q 'AM0202 the sharpd of n00004' "$FAB/logs/am.log"; then
     ok "a sharpd paused past the keepalives: dropped, held, back within" \
@@ -402,14 +380,7 @@ else
     bad "the paused sharpd (dropped: $dropped, back: $back)"
     grep 'n00004' "$FAB/logs/am.log" | tail -10
 fi
-if [ $grc = 0 ] && grep -q "every result right" "$DIR/g.out" &&
-    ! grep -q WRONG "$DIR/g.out" && [ "$gf" = 0 ]; then
-    ok "the job through the paused sharpd: every result right, $go calls" \
-        "offloaded, 0 on MPI ($((SECONDS - t0)) s)"
-else
-    bad "the job through the paused sharpd (exit $grc, $go offloaded, $gf on MPI)"
-    show "$DIR/g.out"
-fi
+kept "the job through the paused sharpd ($((SECONDS - t0)) s)" "$DIR/g.out" $grc
 }
 
 [ "${ADOPT_ONLY:-1}" != 1 ] || case1
