@@ -45,6 +45,10 @@ shp_am_peer_t *shp_am_sharpd_of_host(shp_am_t *am, const char *host);
 shp_am_job_t *shp_am_job_for(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
                              const char *ack, int64_t id);
 void shp_am_job_notify(shp_am_t *am, shp_am_job_t *j, json_t *msg);
+/* the same, written to the sockets now when flush (what must be out
+ * before the answer that caused it) */
+void shp_am_job_notify_flush(shp_am_t *am, shp_am_job_t *j, json_t *msg,
+                             int flush);
 shp_status_t shp_am_hosts_resolve(shp_am_t *am, const json_t *arr, int **out,
                                   int *n, char *why, size_t whylen);
 int shp_am_hosts_spanned(shp_am_t *am, const int *nodes, int n);

@@ -57,12 +57,15 @@ void shp_am_job_end(shp_am_t *am, shp_am_job_t *j, shp_status_t why,
     }
     /* an orderly end of a reserved job is told too: every host's sharpd
      * forgets the reservation, which it would otherwise report to a
-     * restarted manager (adoption) and bring the job back */
+     * restarted manager (adoption) and bring the job back.  Written out
+     * now, before the answer that ended it (job_release): a manager killed
+     * just after that answer leaves it in the sharpds' sockets, not in its
+     * own queue (seen under SAN: test_am test_state_restart) */
     if (why != SHP_OK || j->reserved) {
         json_t *m = json_pack("{s:s, s:o, s:i, s:s}", "type", "job_killed",
                               "job_id", shp_json_u64(j->id), "status", (int)why,
                               "reason", reason);
-        shp_am_job_notify(am, j, m);
+        shp_am_job_notify_flush(am, j, m, j->reserved);
     }
     shp_info("job %" PRIu64 " ended%s%s", j->id, why ? ": " : "",
              why ? reason : "");

@@ -134,6 +134,12 @@ shp_am_job_t *shp_am_job_for(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
 /* Tell the sharpds of the job's hosts. */
 void shp_am_job_notify(shp_am_t *am, shp_am_job_t *j, json_t *msg)
 {
+    shp_am_job_notify_flush(am, j, msg, 0);
+}
+
+void shp_am_job_notify_flush(shp_am_t *am, shp_am_job_t *j, json_t *msg,
+                             int flush)
+{
     /* a host listed twice is told once (without marks, twice); a host
      * that holds a reservation of the job is told too (its sharpd keeps
      * the reservation until the job ends) */
@@ -150,6 +156,8 @@ void shp_am_job_notify(shp_am_t *am, shp_am_job_t *j, json_t *msg)
             am, shp_topo_node(am->topo, j->hosts[h])->host);
         if (p)
             shp_am_send(p, json_incref(msg));
+        if (p && flush)
+            shp_conn_push(&p->conn); /* no close (on_close) in this walk */
     }
     json_decref(msg);
 }

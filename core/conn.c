@@ -199,6 +199,19 @@ void shp_conn_flush(shp_conn_t *conn)
     }
 }
 
+void shp_conn_push(shp_conn_t *conn)
+{
+    if (conn->state != SHP_CONN_OPEN || conn->wlen == 0 ||
+        ev_is_active(&conn->wio)) {
+        return;
+    }
+    if (shp_conn_do_write(conn) >= 0) {
+        ev_prepare_stop(conn->loop, &conn->flush_w);
+    } else {
+        ev_prepare_start(conn->loop, &conn->flush_w); /* it closes there */
+    }
+}
+
 shp_status_t shp_conn_send(shp_conn_t *conn, const void *a, size_t alen,
                            const void *b, size_t blen)
 {

@@ -115,6 +115,10 @@ SHP_WUR shp_status_t shp_conn_send(shp_conn_t *conn, const void *a, size_t alen,
 
 /* Write what is queued now (normally done before the loop sleeps). */
 void shp_conn_flush(shp_conn_t *conn);
+/* Writes what the socket takes now, like shp_conn_flush, but never closes
+ * here: a write error is left to the loop (its flush closes), for callers
+ * walking state that a close (on_close) could change. */
+void shp_conn_push(shp_conn_t *conn);
 
 /* Quiet (1): the peer's bytes no longer wake the loop (SO_RCVLOWAT set
  * far above what one peer sends between two reads: the kernel neither

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -286,6 +287,32 @@ static void test_eof(void **state)
     assert_int_equal(shp_conn_send(&b.conn, "x", 1, NULL, 0), SHP_ERR_CLOSED);
     shp_conn_close(&b.conn, SHP_OK); /* idempotent */
     assert_int_equal(b.closes, 1);
+}
+
+/* shp_conn_push writes at once (the bytes are in the peer's socket before
+ * the loop runs); on a dead peer it does not close there (no on_close in
+ * the caller's walk): the loop's flush does. */
+static void test_push(void **state)
+{
+    peer_t a, b;
+    int queued = 0;
+
+    (void)state;
+    pair(&a, &b, SHP_CTL_MAX_FRAME);
+    send_n(&a, 0);
+    assert_int_equal(ioctl(b.conn.fd, FIONREAD, &queued), 0);
+    assert_int_equal(queued, 0); /* queued in a, not written */
+    shp_conn_push(&a.conn);
+    assert_int_equal(ioctl(b.conn.fd, FIONREAD, &queued), 0);
+    assert_true(queued > 0);
+    assert_true(run_until(&b.msgs, 2));
+
+    shp_conn_close(&b.conn, SHP_OK);
+    send_n(&a, 1);
+    shp_conn_push(&a.conn); /* EPIPE */
+    assert_int_equal(a.closes, 0);
+    assert_true(run_until(&a.closes, 2));
+    assert_int_equal(a.closes, 1);
 }
 
 static void test_keepalive_dead_peer(void **state)
@@ -621,14 +648,23 @@ int main(void)
 {
 #define T(_f) cmocka_unit_test_setup_teardown(_f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_many_small_batched),   T(test_large_frame),
-        T(test_malformed_closes),     T(test_oversize_closes),
-        T(test_announced_length),     T(test_eof),
-        T(test_keepalive_dead_peer),  T(test_keepalive_after_own_stall),
-        T(test_keepalive_alive_peer), T(test_close_inside_frame),
-        T(test_tcp_connect),          T(test_tcp_quiet),
-        T(test_close_inside_connect), T(test_tcp_refused),
-        T(test_queue_limit),          T(test_listener_emfile),
+        T(test_many_small_batched),
+        T(test_large_frame),
+        T(test_malformed_closes),
+        T(test_oversize_closes),
+        T(test_announced_length),
+        T(test_eof),
+        T(test_push),
+        T(test_keepalive_dead_peer),
+        T(test_keepalive_after_own_stall),
+        T(test_keepalive_alive_peer),
+        T(test_close_inside_frame),
+        T(test_tcp_connect),
+        T(test_tcp_quiet),
+        T(test_close_inside_connect),
+        T(test_tcp_refused),
+        T(test_queue_limit),
+        T(test_listener_emfile),
         T(test_sockaddr_parse),
     };
     signal(SIGPIPE, SIG_IGN);
