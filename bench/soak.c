@@ -49,6 +49,11 @@
 #define MAXJOBS 64
 #define MAXMEM 8
 #define REPORT_BOUND_MS 5000
+/* a restarted manager revokes what it cannot take back once its trees are
+ * built: when every AN is back, at most its adopt_timeout (set below)
+ * after its start; reports after a manager kill may take that longer */
+#define ADOPT_TIMEOUT_MS 4000
+#define REPORT_BOUND_AM_MS (REPORT_BOUND_MS + ADOPT_TIMEOUT_MS)
 #define HANG_S 30
 #define MEM_BOUND_KIB (32 * 1024)
 
@@ -154,7 +159,7 @@ static void failed(int rank, uint64_t k, const char *what)
         ms > me->kind_max_ms[kind] ? ms : me->kind_max_ms[kind];
     me->rep_sum_ms += ms;
     me->rep_max_ms = ms > me->rep_max_ms ? ms : me->rep_max_ms;
-    if (ms > REPORT_BOUND_MS) {
+    if (ms > (kind == 2 ? REPORT_BOUND_AM_MS : REPORT_BOUND_MS)) {
         me->rep_over++;
         fprintf(stderr,
                 "soak: t=%.1f job %d rank %d: %s %" PRIu64 " failed %" PRIu64
@@ -593,8 +598,8 @@ int main(void)
     snprintf(env, sizeof(env),
              "SHARP_AM_KEEPALIVE=1s SHARPD_KEEPALIVE=1s "
              "SHARP_AN_AM_KEEPALIVE=1s SHARP_AM_STATS_INTERVAL=1s "
-             "SHARP_AM_GROUP_TIMEOUT=5s%s",
-             use_netns ? " SHARP_AM_DIST=both" : "");
+             "SHARP_AM_GROUP_TIMEOUT=5s SHARP_AM_ADOPT_TIMEOUT=%ds%s",
+             ADOPT_TIMEOUT_MS / 1000, use_netns ? " SHARP_AM_DIST=both" : "");
     snprintf(up_log, sizeof(up_log), ">%s/logs/up.log 2>&1", dir);
     if (test_fabric_topo(&fab, topo_args, topo) != 0 ||
         test_fabric_up(&fab, env, topo, use_netns ? NULL : "127.29", up_log) !=
@@ -768,8 +773,8 @@ int main(void)
            tot.fails > tot.unexplained
                ? (double)tot.rep_sum_ms / (double)(tot.fails - tot.unexplained)
                : 0.0);
-    printf("%-44s %9" PRIu64 " ms  (must be <= %d)\n", "  longest",
-           tot.rep_max_ms, REPORT_BOUND_MS);
+    printf("%-44s %9" PRIu64 " ms  (must be <= %d; %d after a manager kill)\n",
+           "  longest", tot.rep_max_ms, REPORT_BOUND_MS, REPORT_BOUND_AM_MS);
     static const char *fault[4] = {"an AN killed", "a sharpd killed",
                                    "the manager killed", "a link cut"};
     for (int q = 0; q < 4; q++) {
@@ -779,8 +784,8 @@ int main(void)
         printf("%-44s %6" PRIu64 " %6" PRIu64 " ms\n", label, tot.kind_n[q],
                tot.kind_max_ms[q]);
     }
-    printf("%-44s %12" PRIu64 "  (must be 0)\n", "  later than 5 s",
-           tot.rep_over);
+    printf("%-44s %12" PRIu64 "  (must be 0)\n",
+           "  later than 5 s (9 s after a manager kill)", tot.rep_over);
     printf("%-44s %12" PRIu64 "  (must be 0)\n", "  with no fault before them",
            tot.unexplained);
     printf("%-44s %12d  (must be 0)\n", "hangs (no progress for 30 s)",
