@@ -243,6 +243,11 @@ static shp_status_t am_admin_setting(shp_am_t *am, shp_am_peer_t *p,
 {
     static char why[512];
     int on = !strcmp(type, "an_drain") || !strcmp(type, "tree_freeze");
+    if (!am->active) { /* a standby's settings are the active one's copy */
+        *error = "this manager is a standby: set it on the active one "
+                 "(sharpctl status names it), which sends it here";
+        return SHP_ERR_STANDBY;
+    }
     const char *reason = on ? shp_json_opt_str(req, "reason", "") : NULL;
     shp_status_t st;
     if (!strncmp(type, "an_", 3)) {
@@ -386,13 +391,6 @@ static json_t *am_admin_request(shp_am_t *am, shp_am_peer_t *p,
         json_object_set_new(r, "groups", am_admin_groups(am, req));
     } else if (!strcmp(type, "job_kill")) {
         st = am_admin_job_kill(am, p, req, &error);
-    } else if ((!strcmp(type, "an_drain") || !strcmp(type, "an_undrain") ||
-                !strcmp(type, "tree_freeze") || !strcmp(type, "tree_thaw")) &&
-               !am->active) {
-        /* a standby's settings are the active one's copy (am_ha.c) */
-        st = SHP_ERR_STANDBY;
-        error = "this manager is a standby: set it on the active one "
-                "(sharpctl status names it), which sends it here";
     } else if (!strcmp(type, "an_drain") || !strcmp(type, "an_undrain") ||
                !strcmp(type, "tree_freeze") || !strcmp(type, "tree_thaw")) {
         st = am_admin_setting(am, p, type, req, &error);
