@@ -88,6 +88,20 @@ static shp_status_t am_setting_write(shp_am_t *am, const char *key,
     return st;
 }
 
+/* room for one more drain in am->drains */
+static shp_status_t am_drains_room(shp_am_t *am)
+{
+    if (am->ndrains < am->capdrains)
+        return SHP_OK;
+    unsigned cap = am->capdrains ? 2 * am->capdrains : 16;
+    shp_am_drain_t *n = realloc(am->drains, sizeof(*n) * cap);
+    if (!n)
+        return SHP_ERR_NO_MEMORY;
+    am->drains = n;
+    am->capdrains = cap;
+    return SHP_OK;
+}
+
 static char *am_freeze_value(const shp_am_freeze_t *f)
 {
     json_t *v = json_pack("{s:s, s:s}", "root", f->root, "reason", f->reason);
@@ -135,15 +149,9 @@ shp_status_t shp_am_an_drain(shp_am_t *am, const char *name, const char *reason,
                  am->ndrains);
         return SHP_ERR_TOO_LARGE;
     }
-    if (!d && am->ndrains == am->capdrains) {
-        unsigned cap = am->capdrains ? 2 * am->capdrains : 16;
-        shp_am_drain_t *n = realloc(am->drains, sizeof(*n) * cap);
-        if (!n) {
-            snprintf(err, errlen, "no memory");
-            return SHP_ERR_NO_MEMORY;
-        }
-        am->drains = n;
-        am->capdrains = cap;
+    if (!d && am_drains_room(am) != SHP_OK) {
+        snprintf(err, errlen, "no memory");
+        return SHP_ERR_NO_MEMORY;
     }
     if ((st = am_setting_write(am, key, reason, err, errlen)) != SHP_OK)
         return st;
@@ -233,16 +241,9 @@ static void am_drain_loaded(void *arg, const char *name, const char *value)
     if (node < 0 || !l->am->an_expected[node])
         shp_warn("AN %s is drained but is no AN of topology %s", an,
                  l->am->cfg.topology);
-    if (l->am->ndrains == l->am->capdrains) {
-        unsigned cap = l->am->capdrains ? 2 * l->am->capdrains : 16;
-        shp_am_drain_t *n = realloc(l->am->drains, sizeof(*n) * cap);
-        if (!n) {
-            snprintf(l->err, l->errlen, "no memory");
-            l->st = SHP_ERR_NO_MEMORY;
-            return;
-        }
-        l->am->drains = n;
-        l->am->capdrains = cap;
+    if ((l->st = am_drains_room(l->am)) != SHP_OK) {
+        snprintf(l->err, l->errlen, "no memory");
+        return;
     }
     shp_am_drain_t *d = &l->am->drains[l->am->ndrains++];
     snprintf(d->name, sizeof(d->name), "%s", an);
