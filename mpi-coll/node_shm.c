@@ -75,7 +75,7 @@
 #include <unistd.h>
 
 #define SMN_MAGIC 0x31454430504e4853ull /* "SHNP0DE1" */
-#define SMN_VERSION 1
+#define SMN_VERSION 2
 #define SMN_LINE 64
 #define SMN_PREFIX "/sharp-node-"
 
@@ -100,9 +100,17 @@ typedef struct smn_pub {
     uint32_t bytes;
 } smn_pub_t;
 
+/* The fan-in's count: every arrival of a rank > 0 adds one, so the leader
+ * sleeps on one word and only the last rank to arrive wakes it (waiting on
+ * each rank's own word in turn woke it once for every rank that came after
+ * the ones before it had: about ln(n) + 0.6 times an operation). */
+typedef struct smn_in {
+    alignas(SMN_LINE) _Atomic uint32_t count;
+    _Atomic uint32_t sleepers;
+} smn_in_t;
+
 typedef struct smn_line {
-    alignas(SMN_LINE) _Atomic uint32_t arr;
-    _Atomic uint32_t arr_sleepers;
+    alignas(SMN_LINE) _Atomic uint32_t arr; /* the last operation it joined */
     _Atomic uint32_t fin;
     _Atomic uint32_t fin_sleepers;
     _Atomic int32_t pid;
@@ -111,6 +119,7 @@ typedef struct smn_line {
 
 _Static_assert(sizeof(smn_hdr_t) == SMN_LINE, "one line");
 _Static_assert(sizeof(smn_pub_t) == SMN_LINE, "one line");
+_Static_assert(sizeof(smn_in_t) == SMN_LINE, "one line");
 _Static_assert(sizeof(smn_line_t) == SMN_LINE, "one line");
 _Static_assert(sizeof(_Atomic uint32_t) == 4, "a futex word");
 
@@ -119,18 +128,21 @@ struct smn_node {
     size_t seg_bytes;
     smn_hdr_t *hdr;
     smn_pub_t *pub;
+    smn_in_t *in;
     smn_line_t *lines;
     char *area;
     char *slots;
     unsigned rank, n;
     size_t slot;
     uint32_t seq; /* the current (last begun) operation */
+    /* in->count once everyone arrived in the current fan-in (every rank
+     * counts it alike: n - 1 more for each fan-in) */
+    uint32_t in_target;
     int open;     /* a reduce/gather awaits its smn_result */
     /* the non-blocking step (smn_nb_*): 0 none, 1 arrived (the leader:
      * waiting for the others; the others: for the publication), 2 the
      * leader has every contribution (folded or handed out) */
     int nb;
-    unsigned nb_next;     /* leader: the first rank not seen arrived */
     uint64_t nb_deadline; /* the timeout of this step's wait */
     uint64_t nb_check_at; /* next liveness check (every period_ms) */
     const void *nb_src;   /* leader: its own contribution */
@@ -176,7 +188,7 @@ static inline int reached(uint32_t v, uint32_t target)
 
 static uint64_t smn_seg_bytes(unsigned n, size_t slot)
 {
-    return (uint64_t)2 * SMN_LINE + (uint64_t)n * SMN_LINE +
+    return (uint64_t)3 * SMN_LINE + (uint64_t)n * SMN_LINE +
            (uint64_t)(n + 1) * slot;
 }
 
@@ -216,8 +228,8 @@ static shp_status_t smn_fail(smn_node_t *nd, unsigned peer, uint32_t why)
     atomic_compare_exchange_strong(&nd->hdr->fail, &none,
                                    why << 16 | (peer + 1));
     smn_wake_all(&nd->pub->go);
+    smn_wake_all(&nd->in->count);
     for (unsigned i = 0; i < nd->n; i++) {
-        smn_wake_all(&nd->lines[i].arr);
         smn_wake_all(&nd->lines[i].fin);
     }
     return smn_failed(nd);
@@ -270,6 +282,35 @@ static int smn_peer_alive(smn_node_t *nd, unsigned peer)
     return poll(&p, 1, 0) == 0;
 }
 
+/* The peer of a fan-in's wait: every rank not arrived yet. */
+#define SMN_LATE UINT_MAX
+
+/* The rank a wait on peer holds responsible: peer itself, or of a fan-in's
+ * late ranks the first found dead, else the first (if every rank stored
+ * its word, one has not counted yet: the last); *dead if it died. */
+static unsigned smn_blame(smn_node_t *nd, unsigned peer, int *dead)
+{
+    if (peer != SMN_LATE) {
+        *dead = !smn_peer_alive(nd, peer);
+        return peer;
+    }
+    unsigned first = SMN_LATE;
+    *dead = 0;
+    for (unsigned i = 1; i < nd->n; i++) {
+        if (reached(atomic_load(&nd->lines[i].arr), nd->seq)) {
+            continue;
+        }
+        if (!smn_peer_alive(nd, i)) {
+            *dead = 1;
+            return i;
+        }
+        if (first == SMN_LATE) {
+            first = i;
+        }
+    }
+    return first != SMN_LATE ? first : nd->n - 1;
+}
+
 /* a deadline `times` timeouts from now */
 static uint64_t smn_deadline(const smn_node_t *nd, unsigned times)
 {
@@ -279,8 +320,8 @@ static uint64_t smn_deadline(const smn_node_t *nd, unsigned times)
     return smn_now_ns() + (uint64_t)times * nd->o.timeout_ms * 1000000u;
 }
 
-/* Wait until *w reaches target, peer being the rank that stores it, until
- * the deadline. */
+/* Wait until *w reaches target, peer being the rank that stores it
+ * (SMN_LATE: the fan-in's), until the deadline. */
 static shp_status_t smn_wait(smn_node_t *nd, _Atomic uint32_t *w,
                              _Atomic uint32_t *sleepers, uint32_t target,
                              unsigned peer, uint64_t deadline)
@@ -321,11 +362,13 @@ static shp_status_t smn_wait(smn_node_t *nd, _Atomic uint32_t *w,
         if (atomic_load(&nd->hdr->fail) != 0) {
             return smn_failed(nd);
         }
-        if (!smn_peer_alive(nd, peer)) {
-            return smn_fail(nd, peer, SMN_FAIL_DEAD);
+        int dead;
+        unsigned who = smn_blame(nd, peer, &dead);
+        if (dead) {
+            return smn_fail(nd, who, SMN_FAIL_DEAD);
         }
         if (smn_now_ns() >= deadline) {
-            return smn_fail(nd, peer, SMN_FAIL_TIMEOUT);
+            return smn_fail(nd, who, SMN_FAIL_TIMEOUT);
         }
     }
 }
@@ -371,8 +414,9 @@ static void smn_layout(smn_node_t *nd)
 {
     nd->hdr = (smn_hdr_t *)nd->base;
     nd->pub = (smn_pub_t *)(nd->base + SMN_LINE);
-    nd->lines = (smn_line_t *)(nd->base + 2 * SMN_LINE);
-    nd->area = nd->base + 2 * SMN_LINE + (size_t)nd->n * SMN_LINE;
+    nd->in = (smn_in_t *)(nd->base + 2 * SMN_LINE);
+    nd->lines = (smn_line_t *)(nd->base + 3 * SMN_LINE);
+    nd->area = nd->base + 3 * SMN_LINE + (size_t)nd->n * SMN_LINE;
     nd->slots = nd->area + nd->slot;
 }
 
@@ -626,28 +670,33 @@ static shp_status_t smn_begin(smn_node_t *nd)
     return SHP_OK;
 }
 
-/* The fan-in of the current operation: rank i > 0 leaves bytes of src in
- * its slot and arrives; the leader waits for everyone. */
+/* Rank i > 0 arrives in the current fan-in: it leaves bytes of src in its
+ * slot, marks its line and counts; the last to count wakes the leader. */
+static void smn_arrive(smn_node_t *nd, const void *src, size_t bytes)
+{
+    if (bytes != 0) {
+        memcpy(smn_slot(nd, nd->rank), src, bytes);
+    }
+    atomic_store_explicit(&nd->lines[nd->rank].arr, nd->seq,
+                          memory_order_release);
+    uint32_t c = atomic_fetch_add(&nd->in->count, 1) + 1;
+    if (c == nd->in_target && atomic_load(&nd->in->sleepers) != 0) {
+        smn_wake_all(&nd->in->count);
+        nd->st.wakes++;
+    }
+}
+
+/* The fan-in of the current operation: every rank i > 0 arrives; the
+ * leader waits for them all. */
 static shp_status_t smn_fan_in(smn_node_t *nd, const void *src, size_t bytes)
 {
+    nd->in_target += nd->n - 1;
     if (nd->rank != 0) {
-        smn_line_t *l = &nd->lines[nd->rank];
-        if (bytes != 0) {
-            memcpy(smn_slot(nd, nd->rank), src, bytes);
-        }
-        smn_post(nd, &l->arr, &l->arr_sleepers, nd->seq);
+        smn_arrive(nd, src, bytes);
         return SHP_OK;
     }
-    uint64_t deadline = smn_deadline(nd, 1); /* for them all */
-    for (unsigned i = 1; i < nd->n; i++) {
-        smn_line_t *l = &nd->lines[i];
-        shp_status_t st =
-            smn_wait(nd, &l->arr, &l->arr_sleepers, nd->seq, i, deadline);
-        if (st != SHP_OK) {
-            return st;
-        }
-    }
-    return SHP_OK;
+    return smn_wait(nd, &nd->in->count, &nd->in->sleepers, nd->in_target,
+                    SMN_LATE, smn_deadline(nd, 1));
 }
 
 /* The fan-out of the current operation from root: it publishes bytes of
@@ -872,8 +921,9 @@ shp_status_t smn_barrier(smn_node_t *nd, smn_leader_fn_t fn, void *arg,
  * for life (and the timeout) at most once per period_ms, so that a test
  * called in a loop costs a load, not a syscall. */
 
-/* Has the peer that a pending step waits for died, or the step's time run
- * out?  SHP_INPROGRESS if neither (or not time to look again yet). */
+/* Has the peer that a pending step waits for (SMN_LATE: the fan-in's)
+ * died, or the step's time run out?  SHP_INPROGRESS if neither (or not
+ * time to look again yet). */
 static shp_status_t smn_nb_check(smn_node_t *nd, unsigned peer)
 {
     if (atomic_load(&nd->hdr->fail) != 0) {
@@ -885,7 +935,9 @@ static shp_status_t smn_nb_check(smn_node_t *nd, unsigned peer)
         return SHP_INPROGRESS;
     }
     nd->nb_check_at = now + (uint64_t)nd->o.period_ms * 1000000u;
-    if (!smn_peer_alive(nd, peer)) {
+    int dead;
+    peer = smn_blame(nd, peer, &dead);
+    if (dead) {
         nd->nb = 0;
         return smn_fail(nd, peer, SMN_FAIL_DEAD);
     }
@@ -906,7 +958,7 @@ shp_status_t smn_nb_arrive(smn_node_t *nd, const void *src, size_t bytes)
         return st;
     }
     nd->nb = 1;
-    nd->nb_next = 1;
+    nd->in_target += nd->n - 1;
     nd->nb_src = src;
     nd->nb_bytes = bytes;
     /* as the blocking form: the leader's fan-in one timeout, the others'
@@ -914,11 +966,7 @@ shp_status_t smn_nb_arrive(smn_node_t *nd, const void *src, size_t bytes)
     nd->nb_deadline = smn_deadline(nd, nd->rank == 0 ? 1 : 2);
     nd->nb_check_at = smn_now_ns() + (uint64_t)nd->o.spin_ns;
     if (nd->rank != 0) {
-        smn_line_t *l = &nd->lines[nd->rank];
-        if (bytes != 0) {
-            memcpy(smn_slot(nd, nd->rank), src, bytes);
-        }
-        smn_post(nd, &l->arr, &l->arr_sleepers, nd->seq);
+        smn_arrive(nd, src, bytes);
     }
     return SHP_OK;
 }
@@ -931,13 +979,9 @@ shp_status_t smn_nb_test_in(smn_node_t *nd)
     if (nd->nb == 2) {
         return SHP_OK;
     }
-    while (nd->nb_next < nd->n) {
-        smn_line_t *l = &nd->lines[nd->nb_next];
-        if (!reached(atomic_load_explicit(&l->arr, memory_order_acquire),
-                     nd->seq)) {
-            return smn_nb_check(nd, nd->nb_next);
-        }
-        nd->nb_next++;
+    if (!reached(atomic_load_explicit(&nd->in->count, memory_order_acquire),
+                 nd->in_target)) {
+        return smn_nb_check(nd, SMN_LATE);
     }
     if (atomic_load(&nd->hdr->fail) != 0) {
         nd->nb = 0;
@@ -1016,24 +1060,24 @@ int smn_nb_pending(const smn_node_t *nd)
 void smn_nb_sleep(smn_node_t *nd, uint64_t max_ns)
 {
     _Atomic uint32_t *w, *sleepers;
+    uint32_t target;
     if (nd->nb != 1) {
         return; /* nothing awaited from the others */
     }
     if (nd->rank == 0) {
-        if (nd->nb_next >= nd->n) {
-            return;
-        }
-        w = &nd->lines[nd->nb_next].arr;
-        sleepers = &nd->lines[nd->nb_next].arr_sleepers;
+        w = &nd->in->count;
+        sleepers = &nd->in->sleepers;
+        target = nd->in_target;
     } else {
         w = &nd->pub->go;
         sleepers = &nd->pub->go_sleepers;
+        target = nd->seq;
     }
     struct timespec ts = {(time_t)(max_ns / 1000000000u),
                           (long)(max_ns % 1000000000u)};
     atomic_fetch_add(sleepers, 1);
     uint32_t v = atomic_load(w);
-    if (!reached(v, nd->seq) && atomic_load(&nd->hdr->fail) == 0) {
+    if (!reached(v, target) && atomic_load(&nd->hdr->fail) == 0) {
         nd->st.sleeps++;
         syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
     }

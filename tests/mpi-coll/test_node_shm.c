@@ -597,6 +597,95 @@ static void test_slow_rank(void **state)
     expect_all(4, codes, 0);
 }
 
+/* Ranks that arrive one after another, in node-rank order (the order that
+ * made a leader waiting on each rank's word in turn wake once per rank):
+ * the leader sleeps once an operation, woken by the last rank only. */
+#define STAGGER_OPS 30
+
+static int stagger_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    (void)arg;
+    shp_reduce_desc_t d = {SHP_DTYPE_I64, SHP_OP_MAX, SHP_DTYPE_NULL};
+    smn_stats_t a, b;
+    smn_get_stats(nd, &a);
+    for (unsigned it = 0; it < STAGGER_OPS; it++) {
+        usleep(400 * rank); /* rank 0 first, then 1, 2, ... */
+        int rc = one_allreduce(nd, rank, &d, 40, 900 + it);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    smn_get_stats(nd, &b);
+    uint64_t sleeps = b.sleeps - a.sleeps, wakes = b.wakes - a.wakes;
+    if (rank == 0 && (sleeps < STAGGER_OPS / 2 || sleeps > STAGGER_OPS + 5)) {
+        fprintf(stderr, "leader: %llu sleeps in %d operations\n",
+                (unsigned long long)sleeps, STAGGER_OPS);
+        return 20;
+    }
+    if (rank != 0 && rank + 1 < smn_size(nd) && wakes != 0) {
+        fprintf(stderr, "rank %u (not last) woke the leader %llu times\n", rank,
+                (unsigned long long)wakes);
+        return 21;
+    }
+    return 0;
+}
+
+static void test_staggered_arrivals(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    run_node(MAXN, &o, stagger_body, NULL, codes);
+    expect_all(MAXN, codes, 0);
+}
+
+/* A rank killed while a rank before it in the node is slow to arrive: the
+ * leader names the dead one at once, not the slow one at the timeout. */
+static int dead_behind_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    (void)arg;
+    shp_reduce_desc_t d = {SHP_DTYPE_I32, SHP_OP_SUM, SHP_DTYPE_NULL};
+    int32_t src[64] = {0}, dst[64];
+    for (unsigned it = 0;; it++) {
+        uint64_t t0 = ms_now();
+        if (it == 5 && rank == 3) {
+            raise(SIGKILL);
+        }
+        if (it == 5 && rank == 1) {
+            usleep(2500 * 1000);
+        }
+        shp_status_t st = smn_allreduce(nd, &d, src, dst, 64, NULL, NULL, NULL);
+        if (it < 5) {
+            if (st != SHP_OK) {
+                return 80;
+            }
+            continue;
+        }
+        if (st != SHP_ERR_GROUP_FAILED || smn_failed_rank(nd) != 3) {
+            fprintf(stderr, "rank %u: %s, rank %d\n", rank, shp_status_str(st),
+                    smn_failed_rank(nd));
+            return 81;
+        }
+        /* rank 1 comes back to a segment failed meanwhile */
+        return rank == 1 || ms_now() - t0 < 1000 ? 0 : 82;
+    }
+}
+
+static void test_dead_behind_slow(void **state)
+{
+    (void)state;
+    smn_opts_t o = test_opts();
+    int codes[MAXN];
+    run_node(4, &o, dead_behind_body, NULL, codes);
+    for (unsigned i = 0; i < 4; i++) {
+        int want = i == 3 ? 128 + SIGKILL : 0;
+        if (codes[i] != want) {
+            fail_msg("rank %u exited %d, expected %d", i, codes[i], want);
+        }
+    }
+    assert_false(shm_exists(seg_name));
+}
+
 /* A rank killed, a rank stuck ------------------------------------------------ */
 
 typedef struct fault {
@@ -1359,6 +1448,8 @@ int main(void)
         cmocka_unit_test(test_many_ops),
         cmocka_unit_test(test_chunk_calls),
         cmocka_unit_test(test_slow_rank),
+        cmocka_unit_test(test_staggered_arrivals),
+        cmocka_unit_test(test_dead_behind_slow),
         cmocka_unit_test(test_killed_member),
         cmocka_unit_test(test_killed_leader),
         cmocka_unit_test(test_killed_bcast_root),
