@@ -138,7 +138,7 @@ struct smn_node {
     /* in->count once everyone arrived in the current fan-in (every rank
      * counts it alike: n - 1 more for each fan-in) */
     uint32_t in_target;
-    int open;     /* a reduce/gather awaits its smn_result */
+    int open; /* a reduce/gather awaits its smn_result */
     /* the non-blocking step (smn_nb_*): 0 none, 1 arrived (the leader:
      * waiting for the others; the others: for the publication), 2 the
      * leader has every contribution (folded or handed out) */
