@@ -39,7 +39,8 @@
  *   with acquire before it is read.  Sequence numbers are 32 bits (a futex
  *   word) compared by signed difference, so they may wrap.
  *
- * Waiting: spin for spin_ns, then sleep on the word's futex (FUTEX_WAIT on
+ * Waiting: spin for spin_ns, look between sched_yield calls for yield_ns,
+ * then sleep on the word's futex (FUTEX_WAIT on
  * the shared word) in slices of period_ms; each word has a count of
  * sleepers beside it, and whoever stores a word makes the wake syscall
  * only if that count is not 0 (waiter: count++, load word; storer: store
@@ -61,6 +62,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -159,6 +161,7 @@ void smn_opts_default(smn_opts_t *o)
 {
     o->slot_bytes = 64 * 1024;
     o->spin_ns = 2000;
+    o->yield_ns = 2000000;
     o->timeout_ms = 30000;
     o->period_ms = 100;
 }
@@ -339,6 +342,20 @@ static shp_status_t smn_wait(smn_node_t *nd, _Atomic uint32_t *w,
             break;
         }
         smn_relax();
+    }
+    if (nd->o.yield_ns != 0) { /* give the core away while looking */
+        uint64_t yield_end = smn_now_ns() + nd->o.yield_ns;
+        do {
+            sched_yield();
+            if (reached(atomic_load_explicit(w, memory_order_acquire),
+                        target)) {
+                nd->st.spins++;
+                return SHP_OK;
+            }
+            if (atomic_load_explicit(&nd->hdr->fail, memory_order_relaxed)) {
+                return smn_failed(nd);
+            }
+        } while (smn_now_ns() < yield_end);
     }
     for (;;) {
         uint64_t now = smn_now_ns();

@@ -48,6 +48,11 @@ typedef struct smn_opts {
     size_t slot_bytes;   /* per rank and for the result (leader's choice;
                             rounded up to 64 bytes); default 64 KiB */
     unsigned spin_ns;    /* spin before sleeping; default 2000 (2 us) */
+    unsigned yield_ns;   /* then look between sched_yield calls this long
+                            before sleeping; default 2000000 (2 ms): the
+                            core goes to whoever needs it, and a waiter
+                            still runnable when the word is stored costs
+                            no wake-up (docs/performance.md) */
     unsigned timeout_ms; /* a fan-in (twice: waiting for a publication, which
                             may include the leader's sharp call); 30000;
                             0: none, a live rank is waited for as long as

@@ -103,6 +103,7 @@ static void cfg_load(void)
     smpi_cfg.node_shm = (int)env_long("SHARP_MPI_NODE_SHM", 1);
     smpi_cfg.node_shm_slot = env_long("SHARP_MPI_NODE_SHM_SLOT", 64L << 10);
     smpi_cfg.node_shm_timeout_ms = env_long("SHARP_MPI_NODE_SHM_TIMEOUT", 0);
+    smpi_cfg.node_shm_yield_us = env_long("SHARP_MPI_NODE_SHM_YIELD_US", 2000);
     smpi_cfg.max_bytes = env_long("SHARP_MPI_MAX_BYTES", 64L << 20);
     smpi_cfg.allreduce = (int)env_long("SHARP_MPI_ALLREDUCE", 1);
     smpi_cfg.reduce = (int)env_long("SHARP_MPI_REDUCE", 1);
@@ -585,6 +586,10 @@ static void node_shm_setup(comm_state_t *s)
                            smpi_cfg.node_shm_timeout_ms < INT_MAX
                        ? (unsigned)smpi_cfg.node_shm_timeout_ms
                        : 0;
+    if (smpi_cfg.node_shm_yield_us >= 0 &&
+        smpi_cfg.node_shm_yield_us <= 1000000) {
+        o.yield_ns = (unsigned)smpi_cfg.node_shm_yield_us * 1000u;
+    }
     memset(&h, 0, sizeof(h));
     if (s->node_rank == 0) {
         ok = smn_create((unsigned)s->node_size, &o, &s->nshm, &h) == SHP_OK;

@@ -34,6 +34,7 @@ typedef struct smpi_cfg {
     int node_shm;             /* SHARP_MPI_NODE_SHM: the node step on shm */
     long node_shm_slot;       /* SHARP_MPI_NODE_SHM_SLOT: bytes a rank */
     long node_shm_timeout_ms; /* SHARP_MPI_NODE_SHM_TIMEOUT */
+    long node_shm_yield_us;   /* SHARP_MPI_NODE_SHM_YIELD_US */
     long max_bytes;
     int allreduce, reduce, barrier, bcast;
     int fallback;             /* SHARP_MPI_ON_FAULT: 1 fallback, 0 abort */

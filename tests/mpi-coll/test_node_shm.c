@@ -635,8 +635,50 @@ static void test_staggered_arrivals(void **state)
     (void)state;
     smn_opts_t o = test_opts();
     int codes[MAXN];
+    o.yield_ns = 0; /* the leader sleeps at once: its wakes are counted */
     run_node(MAXN, &o, stagger_body, NULL, codes);
     expect_all(MAXN, codes, 0);
+}
+
+/* Waits look between sched_yield calls for yield_ns before they sleep:
+ * ranks 3 ms late are met without a sleep with a long yield_ns, and with
+ * none the leader sleeps for them. */
+static int yield_body(smn_node_t *nd, unsigned rank, void *arg)
+{
+    const unsigned *yield_ms = arg;
+    shp_reduce_desc_t d = {SHP_DTYPE_U32, SHP_OP_BOR, SHP_DTYPE_NULL};
+    smn_stats_t a, b;
+    smn_get_stats(nd, &a);
+    for (unsigned it = 0; it < 10; it++) {
+        if (rank != 0) {
+            usleep(3000);
+        }
+        int rc = one_allreduce(nd, rank, &d, 16, 70 + it);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    smn_get_stats(nd, &b);
+    uint64_t sleeps = b.sleeps - a.sleeps;
+    if (rank == 0 && (*yield_ms != 0 ? sleeps != 0 : sleeps < 5)) {
+        fprintf(stderr, "leader, yield %u ms: %llu sleeps in 10 operations\n",
+                *yield_ms, (unsigned long long)sleeps);
+        return 30;
+    }
+    return 0;
+}
+
+static void test_yield_wait(void **state)
+{
+    (void)state;
+    static const unsigned yields_ms[] = {500, 0};
+    for (unsigned k = 0; k < 2; k++) {
+        smn_opts_t o = test_opts();
+        int codes[MAXN];
+        o.yield_ns = yields_ms[k] * 1000000u;
+        run_node(4, &o, yield_body, (void *)&yields_ms[k], codes);
+        expect_all(4, codes, 0);
+    }
 }
 
 /* A rank killed while a rank before it in the node is slow to arrive: the
@@ -1449,6 +1491,7 @@ int main(void)
         cmocka_unit_test(test_chunk_calls),
         cmocka_unit_test(test_slow_rank),
         cmocka_unit_test(test_staggered_arrivals),
+        cmocka_unit_test(test_yield_wait),
         cmocka_unit_test(test_dead_behind_slow),
         cmocka_unit_test(test_killed_member),
         cmocka_unit_test(test_killed_leader),
