@@ -22,8 +22,10 @@
  *   barrier       smn_barrier: everyone arrives, the leader's hook runs
  *                 (its sharp barrier), the leader releases
  *
- * Waits spin briefly, then sleep on a futex of the shared word; a waiter
- * that sleeps checks, every period, that the rank it waits for is alive.
+ * Waits spin briefly, look between sched_yield calls a while (yield_ns),
+ * then sleep on a futex of the shared word (the leader of a fan-in on one
+ * arrival count, woken by the last rank only); a waiter that sleeps
+ * checks, every period, that the ranks it waits for are alive.
  * A dead peer or a wait past the timeout fails the segment for everyone
  * (SHP_ERR_GROUP_FAILED or SHP_ERR_TIMED_OUT, smn_failed_rank() names the
  * node rank): never a hang, never a wrong result.  A failed segment stays
