@@ -323,20 +323,34 @@ static uint64_t smn_deadline(const smn_node_t *nd, unsigned times)
     return smn_now_ns() + (uint64_t)times * nd->o.timeout_ms * 1000000u;
 }
 
+/* One look of a wait before it sleeps: 1 (and *st) if it is over, *w
+ * having reached target or the segment failed. */
+static int smn_looked(smn_node_t *nd, _Atomic uint32_t *w, uint32_t target,
+                      shp_status_t *st)
+{
+    if (reached(atomic_load_explicit(w, memory_order_acquire), target)) {
+        nd->st.spins++;
+        *st = SHP_OK;
+        return 1;
+    }
+    if (atomic_load_explicit(&nd->hdr->fail, memory_order_relaxed)) {
+        *st = smn_failed(nd);
+        return 1;
+    }
+    return 0;
+}
+
 /* Wait until *w reaches target, peer being the rank that stores it
  * (SMN_LATE: the fan-in's), until the deadline. */
 static shp_status_t smn_wait(smn_node_t *nd, _Atomic uint32_t *w,
                              _Atomic uint32_t *sleepers, uint32_t target,
                              unsigned peer, uint64_t deadline)
 {
+    shp_status_t st;
     uint64_t spin_end = smn_now_ns() + nd->o.spin_ns;
     for (unsigned i = 1;; i++) {
-        if (reached(atomic_load_explicit(w, memory_order_acquire), target)) {
-            nd->st.spins++;
-            return SHP_OK;
-        }
-        if (atomic_load_explicit(&nd->hdr->fail, memory_order_relaxed)) {
-            return smn_failed(nd);
+        if (smn_looked(nd, w, target, &st)) {
+            return st;
         }
         if (i % 64 == 0 && smn_now_ns() >= spin_end) {
             break;
@@ -347,13 +361,8 @@ static shp_status_t smn_wait(smn_node_t *nd, _Atomic uint32_t *w,
         uint64_t yield_end = smn_now_ns() + nd->o.yield_ns;
         do {
             sched_yield();
-            if (reached(atomic_load_explicit(w, memory_order_acquire),
-                        target)) {
-                nd->st.spins++;
-                return SHP_OK;
-            }
-            if (atomic_load_explicit(&nd->hdr->fail, memory_order_relaxed)) {
-                return smn_failed(nd);
+            if (smn_looked(nd, w, target, &st)) {
+                return st;
             }
         } while (smn_now_ns() < yield_end);
     }
