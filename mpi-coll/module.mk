@@ -160,3 +160,19 @@ $(MPI_WHY_MPICH): tests/mpi-coll/mpi_why.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
+
+# The fault matrix's stream: non-blocking, blocking and persistent calls
+# mixed with MPI's own requests (tests/mpi-coll/test_fault_matrix.sh).
+MPI_MIXED_OMPI := $(TESTDIR)/mpi-coll/mpi_mixed_ompi
+MPI_MIXED_MPICH := $(TESTDIR)/mpi-coll/mpi_mixed_mpich
+TEST_HELPERS += $(MPI_MIXED_OMPI) $(MPI_MIXED_MPICH)
+
+$(MPI_MIXED_OMPI): tests/mpi-coll/mpi_mixed.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
+
+$(MPI_MIXED_MPICH): tests/mpi-coll/mpi_mixed.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<

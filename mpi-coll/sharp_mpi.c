@@ -734,9 +734,10 @@ static void regroup(comm_state_t *s, MPI_Comm comm)
         s->retry_at < (1ul << 24) ? 2 * s->retry_at : s->retry_at;
     comm_teardown(s);
     comm_setup(s, comm);
-    s->since = 0;
     if (s->use) {
         s->fell = 0;
+        /* this call is the new group's first operation */
+        s->done_seq = s->fall_pos = s->seq - 1;
         s->retry_at = (unsigned long)smpi_cfg.regroup_calls;
         smpi.regrouped++;
         if (s->rank == 0) {
@@ -744,7 +745,22 @@ static void regroup(comm_state_t *s, MPI_Comm comm)
                       s->size);
         }
     } else {
+        s->fall_pos = s->seq; /* the next try, `next` calls after this one */
         s->retry_at = next;
+    }
+}
+
+/* An eligible call on s's communicator begins (its state found: every
+ * rank calls this at the same calls, blocking or not, a persistent start
+ * included): counted, and a communicator that fell back tries a new
+ * group at its turn. */
+void smpi_comm_call(comm_state_t *s, MPI_Comm comm)
+{
+    s->seq++;
+    if (!s->use && s->fell && smpi_cfg.regroup_calls > 0 &&
+        s->seq - s->fall_pos > s->retry_at) {
+        nb_drain(NULL); /* as before making a group (below) */
+        regroup(s, comm);
     }
 }
 
@@ -766,11 +782,7 @@ comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why)
              * first (they may find the group failed) */
             nb_drain(s);
         }
-        if (!s->use && s->fell && smpi_cfg.regroup_calls > 0 &&
-            ++s->since >= s->retry_at) {
-            nb_drain(NULL); /* as before making a group (below) */
-            regroup(s, comm);
-        }
+        smpi_comm_call(s, comm);
         *why = s->why;
         return s->use ? s : NULL;
     }
@@ -784,6 +796,7 @@ comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why)
         smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
     }
     s->oob = s->node = s->leaders = s->all = MPI_COMM_NULL;
+    s->seq = 1; /* this call (done_seq, fall_pos: 0) */
     PMPI_Comm_test_inter(comm, &inter);
     PMPI_Comm_rank(comm, &s->rank);
     PMPI_Comm_size(comm, &s->size);
@@ -1255,13 +1268,20 @@ int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
 }
 
 /* st's communicator goes to PMPI from now on (every rank decides so at
- * the same operation): 1 if it offloaded until now */
+ * the same operation, wherever it learnt of the failure: a blocking call
+ * or a non-blocking one), and tries a new group SHARP_MPI_REGROUP_CALLS
+ * calls after the last one that completed through the group: 1 if it
+ * offloaded until now */
 int smpi_comm_fall(comm_state_t *st)
 {
     if (!st->use) {
         return 0;
     }
+    st->why = WHY_FELL;
     st->use = 0;
+    st->fell = 1;
+    st->fall_pos = st->done_seq;
+    st->retry_at = (unsigned long)smpi_cfg.regroup_calls;
     smpi.fallen++;
     if (st->rank == 0) {
         smpi_note(
@@ -1320,12 +1340,7 @@ static int run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
 static void fell_back(comm_state_t *st, MPI_Comm comm)
 {
     (void)comm;
-    if (smpi_comm_fall(st)) { /* a new group may be tried later (regroup) */
-        st->fell = 1;
-        st->since = 0;
-        st->retry_at = (unsigned long)smpi_cfg.regroup_calls;
-    }
-    st->why = WHY_FELL;
+    smpi_comm_fall(st);
     smpi.redone++;
 }
 
@@ -1711,6 +1726,7 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
         *why = WHY_FELL;
         return 0; /* the same call on PMPI, on every rank */
     }
+    st->done_seq = st->seq;
     smpi.calls[kind][0]++;
     smpi.bytes[kind][0] += bytes;
     *ret = MPI_SUCCESS;
@@ -1810,6 +1826,7 @@ API int MPI_Barrier(MPI_Comm comm)
             how = run_op(st, comm, "MPI_Barrier", 0, &a, &res);
         }
         if (how == OP_OK) {
+            st->done_seq = st->seq;
             smpi.calls[C_BARRIER][0]++;
             return MPI_SUCCESS;
         }
@@ -1977,6 +1994,7 @@ API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
         smpi_pack_data(0, buf, count, dt, tmp, len, comm);
     }
     free(tmp);
+    st->done_seq = st->seq;
     smpi.calls[C_BCAST][0]++;
     smpi.bytes[C_BCAST][0] += (unsigned long long)bytes;
     return MPI_SUCCESS;

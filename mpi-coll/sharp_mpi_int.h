@@ -156,19 +156,28 @@ typedef struct comm_state {
     int recoverable; /* every member's service is known */
     int had_group;   /* the same on every rank */
     int why;         /* !use: why (the same on every rank) */
-    /* fallen back to PMPI: eligible calls since, and when to try a new
-     * group (SHARP_MPI_REGROUP_CALLS, doubled after each failed try) */
+    /* Positions in the communicator's stream of eligible calls, the same
+     * on every rank whatever the form (blocking, non-blocking, a
+     * persistent start) and whenever a rank learns of a failure: seq, the
+     * calls so far (the current one included); done_seq, the last one
+     * that completed through the group (or whose result was fetched in a
+     * recovery); fall_pos, done_seq when the group failed: the calls
+     * after it are on PMPI, and the one fall_pos + retry_at + 1 tries a
+     * new group (SHARP_MPI_REGROUP_CALLS, doubled after each failed
+     * try). Counting from what every rank agreed (where the group's
+     * operations ended) rather than from when a rank noticed is what
+     * makes every rank try at the same call. */
     int fell;
-    unsigned long since, retry_at;
+    unsigned long seq, done_seq, fall_pos, retry_at;
     MPI_Comm all;
     /* non-blocking operations with recovery, and every one with several
      * ranks per node (sharp_mpi_nb.c): the communicator's activations in
      * posting order, the first in flight (its node step, through sharp,
-     * or on PMPI once the group failed); nb_fell: a
-     * non-blocking operation found the group failed (its later ones stay
-     * the layer's, done on PMPI: the same decision on every rank) */
+     * or on PMPI once the group failed); nbq_len of them. After a failure
+     * a queue not yet empty takes the new ones too (done on PMPI in
+     * order) */
     struct nb_op *nbq_head, *nbq_tail;
-    int nb_fell;
+    unsigned long nbq_len;
     struct comm_state *next, **prev; /* every live state, for finalize */
 } comm_state_t;
 
@@ -226,6 +235,10 @@ int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
                     size_t len, int rc, int leave);
 /* the communicator goes to PMPI: 1 if it offloaded until now */
 int smpi_comm_fall(comm_state_t *st);
+/* an eligible call on a communicator with a state begins: counted (a
+ * persistent start's, which smpi_comm_sharp does not see), a new group
+ * tried at its turn */
+void smpi_comm_call(comm_state_t *s, MPI_Comm comm);
 /* a node step on shared memory failed (a rank of the node died or did not
  * come, node_shm.h): abort, naming it */
 void smpi_node_shm_fail(comm_state_t *st, MPI_Comm comm, const char *what,

@@ -74,6 +74,8 @@
 typedef struct nb_op {
     int kind; /* C_IALLREDUCE ... */
     comm_state_t *st;
+    unsigned long seq; /* the activation's place in the communicator's
+                          calls (comm_state_t seq) */
     MPI_Comm comm;
     /* the arguments, kept for a persistent operation's every start */
     const void *sbuf;
@@ -124,6 +126,7 @@ static unsigned long nb_moved;
 
 static void nb_drain(comm_state_t *s);
 static void nb_wait_hook(void);
+static void nb_bound_queue(comm_state_t *st);
 
 /* With the first operation, what the layers below call back: sharp_mpi.c
  * drains a communicator's operations before a blocking call on it, before
@@ -314,6 +317,10 @@ static void nb_dequeue(nb_op_t *o)
     if (st->nbq_head == NULL) {
         st->nbq_tail = NULL;
     }
+    st->nbq_len--;
+    if (st->use) {
+        st->done_seq = o->seq; /* through the group */
+    }
     o->qnext = NULL;
     nb_complete_greq(o); /* o may be gone */
     nb_kick(st);
@@ -328,6 +335,10 @@ static void nb_redo(nb_op_t *o)
     MPI_Comm c = st->all;
     int rc = MPI_SUCCESS, done = 0;
     smpi.redone++;
+    /* counted as offloaded when it started: it went to MPI */
+    smpi.calls[o->kind][0]--;
+    smpi.bytes[o->kind][0] -= o->bytes;
+    smpi_fallback(o->kind, (long)o->bytes, o->comm, WHY_FELL, o->dt, o->mop);
     o->preq = MPI_REQUEST_NULL;
     switch (o->kind) {
     case C_IBARRIER: rc = PMPI_Ibarrier(c, &o->preq); break;
@@ -362,25 +373,22 @@ static void nb_redo(nb_op_t *o)
  * operations end, decided with the other members (docs/mpi.md, failure
  * protocol): o's result fetched from a member that has it, or o and every
  * later operation on PMPI */
-static void nb_fall(comm_state_t *st)
+static void nb_fall(comm_state_t *st, const nb_op_t *fetched)
 {
-    if (!st->nb_fell) {
-        /* from here on the communicator's non-blocking operations stay
-         * the layer's and go to PMPI (every rank decides so at its own
-         * time: the posting decision must not depend on it), and it never
-         * tries a new group */
-        st->nb_fell = 1;
-        smpi_comm_fall(st);
-        st->fell = 0;
-        st->why = WHY_FELL;
+    if (fetched != NULL && st->use) {
+        st->done_seq = fetched->seq; /* the last one completed somewhere */
     }
+    /* the policy of every form: the operations queued stay the layer's,
+     * done on PMPI in order, and the later calls go to PMPI until the
+     * communicator's turn to try a new group */
+    smpi_comm_fall(st);
 }
 
 static void nb_recover(nb_op_t *o, int rc)
 {
     comm_state_t *st = o->st;
     int fetched = smpi_recover_op(st, o->comm, nb_name(o), o->bytes, rc, 1);
-    nb_fall(st);
+    nb_fall(st, fetched ? o : NULL);
     if (fetched) {
         nb_deliver(o, smr_result(st->rec));
         nb_dequeue(o);
@@ -501,7 +509,7 @@ static void node_recover(nb_op_t *o, int rc)
 {
     comm_state_t *st = o->st;
     int fetched = smpi_recover_op(st, o->comm, nb_name(o), o->bytes, rc, 1);
-    nb_fall(st);
+    nb_fall(st, fetched ? o : NULL);
     if (fetched) {
         node_publish(o, node_len(o) != 0 ? smr_result(st->rec) : NULL,
                      NODE_FELL);
@@ -674,7 +682,7 @@ static int node_poll(nb_op_t *o)
     o->nphase = 0;
     nb_moved++;
     if (code != NODE_OK) {
-        nb_fall(st); /* as the leader did */
+        nb_fall(st, code == NODE_FELL ? o : NULL); /* as the leader did */
     }
     if (code == NODE_FELL && out != NULL && node_len(o) != 0) {
         /* a result fetched in a recovery: the engine copies no data with
@@ -715,13 +723,7 @@ static void nb_kick(comm_state_t *st)
         return;
     }
     o->queued = 0;
-    if (!st->use && !st->nb_fell) {
-        /* fallen back by a blocking call (every rank at that call, with
-         * none of these in flight): PMPI */
-        nb_redo(o);
-        return;
-    }
-    if (st->nb_fell) {
+    if (!st->use) { /* the group failed at or before this one: PMPI */
         nb_redo(o);
         return;
     }
@@ -750,15 +752,20 @@ static void nb_start(nb_op_t *o)
 {
     comm_state_t *st = o->st;
 
+    if (o->persistent) {
+        smpi_comm_call(st, o->comm); /* (the others' in nb_comm) */
+    }
+    o->seq = st->seq;
     o->done = 0;
     o->active = 1;
     PMPI_Grequest_start(nb_query, nb_free, nb_cancel, o, &o->greq);
     o->rec = smpi_cfg.fallback && st->recoverable;
     smpi.calls[o->kind][0]++;
     smpi.bytes[o->kind][0] += o->bytes;
-    if (o->rec || o->node) {
+    if (o->rec || o->node || !st->use) {
         o->queued = 1;
         o->qnext = NULL;
+        st->nbq_len++;
         if (st->nbq_tail != NULL) {
             st->nbq_tail->qnext = o;
         } else {
@@ -770,6 +777,7 @@ static void nb_start(nb_op_t *o)
             /* the node may be in already: the network's part now */
             node_poll(o);
         }
+        nb_bound_queue(st);
     } else {
         int rc = nb_post(o, NULL, 0);
         if (rc != SHARP_COLL_SUCCESS) {
@@ -941,6 +949,29 @@ static void nb_drain(comm_state_t *s)
     }
 }
 
+/* A communicator's queue holds fewer operations than the calls after
+ * which a failed group is tried again (SHARP_MPI_REGROUP_CALLS): a post
+ * beyond that waits for the oldest.  So a rank that has not yet learnt
+ * of a failure cannot have posted the call at which the others, who have,
+ * make a new group: the failed operation was out of its queue before. */
+static void nb_bound_queue(comm_state_t *st)
+{
+    if (smpi_cfg.regroup_calls <= 0) {
+        return; /* never tried again */
+    }
+    unsigned long most = smpi_cfg.regroup_calls > 2
+                             ? (unsigned long)smpi_cfg.regroup_calls - 2
+                             : 1;
+    for (unsigned turn = 0; st->use && st->nbq_len > most; turn++) {
+        nb_progress_all();
+        if (st->nbq_len <= most) {
+            break;
+        }
+        nb_poke_mpi();
+        nb_idle(turn);
+    }
+}
+
 static nb_op_t *nb_find(MPI_Request r)
 {
     if (r == MPI_REQUEST_NULL) {
@@ -961,22 +992,30 @@ static nb_op_t *nb_find(MPI_Request r)
  * sharp there (the same answer on every rank), else NULL (*why) */
 static comm_state_t *nb_comm(MPI_Comm comm, size_t bytes, int *why)
 {
-    comm_state_t *st = NULL;
+    comm_state_t *st = NULL, *had = NULL;
     int found = 0;
     if (smpi.ctx != NULL && comm != MPI_COMM_NULL) {
-        PMPI_Comm_get_attr(comm, smpi.keyval, &st, &found);
-        if (found && st->nb_fell) {
-            return st; /* the layer's still, on PMPI (nb_recover) */
-        }
+        PMPI_Comm_get_attr(comm, smpi.keyval, &had, &found);
     }
     smpi_nb_posting = 1;
     st = smpi_comm_sharp(comm, why);
     smpi_nb_posting = 0;
-    if (st != NULL && st->hier && (st->nb_slot == 0 || bytes > st->nb_slot)) {
+    comm_state_t *s = st != NULL ? st : found ? had : NULL;
+    if (s != NULL && s->hier && (s->nb_slot == 0 || bytes > s->nb_slot)) {
         /* the node step on MPI (no segment on some node), or data over
-         * one slot: PMPI */
+         * one slot: PMPI (decided from what the group's making agreed,
+         * whether or not it failed since) */
         *why = WHY_NB_NODE;
         return NULL;
+    }
+    if (st == NULL && found && had->why == WHY_FELL &&
+        had->all != MPI_COMM_NULL) {
+        /* fallen back: the layer's still, queued and done on PMPI on the
+         * private duplicate (nb_kick, nb_redo), as the operations a rank
+         * had posted before it learnt of the failure are; one rule for
+         * every rank whenever it learnt, so the same operations meet on
+         * the same communicator */
+        return had;
     }
     return st;
 }

@@ -121,6 +121,9 @@ TEST_SCRIPTS += tests/mpi-coll/test_why.sh
 
 # libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
 TEST_SCRIPTS += tests/mpi-coll/test_fault.sh
+# the fault matrix: faults x forms (blocking, non-blocking, persistent) x
+# ranks per host x MPIs, at a seeded random phase; a hang fails
+TEST_SCRIPTS += tests/mpi-coll/test_fault_matrix.sh
 # a manager killed -9 and restarted: the running jobs keep their offload
 TEST_SCRIPTS += tests/mpi-coll/test_adopt.sh
 

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# The fault matrix of libsharp_mpi (docs/mpi.md, failure protocol): a
+# daemon of the fabric fails under a stream of collectives of one form,
+# at a phase drawn from a seed (printed), and the job must end with every
+# result right and in bounded time: a hang is a failure.
+#
+# The stream (tests/mpi-coll/mpi_mixed.c) is the shape of a non-blocking
+# latency benchmark: windows of MPI_Iallreduce with MPI's own Isend/Irecv,
+# completed by Test/Testsome/Waitall/Wait while "computing", then blocking
+# MPI_Barrier, MPI_Allreduce, MPI_Bcast and a persistent allreduce between
+# the windows.  Forms: nb (that), blocking (the window's allreduces
+# blocking), persistent (the window's allreduces persistent).
+#
+# Faults: top (kill -9 of the AN at the top of the world's group: the one
+# carrying the non-blocking stream, found with sharpctl), stall (the same
+# while rank 1 is stopped with its window's last allreduce in the network
+# and the others have gone on into the barrier: it learns of the failure
+# late, inside a non-blocking operation, the others inside a blocking one;
+# the two forms once fell back by different rules and the job hung),
+# leaf (a leaf AN under ranks 0 and 1), sharpd (a member's sharpd), am
+# (the manager, not restarted), amrestart (the manager killed and started
+# again), linkcut (the top AN's link cut, in network namespaces).
+#
+# Cells run by default cover every fault, form, MPI and ranks-per-host at
+# least once (DEFAULT below); MATRIX=full runs the whole product, CELLS
+# the named ones (e.g. CELLS="ompi:nb:1:top ompi:nb:2:stall").  SEED fixes
+# the draw (default: the time).  SHARP_MPI_REGROUP_CALLS is 200 here, so
+# that a communicator gets a new group, and fails again, within the run.
+set -u
+O=${O:-build}
+BIN=$(cd "$O/bin" && pwd)
+LIB=$(cd "$O/lib" && pwd)
+if [ "${SAN:-0}" = 1 ]; then
+    echo "skip: libsharp_mpi is preloaded into uninstrumented MPI programs;" \
+        "run without SAN=1"
+    exit 77
+fi
+command -v mpirun.openmpi >/dev/null || { echo "skip: no Open MPI"; exit 77; }
+SEED=${SEED:-$(date +%s)}
+echo "fault matrix: seed $SEED (SEED=$SEED reruns the same draws)"
+RANDOM=$SEED
+DIR=$(mktemp -d /tmp/sharp-test-matrix.XXXXXX)
+FAB="$DIR/fabric"
+fabric() { "$BIN/sharp-fabric" --dir "$FAB" "$@"; }
+cleanup() {
+    [ -n "${jobpid:-}" ] && kill -9 "$jobpid" 2>/dev/null
+    fabric down >/dev/null 2>&1
+    [ -n "${KEEP_LOGS:-}" ] || rm -rf "$DIR"
+}
+trap cleanup EXIT
+fails=0 cells=0
+"$BIN/sharp-topo" fat-tree --radix 4 --hosts 4 >"$DIR/ft4.ibnd"
+TOPO1=examples/fat-tree-2l.ibnd
+[ -f "$TOPO1" ] || "$BIN/sharp-topo" fat-tree --radix 4 --hosts 8 >"$DIR/ft8.ibnd"
+[ -f "$TOPO1" ] || TOPO1="$DIR/ft8.ibnd"
+
+pid_of() { awk -v k="$1" -v n="$2" '$1 == k && $2 == n { print $4 }' "$FAB/pids"; }
+# the AN at the top of the world's group (the first the manager lists)
+top_an() {
+    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups |
+        awk -F'"' '/"name":/ { n = $4 } /"top": true/ { print n; exit }'
+}
+wait_file() { # FILE SECONDS
+    local t
+    for t in $(seq $(($2 * 10))); do
+        [ -e "$1" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+restart_am() {
+    local pid cmd env=()
+    pid=$(pid_of am sharp_am)
+    mapfile -d '' cmd <"/proc/$pid/cmdline"
+    mapfile -d '' env <"/proc/$pid/environ"
+    kill -9 "$pid"
+    sleep 1
+    env -i "${env[@]}" setsid "${cmd[@]}" >>"$FAB/logs/am.log" 2>&1 </dev/null &
+    sed -i "s/^am sharp_am \(.*\) $pid\$/am sharp_am \1 $!/" "$FAB/pids"
+}
+
+# the fault, once the stream passed its phase
+fault() { # KIND
+    local top
+    top=$(top_an)
+    case $1 in
+    top) kill -9 "$(pid_of an "$top")" ;;
+    stall) # rank 1 stopped itself (mpi_mixed --stall-at), its pid in the file
+        sleep 0.3
+        kill -9 "$(pid_of an "$top")"
+        sleep 1.5
+        kill -CONT "$(cat "$DIR/sig")"
+        ;;
+    leaf) kill -9 "$(pid_of an leaf01)" ;;
+    sharpd) kill -9 "$(awk '$1 == "sharpd" { n++; if (n == 2) print $4 }' "$FAB/pids")" ;;
+    am) kill -9 "$(pid_of am sharp_am)" ;;
+    amrestart) restart_am ;;
+    linkcut) fabric link "$top" down >/dev/null ;;
+    esac
+    echo "$top"
+}
+
+# cell MPI FORM PPN FAULT
+cell() {
+    local mpi=$1 form=$2 ppn=$3 kind=$4 out="$DIR/$1-$2-$3-$4.out"
+    local topo=$TOPO1 net=127.38 netopt=() t0=$SECONDS rc
+    [ "$ppn" = 2 ] && topo="$DIR/ft4.ibnd"
+    if [ "$kind" = linkcut ]; then
+        netopt=(--netns)
+        net=10.78
+    fi
+    cells=$((cells + 1))
+    local phase=$((40 + RANDOM % 160)) seed=$((RANDOM + 1))
+    local name="$mpi $form, $ppn rank(s) per host, $kind at phase $phase (stream seed $seed)"
+    fabric down >/dev/null 2>&1
+    if ! fabric up "$topo" --net "$net" "${netopt[@]}" >/dev/null; then
+        echo "FAIL $name: the fabric did not come up"
+        fails=$((fails + 1))
+        return
+    fi
+    rm -f "$DIR/sig"
+    local at=--signal-at
+    [ "$kind" = stall ] && [ "$form" = nb ] && at=--stall-at
+    local args=(--phases 400 --seed "$seed" --mode "$form" "$at" "$phase" "$DIR/sig")
+    if [ "$mpi" = ompi ]; then
+        timeout -s KILL 100 mpirun.openmpi --allow-run-as-root --oversubscribe \
+            --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np 8 \
+            -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+            -x SHARP_MPI_VERBOSE=1 -x SHARP_MPI_REGROUP_CALLS=200 \
+            -x SHARP_FABRIC_DIR="$FAB" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_mixed_ompi" \
+            "${args[@]}" >"$out" 2>&1 &
+    else
+        timeout -s KILL 100 mpiexec.mpich -n 8 -genv LD_LIBRARY_PATH "$LIB" \
+            -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
+            -genv SHARP_MPI_VERBOSE 1 -genv SHARP_MPI_REGROUP_CALLS 200 \
+            -genv SHARP_FABRIC_DIR "$FAB" \
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_mixed_mpich" \
+            "${args[@]}" >"$out" 2>&1 &
+    fi
+    jobpid=$!
+    local victim="(the stream never reached phase $phase)"
+    if wait_file "$DIR/sig" 90; then
+        victim=$(fault "$kind")
+    fi
+    wait $jobpid
+    rc=$?
+    jobpid=
+    local o f rec
+    read -r o f < <(awk '$1 == "sharp_mpi:" && $2 ~ /^MPI_/ { o += $3; f += $5 }
+                         END { print o + 0, f + 0 }' "$out")
+    rec=$(grep -o 'recovery: .*' "$out" | head -1)
+    if [ "$rc" = 0 ] && grep -q "every result right" "$out" &&
+        ! grep -q WRONG "$out" && [ "$o" -gt 0 ]; then
+        echo "ok   $name ($victim): $((SECONDS - t0)) s, $o calls offloaded, $f on MPI${rec:+; $rec}"
+    else
+        [ "$rc" = 137 ] && name="$name: HUNG (killed after 100 s)"
+        echo "FAIL $name ($victim; exit $rc, $o offloaded, $f on MPI)"
+        grep -v '^\s*$' "$out" | grep -v '^\[20' | tail -15 | sed 's/^/  /'
+        fails=$((fails + 1))
+    fi
+}
+
+FORMS="nb blocking persistent"
+FAULTS="top stall leaf sharpd am amrestart linkcut"
+# every fault, form, MPI and ranks per host at least once
+DEFAULT="ompi:nb:1:top ompi:nb:1:stall mpich:nb:1:stall ompi:nb:2:top
+ompi:blocking:1:leaf mpich:persistent:1:top ompi:nb:2:stall
+mpich:nb:2:sharpd ompi:nb:1:am ompi:persistent:1:amrestart ompi:nb:1:linkcut"
+if [ -n "${CELLS:-}" ]; then
+    list=$CELLS
+elif [ "${MATRIX:-}" = full ]; then
+    list=""
+    for m in ompi mpich; do for f in $FORMS; do for p in 1 2; do
+        for k in $FAULTS; do list="$list $m:$f:$p:$k"; done
+    done; done; done
+else
+    list=$DEFAULT
+fi
+for c in $list; do
+    IFS=: read -r m f p k <<<"$c"
+    if [ "$k" = linkcut ] && { [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; }; then
+        echo "skip $c: a link cut needs root and iproute2 (network namespaces)"
+        continue
+    fi
+    cell "$m" "$f" "$p" "$k"
+done
+echo "fault matrix: $((cells - fails)) passed, $fails failed (seed $SEED)"
+[ $fails -eq 0 ]
