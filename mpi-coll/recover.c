@@ -71,6 +71,7 @@ struct smr_rec {
     int canceled; /* in this operation */
     char *buf;    /* the last result (rlen bytes), or the next one's */
     size_t cap, rlen;
+    unsigned small; /* operations in a row that needed a quarter of cap */
     struct smr_rec *next;
 };
 
@@ -611,14 +612,24 @@ void smr_end(smr_rec_t *r, int ok, size_t len)
     if (ok) {
         r->done++;
         r->rlen = len;
-        /* a big buffer no longer needed: give it back */
-        if (r->cap > ((size_t)1 << 20) && r->cap / 4 > len) {
+        /* a big buffer no longer needed: given back after a run of small
+         * operations, not after one (a barrier between two 1 MiB
+         * allreduces gave it back and the next one grew it again: a fresh
+         * mapping, its pages faulted in, on every operation) */
+        r->small = r->cap / 4 > len ? r->small + 1 : 0;
+        if (r->cap > SMR_KEEP_BYTES && r->small >= SMR_SMALL_RUN) {
             (void)resize(r, len); /* kept as it is if that fails */
+            r->small = 0;
         }
     } else {
         r->frozen = 1;
     }
     pthread_mutex_unlock(&svc.mu);
+}
+
+size_t smr_capacity(const smr_rec_t *r)
+{
+    return r->cap;
 }
 
 void *smr_result(smr_rec_t *r)

@@ -74,6 +74,12 @@ void *smr_begin(smr_rec_t *r, size_t len, int *oom);
 /* The operation ended: ok, its len-byte result in the buffer smr_begin
  * gave. */
 void smr_end(smr_rec_t *r, int ok, size_t len);
+/* A record's buffer over SMR_KEEP_BYTES is given back once
+ * SMR_SMALL_RUN operations in a row needed less than a quarter of it. */
+#define SMR_KEEP_BYTES ((size_t)1 << 20)
+#define SMR_SMALL_RUN 64
+/* the buffer's size now (what the record holds between operations) */
+size_t smr_capacity(const smr_rec_t *r);
 /* the buffer of the last result (valid until the next smr_begin) */
 void *smr_result(smr_rec_t *r);
 /* operations completed (through sharp or by fetching a result) */

@@ -187,6 +187,36 @@ static int role_fetch(smr_rec_t *r, int me)
     return 0;
 }
 
+/* A big result buffer is kept across a small operation (a barrier
+ * between two 1 MiB allreduces) and given back only after a run of small
+ * ones. */
+static void test_buffer_kept_across_small(void **state)
+{
+    (void)state;
+    smr_addr_t me = {0};
+    smr_rec_t *r = smr_rec_new(99, 0, 1, &me);
+    assert_non_null(r);
+    size_t big = (size_t)2 << 20;
+    int oom;
+    for (int i = 0; i < 3 * SMR_SMALL_RUN; i++) {
+        size_t len = i % 2 ? 0 : big; /* a barrier after each */
+        assert_non_null(smr_begin(r, len, &oom));
+        smr_end(r, 1, len);
+        assert_true(smr_capacity(r) > big);
+    }
+    assert_non_null(smr_begin(r, big, &oom));
+    smr_end(r, 1, big);
+    for (int i = 0; i < SMR_SMALL_RUN - 1; i++) {
+        assert_non_null(smr_begin(r, 8, &oom));
+        smr_end(r, 1, 8);
+    }
+    assert_true(smr_capacity(r) > big); /* one short of the run */
+    assert_non_null(smr_begin(r, 8, &oom));
+    smr_end(r, 1, 8);
+    assert_true(smr_capacity(r) < 64);
+    smr_rec_free(r);
+}
+
 static void test_fetch_result(void **state)
 {
     int codes[3];
@@ -662,6 +692,7 @@ static void test_replay_gets_nothing(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_buffer_kept_across_small),
         cmocka_unit_test(test_fetch_result),
         cmocka_unit_test(test_completed_nowhere),
         cmocka_unit_test(test_member_behind),
