@@ -273,7 +273,9 @@ static int group_text(coll_ctx_t *ctx,
         hdr[0] = rc;
     }
     if (spec->rank == 0 && hdr[0] == SHARP_COLL_SUCCESS) {
+        coll_lock(ctx);
         hdr[0] = group_create(ctx, hosts, spec->size, text);
+        coll_unlock(ctx);
         hdr[1] = *text ? (int32_t)strlen(*text) + 1 : 0;
     }
     free(hosts);
@@ -302,6 +304,13 @@ static int comm_join(coll_comm_t *comm, const char *text)
     return rc;
 }
 
+/* Making a group: the out-of-band exchanges (the caller's collectives
+ * over its communicator) run without the context's lock, which is taken
+ * only to ask sharpd and to join the leaf AN.  So threads may make groups
+ * on different communicators at once, in any order across the members: a
+ * member inside one exchange never holds back another thread's (holding
+ * the lock through them, two threads that began two groups in opposite
+ * orders on two members waited for each other for ever). */
 SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
                                  struct sharp_coll_comm_init_spec *spec,
                                  struct sharp_coll_comm **out)
@@ -313,7 +322,6 @@ SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
         return SHARP_COLL_EINVAL;
     }
     *out = NULL;
-    coll_lock(ctx);
     coll_comm_t *comm = calloc(1, sizeof(*comm));
     int st = comm == NULL ? SHARP_COLL_ENOMEM : SHARP_COLL_SUCCESS;
     if (comm != NULL) {
@@ -321,13 +329,17 @@ SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
         comm->rank = spec->rank;
         comm->size = spec->size;
     }
+    coll_lock(ctx);
     if (ctx->job_failed != SHP_OK) {
         st = SHARP_COLL_EJOB_CREATE;
     }
+    coll_unlock(ctx);
     st = group_text(ctx, spec, st, &text);
     int rc = st;
     if (rc == SHARP_COLL_SUCCESS && comm != NULL) {
+        coll_lock(ctx);
         rc = comm_join(comm, text);
+        coll_unlock(ctx);
     }
     free(text);
     if (st != SHARP_COLL_EOOB) {
@@ -336,12 +348,13 @@ SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
     }
     if (rc != SHARP_COLL_SUCCESS) {
         if (comm != NULL) {
+            coll_lock(ctx);
             if (spec->rank == 0 && comm->group_id != 0) {
                 group_destroy(ctx, comm->group_id);
             }
             comm_free(comm);
+            coll_unlock(ctx);
         }
-        coll_unlock(ctx);
         return rc;
     }
     shp_log(SHP_LOG_INFO, NULL,
@@ -351,7 +364,6 @@ SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
             comm->child, comm->osts, comm->payload,
             comm->mep ? ", multicast results" : "");
     *out = comm;
-    coll_unlock(ctx);
     return SHARP_COLL_SUCCESS;
 }
 

@@ -4,6 +4,7 @@
 MPICC_OMPI ?= mpicc.openmpi
 MPICC_MPICH ?= mpicc.mpich
 SHARP_MPI_SRC := mpi-coll/sharp_mpi.c mpi-coll/sharp_mpi_nb.c mpi-coll/recover.c \
+	mpi-coll/lock.c \
 	mpi-coll/why.c mpi-coll/node_shm.c
 # the sources' own headers
 SHARP_MPI_HDR := mpi-coll/sharp_mpi_int.h mpi-coll/recover.h mpi-coll/node_shm.h
@@ -176,3 +177,19 @@ $(MPI_MIXED_MPICH): tests/mpi-coll/mpi_mixed.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
+
+# Several threads, a communicator each, at MPI_THREAD_MULTIPLE
+# (tests/mpi-coll/test_threads.sh).
+MPI_THREADS_OMPI := $(TESTDIR)/mpi-coll/mpi_threads_ompi
+MPI_THREADS_MPICH := $(TESTDIR)/mpi-coll/mpi_threads_mpich
+TEST_HELPERS += $(MPI_THREADS_OMPI) $(MPI_THREADS_MPICH)
+
+$(MPI_THREADS_OMPI): tests/mpi-coll/mpi_threads.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -pthread -o $@ $<
+
+$(MPI_THREADS_MPICH): tests/mpi-coll/mpi_threads.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -pthread -o $@ $<

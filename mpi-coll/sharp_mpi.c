@@ -123,6 +123,7 @@ static void cfg_load(void)
                 f);
     }
     smpi_cfg.reproducible = (int)env_long("SHARP_MPI_REPRODUCIBLE", 0);
+    smpi_cfg.threads = (int)env_long("SHARP_MPI_THREAD_MULTIPLE", 1);
 }
 
 /* State ------------------------------------------------------------------------ */
@@ -174,7 +175,6 @@ static int oob_gather(void *ctx, int root, void *sbuf, void *rbuf, int len)
 
 /* Init and finalize ------------------------------------------------------------ */
 
-int smpi_nb_posting; /* comm_sharp called to post a non-blocking one */
 
 /* The non-blocking layer above this file (sharp_mpi_nb.c) gives its
  * callbacks with its first operation; NULL before: nothing of it to wait
@@ -239,12 +239,14 @@ static int comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
     (void)keyval;
     (void)extra;
     comm_teardown(s);
+    smpi_lock();
     if (s->prev != NULL) {
         *s->prev = s->next;
         if (s->next != NULL) {
             s->next->prev = s->prev;
         }
     }
+    smpi_unlock();
     free(s);
     return MPI_SUCCESS;
 }
@@ -333,21 +335,21 @@ static void sharp_setup(void)
         smpi_note(1, "disabled by SHARP_MPI_ENABLE=0: plain MPI");
         return;
     }
-    /* the layer's state (communicators, operations in flight, records)
-     * is not guarded for calls from several threads at once: with
-     * MPI_THREAD_MULTIPLE on any rank, plain MPI on every rank, said once */
+    /* MPI_THREAD_MULTIPLE on any rank: the layer's lock is taken on
+     * every rank (lock.c), and libsharp_coll's thread support is on;
+     * SHARP_MPI_THREAD_MULTIPLE=0: plain MPI on every rank, said once */
     int level = MPI_THREAD_SINGLE, top = MPI_THREAD_SINGLE;
     PMPI_Query_thread(&level);
     PMPI_Allreduce(&level, &top, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (top >= MPI_THREAD_MULTIPLE) {
+    if (top >= MPI_THREAD_MULTIPLE && !smpi_cfg.threads) {
         smpi.init_why = WHY_THREAD_MULTIPLE;
         if (smpi.rank == 0) {
-            smpi_note(0,
-                      "MPI_THREAD_MULTIPLE: collectives go to the MPI library "
-                      "(the layer is not thread-safe): plain MPI");
+            smpi_note(0, "MPI_THREAD_MULTIPLE with SHARP_MPI_THREAD_MULTIPLE=0: "
+                         "collectives go to the MPI library: plain MPI");
         }
         return;
     }
+    smpi.threads = top >= MPI_THREAD_MULTIPLE;
     PMPI_Comm_dup(MPI_COMM_WORLD, &smpi.oob_world);
     smpi.have_oob = 1;
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_delete, &smpi.keyval,
@@ -365,6 +367,7 @@ static void sharp_setup(void)
     spec.oob_colls.barrier = oob_barrier;
     spec.oob_colls.gather = oob_gather;
     spec.oob_ctx = &smpi.oob_world;
+    spec.enable_thread_support = smpi.threads;
     int rc = sharp_coll_init(&spec, &smpi.ctx);
     if (rc != SHARP_COLL_SUCCESS) {
         memset(key, 0, sizeof(key));
@@ -739,7 +742,7 @@ static void regroup(comm_state_t *s, MPI_Comm comm)
         /* this call is the new group's first operation */
         s->done_seq = s->fall_pos = s->seq - 1;
         s->retry_at = (unsigned long)smpi_cfg.regroup_calls;
-        smpi.regrouped++;
+        SMPI_ADD(smpi.regrouped, 1);
         if (s->rank == 0) {
             smpi_note(1, "a communicator of %d ranks has a sharp group again",
                       s->size);
@@ -759,14 +762,21 @@ void smpi_comm_call(comm_state_t *s, MPI_Comm comm)
     s->seq++;
     if (!s->use && s->fell && smpi_cfg.regroup_calls > 0 &&
         s->seq - s->fall_pos > s->retry_at) {
+        int depth = smpi_release(); /* a collective: no lock held */
         nb_drain(NULL); /* as before making a group (below) */
         regroup(s, comm);
+        smpi_regain(depth);
     }
 }
 
 /* The communicator's state, set up on first use; NULL: use PMPI, for
  * *why. */
 comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why)
+{
+    return smpi_comm_state(comm, why, 1);
+}
+
+comm_state_t *smpi_comm_state(MPI_Comm comm, int *why, int blocking)
 {
     comm_state_t *s;
     int found = 0, inter = 0;
@@ -777,7 +787,7 @@ comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why)
     }
     PMPI_Comm_get_attr(comm, smpi.keyval, &s, &found);
     if (found) {
-        if (!smpi_nb_posting && s->nbq_head != NULL) {
+        if (blocking && s->nbq_head != NULL) {
             /* a blocking call: the communicator's non-blocking operations
              * first (they may find the group failed) */
             nb_drain(s);
@@ -805,14 +815,18 @@ comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why)
                  ? (s->size < 2 ? WHY_ONE_RANK : WHY_MIN_RANKS)
                  : WHY_OK;
     if (s->why == WHY_OK) {
+        int depth = smpi_release(); /* a collective: no lock held */
         comm_setup(s, comm);
+        smpi_regain(depth);
     }
+    smpi_lock();
     s->next = states;
     s->prev = &states;
     if (states != NULL) {
         states->prev = &s->next;
     }
     states = s;
+    smpi_unlock();
     PMPI_Comm_set_attr(comm, smpi.keyval, s);
     *why = s->why;
     return s->use ? s : NULL;
@@ -1261,7 +1275,7 @@ int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
         smpi.recovery_us_max = us;
     }
     if (smr_done(st->rec) > before) {
-        smpi.fetched++; /* completed elsewhere: its result, from a member */
+        SMPI_ADD(smpi.fetched, 1); /* completed elsewhere: its result, from a member */
         return 1;
     }
     return 0;
@@ -1282,7 +1296,7 @@ int smpi_comm_fall(comm_state_t *st)
     st->fell = 1;
     st->fall_pos = st->done_seq;
     st->retry_at = (unsigned long)smpi_cfg.regroup_calls;
-    smpi.fallen++;
+    SMPI_ADD(smpi.fallen, 1);
     if (st->rank == 0) {
         smpi_note(
             1,
@@ -1341,7 +1355,7 @@ static void fell_back(comm_state_t *st, MPI_Comm comm)
 {
     (void)comm;
     smpi_comm_fall(st);
-    smpi.redone++;
+    SMPI_ADD(smpi.redone, 1);
 }
 
 /* SHARP_MPI_REPRODUCIBLE: is this sum to be exact?  Float and double sums
@@ -1573,7 +1587,7 @@ static int reduce_hier(reduce_call_t *c, void *rbuf, char **res)
             smpi_xmalloc((size_t)st->node_size * c->bytes, c->comm, c->what);
         c->pr = smpi_xmalloc(c->bytes, c->comm, c->what);
     }
-    smpi.node_mpi_steps++;
+    SMPI_ADD(smpi.node_mpi_steps, 1);
     PMPI_Gather(c->src, (int)c->bytes, MPI_BYTE, c->all, (int)c->bytes,
                 MPI_BYTE, 0, st->node);
     if (st->node_rank == 0) {
@@ -1614,7 +1628,7 @@ static int reduce_hier_shm(reduce_call_t *c, void *rbuf, char **res)
     comm_state_t *st = c->st;
     int how = OP_OK, lead = st->node_rank == 0;
     shp_status_t s;
-    smpi.node_shm_steps++;
+    SMPI_ADD(smpi.node_shm_steps, 1);
     if (lead) {
         c->pr = smpi_xmalloc(c->bytes, c->comm, c->what);
     }
@@ -1727,8 +1741,8 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
         return 0; /* the same call on PMPI, on every rank */
     }
     st->done_seq = st->seq;
-    smpi.calls[kind][0]++;
-    smpi.bytes[kind][0] += bytes;
+    SMPI_ADD(smpi.calls[kind][0], 1);
+    SMPI_ADD(smpi.bytes[kind][0], bytes);
     *ret = MPI_SUCCESS;
     return 1;
 }
@@ -1736,8 +1750,8 @@ static int try_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 void smpi_fallback(int kind, long bytes, MPI_Comm comm, int why,
                    MPI_Datatype dt, MPI_Op op)
 {
-    smpi.calls[kind][1]++;
-    smpi.bytes[kind][1] += (unsigned long long)(bytes > 0 ? bytes : 0);
+    SMPI_ADD(smpi.calls[kind][1], 1);
+    SMPI_ADD(smpi.bytes[kind][1], (unsigned long long)(bytes > 0 ? bytes : 0));
     smpi_why_call(kind, bytes, comm, why, dt, op);
 }
 
@@ -1810,13 +1824,13 @@ API int MPI_Barrier(MPI_Comm comm)
         int how = OP_OK;
         if (st->hier && st->nshm != NULL) { /* one node step around it */
             barrier_hook_t b = {st, comm};
-            smpi.node_shm_steps++;
+            SMPI_ADD(smpi.node_shm_steps, 1);
             shp_status_t s = smn_barrier(st->nshm, barrier_leader, &b, &how);
             if (s != SHP_OK) {
                 smpi_node_shm_fail(st, comm, "MPI_Barrier", s);
             }
         } else if (st->hier) { /* the node in, the leaders, the node out */
-            smpi.node_mpi_steps++;
+            SMPI_ADD(smpi.node_mpi_steps, 1);
             PMPI_Barrier(st->node);
             if (st->node_rank == 0) {
                 how = run_op(st, comm, "MPI_Barrier", 0, &a, &res);
@@ -1827,7 +1841,7 @@ API int MPI_Barrier(MPI_Comm comm)
         }
         if (how == OP_OK) {
             st->done_seq = st->seq;
-            smpi.calls[C_BARRIER][0]++;
+            SMPI_ADD(smpi.calls[C_BARRIER][0], 1);
             return MPI_SUCCESS;
         }
         fell_back(st, comm);
@@ -1865,7 +1879,7 @@ static int bcast_bytes(comm_state_t *st, char *p, int len, int root,
         int early = st->node_of[st->rank] == lroot && rin != 0;
         const void *srcs[SMN_MAX_RANKS];
         shp_status_t s = SHP_OK;
-        smpi.node_shm_steps++;
+        SMPI_ADD(smpi.node_shm_steps, 1);
         if (early) {
             s = smn_bcast(st->nshm, p, (size_t)len, (unsigned)rin);
         }
@@ -1889,7 +1903,7 @@ static int bcast_bytes(comm_state_t *st, char *p, int len, int root,
     } else if (st->hier) {
         /* the root's node first, then the leaders, then the other nodes */
         int lroot = st->node_of[root];
-        smpi.node_mpi_steps++;
+        SMPI_ADD(smpi.node_mpi_steps, 1);
         int early =
             st->node_of[st->rank] == lroot && st->rank_in_node[root] != 0;
         if (early) {
@@ -1995,7 +2009,7 @@ API int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root,
     }
     free(tmp);
     st->done_seq = st->seq;
-    smpi.calls[C_BCAST][0]++;
-    smpi.bytes[C_BCAST][0] += (unsigned long long)bytes;
+    SMPI_ADD(smpi.calls[C_BCAST][0], 1);
+    SMPI_ADD(smpi.bytes[C_BCAST][0], (unsigned long long)bytes);
     return MPI_SUCCESS;
 }

@@ -41,6 +41,7 @@ typedef struct smpi_cfg {
     long recovery_timeout_ms; /* SHARP_MPI_RECOVERY_TIMEOUT */
     long regroup_calls;       /* SHARP_MPI_REGROUP_CALLS */
     int reproducible; /* SHARP_MPI_REPRODUCIBLE=1: floating-point MPI_SUM exact */
+    int threads;      /* SHARP_MPI_THREAD_MULTIPLE: offload such jobs */
 } smpi_cfg_t;
 
 extern smpi_cfg_t smpi_cfg;
@@ -132,9 +133,25 @@ typedef struct smpi_global {
     unsigned long long fallen, fetched, redone, regrouped, recovery_us_max;
     /* node-local steps: on shared memory, and on MPI (gather / bcast) */
     unsigned long long node_shm_steps, node_mpi_steps;
+    int threads; /* MPI_THREAD_MULTIPLE: the layer's lock is taken */
 } smpi_global_t;
 
 extern smpi_global_t smpi;
+
+/* The counters above, from any thread */
+#define SMPI_ADD(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)
+#define SMPI_SUB(x, v) __atomic_fetch_sub(&(x), (v), __ATOMIC_RELAXED)
+
+/* The layer's lock (lock.c), taken only at MPI_THREAD_MULTIPLE: it guards
+ * what the threads share (the operations in flight and their progress,
+ * the list of communicators, the reasons' tables), never a wait for other
+ * processes: a thread that would wait (an MPI call that blocks, a group
+ * being made, an idle turn) lets it go entirely first (smpi_release) and
+ * takes it back after (smpi_regain).  Recursive per thread. */
+void smpi_lock(void);
+void smpi_unlock(void);
+int smpi_release(void);
+void smpi_regain(int depth);
 
 /* a communicator of the program, as this layer sees it (an attribute) */
 typedef struct comm_state {
@@ -227,7 +244,9 @@ void smpi_fallback(int kind, long bytes, MPI_Comm comm, int why,
 /* Communicators (sharp_mpi.c): the state of one that offloads (made on
  * its first eligible call), or NULL (*why: the reason) */
 comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why);
-extern int smpi_nb_posting; /* comm_sharp called to post a non-blocking one */
+/* the same, for a blocking call (its communicator's non-blocking
+ * operations complete first) or not */
+comm_state_t *smpi_comm_state(MPI_Comm comm, int *why, int blocking);
 
 /* Recovery (sharp_mpi.c): after a failed operation, 1 if it completed
  * elsewhere (its result: smr_result), 0 if it is to be redone on PMPI */

@@ -126,6 +126,7 @@ static unsigned long nb_moved;
 
 static void nb_drain(comm_state_t *s);
 static void nb_wait_hook(void);
+static void nb_idle_turn(unsigned turn);
 static void nb_bound_queue(comm_state_t *st);
 
 /* With the first operation, what the layers below call back: sharp_mpi.c
@@ -334,10 +335,10 @@ static void nb_redo(nb_op_t *o)
     comm_state_t *st = o->st;
     MPI_Comm c = st->all;
     int rc = MPI_SUCCESS, done = 0;
-    smpi.redone++;
+    SMPI_ADD(smpi.redone, 1);
     /* counted as offloaded when it started: it went to MPI */
-    smpi.calls[o->kind][0]--;
-    smpi.bytes[o->kind][0] -= o->bytes;
+    SMPI_SUB(smpi.calls[o->kind][0], 1);
+    SMPI_SUB(smpi.bytes[o->kind][0], o->bytes);
     smpi_fallback(o->kind, (long)o->bytes, o->comm, WHY_FELL, o->dt, o->mop);
     o->preq = MPI_REQUEST_NULL;
     switch (o->kind) {
@@ -476,7 +477,7 @@ static void node_arrive(nb_op_t *o)
         len = o->bytes;
     }
     o->nsrc = src;
-    smpi.node_shm_steps++;
+    SMPI_ADD(smpi.node_shm_steps, 1);
     node_check(o, smn_nb_arrive(st->nshm, src, len));
     o->nphase = 1;
 }
@@ -760,8 +761,8 @@ static void nb_start(nb_op_t *o)
     o->active = 1;
     PMPI_Grequest_start(nb_query, nb_free, nb_cancel, o, &o->greq);
     o->rec = smpi_cfg.fallback && st->recoverable;
-    smpi.calls[o->kind][0]++;
-    smpi.bytes[o->kind][0] += o->bytes;
+    SMPI_ADD(smpi.calls[o->kind][0], 1);
+    SMPI_ADD(smpi.bytes[o->kind][0], o->bytes);
     if (o->rec || o->node || !st->use) {
         o->queued = 1;
         o->qnext = NULL;
@@ -870,6 +871,7 @@ static int nb_poll(nb_op_t *o, int block)
  * (the members of those groups may be asking about them) */
 static void nb_wait_hook(void)
 {
+    smpi_lock();
     for (nb_op_t *o = nb_ops; o != NULL; o = o->next) {
         if (o->rec && o->h != NULL && !o->ended && sharp_coll_req_test(o->h)) {
             o->end_rc = sharp_coll_req_wait(o->h);
@@ -878,6 +880,7 @@ static void nb_wait_hook(void)
             smr_end(o->st->rec, o->end_rc == SHARP_COLL_SUCCESS, o->bytes);
         }
     }
+    smpi_unlock();
 }
 
 /* every operation in flight a turn of progress */
@@ -903,6 +906,13 @@ static void nb_poke_mpi(void)
  * processes share, must not take the CPU the daemons and the other ranks
  * need: the network's keepalives and the operations waited for) */
 static void nb_idle(unsigned turn)
+{
+    int depth = smpi_release(); /* (MPI_THREAD_MULTIPLE) */
+    nb_idle_turn(turn);
+    smpi_regain(depth);
+}
+
+static void nb_idle_turn(unsigned turn)
 {
     if (turn < 16) {
         sched_yield();
@@ -939,6 +949,7 @@ static int nb_pending(comm_state_t *s)
  * every communicator's); both libraries progress meanwhile */
 static void nb_drain(comm_state_t *s)
 {
+    smpi_lock();
     for (unsigned turn = 0; nb_pending(s); turn++) {
         nb_progress_all();
         if (!nb_pending(s)) {
@@ -947,6 +958,7 @@ static void nb_drain(comm_state_t *s)
         nb_poke_mpi();
         nb_idle(turn);
     }
+    smpi_unlock();
 }
 
 /* A communicator's queue holds fewer operations than the calls after
@@ -997,9 +1009,7 @@ static comm_state_t *nb_comm(MPI_Comm comm, size_t bytes, int *why)
     if (smpi.ctx != NULL && comm != MPI_COMM_NULL) {
         PMPI_Comm_get_attr(comm, smpi.keyval, &had, &found);
     }
-    smpi_nb_posting = 1;
-    st = smpi_comm_sharp(comm, why);
-    smpi_nb_posting = 0;
+    st = smpi_comm_state(comm, why, 0);
     comm_state_t *s = st != NULL ? st : found ? had : NULL;
     if (s != NULL && s->hier && (s->nb_slot == 0 || bytes > s->nb_slot)) {
         /* the node step on MPI (no segment on some node), or data over
@@ -1142,7 +1152,7 @@ static int nb_go(nb_op_t *o, MPI_Request *req)
     return MPI_SUCCESS;
 }
 
-API int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+static int nb_api_iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                        MPI_Op op, MPI_Comm comm, MPI_Request *req)
 {
     int why;
@@ -1155,7 +1165,16 @@ API int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     return PMPI_Iallreduce(sbuf, rbuf, count, dt, op, comm, req);
 }
 
-API int MPI_Ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+API int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                       MPI_Op op, MPI_Comm comm, MPI_Request *req)
+{
+    smpi_lock();
+    int rc = nb_api_iallreduce(sbuf, rbuf, count, dt, op, comm, req);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                     MPI_Op op, int root, MPI_Comm comm, MPI_Request *req)
 {
     int why = WHY_ARGS;
@@ -1169,7 +1188,16 @@ API int MPI_Ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     return PMPI_Ireduce(sbuf, rbuf, count, dt, op, root, comm, req);
 }
 
-API int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root,
+API int MPI_Ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                    MPI_Op op, int root, MPI_Comm comm, MPI_Request *req)
+{
+    smpi_lock();
+    int rc = nb_api_ireduce(sbuf, rbuf, count, dt, op, root, comm, req);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_ibcast(void *buf, int count, MPI_Datatype dt, int root,
                    MPI_Comm comm, MPI_Request *req)
 {
     int why;
@@ -1182,7 +1210,16 @@ API int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root,
     return PMPI_Ibcast(buf, count, dt, root, comm, req);
 }
 
-API int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req)
+API int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root,
+                   MPI_Comm comm, MPI_Request *req)
+{
+    smpi_lock();
+    int rc = nb_api_ibcast(buf, count, dt, root, comm, req);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_ibarrier(MPI_Comm comm, MPI_Request *req)
 {
     int why;
     nb_op_t *o = nb_barrier_op(comm, &why);
@@ -1191,6 +1228,14 @@ API int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req)
     }
     smpi_fallback(C_IBARRIER, 0, comm, why, MPI_DATATYPE_NULL, MPI_OP_NULL);
     return PMPI_Ibarrier(comm, req);
+}
+
+API int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req)
+{
+    smpi_lock();
+    int rc = nb_api_ibarrier(comm, req);
+    smpi_unlock();
+    return rc;
 }
 
 /* Persistent collectives ---------------------------------------------------- */
@@ -1209,7 +1254,7 @@ static int nb_persist(nb_op_t *o, MPI_Request *req)
     return MPI_SUCCESS;
 }
 
-API int PCOLL(Allreduce)(const void *sbuf, void *rbuf, int count,
+static int nb_api_pcoll_allreduce(const void *sbuf, void *rbuf, int count,
                          MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
                          MPI_Info info, MPI_Request *req)
 {
@@ -1222,7 +1267,17 @@ API int PCOLL(Allreduce)(const void *sbuf, void *rbuf, int count,
     return PPCOLL(Allreduce)(sbuf, rbuf, count, dt, op, comm, info, req);
 }
 
-API int PCOLL(Reduce)(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+API int PCOLL(Allreduce)(const void *sbuf, void *rbuf, int count,
+                         MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                         MPI_Info info, MPI_Request *req)
+{
+    smpi_lock();
+    int rc = nb_api_pcoll_allreduce(sbuf, rbuf, count, dt, op, comm, info, req);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_pcoll_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                       MPI_Op op, int root, MPI_Comm comm, MPI_Info info,
                       MPI_Request *req)
 {
@@ -1236,7 +1291,17 @@ API int PCOLL(Reduce)(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     return PPCOLL(Reduce)(sbuf, rbuf, count, dt, op, root, comm, info, req);
 }
 
-API int PCOLL(Bcast)(void *buf, int count, MPI_Datatype dt, int root,
+API int PCOLL(Reduce)(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                      MPI_Op op, int root, MPI_Comm comm, MPI_Info info,
+                      MPI_Request *req)
+{
+    smpi_lock();
+    int rc = nb_api_pcoll_reduce(sbuf, rbuf, count, dt, op, root, comm, info, req);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_pcoll_bcast(void *buf, int count, MPI_Datatype dt, int root,
                      MPI_Comm comm, MPI_Info info, MPI_Request *req)
 {
     int why;
@@ -1247,7 +1312,16 @@ API int PCOLL(Bcast)(void *buf, int count, MPI_Datatype dt, int root,
     return PPCOLL(Bcast)(buf, count, dt, root, comm, info, req);
 }
 
-API int PCOLL(Barrier)(MPI_Comm comm, MPI_Info info, MPI_Request *req)
+API int PCOLL(Bcast)(void *buf, int count, MPI_Datatype dt, int root,
+                     MPI_Comm comm, MPI_Info info, MPI_Request *req)
+{
+    smpi_lock();
+    int rc = nb_api_pcoll_bcast(buf, count, dt, root, comm, info, req);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_pcoll_barrier(MPI_Comm comm, MPI_Info info, MPI_Request *req)
 {
     int why;
     nb_op_t *o = nb_barrier_op(comm, &why);
@@ -1256,9 +1330,17 @@ API int PCOLL(Barrier)(MPI_Comm comm, MPI_Info info, MPI_Request *req)
     }
     return PPCOLL(Barrier)(comm, info, req);
 }
+
+API int PCOLL(Barrier)(MPI_Comm comm, MPI_Info info, MPI_Request *req)
+{
+    smpi_lock();
+    int rc = nb_api_pcoll_barrier(comm, info, req);
+    smpi_unlock();
+    return rc;
+}
 #endif
 
-API int MPI_Start(MPI_Request *req)
+static int nb_api_start(MPI_Request *req)
 {
     nb_op_t *o = nb_find(*req);
     if (o == NULL || !o->persistent) {
@@ -1271,7 +1353,15 @@ API int MPI_Start(MPI_Request *req)
     return MPI_SUCCESS;
 }
 
-API int MPI_Startall(int n, MPI_Request reqs[])
+API int MPI_Start(MPI_Request *req)
+{
+    smpi_lock();
+    int rc = nb_api_start(req);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_startall(int n, MPI_Request reqs[])
 {
     for (int i = 0; i < n; i++) {
         int rc = MPI_Start(&reqs[i]);
@@ -1280,6 +1370,14 @@ API int MPI_Startall(int n, MPI_Request reqs[])
         }
     }
     return MPI_SUCCESS;
+}
+
+API int MPI_Startall(int n, MPI_Request reqs[])
+{
+    smpi_lock();
+    int rc = nb_api_startall(n, reqs);
+    smpi_unlock();
+    return rc;
 }
 
 /* Completion ------------------------------------------------------------------
@@ -1386,7 +1484,9 @@ static int nb_set_all(nb_set_t *s, MPI_Request reqs[], int test, int *flag,
     if (test) {
         rc = PMPI_Testall(k, oth, flag, st);
     } else {
+        int depth = smpi_release(); /* MPI's own wait */
         rc = PMPI_Waitall(k, oth, st);
+        smpi_regain(depth);
         *flag = 1;
     }
     if (rc == MPI_SUCCESS && *flag) {
@@ -1490,6 +1590,8 @@ static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
             return rc;
         }
         if (wait && !busy) {
+            /* MPI's own wait: the layer's lock let go meanwhile */
+            int depth = form == NB_ALL && s.ours != 0 ? 0 : smpi_release();
             switch (form) {
             case NB_ONE: rc = PMPI_Wait(s.sub, statuses); break;
             case NB_ALL:
@@ -1500,6 +1602,7 @@ static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
             case NB_ANY: rc = PMPI_Waitany(n, s.sub, index, statuses); break;
             default: rc = PMPI_Waitsome(n, s.sub, outcount, indices, statuses);
             }
+            smpi_regain(depth);
             nb_set_done(&s, reqs);
             return rc;
         }
@@ -1544,7 +1647,7 @@ static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
     }
 }
 
-API int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
+static int nb_api_test(MPI_Request *req, int *flag, MPI_Status *status)
 {
     if (!nb_any_active()) {
         return PMPI_Test(req, flag, status);
@@ -1552,7 +1655,15 @@ API int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
     return nb_complete(NB_ONE, 0, 1, req, flag, NULL, NULL, NULL, status);
 }
 
-API int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[])
+API int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
+{
+    smpi_lock();
+    int rc = nb_api_test(req, flag, status);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[])
 {
     if (!nb_any_active()) {
         return PMPI_Testall(n, reqs, flag, statuses);
@@ -1560,7 +1671,15 @@ API int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[])
     return nb_complete(NB_ALL, 0, n, reqs, flag, NULL, NULL, NULL, statuses);
 }
 
-API int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
+API int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[])
+{
+    smpi_lock();
+    int rc = nb_api_testall(n, reqs, flag, statuses);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_testany(int n, MPI_Request reqs[], int *index, int *flag,
                     MPI_Status *status)
 {
     if (!nb_any_active()) {
@@ -1569,7 +1688,16 @@ API int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
     return nb_complete(NB_ANY, 0, n, reqs, flag, index, NULL, NULL, status);
 }
 
-API int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
+API int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
+                    MPI_Status *status)
+{
+    smpi_lock();
+    int rc = nb_api_testany(n, reqs, index, flag, status);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
                      MPI_Status statuses[])
 {
     if (!nb_any_active()) {
@@ -1579,7 +1707,16 @@ API int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
                        statuses);
 }
 
-API int MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *status)
+API int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
+                     MPI_Status statuses[])
+{
+    smpi_lock();
+    int rc = nb_api_testsome(n, reqs, outcount, indices, statuses);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_request_get_status(MPI_Request req, int *flag, MPI_Status *status)
 {
     if (!nb_any_active()) {
         return PMPI_Request_get_status(req, flag, status);
@@ -1594,41 +1731,65 @@ API int MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *status)
     return rc;
 }
 
+API int MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *status)
+{
+    smpi_lock();
+    int rc = nb_api_request_get_status(req, flag, status);
+    smpi_unlock();
+    return rc;
+}
+
 API int MPI_Wait(MPI_Request *req, MPI_Status *status)
 {
+    smpi_lock();
     if (!nb_any_active()) {
+        smpi_unlock();
         return PMPI_Wait(req, status);
     }
-    return nb_complete(NB_ONE, 1, 1, req, NULL, NULL, NULL, NULL, status);
+    int rc = nb_complete(NB_ONE, 1, 1, req, NULL, NULL, NULL, NULL, status);
+    smpi_unlock();
+    return rc;
 }
 
 API int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[])
 {
+    smpi_lock();
     if (!nb_any_active()) {
+        smpi_unlock();
         return PMPI_Waitall(n, reqs, statuses);
     }
-    return nb_complete(NB_ALL, 1, n, reqs, NULL, NULL, NULL, NULL, statuses);
+    int rc = nb_complete(NB_ALL, 1, n, reqs, NULL, NULL, NULL, NULL, statuses);
+    smpi_unlock();
+    return rc;
 }
 
 API int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status)
 {
+    smpi_lock();
     if (!nb_any_active()) {
+        smpi_unlock();
         return PMPI_Waitany(n, reqs, index, status);
     }
-    return nb_complete(NB_ANY, 1, n, reqs, NULL, index, NULL, NULL, status);
+    int rc = nb_complete(NB_ANY, 1, n, reqs, NULL, index, NULL, NULL, status);
+    smpi_unlock();
+    return rc;
 }
 
 API int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
                      MPI_Status statuses[])
 {
+    smpi_lock();
     if (!nb_any_active()) {
+        smpi_unlock();
         return PMPI_Waitsome(n, reqs, outcount, indices, statuses);
     }
-    return nb_complete(NB_SOME, 1, n, reqs, NULL, NULL, outcount, indices,
-                       statuses);
+    int rc = nb_complete(NB_SOME, 1, n, reqs, NULL, NULL, outcount, indices,
+                         statuses);
+    smpi_unlock();
+    return rc;
 }
 
-API int MPI_Request_free(MPI_Request *req)
+static int nb_api_request_free(MPI_Request *req)
 {
     nb_op_t *o = nb_find(*req);
     if (o == NULL) {
@@ -1658,4 +1819,12 @@ API int MPI_Request_free(MPI_Request *req)
     }
     *req = MPI_REQUEST_NULL;
     return MPI_SUCCESS;
+}
+
+API int MPI_Request_free(MPI_Request *req)
+{
+    smpi_lock();
+    int rc = nb_api_request_free(req);
+    smpi_unlock();
+    return rc;
 }

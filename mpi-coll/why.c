@@ -38,9 +38,9 @@ static const struct {
                       "unset SHARP_MPI_ENABLE (or set it to 1)"},
     [WHY_THREAD_MULTIPLE] =
         {S_JOB, "thread_multiple",
-         "a rank runs at MPI_THREAD_MULTIPLE (the layer is "
-         "not thread-safe)",
-         "initialize MPI at MPI_THREAD_SERIALIZED or below"},
+         "a rank runs at MPI_THREAD_MULTIPLE and SHARP_MPI_THREAD_MULTIPLE=0 "
+         "keeps such jobs on MPI",
+         "unset SHARP_MPI_THREAD_MULTIPLE (the layer takes its lock then)"},
     [WHY_SHARPD] =
         {S_JOB, "sharpd_unreachable", "sharpd unreachable at %s",
          "start sharpd on every host, or set SHARP_COLL_SHARPD_SOCKET "
@@ -326,8 +326,8 @@ static void call_args(MPI_Datatype dt, MPI_Op op, char *s, size_t n)
     }
 }
 
-void smpi_why_call(int kind, long bytes, MPI_Comm comm, int why,
-                   MPI_Datatype dt, MPI_Op op)
+static void why_call(int kind, long bytes, MPI_Comm comm, int why,
+                     MPI_Datatype dt, MPI_Op op)
 {
     if (why <= WHY_OK || why >= WHY_N) {
         why = WHY_SHARP_ERROR; /* every call to MPI has a reason */
@@ -368,6 +368,15 @@ void smpi_why_call(int kind, long bytes, MPI_Comm comm, int why,
         smpi_note(1, "%s%s on comm %d (size %d) goes to MPI: %s; %s",
                   smpi_coll_names[kind], args, w->num, w->size, expl, rem);
     }
+}
+
+/* the tables are the process's: one thread at a time */
+void smpi_why_call(int kind, long bytes, MPI_Comm comm, int why,
+                   MPI_Datatype dt, MPI_Op op)
+{
+    smpi_lock();
+    why_call(kind, bytes, comm, why, dt, op);
+    smpi_unlock();
 }
 
 void smpi_why_report(void)

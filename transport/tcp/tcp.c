@@ -4,9 +4,12 @@
 #include "core/log.h"
 #include "transport/transport.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 typedef struct {
@@ -104,6 +107,31 @@ static void tcp_cleanup(shp_tp_t *tp)
     tp->priv = NULL;
 }
 
+/* A data link whose peer went silent (a link cut, a host that froze:
+ * nothing closes the connection) fails within about TCP_DEAD_MS: data not
+ * acknowledged for that long, or an idle link whose keepalive probes go
+ * unanswered, close it (TCP_USER_TIMEOUT and the kernel's keepalive: no
+ * CPU of the process is needed, the kernel answers for a live peer).
+ * Without it the kernel retransmits for many minutes and an operation
+ * waits for a result that cannot come (the control plane may still be
+ * up: a data address cut alone is never noticed by the manager). */
+#define TCP_DEAD_MS 20000
+#define TCP_KA_IDLE_S 5
+#define TCP_KA_INTVL_S 2
+#define TCP_KA_CNT 5
+
+static void tcp_dead_after(int fd)
+{
+    int one = 1, idle = TCP_KA_IDLE_S, intvl = TCP_KA_INTVL_S,
+        cnt = TCP_KA_CNT;
+    unsigned dead = TCP_DEAD_MS;
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &dead, sizeof(dead));
+}
+
 static void tcp_accept(shp_listener_t *l, int fd, const shp_sockaddr_t *peer)
 {
     shp_tp_t *tp = l->arg;
@@ -118,6 +146,7 @@ static void tcp_accept(shp_listener_t *l, int fd, const shp_sockaddr_t *peer)
         return;
     }
     snprintf(ep->base.peer, sizeof(ep->base.peer), "%s", ep->conn.peer);
+    tcp_dead_after(fd);
     priv->on_accept(tp, &ep->base);
     if (ep->base.cbs == NULL) { /* refused by the owner */
         shp_conn_close(&ep->conn, SHP_ERR_CANCELED);
@@ -185,6 +214,7 @@ static shp_status_t tcp_connect(shp_tp_t *tp, const char *addr,
         free(ep);
         return status;
     }
+    tcp_dead_after(ep->conn.fd);
     *ep_out = &ep->base;
     return SHP_OK;
 }
