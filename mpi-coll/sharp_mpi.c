@@ -175,7 +175,6 @@ static int oob_gather(void *ctx, int root, void *sbuf, void *rbuf, int len)
 
 /* Init and finalize ------------------------------------------------------------ */
 
-
 /* The non-blocking layer above this file (sharp_mpi_nb.c) gives its
  * callbacks with its first operation; NULL before: nothing of it to wait
  * for.  Not on a collective's path: comm_sharp drains only a communicator
@@ -344,8 +343,9 @@ static void sharp_setup(void)
     if (top >= MPI_THREAD_MULTIPLE && !smpi_cfg.threads) {
         smpi.init_why = WHY_THREAD_MULTIPLE;
         if (smpi.rank == 0) {
-            smpi_note(0, "MPI_THREAD_MULTIPLE with SHARP_MPI_THREAD_MULTIPLE=0: "
-                         "collectives go to the MPI library: plain MPI");
+            smpi_note(0,
+                      "MPI_THREAD_MULTIPLE with SHARP_MPI_THREAD_MULTIPLE=0: "
+                      "collectives go to the MPI library: plain MPI");
         }
         return;
     }
@@ -763,7 +763,7 @@ void smpi_comm_call(comm_state_t *s, MPI_Comm comm)
     if (!s->use && s->fell && smpi_cfg.regroup_calls > 0 &&
         s->seq - s->fall_pos > s->retry_at) {
         int depth = smpi_release(); /* a collective: no lock held */
-        nb_drain(NULL); /* as before making a group (below) */
+        nb_drain(NULL);             /* as before making a group (below) */
         regroup(s, comm);
         smpi_regain(depth);
     }
@@ -1275,7 +1275,8 @@ int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
         smpi.recovery_us_max = us;
     }
     if (smr_done(st->rec) > before) {
-        SMPI_ADD(smpi.fetched, 1); /* completed elsewhere: its result, from a member */
+        SMPI_ADD(smpi.fetched,
+                 1); /* completed elsewhere: its result, from a member */
         return 1;
     }
     return 0;

@@ -1152,8 +1152,9 @@ static int nb_go(nb_op_t *o, MPI_Request *req)
     return MPI_SUCCESS;
 }
 
-static int nb_api_iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
-                       MPI_Op op, MPI_Comm comm, MPI_Request *req)
+static int nb_api_iallreduce(const void *sbuf, void *rbuf, int count,
+                             MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                             MPI_Request *req)
 {
     int why;
     nb_op_t *o =
@@ -1174,8 +1175,9 @@ API int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
     return rc;
 }
 
-static int nb_api_ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
-                    MPI_Op op, int root, MPI_Comm comm, MPI_Request *req)
+static int nb_api_ireduce(const void *sbuf, void *rbuf, int count,
+                          MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm,
+                          MPI_Request *req)
 {
     int why = WHY_ARGS;
     nb_op_t *o = root >= 0 ? nb_reduce_op(C_IREDUCE, sbuf, rbuf, count, dt, op,
@@ -1198,7 +1200,7 @@ API int MPI_Ireduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 }
 
 static int nb_api_ibcast(void *buf, int count, MPI_Datatype dt, int root,
-                   MPI_Comm comm, MPI_Request *req)
+                         MPI_Comm comm, MPI_Request *req)
 {
     int why;
     nb_op_t *o = nb_bcast_op(buf, count, dt, root, comm, &why);
@@ -1255,8 +1257,8 @@ static int nb_persist(nb_op_t *o, MPI_Request *req)
 }
 
 static int nb_api_pcoll_allreduce(const void *sbuf, void *rbuf, int count,
-                         MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
-                         MPI_Info info, MPI_Request *req)
+                                  MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                                  MPI_Info info, MPI_Request *req)
 {
     int why; /* not counted: the starts are (MPI's own, here) */
     nb_op_t *o =
@@ -1277,9 +1279,9 @@ API int PCOLL(Allreduce)(const void *sbuf, void *rbuf, int count,
     return rc;
 }
 
-static int nb_api_pcoll_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
-                      MPI_Op op, int root, MPI_Comm comm, MPI_Info info,
-                      MPI_Request *req)
+static int nb_api_pcoll_reduce(const void *sbuf, void *rbuf, int count,
+                               MPI_Datatype dt, MPI_Op op, int root,
+                               MPI_Comm comm, MPI_Info info, MPI_Request *req)
 {
     int why;
     nb_op_t *o = root >= 0 ? nb_reduce_op(C_IREDUCE, sbuf, rbuf, count, dt, op,
@@ -1296,13 +1298,14 @@ API int PCOLL(Reduce)(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                       MPI_Request *req)
 {
     smpi_lock();
-    int rc = nb_api_pcoll_reduce(sbuf, rbuf, count, dt, op, root, comm, info, req);
+    int rc =
+        nb_api_pcoll_reduce(sbuf, rbuf, count, dt, op, root, comm, info, req);
     smpi_unlock();
     return rc;
 }
 
 static int nb_api_pcoll_bcast(void *buf, int count, MPI_Datatype dt, int root,
-                     MPI_Comm comm, MPI_Info info, MPI_Request *req)
+                              MPI_Comm comm, MPI_Info info, MPI_Request *req)
 {
     int why;
     nb_op_t *o = nb_bcast_op(buf, count, dt, root, comm, &why);
@@ -1663,7 +1666,8 @@ API int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
     return rc;
 }
 
-static int nb_api_testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[])
+static int nb_api_testall(int n, MPI_Request reqs[], int *flag,
+                          MPI_Status statuses[])
 {
     if (!nb_any_active()) {
         return PMPI_Testall(n, reqs, flag, statuses);
@@ -1680,7 +1684,7 @@ API int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[])
 }
 
 static int nb_api_testany(int n, MPI_Request reqs[], int *index, int *flag,
-                    MPI_Status *status)
+                          MPI_Status *status)
 {
     if (!nb_any_active()) {
         return PMPI_Testany(n, reqs, index, flag, status);
@@ -1697,8 +1701,8 @@ API int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
     return rc;
 }
 
-static int nb_api_testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
-                     MPI_Status statuses[])
+static int nb_api_testsome(int n, MPI_Request reqs[], int *outcount,
+                           int indices[], MPI_Status statuses[])
 {
     if (!nb_any_active()) {
         return PMPI_Testsome(n, reqs, outcount, indices, statuses);
@@ -1716,7 +1720,8 @@ API int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
     return rc;
 }
 
-static int nb_api_request_get_status(MPI_Request req, int *flag, MPI_Status *status)
+static int nb_api_request_get_status(MPI_Request req, int *flag,
+                                     MPI_Status *status)
 {
     if (!nb_any_active()) {
         return PMPI_Request_get_status(req, flag, status);

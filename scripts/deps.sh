@@ -21,6 +21,7 @@ PKGS=(
     opensm infiniband-diags ibsim-utils  # simulated fabrics in the tests
     openmpi-bin libopenmpi-dev # libsharp_mpi for Open MPI, make demo
     mpich libmpich-dev         # libsharp_mpi for MPICH
+    python3-mpi4py python3-numpy  # a Python MPI program (MPI_THREAD_MULTIPLE)
     libevent-dev               # libsharp_mpi_ompi links libevent first
     jq graphviz                # the sharpctl test: --json checks, --png
     groff-base man-db          # the man page test: groff -ww, man -w

@@ -118,6 +118,8 @@ TEST_SCRIPTS += tests/mpi-coll/test_exact_mpi.sh
 TEST_SCRIPTS += tests/mpi-coll/test_stress.sh
 # why a call went to MPI: per communicator, per class, the final table
 TEST_SCRIPTS += tests/mpi-coll/test_why.sh
+# MPI_THREAD_MULTIPLE: threads on communicators of their own, mpi4py's level
+TEST_SCRIPTS += tests/mpi-coll/test_threads.sh
 
 # libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
 TEST_SCRIPTS += tests/mpi-coll/test_fault.sh

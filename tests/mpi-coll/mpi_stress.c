@@ -935,10 +935,10 @@ int main(int argc, char **argv)
          * non-blocking operations take the node step on shared memory up
          * to one slot (--ppn > 1, --node-slot; counted at posting) */
         const char *tm = getenv("SHARP_MPI_THREAD_MULTIPLE");
-        unsigned long m = provided >= MPI_THREAD_MULTIPLE && tm != NULL &&
-                                  !strcmp(tm, "0")
-                              ? 0
-                              : (unsigned long)size;
+        unsigned long m =
+            provided >= MPI_THREAD_MULTIPLE && tm != NULL && !strcmp(tm, "0")
+                ? 0
+                : (unsigned long)size;
         printf("mpi_stress: expect offloaded MPI_Iallreduce %lu MPI_Ireduce "
                "%lu MPI_Ibcast %lu MPI_Ibarrier %lu\n",
                expect[0] * m, expect[1] * m, expect[2] * m, expect[3] * m);

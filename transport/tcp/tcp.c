@@ -122,8 +122,7 @@ static void tcp_cleanup(shp_tp_t *tp)
 
 static void tcp_dead_after(int fd)
 {
-    int one = 1, idle = TCP_KA_IDLE_S, intvl = TCP_KA_INTVL_S,
-        cnt = TCP_KA_CNT;
+    int one = 1, idle = TCP_KA_IDLE_S, intvl = TCP_KA_INTVL_S, cnt = TCP_KA_CNT;
     unsigned dead = TCP_DEAD_MS;
     (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
     (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
