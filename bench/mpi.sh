@@ -13,6 +13,8 @@
 #   RESULT mpi_allreduce_8B_np8_vs_tcp=.. mpi_allreduce_8B_np16_vs_tcp=..
 #          mpi_allreduce_4K_np8_vs_tcp=.. mpi_iallreduce_8B_np8_vs_tcp=..
 #          mpi_allreduce_1M_np8_vs_tcp=..
+#          mpi_allreduce_1M_np8_barrier_vs_tcp=.. (and _4M_: a barrier
+#          between calls, only the allreduce timed, as OSU measures)
 #          mpi_cpu_per_op_np8_vs_tcp=.. mpi_barrier_np8_vs_tcp=..
 #          mpi_layer_ns=.. mpi_allreduce_8B_np8_shm_vs_shm=..
 #          mpi_allreduce_8B_np16_shm_vs_shm=..
@@ -40,6 +42,7 @@ O=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(cd "$O/bin" && pwd)
 LIB=$(cd "$O/lib" && pwd)
+LAT=$BIN/bench_mpi_lat # an ordinary MPI program: the same for every build
 DIR=$(mktemp -d /tmp/sharp-bench-mpi.XXXXXX)
 # the fabric's logs stay when the bench fails, for the reason in them
 cleanup() {
@@ -66,7 +69,7 @@ sharp_run() { # NP OUT [mpirun -x settings ...]; $PRELOAD before libsharp_mpi
         -x LD_LIBRARY_PATH="$LIB" \
         -x LD_PRELOAD="${PRELOAD:+$PRELOAD:}$LIB/libsharp_mpi_ompi.so" \
         -x SHARP_FABRIC_DIR -x SHARP_MPI_VERBOSE=1 "$@" \
-        "$BIN/sharp-fabric" rank -- "$BIN/bench_mpi_lat" >"$out" 2>"$out.err"
+        "$BIN/sharp-fabric" rank -- "$LAT" >"$out" 2>"$out.err"
 }
 table() { # TITLE SHARP SHARP_SHM TCP SHM
     echo "$1"
@@ -172,7 +175,8 @@ done
 # (-DSHP_MCAST_MAC=0, in $O/nomac: the product has no switch for it),
 # alternated over the rounds
 if [ "${SHARP_BENCH_MAC:-1}" = 1 ]; then
-    make -s -C "$SRC" O="$O/nomac" CPPFLAGS=-DSHP_MCAST_MAC=0 all >/dev/null
+    # the daemons and libraries only (the benchmark program is the same)
+    make -s -C "$SRC" O="$O/nomac" CPPFLAGS=-DSHP_MCAST_MAC=0 programs >/dev/null
     NOMAC=$(cd "$O/nomac" && pwd)
     cp "$SRC/examples/fat-tree-2l.ibnd" "$DIR/topo.ibnd"
     for round in $(seq "$ROUNDS"); do
@@ -180,7 +184,7 @@ if [ "${SHARP_BENCH_MAC:-1}" = 1 ]; then
         PRELOAD= sharp_run 8 "$DIR/mac8.$round"
         "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
         "$NOMAC/bin/sharp-fabric" --dir "$DIR/fabric" up "$DIR/topo.ibnd" --net 127.20 >/dev/null
-        BIN=$NOMAC LIB=$NOMAC/lib PRELOAD= sharp_run 8 "$DIR/nomac8.$round"
+        BIN=$NOMAC/bin LIB=$NOMAC/lib PRELOAD= sharp_run 8 "$DIR/nomac8.$round"
         "$NOMAC/bin/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
     done
     echo
@@ -300,6 +304,28 @@ if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
     echo
 fi
 
+# Large messages with a barrier between calls (OSU's osu_allreduce: calls
+# never overlap), 8 ranks, sharp over tcp/udp and Open MPI over TCP,
+# alternated rounds
+cp "$SRC/examples/fat-tree-2l.ibnd" "$DIR/topo.ibnd"
+for round in $(seq "$ROUNDS"); do
+    "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/topo.ibnd" --net 127.20 >/dev/null
+    PRELOAD= sharp_run 8 "$DIR/lgsharp8.$round" -x SHARP_BENCH_LARGE=1
+    "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
+    SHARP_BENCH_LARGE=1 run 8 -x SHARP_BENCH_LARGE --mca btl tcp,self "$LAT" >"$DIR/lgtcp8.$round"
+done
+echo
+echo "MPI_Allreduce (float sum) with a barrier between calls, as OSU's"
+echo "osu_allreduce measures it (only the allreduce timed), 8 ranks, us"
+echo "(medians of $ROUNDS alternated rounds)"
+printf '%-12s %9s %10s %10s %8s\n' op bytes "sharp tcp" "ompi tcp" ratio
+for b in 524288 1000000 1048576 2097152 4194304; do
+    ls_=$(for k in $(seq "$ROUNDS"); do val "$DIR/lgsharp8.$k" allreduce_b $b 3; done | median)
+    lt_=$(for k in $(seq "$ROUNDS"); do val "$DIR/lgtcp8.$k" allreduce_b $b 3; done | median)
+    awk -v b=$b -v s="$ls_" -v t="$lt_" 'BEGIN {
+        printf "%-12s %9s %10.1f %10.1f %8.2f\n", "allreduce_b", b, s, t, t > 0 ? s / t : 0 }'
+done
+
 r() { # OP BYTES NP COLUMN [SHARP MPI]: sharp / Open MPI (tcp by default),
     # the median of the rounds' ratios
     local k
@@ -314,6 +340,8 @@ echo "RESULT mpi_allreduce_8B_np8_vs_tcp=$(r allreduce 8 8 3)" \
     "mpi_allreduce_4K_np8_vs_tcp=$(r allreduce 4096 8 3)" \
     "mpi_iallreduce_8B_np8_vs_tcp=$(r iallreduce 8 8 3)" \
     "mpi_allreduce_1M_np8_vs_tcp=$(r allreduce 1048576 8 3)" \
+    "mpi_allreduce_1M_np8_barrier_vs_tcp=$(r allreduce_b 1048576 8 3 lgsharp lgtcp)" \
+    "mpi_allreduce_4M_np8_barrier_vs_tcp=$(r allreduce_b 4194304 8 3 lgsharp lgtcp)" \
     "mpi_cpu_per_op_np8_vs_tcp=$(r allreduce 8 8 4)" \
     "mpi_barrier_np8_vs_tcp=$(r barrier 0 8 3)" \
     "mpi_layer_ns=$layer" \

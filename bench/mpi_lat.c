@@ -21,6 +21,10 @@
  * a tick finds running, as the kernel's accounting does; ksoftirqd is not
  * counted).
  *
+ * SHARP_BENCH_LARGE=1: instead, allreduces of 512 KiB to 4 MiB with a
+ * barrier between calls, only the allreduce timed, as OSU's osu_allreduce
+ * does ("allreduce_b BYTES US").
+ *
  * An ordinary MPI program: bench/mpi.sh runs it through sharp, over TCP
  * and over shared memory.
  */
@@ -170,6 +174,32 @@ static void barrier(int n)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* SHARP_BENCH_LARGE=1: large allreduces with a barrier between calls, as
+ * OSU's osu_allreduce measures them (many codes have one: calls never
+ * overlap), only the allreduce timed: "allreduce_b BYTES US" lines */
+static void large_section(int rank, double scale)
+{
+    static const int sizes[] = {524288, 1000000, 1048576, 2097152, 4194304};
+    int iters = (int)(40 * scale) > 3 ? (int)(40 * scale) : 3;
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        int n = sizes[k] / 4;
+        double sum = 0, max;
+        for (int i = -3; i < iters; i++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = MPI_Wtime();
+            allreduce(n);
+            if (i >= 0)
+                sum += MPI_Wtime() - t0;
+        }
+        double us = sum * 1e6 / iters;
+        MPI_Reduce(&us, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+        if (rank == 0) {
+            printf("allreduce_b %d %.2f\n", sizes[k], max);
+            fflush(stdout);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     int rank;
@@ -182,6 +212,16 @@ int main(int argc, char **argv)
     job_cpu = jc != NULL && atoi(jc) == 1;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const char *lg = getenv("SHARP_BENCH_LARGE");
+    if (lg != NULL && atoi(lg) == 1) {
+        a = calloc(1 << 20, sizeof(float));
+        b = calloc(1 << 20, sizeof(float));
+        large_section(rank, scale);
+        free(a);
+        free(b);
+        MPI_Finalize();
+        return 0;
+    }
     a = calloc(1 << 18, sizeof(float));
     b = calloc(1 << 18, sizeof(float));
     static const int sizes[] = {8, 64, 512, 4096, 65536, 262144, 1048576};
