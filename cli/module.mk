@@ -14,7 +14,9 @@ $(SHARPCTL): $(OBJDIR)/cli/sharpctl.o $(TOPO_LIB) $(COMMON_LIB)
 SHARP_HELLO := $(BINDIR)/sharp-hello
 BINS += $(SHARP_HELLO)
 
-$(SHARP_HELLO): $(OBJDIR)/cli/sharp_hello.o $(COLL_A) $(COMMON_LIB)
+SHARP_HELLO_SRCS := cli/hello/main.c cli/hello/checks.c cli/hello/peers.c
+
+$(SHARP_HELLO): $(call obj_of,$(SHARP_HELLO_SRCS)) $(COLL_A) $(COMMON_LIB)
 	$(call link_prog)
 
 SHARP_TOPO := $(BINDIR)/sharp-topo
