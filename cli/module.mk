@@ -5,7 +5,9 @@
 SHARPCTL := $(BINDIR)/sharpctl
 BINS += $(SHARPCTL)
 
-$(SHARPCTL): $(OBJDIR)/cli/sharpctl.o $(TOPO_LIB) $(COMMON_LIB)
+SHARPCTL_SRCS := cli/sharpctl/main.c cli/sharpctl/commands.c cli/sharpctl/out.c
+
+$(SHARPCTL): $(call obj_of,$(SHARPCTL_SRCS)) $(TOPO_LIB) $(COMMON_LIB)
 	$(call link_prog)
 
 # sharp-hello: "why does my job not get sharp?" on a compute node, as the
