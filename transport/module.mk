@@ -8,4 +8,6 @@ COMMON_SRCS += \
 	transport/tcp/tcp.c \
 	transport/udp/udp.c \
 	transport/verbs/verbs.c \
+	transport/shm/shm_ep.c \
+	transport/shm/shm_rx.c \
 	transport/shm/shm.c
