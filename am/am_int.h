@@ -15,7 +15,9 @@
  *   am_jobs.c     jobs: admission, quotas, attach/detach, the end of a job
  *   am_reserve.c  a scheduler's reservations: job_reserve, job_release
  *   am_sharpds.c  the sharpds: registration, their requests, their loss
- *   am_adopt.c    a restart: the ANs' and sharpds' reports taken back
+ *   am_adopt.c    a restart: the groups reported kept and checked, the
+ *                 trees' wait, the deadline (am/am_adopt.h)
+ *   am_adopt_reports.c  the ANs' and sharpds' reports read into it
  *   am_ha.c       active or standby: the peer managers, the epoch, taking
  *                 over and stepping down
  *   am_peers.c    listeners and peers: connections, authentication,

@@ -5,7 +5,9 @@
 SHARPCTL := $(BINDIR)/sharpctl
 BINS += $(SHARPCTL)
 
-$(SHARPCTL): $(OBJDIR)/cli/sharpctl.o $(TOPO_LIB) $(COMMON_LIB)
+SHARPCTL_SRCS := cli/sharpctl/main.c cli/sharpctl/commands.c cli/sharpctl/out.c
+
+$(SHARPCTL): $(call obj_of,$(SHARPCTL_SRCS)) $(TOPO_LIB) $(COMMON_LIB)
 	$(call link_prog)
 
 # sharp-hello: "why does my job not get sharp?" on a compute node, as the
@@ -14,7 +16,9 @@ $(SHARPCTL): $(OBJDIR)/cli/sharpctl.o $(TOPO_LIB) $(COMMON_LIB)
 SHARP_HELLO := $(BINDIR)/sharp-hello
 BINS += $(SHARP_HELLO)
 
-$(SHARP_HELLO): $(OBJDIR)/cli/sharp_hello.o $(COLL_A) $(COMMON_LIB)
+SHARP_HELLO_SRCS := cli/hello/main.c cli/hello/checks.c cli/hello/peers.c
+
+$(SHARP_HELLO): $(call obj_of,$(SHARP_HELLO_SRCS)) $(COLL_A) $(COMMON_LIB)
 	$(call link_prog)
 
 SHARP_TOPO := $(BINDIR)/sharp-topo

@@ -9,6 +9,8 @@ COMMON_SRCS := \
 	core/status.c \
 	core/log.c \
 	core/time.c \
+	core/config_kinds.c \
+	core/config_print.c \
 	core/config.c \
 	core/net.c \
 	core/conn.c

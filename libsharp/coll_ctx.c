@@ -1,8 +1,10 @@
 /*
- * libsharp_coll: the context, the library's lower layer.  Configuration
- * from SHARP_COLL_* variables, the link to the local sharpd, job creation
- * over the caller's out-of-band collectives, progress, capabilities,
- * statistics and the small calls.  Communicators are built on it
+ * libsharp_coll: the context, the library's lower layer, and its
+ * progress.  Configuration from SHARP_COLL_* variables, the lock, the
+ * loop's turns (sleeping, spinning on shm, or polling the sockets), the
+ * link to the local sharpd and its requests, the out-of-band helpers.  The
+ * job is created on it (coll_job.c), the small information calls read it
+ * (coll_info.c).  Communicators are built on it
  * (coll_comm.h); it knows them only as the members of its list, and calls
  * them through their callbacks (coll_member_ops_t) on the retransmit tick,
  * on a failure that sharpd reports, on a cancel and at finalize.
@@ -129,7 +131,7 @@ const shp_config_table_t *shp_coll_config_table(void)
 
 /* Configuration ---------------------------------------------------------- */
 
-static int cfg_load(coll_cfg_t *cfg)
+int coll_cfg_load(coll_cfg_t *cfg)
 {
     shp_config_err_t err;
 
@@ -336,7 +338,7 @@ void coll_arm_tick(coll_ctx_t *ctx)
 
 /* The link to sharpd -------------------------------------------------------- */
 
-static void sd_frame(shp_conn_t *conn, const void *frame, size_t len)
+static void coll_sd_frame(shp_conn_t *conn, const void *frame, size_t len)
 {
     coll_ctx_t *ctx = conn->arg;
     const char *why;
@@ -371,7 +373,7 @@ static void sd_frame(shp_conn_t *conn, const void *frame, size_t len)
     json_decref(msg);
 }
 
-static void sd_connected(shp_conn_t *conn)
+static void coll_sd_connected(shp_conn_t *conn)
 {
     coll_ctx_t *ctx = conn->arg;
     struct ucred cr;
@@ -385,7 +387,7 @@ static void sd_connected(shp_conn_t *conn)
     }
 }
 
-static void sd_closed(shp_conn_t *conn, shp_status_t reason)
+static void coll_sd_closed(shp_conn_t *conn, shp_status_t reason)
 {
     coll_ctx_t *ctx = conn->arg;
     if (ctx->sd_up && ctx->job_ok) {
@@ -397,14 +399,14 @@ static void sd_closed(shp_conn_t *conn, shp_status_t reason)
     ctx->sd_up = 0;
 }
 
-static const shp_conn_ops_t sd_ops = {
+static const shp_conn_ops_t coll_sd_ops = {
     .frame_len = shp_ctl_frame_len,
-    .on_frame = sd_frame,
-    .on_connect = sd_connected,
-    .on_close = sd_closed,
+    .on_frame = coll_sd_frame,
+    .on_connect = coll_sd_connected,
+    .on_close = coll_sd_closed,
 };
 
-static shp_status_t sd_connect(coll_ctx_t *ctx)
+static shp_status_t coll_sd_connect(coll_ctx_t *ctx)
 {
     shp_sockaddr_t addr;
     uint64_t deadline =
@@ -413,7 +415,7 @@ static shp_status_t sd_connect(coll_ctx_t *ctx)
     if (shp_sockaddr_parse(ctx->cfg.sharpd_socket, 0, &addr) != SHP_OK) {
         return SHP_ERR_INVALID_PARAM;
     }
-    shp_conn_init(&ctx->sd, ctx->loop, &sd_ops, ctx, SHP_CTL_MAX_FRAME);
+    shp_conn_init(&ctx->sd, ctx->loop, &coll_sd_ops, ctx, SHP_CTL_MAX_FRAME);
     ctx->sd_up = 1;
     if (shp_conn_connect(&ctx->sd, &addr, NULL) != SHP_OK) {
         ctx->sd_up = 0;
@@ -558,23 +560,9 @@ int coll_status_to_sharp(shp_status_t st, int dflt)
     }
 }
 
-/* Init and finalize --------------------------------------------------------- */
-
-/* what rank 0 tells everyone after job_begin */
-typedef struct job_info {
-    int32_t status;
-    uint32_t osts, payload, max_groups;
-} job_info_t;
-
-/* what every rank tells rank 0 */
-typedef struct rank_info {
-    int32_t status;
-    char host[SHP_HOST_MAX];
-} rank_info_t;
-
-static int sd_hello(coll_ctx_t *ctx)
+static int coll_sd_hello(coll_ctx_t *ctx)
 {
-    shp_status_t st = sd_connect(ctx);
+    shp_status_t st = coll_sd_connect(ctx);
     if (st != SHP_OK) {
         shp_error("cannot reach sharpd at %s: %s", ctx->cfg.sharpd_socket,
                   shp_status_str(st));
@@ -595,180 +583,8 @@ static int sd_hello(coll_ctx_t *ctx)
     return SHARP_COLL_SUCCESS;
 }
 
-/* rank 0: begin the job over the distinct hosts of every rank */
-static void job_begin(coll_ctx_t *ctx, const rank_info_t *all, int n,
-                      job_info_t *ji)
-{
-    json_t *hosts = json_array();
-    shp_status_t st;
-
-    for (int i = 0; i < n; i++) {
-        int seen = 0;
-        for (int k = 0; k < i && !seen; k++) {
-            seen = !strncmp(all[k].host, all[i].host, SHP_HOST_MAX);
-        }
-        if (!seen) {
-            json_array_append_new(
-                hosts,
-                json_stringn(all[i].host, strnlen(all[i].host, SHP_HOST_MAX)));
-        }
-    }
-    json_t *req = json_object();
-    if (ctx->cfg.quota_osts) {
-        json_object_set_new(req, "osts", json_integer(ctx->cfg.quota_osts));
-    }
-    if (ctx->cfg.quota_payload) {
-        json_object_set_new(req, "payload",
-                            json_integer((json_int_t)ctx->cfg.quota_payload));
-    }
-    if (ctx->cfg.quota_groups) {
-        json_object_set_new(req, "max_groups",
-                            json_integer(ctx->cfg.quota_groups));
-    }
-    json_t *r = coll_sd_call(
-        ctx,
-        json_pack("{s:s, s:o, s:o, s:o}", "type", "job_begin", "job_id",
-                  shp_json_u64(ctx->job_id), "hosts", hosts, "req", req),
-        &st);
-    if (r == NULL || st != SHP_OK) {
-        if (!(ctx->spec.config.flags & SHARP_COLL_HIDE_ERRORS)) {
-            shp_error("job %llu refused: %s", (unsigned long long)ctx->job_id,
-                      r ? shp_json_opt_str(r, "error", shp_status_str(st))
-                        : shp_status_str(st));
-        }
-        ji->status = r == NULL && st == SHP_ERR_UNREACHABLE
-                         ? SHARP_COLL_ESESS_INIT
-                         : coll_status_to_sharp(st, SHARP_COLL_EJOB_CREATE);
-        json_decref(r);
-        return;
-    }
-    int64_t osts = shp_json_opt_int(r, "osts", 1, 1 << 20, 0);
-    int64_t payload = shp_json_opt_int(r, "payload", 1, 1 << 30, 0);
-    int64_t groups = shp_json_opt_int(r, "max_groups", 1, 1 << 20, 0);
-    if (!osts || !payload || !groups ||
-        shp_json_get_hex(r, "job_key", ctx->job_key, 32, NULL) != SHP_OK) {
-        ji->status = SHARP_COLL_EJOB_CREATE;
-    } else {
-        ji->status = SHARP_COLL_SUCCESS;
-        ji->osts = (uint32_t)osts;
-        ji->payload = (uint32_t)payload;
-        ji->max_groups = (uint32_t)groups;
-    }
-    json_decref(r);
-}
-
-/* ji: where a reserved job's quotas go (rank 0), or NULL */
-static int job_attach(coll_ctx_t *ctx, job_info_t *ji)
-{
-    shp_status_t st;
-    json_t *r = coll_sd_call(ctx,
-                             json_pack("{s:s, s:o}", "type", "job_attach",
-                                       "job_id", shp_json_u64(ctx->job_id)),
-                             &st);
-    int rc = SHARP_COLL_SUCCESS;
-    if (r == NULL || st != SHP_OK ||
-        shp_json_get_hex(r, "job_key", ctx->job_key, 32, NULL) != SHP_OK) {
-        if (!(ctx->spec.config.flags & SHARP_COLL_HIDE_ERRORS)) {
-            shp_error("cannot attach to job %llu: %s",
-                      (unsigned long long)ctx->job_id, shp_status_str(st));
-        }
-        rc = coll_status_to_sharp(st, SHARP_COLL_EJOB_CREATE);
-    } else if (ji != NULL) {
-        int64_t osts = shp_json_opt_int(r, "osts", 1, 1 << 20, 0);
-        int64_t payload = shp_json_opt_int(r, "payload", 1, 1 << 30, 0);
-        int64_t groups = shp_json_opt_int(r, "max_groups", 1, 1 << 20, 0);
-        if (!osts || !payload || !groups) {
-            rc = SHARP_COLL_EJOB_CREATE;
-        } else {
-            ji->osts = (uint32_t)osts;
-            ji->payload = (uint32_t)payload;
-            ji->max_groups = (uint32_t)groups;
-        }
-    }
-    json_decref(r);
-    return rc;
-}
-
-/* Rank 0: every rank's status and host in all (NULL: no memory, mine
- * says so) -> the job begun (or the reserved one attached) and its quotas
- * in *ji, or why not. */
-static void job_decide(coll_ctx_t *ctx, const rank_info_t *all,
-                       const rank_info_t *mine, job_info_t *ji)
-{
-    for (int i = 0; all && i < ctx->spec.world_size; i++) {
-        if (all[i].status != SHARP_COLL_SUCCESS) {
-            ji->status = all[i].status;
-        }
-    }
-    if (mine->status != SHARP_COLL_SUCCESS) {
-        ji->status = mine->status;
-    }
-    if (ji->status == SHARP_COLL_SUCCESS && ctx->reserved) {
-        ji->status = job_attach(ctx, ji);
-    } else if (ji->status == SHARP_COLL_SUCCESS) {
-        job_begin(ctx, all, ctx->spec.world_size, ji);
-    }
-}
-
-/* everyone's host (and whether it reached its sharpd: status) to rank 0,
- * which decides; its answer to all */
-static job_info_t job_info_share(coll_ctx_t *ctx, int status)
-{
-    const struct sharp_coll_init_spec *spec = &ctx->spec;
-    rank_info_t mine = {.status = status};
-    rank_info_t *all = NULL;
-    job_info_t ji = {.status = SHARP_COLL_SUCCESS};
-
-    snprintf(mine.host, sizeof(mine.host), "%s", ctx->host);
-    if (spec->world_rank == 0) {
-        all = calloc((size_t)spec->world_size, sizeof(*all));
-        if (all == NULL) {
-            mine.status = SHARP_COLL_ENOMEM;
-        }
-    }
-    if (coll_oob_gather(ctx, spec->oob_ctx, 0, &mine, all ? all : &mine,
-                        sizeof(mine)) != SHARP_COLL_SUCCESS) {
-        ji.status = SHARP_COLL_EOOB;
-    }
-    if (spec->world_rank == 0 && ji.status == SHARP_COLL_SUCCESS) {
-        job_decide(ctx, all, &mine, &ji);
-    }
-    free(all);
-    if (coll_oob_bcast(ctx, spec->oob_ctx, &ji, sizeof(ji), 0) !=
-        SHARP_COLL_SUCCESS) {
-        ji.status = SHARP_COLL_EOOB;
-    }
-    return ji;
-}
-
-/* The job, agreed by every rank: collective over the out-of-band hooks,
- * whatever this rank's status so far (so that every rank returns the same
- * code).  Rank 0 begins it, the others attach. */
-static int job_setup(coll_ctx_t *ctx, int status)
-{
-    const struct sharp_coll_init_spec *spec = &ctx->spec;
-    job_info_t ji = job_info_share(ctx, status);
-    int rc = ji.status;
-
-    if (rc != SHARP_COLL_SUCCESS) {
-        return rc;
-    }
-    ctx->osts = ji.osts;
-    ctx->payload = ji.payload;
-    ctx->max_groups = ji.max_groups;
-    if (spec->world_rank != 0) {
-        rc = job_attach(ctx, NULL);
-    }
-    rc = coll_agree(ctx, spec->oob_ctx, spec->world_rank, spec->world_size, rc);
-    if (rc != SHARP_COLL_SUCCESS && spec->world_rank == 0 &&
-        rc != SHARP_COLL_EOOB && !ctx->reserved) {
-        coll_sd_job_request(ctx, "job_end", NULL);
-    }
-    return rc;
-}
-
-/* whatever ctx_new and ctx_setup made, undone (the one cleanup path) */
-static void ctx_free(coll_ctx_t *ctx)
+/* whatever coll_ctx_new and coll_ctx_setup made, undone (the one cleanup path) */
+void coll_ctx_free(coll_ctx_t *ctx)
 {
     if (ctx->loop != NULL) {
         if (ctx->sd_up) {
@@ -794,7 +610,7 @@ static void ctx_free(coll_ctx_t *ctx)
 }
 
 /* a context that nothing has been asked of yet (NULL: no memory) */
-static coll_ctx_t *ctx_new(const struct sharp_coll_init_spec *spec)
+coll_ctx_t *coll_ctx_new(const struct sharp_coll_init_spec *spec)
 {
     coll_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL) {
@@ -835,9 +651,9 @@ static int cfg_job_id(coll_ctx_t *ctx)
 
 /* This rank's own part, before the others are asked: configuration, the
  * loop and its watchers, the link to sharpd and this host's name. */
-static int ctx_setup(coll_ctx_t *ctx)
+int coll_ctx_setup(coll_ctx_t *ctx)
 {
-    int rc = cfg_load(&ctx->cfg);
+    int rc = coll_cfg_load(&ctx->cfg);
     if (rc != SHARP_COLL_SUCCESS ||
         (rc = cfg_job_id(ctx)) != SHARP_COLL_SUCCESS) {
         return rc;
@@ -857,61 +673,7 @@ static int ctx_setup(coll_ctx_t *ctx)
     ev_async_init(&ctx->cancel_w, cancel_cb);
     ctx->cancel_w.data = ctx;
     ev_async_start(ctx->loop, &ctx->cancel_w);
-    return sd_hello(ctx);
-}
-
-/* Steps: the context (ctx_new), this rank's part (ctx_setup), the job,
- * agreed by all ranks whatever this one's part gave (job_setup); on any
- * failure one cleanup (ctx_free). */
-SHP_API int sharp_coll_init(struct sharp_coll_init_spec *spec,
-                            struct sharp_coll_context **context)
-{
-    if (spec == NULL || context == NULL || spec->world_size <= 0 ||
-        spec->world_rank < 0 || spec->world_rank >= spec->world_size ||
-        spec->oob_colls.bcast == NULL || spec->oob_colls.gather == NULL) {
-        return SHARP_COLL_EINVAL;
-    }
-    *context = NULL;
-    coll_ctx_t *ctx = ctx_new(spec);
-    if (ctx == NULL) {
-        return SHARP_COLL_ENOMEM;
-    }
-    int rc = job_setup(ctx, ctx_setup(ctx));
-    if (rc != SHARP_COLL_SUCCESS) {
-        ctx_free(ctx);
-        return rc;
-    }
-    ctx->job_ok = 1;
-    shp_info("job %llu: rank %d of %d on host %s, %u OSTs x %zu bytes, %u "
-             "groups",
-             (unsigned long long)ctx->job_id, spec->world_rank,
-             spec->world_size, ctx->host, ctx->osts, ctx->payload,
-             ctx->max_groups);
-    *context = ctx;
-    return SHARP_COLL_SUCCESS;
-}
-
-SHP_API int sharp_coll_finalize(struct sharp_coll_context *ctx)
-{
-    if (ctx == NULL) {
-        return SHARP_COLL_EINVAL;
-    }
-    while (ctx->members != NULL) {
-        ctx->members->ops->destroy(ctx->members);
-    }
-    /* every rank is done with its groups before the job ends, so that no
-     * process exit looks like a failure to the manager */
-    if (ctx->spec.oob_colls.barrier != NULL) {
-        (void)ctx->spec.oob_colls.barrier(ctx->spec.oob_ctx);
-    }
-    /* a reserved job is the scheduler's to end */
-    if (ctx->spec.world_rank == 0 && ctx->sd_up && !ctx->job_failed &&
-        !ctx->reserved) {
-        coll_sd_job_request(ctx, "job_end", NULL);
-    }
-    ctx->job_ok = 0;
-    ctx_free(ctx);
-    return SHARP_COLL_SUCCESS;
+    return coll_sd_hello(ctx);
 }
 
 static uint64_t msgs_in(const coll_ctx_t *ctx)
@@ -940,167 +702,5 @@ SHP_API int sharp_coll_progress(struct sharp_coll_context *ctx)
         }
     }
     coll_unlock(ctx);
-    return SHARP_COLL_SUCCESS;
-}
-
-/* Capabilities, registration, printing ------------------------------------- */
-
-SHP_API int sharp_coll_caps_query(struct sharp_coll_context *ctx,
-                                  struct sharp_coll_caps *caps)
-{
-    if (ctx == NULL || caps == NULL) {
-        return SHARP_COLL_EINVAL;
-    }
-    memset(caps, 0, sizeof(*caps));
-    caps->sharp_pkt_version = 1; /* SHP_WIRE_VERSION */
-    for (int dt = 0; dt < SHARP_DTYPE_NULL; dt++) {
-        caps->support_mask.dtypes |= 1ull << dt;
-    }
-    /* integer tags of MINLOC/MAXLOC pairs, as the engine accepts them */
-    for (int dt = 0; dt < SHARP_DTYPE_NULL; dt++) {
-        shp_reduce_desc_t d = {SHP_DTYPE_F32, SHP_OP_MINLOC, (shp_dtype_t)dt};
-        if (shp_reduce_desc_check(&d, NULL) == SHP_OK) {
-            caps->support_mask.tag_dtypes |= 1ull << dt;
-        }
-    }
-    for (int op = 0; op < SHARP_OP_NULL; op++) {
-        caps->support_mask.reduce_ops |= 1ull << op;
-    }
-    caps->support_mask.reduce_ops |= 1ull << SHARP_OP_SUM_EXACT;
-    /* LLT: small operations, one fragment each.  REPRODUCIBLE: every AN
-     * folds its children in a fixed order.  SAT (streaming aggregation):
-     * messages of any size, in every aggregation mode, for allreduce,
-     * reduce-scatter and allgather and every type above, are cut into
-     * fragments and pipelined (clients such as UCC use reduce-scatter and
-     * allgather only when SAT is set).  Not SAT_EXCLUSIVE_LOCK: there is no
-     * streaming lock to take (lock_on_comm_init is accepted and ignored). */
-    caps->support_mask.feature_mask =
-        SHARP_FEATURE_LLT | SHARP_FEATURE_REPRODUCIBLE | SHARP_FEATURE_SAT;
-    caps->resources.max_osts = (int)ctx->osts;
-    caps->resources.user_data_per_ost = (int)ctx->payload;
-    caps->resources.max_groups = (int)ctx->max_groups;
-    caps->resources.max_group_channels = 1;
-    caps->resources.osts_per_group = (int)ctx->osts;
-    return SHARP_COLL_SUCCESS;
-}
-
-/* a registration: tcp needs none, but the handle is real and checked */
-typedef struct coll_mr {
-    uint32_t magic;
-    void *buf;
-    size_t size;
-} coll_mr_t;
-#define COLL_MR_MAGIC 0x53484d52u
-
-SHP_API int sharp_coll_reg_mr_v2(struct sharp_coll_context *ctx, void *buf,
-                                 size_t size,
-                                 const struct sharp_coll_reg_params *params,
-                                 void **mr)
-{
-    (void)params;
-    if (ctx == NULL || mr == NULL || (buf == NULL && size > 0)) {
-        return SHARP_COLL_EINVAL;
-    }
-    coll_mr_t *m = malloc(sizeof(*m));
-    if (m == NULL) {
-        return SHARP_COLL_ENOMEM;
-    }
-    *m = (coll_mr_t){COLL_MR_MAGIC, buf, size};
-    *mr = m;
-    return SHARP_COLL_SUCCESS;
-}
-
-SHP_API int sharp_coll_reg_mr(struct sharp_coll_context *ctx, void *buf,
-                              size_t size, void **mr)
-{
-    return sharp_coll_reg_mr_v2(ctx, buf, size, NULL, mr);
-}
-
-SHP_API int sharp_coll_dereg_mr(struct sharp_coll_context *ctx, void *mr)
-{
-    coll_mr_t *m = mr;
-    if (ctx == NULL || m == NULL || m->magic != COLL_MR_MAGIC) {
-        return SHARP_COLL_EINVAL;
-    }
-    m->magic = 0;
-    free(m);
-    return SHARP_COLL_SUCCESS;
-}
-
-SHP_API int sharp_coll_print_config(FILE *stream, enum config_print_flags flags,
-                                    const char *exec_name)
-{
-    coll_cfg_t cfg;
-    unsigned f = SHP_CONFIG_DUMP_ENV;
-
-    if (stream == NULL) {
-        return SHARP_COLL_EINVAL;
-    }
-    if (cfg_load(&cfg) != SHARP_COLL_SUCCESS &&
-        shp_config_defaults(&coll_table, &cfg) != SHP_OK) {
-        return SHARP_COLL_ENOMEM;
-    }
-    if (flags & SHARP_COLL_CONFIG_PRINT_HEADER) {
-        fprintf(stream, "#\n# sharp_coll configuration%s%s\n#\n",
-                exec_name ? " of " : "", exec_name ? exec_name : "");
-    }
-    if (flags & SHARP_COLL_CONFIG_PRINT_DOC) {
-        f |= SHP_CONFIG_DUMP_DOC;
-    }
-    if (flags & SHARP_COLL_CONFIG_PRINT_HIDDEN) {
-        f |= SHP_CONFIG_DUMP_HIDDEN;
-    }
-    if (flags &
-        (SHARP_COLL_CONFIG_PRINT_CONFIG | SHARP_COLL_CONFIG_PRINT_DOC)) {
-        shp_config_dump(&coll_table, &cfg, stream, f);
-    }
-    shp_config_release(&coll_table, &cfg);
-    return SHARP_COLL_SUCCESS;
-}
-
-SHP_API const char *sharp_coll_strerror(int error)
-{
-    switch (error) {
-    case SHARP_COLL_SUCCESS: return "Success";
-    case SHARP_COLL_ERROR: return "Error";
-    case SHARP_COLL_ENOT_SUPP: return "Operation not supported";
-    case SHARP_COLL_ENOMEM: return "Out of memory";
-    case SHARP_COLL_EGROUP_ALLOC: return "Cannot allocate a group";
-    case SHARP_COLL_ECONN_TREE: return "Cannot connect to the aggregation tree";
-    case SHARP_COLL_EGROUP_JOIN: return "Cannot join the group";
-    case SHARP_COLL_EQUOTA: return "Job quota exhausted";
-    case SHARP_COLL_ESESS_INIT: return "Cannot reach the local sharpd";
-    case SHARP_COLL_EDEV: return "Device error";
-    case SHARP_COLL_EINVAL: return "Invalid argument";
-    case SHARP_COLL_EJOB_CREATE: return "Cannot create the job";
-    case SHARP_COLL_ETREE_INFO: return "Cannot get tree information";
-    case SHARP_COLL_ENOTREE: return "No tree spans the members";
-    case SHARP_COLL_EGROUP_ID: return "Bad group id";
-    case SHARP_COLL_EOOB: return "Out-of-band collective failed";
-    case SHARP_COLL_EGROUP_MCAST: return "Cannot join the group's multicast";
-    case SHARP_COLL_EGROUP_TRIM: return "Cannot trim the group";
-    case SHARP_COLL_ELOCK_FAILED: return "Streaming lock busy";
-    case SHARP_COLL_ELOCK_DENIED: return "Streaming lock denied";
-    case SHARP_COLL_ENO_RESOURCE: return "No resource";
-    default: return "Unknown error";
-    }
-}
-
-SHP_API int sharp_coll_dump_stats(struct sharp_coll_context *ctx)
-{
-    if (ctx == NULL) {
-        return SHARP_COLL_EINVAL;
-    }
-    const coll_stats_t *s = &ctx->stats;
-    fprintf(stderr,
-            "sharp_coll: job %llu rank %d host %s: operations %llu bytes "
-            "%llu fragments %llu retransmits %llu errors %llu results by "
-            "multicast %llu by RC %llu forged datagrams dropped %llu\n",
-            (unsigned long long)ctx->job_id, ctx->spec.world_rank, ctx->host,
-            (unsigned long long)s->ops, (unsigned long long)s->bytes,
-            (unsigned long long)s->frags, (unsigned long long)s->retrans,
-            (unsigned long long)s->errors, (unsigned long long)s->mcast_results,
-            (unsigned long long)s->rc_results,
-            (unsigned long long)s->mcast_rejected);
     return SHARP_COLL_SUCCESS;
 }

@@ -124,6 +124,14 @@ struct sharp_coll_context {
 };
 
 /* context (coll_ctx.c) */
+/* the SHARP_COLL_* settings: defaults, then the environment */
+int coll_cfg_load(coll_cfg_t *cfg);
+/* a context that nothing has been asked of yet (NULL: no memory) */
+coll_ctx_t *coll_ctx_new(const struct sharp_coll_init_spec *spec);
+/* this rank's own part: configuration, the loop, sharpd and the host */
+int coll_ctx_setup(coll_ctx_t *ctx);
+/* whatever coll_ctx_new and coll_ctx_setup made, undone */
+void coll_ctx_free(coll_ctx_t *ctx);
 void coll_lock(coll_ctx_t *ctx);
 void coll_unlock(coll_ctx_t *ctx);
 /* run the loop once: sleep on the sockets (or poll), call progress_func */

@@ -21,11 +21,13 @@ MAN_GEN_sharp_an.8 = $(SHARP_AN) --man-options
 MAN_GEN_sharp_an.conf.5 = $(SHARP_AN) --man-config
 MAN_GEN_sharpd.8 = $(SHARPD) --man-options
 MAN_GEN_sharpd.conf.5 = $(SHARPD) --man-config
+MAN_GEN_sharp-hello.1 = $(SHARP_HELLO) --man-options
 MAN_GEN_sharp_coll.3 = $(MAN_COLL_GEN)
 
 $(O)/man/sharp_am.8 $(O)/man/sharp_am.conf.5: $(SHARP_AM)
 $(O)/man/sharp_an.8 $(O)/man/sharp_an.conf.5: $(SHARP_AN)
 $(O)/man/sharpd.8 $(O)/man/sharpd.conf.5: $(SHARPD)
+$(O)/man/sharp-hello.1: $(SHARP_HELLO)
 $(O)/man/sharp_coll.3: $(MAN_COLL_GEN)
 
 $(O)/man/%: man/%.in man/page.sh $(PATHS_H)

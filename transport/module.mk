@@ -7,5 +7,9 @@ COMMON_SRCS += \
 	transport/registry.c \
 	transport/tcp/tcp.c \
 	transport/udp/udp.c \
+	transport/verbs/verbs_ep.c \
+	transport/verbs/verbs_cm.c \
 	transport/verbs/verbs.c \
+	transport/shm/shm_ep.c \
+	transport/shm/shm_rx.c \
 	transport/shm/shm.c
