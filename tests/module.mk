@@ -180,3 +180,5 @@ $(TESTDIR)/mpi-coll/test_node_shm: $(call obj_of,mpi-coll/node_shm.c)
 # The layering (scripts/check-layers.sh): the tree's includes and calls, and
 # the check failing on planted breaches.
 TEST_SCRIPTS += tests/scripts/test_check_layers.sh
+# make bench-mpi end to end in a tiny mode: no section rots unseen
+TEST_SCRIPTS += tests/scripts/test_bench_mpi.sh
