@@ -200,7 +200,7 @@ if [ "${SHARP_BENCH_MAC:-1}" = 1 ]; then
         cu=$(for k in $(seq "$ROUNDS"); do val "$DIR/nomac8.$k" allreduce $b 4; done | median)
         awk -v b=$b -v lt="$lt" -v lu="$lu" -v ct="$ct" -v cu="$cu" 'BEGIN {
             printf "%-10s %9s %10.1f %10.1f %8.2f %10.0f %10.0f\n", "allreduce", b,
-                lt, lu, lu > 0 ? lt / lu : 0, ct, cu }'
+                lt, lu, (lu > 0 ? lt / lu : 0), ct, cu }'
     done
 fi
 
@@ -323,7 +323,7 @@ for b in 524288 1000000 1048576 2097152 4194304; do
     ls_=$(for k in $(seq "$ROUNDS"); do val "$DIR/lgsharp8.$k" allreduce_b $b 3; done | median)
     lt_=$(for k in $(seq "$ROUNDS"); do val "$DIR/lgtcp8.$k" allreduce_b $b 3; done | median)
     awk -v b=$b -v s="$ls_" -v t="$lt_" 'BEGIN {
-        printf "%-12s %9s %10.1f %10.1f %8.2f\n", "allreduce_b", b, s, t, t > 0 ? s / t : 0 }'
+        printf "%-12s %9s %10.1f %10.1f %8.2f\n", "allreduce_b", b, s, t, (t > 0 ? s / t : 0) }'
 done
 
 r() { # OP BYTES NP COLUMN [SHARP MPI]: sharp / Open MPI (tcp by default),

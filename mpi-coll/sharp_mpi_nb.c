@@ -339,7 +339,10 @@ static void nb_redo(nb_op_t *o)
     /* counted as offloaded when it started: it went to MPI */
     SMPI_SUB(smpi.calls[o->kind][0], 1);
     SMPI_SUB(smpi.bytes[o->kind][0], o->bytes);
-    smpi_fallback(o->kind, (long)o->bytes, o->comm, WHY_FELL, o->dt, o->mop);
+    int red = o->kind == C_IALLREDUCE || o->kind == C_IREDUCE;
+    smpi_fallback(o->kind, (long)o->bytes, o->comm, WHY_FELL,
+                  o->kind == C_IBARRIER ? MPI_DATATYPE_NULL : o->dt,
+                  red ? o->mop : MPI_OP_NULL);
     o->preq = MPI_REQUEST_NULL;
     switch (o->kind) {
     case C_IBARRIER: rc = PMPI_Ibarrier(c, &o->preq); break;

@@ -12,7 +12,8 @@
  *     rank: --complete F fixes it);
  *   - checks every result (the values are small integers: float sums are
  *     exact whatever the order);
- *   - then the blocking calls between phases: MPI_Barrier on the world, an
+ *   - then the calls between phases: MPI_Barrier on the world, an
+ *     MPI_Ibcast and an MPI_Ibarrier on it waited for together, an
  *     MPI_Allreduce and an MPI_Bcast on a duplicate, and a persistent
  *     allreduce (MPI_Allreduce_init, started and waited) where the MPI has
  *     it.
@@ -246,7 +247,26 @@ static void window(phase_t *p, long phase, const char *mode, int form,
     ring_check(p, phase);
 }
 
-/* the blocking calls between phases */
+/* an MPI_Ibcast and an MPI_Ibarrier on the world, waited for together */
+static void nb_bcast_barrier(long phase)
+{
+    MPI_Request r[2];
+    MPI_Status st[2];
+    int root = (int)((phase * 3) % size);
+    char b[16];
+    memset(b, rank == root ? (int)(phase & 0x3f) : 0x7f, sizeof(b));
+    MPI_Ibcast(b, sizeof(b), MPI_CHAR, root, MPI_COMM_WORLD, &r[0]);
+    MPI_Ibarrier(MPI_COMM_WORLD, &r[1]);
+    MPI_Waitall(2, r, st);
+    for (size_t i = 0; i < sizeof(b); i++) {
+        if (b[i] != (char)(phase & 0x3f)) {
+            FAIL("phase %ld: ibcast from %d: byte %zu wrong", phase, root, i);
+            break;
+        }
+    }
+}
+
+/* the blocking calls between phases (and an MPI_Ibcast, an MPI_Ibarrier) */
 static void between(long phase, MPI_Comm dup, MPI_Request *pa, int64_t *pin,
                     int64_t *pout)
 {
@@ -254,6 +274,7 @@ static void between(long phase, MPI_Comm dup, MPI_Request *pa, int64_t *pin,
     char b[64];
 
     MPI_Barrier(MPI_COMM_WORLD);
+    nb_bcast_barrier(phase);
     MPI_Allreduce(&x, &sum, 1, MPI_INT64_T, MPI_SUM, dup);
     for (int r = 0; r < size; r++) {
         want += phase + r;
