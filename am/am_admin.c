@@ -324,6 +324,14 @@ static json_t *am_admin_stats(shp_am_t *am)
                             json_integer((json_int_t)am->stats.sharpds_held));
         json_object_set_new(s, "sharpds_back",
                             json_integer((json_int_t)am->stats.sharpds_back));
+        /* connections that proved nothing, and peers that do not read */
+        json_object_set_new(s, "unauth_refused",
+                            json_integer((json_int_t)am->stats.unauth_refused));
+        json_object_set_new(s, "unauth_evicted",
+                            json_integer((json_int_t)am->stats.unauth_evicted));
+        json_object_set_new(
+            s, "queue_overflows",
+            json_integer((json_int_t)am->stats.queue_overflows));
     }
     return s;
 }

@@ -168,6 +168,21 @@ static void am_metrics_totals(am_metrics_buf_t *b, const shp_am_t *am)
                       "their id.");
     am_metrics_put(b, "sharp_am_squats_ended_total %llu\n",
                    (unsigned long long)am->stats.squats_ended);
+    am_metrics_family(b, "sharp_am_unauth_refused_total", "counter",
+                      "Connections refused: their address had "
+                      "source_max_unauth connections not registered yet.");
+    am_metrics_put(b, "sharp_am_unauth_refused_total %llu\n",
+                   (unsigned long long)am->stats.unauth_refused);
+    am_metrics_family(b, "sharp_am_unauth_evicted_total", "counter",
+                      "Connections not registered yet closed to make room "
+                      "(max_unauth).");
+    am_metrics_put(b, "sharp_am_unauth_evicted_total %llu\n",
+                   (unsigned long long)am->stats.unauth_evicted);
+    am_metrics_family(b, "sharp_am_queue_overflows_total", "counter",
+                      "Peers closed because they did not read what the "
+                      "manager sent them.");
+    am_metrics_put(b, "sharp_am_queue_overflows_total %llu\n",
+                   (unsigned long long)am->stats.queue_overflows);
     am_metrics_sharpd_limits(b, am);
     am_metrics_family(b, "sharp_am_tree_builds_total", "counter",
                       "Tree (re)builds.");
@@ -199,6 +214,14 @@ static void am_metrics_an_counters(am_metrics_buf_t *b, const shp_am_t *am)
          "Malformed data-path messages refused by the AN."},
         {"sharp_an_bad_key_total", "err_bad_key", "counter",
          "Group joins refused for a wrong job key."},
+        {"sharp_an_join_deadline_total", "join_deadline", "counter",
+         "Children's connections closed: no group joined in join_deadline."},
+        {"sharp_an_unjoined_refused_total", "unjoined_refused", "counter",
+         "Children's connections refused: their address had "
+         "source_max_unjoined connections that joined nothing."},
+        {"sharp_an_unjoined_evicted_total", "unjoined_evicted", "counter",
+         "Children's connections that joined nothing, closed to make room "
+         "(max_unjoined)."},
     };
     for (size_t k = 0; k < sizeof(an_metrics) / sizeof(an_metrics[0]); k++) {
         am_metrics_family(b, an_metrics[k].name, an_metrics[k].type,

@@ -598,6 +598,11 @@ void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     }
     if (status == SHP_OK) {
         ev_timer_stop(an->loop, &l->join_deadline); /* it joined in time */
+        if (l->unjoined) { /* a member now: full-sized messages */
+            l->unjoined = 0;
+            an->nunjoined--;
+            l->ep->rx_limit = 0;
+        }
         g->children[join.child_index].link = l;
         g->children[join.child_index].rc_only = 0;
         if (g->children[join.child_index].left) {
