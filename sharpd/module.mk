@@ -1,7 +1,8 @@
 # sharpd/: the per-host daemon.
 
 # Everything but the main, as a library the tests link too.
-SHARPD_LIB_SRCS := sharpd/sharpd.c
+SHARPD_LIB_SRCS := sharpd/sharpd_jobs.c sharpd/sharpd_am.c \
+	sharpd/sharpd_clients.c sharpd/sharpd.c
 SHARPD_LIB := $(LIB_OUT)/libshp_sharpd.a
 LIBS += $(SHARPD_LIB)
 
