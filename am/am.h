@@ -107,7 +107,7 @@ struct shp_am_peer {
     char host[128]; /* sharpd: its host */
     /* sharpd: its last sharpd_stats (clients_refused, frames_timed_out,
      * jobs_refused: its local clients' limits reached) */
-    uint64_t sd_limits[3];
+    uint64_t sd_limits[5];
     uid_t uid; /* admin: SO_PEERCRED */
     gid_t gid;
     ev_timer auth_timer; /* a TCP peer's deadline to prove the secret */

@@ -86,18 +86,24 @@ static uint64_t am_metrics_counter_of(const json_t *counters, const char *key)
  * over those connected. */
 static void am_metrics_sharpd_limits(am_metrics_buf_t *b, const shp_am_t *am)
 {
-    static const char *const sd_names[3] = {
+    static const char *const sd_names[5] = {
         "sharp_am_sharpd_clients_refused_total",
         "sharp_am_sharpd_frames_timed_out_total",
-        "sharp_am_sharpd_jobs_refused_total"};
-    static const char *const sd_help[3] = {
+        "sharp_am_sharpd_jobs_refused_total",
+        "sharp_am_sharpd_queue_overflows_total",
+        "sharp_am_sharpd_frames_refused_total"};
+    static const char *const sd_help[5] = {
         "Local connections the sharpds refused (max_clients, "
         "uid_max_clients), summed over the connected sharpds.",
         "Local clients the sharpds closed in a request (frame_timeout), "
         "summed over the connected sharpds.",
         "Jobs the sharpds refused to a connection (client_max_jobs), "
-        "summed over the connected sharpds."};
-    for (int k = 0; k < 3; k++) {
+        "summed over the connected sharpds.",
+        "Local clients the sharpds closed for not reading their answers "
+        "(client_max_queued), summed over the connected sharpds.",
+        "Local clients the sharpds closed for a request too large (before "
+        "hello: 4 KiB), summed over the connected sharpds."};
+    for (int k = 0; k < 5; k++) {
         unsigned long long sum = 0;
         for (const shp_am_peer_t *p = am->peers; p; p = p->next)
             sum += p->role == AM_PEER_SHARPD ? p->sd_limits[k] : 0;
