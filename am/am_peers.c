@@ -258,7 +258,7 @@ static int am_unauth_admit(shp_am_t *am, shp_am_peer_t *p)
         same += am_source_len(q->conn.peer) == n &&
                 !strncmp(q->conn.peer, p->conn.peer, n);
     }
-    if (same >= am->cfg.source_max_unauth) {
+    if (am->cfg.source_max_unauth > 0 && same >= am->cfg.source_max_unauth) {
         am->stats.unauth_refused++;
         shp_warn_sparse(1000,
                         "refusing a connection from %s: %u of its connections "
@@ -266,7 +266,7 @@ static int am_unauth_admit(shp_am_t *am, shp_am_peer_t *p)
                         p->conn.peer, same);
         return 0;
     }
-    if (all >= am->cfg.max_unauth && oldest) {
+    if (am->cfg.max_unauth > 0 && all >= am->cfg.max_unauth && oldest) {
         am->stats.unauth_evicted++;
         shp_warn_sparse(1000,
                         "closing %s, not registered yet: %u connections have "

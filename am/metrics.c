@@ -112,6 +112,26 @@ static void am_metrics_sharpd_limits(am_metrics_buf_t *b, const shp_am_t *am)
     }
 }
 
+/* Connections that proved nothing, and peers that do not read. */
+static void am_metrics_unauth(am_metrics_buf_t *b, const shp_am_t *am)
+{
+    am_metrics_family(b, "sharp_am_unauth_refused_total", "counter",
+                      "Connections refused: their address had "
+                      "source_max_unauth connections not registered yet.");
+    am_metrics_put(b, "sharp_am_unauth_refused_total %llu\n",
+                   (unsigned long long)am->stats.unauth_refused);
+    am_metrics_family(b, "sharp_am_unauth_evicted_total", "counter",
+                      "Connections not registered yet closed to make room "
+                      "(max_unauth).");
+    am_metrics_put(b, "sharp_am_unauth_evicted_total %llu\n",
+                   (unsigned long long)am->stats.unauth_evicted);
+    am_metrics_family(b, "sharp_am_queue_overflows_total", "counter",
+                      "Peers closed because they did not read what the "
+                      "manager sent them.");
+    am_metrics_put(b, "sharp_am_queue_overflows_total %llu\n",
+                   (unsigned long long)am->stats.queue_overflows);
+}
+
 static void am_metrics_totals(am_metrics_buf_t *b, const shp_am_t *am)
 {
     int njobs = 0, ngroups = 0, nup = 0;
@@ -174,21 +194,7 @@ static void am_metrics_totals(am_metrics_buf_t *b, const shp_am_t *am)
                       "their id.");
     am_metrics_put(b, "sharp_am_squats_ended_total %llu\n",
                    (unsigned long long)am->stats.squats_ended);
-    am_metrics_family(b, "sharp_am_unauth_refused_total", "counter",
-                      "Connections refused: their address had "
-                      "source_max_unauth connections not registered yet.");
-    am_metrics_put(b, "sharp_am_unauth_refused_total %llu\n",
-                   (unsigned long long)am->stats.unauth_refused);
-    am_metrics_family(b, "sharp_am_unauth_evicted_total", "counter",
-                      "Connections not registered yet closed to make room "
-                      "(max_unauth).");
-    am_metrics_put(b, "sharp_am_unauth_evicted_total %llu\n",
-                   (unsigned long long)am->stats.unauth_evicted);
-    am_metrics_family(b, "sharp_am_queue_overflows_total", "counter",
-                      "Peers closed because they did not read what the "
-                      "manager sent them.");
-    am_metrics_put(b, "sharp_am_queue_overflows_total %llu\n",
-                   (unsigned long long)am->stats.queue_overflows);
+    am_metrics_unauth(b, am);
     am_metrics_sharpd_limits(b, am);
     am_metrics_family(b, "sharp_am_tree_builds_total", "counter",
                       "Tree (re)builds.");

@@ -125,8 +125,10 @@ struct shp_an_group {
     uint32_t id;
     uint16_t tree_id;
     uint64_t job_id;
-    uint8_t key[SHP_WIRE_JOB_KEY_LEN];
-    uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN]; /* its multicast results' tags */
+    /* the group's keys from the manager (never the job key): joins prove
+     * the join key, multicast results are tagged with the mac key */
+    uint8_t join_key[SHP_WIRE_JOIN_KEY_LEN];
+    uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN];
     uint64_t mcast_seq64; /* the last operation multicast, with seq wraps */
     unsigned nchildren;
     unsigned nleft; /* children that left (group_leave) */

@@ -232,7 +232,7 @@ static size_t an_source_len(const char *addr)
 /* Children's links that joined nothing yet are bounded: from one source
  * address at most source_max_unjoined (one more is refused: 0 here), of
  * everyone max_unjoined (the oldest, which had the most time to join, is
- * closed to make room).  Each is a descriptor, a link and a nonce. */
+ * closed to make room); 0: no limit.  Each is a descriptor, a link and a nonce. */
 static int an_unjoined_admit(shp_an_t *an, const char *peer)
 {
     size_t n = an_source_len(peer);
@@ -246,7 +246,8 @@ static int an_unjoined_admit(shp_an_t *an, const char *peer)
         oldest = l; /* the list is newest first */
         same += an_source_len(l->addr) == n && !strncmp(l->addr, peer, n);
     }
-    if (same >= an->cfg.source_max_unjoined) {
+    if (an->cfg.source_max_unjoined > 0 &&
+        same >= an->cfg.source_max_unjoined) {
         an->stats.unjoined_refused++;
         shp_warn_sparse(1000,
                         "refusing a connection from %s: %u of its connections "
@@ -254,7 +255,8 @@ static int an_unjoined_admit(shp_an_t *an, const char *peer)
                         peer, same);
         return 0;
     }
-    if (an->nunjoined >= an->cfg.max_unjoined && oldest != NULL) {
+    if (an->cfg.max_unjoined > 0 && an->nunjoined >= an->cfg.max_unjoined &&
+        oldest != NULL) {
         an->stats.unjoined_evicted++;
         shp_warn_sparse(1000,
                         "closing %s, which joined no group yet: %u "

@@ -458,7 +458,8 @@ shp_status_t shp_sharpd_accept(sd_t *sd, int fd)
     shp_conn_init(&c->conn, sd->loop, &sd_client_ops, c,
                   cred.uid == 0 ? SHP_CTL_MAX_FRAME
                                 : SHP_CTL_PREAUTH_MAX_FRAME);
-    c->conn.max_queued = sd->cfg.client_max_queued;
+    if (sd->cfg.client_max_queued > 0) /* 0: the default of conn.h */
+        c->conn.max_queued = sd->cfg.client_max_queued;
     st = shp_conn_open_fd(&c->conn, fd);
     if (st != SHP_OK)
         goto out;
