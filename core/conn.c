@@ -302,7 +302,7 @@ static void shp_conn_prepare_cb(struct ev_loop *loop, ev_prepare *w,
 
     (void)loop;
     (void)revents;
-    if (conn->overflowed && conn->state == SHP_CONN_OPEN) {
+    if (conn->overflowed) { /* open or still connecting */
         ev_prepare_stop(conn->loop, &conn->flush_w);
         shp_conn_close(conn, SHP_ERR_NO_RESOURCE);
         return;
