@@ -443,8 +443,9 @@ static void op_msg(fz_in_t *in)
             key[31] ^= 0x80;
         }
         j.child_index = FZ_AN_M_CHILD(extra);
-        shp_wire_join_key(key, g != NULL ? g->tree_id : 0, h.group_id, key);
-        shp_wire_join_prove(key, e != NULL ? e->nonce : none,
+        uint8_t jk[SHP_WIRE_JOIN_KEY_LEN]; /* what the group's AN holds */
+        shp_wire_join_key(key, g != NULL ? g->tree_id : 0, h.group_id, jk);
+        shp_wire_join_prove(jk, e != NULL ? e->nonce : none,
                             g != NULL ? g->tree_id : 0, h.group_id, &j);
         shp_wire_join_pack(&j, buf + SHP_WIRE_HDR_LEN);
         fz_bytes(in, buf + SHP_WIRE_HDR_LEN + SHP_WIRE_JOIN_LEN,
