@@ -861,8 +861,8 @@ static int setup(void **state)
     char topo[400];
     snprintf(topo, sizeof(topo), "%s/ft.ibnd", dir);
     mkdir(dir, 0700);
-    if (sh("%s/sharp-topo fat-tree --radix 4 --hosts 8 > %s", bindir, topo) !=
-            0 ||
+    if (sh("%s/sharp-topo fat-tree --radix 4 --hosts 8 > %s", fabric_bin(),
+           topo) != 0 ||
         sh("ulimit -n $(ulimit -Hn) && SHARP_AM_KEEPALIVE=1s "
            "SHARPD_KEEPALIVE=1s "
            "%s/sharp-fabric --dir %s --bin %s up %s --net " NET " >/dev/null",
