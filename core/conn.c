@@ -180,7 +180,9 @@ static shp_status_t shp_conn_do_write(shp_conn_t *conn)
     }
     conn->woff = 0;
     ev_io_stop(conn->loop, &conn->wio);
-    if (conn->wcap > SHP_CONN_RBUF_MIN) { /* a large answer went: not kept */
+    /* a large answer went: not kept (a data path that keeps its read
+     * buffer, rbuf_keep, keeps this one too) */
+    if (conn->wcap > SHP_CONN_RBUF_MIN && conn->rbuf_keep == 0) {
         free(conn->wbuf);
         conn->wbuf = NULL;
         conn->wcap = 0;

@@ -96,8 +96,8 @@ struct shp_conn {
 #define SHP_CONN_HIGH_WATER (256 * 1024)
 #define SHP_CONN_DEFAULT_MAX_QUEUED (64u * 1024 * 1024)
 /* A read buffer's first size (or the largest frame, if smaller); a data
- * path that keeps its buffer between frames keeps this much
- * (rbuf_keep). */
+ * path keeps its buffer between frames (rbuf_keep: at least this, the tcp
+ * transport its largest message) and then its write buffer too. */
 #define SHP_CONN_RBUF_MIN (64 * 1024)
 
 void shp_conn_init(shp_conn_t *conn, struct ev_loop *loop,

@@ -34,7 +34,9 @@ static void tcp_ep_limits(tcp_ep_t *ep)
     ep->conn.max_frame = ep->base.rx_limit > 0 && ep->base.rx_limit < full
                              ? ep->base.rx_limit
                              : full;
-    ep->conn.rbuf_keep = ep->base.rx_limit > 0 ? 0 : SHP_CONN_RBUF_MIN;
+    ep->conn.rbuf_keep = ep->base.rx_limit > 0      ? 0
+                         : full > SHP_CONN_RBUF_MIN ? full
+                                                    : SHP_CONN_RBUF_MIN;
 }
 
 static shp_status_t tcp_frame_len(shp_conn_t *conn, const void *buf,
@@ -101,7 +103,7 @@ static tcp_ep_t *tcp_ep_new(shp_tp_t *tp)
     ep->base.tp = tp;
     shp_conn_init(&ep->conn, tp->loop, &tcp_conn_ops, ep,
                   SHP_WIRE_HDR_LEN + (size_t)tp->max_payload);
-    ep->conn.rbuf_keep = SHP_CONN_RBUF_MIN;
+    tcp_ep_limits(ep); /* a data path: its buffers kept, as before */
     return ep;
 }
 
