@@ -830,8 +830,14 @@ static void test_an_holds_no_job_key(void **state)
                           "group_create", "id", 3, "job_id", (json_int_t)9200,
                           "members", "n00001", "n00002", "n00003", "n00004",
                           "n00005", "n00006", "n00007", "n00008"),
-                NULL),
+                &r),
         0);
+    /* a real answer's size (client_max_queued is sized from these) */
+    char *body = json_dumps(r, JSON_COMPACT);
+    print_message("group_create's answer for 8 members: %zu bytes\n",
+                  body ? strlen(body) : 0);
+    free(body);
+    json_decref(r);
     usleep(300000);
     long in_sd = mem_count(pid_of("n00001", NULL, 0), key, sizeof(key));
     long held = 0, ans_seen = 0;
