@@ -163,6 +163,7 @@ include plugins/opensm/module.mk
 include plugins/slurm/module.mk
 include man/module.mk
 include tests/module.mk
+include tests/mpi-coll/module.mk
 include tests/fuzz/module.mk
 include bench/module.mk
 
