@@ -5,7 +5,8 @@
 #
 #   make [all]           build everything into $(O) (default: build/)
 #   make check           build and run every test suite
-#   make check-layers    the includes and calls keep to the rooms' layering
+#   make check-layers    the includes and calls keep to the rooms' layering,
+#                        files and functions to their sizes
 #   make SAN=1 check     the same under AddressSanitizer + UBSan (O=build/san)
 #   make bench-reduce    reduction-engine throughput benchmark
 #   make bench-exact     exact (SHARP_OP_SUM_EXACT) vs normal sums
@@ -163,6 +164,7 @@ include plugins/opensm/module.mk
 include plugins/slurm/module.mk
 include man/module.mk
 include tests/module.mk
+include tests/mpi-coll/module.mk
 include tests/fuzz/module.mk
 include bench/module.mk
 
@@ -174,8 +176,9 @@ all: $(LIBS) $(BINS) $(MANS) $(TESTS) $(TEST_HELPERS) $(BENCHES)
 check: all
 	$(Q)O=$(O) SAN=$(SAN) bash tests/run-tests.sh $(TESTS) $(TEST_SCRIPTS)
 
-# The layering: allowed includes per room, and no circle of calls between
-# the product's files (scripts/check-layers.sh; also one of make check's tests).
+# The layering: allowed includes per room, no circle of calls between the
+# product's files, no file over 800 lines and no function over 80
+# (scripts/check-layers.sh; also one of make check's tests).
 .PHONY: check-layers
 check-layers: all
 	$(Q)bash scripts/check-layers.sh --objects $(OBJDIR)

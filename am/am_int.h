@@ -156,7 +156,8 @@ void shp_am_adopt_an(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
 void shp_am_adopt_sharpd(shp_am_t *am, shp_am_peer_t *p, const json_t *msg);
 /* am_ha.c */
 typedef struct shp_am_ha shp_am_ha_t;
-/* The epoch as persisted (MERGE: issue 30 part 2's store, see am_ha.c) */
+/* The epoch as persisted in the state database: loaded at start,
+ * committed before any node hears it (am_ha.c) */
 uint64_t am_epoch_load(shp_am_t *am);
 int am_epoch_commit(shp_am_t *am, uint64_t epoch);
 /* peers configured: standby until no peer is active; none: active now */

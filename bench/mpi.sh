@@ -204,7 +204,7 @@ if [ "${SHARP_BENCH_MAC:-1}" = 1 ]; then
     done
 fi
 
-# Scale (issue 31): one rank per host at 8 to 64 ranks on a 64-host
+# Scale, and several ranks per host (the node-local step): one rank per host at 8 to 64 ranks on a 64-host
 # fabric, and 2, 4, 8 ranks per host on the 8-host fabric, sharp against
 # both Open MPI transports; allreduce of 8 B and 4 KiB, bcast, barrier
 # (bench_mpi_lat with SHARP_BENCH_QUICK=1), one round each (64 processes

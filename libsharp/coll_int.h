@@ -11,6 +11,11 @@
  * what they wait for is done, sleeping on the sockets (or polling, with
  * SHARP_COLL_POLLING).  Nothing runs in the background: progress happens
  * inside library calls (and sharp_coll_progress()).
+ *
+ * The lower layer's files: coll_ctx.c (the context, its configuration,
+ * progress and the link to sharpd), coll_job.c (the job over the
+ * out-of-band exchange, init and finalize), coll_info.c (capabilities,
+ * registration, printing, statistics).
  */
 #ifndef SHP_LIBSHARP_COLL_INT_H
 #define SHP_LIBSHARP_COLL_INT_H

@@ -251,6 +251,100 @@ static uint64_t nan_bits(const fmt_t *f)
     return inf_bits(f, 0) | (1ull << (f->mbits - 1));
 }
 
+/* a NaN or an infinity that the specials' lanes count: written, 1 */
+static int decode_special(const shp_exact_layout_t *lay, const fmt_t *f,
+                          const int64_t *x, uint8_t *o)
+{
+    if (!lay->specials) {
+        return 0;
+    }
+    const int64_t *sp = x + lay->limbs;
+    if (sp[0] > 0 || (sp[1] > 0 && sp[2] > 0)) {
+        put(f, o, nan_bits(f));
+        return 1;
+    }
+    if (sp[1] > 0 || sp[2] > 0) {
+        put(f, o, inf_bits(f, sp[2] > 0));
+        return 1;
+    }
+    return 0;
+}
+
+/* The sum's magnitude as nl limbs in mag (the carries propagated, a
+ * negative sum's two's complement taken), its top bit in *top (-1: zero);
+ * whether it is negative returned. */
+static int decode_magnitude(const shp_exact_layout_t *lay, const int64_t *x,
+                            uint32_t *mag, unsigned nl, int64_t *top)
+{
+    /* carries: the sum as limbs in [0, 2^32) and a signed top */
+    __int128 c = 0;
+    for (unsigned j = 0; j < lay->limbs; j++) {
+        c += x[j];
+        mag[j] = (uint32_t)(unsigned __int128)c;
+        c >>= 32; /* arithmetic: floor */
+    }
+    int neg = c < 0;
+    mag[nl - 2] = (uint32_t)(unsigned __int128)c;
+    mag[nl - 1] = (uint32_t)((unsigned __int128)c >> 32);
+    if (neg) { /* two's complement over all nl limbs */
+        uint64_t carry = 1;
+        for (unsigned j = 0; j < nl; j++) {
+            uint64_t t = (uint64_t)(uint32_t)~mag[j] + carry;
+            mag[j] = (uint32_t)t;
+            carry = t >> 32;
+        }
+    }
+    *top = -1;
+    for (unsigned j = nl; j-- > 0;) {
+        if (mag[j] != 0) {
+            *top = (int64_t)j * 32 + 31 - __builtin_clz(mag[j]);
+            break;
+        }
+    }
+    return neg;
+}
+
+/* The magnitude rounded to the format's p bits, to nearest even, the ulp
+ * at least 2^emin, written with its sign (an infinity past emax). */
+static void decode_round(const shp_exact_layout_t *lay, const fmt_t *f,
+                         const uint32_t *mag, unsigned nl, int64_t top, int neg,
+                         uint8_t *o)
+{
+    const unsigned p = f->mbits + 1;
+    const int emin = fmt_emin(f), emax = fmt_emax(f);
+    int64_t T = top + lay->lo;
+    int64_t u = T - (int64_t)(p - 1);
+    if (u < emin) {
+        u = emin;
+    }
+    int64_t s = u - lay->lo; /* bit of M that is the result's ulp */
+    uint64_t q;
+    if (s <= 0) {
+        q = get_bits(mag, nl, 0, (unsigned)(top + 1)) << -s;
+    } else {
+        q = get_bits(mag, nl, s, (unsigned)(top - s + 1));
+        int half = (int)get_bits(mag, nl, s - 1, 1);
+        if (half && (any_below(mag, s - 1) || (q & 1))) {
+            q++;
+        }
+    }
+    if (q >> p) { /* rounded up to 2^p */
+        q >>= 1;
+        u++;
+    }
+    uint64_t sign = (uint64_t)neg << (f->size * 8 - 1);
+    if (u + (int64_t)(63 - __builtin_clzll(q)) > emax) {
+        put(f, o, inf_bits(f, neg));
+    } else if (q < (1ull << f->mbits)) { /* subnormal (u == emin) */
+        put(f, o, sign | q);
+    } else {
+        uint64_t E = (uint64_t)(u + f->bias + (int64_t)f->mbits);
+        put(f, o, sign | (E << f->mbits) | (q & ((1ull << f->mbits) - 1)));
+    }
+}
+
+/* Each element: a special (decode_special), else its magnitude
+ * (decode_magnitude): an exact zero, or rounded (decode_round). */
 void shp_exact_decode(const shp_exact_layout_t *lay, const int64_t *lanes,
                       size_t count, void *out)
 {
@@ -258,83 +352,22 @@ void shp_exact_decode(const shp_exact_layout_t *lay, const int64_t *lanes,
     if (!fmt_of(lay->dtype, &f)) {
         return;
     }
-    const unsigned L = lay->lanes, nl = lay->limbs + 2, p = f.mbits + 1;
-    const int emin = fmt_emin(&f), emax = fmt_emax(&f);
+    const unsigned L = lay->lanes, nl = lay->limbs + 2;
     uint32_t mag[SHP_EXACT_LANES_MAX + 2];
     uint8_t *o = out;
     for (size_t i = 0; i < count; i++, lanes += L, o += f.size) {
         const int64_t *x = lanes;
-        if (lay->specials) {
-            const int64_t *sp = x + lay->limbs;
-            if (sp[0] > 0 || (sp[1] > 0 && sp[2] > 0)) {
-                put(&f, o, nan_bits(&f));
-                continue;
-            }
-            if (sp[1] > 0 || sp[2] > 0) {
-                put(&f, o, inf_bits(&f, sp[2] > 0));
-                continue;
-            }
+        int64_t top;
+        if (decode_special(lay, &f, x, o)) {
+            continue;
         }
-        /* carries: the sum as limbs in [0, 2^32) and a signed top */
-        __int128 c = 0;
-        for (unsigned j = 0; j < lay->limbs; j++) {
-            c += x[j];
-            mag[j] = (uint32_t)(unsigned __int128)c;
-            c >>= 32; /* arithmetic: floor */
-        }
-        int neg = c < 0;
-        mag[nl - 2] = (uint32_t)(unsigned __int128)c;
-        mag[nl - 1] = (uint32_t)((unsigned __int128)c >> 32);
-        if (neg) { /* two's complement over all nl limbs */
-            uint64_t carry = 1;
-            for (unsigned j = 0; j < nl; j++) {
-                uint64_t t = (uint64_t)(uint32_t)~mag[j] + carry;
-                mag[j] = (uint32_t)t;
-                carry = t >> 32;
-            }
-        }
-        int64_t top = -1;
-        for (unsigned j = nl; j-- > 0;) {
-            if (mag[j] != 0) {
-                top = (int64_t)j * 32 + 31 - __builtin_clz(mag[j]);
-                break;
-            }
-        }
+        int neg = decode_magnitude(lay, x, mag, nl, &top);
         if (top < 0) { /* an exact zero: -0 only if every one was -0 */
             int nz = lay->negzero && x[L - 1] == 0;
             put(&f, o, nz ? (1ull << (f.size * 8 - 1)) : 0);
             continue;
         }
-        /* round to p bits, the ulp at least 2^emin */
-        int64_t T = top + lay->lo;
-        int64_t u = T - (int64_t)(p - 1);
-        if (u < emin) {
-            u = emin;
-        }
-        int64_t s = u - lay->lo; /* bit of M that is the result's ulp */
-        uint64_t q;
-        if (s <= 0) {
-            q = get_bits(mag, nl, 0, (unsigned)(top + 1)) << -s;
-        } else {
-            q = get_bits(mag, nl, s, (unsigned)(top - s + 1));
-            int half = (int)get_bits(mag, nl, s - 1, 1);
-            if (half && (any_below(mag, s - 1) || (q & 1))) {
-                q++;
-            }
-        }
-        if (q >> p) { /* rounded up to 2^p */
-            q >>= 1;
-            u++;
-        }
-        uint64_t sign = (uint64_t)neg << (f.size * 8 - 1);
-        if (u + (int64_t)(63 - __builtin_clzll(q)) > emax) {
-            put(&f, o, inf_bits(&f, neg));
-        } else if (q < (1ull << f.mbits)) { /* subnormal (u == emin) */
-            put(&f, o, sign | q);
-        } else {
-            uint64_t E = (uint64_t)(u + f.bias + (int64_t)f.mbits);
-            put(&f, o, sign | (E << f.mbits) | (q & ((1ull << f.mbits) - 1)));
-        }
+        decode_round(lay, &f, mag, nl, top, neg, o);
     }
 }
 

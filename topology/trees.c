@@ -195,11 +195,14 @@ static void bfs_dist(const an_graph_t *g, int src, int *dist, int *queue)
     }
 }
 
-/* One tree from AN position `root`.  lvl, par, nch, order are scratch
- * arrays of nan entries. */
-static shp_status_t grow_tree(const an_graph_t *g, const shp_an_set_t *ans,
-                              int root, int radix, shp_tree_t *t, int *lvl,
-                              int *par, int *nch, int *order, int *pending)
+/* The BFS that places ANs level by level under `root`: each neighbour of
+ * a level not yet placed (and with capacity) goes under the parent of that
+ * level with the fewest children below radix; one that finds none waits
+ * in `pending` for the next level.  lvl, par, nch, order, pending: scratch
+ * of nan entries; the number placed (in order) returned. */
+static int grow_levels(const an_graph_t *g, const shp_an_set_t *ans, int root,
+                       int radix, int *lvl, int *par, int *nch, int *order,
+                       int *pending)
 {
     int nan = g->nan;
     for (int i = 0; i < nan; i++) {
@@ -250,15 +253,15 @@ static shp_status_t grow_tree(const an_graph_t *g, const shp_an_set_t *ans,
         cur_start = cur_end;
         level++;
     }
+    return norder;
+}
 
-    /* prune branches without hosts: reverse BFS order */
-    char *keep = calloc((size_t)nan, 1);
-    int *tpos = malloc(sizeof(int) * (size_t)nan);
-    if (!keep || !tpos) {
-        free(keep);
-        free(tpos);
-        return SHP_ERR_NO_MEMORY;
-    }
+/* The placed ANs (order, BFS) as tree t, pruned of the branches without
+ * hosts (keep: marked in reverse BFS order); tpos: scratch of nan. */
+static shp_status_t grow_prune(const an_graph_t *g, int root, const int *lvl,
+                               const int *par, const int *order, int norder,
+                               char *keep, int *tpos, shp_tree_t *t)
+{
     for (int i = norder - 1; i >= 0; i--) {
         int v = order[i];
         if (g->hosts[v] > 0)
@@ -271,17 +274,12 @@ static shp_status_t grow_tree(const an_graph_t *g, const shp_an_set_t *ans,
         n += keep[order[i]];
     memset(t, 0, sizeof(*t));
     t->root = g->node[root];
-    if (n == 0) {
-        free(keep);
-        free(tpos);
+    if (n == 0)
         return SHP_OK;
-    }
     t->node = malloc(sizeof(int) * (size_t)n);
     t->parent = malloc(sizeof(int) * (size_t)n);
     t->nchild = calloc((size_t)n, sizeof(int));
     if (!t->node || !t->parent || !t->nchild) {
-        free(keep);
-        free(tpos);
         shp_tree_free(t);
         return SHP_ERR_NO_MEMORY;
     }
@@ -300,9 +298,28 @@ static shp_status_t grow_tree(const an_graph_t *g, const shp_an_set_t *ans,
         t->nhosts += g->hosts[v];
         t->n++;
     }
+    return SHP_OK;
+}
+
+/* One tree from AN position `root`: its levels grown (grow_levels), then
+ * pruned (grow_prune).  lvl, par, nch, order, pending are scratch arrays
+ * of nan entries. */
+static shp_status_t grow_tree(const an_graph_t *g, const shp_an_set_t *ans,
+                              int root, int radix, shp_tree_t *t, int *lvl,
+                              int *par, int *nch, int *order, int *pending)
+{
+    int nan = g->nan;
+    int norder =
+        grow_levels(g, ans, root, radix, lvl, par, nch, order, pending);
+    char *keep = calloc((size_t)nan, 1);
+    int *tpos = malloc(sizeof(int) * (size_t)nan);
+    shp_status_t st = SHP_ERR_NO_MEMORY;
+
+    if (keep && tpos)
+        st = grow_prune(g, root, lvl, par, order, norder, keep, tpos, t);
     free(keep);
     free(tpos);
-    return SHP_OK;
+    return st;
 }
 
 shp_status_t shp_trees_build(const shp_topo_t *topo, const shp_an_set_t *ans,

@@ -114,9 +114,9 @@ int shp_hello_finish(shp_hello_t *h, int failed)
             puts(s);
         free(s);
         json_decref(o);
-    } else if (failed == 0) {
-        printf("sharp works on this host.\n");
     } else {
+        if (failed == 0)
+            printf("sharp works on this host.\n");
         json_decref(h->steps);
     }
     h->steps = NULL;

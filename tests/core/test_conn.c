@@ -239,7 +239,8 @@ static void test_oversize_closes(void **state)
 
 /* A peer that announces a frame of the largest size and sends a little of
  * it makes us hold what it sent, not what it announced (a 4 MiB buffer
- * per connection before: issue 28's unauthenticated peers). */
+ * per connection before: any peer, authenticated or not, could make a
+ * daemon hold that much for each connection it opened). */
 static void test_announced_length(void **state)
 {
     uint8_t hdr[SHP_CTL_HDR_LEN], body[96 * 1024];

@@ -21,7 +21,8 @@
 #    calls on MPI; a job begun during the takeover gets its groups; the
 #    old manager started again comes back as standby;
 # 4. a member host's sharpd paused (SIGSTOP) past the manager's keepalives
-#    (a sharpd starved of CPU: issue 27's "lost the child link"): the
+#    (a sharpd starved of CPU, as a loaded host's can be: its groups
+#    failed with "lost the child link" before sharpd_grace): the
 #    manager holds the host's share for sharpd_grace, the sharpd resumed
 #    registers again and reports the job, and the job keeps its groups:
 #    every result right, 0 calls on MPI.
