@@ -175,7 +175,7 @@ $(filter $(TESTDIR)/sharpd/%,$(UNIT_TESTS)): $(SHARPD_LIB)
 $(filter $(TESTDIR)/mpi-coll/%,$(UNIT_TESTS)): $(call obj_of,mpi-coll/recover.c)
 
 # libsharp_mpi's node-local step on shared memory, with forked ranks (no MPI).
-$(TESTDIR)/mpi-coll/test_node_shm: $(call obj_of,mpi-coll/node_shm.c)
+$(TESTDIR)/mpi-coll/test_node_shm: $(call obj_of,mpi-coll/node_shm.c mpi-coll/node_shm_op.c)
 
 # The layering (scripts/check-layers.sh): the tree's includes and calls, and
 # the check failing on planted breaches.
