@@ -3,11 +3,17 @@
 
 MPICC_OMPI ?= mpicc.openmpi
 MPICC_MPICH ?= mpicc.mpich
-SHARP_MPI_SRC := mpi-coll/sharp_mpi.c mpi-coll/sharp_mpi_nb.c mpi-coll/recover.c \
-	mpi-coll/lock.c \
-	mpi-coll/why.c mpi-coll/node_shm.c
+SHARP_MPI_SRC := mpi-coll/settings.c mpi-coll/lock.c mpi-coll/why.c \
+	mpi-coll/dtype.c mpi-coll/fall.c mpi-coll/op.c mpi-coll/node_step.c \
+	mpi-coll/progress.c mpi-coll/comm.c mpi-coll/coll_op.c \
+	mpi-coll/coll_reduce.c mpi-coll/coll_bcast.c mpi-coll/coll_barrier.c \
+	mpi-coll/nb_coll.c mpi-coll/request.c mpi-coll/init.c \
+	mpi-coll/recover.c mpi-coll/recover_svc.c mpi-coll/node_shm.c \
+	mpi-coll/node_shm_op.c
 # the sources' own headers
-SHARP_MPI_HDR := mpi-coll/sharp_mpi_int.h mpi-coll/recover.h mpi-coll/node_shm.h
+SHARP_MPI_HDR := mpi-coll/sharp_mpi_int.h mpi-coll/nb.h mpi-coll/coll.h \
+	mpi-coll/recover.h mpi-coll/recover_int.h mpi-coll/node_shm.h \
+	mpi-coll/node_shm_int.h
 SHARP_MPI_OMPI := $(LIB_OUT)/libsharp_mpi_ompi.so
 SHARP_MPI_MPICH := $(LIB_OUT)/libsharp_mpi_mpich.so
 MPI_DEMO_OMPI := $(BINDIR)/sharp_mpi_demo_ompi

@@ -1,15 +1,22 @@
 /*
- * libsharp_mpi internals: what its two units share.  sharp_mpi.c holds
- * the settings, MPI_Init / MPI_Finalize, communicators' groups (made on
- * first use, recovered after a failure), datatypes and the blocking
- * collectives; sharp_mpi_nb.c the non-blocking and persistent collectives
- * and the MPI_Wait / MPI_Test family that completes them, on the same
- * communicators, eligibility rules and recovery.  Both are built into one
- * library per MPI (mpi-coll/module.mk); nothing declared here is exported
- * (only the MPI_* wrappers, marked API, are), and every name carries
- * smpi_ (recover.h's carry smr_).  sharp_mpi_nb.c is the upper file: it
- * calls sharp_mpi.c, which reaches it only through the callbacks it gives
- * (smpi_nb_cbs_t).
+ * libsharp_mpi internals: what its files share.  Bottom to top (a file
+ * calls only files below it; mpi-coll/README.md says what each is for):
+ *
+ *   settings.c, lock.c, why.c      settings, state, notes; the lock; why a
+ *                                  call went to MPI
+ *   dtype.c, fall.c                datatypes and eligibility; the fall-back
+ *                                  policy and recovery of an operation
+ *   op.c, node_step.c, progress.c  the non-blocking engine (nb.h)
+ *   comm.c                         communicators and their groups
+ *   coll_op.c, coll_*.c            the blocking collectives (coll.h)
+ *   nb_coll.c, request.c, init.c   the non-blocking and persistent entry
+ *                                  points; the completion calls; MPI_Init
+ *                                  and MPI_Finalize
+ *
+ * All are built into one library per MPI (mpi-coll/module.mk); nothing
+ * declared here is exported (only the MPI_* wrappers, marked API, are),
+ * and every shared name carries smpi_ (recover.h's carry smr_, node_shm.h's
+ * smn_).
  */
 #ifndef SHARP_MPI_INT_H
 #define SHARP_MPI_INT_H
@@ -45,6 +52,8 @@ typedef struct smpi_cfg {
 } smpi_cfg_t;
 
 extern smpi_cfg_t smpi_cfg;
+/* read from the environment (settings.c), at MPI_Init */
+void smpi_cfg_load(void);
 
 /* the collectives counted in the report ([0] offloaded, [1] fallen back) */
 enum {
@@ -52,7 +61,7 @@ enum {
     C_REDUCE,
     C_BARRIER,
     C_BCAST,
-    /* non-blocking, and the starts of persistent ones (sharp_mpi_nb.c) */
+    /* non-blocking, and the starts of persistent ones (nb_coll.c) */
     C_IALLREDUCE,
     C_IREDUCE,
     C_IBARRIER,
@@ -188,7 +197,7 @@ typedef struct comm_state {
     unsigned long seq, done_seq, fall_pos, retry_at;
     MPI_Comm all;
     /* non-blocking operations with recovery, and every one with several
-     * ranks per node (sharp_mpi_nb.c): the communicator's activations in
+     * ranks per node (op.c): the communicator's activations in
      * posting order, the first in flight (its node step, through sharp,
      * or on PMPI once the group failed); nbq_len of them. After a failure
      * a queue not yet empty takes the new ones too (done on PMPI in
@@ -209,7 +218,7 @@ typedef struct dt_map {
     size_t ext, size; /* the MPI element's extent and size */
 } dt_map_t;
 
-/* Helpers (sharp_mpi.c) */
+/* Helpers (settings.c; smpi_desc_of: dtype.c) */
 void smpi_note(int verbosity, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* a failure in the network that cannot be recovered: abort the job */
@@ -219,7 +228,7 @@ void smpi_die(MPI_Comm comm, const char *what);
 void *smpi_xmalloc(size_t n, MPI_Comm comm, const char *what); /* aborts */
 struct sharp_coll_data_desc smpi_desc_of(void *p, size_t len);
 
-/* Datatypes (sharp_mpi.c) */
+/* Datatypes (dtype.c) */
 int smpi_dense_type(MPI_Datatype dt, int depth);
 void smpi_loc_pack(const void *in, void *out, size_t n, const dt_map_t *m);
 void smpi_loc_unpack(const void *in, void *out, size_t n, const dt_map_t *m);
@@ -228,7 +237,7 @@ void smpi_pack_data(int pack, void *buf, int count, MPI_Datatype dt, char *tmp,
 long smpi_bytes_of(int count, MPI_Datatype dt);
 
 /* Eligibility, the same rules for the blocking and non-blocking forms
- * (sharp_mpi.c) */
+ * (dtype.c) */
 /* WHY_OK if offloadable, else why not */
 int smpi_reduce_why(int on, int count, MPI_Datatype dt, MPI_Op op, dt_map_t *m,
                     int *sop, size_t *bytes, shp_reduce_desc_t *d);
@@ -237,18 +246,24 @@ int smpi_exact_wanted(int sop, const dt_map_t *m);
 /* an exact sum on PMPI: 1 if done (*ret), 0 if not an exact one */
 int smpi_exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                     MPI_Op op, int root, MPI_Comm comm, int *ret);
-/* a call that went to PMPI, counted (and its reason: smpi_why_call) */
+/* a call that went to PMPI, counted (and its reason: smpi_why_call;
+ * why.c) */
 void smpi_fallback(int kind, long bytes, MPI_Comm comm, int why,
                    MPI_Datatype dt, MPI_Op op);
 
-/* Communicators (sharp_mpi.c): the state of one that offloads (made on
- * its first eligible call), or NULL (*why: the reason) */
+/* Communicators (comm.c): the state of one that offloads (made on its
+ * first eligible call), or NULL (*why: the reason) */
 comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why);
 /* the same, for a blocking call (its communicator's non-blocking
  * operations complete first) or not */
 comm_state_t *smpi_comm_state(MPI_Comm comm, int *why, int blocking);
+/* the communicators' attribute's delete callback (MPI_Comm_free, or the
+ * world's at MPI_Finalize): the group left, the state freed */
+int smpi_comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra);
+/* at MPI_Finalize: every communicator's group and record forgotten */
+void smpi_comm_forget_all(void);
 
-/* Recovery (sharp_mpi.c): after a failed operation, 1 if it completed
+/* Recovery (fall.c): after a failed operation, 1 if it completed
  * elsewhere (its result: smr_result), 0 if it is to be redone on PMPI */
 int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
                     size_t len, int rc, int leave);
@@ -263,15 +278,10 @@ void smpi_comm_call(comm_state_t *s, MPI_Comm comm);
 void smpi_node_shm_fail(comm_state_t *st, MPI_Comm comm, const char *what,
                         shp_status_t s);
 
-/* What sharp_mpi.c may ask of the non-blocking layer above it
- * (sharp_mpi_nb.c), which gives these with its first operation: the two
- * files depend one way. */
-typedef struct smpi_nb_cbs {
-    /* s's operations in flight (NULL: every communicator's) complete;
-     * both libraries progress meanwhile */
-    void (*drain)(comm_state_t *s);
-} smpi_nb_cbs_t;
-void smpi_set_nb_cbs(const smpi_nb_cbs_t *cbs);
+/* Non-blocking operations (progress.c, below comm.c): s's operations in
+ * flight (NULL: every communicator's) complete; both libraries progress
+ * meanwhile */
+void smpi_nb_drain(comm_state_t *s);
 
 #pragma GCC visibility pop
 

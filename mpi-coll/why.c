@@ -408,3 +408,11 @@ void smpi_why_report(void)
                 why_tab[w].name, all[w][0], all[w][1], all[w][2], expl);
     }
 }
+
+void smpi_fallback(int kind, long bytes, MPI_Comm comm, int why,
+                   MPI_Datatype dt, MPI_Op op)
+{
+    SMPI_ADD(smpi.calls[kind][1], 1);
+    SMPI_ADD(smpi.bytes[kind][1], (unsigned long long)(bytes > 0 ? bytes : 0));
+    smpi_why_call(kind, bytes, comm, why, dt, op);
+}

@@ -181,10 +181,10 @@ $(filter $(TESTDIR)/an/%,$(UNIT_TESTS)): LDFLAGS += -Wl,--wrap=shp_tp_find \
 $(filter $(TESTDIR)/sharpd/%,$(UNIT_TESTS)): $(SHARPD_LIB)
 
 # The recovery protocol of libsharp_mpi, with forked members (no MPI).
-$(filter $(TESTDIR)/mpi-coll/%,$(UNIT_TESTS)): $(call obj_of,mpi-coll/recover.c)
+$(filter $(TESTDIR)/mpi-coll/%,$(UNIT_TESTS)): $(call obj_of,mpi-coll/recover.c mpi-coll/recover_svc.c)
 
 # libsharp_mpi's node-local step on shared memory, with forked ranks (no MPI).
-$(TESTDIR)/mpi-coll/test_node_shm: $(call obj_of,mpi-coll/node_shm.c)
+$(TESTDIR)/mpi-coll/test_node_shm: $(call obj_of,mpi-coll/node_shm.c mpi-coll/node_shm_op.c)
 
 # The layering (scripts/check-layers.sh): the tree's includes and calls, and
 # the check failing on planted breaches.

@@ -1,0 +1,111 @@
+/*
+ * libsharp_mpi: the fall-back policy, one for every form (blocking,
+ * non-blocking, persistent; docs/mpi.md, failure protocol).
+ *
+ * A collective that fails after its group was up is recovered
+ * (SHARP_MPI_ON_FAULT=fallback, recover.h): the members agree, through a
+ * recovery service of each process, on the first operation that completed
+ * nowhere; the one before it is fetched from a member that kept it by
+ * those that missed it, and from it on the communicator uses PMPI on every
+ * rank (smpi_comm_fall), until its turn to try a new group (comm.c).  With
+ * SHARP_MPI_ON_FAULT=abort the job aborts naming the failure (smpi_fail).
+ * A node step on shared memory that fails (a rank of the node died or did
+ * not come) aborts the job naming the rank.
+ *
+ * Below both engines: the blocking operation (coll_op.c) and the
+ * non-blocking one (op.c, node_step.c) call it; it calls neither.
+ */
+#include "mpi-coll/sharp_mpi_int.h"
+
+#include "core/time.h"
+#include "mpi-coll/recover.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+/*
+ * The group under st failed (rc) in `what`, an operation of len bytes, or
+ * this member was frozen before posting it (a member asked): the members
+ * agree, through their recovery services, on where the group's operations
+ * end (docs/mpi.md, failure protocol; the job aborts if they cannot).
+ * leave: the group is left first (the tree then fails the operations still
+ * waiting for this member).  1: the operation completed elsewhere, its
+ * result fetched (smr_result); 0: it is to be redone on PMPI, and every
+ * later one.  The blocking (smpi_run_op) and non-blocking (smpi_nb_recover) forms'.
+ */
+int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
+                    size_t len, int rc, int leave)
+{
+    char why[200] = "";
+    uint64_t before = smr_done(st->rec);
+    if (leave && st->sc != NULL) {
+        smpi_note(2, "%s failed in the network (%s): recovering", what,
+                  sharp_coll_strerror(rc));
+        /* a failed group is left at once: the tree fails the operations
+         * still waiting for this member (and nothing may cancel it now) */
+        smr_set_cancel(st->rec, NULL, NULL, 0);
+        sharp_coll_comm_destroy(st->sc);
+        st->sc = NULL;
+    }
+    uint64_t t0 = shp_time_ns();
+    uint64_t F = smr_decide(st->rec, len, (int)smpi_cfg.recovery_timeout_ms,
+                            why, sizeof(why));
+    if (F == 0) {
+        fprintf(stderr,
+                "sharp_mpi[%d]: %s failed in the network and the members "
+                "could not agree on where their operations ended within "
+                "%ld ms (%s): aborting\n",
+                smpi.rank, what, smpi_cfg.recovery_timeout_ms, why);
+        PMPI_Abort(comm, 70);
+    }
+    uint64_t us = (shp_time_ns() - t0) / SHP_NSEC_PER_USEC;
+    if (us > smpi.recovery_us_max) {
+        smpi.recovery_us_max = us;
+    }
+    if (smr_done(st->rec) > before) {
+        SMPI_ADD(smpi.fetched,
+                 1); /* completed elsewhere: its result, from a member */
+        return 1;
+    }
+    return 0;
+}
+
+/* st's communicator goes to PMPI from now on (every rank decides so at
+ * the same operation, wherever it learnt of the failure: a blocking call
+ * or a non-blocking one), and tries a new group SHARP_MPI_REGROUP_CALLS
+ * calls after the last one that completed through the group: 1 if it
+ * offloaded until now */
+int smpi_comm_fall(comm_state_t *st)
+{
+    if (!st->use) {
+        return 0;
+    }
+    st->why = WHY_FELL;
+    st->use = 0;
+    st->fell = 1;
+    st->fall_pos = st->done_seq;
+    st->retry_at = (unsigned long)smpi_cfg.regroup_calls;
+    SMPI_ADD(smpi.fallen, 1);
+    if (st->rank == 0) {
+        smpi_note(
+            1,
+            "a communicator of %d ranks falls back to MPI after a failure "
+            "in the network",
+            st->size);
+    }
+    return 1;
+}
+
+/* A node step on shared memory that failed: a rank of this node died or
+ * did not come (node_shm.h); the others are inside the collective. */
+void smpi_node_shm_fail(comm_state_t *st, MPI_Comm comm, const char *what,
+                        shp_status_t s)
+{
+    fprintf(stderr,
+            "sharp_mpi[%d]: the node-local step of %s failed: node rank %d "
+            "%s: aborting\n",
+            smpi.rank, what, smn_failed_rank(st->nshm),
+            s == SHP_ERR_TIMED_OUT ? "did not come in time"
+                                   : "died (or its node step failed)");
+    PMPI_Abort(comm, 70);
+}

@@ -1,0 +1,127 @@
+/*
+ * libsharp_mpi internals: the non-blocking engine's operation and its
+ * steps, shared by the files of the non-blocking and persistent forms.
+ * Bottom to top: op.c (the operation, its queue, post, delivery, redo and
+ * recovery; the node step's arrival), node_step.c (the rest of the node
+ * step), progress.c (starting, progress, drain), then nb_coll.c (the
+ * MPI_I* and persistent entry points) and request.c (the completion
+ * calls).  Hidden, as everything in sharp_mpi_int.h.
+ */
+#ifndef SMPI_NB_H
+#define SMPI_NB_H
+
+#include "mpi-coll/sharp_mpi_int.h"
+
+#pragma GCC visibility push(hidden)
+
+typedef struct nb_op {
+    int kind; /* C_IALLREDUCE ... */
+    comm_state_t *st;
+    unsigned long seq; /* the activation's place in the communicator's
+                          calls (comm_state_t seq) */
+    MPI_Comm comm;
+    /* the arguments, kept for a persistent operation's every start */
+    const void *sbuf;
+    void *rbuf;
+    int count, root, sop, keep;
+    MPI_Datatype dt;
+    dt_map_t m;
+    shp_reduce_desc_t d; /* the node-local fold's */
+    size_t n, bytes;
+    char *direct; /* bcast: the bytes in the user's buffer, else NULL */
+    /* one activation */
+    void *h; /* sharp's request, NULL when none in flight */
+    char *ps, *pr;
+    MPI_Request greq; /* the activation's generalized request */
+    int active, done;
+    /* with recovery (SHARP_MPI_ON_FAULT=fallback): one operation of a
+     * communicator in flight at a time, its result received into the
+     * group's record (recover.h); queued: waiting for its turn; preq: the
+     * operation done on PMPI instead (the group failed) */
+    int rec, queued;
+    int ended, end_rc; /* sharp's part ended inside another's recovery */
+    char *recbuf;
+    MPI_Request preq;
+    MPI_Op mop;
+    struct nb_op *qnext;
+    /* several ranks per node (the communicator's hier): the node step on
+     * shared memory, one at a time per communicator (always queued).
+     * nphase 0: not begun; 1: arrived (the leader waits for the node's
+     * other ranks, they for its publication); 2: the leader's sharp part
+     * in flight.  nsrc: what this rank gave (a bcast's data at its root);
+     * nin: the leader's input to sharp (the node's fold; every
+     * contribution, for an exact sum; a bcast's data from a root in its
+     * node) */
+    int node, nphase;
+    const char *nsrc;
+    char *nin;
+    /* persistent: the program's handle; freed while active */
+    int persistent, user_freed;
+    MPI_Request handle;
+    struct nb_op *next, **prev;
+} nb_op_t;
+
+/* The codes a node step's leader publishes with its result (node_step.c) */
+enum {
+    NODE_OK,   /* the result */
+    NODE_FELL, /* the result, fetched in a recovery: later ones on PMPI */
+    NODE_REDO  /* this one and the later ones on PMPI (every rank) */
+};
+
+/* every live operation (op.c) */
+extern nb_op_t *smpi_nb_ops;
+/* node steps that moved on (node_step.c): a wait that sees the count
+ * change starts its idle backoff afresh */
+extern unsigned long smpi_nb_moved;
+
+/* The operation (op.c) */
+void smpi_nb_release(nb_op_t *o); /* unlinked and freed */
+/* its generalized request's callbacks (MPI_Grequest_start) */
+int smpi_nb_query(void *extra, MPI_Status *status);
+int smpi_nb_free(void *extra);
+int smpi_nb_cancel(void *extra, int complete);
+const char *smpi_nb_name(const nb_op_t *o);
+/* sharp's part posted (dst: the record's buffer with recovery, else NULL) */
+int smpi_nb_post(nb_op_t *o, void *dst, int as_allreduce);
+/* the program's buffers from a result at res */
+void smpi_nb_deliver(nb_op_t *o, const char *res);
+/* MPI's request of the activation completed (o may be gone) */
+void smpi_nb_complete_greq(nb_op_t *o);
+/* the head of its communicator's queue is done: the next one goes (o may
+ * be gone) */
+void smpi_nb_dequeue(nb_op_t *o);
+/* the operation on PMPI, on the communicator's private duplicate */
+void smpi_nb_redo(nb_op_t *o);
+/* the communicator falls back (fetched: the last operation completed
+ * somewhere, or NULL) */
+void smpi_nb_fall(comm_state_t *st, const nb_op_t *fetched);
+/* the group failed at o (rc): recovered, o delivered or redone */
+void smpi_nb_recover(nb_op_t *o, int rc);
+/* the head of st's queue posted (through sharp, on PMPI, or its node
+ * step's arrival) */
+void smpi_nb_kick(comm_state_t *st);
+
+/* The node step's pieces (op.c: its arrival; node_step.c: the rest) */
+size_t smpi_node_len(const nb_op_t *o);
+char *smpi_node_pr(nb_op_t *o);
+void smpi_node_check(nb_op_t *o, shp_status_t s);
+void smpi_node_arrive(nb_op_t *o);
+/* the leader's sharp part ended (rc) */
+void smpi_node_finish(nb_op_t *o, int rc);
+/* a node step's turn of progress (nphase 1): 1 if o completed */
+int smpi_node_poll(nb_op_t *o);
+
+/* Starting and progress (progress.c) */
+void smpi_nb_link(nb_op_t *o); /* a new operation, live */
+void smpi_nb_start(nb_op_t *o);
+/* 1 if o's part is done (sharp's or PMPI's); block: wait for it */
+int smpi_nb_poll(nb_op_t *o, int block);
+void smpi_nb_progress_all(void);
+void smpi_nb_poke_mpi(void);
+void smpi_nb_idle(unsigned turn);
+/* the live operation of a request (a program's handle), or NULL */
+nb_op_t *smpi_nb_find(MPI_Request r);
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,387 @@
+/*
+ * libsharp_mpi: the non-blocking operation (nb_op_t, nb.h), the engine of
+ * the non-blocking and persistent collectives: its queue per
+ * communicator, its post through sharp, the delivery of its result, its
+ * redo on PMPI and its recovery.
+ *
+ * The request the program gets is a generalized request
+ * (MPI_Grequest_start) that is completed (MPI_Grequest_complete) once
+ * sharp's request is, so MPI's own MPI_Wait*, MPI_Test* and
+ * MPI_Request_free take it with any other request (request.c).  Offloaded
+ * exactly when the blocking call would be (same datatypes, ops, counts,
+ * sizes: every rank decides alike; nb_coll.c).
+ *
+ * Progress: a message up to the OST quota is wholly sent when it goes to
+ * sharp, so the network reduces it while the program computes; the result
+ * is read at the next MPI_Wait* / MPI_Test* (or any call that progresses
+ * sharp; progress.c).  With recovery (SHARP_MPI_ON_FAULT=fallback) a
+ * communicator's operations go to sharp one at a time (a queue per
+ * communicator), each received into the group's record, and a failed one
+ * is recovered as a blocking one is (smpi_nb_recover: fetched from a
+ * member, or redone on PMPI); without, they are pipelined and a failure
+ * aborts (smpi_fail()).  After a failure the queue takes the later ones
+ * too, done on PMPI in order on the communicator's private duplicate.
+ *
+ * With node-local aggregation (several ranks per node, hier) an operation
+ * is one node step on shared memory in its non-blocking form (node_shm.h,
+ * smn_nb_*), for data up to the smallest slot of the communicator's nodes
+ * where every node has its segment (nb_slot, agreed when the group is
+ * made), else PMPI on every rank: at the head of the queue each rank
+ * arrives with its contribution (smpi_node_arrive, here) and goes on; the
+ * rest of the step is node_step.c's.
+ */
+#include "mpi-coll/sharp_mpi_int.h"
+#include "mpi-coll/nb.h"
+
+#include "mpi-coll/recover.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+nb_op_t *smpi_nb_ops; /* every live operation */
+
+void smpi_nb_release(nb_op_t *o)
+{
+    *o->prev = o->next;
+    if (o->next != NULL) {
+        o->next->prev = o->prev;
+    }
+    free(o->ps);
+    free(o->pr);
+    free(o->nin);
+    free(o);
+}
+
+/* Generalized request callbacks -------------------------------------------- */
+
+int smpi_nb_query(void *extra, MPI_Status *status)
+{
+    (void)extra;
+    PMPI_Status_set_elements(status, MPI_BYTE, 0);
+    PMPI_Status_set_cancelled(status, 0);
+    status->MPI_SOURCE = MPI_UNDEFINED;
+    status->MPI_TAG = MPI_UNDEFINED;
+    status->MPI_ERROR = MPI_SUCCESS;
+    return MPI_SUCCESS;
+}
+
+/* MPI frees the activation's request (a completed wait or test, or
+ * MPI_Request_free after completion) */
+int smpi_nb_free(void *extra)
+{
+    nb_op_t *o = extra;
+    o->greq = MPI_REQUEST_NULL;
+    o->active = 0;
+    if (!o->persistent) {
+        smpi_nb_release(o);
+    }
+    return MPI_SUCCESS;
+}
+
+int smpi_nb_cancel(void *extra, int complete)
+{
+    (void)extra;
+    (void)complete;
+    return MPI_SUCCESS; /* a collective cannot be cancelled */
+}
+
+/* Starting and finishing ---------------------------------------------------- */
+
+const char *smpi_nb_name(const nb_op_t *o)
+{
+    return smpi_coll_names[o->kind];
+}
+
+/* sharp's part posted; dst: where a reduction's result goes (the record's
+ * buffer with recovery, which every member receives, a reduce's non-roots
+ * too), bsrc/bdst: a bcast's buffers */
+int smpi_nb_post(nb_op_t *o, void *dst, int as_allreduce)
+{
+    comm_state_t *st = o->st;
+    if (o->kind == C_IBARRIER) {
+        return sharp_coll_do_barrier_nb(st->sc, &o->h);
+    }
+    if (o->kind == C_IBCAST) {
+        struct sharp_coll_bcast_spec bs;
+        char *p = o->direct;
+        if (p == NULL) {
+            if (o->pr == NULL) {
+                o->pr = smpi_xmalloc(o->bytes, o->comm, smpi_nb_name(o));
+            }
+            p = o->pr;
+            if (st->rank == o->root) {
+                smpi_pack_data(1, o->rbuf, o->count, o->dt, p, (int)o->bytes,
+                               o->comm);
+            }
+        }
+        if (dst != NULL && st->rank != o->root) {
+            p = dst; /* the record's buffer: unpacked from it after */
+        }
+        memset(&bs, 0, sizeof(bs));
+        bs.buf_desc = smpi_desc_of(p, o->bytes);
+        bs.size = o->bytes;
+        bs.root = o->root;
+        return sharp_coll_do_bcast_nb(st->sc, &bs, &o->h);
+    }
+    struct sharp_coll_reduce_spec spec;
+    const void *src = o->sbuf == MPI_IN_PLACE ? o->rbuf : o->sbuf;
+    if (o->m.packed) {
+        if (o->ps == NULL) {
+            o->ps = smpi_xmalloc(o->bytes, o->comm, smpi_nb_name(o));
+        }
+        smpi_loc_pack(src, o->ps, o->n, &o->m);
+        src = o->ps;
+        if (dst == NULL && o->keep) {
+            if (o->pr == NULL) {
+                o->pr = smpi_xmalloc(o->bytes, o->comm, smpi_nb_name(o));
+            }
+            dst = o->pr;
+        }
+    } else if (dst == NULL && o->keep) {
+        dst = o->rbuf;
+    }
+    memset(&spec, 0, sizeof(spec));
+    spec.dtype = (enum sharp_datatype)o->m.sdt;
+    spec.tag_dtype = (enum sharp_datatype)o->m.tag;
+    spec.op = (enum sharp_reduce_op)o->sop;
+    if (smpi_exact_wanted(o->sop, &o->m)) {
+        spec.op = SHARP_OP_SUM_EXACT; /* SHARP_MPI_REPRODUCIBLE */
+    }
+    spec.length = o->n * (size_t)o->m.mult;
+    spec.root = o->root < 0 ? 0 : o->root;
+    spec.sbuf_desc = smpi_desc_of((void *)src, o->bytes);
+    spec.rbuf_desc = smpi_desc_of(dst, o->bytes);
+    return o->kind == C_IALLREDUCE || as_allreduce
+               ? sharp_coll_do_allreduce_nb(st->sc, &spec, &o->h)
+               : sharp_coll_do_reduce_nb(st->sc, &spec, &o->h);
+}
+
+/* the program's buffers from a result of res (the record's buffer, or the
+ * one fetched from another member) */
+void smpi_nb_deliver(nb_op_t *o, const char *res)
+{
+    if (o->kind == C_IBCAST) {
+        if (o->st->rank == o->root) {
+            return;
+        }
+        if (o->direct != NULL) {
+            memcpy(o->direct, res, o->bytes);
+        } else {
+            smpi_pack_data(0, o->rbuf, o->count, o->dt, (void *)res,
+                           (int)o->bytes, o->comm);
+        }
+    } else if ((o->kind == C_IALLREDUCE || o->kind == C_IREDUCE) && o->keep) {
+        if (o->m.packed) {
+            smpi_loc_unpack(res, o->rbuf, o->n, &o->m);
+        } else {
+            memcpy(o->rbuf, res, o->bytes);
+        }
+    }
+}
+
+/* MPI's request of the activation completed (the result in place) */
+void smpi_nb_complete_greq(nb_op_t *o)
+{
+    o->done = 1;
+    if (o->user_freed && !o->persistent) {
+        /* MPI_Request_free came first: MPI may free it now */
+        MPI_Request r = o->greq;
+        PMPI_Grequest_complete(r);
+        PMPI_Request_free(&r); /* calls smpi_nb_free: o is gone */
+        return;
+    }
+    PMPI_Grequest_complete(o->greq);
+}
+
+/* the head of its communicator's queue is done: the next one goes */
+void smpi_nb_dequeue(nb_op_t *o)
+{
+    comm_state_t *st = o->st;
+    st->nbq_head = o->qnext;
+    if (st->nbq_head == NULL) {
+        st->nbq_tail = NULL;
+    }
+    st->nbq_len--;
+    if (st->use) {
+        st->done_seq = o->seq; /* through the group */
+    }
+    o->qnext = NULL;
+    smpi_nb_complete_greq(o); /* o may be gone */
+    smpi_nb_kick(st);
+}
+
+/* the operation on PMPI, on the communicator's private duplicate (every
+ * rank does the same operations there in the same order: those from the
+ * failed one on), non-blocking so that this process waits nowhere */
+void smpi_nb_redo(nb_op_t *o)
+{
+    comm_state_t *st = o->st;
+    MPI_Comm c = st->all;
+    int rc = MPI_SUCCESS, done = 0;
+    SMPI_ADD(smpi.redone, 1);
+    /* counted as offloaded when it started: it went to MPI */
+    SMPI_SUB(smpi.calls[o->kind][0], 1);
+    SMPI_SUB(smpi.bytes[o->kind][0], o->bytes);
+    int red = o->kind == C_IALLREDUCE || o->kind == C_IREDUCE;
+    smpi_fallback(o->kind, (long)o->bytes, o->comm, WHY_FELL,
+                  o->kind == C_IBARRIER ? MPI_DATATYPE_NULL : o->dt,
+                  red ? o->mop : MPI_OP_NULL);
+    o->preq = MPI_REQUEST_NULL;
+    switch (o->kind) {
+    case C_IBARRIER: rc = PMPI_Ibarrier(c, &o->preq); break;
+    case C_IBCAST:
+        rc = PMPI_Ibcast(o->rbuf, o->count, o->dt, o->root, c, &o->preq);
+        break;
+    default: {
+        int root = o->kind == C_IREDUCE ? o->root : -1, ret = MPI_SUCCESS;
+        if (smpi_exact_pmpi(o->sbuf, o->rbuf, o->count, o->dt, o->mop, root, c,
+                            &ret)) {
+            rc = ret; /* exact sums: the network's arithmetic, blocking */
+            done = 1;
+        } else if (root < 0) {
+            rc = PMPI_Iallreduce(o->sbuf, o->rbuf, o->count, o->dt, o->mop, c,
+                                 &o->preq);
+        } else {
+            rc = PMPI_Ireduce(o->sbuf, o->rbuf, o->count, o->dt, o->mop, root,
+                              c, &o->preq);
+        }
+    }
+    }
+    if (rc != MPI_SUCCESS) {
+        smpi_die(o->comm, "a non-blocking collective redone on MPI");
+    }
+    if (done || o->preq == MPI_REQUEST_NULL) {
+        o->preq = MPI_REQUEST_NULL;
+        smpi_nb_dequeue(o);
+    }
+}
+
+/* the group failed at o (or before it was posted): where the group's
+ * operations end, decided with the other members (docs/mpi.md, failure
+ * protocol): o's result fetched from a member that has it, or o and every
+ * later operation on PMPI */
+void smpi_nb_fall(comm_state_t *st, const nb_op_t *fetched)
+{
+    if (fetched != NULL && st->use) {
+        st->done_seq = fetched->seq; /* the last one completed somewhere */
+    }
+    /* the policy of every form: the operations queued stay the layer's,
+     * done on PMPI in order, and the later calls go to PMPI until the
+     * communicator's turn to try a new group */
+    smpi_comm_fall(st);
+}
+
+void smpi_nb_recover(nb_op_t *o, int rc)
+{
+    comm_state_t *st = o->st;
+    int fetched =
+        smpi_recover_op(st, o->comm, smpi_nb_name(o), o->bytes, rc, 1);
+    smpi_nb_fall(st, fetched ? o : NULL);
+    if (fetched) {
+        smpi_nb_deliver(o, smr_result(st->rec));
+        smpi_nb_dequeue(o);
+        return;
+    }
+    smpi_nb_redo(o);
+}
+
+/* The node step's arrival ------------------------------------------------- */
+
+size_t smpi_node_len(const nb_op_t *o)
+{
+    return o->kind == C_IBARRIER ? 0 : o->bytes;
+}
+
+char *smpi_node_pr(nb_op_t *o)
+{
+    if (o->pr == NULL) {
+        o->pr = smpi_xmalloc(o->bytes, o->comm, smpi_nb_name(o));
+    }
+    return o->pr;
+}
+
+/* a reduction's data in the wire's layout */
+static const char *node_red_src(nb_op_t *o)
+{
+    const void *src = o->sbuf == MPI_IN_PLACE ? o->rbuf : o->sbuf;
+    if (o->m.packed) {
+        if (o->ps == NULL) {
+            o->ps = smpi_xmalloc(o->bytes, o->comm, smpi_nb_name(o));
+        }
+        smpi_loc_pack(src, o->ps, o->n, &o->m);
+        src = o->ps;
+    }
+    return src;
+}
+
+/* a bcast's data, at its root */
+static const char *node_bcast_src(nb_op_t *o)
+{
+    if (o->direct != NULL) {
+        return o->direct;
+    }
+    smpi_pack_data(1, o->rbuf, o->count, o->dt, smpi_node_pr(o), (int)o->bytes,
+                   o->comm);
+    return o->pr;
+}
+
+void smpi_node_check(nb_op_t *o, shp_status_t s)
+{
+    if (s != SHP_OK && s != SHP_INPROGRESS) {
+        smpi_node_shm_fail(o->st, o->comm, smpi_nb_name(o), s);
+    }
+}
+
+/* the head of the queue begins: this rank's contribution, without waiting */
+void smpi_node_arrive(nb_op_t *o)
+{
+    comm_state_t *st = o->st;
+    const char *src = NULL;
+    size_t len = 0;
+    if (o->kind == C_IBCAST) {
+        if (st->rank == o->root) {
+            src = node_bcast_src(o);
+            len = o->bytes;
+        }
+    } else if (o->kind != C_IBARRIER) {
+        src = node_red_src(o);
+        len = o->bytes;
+    }
+    o->nsrc = src;
+    SMPI_ADD(smpi.node_shm_steps, 1);
+    smpi_node_check(o, smn_nb_arrive(st->nshm, src, len));
+    o->nphase = 1;
+}
+
+/* the head of st's queue posted (through sharp, or on PMPI) */
+void smpi_nb_kick(comm_state_t *st)
+{
+    nb_op_t *o = st->nbq_head;
+    if (o == NULL || !o->queued) {
+        return;
+    }
+    o->queued = 0;
+    if (!st->use) { /* the group failed at or before this one: PMPI */
+        smpi_nb_redo(o);
+        return;
+    }
+    if (o->node) {
+        smpi_node_arrive(o);
+        return;
+    }
+    int oom = 0;
+    o->recbuf = st->sc != NULL ? smr_begin(st->rec, o->bytes, &oom) : NULL;
+    if (oom) {
+        smpi_fail(o->comm, smpi_nb_name(o), SHARP_COLL_ENOMEM);
+    }
+    if (o->recbuf == NULL) {
+        smpi_nb_recover(o, SHARP_COLL_ERROR); /* a member asked: frozen */
+        return;
+    }
+    int rc = smpi_nb_post(o, o->recbuf, 1);
+    if (rc != SHARP_COLL_SUCCESS) {
+        o->h = NULL;
+        smr_end(st->rec, 0, o->bytes);
+        smpi_nb_recover(o, rc);
+    }
+}

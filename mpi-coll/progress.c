@@ -1,0 +1,310 @@
+/*
+ * libsharp_mpi: starting non-blocking operations and progressing them.
+ *
+ * An activation starts (smpi_nb_start: its generalized request made, into
+ * its communicator's queue or posted at once); each turn of progress
+ * (smpi_nb_progress_all, from every completion call, request.c) looks at
+ * every operation in flight once: sharp's request tested, a PMPI redo
+ * tested, a node step's phase advanced (node_step.c).  A wait's empty turn
+ * yields, then sleeps in growing slices (on the node's segment when a node
+ * step waits for the node's other ranks), the layer's lock let go.  Before
+ * a blocking call on a communicator, before its group is made or left and
+ * at MPI_Finalize, its operations in flight complete (smpi_nb_drain, which
+ * comm.c and init.c call); a communicator's queue is bounded below
+ * SHARP_MPI_REGROUP_CALLS so that every rank tries a new group at the same
+ * call.
+ */
+#include "mpi-coll/sharp_mpi_int.h"
+#include "mpi-coll/nb.h"
+
+#include "mpi-coll/recover.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void nb_wait_hook(void);
+static void nb_idle_turn(unsigned turn);
+static void nb_bound_queue(comm_state_t *st);
+
+/* With the first operation, what the layer below calls back: a
+ * recovery's decision (smr_decide) lets the other groups' operations end
+ * meanwhile. */
+static void nb_register(void)
+{
+    static int done;
+    if (!done) {
+        smr_set_wait_hook(nb_wait_hook);
+        done = 1;
+    }
+}
+
+void smpi_nb_link(nb_op_t *o)
+{
+    nb_register();
+    o->next = smpi_nb_ops;
+    o->prev = &smpi_nb_ops;
+    if (smpi_nb_ops != NULL) {
+        smpi_nb_ops->prev = &o->next;
+    }
+    smpi_nb_ops = o;
+}
+
+void smpi_nb_start(nb_op_t *o)
+{
+    comm_state_t *st = o->st;
+    o->seq = st->seq;
+    o->done = 0;
+    o->active = 1;
+    PMPI_Grequest_start(smpi_nb_query, smpi_nb_free, smpi_nb_cancel, o,
+                        &o->greq);
+    o->rec = smpi_cfg.fallback && st->recoverable;
+    SMPI_ADD(smpi.calls[o->kind][0], 1);
+    SMPI_ADD(smpi.bytes[o->kind][0], o->bytes);
+    if (o->rec || o->node || !st->use) {
+        o->queued = 1;
+        o->qnext = NULL;
+        st->nbq_len++;
+        if (st->nbq_tail != NULL) {
+            st->nbq_tail->qnext = o;
+        } else {
+            st->nbq_head = o;
+        }
+        st->nbq_tail = o;
+        smpi_nb_kick(st);
+        if (o->node && o->nphase == 1 && st->node_rank == 0) {
+            /* the node may be in already: the network's part now */
+            smpi_node_poll(o);
+        }
+        nb_bound_queue(st);
+    } else {
+        int rc = smpi_nb_post(o, NULL, 0);
+        if (rc != SHARP_COLL_SUCCESS) {
+            o->h = NULL;
+            smpi_fail(o->comm, smpi_nb_name(o), rc);
+        }
+    }
+    /* small sends leave at the library's next loop turn (they are
+     * gathered and flushed before it sleeps): one turn now, so the
+     * network works while the program computes */
+    sharp_coll_progress(smpi.ctx);
+}
+
+/* sharp's request is complete (status rc): the result into place, MPI's
+ * request completed */
+static void nb_finish(nb_op_t *o, int rc)
+{
+    o->h = NULL;
+    if (o->node) {
+        smpi_node_finish(o, rc);
+        return;
+    }
+    if (o->rec) {
+        comm_state_t *st = o->st;
+        if (!o->ended) {
+            smr_end(st->rec, rc == SHARP_COLL_SUCCESS, o->bytes);
+        }
+        o->ended = 0;
+        if (rc != SHARP_COLL_SUCCESS) {
+            smpi_nb_recover(o, rc);
+            return;
+        }
+        if (o->kind == C_IBCAST && st->rank == o->root) {
+            /* the root sent from its data: now the record's last result */
+            memcpy(o->recbuf, o->direct != NULL ? o->direct : o->pr, o->bytes);
+        }
+        smpi_nb_deliver(o, o->recbuf);
+        smpi_nb_dequeue(o);
+        return;
+    }
+    if (rc != SHARP_COLL_SUCCESS) {
+        smpi_fail(o->comm, smpi_nb_name(o), rc);
+    }
+    if (o->kind == C_IBCAST && o->direct == NULL && o->st->rank != o->root) {
+        smpi_pack_data(0, o->rbuf, o->count, o->dt, o->pr, (int)o->bytes,
+                       o->comm);
+    } else if ((o->kind == C_IALLREDUCE || o->kind == C_IREDUCE) &&
+               o->m.packed && o->keep) {
+        smpi_loc_unpack(o->pr, o->rbuf, o->n, &o->m);
+    }
+    smpi_nb_complete_greq(o);
+}
+
+/* 1 if o's part is done (sharp's or PMPI's); block: wait for it */
+int smpi_nb_poll(nb_op_t *o, int block)
+{
+    if (!o->active || o->done) {
+        return 1;
+    }
+    if ((o->rec || o->node) && (o->queued || o->preq != MPI_REQUEST_NULL)) {
+        if (o->preq != MPI_REQUEST_NULL) {
+            int flag = 0;
+            PMPI_Test(&o->preq, &flag, MPI_STATUS_IGNORE);
+            if (flag) {
+                smpi_nb_dequeue(o); /* o may be gone */
+                return 1;
+            }
+        }
+        return 0; /* its turn comes with the others' (smpi_nb_drain) */
+    }
+    if (o->node && o->nphase == 1) {
+        return smpi_node_poll(o);
+    }
+    if (o->ended) {
+        nb_finish(o, o->end_rc); /* ended in nb_wait_hook */
+        return 1;
+    }
+    if (o->h == NULL) {
+        return 0;
+    }
+    if (!block && !sharp_coll_req_test(o->h)) {
+        return 0;
+    }
+    nb_finish(o, sharp_coll_req_wait(o->h));
+    return 1;
+}
+
+/* while this process decides a group's recovery (smr_decide): the
+ * operations of its other groups that ended meanwhile leave their records
+ * (the members of those groups may be asking about them) */
+static void nb_wait_hook(void)
+{
+    smpi_lock();
+    for (nb_op_t *o = smpi_nb_ops; o != NULL; o = o->next) {
+        if (o->rec && o->h != NULL && !o->ended && sharp_coll_req_test(o->h)) {
+            o->end_rc = sharp_coll_req_wait(o->h);
+            o->h = NULL;
+            o->ended = 1;
+            smr_end(o->st->rec, o->end_rc == SHARP_COLL_SUCCESS, o->bytes);
+        }
+    }
+    smpi_unlock();
+}
+
+/* every operation in flight a turn of progress */
+void smpi_nb_progress_all(void)
+{
+    nb_op_t *o, *next;
+    for (o = smpi_nb_ops; o != NULL; o = next) {
+        next = o->next; /* o may be released */
+        smpi_nb_poll(o, 0);
+    }
+}
+
+/* a turn of MPI's own progress that completes nothing of the program's */
+void smpi_nb_poke_mpi(void)
+{
+    int flag = 0;
+    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, smpi.oob_world, &flag,
+                MPI_STATUS_IGNORE);
+}
+
+/* a wait's empty turn: the first 16 yield the core, then sleeps of 20 us,
+ * doubling every 64 turns up to 1 ms (a long wait, on a machine that many
+ * processes share, must not take the CPU the daemons and the other ranks
+ * need: the network's keepalives and the operations waited for) */
+void smpi_nb_idle(unsigned turn)
+{
+    int depth = smpi_release(); /* (MPI_THREAD_MULTIPLE) */
+    nb_idle_turn(turn);
+    smpi_regain(depth);
+}
+
+/* a segment on which this rank waits for the node's other ranks, if any:
+ * a wait's idle turn sleeps on it (woken by their store) */
+static smn_node_t *node_waiting(void)
+{
+    for (nb_op_t *o = smpi_nb_ops; o != NULL; o = o->next) {
+        if (o->node && o->nphase == 1 && o->active && !o->done) {
+            return o->st->nshm;
+        }
+    }
+    return NULL;
+}
+
+static void nb_idle_turn(unsigned turn)
+{
+    if (turn < 16) {
+        sched_yield();
+        return;
+    }
+    unsigned shift = (turn - 16) / 64;
+    long ns = shift >= 6 ? 1000000 : 20000L << shift;
+    struct timespec ts = {0, ns < 1000000 ? ns : 1000000};
+    smn_node_t *nd = node_waiting();
+    if (nd != NULL) {
+        /* asleep on the node's segment, woken by the store of the rank
+         * (or the leader) this one waits for: the longest slice at once
+         * (1 ms: MPI's own progress still has its turn that often) */
+        smn_nb_sleep(nd, 1000000);
+        return;
+    }
+    nanosleep(&ts, NULL);
+}
+
+/* some operation of s (s NULL: of any communicator) whose part is not
+ * done */
+static int nb_pending(comm_state_t *s)
+{
+    for (nb_op_t *o = smpi_nb_ops; o != NULL; o = o->next) {
+        if ((s == NULL || o->st == s) && o->active && !o->done) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* before a communicator's group goes (MPI_Comm_free, MPI_Finalize) or a
+ * blocking call on it: its operations in flight complete first (s NULL:
+ * every communicator's); both libraries progress meanwhile */
+void smpi_nb_drain(comm_state_t *s)
+{
+    smpi_lock();
+    for (unsigned turn = 0; nb_pending(s); turn++) {
+        smpi_nb_progress_all();
+        if (!nb_pending(s)) {
+            break;
+        }
+        smpi_nb_poke_mpi();
+        smpi_nb_idle(turn);
+    }
+    smpi_unlock();
+}
+
+/* A communicator's queue holds fewer operations than the calls after
+ * which a failed group is tried again (SHARP_MPI_REGROUP_CALLS): a post
+ * beyond that waits for the oldest.  So a rank that has not yet learnt
+ * of a failure cannot have posted the call at which the others, who have,
+ * make a new group: the failed operation was out of its queue before. */
+static void nb_bound_queue(comm_state_t *st)
+{
+    if (smpi_cfg.regroup_calls <= 0) {
+        return; /* never tried again */
+    }
+    unsigned long most = smpi_cfg.regroup_calls > 2
+                             ? (unsigned long)smpi_cfg.regroup_calls - 2
+                             : 1;
+    for (unsigned turn = 0; st->use && st->nbq_len > most; turn++) {
+        smpi_nb_progress_all();
+        if (st->nbq_len <= most) {
+            break;
+        }
+        smpi_nb_poke_mpi();
+        smpi_nb_idle(turn);
+    }
+}
+
+nb_op_t *smpi_nb_find(MPI_Request r)
+{
+    if (r == MPI_REQUEST_NULL) {
+        return NULL;
+    }
+    for (nb_op_t *o = smpi_nb_ops; o != NULL; o = o->next) {
+        if ((o->persistent && o->handle == r) ||
+            (!o->persistent && o->greq == r)) {
+            return o;
+        }
+    }
+    return NULL;
+}

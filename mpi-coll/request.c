@@ -1,0 +1,509 @@
+/*
+ * libsharp_mpi: every PMPI completion call, and the starts of persistent
+ * operations: MPI_Start, MPI_Startall, MPI_Wait, MPI_Waitall,
+ * MPI_Waitany, MPI_Waitsome, MPI_Test, MPI_Testall, MPI_Testany,
+ * MPI_Testsome, MPI_Request_get_status and MPI_Request_free.
+ *
+ * The program's arrays mix the layer's operations (op.c: generalized
+ * requests, and persistent handles of MPI's own) with MPI's own requests.
+ * Every call progresses sharp first (progress.c); an array is handed to
+ * PMPI with the handle of an active persistent operation of ours replaced
+ * by its activation's generalized request.  Without an operation of ours
+ * active anywhere each call is MPI's own, at the cost of one look.
+ */
+#include "mpi-coll/sharp_mpi_int.h"
+#include "mpi-coll/nb.h"
+
+#include <stdlib.h>
+
+static int nb_api_start(MPI_Request *req)
+{
+    nb_op_t *o = smpi_nb_find(*req);
+    if (o == NULL || !o->persistent) {
+        return PMPI_Start(req);
+    }
+    if (o->active) {
+        return MPI_ERR_REQUEST; /* started twice */
+    }
+    smpi_comm_call(o->st, o->comm); /* (the others' in nb_comm) */
+    smpi_nb_start(o);
+    return MPI_SUCCESS;
+}
+
+API int MPI_Start(MPI_Request *req)
+{
+    smpi_lock();
+    int rc = nb_api_start(req);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_startall(int n, MPI_Request reqs[])
+{
+    for (int i = 0; i < n; i++) {
+        int rc = MPI_Start(&reqs[i]);
+        if (rc != MPI_SUCCESS) {
+            return rc;
+        }
+    }
+    return MPI_SUCCESS;
+}
+
+API int MPI_Startall(int n, MPI_Request reqs[])
+{
+    smpi_lock();
+    int rc = nb_api_startall(n, reqs);
+    smpi_unlock();
+    return rc;
+}
+
+/* Completion ------------------------------------------------------------------
+ *
+ * Every call progresses sharp first.  In the array handed to PMPI, the
+ * handle of an active persistent operation of ours is replaced by its
+ * activation's generalized request; after the call the handle is put back
+ * (and the operation inactive if MPI completed the activation). */
+
+typedef struct {
+    int n;
+    MPI_Request *sub;
+    nb_op_t **ops; /* [n] ours (persistent and active) or NULL */
+    int ours;      /* active operations of ours in the array */
+    int others;    /* active requests not ours */
+    MPI_Request one;
+    nb_op_t *one_op;
+} nb_set_t;
+
+static int nb_set_make(nb_set_t *s, int n, MPI_Request reqs[])
+{
+    s->n = n;
+    s->ours = s->others = 0;
+    if (n <= 1) {
+        s->sub = &s->one;
+        s->ops = &s->one_op;
+    } else {
+        s->sub = malloc(sizeof(MPI_Request) * (size_t)n);
+        s->ops = malloc(sizeof(nb_op_t *) * (size_t)n);
+        if (s->sub == NULL || s->ops == NULL) {
+            free(s->sub);
+            free(s->ops);
+            return MPI_ERR_NO_MEM;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        nb_op_t *o = smpi_nb_find(reqs[i]);
+        s->sub[i] = reqs[i];
+        s->ops[i] = NULL;
+        if (o == NULL) {
+            s->others += reqs[i] != MPI_REQUEST_NULL;
+            continue;
+        }
+        if (o->active) {
+            s->ours++;
+        }
+        if (o->persistent && o->active) {
+            s->sub[i] = o->greq;
+            s->ops[i] = o;
+        }
+    }
+    return MPI_SUCCESS;
+}
+
+/* the handles back; an activation that MPI freed: the operation inactive */
+static void nb_set_done(nb_set_t *s, MPI_Request reqs[])
+{
+    for (int i = 0; i < s->n; i++) {
+        if (s->ops[i] == NULL) {
+            reqs[i] = s->sub[i];
+            continue;
+        }
+        if (s->sub[i] == MPI_REQUEST_NULL) {
+            s->ops[i]->active = 0;
+        }
+        reqs[i] = s->ops[i]->handle;
+    }
+    if (s->sub != &s->one) {
+        free(s->sub);
+        free(s->ops);
+    }
+}
+
+/* Every request of the set at once, ours done (to MPI: their generalized
+ * requests complete): MPI's requests first, in an array of their own
+ * (test: only if all of them are complete), then ours.  MPICH 4.0.2's
+ * MPI_Testall fails with MPI_ERR_IN_STATUS on some arrays that mix
+ * generalized requests with others, so they are never mixed. */
+static int nb_set_all(nb_set_t *s, MPI_Request reqs[], int test, int *flag,
+                      MPI_Status statuses[])
+{
+    int n = s->n, k = 0, rc;
+    int ignore = statuses == MPI_STATUSES_IGNORE;
+    MPI_Request *oth = malloc(sizeof(MPI_Request) * (size_t)n + 1);
+    int *at = malloc(sizeof(int) * (size_t)n + 1);
+    /* MPI_STATUSES_IGNORE is NULL in Open MPI: not a failed malloc */
+    MPI_Status *st = ignore ? MPI_STATUSES_IGNORE
+                            : malloc(sizeof(MPI_Status) * (size_t)n + 1);
+    if (oth == NULL || at == NULL || (!ignore && st == NULL)) {
+        free(oth);
+        free(at);
+        if (!ignore) {
+            free(st);
+        }
+        return MPI_ERR_NO_MEM;
+    }
+    for (int i = 0; i < n; i++) {
+        nb_op_t *o = smpi_nb_find(reqs[i]);
+        if (o == NULL || !o->active) {
+            at[k] = i;
+            oth[k++] = s->sub[i];
+        }
+    }
+    if (test) {
+        rc = PMPI_Testall(k, oth, flag, st);
+    } else {
+        int depth = smpi_release(); /* MPI's own wait */
+        rc = PMPI_Waitall(k, oth, st);
+        smpi_regain(depth);
+        *flag = 1;
+    }
+    if (rc == MPI_SUCCESS && *flag) {
+        for (int j = 0; j < k; j++) {
+            s->sub[at[j]] = oth[j];
+            if (!ignore) {
+                statuses[at[j]] = st[j];
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            nb_op_t *o = smpi_nb_find(reqs[i]);
+            if (o != NULL && o->active) {
+                PMPI_Wait(&s->sub[i],
+                          ignore ? MPI_STATUS_IGNORE : &statuses[i]);
+            }
+        }
+    }
+    free(oth);
+    free(at);
+    if (!ignore) {
+        free(st);
+    }
+    return rc;
+}
+
+/* operations of ours in the set whose sharp part is not done */
+static int nb_set_pending(const nb_set_t *s, MPI_Request reqs[])
+{
+    int k = 0;
+    for (int i = 0; i < s->n; i++) {
+        nb_op_t *o = smpi_nb_find(reqs[i]);
+        k += o != NULL && o->active && !o->done;
+    }
+    return k;
+}
+
+static int nb_any_active(void)
+{
+    for (nb_op_t *o = smpi_nb_ops; o != NULL; o = o->next) {
+        if (o->active) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* an operation of ours, in any array or none, whose sharp part is not done:
+ * it may need this process (its later fragments are posted as earlier ones
+ * complete), and the other ranks may wait for it */
+static int nb_sharp_busy(void)
+{
+    for (nb_op_t *o = smpi_nb_ops; o != NULL; o = o->next) {
+        if (o->active && !o->done) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The completion calls: one loop for all.  Each turn progresses sharp (an
+ * operation whose sharp part is done gets its generalized request
+ * completed), then asks MPI with the test form of the call on the array
+ * (active persistent handles of ours replaced by their activations); a
+ * wait repeats until that is satisfied.  While one of our operations is in
+ * flight anywhere a wait never blocks inside MPI (the operation's later
+ * fragments need this process, and the other ranks may wait for them), nor
+ * inside sharp (MPI's own requests, in this array or not, progress only in
+ * MPI calls, and the other ranks may wait for those): a turn of each, then
+ * a short sleep.  With none of ours in flight the wait is MPI's own. */
+enum { NB_ONE, NB_ALL, NB_ANY, NB_SOME };
+
+/* the empty status (MPI 4.0, 3.7.3) */
+static void nb_status_empty(MPI_Status *st)
+{
+    if (st == MPI_STATUS_IGNORE) {
+        return;
+    }
+    st->MPI_SOURCE = MPI_ANY_SOURCE;
+    st->MPI_TAG = MPI_ANY_TAG;
+    st->MPI_ERROR = MPI_SUCCESS;
+    PMPI_Status_set_elements(st, MPI_BYTE, 0);
+    PMPI_Status_set_cancelled(st, 0);
+}
+
+static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
+                       int *index, int *outcount, int indices[],
+                       MPI_Status *statuses)
+{
+    unsigned long moved = smpi_nb_moved;
+    for (unsigned turn = 0;; turn++) {
+        nb_set_t s;
+        int rc, done = 0, f = 0;
+        smpi_nb_progress_all();
+        if (smpi_nb_moved != moved) {
+            moved = smpi_nb_moved;
+            turn = 0; /* a node step moved on: its next part is near */
+        }
+        int busy = nb_sharp_busy();
+        rc = nb_set_make(&s, n, reqs);
+        if (rc != MPI_SUCCESS) {
+            return rc;
+        }
+        if (wait && !busy) {
+            /* MPI's own wait: the layer's lock let go meanwhile */
+            int depth = form == NB_ALL && s.ours != 0 ? 0 : smpi_release();
+            switch (form) {
+            case NB_ONE: rc = PMPI_Wait(s.sub, statuses); break;
+            case NB_ALL:
+                /* ours in the array are complete to MPI */
+                rc = s.ours == 0 ? PMPI_Waitall(n, s.sub, statuses)
+                                 : nb_set_all(&s, reqs, 0, &f, statuses);
+                break;
+            case NB_ANY: rc = PMPI_Waitany(n, s.sub, index, statuses); break;
+            default: rc = PMPI_Waitsome(n, s.sub, outcount, indices, statuses);
+            }
+            smpi_regain(depth);
+            nb_set_done(&s, reqs);
+            return rc;
+        }
+        switch (form) {
+        case NB_ONE: rc = PMPI_Test(s.sub, &f, statuses); break;
+        case NB_ALL:
+            /* all or nothing: while one of ours is not done, nothing
+             * completes (MPICH 4.0.2's MPI_Testall fails with
+             * MPI_ERR_IN_STATUS on some arrays that mix generalized
+             * requests with others: they are never mixed) */
+            if (s.ours == 0) {
+                rc = PMPI_Testall(n, s.sub, &f, statuses);
+            } else if (nb_set_pending(&s, reqs) == 0) {
+                rc = nb_set_all(&s, reqs, 1, &f, statuses);
+            } else {
+                smpi_nb_poke_mpi();
+            }
+            break;
+        case NB_ANY:
+            rc = PMPI_Testany(n, s.sub, index, &f, statuses);
+            if (rc == MPI_SUCCESS && f && *index == MPI_UNDEFINED) {
+                /* nothing active: an empty status, which MPICH 4.0.2's
+                 * MPI_Testany of more than one request does not write
+                 * (its MPI_Waitany does) */
+                nb_status_empty(statuses);
+            }
+            break;
+        default:
+            rc = PMPI_Testsome(n, s.sub, outcount, indices, statuses);
+            f = *outcount != 0;
+        }
+        nb_set_done(&s, reqs);
+        done = f;
+        if (flag != NULL) {
+            *flag = f;
+        }
+        if (rc != MPI_SUCCESS || done || !wait) {
+            return rc;
+        }
+        /* nothing yet: let the others run (2 cores may hold many ranks) */
+        smpi_nb_idle(turn);
+    }
+}
+
+static int nb_api_test(MPI_Request *req, int *flag, MPI_Status *status)
+{
+    if (!nb_any_active()) {
+        return PMPI_Test(req, flag, status);
+    }
+    return nb_complete(NB_ONE, 0, 1, req, flag, NULL, NULL, NULL, status);
+}
+
+API int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
+{
+    smpi_lock();
+    int rc = nb_api_test(req, flag, status);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_testall(int n, MPI_Request reqs[], int *flag,
+                          MPI_Status statuses[])
+{
+    if (!nb_any_active()) {
+        return PMPI_Testall(n, reqs, flag, statuses);
+    }
+    return nb_complete(NB_ALL, 0, n, reqs, flag, NULL, NULL, NULL, statuses);
+}
+
+API int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[])
+{
+    smpi_lock();
+    int rc = nb_api_testall(n, reqs, flag, statuses);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_testany(int n, MPI_Request reqs[], int *index, int *flag,
+                          MPI_Status *status)
+{
+    if (!nb_any_active()) {
+        return PMPI_Testany(n, reqs, index, flag, status);
+    }
+    return nb_complete(NB_ANY, 0, n, reqs, flag, index, NULL, NULL, status);
+}
+
+API int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
+                    MPI_Status *status)
+{
+    smpi_lock();
+    int rc = nb_api_testany(n, reqs, index, flag, status);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_testsome(int n, MPI_Request reqs[], int *outcount,
+                           int indices[], MPI_Status statuses[])
+{
+    if (!nb_any_active()) {
+        return PMPI_Testsome(n, reqs, outcount, indices, statuses);
+    }
+    return nb_complete(NB_SOME, 0, n, reqs, NULL, NULL, outcount, indices,
+                       statuses);
+}
+
+API int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
+                     MPI_Status statuses[])
+{
+    smpi_lock();
+    int rc = nb_api_testsome(n, reqs, outcount, indices, statuses);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_request_get_status(MPI_Request req, int *flag,
+                                     MPI_Status *status)
+{
+    if (!nb_any_active()) {
+        return PMPI_Request_get_status(req, flag, status);
+    }
+    nb_set_t s;
+    smpi_nb_progress_all();
+    int rc = nb_set_make(&s, 1, &req);
+    if (rc == MPI_SUCCESS) {
+        rc = PMPI_Request_get_status(s.sub[0], flag, status);
+        nb_set_done(&s, &req);
+    }
+    return rc;
+}
+
+API int MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *status)
+{
+    smpi_lock();
+    int rc = nb_api_request_get_status(req, flag, status);
+    smpi_unlock();
+    return rc;
+}
+
+API int MPI_Wait(MPI_Request *req, MPI_Status *status)
+{
+    smpi_lock();
+    if (!nb_any_active()) {
+        smpi_unlock();
+        return PMPI_Wait(req, status);
+    }
+    int rc = nb_complete(NB_ONE, 1, 1, req, NULL, NULL, NULL, NULL, status);
+    smpi_unlock();
+    return rc;
+}
+
+API int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[])
+{
+    smpi_lock();
+    if (!nb_any_active()) {
+        smpi_unlock();
+        return PMPI_Waitall(n, reqs, statuses);
+    }
+    int rc = nb_complete(NB_ALL, 1, n, reqs, NULL, NULL, NULL, NULL, statuses);
+    smpi_unlock();
+    return rc;
+}
+
+API int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status)
+{
+    smpi_lock();
+    if (!nb_any_active()) {
+        smpi_unlock();
+        return PMPI_Waitany(n, reqs, index, status);
+    }
+    int rc = nb_complete(NB_ANY, 1, n, reqs, NULL, index, NULL, NULL, status);
+    smpi_unlock();
+    return rc;
+}
+
+API int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
+                     MPI_Status statuses[])
+{
+    smpi_lock();
+    if (!nb_any_active()) {
+        smpi_unlock();
+        return PMPI_Waitsome(n, reqs, outcount, indices, statuses);
+    }
+    int rc = nb_complete(NB_SOME, 1, n, reqs, NULL, NULL, outcount, indices,
+                         statuses);
+    smpi_unlock();
+    return rc;
+}
+
+static int nb_api_request_free(MPI_Request *req)
+{
+    nb_op_t *o = smpi_nb_find(*req);
+    if (o == NULL) {
+        return PMPI_Request_free(req);
+    }
+    if (o->persistent) {
+        /* MPI lets an active one be freed; it must still complete (its
+         * buffers are the program's): wait for it now */
+        if (o->active) {
+            for (unsigned turn = 0; !o->done; turn++) {
+                if (!smpi_nb_poll(o, 0)) {
+                    smpi_nb_progress_all();
+                    smpi_nb_poke_mpi();
+                    smpi_nb_idle(turn);
+                }
+            }
+            if (o->greq != MPI_REQUEST_NULL) {
+                PMPI_Request_free(&o->greq); /* smpi_nb_free: inactive */
+            }
+        }
+        PMPI_Request_free(&o->handle);
+        smpi_nb_release(o);
+    } else if (o->done) {
+        PMPI_Request_free(&o->greq); /* smpi_nb_free releases o */
+    } else {
+        o->user_freed = 1; /* released when sharp's part completes */
+    }
+    *req = MPI_REQUEST_NULL;
+    return MPI_SUCCESS;
+}
+
+API int MPI_Request_free(MPI_Request *req)
+{
+    smpi_lock();
+    int rc = nb_api_request_free(req);
+    smpi_unlock();
+    return rc;
+}
