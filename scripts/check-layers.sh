@@ -50,7 +50,6 @@ EXEMPT='
 tests/    | size function | tests: a case reads as one story and a file as the list of its cases; not product code
 bench/    | size function | benchmarks: a run and its report read top to bottom; not product code
 build/    | size function circle | generated: what the build writes (build/gen/shp_paths.h, from the install paths), not written by hand
-mpi-coll/ | size function circle | known exception: libsharp_mpi is being rebuilt as one request engine (issue 40); remove this row when it lands
 '
 MAX_FILE_LINES=800
 MAX_FUNC_LINES=80
