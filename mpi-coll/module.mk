@@ -69,5 +69,20 @@ $(MPI_DEMO_MPICH): mpi-coll/sharp_mpi_demo.c | $(DEPS_STAMP)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $<
 
+# Each of the library's files also as an object of its own, for
+# check-layers' circles of calls (the libraries above are built in one
+# command); the four that need no MPI come from the common object rule.
+MPI_LAYER_SRC := $(filter-out mpi-coll/recover.c mpi-coll/recover_svc.c \
+	mpi-coll/node_shm.c mpi-coll/node_shm_op.c,$(SHARP_MPI_SRC))
+MPI_LAYER_OBJS := $(call obj_of,$(MPI_LAYER_SRC)) \
+	$(call obj_of,mpi-coll/recover.c mpi-coll/recover_svc.c \
+	mpi-coll/node_shm.c mpi-coll/node_shm_op.c)
+TEST_HELPERS += $(MPI_LAYER_OBJS)
+
+$(call obj_of,$(MPI_LAYER_SRC)): $(OBJDIR)/mpi-coll/%.o: mpi-coll/%.c $(SHARP_MPI_HDR) | $(DEPS_STAMP) $(PATHS_H)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MPICC   $@")
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -c -o $@ $<
+
 # The MPI test programs (tests/mpi-coll) are built by their own fragment,
 # tests/mpi-coll/module.mk, with MPICC_* and MPI_CFLAGS above.
