@@ -15,6 +15,11 @@ MAN_COLL_GEN := $(O)/tools/man_coll
 $(MAN_COLL_GEN): $(OBJDIR)/man/man_coll.o $(COLL_A) $(COMMON_LIB)
 	$(call link_prog)
 
+# libsharp_mpi(7)'s ENVIRONMENT: from libsharp_mpi's table of settings
+MAN_MPI_GEN := $(O)/tools/man_mpi
+$(MAN_MPI_GEN): $(OBJDIR)/man/man_mpi.o $(call obj_of,mpi-coll/settings_table.c) $(COMMON_LIB)
+	$(call link_prog)
+MAN_GEN_libsharp_mpi.7 = $(MAN_MPI_GEN)
 MAN_GEN_sharp_am.8 = $(SHARP_AM) --man-options
 MAN_GEN_sharp_am.conf.5 = $(SHARP_AM) --man-config
 MAN_GEN_sharp_an.8 = $(SHARP_AN) --man-options
@@ -29,6 +34,7 @@ $(O)/man/sharp_an.8 $(O)/man/sharp_an.conf.5: $(SHARP_AN)
 $(O)/man/sharpd.8 $(O)/man/sharpd.conf.5: $(SHARPD)
 $(O)/man/sharp-hello.1: $(SHARP_HELLO)
 $(O)/man/sharp_coll.3: $(MAN_COLL_GEN)
+$(O)/man/libsharp_mpi.7: $(MAN_MPI_GEN)
 
 $(O)/man/%: man/%.in man/page.sh $(PATHS_H)
 	@mkdir -p $(@D)

@@ -181,8 +181,9 @@ static void node_shm_setup(comm_state_t *s)
     smn_handle_t h;
     int ok = 0, all = 0, code = 0;
     smn_opts_default(&o);
-    if (smpi_cfg.node_shm_slot > 0 && smpi_cfg.node_shm_slot <= (1L << 30)) {
-        o.slot_bytes = (size_t)smpi_cfg.node_shm_slot;
+    if (smpi_cfg.node_shm_slot > 0 &&
+        smpi_cfg.node_shm_slot <= ((size_t)1 << 30)) {
+        o.slot_bytes = smpi_cfg.node_shm_slot;
     }
     /* 0 (the default): a rank late to a collective is waited for as MPI
      * would (a dead one is still seen at once) */
@@ -190,9 +191,8 @@ static void node_shm_setup(comm_state_t *s)
                            smpi_cfg.node_shm_timeout_ms < INT_MAX
                        ? (unsigned)smpi_cfg.node_shm_timeout_ms
                        : 0;
-    if (smpi_cfg.node_shm_yield_us >= 0 &&
-        smpi_cfg.node_shm_yield_us <= 1000000) {
-        o.yield_ns = (unsigned)smpi_cfg.node_shm_yield_us * 1000u;
+    if (smpi_cfg.node_shm_yield_us <= 1000000) {
+        o.yield_ns = smpi_cfg.node_shm_yield_us * 1000u;
     }
     memset(&h, 0, sizeof(h));
     if (s->node_rank == 0) {
@@ -309,7 +309,7 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         /* a member left inside an operation the others gave up on (no
          * notice of the group's failure reached it) leaves it after a
          * third of the time they wait for it */
-        long after = smpi_cfg.recovery_timeout_ms / 3;
+        int64_t after = smpi_cfg.recovery_timeout_ms / 3;
         smr_set_cancel(s->rec, cancel_comm, s->sc,
                        (int)(after < 5000 ? after : 5000));
     }

@@ -480,7 +480,7 @@ int smpi_reduce_why(int on, int count, MPI_Datatype dt, MPI_Op op, dt_map_t *m,
     if (*bytes > INT_MAX) {
         return WHY_OVER_2G;
     }
-    if (*bytes > (size_t)smpi_cfg.max_bytes) {
+    if (*bytes > smpi_cfg.max_bytes) {
         return WHY_MAX_BYTES;
     }
     *d = (shp_reduce_desc_t){(shp_dtype_t)m->sdt, (shp_op_t)*sop,
@@ -495,9 +495,9 @@ int smpi_reduce_why(int on, int count, MPI_Datatype dt, MPI_Op op, dt_map_t *m,
  * non-blocking forms' rule)?  WHY_OK, or why not. */
 int smpi_bcast_why(long bytes)
 {
-    return !smpi_cfg.bcast              ? WHY_KIND_OFF
-           : bytes <= 0                 ? WHY_COUNT_ZERO
-           : bytes > INT_MAX            ? WHY_OVER_2G
-           : bytes > smpi_cfg.max_bytes ? WHY_MAX_BYTES
-                                        : WHY_OK;
+    return !smpi_cfg.bcast                      ? WHY_KIND_OFF
+           : bytes <= 0                         ? WHY_COUNT_ZERO
+           : bytes > INT_MAX                    ? WHY_OVER_2G
+           : (size_t)bytes > smpi_cfg.max_bytes ? WHY_MAX_BYTES
+                                                : WHY_OK;
 }

@@ -55,7 +55,7 @@ int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
                 "sharp_mpi[%d]: %s failed in the network and the members "
                 "could not agree on where their operations ended within "
                 "%ld ms (%s): aborting\n",
-                smpi.rank, what, smpi_cfg.recovery_timeout_ms, why);
+                smpi.rank, what, (long)smpi_cfg.recovery_timeout_ms, why);
         PMPI_Abort(comm, 70);
     }
     uint64_t us = (shp_time_ns() - t0) / SHP_NSEC_PER_USEC;

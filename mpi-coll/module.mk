@@ -3,7 +3,7 @@
 
 MPICC_OMPI ?= mpicc.openmpi
 MPICC_MPICH ?= mpicc.mpich
-SHARP_MPI_SRC := mpi-coll/settings.c mpi-coll/lock.c mpi-coll/why.c \
+SHARP_MPI_SRC := mpi-coll/settings.c mpi-coll/settings_table.c mpi-coll/lock.c mpi-coll/why.c \
 	mpi-coll/dtype.c mpi-coll/fall.c mpi-coll/op.c mpi-coll/node_step.c \
 	mpi-coll/progress.c mpi-coll/comm.c mpi-coll/coll_op.c \
 	mpi-coll/coll_reduce.c mpi-coll/coll_bcast.c mpi-coll/coll_barrier.c \
@@ -11,7 +11,7 @@ SHARP_MPI_SRC := mpi-coll/settings.c mpi-coll/lock.c mpi-coll/why.c \
 	mpi-coll/recover.c mpi-coll/recover_svc.c mpi-coll/node_shm.c \
 	mpi-coll/node_shm_op.c
 # the sources' own headers
-SHARP_MPI_HDR := mpi-coll/sharp_mpi_int.h mpi-coll/nb.h mpi-coll/coll.h \
+SHARP_MPI_HDR := mpi-coll/sharp_mpi_int.h mpi-coll/settings.h mpi-coll/nb.h mpi-coll/coll.h \
 	mpi-coll/recover.h mpi-coll/recover_int.h mpi-coll/node_shm.h \
 	mpi-coll/node_shm_int.h
 SHARP_MPI_OMPI := $(LIB_OUT)/libsharp_mpi_ompi.so
@@ -29,7 +29,7 @@ MPI_CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -fPIC \
 # MPI tests skip under SAN)
 MPI_ZDEFS := $(if $(filter 1,$(SAN)),,-Wl,-z,defs)
 # the node-local fold uses the reduction engine (hidden inside the library)
-MPI_LIB_COMMON = $(COMMON_LIB) $(SODIUM_LIBS) -lm
+MPI_LIB_COMMON = $(COMMON_LIB) $(SODIUM_LIBS) $(INIH_LIBS) -lm
 # libev exports libevent-compatible event_* names; Open MPI uses libevent:
 # libevent must come first in the global scope or Open MPI's event_add
 # would bind to libev's (a crash in MPI_Init).
@@ -71,12 +71,13 @@ $(MPI_DEMO_MPICH): mpi-coll/sharp_mpi_demo.c | $(DEPS_STAMP)
 
 # Each of the library's files also as an object of its own, for
 # check-layers' circles of calls (the libraries above are built in one
-# command); the four that need no MPI come from the common object rule.
+# command); the five that need no MPI come from the common object rule.
 MPI_LAYER_SRC := $(filter-out mpi-coll/recover.c mpi-coll/recover_svc.c \
-	mpi-coll/node_shm.c mpi-coll/node_shm_op.c,$(SHARP_MPI_SRC))
+	mpi-coll/node_shm.c mpi-coll/node_shm_op.c \
+	mpi-coll/settings_table.c,$(SHARP_MPI_SRC))
 MPI_LAYER_OBJS := $(call obj_of,$(MPI_LAYER_SRC)) \
 	$(call obj_of,mpi-coll/recover.c mpi-coll/recover_svc.c \
-	mpi-coll/node_shm.c mpi-coll/node_shm_op.c)
+	mpi-coll/node_shm.c mpi-coll/node_shm_op.c mpi-coll/settings_table.c)
 TEST_HELPERS += $(MPI_LAYER_OBJS)
 
 $(call obj_of,$(MPI_LAYER_SRC)): $(OBJDIR)/mpi-coll/%.o: mpi-coll/%.c $(SHARP_MPI_HDR) | $(DEPS_STAMP) $(PATHS_H)

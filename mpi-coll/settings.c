@@ -1,7 +1,8 @@
 /*
  * libsharp_mpi: its settings and its state.  The settings are the
- * SHARP_MPI_* environment, read once at MPI_Init (smpi_cfg_load; docs/mpi.md
- * lists them); the state is one object (smpi: the context, the world's
+ * SHARP_MPI_* environment, read once at MPI_Init (smpi_cfg_load) by the
+ * rows of settings_table.c (docs/mpi.md and libsharp_mpi(7) list them);
+ * the state is one object (smpi: the context, the world's
  * out-of-band communicator, the counters of the report).  The notes the
  * layer writes (smpi_note, one line a write, so that the ranks' lines do
  * not interleave) and the ways it gives up (smpi_fail, smpi_die: abort
@@ -10,6 +11,8 @@
  */
 #include "mpi-coll/sharp_mpi_int.h"
 
+#include <ctype.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,58 +20,43 @@
 
 smpi_cfg_t smpi_cfg;
 
-static long env_long(const char *name, long dflt)
+/* SHARP_MPI_ and the name in capitals */
+static void env_name(const char *name, char *buf, size_t len)
 {
-    const char *v = getenv(name);
-    char *end;
-    if (v == NULL || *v == '\0') {
-        return dflt;
+    size_t n =
+        (size_t)snprintf(buf, len, "%s", smpi_config_table()->env_prefix);
+    for (size_t i = 0; name[i] != '\0' && n + 1 < len; i++) {
+        buf[n++] = (char)toupper((unsigned char)name[i]);
     }
-    long x = strtol(v, &end, 0);
-    if (*end == 'k' || *end == 'K') {
-        x <<= 10;
-        end++;
-    } else if (*end == 'm' || *end == 'M') {
-        x <<= 20;
-        end++;
-    }
-    if (*end != '\0') {
-        fprintf(stderr, "sharp_mpi: ignoring %s=%s (not a number)\n", name, v);
-        return dflt;
-    }
-    return x;
+    buf[n < len ? n : len - 1] = '\0';
 }
 
+/* The table's defaults, then each SHARP_MPI_* variable that is set; a bad
+ * value is named and ignored (its default kept), as a typo must not end a
+ * job that would run on MPI anyway. */
 void smpi_cfg_load(void)
 {
-    smpi_cfg.enable = (int)env_long("SHARP_MPI_ENABLE", 1);
-    smpi_cfg.verbose = (int)env_long("SHARP_MPI_VERBOSE", 0);
-    smpi_cfg.min_ranks = (int)env_long("SHARP_MPI_MIN_RANKS", 2);
-    smpi_cfg.node_aggr = (int)env_long("SHARP_MPI_NODE_AGGR", 1);
-    smpi_cfg.node_shm = (int)env_long("SHARP_MPI_NODE_SHM", 1);
-    smpi_cfg.node_shm_slot = env_long("SHARP_MPI_NODE_SHM_SLOT", 64L << 10);
-    smpi_cfg.node_shm_timeout_ms = env_long("SHARP_MPI_NODE_SHM_TIMEOUT", 0);
-    smpi_cfg.node_shm_yield_us = env_long("SHARP_MPI_NODE_SHM_YIELD_US", 2000);
-    smpi_cfg.max_bytes = env_long("SHARP_MPI_MAX_BYTES", 64L << 20);
-    smpi_cfg.allreduce = (int)env_long("SHARP_MPI_ALLREDUCE", 1);
-    smpi_cfg.reduce = (int)env_long("SHARP_MPI_REDUCE", 1);
-    smpi_cfg.barrier = (int)env_long("SHARP_MPI_BARRIER", 1);
-    smpi_cfg.bcast = (int)env_long("SHARP_MPI_BCAST", 1);
-    smpi_cfg.recovery_timeout_ms =
-        env_long("SHARP_MPI_RECOVERY_TIMEOUT", 30000);
-    smpi_cfg.regroup_calls = env_long("SHARP_MPI_REGROUP_CALLS", 1000);
-    const char *f = getenv("SHARP_MPI_ON_FAULT");
-    smpi_cfg.fallback = 1;
-    if (f != NULL && !strcmp(f, "abort")) {
-        smpi_cfg.fallback = 0;
-    } else if (f != NULL && *f && strcmp(f, "fallback")) {
-        fprintf(stderr,
-                "sharp_mpi: ignoring SHARP_MPI_ON_FAULT=%s (fallback or "
-                "abort)\n",
-                f);
+    const shp_config_table_t *t = smpi_config_table();
+    shp_config_err_t err;
+    memset(&smpi_cfg, 0, sizeof(smpi_cfg));
+    if (shp_config_defaults(t, &smpi_cfg) != SHP_OK) {
+        smpi_cfg.enable = 0; /* cannot happen: the table's own defaults */
+        return;
     }
-    smpi_cfg.reproducible = (int)env_long("SHARP_MPI_REPRODUCIBLE", 0);
-    smpi_cfg.threads = (int)env_long("SHARP_MPI_THREAD_MULTIPLE", 1);
+    for (const shp_config_opt_t *o = t->opts; o->name != NULL; o++) {
+        char env[96];
+        env_name(o->name, env, sizeof(env));
+        const char *v = getenv(env);
+        if (v != NULL && *v != '\0' &&
+            shp_config_set(t, &smpi_cfg, o->name, v, env, &err) != SHP_OK) {
+            fprintf(stderr, "sharp_mpi: ignoring %s=%s: %s\n", env, v, err.msg);
+        }
+    }
+    smpi_cfg.fallback = smpi_cfg.on_fault == SMPI_FALLBACK;
+    if (smpi_cfg.recovery_timeout_ms < 0 ||
+        smpi_cfg.recovery_timeout_ms > INT_MAX) {
+        smpi_cfg.recovery_timeout_ms = INT_MAX; /* inf */
+    }
 }
 
 const char *const smpi_coll_names[C_N] = {

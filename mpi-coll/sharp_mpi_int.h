@@ -26,6 +26,7 @@
 
 #include "mpi-coll/node_shm.h"
 #include "mpi-coll/recover.h"
+#include "mpi-coll/settings.h"
 #include "reduce/reduce.h"
 
 #include <stddef.h>
@@ -35,22 +36,7 @@
 
 #pragma GCC visibility push(hidden)
 
-/* Settings (SHARP_MPI_*, read at MPI_Init) */
-typedef struct smpi_cfg {
-    int enable, verbose, min_ranks, node_aggr;
-    int node_shm;             /* SHARP_MPI_NODE_SHM: the node step on shm */
-    long node_shm_slot;       /* SHARP_MPI_NODE_SHM_SLOT: bytes a rank */
-    long node_shm_timeout_ms; /* SHARP_MPI_NODE_SHM_TIMEOUT */
-    long node_shm_yield_us;   /* SHARP_MPI_NODE_SHM_YIELD_US */
-    long max_bytes;
-    int allreduce, reduce, barrier, bcast;
-    int fallback;             /* SHARP_MPI_ON_FAULT: 1 fallback, 0 abort */
-    long recovery_timeout_ms; /* SHARP_MPI_RECOVERY_TIMEOUT */
-    long regroup_calls;       /* SHARP_MPI_REGROUP_CALLS */
-    int reproducible; /* SHARP_MPI_REPRODUCIBLE=1: floating-point MPI_SUM exact */
-    int threads;      /* SHARP_MPI_THREAD_MULTIPLE: offload such jobs */
-} smpi_cfg_t;
-
+/* Settings (SHARP_MPI_*, read at MPI_Init): settings.h */
 extern smpi_cfg_t smpi_cfg;
 /* read from the environment (settings.c), at MPI_Init */
 void smpi_cfg_load(void);

@@ -213,7 +213,7 @@ static void why_text(int why, int kind, int size, long bytes, char *expl,
         snprintf(b, sizeof(b), "%s", kind_setting(kind));
         break;
     case WHY_MAX_BYTES:
-        snprintf(a, sizeof(a), "%ld", smpi_cfg.max_bytes);
+        snprintf(a, sizeof(a), "%zu", smpi_cfg.max_bytes);
         snprintf(b, sizeof(b), "%ld", bytes);
         break;
     }

@@ -1,0 +1,36 @@
+/*
+ * libsharp_mpi's settings: the SHARP_MPI_* environment as one option
+ * table (settings_table.c), so that docs, the man page's ENVIRONMENT
+ * (libsharp_mpi(7), made from the table) and the layer read the same
+ * rows.  No MPI here: the man page's generator links the table alone.
+ */
+#ifndef SHARP_MPI_SETTINGS_H
+#define SHARP_MPI_SETTINGS_H
+
+#include "core/config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct smpi_cfg {
+    int enable, verbose, min_ranks, node_aggr;
+    int node_shm;                /* the node step on shared memory */
+    size_t node_shm_slot;        /* bytes a rank */
+    int64_t node_shm_timeout_ms; /* 0: as long as it takes */
+    unsigned node_shm_yield_us;
+    size_t max_bytes;
+    int allreduce, reduce, barrier, bcast;
+    int on_fault; /* SMPI_FALLBACK or SMPI_ABORT */
+    int fallback; /* on_fault == SMPI_FALLBACK */
+    int64_t recovery_timeout_ms;
+    int regroup_calls; /* 0: never */
+    int reproducible;  /* floating-point MPI_SUM exact */
+    int threads;       /* MPI_THREAD_MULTIPLE offloaded */
+} smpi_cfg_t;
+
+enum { SMPI_FALLBACK, SMPI_ABORT };
+
+/* the table (env prefix SHARP_MPI_) */
+const shp_config_table_t *smpi_config_table(void);
+
+#endif
