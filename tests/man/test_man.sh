@@ -116,9 +116,13 @@ mapfile -t coll < <(sed -n '/coll_opts\[\] = {/,/{NULL}/p' libsharp/coll_ctx.c |
 check "libsharp_coll's table has settings" test "${#coll[@]}" -gt 10
 covers "every SHARP_COLL_* setting in sharp_coll.3" "$M/sharp_coll.3" "${coll[@]}"
 
-# every variable the MPI layer and libsharp_yield read
-mapfile -t mpivars < <(grep -ohE '"SHARP_(MPI|YIELD|FABRIC)_[A-Z0-9_]+"' mpi-coll/*.c |
-    tr -d '"' | sort -u)
+# every variable the MPI layer and libsharp_yield read: the rows of the
+# layer's table (SHARP_MPI_ and the name in capitals) and the names its
+# files spell out
+mapfile -t mpivars < <({ sed -n 's/^ *ROW("\([a-z_0-9]*\)",.*/\1/p' mpi-coll/settings_table.c |
+    tr a-z A-Z | sed 's/^/SHARP_MPI_/'
+    grep -ohE '"SHARP_(MPI|YIELD|FABRIC)_[A-Z0-9_]+"' mpi-coll/*.c | tr -d '"'; } |
+    sort -u)
 check "the MPI layer reads variables" test "${#mpivars[@]}" -gt 8
 covers "every variable of mpi-coll/ in libsharp_mpi.7" "$M/libsharp_mpi.7" "${mpivars[@]}"
 
