@@ -41,7 +41,7 @@ mpi-coll: core reduce
 plugins/opensm: core reduce protocol topology
 plugins/slurm:
 cli: core reduce protocol transport topology libsharp
-man: core libsharp
+man: core libsharp mpi-coll
 bench: core reduce protocol transport topology an am sharpd libsharp mpi-coll cli tests/support
 '
 
