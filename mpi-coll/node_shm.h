@@ -1,7 +1,7 @@
 /*
- * The node-local step of libsharp_mpi on shared memory (several ranks a node,
- * one group member for them): one
- * segment for one communicator's ranks on one node (node ranks 0..n-1, the
+ * The node-local step of libsharp_mpi on shared memory (several ranks a
+ * node, one group member for them): one segment for one communicator's
+ * ranks on one node (node ranks 0..n-1, the
  * leader is node rank 0, the sharp group's member), in which the ranks
  * hand their contributions to the leader and the leader hands results back,
  * without MPI and without waking anyone for MPI's own algorithms.
