@@ -404,6 +404,17 @@ unit_dirs() {
 }
 check "the units' directories: /run/sharp (am.sock, sharpd.sock), /var/lib/sharp 0700 with am.db" unit_dirs
 
+# systemctl reload (ExecReload=/bin/kill -HUP: procps, a dependency)
+reloads() {
+    local n pid
+    for n in sm1 leaf01 n00001; do
+        pid=$(prop "$n" MainPID)
+        on "$n" systemctl reload "$(unit_of "$n")" || return 1
+        [ "$(prop "$n" MainPID)" = "$pid" ] && [ "$(on "$n" systemctl is-active "$(unit_of "$n")")" = active ] || return 1
+    done
+}
+check "systemctl reload of sharp_am, sharp_an@leaf01, sharpd: the same process, active" reloads
+
 # MPI jobs ---------------------------------------------------------------------
 mpicc.openmpi -O2 -o "$R/job/demo" mpi-coll/sharp_mpi_demo.c || { fails=1; finish; }
 # mpirun here, in the namespace shc-login on the bridge; each orted started
@@ -454,7 +465,7 @@ kill9() { # NODE: kill -9 of its daemon's main process, as root there would
     local n=$1 pid r0
     pid=$(mainpid "$n")
     r0=$(prop "$n" NRestarts)
-    on "$n" kill -9 "$pid"
+    on "$n" sh -c "kill -9 $pid"
     if wait_for 15 restarted "$n" "$pid"; then
         echo "ok   $n: $(unit_of "$n") killed (pid $pid), restarted by systemd (pid $(mainpid "$n"), NRestarts $r0 -> $(prop "$n" NRestarts))"
     else
