@@ -112,6 +112,8 @@ teardown() {
     done
 }
 finish() {
+    # a job still running (interrupted): its mpirun, started here
+    [ -n "${jp:-}" ] && pkill -TERM -P "$jp" 2>/dev/null
     say "done: $fails failure(s), $(($(date +%s) - T0)) s"
     # each node's journal, for whoever reads the logs
     if [ "$fails" != 0 ] || [ -n "${KEEP:-}" ]; then
