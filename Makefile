@@ -13,6 +13,7 @@
 #   make install         PREFIX=/usr/local DESTDIR= (SYSCONFDIR, LOCALSTATEDIR,
 #                        RUNSTATEDIR: see below)
 #   make deps            install (or print how to install) build dependencies
+#   make check-cluster   the Debian packages in systemd containers (root)
 #   make format-check    clang-format conformance, as run by CI
 #   make V=1 ...         show full command lines
 
@@ -292,6 +293,18 @@ deb:
 
 deb-check: deb
 	$(Q)O=$(O) SAN=$(SAN) bash tests/run-tests.sh tests/debian/test_deb.sh
+
+# tests/cluster/test_cluster.sh (root): the packages installed in nine
+# systemd containers (systemd-nspawn, a root made once by mmdebstrap and
+# kept in /var/cache/sharp-cluster), started by systemctl, MPI jobs across
+# them, kill -9, stop, an upgrade in service, remove and purge.  NO_DEB=1:
+# the packages $(O)/deb already built are used (CI, after deb-check).
+.PHONY: check-cluster deps-cluster
+deps-cluster:
+	$(Q)bash scripts/deps.sh cluster
+
+check-cluster: deps-cluster $(if $(NO_DEB),,deb)
+	$(Q)O=$(O) bash tests/run-tests.sh tests/cluster/test_cluster.sh
 
 # Formatting ----------------------------------------------------------------
 FORMAT_SRCS = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' 2>/dev/null)

@@ -34,8 +34,13 @@ PKGS=(
 )
 
 # `deps.sh deb` (make deb): also what builds and checks the Debian packages
-if [ "${1:-}" = deb ]; then
+if [ "${1:-}" = deb ] || [ "${1:-}" = cluster ]; then
     PKGS+=(dpkg-dev debhelper fakeroot lintian)
+fi
+# `deps.sh cluster` (make check-cluster): a root for the containers
+# (mmdebstrap, from the Debian mirror), systemd-nspawn, nsenter
+if [ "${1:-}" = cluster ]; then
+    PKGS+=(mmdebstrap systemd-container util-linux)
 fi
 
 missing=()
