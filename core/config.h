@@ -81,6 +81,11 @@ typedef struct shp_config_err {
 SHP_WUR shp_status_t shp_config_defaults(const shp_config_table_t *table,
                                          void *obj);
 
+/* An option's environment variable: the table's prefix and the name in
+ * capitals (SHARP_MPI_ + regroup_calls: SHARP_MPI_REGROUP_CALLS). */
+void shp_config_env_name(const shp_config_table_t *table, const char *name,
+                         char *buf, size_t len);
+
 /* Set one option by name; SHP_ERR_NOT_FOUND for an unknown name,
  * SHP_ERR_INVALID_PARAM for a bad value.  `origin` prefixes the error. */
 SHP_WUR shp_status_t shp_config_set(const shp_config_table_t *table, void *obj,

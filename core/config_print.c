@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static void shp_config_env_name(const shp_config_table_t *table,
-                                const char *name, char *buf, size_t len)
+void shp_config_env_name(const shp_config_table_t *table, const char *name,
+                         char *buf, size_t len)
 {
     size_t i, n;
 

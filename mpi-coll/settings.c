@@ -11,7 +11,6 @@
  */
 #include "mpi-coll/sharp_mpi_int.h"
 
-#include <ctype.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,17 +18,6 @@
 #include <string.h>
 
 smpi_cfg_t smpi_cfg;
-
-/* SHARP_MPI_ and the name in capitals */
-static void env_name(const char *name, char *buf, size_t len)
-{
-    size_t n =
-        (size_t)snprintf(buf, len, "%s", smpi_config_table()->env_prefix);
-    for (size_t i = 0; name[i] != '\0' && n + 1 < len; i++) {
-        buf[n++] = (char)toupper((unsigned char)name[i]);
-    }
-    buf[n < len ? n : len - 1] = '\0';
-}
 
 /* The table's defaults, then each SHARP_MPI_* variable that is set; a bad
  * value is named and ignored (its default kept), as a typo must not end a
@@ -45,7 +33,7 @@ void smpi_cfg_load(void)
     }
     for (const shp_config_opt_t *o = t->opts; o->name != NULL; o++) {
         char env[96];
-        env_name(o->name, env, sizeof(env));
+        shp_config_env_name(t, o->name, env, sizeof(env));
         const char *v = getenv(env);
         if (v != NULL && *v != '\0' &&
             shp_config_set(t, &smpi_cfg, o->name, v, env, &err) != SHP_OK) {
