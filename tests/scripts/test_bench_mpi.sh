@@ -19,6 +19,8 @@ SHARP_BENCH_ROUNDS=1 SHARP_BENCH_SCALE=0.01 SHARP_BENCH_SCALE_NPS=8 \
 rc=$?
 result=$(grep '^RESULT ' "$out" | tail -1)
 fails=0
+dups=$(echo "$result" | tr ' ' '\n' | sed -n 's/=.*//p' | sort | uniq -d)
+[ -z "$dups" ] || { echo "FAIL keys printed twice: $dups"; fails=1; }
 [ "$rc" = 0 ] || { echo "FAIL bench/mpi.sh exited $rc"; fails=1; }
 for key in mpi_allreduce_8B_np8_vs_tcp mpi_allreduce_8B_np16_vs_tcp \
     mpi_allreduce_4K_np8_vs_tcp mpi_iallreduce_8B_np8_vs_tcp \
