@@ -44,6 +44,10 @@ typedef struct shp_am_config {
     unsigned uid_max_jobs;   /* jobs of one user at once (root: no limit) */
     unsigned uid_max_groups; /* groups of one user's jobs (root: no limit) */
     unsigned max_peers;      /* authenticated ANs and sharpds at once */
+    /* TCP peers not registered yet, at once: everyone's (past it the
+     * oldest is closed), one source address's (past it a new one is
+     * refused) */
+    unsigned max_unauth, source_max_unauth;
     unsigned job_max_groups;
     unsigned group_osts;
     size_t group_payload;
@@ -103,12 +107,15 @@ struct shp_am_peer {
     char host[128]; /* sharpd: its host */
     /* sharpd: its last sharpd_stats (clients_refused, frames_timed_out,
      * jobs_refused: its local clients' limits reached) */
-    uint64_t sd_limits[3];
+    uint64_t sd_limits[5];
     uid_t uid; /* admin: SO_PEERCRED */
     gid_t gid;
     ev_timer auth_timer; /* a TCP peer's deadline to prove the secret */
     shp_am_peer_t *next;
 };
+
+/* TCP peers that have not registered yet (role AM_PEER_NEW) */
+#define SHP_AM_PEER_UNREGISTERED(p) ((p)->role == AM_PEER_NEW)
 
 typedef struct shp_am_an {
     char name[128];
@@ -262,6 +269,10 @@ struct shp_am {
         /* refusals at a limit: a user's uid_max_groups, a peer past
          * max_peers; squatters' jobs ended by a reservation of their id */
         uint64_t uid_groups_refused, peers_refused, squats_ended;
+        /* peers not registered yet: refused past source_max_unauth,
+         * closed past max_unauth; peers closed for not reading what the
+         * manager sends them (their queue past its bound) */
+        uint64_t unauth_refused, unauth_evicted, queue_overflows;
         /* a restart: jobs and groups taken back, groups revoked then */
         uint64_t jobs_adopted, groups_adopted, groups_not_adopted;
         /* this manager became active; stepped down (am_ha.c) */

@@ -287,14 +287,15 @@ static shp_status_t am_admin_setting(shp_am_t *am, shp_am_peer_t *p,
  * connected (sharpd_stats) */
 static void am_admin_sharpd_limits(shp_am_t *am, json_t *stats)
 {
-    static const char *const names[3] = {"sharpd_clients_refused",
-                                         "sharpd_frames_timed_out",
-                                         "sharpd_jobs_refused"};
-    uint64_t sum[3] = {0, 0, 0};
+    static const char *const names[5] = {
+        "sharpd_clients_refused", "sharpd_frames_timed_out",
+        "sharpd_jobs_refused", "sharpd_queue_overflows",
+        "sharpd_frames_refused"};
+    uint64_t sum[5] = {0, 0, 0, 0, 0};
     for (const shp_am_peer_t *p = am->peers; p; p = p->next)
-        for (int k = 0; p->role == AM_PEER_SHARPD && k < 3; k++)
+        for (int k = 0; p->role == AM_PEER_SHARPD && k < 5; k++)
             sum[k] += p->sd_limits[k];
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 5; k++)
         json_object_set_new(stats, names[k], json_integer((json_int_t)sum[k]));
 }
 
@@ -324,6 +325,14 @@ static json_t *am_admin_stats(shp_am_t *am)
                             json_integer((json_int_t)am->stats.sharpds_held));
         json_object_set_new(s, "sharpds_back",
                             json_integer((json_int_t)am->stats.sharpds_back));
+        /* connections that proved nothing, and peers that do not read */
+        json_object_set_new(s, "unauth_refused",
+                            json_integer((json_int_t)am->stats.unauth_refused));
+        json_object_set_new(s, "unauth_evicted",
+                            json_integer((json_int_t)am->stats.unauth_evicted));
+        json_object_set_new(
+            s, "queue_overflows",
+            json_integer((json_int_t)am->stats.queue_overflows));
     }
     return s;
 }

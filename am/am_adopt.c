@@ -301,7 +301,8 @@ static int adopt_try(shp_am_t *am, adopt_group_t *g, int final)
         adopt_revoke(am, g, "no AN reported it");
         return 1;
     }
-    shp_auth_key_fp(j->key, j->id, fp);
+    /* what its ANs hold if the manager gave them this group's keys */
+    shp_am_group_keys_fp(j, (uint16_t)g->tree, g->id, fp);
     if (strcmp(fp, g->fp) != 0) {
         adopt_revoke(am, g, "its ANs hold another key than the job's");
         return 1;

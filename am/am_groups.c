@@ -19,6 +19,9 @@
 #include <string.h>
 
 #include "protocol/ctl.h"
+#include "protocol/wire.h"
+
+#include <sodium.h>
 #include "core/log.h"
 
 void shp_am_group_free(shp_am_t *am, shp_am_group_t *g)
@@ -426,11 +429,32 @@ static shp_am_group_t *am_group_new(shp_am_t *am, am_group_req_t *r,
 
 /* Every AN of the trimmed sub-tree is sent its group_add: all or nothing
  * (the request id says which AN answers: group id << 20 | position). */
+/* A group's keys, from its job's: the join key and the multicast key
+ * (protocol/wire.h).  An AN is given these, never the job key: an AN of
+ * one group can neither tag results for, nor join, the job's others. */
+static void am_group_keys(const shp_am_job_t *j, uint16_t tree, uint32_t gid,
+                          uint8_t jk[SHP_WIRE_JOIN_KEY_LEN],
+                          uint8_t mk[SHP_WIRE_MAC_KEY_LEN])
+{
+    shp_wire_join_key(j->key, tree, gid, jk);
+    shp_wire_mac_key(j->key, tree, gid, mk);
+}
+
+void shp_am_group_keys_fp(const shp_am_job_t *j, uint16_t tree, uint32_t gid,
+                          char fp[SHP_AUTH_FP_HEX])
+{
+    uint8_t jk[SHP_WIRE_JOIN_KEY_LEN], mk[SHP_WIRE_MAC_KEY_LEN];
+    am_group_keys(j, tree, gid, jk, mk);
+    shp_auth_group_fp(jk, mk, j->id, fp);
+    sodium_memzero(jk, sizeof(jk));
+    sodium_memzero(mk, sizeof(mk));
+}
+
 static void am_group_wire(shp_am_t *am, shp_am_group_t *g)
 {
-    char key[65];
-    for (int b = 0; b < 32; b++)
-        snprintf(key + 2 * b, 3, "%02x", g->job->key[b]);
+    /* the group's keys, never the job's (am_group_keys) */
+    uint8_t jk[SHP_WIRE_JOIN_KEY_LEN], mk[SHP_WIRE_MAC_KEY_LEN];
+    am_group_keys(g->job, (uint16_t)g->tree, g->id, jk, mk);
     for (int i = 0; i < g->plan.nans; i++) {
         shp_group_an_t *ga = &g->plan.ans[i];
         json_t *children = json_array();
@@ -439,16 +463,19 @@ static void am_group_wire(shp_am_t *am, shp_am_group_t *g)
                 children, json_pack("{s:s}", "kind",
                                     ga->children[c].is_an ? "an" : "member"));
         json_t *m = json_pack(
-            "{s:s, s:I, s:I, s:i, s:o, s:s, s:o, s:b, s:i, s:s, s:s, s:i, "
-            "s:I}",
+            "{s:s, s:I, s:I, s:i, s:o, s:o, s:o, s:o, s:b, s:i, s:s, s:s, "
+            "s:i, s:I}",
             "type", "group_add", "id", (json_int_t)g->id << 20 | i, "group_id",
             (json_int_t)g->id, "tree_id", g->tree, "job_id",
-            shp_json_u64(g->job->id), "job_key", key, "children", children,
+            shp_json_u64(g->job->id), "join_key", shp_json_hex(jk, sizeof(jk)),
+            "mcast_key", shp_json_hex(mk, sizeof(mk)), "children", children,
             "top", i == 0, "parent_index", ga->parent_index, "dist",
             shp_dist_names[g->dist], "mcast_addr", g->mcast_addr, "osts",
             (int)g->osts, "payload", (json_int_t)g->payload);
         shp_am_send(am->ans[g->an_of[i]].peer, m);
     }
+    sodium_memzero(jk, sizeof(jk));
+    sodium_memzero(mk, sizeof(mk));
 }
 
 /* group_create {job_id, uid, members [hosts], dist?}: checked, placed,

@@ -42,6 +42,10 @@ void shp_am_send(shp_am_peer_t *p, json_t *msg); /* takes msg; NULL: none */
 shp_status_t shp_am_mark_begin(shp_am_t *am);
 int shp_am_an_of_node(const shp_am_t *am, int node); /* -1: none */
 shp_am_group_t *shp_am_group_find(shp_am_t *am, uint32_t id);
+/* The fingerprint of the keys group gid of tree `tree` of job j gives its
+ * ANs (shp_auth_group_fp): what they report to a restarted manager. */
+void shp_am_group_keys_fp(const shp_am_job_t *j, uint16_t tree, uint32_t gid,
+                          char fp[SHP_AUTH_FP_HEX]);
 shp_am_job_t *shp_am_job_find(shp_am_t *am, uint64_t id);
 shp_am_peer_t *shp_am_sharpd_of_host(shp_am_t *am, const char *host);
 shp_am_job_t *shp_am_job_for(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,

@@ -157,6 +157,14 @@ static void am_peer_close(shp_conn_t *conn, shp_status_t reason)
     shp_am_peer_t *p = conn->arg;
     shp_am_t *am = p->am;
     ev_timer_stop(am->loop, &p->auth_timer);
+    if (conn->overflowed) {
+        am->stats.queue_overflows++;
+        shp_warn_sparse(1000,
+                        "closed %s (%s %s): it did not read what the manager "
+                        "sent it",
+                        conn->peer, p->auth.role[0] ? p->auth.role : "peer",
+                        p->auth.name);
+    }
     for (shp_am_peer_t **pp = &am->peers; *pp; pp = &(*pp)->next)
         if (*pp == p) {
             *pp = p->next;
@@ -225,11 +233,59 @@ static void am_auth_expired(struct ev_loop *loop, ev_timer *w, int revents)
     shp_conn_close(&p->conn, SHP_ERR_TIMED_OUT);
 }
 
+/* the address part of "ip:port" (its length) */
+static size_t am_source_len(const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+    return colon ? (size_t)(colon - addr) : strlen(addr);
+}
+
+/* TCP peers that have not registered are bounded (each a descriptor, a
+ * connection and a frame of at most SHP_CTL_PREAUTH_MAX_FRAME): from one
+ * address at most source_max_unauth (one more is refused: 0 here), of
+ * everyone max_unauth (the oldest, nearest its auth_timeout, is closed to
+ * make room).  p is the new one, already listed (first). */
+static int am_unauth_admit(shp_am_t *am, shp_am_peer_t *p)
+{
+    size_t n = am_source_len(p->conn.peer);
+    unsigned same = 0, all = 0;
+    shp_am_peer_t *oldest = NULL;
+    for (shp_am_peer_t *q = p->next; q; q = q->next) {
+        if (!SHP_AM_PEER_UNREGISTERED(q) || !shp_conn_is_open(&q->conn))
+            continue;
+        all++;
+        oldest = q; /* the list is newest first */
+        same += am_source_len(q->conn.peer) == n &&
+                !strncmp(q->conn.peer, p->conn.peer, n);
+    }
+    if (am->cfg.source_max_unauth > 0 && same >= am->cfg.source_max_unauth) {
+        am->stats.unauth_refused++;
+        shp_warn_sparse(1000,
+                        "refusing a connection from %s: %u of its connections "
+                        "have not registered yet (source_max_unauth)",
+                        p->conn.peer, same);
+        return 0;
+    }
+    if (am->cfg.max_unauth > 0 && all >= am->cfg.max_unauth && oldest) {
+        am->stats.unauth_evicted++;
+        shp_warn_sparse(1000,
+                        "closing %s, not registered yet: %u connections have "
+                        "not registered (max_unauth)",
+                        oldest->conn.peer, all);
+        shp_conn_close(&oldest->conn, SHP_ERR_QUOTA); /* frees it */
+    }
+    return 1;
+}
+
 static void am_on_accept(shp_listener_t *l, int fd, const shp_sockaddr_t *peer)
 {
     (void)peer;
     shp_am_t *am = l->arg;
     shp_am_peer_t *p = am_peer_new(am, fd, AM_PEER_NEW);
+    if (p && !am_unauth_admit(am, p)) {
+        shp_conn_close(&p->conn, SHP_ERR_QUOTA); /* frees it */
+        return;
+    }
     if (!p)
         return;
     shp_conn_set_keepalive(&p->conn, (double)am->cfg.keepalive_ms / 1000.0, 3);

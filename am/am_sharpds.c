@@ -122,12 +122,18 @@ void shp_am_sharpd_message(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
     const char *type = shp_ctl_type(msg);
     int64_t id = 0;
     if (!strcmp(type, "sharpd_stats")) { /* its limits reached, counted */
-        uint64_t v[3];
+        uint64_t v[5] = {0, 0, 0, 0, 0};
         const char *w;
+        /* (queue_overflows and frames_refused: not from older sharpds) */
         if (!shp_json_get_u64(msg, "clients_refused", &v[0], &w) &&
             !shp_json_get_u64(msg, "frames_timed_out", &v[1], &w) &&
-            !shp_json_get_u64(msg, "jobs_refused", &v[2], &w))
+            !shp_json_get_u64(msg, "jobs_refused", &v[2], &w)) {
+            v[3] = (uint64_t)shp_json_opt_int(msg, "queue_overflows", 0,
+                                              INT64_MAX, 0);
+            v[4] = (uint64_t)shp_json_opt_int(msg, "frames_refused", 0,
+                                              INT64_MAX, 0);
             memcpy(p->sd_limits, v, sizeof(v));
+        }
         return;
     }
     if (!strcmp(type, "job_detach")) {

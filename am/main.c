@@ -84,6 +84,15 @@ static const shp_config_opt_t am_opts[] = {
      "(a peer that replaces its own earlier connection is not counted "
      "twice)",
      offsetof(shp_am_config_t, max_peers), &shp_cfg_uint, &am_count_range},
+    {"max_unauth", "1024",
+     "TCP peers that have not proved the cluster secret and registered, "
+     "at once, at most; past it the oldest of them is closed",
+     offsetof(shp_am_config_t, max_unauth), &shp_cfg_uint, &am_count_range},
+    {"source_max_unauth", "128",
+     "TCP peers from one address that have not proved the cluster secret "
+     "and registered, at once, at most; one more is refused",
+     offsetof(shp_am_config_t, source_max_unauth), &shp_cfg_uint,
+     &am_count_range},
     {"keepalive", "2s", "keepalive interval of control connections",
      offsetof(shp_am_config_t, keepalive_ms), &shp_cfg_time},
     {"auth_timeout", "10s",

@@ -86,24 +86,50 @@ static uint64_t am_metrics_counter_of(const json_t *counters, const char *key)
  * over those connected. */
 static void am_metrics_sharpd_limits(am_metrics_buf_t *b, const shp_am_t *am)
 {
-    static const char *const sd_names[3] = {
+    static const char *const sd_names[5] = {
         "sharp_am_sharpd_clients_refused_total",
         "sharp_am_sharpd_frames_timed_out_total",
-        "sharp_am_sharpd_jobs_refused_total"};
-    static const char *const sd_help[3] = {
+        "sharp_am_sharpd_jobs_refused_total",
+        "sharp_am_sharpd_queue_overflows_total",
+        "sharp_am_sharpd_frames_refused_total"};
+    static const char *const sd_help[5] = {
         "Local connections the sharpds refused (max_clients, "
         "uid_max_clients), summed over the connected sharpds.",
         "Local clients the sharpds closed in a request (frame_timeout), "
         "summed over the connected sharpds.",
         "Jobs the sharpds refused to a connection (client_max_jobs), "
-        "summed over the connected sharpds."};
-    for (int k = 0; k < 3; k++) {
+        "summed over the connected sharpds.",
+        "Local clients the sharpds closed for not reading their answers "
+        "(client_max_queued), summed over the connected sharpds.",
+        "Local clients the sharpds closed for a request too large (before "
+        "hello: 4 KiB), summed over the connected sharpds."};
+    for (int k = 0; k < 5; k++) {
         unsigned long long sum = 0;
         for (const shp_am_peer_t *p = am->peers; p; p = p->next)
             sum += p->role == AM_PEER_SHARPD ? p->sd_limits[k] : 0;
         am_metrics_family(b, sd_names[k], "counter", sd_help[k]);
         am_metrics_put(b, "%s %llu\n", sd_names[k], sum);
     }
+}
+
+/* Connections that proved nothing, and peers that do not read. */
+static void am_metrics_unauth(am_metrics_buf_t *b, const shp_am_t *am)
+{
+    am_metrics_family(b, "sharp_am_unauth_refused_total", "counter",
+                      "Connections refused: their address had "
+                      "source_max_unauth connections not registered yet.");
+    am_metrics_put(b, "sharp_am_unauth_refused_total %llu\n",
+                   (unsigned long long)am->stats.unauth_refused);
+    am_metrics_family(b, "sharp_am_unauth_evicted_total", "counter",
+                      "Connections not registered yet closed to make room "
+                      "(max_unauth).");
+    am_metrics_put(b, "sharp_am_unauth_evicted_total %llu\n",
+                   (unsigned long long)am->stats.unauth_evicted);
+    am_metrics_family(b, "sharp_am_queue_overflows_total", "counter",
+                      "Peers closed because they did not read what the "
+                      "manager sent them.");
+    am_metrics_put(b, "sharp_am_queue_overflows_total %llu\n",
+                   (unsigned long long)am->stats.queue_overflows);
 }
 
 static void am_metrics_totals(am_metrics_buf_t *b, const shp_am_t *am)
@@ -168,6 +194,7 @@ static void am_metrics_totals(am_metrics_buf_t *b, const shp_am_t *am)
                       "their id.");
     am_metrics_put(b, "sharp_am_squats_ended_total %llu\n",
                    (unsigned long long)am->stats.squats_ended);
+    am_metrics_unauth(b, am);
     am_metrics_sharpd_limits(b, am);
     am_metrics_family(b, "sharp_am_tree_builds_total", "counter",
                       "Tree (re)builds.");
@@ -199,6 +226,14 @@ static void am_metrics_an_counters(am_metrics_buf_t *b, const shp_am_t *am)
          "Malformed data-path messages refused by the AN."},
         {"sharp_an_bad_key_total", "err_bad_key", "counter",
          "Group joins refused for a wrong job key."},
+        {"sharp_an_join_deadline_total", "join_deadline", "counter",
+         "Children's connections closed: no group joined in join_deadline."},
+        {"sharp_an_unjoined_refused_total", "unjoined_refused", "counter",
+         "Children's connections refused: their address had "
+         "source_max_unjoined connections that joined nothing."},
+        {"sharp_an_unjoined_evicted_total", "unjoined_evicted", "counter",
+         "Children's connections that joined nothing, closed to make room "
+         "(max_unjoined)."},
     };
     for (size_t k = 0; k < sizeof(an_metrics) / sizeof(an_metrics[0]); k++) {
         am_metrics_family(b, an_metrics[k].name, an_metrics[k].type,

@@ -156,6 +156,9 @@ json_t *shp_an_stats_json(const shp_an_t *an)
     an_stat(r, "groups_failed", s->groups_failed);
     an_stat(r, "links_lost", s->links_lost);
     an_stat(r, "join_deadline", s->join_deadline);
+    an_stat(r, "unjoined", an->nunjoined);
+    an_stat(r, "unjoined_refused", s->unjoined_refused);
+    an_stat(r, "unjoined_evicted", s->unjoined_evicted);
     an_stat(r, "bytes_in", an->tp.stats.bytes_in);
     an_stat(r, "quiet_msgs", s->quiet_msgs);
     json_object_set_new(r, "exact_ops", an_exact_ops_json(an));

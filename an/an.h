@@ -43,6 +43,11 @@ typedef struct shp_an_config {
     /* a child's link that joined no group this long after it came is
      * closed (0: never) */
     int64_t join_deadline_ms;
+    /* children's links that joined nothing yet, at most: everyone's
+     * (past it the oldest is closed), one source address's (past it a new
+     * one is refused) */
+    unsigned max_unjoined;
+    unsigned source_max_unjoined;
     char *secret_file;
     char *advertise;
     int sched;        /* 0: batch, 1: other (main.c) */
@@ -72,6 +77,9 @@ typedef struct shp_an_link {
     /* a child's link: closed if it has joined no group by then
      * (cfg.join_deadline_ms after it came; stopped at its first join) */
     ev_timer join_deadline;
+    /* a child's link that joined no group yet: it takes only messages a
+     * join needs (ep->rx_limit) and counts in an->nunjoined */
+    int unjoined;
     uint16_t tree_id;
     int quiet; /* its messages wait until pulled (shp_an_run) */
     char addr[64];
@@ -117,8 +125,10 @@ struct shp_an_group {
     uint32_t id;
     uint16_t tree_id;
     uint64_t job_id;
-    uint8_t key[SHP_WIRE_JOB_KEY_LEN];
-    uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN]; /* its multicast results' tags */
+    /* the group's keys from the manager (never the job key): joins prove
+     * the join key, multicast results are tagged with the mac key */
+    uint8_t join_key[SHP_WIRE_JOIN_KEY_LEN];
+    uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN];
     uint64_t mcast_seq64; /* the last operation multicast, with seq wraps */
     unsigned nchildren;
     unsigned nleft; /* children that left (group_leave) */
@@ -183,7 +193,10 @@ typedef struct shp_an_stats {
     uint64_t groups_failed;
     uint64_t links_lost;
     uint64_t join_deadline; /* children's links closed: no join in time */
-    uint64_t quiet_msgs;    /* messages read from quiet links (shp_an_run) */
+    /* children's links that joined nothing: refused past
+     * source_max_unjoined, the oldest closed past max_unjoined */
+    uint64_t unjoined_refused, unjoined_evicted;
+    uint64_t quiet_msgs; /* messages read from quiet links (shp_an_run) */
 } shp_an_stats_t;
 
 struct shp_an {
@@ -221,7 +234,8 @@ struct shp_an {
     int loadavg_fd;
     uint64_t load_at;
     int core_free;
-    unsigned nquiet; /* links quiet now */
+    unsigned nquiet;    /* links quiet now */
+    unsigned nunjoined; /* children's links that joined nothing yet */
     /* a sleep with quiet links ends by this at the latest */
     ev_timer quiet_wake;
 };

@@ -26,7 +26,7 @@
  *   AN -> AM  am_refused {status, epoch, epoch_proof}  (a stale manager)
  *   AM -> AN  tree_config {id, tree_id, parent: "ip:port" | null}
  *   AN -> AM  tree_config_ack {id, status, error?}
- *   AM -> AN  group_add {id, group_id, tree_id, job_id, job_key (hex),
+ *   AM -> AN  group_add {id, group_id, tree_id, job_id, join_key, mcast_key (hex),
  *                        children [{kind: "member"|"an"}], top,
  *                        parent_index, dist: rc|mcast|both, mcast_addr,
  *                        osts, payload}
@@ -102,8 +102,8 @@ static const shp_an_events_t an_ctl_events = {
 /* What a manager that restarted needs to take a group this AN serves
  * back (am/am_adopt.c): its place here (top, parent index, the kinds of
  * its children in order: 'a' an AN, 'm' a member), its tree and job, how
- * it distributes results, its quotas, and the job key's fingerprint, never
- * the key.  A failed group says so: the manager removes it. */
+ * it distributes results, its quotas, and its keys' fingerprint, never
+ * the keys.  A failed group says so: the manager removes it. */
 static json_t *an_ctl_group_report(const shp_an_t *an, const shp_an_group_t *g)
 {
     char fp[SHP_AUTH_FP_HEX];
@@ -117,7 +117,7 @@ static json_t *an_ctl_group_report(const shp_an_t *an, const shp_an_group_t *g)
         kinds[c] = g->children[c].is_an ? 'a' : 'm';
     }
     kinds[g->nchildren] = '\0';
-    shp_auth_key_fp(g->key, g->job_id, fp);
+    shp_auth_group_fp(g->join_key, g->mac_key, g->job_id, fp);
     r = json_pack("{s:I, s:i, s:o, s:s, s:b, s:i, s:s, s:s, s:s, s:i, s:I, "
                   "s:s, s:b}",
                   "group_id", (json_int_t)g->id, "tree_id", (int)g->tree_id,

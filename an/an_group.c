@@ -13,6 +13,8 @@
 
 #include "protocol/ctl.h"
 #include "core/log.h"
+
+#include <sodium.h>
 #include "core/time.h"
 
 #include <stdio.h>
@@ -157,6 +159,8 @@ void shp_an_group_free(shp_an_t *an, shp_an_group_t *g)
     ev_timer_stop(an->loop, &g->join_timer);
     free(g->free_bufs);
     free(g->slots);
+    sodium_memzero(g->join_key, sizeof(g->join_key));
+    sodium_memzero(g->mac_key, sizeof(g->mac_key));
     free(g->children);
     free(g);
 }
@@ -168,8 +172,8 @@ void shp_an_group_send_join(shp_an_group_t *g)
     uint8_t payload[SHP_WIRE_JOIN_LEN];
     shp_wire_hdr_t h;
 
-    shp_wire_join_make(g->key, g->parent->nonce, g->tree_id, g->id, g->job_id,
-                       g->parent_index, &h, payload);
+    shp_wire_join_make_keyed(g->join_key, g->parent->nonce, g->tree_id, g->id,
+                             g->job_id, g->parent_index, &h, payload);
     if (g->join_tries++ == 0) {
         g->join_start_ns = shp_time_ns();
     }
@@ -273,7 +277,8 @@ typedef struct an_group_req {
     int dist; /* shp_dist_t, never AUTO */
     json_t *children;
     const char *mcast; /* the top's multicast address (dist mcast, both) */
-    uint8_t key[SHP_WIRE_JOB_KEY_LEN];
+    uint8_t join_key[SHP_WIRE_JOIN_KEY_LEN];
+    uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN];
 } an_group_req_t;
 
 /* The request's members, each of the right type and range */
@@ -331,7 +336,7 @@ static shp_status_t an_group_fits(shp_an_t *an, const an_group_req_t *r,
     return SHP_OK;
 }
 
-/* The values the group is built from: distribution, job key, the kinds of
+/* The values the group is built from: distribution, its keys, the kinds of
  * its children, the multicast address */
 static shp_status_t an_group_read_setup(const shp_an_t *an, const json_t *req,
                                         an_group_req_t *r, const char **why)
@@ -344,8 +349,10 @@ static shp_status_t an_group_read_setup(const shp_an_t *an, const json_t *req,
     if (r->dist <= SHP_DIST_AUTO) { /* the manager chose before it asked */
         return an_reject("dist must be rc, mcast or both", why);
     }
-    if (shp_json_get_hex(req, "job_key", r->key, sizeof(r->key), why) !=
-        SHP_OK) {
+    if (shp_json_get_hex(req, "join_key", r->join_key, sizeof(r->join_key),
+                         why) != SHP_OK ||
+        shp_json_get_hex(req, "mcast_key", r->mac_key, sizeof(r->mac_key),
+                         why) != SHP_OK) {
         return SHP_ERR_INVALID_PARAM;
     }
     json_array_foreach(r->children, i, c)
@@ -416,8 +423,8 @@ static shp_status_t an_group_build(shp_an_t *an, const an_group_req_t *r,
     g->dist = r->dist;
     ev_timer_init(&g->join_timer, an_join_timer_cb, 0.05, 0.);
     g->join_timer.data = g;
-    memcpy(g->key, r->key, sizeof(g->key));
-    shp_wire_mac_key(g->key, g->tree_id, g->id, g->mac_key);
+    memcpy(g->join_key, r->join_key, sizeof(g->join_key));
+    memcpy(g->mac_key, r->mac_key, sizeof(g->mac_key));
     g->children = calloc(n, sizeof(*g->children));
     if (g->children == NULL) {
         return an_no_memory(why);
@@ -574,7 +581,7 @@ void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         status = SHP_ERR_GROUP_UNKNOWN;
         an->stats.join_early++;
     } else if (join.job_id != g->job_id ||
-               !shp_wire_join_proof_ok(g->key, l->nonce, g->tree_id, g->id,
+               !shp_wire_join_proof_ok(g->join_key, l->nonce, g->tree_id, g->id,
                                        &join)) {
         /* the proof is over this link's nonce: one recorded on another
          * link does not verify here */
@@ -598,6 +605,11 @@ void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     }
     if (status == SHP_OK) {
         ev_timer_stop(an->loop, &l->join_deadline); /* it joined in time */
+        if (l->unjoined) { /* a member now: full-sized messages */
+            l->unjoined = 0;
+            an->nunjoined--;
+            l->ep->rx_limit = 0;
+        }
         g->children[join.child_index].link = l;
         g->children[join.child_index].rc_only = 0;
         if (g->children[join.child_index].left) {

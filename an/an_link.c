@@ -34,6 +34,7 @@ void shp_an_link_free(shp_an_link_t *l)
     shp_an_link_t **pp;
 
     an->nquiet -= l->quiet != 0;
+    an->nunjoined -= l->unjoined != 0;
     for (pp = &an->links; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == l) {
             *pp = l->next;

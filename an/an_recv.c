@@ -221,16 +221,70 @@ static void an_join_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
     shp_tp_close(l->ep); /* on_close frees l */
 }
 
+/* the address part of "ip:port" (its length) */
+static size_t an_source_len(const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+
+    return colon != NULL ? (size_t)(colon - addr) : strlen(addr);
+}
+
+/* Children's links that joined nothing yet are bounded: from one source
+ * address at most source_max_unjoined (one more is refused: 0 here), of
+ * everyone max_unjoined (the oldest, which had the most time to join, is
+ * closed to make room); 0: no limit.  Each is a descriptor, a link and a nonce. */
+static int an_unjoined_admit(shp_an_t *an, const char *peer)
+{
+    size_t n = an_source_len(peer);
+    unsigned same = 0;
+    shp_an_link_t *l, *oldest = NULL;
+
+    for (l = an->links; l != NULL; l = l->next) {
+        if (!l->unjoined || l->ep == NULL) {
+            continue;
+        }
+        oldest = l; /* the list is newest first */
+        same += an_source_len(l->addr) == n && !strncmp(l->addr, peer, n);
+    }
+    if (an->cfg.source_max_unjoined > 0 &&
+        same >= an->cfg.source_max_unjoined) {
+        an->stats.unjoined_refused++;
+        shp_warn_sparse(1000,
+                        "refusing a connection from %s: %u of its connections "
+                        "have joined no group yet (source_max_unjoined)",
+                        peer, same);
+        return 0;
+    }
+    if (an->cfg.max_unjoined > 0 && an->nunjoined >= an->cfg.max_unjoined &&
+        oldest != NULL) {
+        an->stats.unjoined_evicted++;
+        shp_warn_sparse(1000,
+                        "closing %s, which joined no group yet: %u "
+                        "connections have joined none (max_unjoined)",
+                        oldest->addr, an->nunjoined);
+        shp_tp_close(oldest->ep); /* on_close frees it */
+    }
+    return 1;
+}
+
 void shp_an_on_accept(shp_tp_t *tp, shp_tp_ep_t *ep)
 {
     shp_an_t *an = (shp_an_t *)((char *)tp - offsetof(shp_an_t, tp));
-    shp_an_link_t *l = shp_an_link_new(an);
+    shp_an_link_t *l;
 
+    if (!an_unjoined_admit(an, ep->peer)) {
+        return; /* ep->cbs stays NULL: the provider closes it */
+    }
+    l = shp_an_link_new(an);
     if (l == NULL) {
         return; /* ep->cbs stays NULL: the provider closes it */
     }
     l->ep = ep;
     l->connected = 1;
+    l->unjoined = 1;
+    an->nunjoined++;
+    /* until it joins, only what a join needs (a join, or an error) */
+    ep->rx_limit = SHP_WIRE_HDR_LEN + SHP_WIRE_ERR_MSG_MAX;
     snprintf(l->addr, sizeof(l->addr), "%s", ep->peer);
     /* the nonce its joins will prove the job key over, first on the link
      * (the transports queue what is sent before the link is up) */

@@ -23,6 +23,7 @@ static const shp_config_range_t an_spin_range = {0, 10000};
 
 static const shp_config_range_t an_trees_range = {1, SHP_AN_MAX_TREES};
 static const shp_config_range_t an_groups_range = {1, 100000};
+static const shp_config_range_t an_unjoined_range = {1, 1000000};
 static const shp_config_range_t an_osts_range = {1, 65536};
 
 static const shp_config_opt_t an_opts[] = {
@@ -58,6 +59,16 @@ static const shp_config_opt_t an_opts[] = {
      "how long a child's connection may stay without joining a group "
      "before it is closed (0: no limit)",
      offsetof(shp_an_config_t, join_deadline_ms), &shp_cfg_time},
+    {"max_unjoined", "1024",
+     "children's connections that joined no group yet, at most (past it "
+     "the oldest is closed)",
+     offsetof(shp_an_config_t, max_unjoined), &shp_cfg_uint,
+     &an_unjoined_range},
+    {"source_max_unjoined", "256",
+     "children's connections from one address that joined no group yet, "
+     "at most (past it a new one is refused)",
+     offsetof(shp_an_config_t, source_max_unjoined), &shp_cfg_uint,
+     &an_unjoined_range},
     {"advertise", "",
      "address children and the AM are told to use (default: the listen "
      "address; required when listening on 0.0.0.0)",

@@ -14,7 +14,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define SHP_CONN_RBUF_MIN (64 * 1024)
 /* SO_RCVLOWAT of a quiet connection: more than a peer sends between two
  * reads of its owner (one message); if that many bytes ever wait, they wake
  * the loop as usual (TCP also grows the receive buffer to hold them) */
@@ -181,6 +180,13 @@ static shp_status_t shp_conn_do_write(shp_conn_t *conn)
     }
     conn->woff = 0;
     ev_io_stop(conn->loop, &conn->wio);
+    /* a large answer went: not kept (a data path that keeps its read
+     * buffer, rbuf_keep, keeps this one too) */
+    if (conn->wcap > SHP_CONN_RBUF_MIN && conn->rbuf_keep == 0) {
+        free(conn->wbuf);
+        conn->wbuf = NULL;
+        conn->wcap = 0;
+    }
     return SHP_OK;
 }
 
@@ -188,6 +194,9 @@ void shp_conn_flush(shp_conn_t *conn)
 {
     shp_status_t status;
 
+    if (conn->overflowed) {
+        return; /* it closes before the loop sleeps (shp_conn_overflow) */
+    }
     ev_prepare_stop(conn->loop, &conn->flush_w);
     if (conn->state != SHP_CONN_OPEN || conn->wlen == 0) {
         return;
@@ -201,7 +210,7 @@ void shp_conn_flush(shp_conn_t *conn)
 
 void shp_conn_push(shp_conn_t *conn)
 {
-    if (conn->state != SHP_CONN_OPEN || conn->wlen == 0 ||
+    if (conn->state != SHP_CONN_OPEN || conn->wlen == 0 || conn->overflowed ||
         ev_is_active(&conn->wio)) {
         return;
     }
@@ -209,6 +218,26 @@ void shp_conn_push(shp_conn_t *conn)
         ev_prepare_stop(conn->loop, &conn->flush_w);
     } else {
         ev_prepare_start(conn->loop, &conn->flush_w); /* it closes there */
+    }
+}
+
+/* The peer does not read what is sent to it: it stops being read, and is
+ * closed before the loop sleeps (the caller of send may hold state that
+ * on_close frees). */
+static void shp_conn_overflow(shp_conn_t *conn, size_t more)
+{
+    if (conn->overflowed) {
+        return;
+    }
+    conn->overflowed = 1;
+    shp_warn_sparse(1000,
+                    "closing %s: it does not read what is sent to it "
+                    "(%zu bytes waiting, %zu more would pass the bound of "
+                    "%zu)",
+                    conn->peer, conn->wlen, more, conn->max_queued);
+    if (conn->fd >= 0) {
+        ev_io_stop(conn->loop, &conn->rio);
+        ev_prepare_start(conn->loop, &conn->flush_w);
     }
 }
 
@@ -220,7 +249,11 @@ shp_status_t shp_conn_send(shp_conn_t *conn, const void *a, size_t alen,
     if (conn->state == SHP_CONN_CLOSED) {
         return SHP_ERR_CLOSED;
     }
-    if (conn->wlen + alen + blen > conn->max_queued) {
+    /* one message always fits an empty queue: the bound is on what waits
+     * behind it, unread */
+    if (conn->overflowed ||
+        (conn->wlen > 0 && conn->wlen + alen + blen > conn->max_queued)) {
+        shp_conn_overflow(conn, alen + blen);
         return SHP_ERR_NO_RESOURCE;
     }
     need = conn->woff + conn->wlen + alen + blen;
@@ -267,9 +300,16 @@ shp_status_t shp_conn_send(shp_conn_t *conn, const void *a, size_t alen,
 static void shp_conn_prepare_cb(struct ev_loop *loop, ev_prepare *w,
                                 int revents)
 {
+    shp_conn_t *conn = w->data;
+
     (void)loop;
     (void)revents;
-    shp_conn_flush(w->data);
+    if (conn->overflowed) { /* open or still connecting */
+        ev_prepare_stop(conn->loop, &conn->flush_w);
+        shp_conn_close(conn, SHP_ERR_NO_RESOURCE);
+        return;
+    }
+    shp_conn_flush(conn);
 }
 
 static void shp_conn_write_cb(struct ev_loop *loop, ev_io *w, int revents)
@@ -307,6 +347,28 @@ static void shp_conn_write_cb(struct ev_loop *loop, ev_io *w, int revents)
         }
     }
     shp_conn_flush(conn);
+}
+
+/* Frames dispatched: what a peer made the buffer grow to is not kept.
+ * Nothing left: the buffer goes, unless the owner keeps one that size
+ * (rbuf_keep).  The start of a frame left: a buffer grown past the
+ * first size shrinks back to it when what is left fits. */
+static void shp_conn_rbuf_trim(shp_conn_t *conn)
+{
+    uint8_t *p;
+
+    if (conn->rlen == 0 && conn->rcap > conn->rbuf_keep) {
+        free(conn->rbuf);
+        conn->rbuf = NULL;
+        conn->rcap = 0;
+    } else if (conn->rcap > SHP_CONN_RBUF_MIN && conn->rcap > conn->rbuf_keep &&
+               conn->rlen <= SHP_CONN_RBUF_MIN) {
+        p = realloc(conn->rbuf, SHP_CONN_RBUF_MIN);
+        if (p != NULL) {
+            conn->rbuf = p;
+            conn->rcap = SHP_CONN_RBUF_MIN;
+        }
+    }
 }
 
 /* Deliver every complete frame in rbuf. */
@@ -356,6 +418,7 @@ static shp_status_t shp_conn_dispatch(shp_conn_t *conn)
     if (conn->state == SHP_CONN_OPEN && off > 0) {
         memmove(conn->rbuf, conn->rbuf + off, conn->rlen - off);
         conn->rlen -= off;
+        shp_conn_rbuf_trim(conn);
     }
     return status;
 }
@@ -369,12 +432,17 @@ static void shp_conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
     (void)loop;
     (void)revents;
     if (conn->rbuf == NULL) {
-        conn->rbuf = malloc(SHP_CONN_RBUF_MIN);
+        /* no more than the largest frame taken now (before a peer
+         * authenticates, a small one) */
+        size_t cap = conn->max_frame < SHP_CONN_RBUF_MIN ? conn->max_frame
+                                                         : SHP_CONN_RBUF_MIN;
+        cap = cap < 4096 ? 4096 : cap;
+        conn->rbuf = malloc(cap);
         if (conn->rbuf == NULL) {
             shp_conn_close(conn, SHP_ERR_NO_MEMORY);
             return;
         }
-        conn->rcap = SHP_CONN_RBUF_MIN;
+        conn->rcap = cap;
     }
     do {
         n = recv(conn->fd, conn->rbuf + conn->rlen, conn->rcap - conn->rlen, 0);

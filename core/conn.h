@@ -68,12 +68,17 @@ struct shp_conn {
     ev_io wio;
     ev_prepare flush_w;
     ev_timer ka_timer;
-    /* read side */
+    /* read side: rbuf holds what arrived of frames not yet dispatched; once
+     * none is left it is released unless it is at most rbuf_keep bytes (0
+     * by default: a connection idle between frames holds no buffer) */
     uint8_t *rbuf;
-    size_t rlen, rcap, max_frame;
-    /* write side */
+    size_t rlen, rcap, max_frame, rbuf_keep;
+    /* write side: past max_queued bytes waiting for a peer that does not
+     * read, a send fails and the connection is closed (SHP_ERR_NO_RESOURCE,
+     * `overflowed` set for on_close) before the loop sleeps */
     uint8_t *wbuf;
     size_t woff, wlen, wcap, max_queued;
+    int overflowed;
     /* keepalive */
     double ka_interval;
     unsigned ka_misses;
@@ -90,6 +95,10 @@ struct shp_conn {
 /* Queue limits (bytes). */
 #define SHP_CONN_HIGH_WATER (256 * 1024)
 #define SHP_CONN_DEFAULT_MAX_QUEUED (64u * 1024 * 1024)
+/* A read buffer's first size (or the largest frame, if smaller); a data
+ * path keeps its buffer between frames (rbuf_keep: at least this, the tcp
+ * transport its largest message) and then its write buffer too. */
+#define SHP_CONN_RBUF_MIN (64 * 1024)
 
 void shp_conn_init(shp_conn_t *conn, struct ev_loop *loop,
                    const shp_conn_ops_t *ops, void *arg, size_t max_frame);
@@ -108,8 +117,10 @@ void shp_conn_set_keepalive(shp_conn_t *conn, double interval_s,
                             unsigned misses);
 
 /* Queue `a` then `b` (either may be empty) as one frame's bytes.
- * SHP_ERR_NO_RESOURCE if the peer does not read and the queue is full;
- * SHP_ERR_CLOSED after close. */
+ * SHP_ERR_NO_RESOURCE if the peer does not read and the queue would pass
+ * max_queued: the connection stops reading, is logged and is closed with
+ * that status before the loop sleeps (conn->overflowed set), never inside
+ * this call.  SHP_ERR_CLOSED after close. */
 SHP_WUR shp_status_t shp_conn_send(shp_conn_t *conn, const void *a, size_t alen,
                                    const void *b, size_t blen);
 

@@ -205,6 +205,20 @@ void shp_auth_key_fp(const uint8_t key[32], uint64_t job_id,
     sodium_bin2hex(out, SHP_AUTH_FP_HEX, h, sizeof(h));
 }
 
+void shp_auth_group_fp(const uint8_t join_key[32], const uint8_t mcast_key[32],
+                       uint64_t job_id, char out[SHP_AUTH_FP_HEX])
+{
+    static const char label[] = "sharp group keys fingerprint v1";
+    uint8_t in[sizeof(label) + 8 + 32], h[16];
+    memcpy(in, label, sizeof(label));
+    for (int i = 0; i < 8; i++)
+        in[sizeof(label) + (size_t)i] = (uint8_t)(job_id >> (8 * i));
+    memcpy(in + sizeof(label) + 8, mcast_key, 32);
+    crypto_generichash(h, sizeof(h), in, sizeof(in), join_key, 32);
+    sodium_memzero(in, sizeof(in));
+    sodium_bin2hex(out, SHP_AUTH_FP_HEX, h, sizeof(h));
+}
+
 static void proof(const shp_auth_key_t *key, const char *label,
                   const uint8_t *n1, const uint8_t *n2, const char *role,
                   const char *name, uint8_t out[crypto_auth_hmacsha256_BYTES])

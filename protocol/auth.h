@@ -93,6 +93,13 @@ void shp_auth_random(void *buf, size_t len);
 void shp_auth_key_fp(const uint8_t key[32], uint64_t job_id,
                      char out[SHP_AUTH_FP_HEX]);
 
+/* A group's keys' fingerprint, the same form: keyed by its join key, over
+ * a label, the job id and its multicast key.  What an AN reports to a
+ * restarted manager for a group it serves; the manager derives both keys
+ * from the job key and compares. */
+void shp_auth_group_fp(const uint8_t join_key[32], const uint8_t mcast_key[32],
+                       uint64_t job_id, char out[SHP_AUTH_FP_HEX]);
+
 /* The session keys of a connection: client -> AM, AM -> client. */
 typedef struct shp_auth_session {
     uint8_t c2s[SHP_AUTH_KEY_LEN], s2c[SHP_AUTH_KEY_LEN];

@@ -40,8 +40,9 @@
 #define SHP_CTL_HDR_LEN 8
 #define SHP_CTL_MAX_FRAME (4u * 1024 * 1024)
 /* the largest frame a peer may send before it has proved the cluster
- * secret (the handshake's messages are under 1 KiB) */
-#define SHP_CTL_PREAUTH_MAX_FRAME (16u * 1024)
+ * secret, or a local client before its hello (the handshake's messages
+ * are under 1 KiB; a hello is a few bytes) */
+#define SHP_CTL_PREAUTH_MAX_FRAME (4u * 1024)
 
 typedef enum shp_ctl_frame_type {
     SHP_CTL_FRAME_MSG = 1,

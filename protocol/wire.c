@@ -71,16 +71,29 @@ void shp_wire_join_unpack(const void *buf, shp_wire_join_t *join)
 
 /* Join proofs ---------------------------------------------------------------- */
 
-static void shp_wire_join_mac(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+void shp_wire_join_key(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+                       uint16_t tree_id, uint32_t group_id,
+                       uint8_t key[SHP_WIRE_JOIN_KEY_LEN])
+{
+    _Static_assert(SHP_WIRE_JOIN_KEY_LEN == crypto_auth_KEYBYTES &&
+                       crypto_auth_KEYBYTES <= crypto_kdf_BYTES_MAX,
+                   "a join key is a crypto_auth key made by crypto_kdf");
+    if (sodium_init() < 0) { /* cannot fail once it has succeeded */
+        abort();
+    }
+    crypto_kdf_derive_from_key(key, SHP_WIRE_JOIN_KEY_LEN,
+                               ((uint64_t)tree_id << 32) | group_id, "shp_join",
+                               job_key);
+}
+
+static void shp_wire_join_mac(const uint8_t key[SHP_WIRE_JOIN_KEY_LEN],
                               const uint8_t nonce[SHP_WIRE_NONCE_LEN],
                               uint16_t tree_id, uint32_t group_id,
                               const shp_wire_join_t *join,
                               uint8_t mac[SHP_WIRE_PROOF_LEN])
 {
-    _Static_assert(SHP_WIRE_PROOF_LEN == crypto_auth_BYTES &&
-                       crypto_auth_KEYBYTES <= crypto_kdf_BYTES_MAX,
+    _Static_assert(SHP_WIRE_PROOF_LEN == crypto_auth_BYTES,
                    "a join's proof is one crypto_auth tag");
-    uint8_t key[crypto_auth_KEYBYTES];
     uint8_t msg[SHP_WIRE_NONCE_LEN + 2 + 4 + 8 + 4], *p = msg;
     uint16_t t = htobe16(tree_id);
     uint32_t g = htobe32(group_id), c = htobe32(join->child_index);
@@ -89,9 +102,6 @@ static void shp_wire_join_mac(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
     if (sodium_init() < 0) { /* cannot fail once it has succeeded */
         abort();
     }
-    crypto_kdf_derive_from_key(key, sizeof(key),
-                               ((uint64_t)tree_id << 32) | group_id, "shp_join",
-                               job_key);
     memcpy(p, nonce, SHP_WIRE_NONCE_LEN);
     p += SHP_WIRE_NONCE_LEN;
     memcpy(p, &t, 2);
@@ -99,25 +109,24 @@ static void shp_wire_join_mac(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
     memcpy(p + 6, &j, 8);
     memcpy(p + 14, &c, 4);
     crypto_auth(mac, msg, sizeof(msg), key);
-    sodium_memzero(key, sizeof(key));
 }
 
-void shp_wire_join_prove(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+void shp_wire_join_prove(const uint8_t join_key[SHP_WIRE_JOIN_KEY_LEN],
                          const uint8_t nonce[SHP_WIRE_NONCE_LEN],
                          uint16_t tree_id, uint32_t group_id,
                          shp_wire_join_t *join)
 {
-    shp_wire_join_mac(job_key, nonce, tree_id, group_id, join, join->proof);
+    shp_wire_join_mac(join_key, nonce, tree_id, group_id, join, join->proof);
 }
 
-int shp_wire_join_proof_ok(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+int shp_wire_join_proof_ok(const uint8_t join_key[SHP_WIRE_JOIN_KEY_LEN],
                            const uint8_t nonce[SHP_WIRE_NONCE_LEN],
                            uint16_t tree_id, uint32_t group_id,
                            const shp_wire_join_t *join)
 {
     uint8_t want[SHP_WIRE_PROOF_LEN];
 
-    shp_wire_join_mac(job_key, nonce, tree_id, group_id, join, want);
+    shp_wire_join_mac(join_key, nonce, tree_id, group_id, join, want);
     return sodium_memcmp(want, join->proof, sizeof(want)) == 0;
 }
 
@@ -137,9 +146,24 @@ void shp_wire_join_make(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
                         uint32_t child_index, shp_wire_hdr_t *hdr,
                         uint8_t payload[SHP_WIRE_JOIN_LEN])
 {
+    uint8_t key[SHP_WIRE_JOIN_KEY_LEN];
+
+    shp_wire_join_key(job_key, tree_id, group_id, key);
+    shp_wire_join_make_keyed(key, nonce, tree_id, group_id, job_id, child_index,
+                             hdr, payload);
+    sodium_memzero(key, sizeof(key));
+}
+
+void shp_wire_join_make_keyed(const uint8_t join_key[SHP_WIRE_JOIN_KEY_LEN],
+                              const uint8_t nonce[SHP_WIRE_NONCE_LEN],
+                              uint16_t tree_id, uint32_t group_id,
+                              uint64_t job_id, uint32_t child_index,
+                              shp_wire_hdr_t *hdr,
+                              uint8_t payload[SHP_WIRE_JOIN_LEN])
+{
     shp_wire_join_t join = {.job_id = job_id, .child_index = child_index};
 
-    shp_wire_join_prove(job_key, nonce, tree_id, group_id, &join);
+    shp_wire_join_prove(join_key, nonce, tree_id, group_id, &join);
     shp_wire_join_pack(&join, payload);
     shp_wire_hdr_init(hdr, SHP_WIRE_OP_GROUP_JOIN, tree_id, group_id, 0);
     hdr->payload_len = SHP_WIRE_JOIN_LEN;

@@ -57,8 +57,9 @@
 #define SHP_WIRE_HDR_LEN 32
 #define SHP_WIRE_JOIN_LEN 48
 #define SHP_WIRE_JOB_KEY_LEN 32
-#define SHP_WIRE_NONCE_LEN 32 /* JOIN_NONCE's payload */
-#define SHP_WIRE_PROOF_LEN 32 /* a join's proof of the job key */
+#define SHP_WIRE_JOIN_KEY_LEN 32 /* a group's join key (from the job key) */
+#define SHP_WIRE_NONCE_LEN 32    /* JOIN_NONCE's payload */
+#define SHP_WIRE_PROOF_LEN 32    /* a join's proof of the job key */
 #define SHP_WIRE_ERR_MSG_MAX 256
 
 typedef enum shp_wire_opcode {
@@ -168,17 +169,22 @@ void shp_wire_hdr_unpack(const void *buf, shp_wire_hdr_t *hdr);
 void shp_wire_join_pack(const shp_wire_join_t *join, void *buf);
 void shp_wire_join_unpack(const void *buf, shp_wire_join_t *join);
 
-/* A join's proof of the job key: HMAC-SHA-512-256 (crypto_auth) keyed by
- * crypto_kdf(job key, tree << 32 | group, "shp_join") over the link's
- * nonce, tree, group, job id and child index; written to join->proof from
- * its other fields. */
-void shp_wire_join_prove(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+/* A group's join key: crypto_kdf(job key, tree << 32 | group,
+ * "shp_join").  The manager gives it to the group's ANs (never the job
+ * key); a member makes it from the job key it holds. */
+void shp_wire_join_key(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+                       uint16_t tree_id, uint32_t group_id,
+                       uint8_t key[SHP_WIRE_JOIN_KEY_LEN]);
+/* A join's proof of the group's join key: HMAC-SHA-512-256 (crypto_auth)
+ * keyed by it over the link's nonce, tree, group, job id and child index;
+ * written to join->proof from its other fields. */
+void shp_wire_join_prove(const uint8_t join_key[SHP_WIRE_JOIN_KEY_LEN],
                          const uint8_t nonce[SHP_WIRE_NONCE_LEN],
                          uint16_t tree_id, uint32_t group_id,
                          shp_wire_join_t *join);
-/* Whether join->proof is right for this key, nonce, tree and group
+/* Whether join->proof is right for this join key, nonce, tree and group
  * (compared in constant time). */
-int shp_wire_join_proof_ok(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+int shp_wire_join_proof_ok(const uint8_t join_key[SHP_WIRE_JOIN_KEY_LEN],
                            const uint8_t nonce[SHP_WIRE_NONCE_LEN],
                            uint16_t tree_id, uint32_t group_id,
                            const shp_wire_join_t *join);
@@ -186,12 +192,19 @@ int shp_wire_join_proof_ok(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
  * JOIN_NONCE that carries it (tree and group 0) */
 void shp_wire_nonce_new(uint8_t nonce[SHP_WIRE_NONCE_LEN], shp_wire_hdr_t *hdr);
 /* A whole join message, header and payload (SHP_WIRE_JOIN_LEN bytes), as a
- * child sends it on a link whose nonce it got. */
+ * member sends it on a link whose nonce it got, from its job key. */
 void shp_wire_join_make(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
                         const uint8_t nonce[SHP_WIRE_NONCE_LEN],
                         uint16_t tree_id, uint32_t group_id, uint64_t job_id,
                         uint32_t child_index, shp_wire_hdr_t *hdr,
                         uint8_t payload[SHP_WIRE_JOIN_LEN]);
+/* The same from the group's join key, as an AN joins its parent. */
+void shp_wire_join_make_keyed(const uint8_t join_key[SHP_WIRE_JOIN_KEY_LEN],
+                              const uint8_t nonce[SHP_WIRE_NONCE_LEN],
+                              uint16_t tree_id, uint32_t group_id,
+                              uint64_t job_id, uint32_t child_index,
+                              shp_wire_hdr_t *hdr,
+                              uint8_t payload[SHP_WIRE_JOIN_LEN]);
 
 /* Fill a header with no reduction in it (join, join ack, error, retransmit
  * request, barrier): dtype, op and tag type NULL, everything else zero. */
@@ -247,7 +260,8 @@ const char *shp_wire_opcode_name(unsigned opcode);
 #endif
 
 /* The key of a group's multicast results, from its job's key: only the
- * job's members and the group's ANs can make it. */
+ * job's members and the manager can make it; the manager gives it to the
+ * group's ANs. */
 void shp_wire_mac_key(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
                       uint16_t tree_id, uint32_t group_id,
                       uint8_t key[SHP_WIRE_MAC_KEY_LEN]);

@@ -51,6 +51,11 @@ static const shp_config_opt_t sharpd_opts[] = {
      "within this time is disconnected (0: never); a client idle between "
      "requests is not",
      offsetof(shp_sharpd_config_t, frame_timeout_ms), &shp_cfg_time},
+    {"client_max_queued", "1m",
+     "answers waiting for a local client that does not read them, at "
+     "most (bytes, beside the one being sent); past it the client is "
+     "disconnected",
+     offsetof(shp_sharpd_config_t, client_max_queued), &shp_cfg_size},
     {"am_wait", "20s",
      "a request that finds the aggregation manager unreachable waits this "
      "long for it to come back (or for a restarted one to take the fabric "

@@ -29,6 +29,9 @@ typedef struct shp_sharpd_config {
     unsigned max_clients;     /* local connections at once, everyone's */
     unsigned client_max_jobs; /* jobs one connection takes part in */
     int64_t frame_timeout_ms; /* to complete a frame begun (0: no limit) */
+    /* answers waiting for a client that does not read, at most (bytes,
+     * beside the one being sent): past it the client is closed */
+    size_t client_max_queued;
     /* a request that finds the AM unreachable waits this long for it to
      * come back before it fails (0: fails at once) */
     int64_t am_wait_ms;
@@ -78,6 +81,8 @@ typedef struct shp_sharpd {
         uint64_t clients_refused;  /* max_clients or uid_max_clients */
         uint64_t frames_timed_out; /* frame_timeout */
         uint64_t jobs_refused;     /* client_max_jobs */
+        uint64_t queue_overflows;  /* client_max_queued */
+        uint64_t frames_refused;   /* too large (before hello: 4 KiB) */
     } stats, stats_told;           /* stats_told: the AM has these */
 } shp_sharpd_t;
 

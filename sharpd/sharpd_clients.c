@@ -33,6 +33,7 @@
 static void sd_client_hello(client_t *c, int64_t id)
 {
     sd_t *sd = c->sd;
+    c->conn.max_frame = SHP_CTL_MAX_FRAME; /* said hello: full-sized requests */
     json_t *r = shp_sharpd_ack("hello", id, SHP_OK, NULL);
     json_object_set_new(r, "host", json_string(sd->cfg.host));
     json_object_set_new(r, "am_up",
@@ -48,10 +49,13 @@ static void sd_client_hello(client_t *c, int64_t id)
     }
     json_object_set_new(
         r, "stats",
-        json_pack("{s:I, s:I, s:I, s:I}", "clients", (json_int_t)sd->nclients,
-                  "clients_refused", (json_int_t)sd->stats.clients_refused,
-                  "frames_timed_out", (json_int_t)sd->stats.frames_timed_out,
-                  "jobs_refused", (json_int_t)sd->stats.jobs_refused));
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "clients",
+                  (json_int_t)sd->nclients, "clients_refused",
+                  (json_int_t)sd->stats.clients_refused, "frames_timed_out",
+                  (json_int_t)sd->stats.frames_timed_out, "jobs_refused",
+                  (json_int_t)sd->stats.jobs_refused, "queue_overflows",
+                  (json_int_t)sd->stats.queue_overflows, "frames_refused",
+                  (json_int_t)sd->stats.frames_refused));
     if (sd->am_state != SHP_SHARPD_AM_REGISTERED)
         json_object_set_new(r, "am_error",
                             json_string(sd->am_error[0]
@@ -139,6 +143,38 @@ static int sd_client_jobs_full(const client_t *c, uint64_t jid)
            c->njobs + c->asked >= max;
 }
 
+/* Whether c may make request `type` (an answer sent if not): the fields
+ * it needs are there (a request without them is refused whole: a
+ * group_destroy without its group_id ended every group of the job), and
+ * a job sharpd holds for its processes is the caller's own (root's
+ * requests, the scheduler's, excepted), whether or not the AM is
+ * reachable: nothing here changes another user's state.  *jid: the job. */
+static int sd_client_may(client_t *c, const json_t *msg, const char *type,
+                         int64_t id, uint64_t *jid)
+{
+    char why[200];
+    int64_t gid;
+    shp_status_t st = SHP_ERR_PROTO;
+    if (shp_json_get_u64(msg, "job_id", jid, NULL) != SHP_OK) {
+        snprintf(why, sizeof(why), "job_id required");
+    } else if (!strcmp(type, "group_destroy") &&
+               shp_json_get_int(msg, "group_id", 0, UINT32_MAX, &gid, NULL) !=
+                   SHP_OK) {
+        snprintf(why, sizeof(why), "group_id required (a number)");
+    } else {
+        const job_t *j = shp_sharpd_job_get(c->sd, *jid);
+        if (!j || c->uid == 0 || j->uid == c->uid)
+            return 1;
+        st = SHP_ERR_PERM;
+        snprintf(why, sizeof(why), "job %" PRIu64 " belongs to another user",
+                 *jid);
+        shp_warn_sparse(1000, "%s of pid %d (uid %u) refused: %s", type,
+                        (int)c->pid, (unsigned)c->uid, why);
+    }
+    shp_sharpd_send(&c->conn, shp_sharpd_ack(type, id, st, why));
+    return 0;
+}
+
 static void sd_client_request(client_t *c, json_t *msg)
 {
     const char *type = shp_ctl_type(msg);
@@ -167,14 +203,12 @@ static void sd_client_request(client_t *c, json_t *msg)
                                                  "unknown request"));
         return;
     }
-    if (shp_json_get_u64(msg, "job_id", &jid, NULL) != SHP_OK) {
-        shp_sharpd_send(&c->conn, shp_sharpd_ack(type, id, SHP_ERR_PROTO,
-                                                 "job_id required"));
+    if (!sd_client_may(c, msg, type, id, &jid))
         return;
-    }
     /* a group's creation or end does not wait for the AM: the job runs
      * meanwhile (its communicators on MPI); a group destroyed then is
-     * forgotten here, so a restarted AM removes it from the ANs */
+     * forgotten here (its owner asked: sd_client_may), so a restarted AM
+     * removes it from the ANs */
     int waits = strcmp(type, "group_create") && strcmp(type, "group_destroy");
     if (c->sd->am_state != SHP_SHARPD_AM_REGISTERED &&
         !strcmp(type, "group_destroy"))
@@ -219,11 +253,34 @@ static void sd_client_frame(shp_conn_t *conn, const void *frame, size_t len)
     }
 }
 
+/* a client closed at a limit: counted and named */
+static void sd_client_limit(client_t *c, shp_status_t reason)
+{
+    sd_t *sd = c->sd;
+    if (c->conn.overflowed) {
+        sd->stats.queue_overflows++;
+        shp_warn_sparse(1000,
+                        "disconnected pid %d (uid %u): it does not read its "
+                        "answers (more than client_max_queued, %zu bytes, "
+                        "waited)",
+                        (int)c->pid, (unsigned)c->uid,
+                        sd->cfg.client_max_queued);
+    } else if (reason == SHP_ERR_TOO_LARGE) {
+        sd->stats.frames_refused++;
+        shp_warn_sparse(
+            1000,
+            "disconnected pid %d (uid %u): a request larger than "
+            "%zu bytes%s",
+            (int)c->pid, (unsigned)c->uid, c->conn.max_frame,
+            c->conn.max_frame < SHP_CTL_MAX_FRAME ? " before its hello" : "");
+    }
+}
+
 static void sd_client_closed(shp_conn_t *conn, shp_status_t reason)
 {
-    (void)reason;
     client_t *c = conn->arg;
     sd_t *sd = c->sd;
+    sd_client_limit(c, reason);
     for (client_t **pp = &sd->clients; *pp; pp = &(*pp)->next)
         if (*pp == c) {
             *pp = c->next;
@@ -330,10 +387,12 @@ static void sd_tell_stats(sd_t *sd)
     sd->stats_told = sd->stats;
     shp_sharpd_send(
         &sd->am,
-        json_pack("{s:s, s:I, s:I, s:I}", "type", "sharpd_stats",
+        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "type", "sharpd_stats",
                   "clients_refused", (json_int_t)sd->stats.clients_refused,
                   "frames_timed_out", (json_int_t)sd->stats.frames_timed_out,
-                  "jobs_refused", (json_int_t)sd->stats.jobs_refused));
+                  "jobs_refused", (json_int_t)sd->stats.jobs_refused,
+                  "queue_overflows", (json_int_t)sd->stats.queue_overflows,
+                  "frames_refused", (json_int_t)sd->stats.frames_refused));
 }
 
 /* Every second or so: a client that began a frame and has not completed
@@ -393,7 +452,14 @@ shp_status_t shp_sharpd_accept(sd_t *sd, int fd)
     c->sd = sd;
     c->uid = cred.uid;
     c->pid = cred.pid;
-    shp_conn_init(&c->conn, sd->loop, &sd_client_ops, c, SHP_CTL_MAX_FRAME);
+    /* until its hello, a user's client sends only what a first message
+     * needs (root's, a scheduler's job_reserve with its hosts, any size);
+     * answers it does not read wait up to client_max_queued */
+    shp_conn_init(&c->conn, sd->loop, &sd_client_ops, c,
+                  cred.uid == 0 ? SHP_CTL_MAX_FRAME
+                                : SHP_CTL_PREAUTH_MAX_FRAME);
+    if (sd->cfg.client_max_queued > 0) /* 0: the default of conn.h */
+        c->conn.max_queued = sd->cfg.client_max_queued;
     st = shp_conn_open_fd(&c->conn, fd);
     if (st != SHP_OK)
         goto out;

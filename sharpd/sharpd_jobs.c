@@ -152,7 +152,8 @@ void shp_sharpd_track_group(sd_t *sd, const json_t *req, const json_t *reply)
 }
 
 /* a group of job jid is gone (destroyed, or revoked: all of them when
- * gid < 0) */
+ * gid is -1; another negative value, a message without a group_id,
+ * changes nothing) */
 void shp_sharpd_untrack_group(sd_t *sd, uint64_t jid, int64_t gid)
 {
     job_t *j = shp_sharpd_job_get(sd, jid);
@@ -160,10 +161,12 @@ void shp_sharpd_untrack_group(sd_t *sd, uint64_t jid, int64_t gid)
     json_t *e;
     if (!j)
         return;
-    if (gid < 0) {
+    if (gid == -1) {
         json_array_clear(j->groups);
         return;
     }
+    if (gid < 0)
+        return;
     json_array_foreach(j->groups, i, e)
     {
         if (json_integer_value(json_object_get(e, "group_id")) == gid) {

@@ -83,6 +83,15 @@ $(LIMITS_TEST): $(OBJDIR)/tests/am/test_limits.o $(COLL_SO) $(COMMON_LIB) \
 		$(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
 	$(call link_prog,$(COLL_LINK) $(CMOCKA_LIBS))
 
+# The hostile-user suite (tests/security/): each attack of issue 41 with
+# its bound, measured from the daemons' RSS, the attacker as uid 65534.
+SECURITY_TEST := $(TESTDIR)/security/test_security
+TESTS += $(SECURITY_TEST)
+
+$(SECURITY_TEST): $(OBJDIR)/tests/security/test_security.o $(COMMON_LIB) \
+		$(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
+	$(call link_prog,$(CMOCKA_LIBS))
+
 # sharp_am's Prometheus metrics, scraped by a real Prometheus.
 TEST_SCRIPTS += tests/am/test_metrics.sh
 

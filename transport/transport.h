@@ -43,6 +43,11 @@ struct shp_tp_ep {
     const shp_tp_ep_cbs_t *cbs;
     void *arg; /* the owner's */
     char peer[64];
+    /* the largest message (header and payload) the owner takes on it now;
+     * a larger one closes it (SHP_ERR_TOO_LARGE).  0: the transport's
+     * max_payload.  While set, a stream transport keeps no read buffer
+     * between messages.  (The AN's child links that joined nothing yet.) */
+    size_t rx_limit;
 };
 
 /* A new inbound endpoint; set ep->cbs and ep->arg before returning. */

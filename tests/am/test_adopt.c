@@ -315,12 +315,15 @@ static void make_world(world_t *w)
 /* an AN's report of the group as the first manager made it */
 static json_t *report_of(const world_t *w, const json_t *add)
 {
-    uint8_t key[32];
+    uint8_t jk[32], mk[32];
     char fp[SHP_AUTH_FP_HEX], kinds[64];
     size_t i, n = 0;
     json_t *c;
-    assert_int_equal(shp_json_get_hex(add, "job_key", key, 32, NULL), SHP_OK);
-    shp_auth_key_fp(key, w->job, fp);
+    /* the group's keys, never the job key (the AN fingerprints them) */
+    assert_null(json_object_get(add, "job_key"));
+    assert_int_equal(shp_json_get_hex(add, "join_key", jk, 32, NULL), SHP_OK);
+    assert_int_equal(shp_json_get_hex(add, "mcast_key", mk, 32, NULL), SHP_OK);
+    shp_auth_group_fp(jk, mk, w->job, fp);
     json_array_foreach(json_object_get(add, "children"), i, c)
     {
         kinds[n++] =

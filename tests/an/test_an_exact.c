@@ -4,6 +4,7 @@
  * manager shows in `sharpctl groups`, and malformed accumulators refused
  * with an error that fails the group. */
 #include "tests/support/test_util.h"
+#include "tests/support/group_keys.h"
 
 #include "an/an.h"
 #include "protocol/ctl.h"
@@ -202,12 +203,12 @@ static void start_group(void)
     req = json_pack("{s:i, s:n}", "tree_id", 0, "parent");
     assert_int_equal(shp_an_tree_set(&an, req, &why), SHP_OK);
     json_decref(req);
-    req = json_pack(
+    req = group_keys(json_pack(
         "{s:i, s:i, s:s, s:s, s:i, s:i, s:[{s:s}, {s:s}], s:b}", "group_id", 7,
         "tree_id", 0, "job_id", "5", "job_key",
         "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
         "osts", 2, "payload", 1024, "children", "kind", "member", "kind",
-        "member", "top", 1);
+        "member", "top", 1));
     assert_int_equal(shp_an_group_add(&an, req, 1, &why), SHP_OK);
     json_decref(req);
     for (int i = 0; i < 2; i++) {

@@ -3,6 +3,7 @@
  * its callbacks, a member that joins one group twice, a group removed while
  * its members wait. */
 #include "tests/support/test_util.h"
+#include "tests/support/group_keys.h"
 
 #include "an/an_int.h"
 #include "protocol/ctl.h"
@@ -151,12 +152,12 @@ static int holds_key(const uint8_t *hay, size_t n)
 
 static void add_group(shp_an_t *an, int gid)
 {
-    json_t *req = json_pack(
+    json_t *req = group_keys(json_pack(
         "{s:i, s:i, s:s, s:s, s:i, s:i, s:[{s:s}], s:b, s:i}", "group_id", gid,
         "tree_id", 0, "job_id", "5", "job_key",
         "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
         "osts", 2, "payload", 64, "children", "kind", "member", "top", 0,
-        "parent_index", 0);
+        "parent_index", 0));
     const char *why = NULL;
 
     assert_non_null(req);
@@ -272,12 +273,12 @@ static void start_top(shp_an_t *an)
     req = json_pack("{s:i, s:n}", "tree_id", 0, "parent");
     assert_int_equal(shp_an_tree_set(an, req, &why), SHP_OK);
     json_decref(req);
-    req = json_pack(
+    req = group_keys(json_pack(
         "{s:i, s:i, s:s, s:s, s:i, s:i, s:[{s:s}, {s:s}], s:b}", "group_id", 7,
         "tree_id", 0, "job_id", "5", "job_key",
         "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
         "osts", 2, "payload", 64, "children", "kind", "member", "kind",
-        "member", "top", 1);
+        "member", "top", 1));
     assert_int_equal(shp_an_group_add(an, req, 1, &why), SHP_OK);
     json_decref(req);
 }
@@ -520,9 +521,11 @@ static void test_parent_join_proves_the_key(void **state)
     assert_int_equal(last_sent.payload_len, SHP_WIRE_JOIN_LEN);
     assert_false(holds_key(last_payload, SHP_WIRE_JOIN_LEN));
     shp_wire_join_unpack(last_payload, &j);
-    assert_true(shp_wire_join_proof_ok(job_key, n, 0, 4, &j));
+    uint8_t jk[SHP_WIRE_JOIN_KEY_LEN];
+    shp_wire_join_key(job_key, 0, 4, jk);
+    assert_true(shp_wire_join_proof_ok(jk, n, 0, 4, &j));
     n[0] ^= 1;
-    assert_false(shp_wire_join_proof_ok(job_key, n, 0, 4, &j));
+    assert_false(shp_wire_join_proof_ok(jk, n, 0, 4, &j));
 
     an.stopping = 1;
     assert_int_equal(shp_an_group_remove(&an, 4), SHP_OK);

@@ -8,6 +8,7 @@
  *   wrong keys and malformed input; kill -9 of a leaf or of the root.
  */
 #include "tests/support/test_util.h"
+#include "tests/support/group_keys.h"
 
 #include "core/conn.h"
 #include "protocol/auth.h"
@@ -370,14 +371,15 @@ static void create_group(const group_t *g)
         json_array_append_new(children, json_pack("{s:s}", "kind", "an"));
     }
     assert_int_equal(
-        am_call_status(0, json_pack("{s:s, s:I, s:i, s:s, s:s, s:o, s:b, s:s, "
+        am_call_status(
+            0, group_keys(json_pack("{s:s, s:I, s:i, s:s, s:s, s:o, s:b, s:s, "
                                     "s:s, s:i, s:i}",
                                     "type", "group_add", "group_id",
                                     (json_int_t)g->gid, "tree_id", 1, "job_id",
                                     job, "job_key", g->key, "children",
                                     children, "top", 1, "dist", g->dist,
                                     "mcast_addr", g->mcast ? g->mcast : "",
-                                    "osts", g->osts, "payload", g->payload)),
+                                    "osts", g->osts, "payload", g->payload))),
         0);
     for (i = 1; i < NANS; i++) {
         children = json_array();
@@ -387,13 +389,14 @@ static void create_group(const group_t *g)
         }
         assert_int_equal(
             am_call_status(
-                i, json_pack("{s:s, s:I, s:i, s:s, s:s, s:o, s:b, "
-                             "s:i, s:s, s:i, s:i}",
-                             "type", "group_add", "group_id",
-                             (json_int_t)g->gid, "tree_id", 1, "job_id", job,
-                             "job_key", g->key, "children", children, "top", 0,
-                             "parent_index", i - 1, "dist", g->dist, "osts",
-                             g->osts, "payload", g->payload)),
+                i,
+                group_keys(json_pack(
+                    "{s:s, s:I, s:i, s:s, s:s, s:o, s:b, "
+                    "s:i, s:s, s:i, s:i}",
+                    "type", "group_add", "group_id", (json_int_t)g->gid,
+                    "tree_id", 1, "job_id", job, "job_key", g->key, "children",
+                    children, "top", 0, "parent_index", i - 1, "dist", g->dist,
+                    "osts", g->osts, "payload", g->payload))),
             0);
     }
 }

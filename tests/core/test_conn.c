@@ -550,9 +550,14 @@ static void test_tcp_refused(void **state)
     assert_int_equal(c.connected, 0);
 }
 
+/* A peer that does not read: past max_queued a send fails, the
+ * connection stops reading, logs it and is closed before the loop sleeps
+ * (never inside the send), on_close seeing `overflowed`; one message
+ * larger than the bound still goes into an empty queue. */
 static void test_queue_limit(void **state)
 {
     char chunk[64 * 1024];
+    static char huge[2 * 1024 * 1024];
     peer_t a, b;
     shp_status_t st = SHP_OK;
     int i;
@@ -567,8 +572,66 @@ static void test_queue_limit(void **state)
     }
     assert_int_equal(st, SHP_ERR_NO_RESOURCE);
     assert_true(a.conn.wlen <= a.conn.max_queued);
+    assert_int_equal(a.closes, 0); /* not inside the send */
+    assert_int_equal(a.conn.overflowed, 1);
+    assert_int_equal(shp_conn_send(&a.conn, "x", 1, NULL, 0),
+                     SHP_ERR_NO_RESOURCE);
+    assert_true(run_until(&a.closes, 2));
+    assert_int_equal(a.reason, SHP_ERR_NO_RESOURCE);
+    assert_non_null(strstr(test_log_last, "does not read"));
+    test_log_warnings = 0;
+    shp_conn_close(&b.conn, SHP_OK);
+
+    /* one message past the bound, into an empty queue */
+    pair(&a, &b, SHP_CTL_MAX_FRAME);
+    ev_io_stop(loop, &b.conn.rio);
+    a.conn.max_queued = 1024 * 1024;
+    assert_int_equal(shp_conn_send(&a.conn, huge, sizeof(huge), NULL, 0),
+                     SHP_OK);
+    assert_int_equal(a.conn.overflowed, 0);
     shp_conn_close(&a.conn, SHP_OK);
     shp_conn_close(&b.conn, SHP_OK);
+}
+
+/* The read buffer after a frame: released when nothing of another frame
+ * waits (a 1 MiB frame leaves nothing held), kept at rbuf_keep when the
+ * owner keeps one. */
+static void test_rbuf_released(void **state)
+{
+    peer_t a, b;
+    json_t *m;
+    char *blob = malloc(1 << 20);
+
+    (void)state;
+    assert_non_null(blob);
+    memset(blob, 'x', (1 << 20) - 1);
+    blob[(1 << 20) - 1] = '\0';
+    pair(&a, &b, SHP_CTL_MAX_FRAME);
+    m = json_pack("{s:s, s:s}", "type", "big", "blob", blob);
+    assert_int_equal(shp_ctl_send(&a.conn, m), SHP_OK);
+    json_decref(m);
+    assert_true(run_until(&b.msgs, 5));
+    assert_int_equal(b.big_len, (1 << 20) - 1);
+    assert_null(b.conn.rbuf);
+    assert_int_equal(b.conn.rcap, 0);
+    /* kept: the first size, not what the big frame grew it to */
+    b.conn.rbuf_keep = SHP_CONN_RBUF_MIN;
+    m = json_pack("{s:s, s:s}", "type", "big", "blob", blob);
+    assert_int_equal(shp_ctl_send(&a.conn, m), SHP_OK);
+    json_decref(m);
+    TEST_RUN_WHILE(loop, b.msgs < 2, 5);
+    assert_int_equal(b.msgs, 2);
+    assert_true(b.conn.rcap <= SHP_CONN_RBUF_MIN);
+    m = json_pack("{s:s}", "type", "small");
+    assert_int_equal(shp_ctl_send(&a.conn, m), SHP_OK);
+    json_decref(m);
+    TEST_RUN_WHILE(loop, b.msgs < 3, 5);
+    assert_int_equal(b.msgs, 3);
+    assert_non_null(b.conn.rbuf);
+    assert_int_equal(b.conn.rcap, SHP_CONN_RBUF_MIN);
+    shp_conn_close(&a.conn, SHP_OK);
+    shp_conn_close(&b.conn, SHP_OK);
+    free(blob);
 }
 
 static void test_listener_emfile(void **state)
@@ -665,6 +728,7 @@ int main(void)
         T(test_close_inside_connect),
         T(test_tcp_refused),
         T(test_queue_limit),
+        T(test_rbuf_released),
         T(test_listener_emfile),
         T(test_sockaddr_parse),
     };

@@ -16,6 +16,7 @@
  */
 #include "tests/fuzz/fuzz.h"
 #include "tests/fuzz/fuzz_peer.h"
+#include "tests/support/group_keys.h"
 
 #include "an/an.h"
 #include "protocol/ctl.h"
@@ -366,6 +367,7 @@ static void op_group_add(fz_in_t *in)
                     hex, "osts", osts, "payload", payload, "children", children,
                     "top", flags & FZ_AN_G_TOP, "parent_index", pidx, "dist",
                     dists[FZ_AN_G_DIST(flags)]);
+    req = group_keys(req); /* what the manager sends: the group's keys */
     FZ_CHECK(req != NULL);
     if (!(flags & FZ_AN_G_NOMCAST)) {
         json_object_set_new(req, "mcast_addr", json_string("239.77.0.1:20000"));
@@ -441,7 +443,9 @@ static void op_msg(fz_in_t *in)
             key[31] ^= 0x80;
         }
         j.child_index = FZ_AN_M_CHILD(extra);
-        shp_wire_join_prove(key, e != NULL ? e->nonce : none,
+        uint8_t jk[SHP_WIRE_JOIN_KEY_LEN]; /* what the group's AN holds */
+        shp_wire_join_key(key, g != NULL ? g->tree_id : 0, h.group_id, jk);
+        shp_wire_join_prove(jk, e != NULL ? e->nonce : none,
                             g != NULL ? g->tree_id : 0, h.group_id, &j);
         shp_wire_join_pack(&j, buf + SHP_WIRE_HDR_LEN);
         fz_bytes(in, buf + SHP_WIRE_HDR_LEN + SHP_WIRE_JOIN_LEN,

@@ -9,6 +9,7 @@
  */
 #include "tests/fuzz/fuzz.h"
 #include "tests/fuzz/fuzz_config_table.h"
+#include "tests/support/group_keys.h"
 
 #include "topology/topo.h"
 #include "protocol/auth.h"
@@ -204,14 +205,15 @@ static void seeds_ctl(void)
                        "max_trees", 64, "max_groups", 1000, "max_osts", 256,
                        "max_payload", (json_int_t)65536, "groups", 3));
     put_frame(&b, SHP_CTL_FRAME_PING);
-    put_json(&b, json_pack("{s:s, s:I, s:i, s:I, s:o, s:o, s:[{s:s}, {s:s}], "
-                           "s:b, s:s, s:i, s:i}",
-                           "type", "group_add", "id", (json_int_t)(1 << 20),
-                           "group_id", 1, "tree_id", (json_int_t)0, "job_id",
-                           shp_json_u64(UINT64_MAX), "job_key",
-                           shp_json_hex(key, sizeof(key)), "children", "kind",
-                           "member", "kind", "an", "top", 1, "dist", "both",
-                           "osts", 16, "payload", 4096));
+    put_json(
+        &b, group_keys(json_pack(
+                "{s:s, s:I, s:i, s:I, s:o, s:o, s:[{s:s}, {s:s}], "
+                "s:b, s:s, s:i, s:i}",
+                "type", "group_add", "id", (json_int_t)(1 << 20), "group_id", 1,
+                "tree_id", (json_int_t)0, "job_id", shp_json_u64(UINT64_MAX),
+                "job_key", shp_json_hex(key, sizeof(key)), "children", "kind",
+                "member", "kind", "an", "top", 1, "dist", "both", "osts", 16,
+                "payload", 4096)));
     put_frame(&b, SHP_CTL_FRAME_PONG);
     save_buf("ctl", "messages", &b);
 
@@ -476,14 +478,14 @@ static void seeds_an(void)
         an_ctl(&b, json_pack("{s:s, s:i, s:i, s:n}", "type", "tree_config",
                              "id", 1, "tree_id", 2, "parent"));
         an_ctl(&b,
-               json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:[{s:s}, {s:s}], "
-                         "s:b, s:s, s:s, s:i, s:i}",
-                         "type", "group_add", "id", 2, "group_id", 3, "tree_id",
-                         2, "job_id", shp_json_u64(fz_an_job_id(3)), "job_key",
-                         shp_json_hex(key, sizeof(key)), "children", "kind",
-                         "member", "kind", "member", "top", 1, "dist", "both",
-                         "mcast_addr", "239.77.0.3:20003", "osts", 2, "payload",
-                         64));
+               group_keys(json_pack(
+                   "{s:s, s:i, s:i, s:i, s:o, s:o, s:[{s:s}, {s:s}], "
+                   "s:b, s:s, s:s, s:i, s:i}",
+                   "type", "group_add", "id", 2, "group_id", 3, "tree_id", 2,
+                   "job_id", shp_json_u64(fz_an_job_id(3)), "job_key",
+                   shp_json_hex(key, sizeof(key)), "children", "kind", "member",
+                   "kind", "member", "top", 1, "dist", "both", "mcast_addr",
+                   "239.77.0.3:20003", "osts", 2, "payload", 64)));
         put8(&b, FZ_AN_ACCEPT);
         an_msg(&b, 0, SHP_WIRE_OP_GROUP_JOIN, 3, 0, 0, NULL, 0, 0);
         an_ctl(&b, json_pack("{s:s, s:i}", "type", "stats_req", "id", 3));

@@ -375,12 +375,17 @@ static void test_join_proof(void **state)
     shp_wire_join_unpack(msg + SHP_WIRE_HDR_LEN, &j);
     assert_true(j.job_id == 5555);
     assert_int_equal(j.child_index, 2);
-    assert_true(shp_wire_join_proof_ok(key, nonce, 3, 77, &j));
+    /* an AN checks it with the group's join key (the manager's), never
+     * the job key */
+    uint8_t jk[SHP_WIRE_JOIN_KEY_LEN];
+    shp_wire_join_key(key, 3, 77, jk);
+    assert_false(shp_wire_join_proof_ok(key, nonce, 3, 77, &j));
+    assert_true(shp_wire_join_proof_ok(jk, nonce, 3, 77, &j));
 
     /* another link's nonce (a replay), tree, group, key */
-    assert_false(shp_wire_join_proof_ok(key, other, 3, 77, &j));
-    assert_false(shp_wire_join_proof_ok(key, nonce, 4, 77, &j));
-    assert_false(shp_wire_join_proof_ok(key, nonce, 3, 78, &j));
+    assert_false(shp_wire_join_proof_ok(jk, other, 3, 77, &j));
+    assert_false(shp_wire_join_proof_ok(jk, nonce, 4, 77, &j));
+    assert_false(shp_wire_join_proof_ok(jk, nonce, 3, 78, &j));
     uint8_t wrong[SHP_WIRE_JOB_KEY_LEN];
     memcpy(wrong, key, sizeof(wrong));
     wrong[31] ^= 1;
@@ -388,15 +393,15 @@ static void test_join_proof(void **state)
     /* another job or place under the same proof */
     bad = j;
     bad.job_id++;
-    assert_false(shp_wire_join_proof_ok(key, nonce, 3, 77, &bad));
+    assert_false(shp_wire_join_proof_ok(jk, nonce, 3, 77, &bad));
     bad = j;
     bad.child_index = 1;
-    assert_false(shp_wire_join_proof_ok(key, nonce, 3, 77, &bad));
+    assert_false(shp_wire_join_proof_ok(jk, nonce, 3, 77, &bad));
     /* any bit of the proof */
     for (size_t i = 0; i < SHP_WIRE_PROOF_LEN * 8; i++) {
         bad = j;
         bad.proof[i / 8] ^= (uint8_t)(1u << (i % 8));
-        assert_false(shp_wire_join_proof_ok(key, nonce, 3, 77, &bad));
+        assert_false(shp_wire_join_proof_ok(jk, nonce, 3, 77, &bad));
     }
     /* what the old join sent, the key itself as the proof */
     bad = j;

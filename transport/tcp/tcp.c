@@ -27,6 +27,21 @@ typedef struct {
 #define tcp_ep_of(_conn)                                                       \
     ((tcp_ep_t *)((char *)(_conn)-offsetof(tcp_ep_t, conn)))
 
+/* The owner's rx_limit on the connection: a data path keeps its read
+ * buffer between messages; a link limited to small messages reads into a
+ * small one and keeps none (conn.h) */
+static void tcp_ep_limits(tcp_ep_t *ep)
+{
+    size_t full = SHP_WIRE_HDR_LEN + (size_t)ep->base.tp->max_payload;
+
+    ep->conn.max_frame = ep->base.rx_limit > 0 && ep->base.rx_limit < full
+                             ? ep->base.rx_limit
+                             : full;
+    ep->conn.rbuf_keep = ep->base.rx_limit > 0      ? 0
+                         : full > SHP_CONN_RBUF_MIN ? full
+                                                    : SHP_CONN_RBUF_MIN;
+}
+
 static shp_status_t tcp_frame_len(shp_conn_t *conn, const void *buf,
                                   size_t avail, size_t *len)
 {
@@ -34,6 +49,9 @@ static shp_status_t tcp_frame_len(shp_conn_t *conn, const void *buf,
     shp_status_t status;
 
     status = shp_wire_frame_len(buf, avail, ep->base.tp->max_payload, len);
+    if (status == SHP_OK && ep->base.rx_limit > 0 && *len > ep->base.rx_limit) {
+        status = SHP_ERR_TOO_LARGE; /* more than the owner takes now */
+    }
     if (status < 0) {
         ep->base.tp->stats.malformed++;
     }
@@ -49,6 +67,7 @@ static void tcp_on_frame(shp_conn_t *conn, const void *frame, size_t len)
     if (status != SHP_OK) {
         shp_conn_close(conn, status);
     }
+    tcp_ep_limits(ep);
 }
 
 static void tcp_on_connect(shp_conn_t *conn)
@@ -87,6 +106,7 @@ static tcp_ep_t *tcp_ep_new(shp_tp_t *tp)
     ep->base.tp = tp;
     shp_conn_init(&ep->conn, tp->loop, &tcp_conn_ops, ep,
                   SHP_WIRE_HDR_LEN + (size_t)tp->max_payload);
+    tcp_ep_limits(ep); /* a data path: its buffers kept, as before */
     return ep;
 }
 
@@ -149,7 +169,9 @@ static void tcp_accept(shp_listener_t *l, int fd, const shp_sockaddr_t *peer)
     priv->on_accept(tp, &ep->base);
     if (ep->base.cbs == NULL) { /* refused by the owner */
         shp_conn_close(&ep->conn, SHP_ERR_CANCELED);
+        return;
     }
+    tcp_ep_limits(ep);
 }
 
 static shp_status_t tcp_listen(shp_tp_t *tp, const char *addr,
