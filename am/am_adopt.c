@@ -8,7 +8,7 @@
  *
  * - an AN: every group it serves (id, tree, job, its place there: top,
  *   parent index, the kinds of its children; dist, multicast address,
- *   quotas, the job key's fingerprint, never the key);
+ *   quotas, the fingerprint of the group's keys, never a key);
  * - a sharpd: the jobs it has processes of (id, uid, key, quotas,
  *   job_begin's hosts, the groups created through it with their members),
  *   and its host's reservations.
