@@ -17,7 +17,7 @@ done
 # Twice: results over RC, then by UD multicast only (SHARP_AM_DIST=mcast;
 # the members' statistics must show results that came by multicast, not
 # only ones recovered over RC, and no failed request).  The guest's /tmp goes with it: the
-# fabric's logs are kept in $O/tests/transport/verbs/coll-logs.
+# fabric's logs are kept in $O/tests/transport/verbs/coll-logs/<dist>.
 logs="$O/tests/transport/verbs/coll-logs"
 out="$O/tests/transport/verbs/coll-out"
 rm -rf "$logs"
@@ -29,7 +29,8 @@ for dist in rc mcast; do
         SHARP_TEST_ONLY=${SHARP_TEST_ONLY:-test_repeatable} \
         "$O/tests/libsharp/test_coll" >"$out" 2>&1 || rc=$?
     grep -v '^\[20' "$out" || true
-    cp -r /tmp/sharp-test-coll.*/logs/. "$logs/" 2>/dev/null || true
+    mkdir -p "$logs/$dist"
+    cp -r /tmp/sharp-test-coll.*/logs/. "$logs/$dist/" 2>/dev/null || true
     rm -rf /tmp/sharp-test-coll.*
     [ "$rc" = 0 ] || exit "$rc"
     if grep -q "errors [1-9]" "$out"; then
