@@ -1,12 +1,15 @@
 /* Control-plane framing and JSON message codec (see ctl.h). */
 #include "protocol/ctl.h"
 
+#include "core/log.h"
+
 #include <endian.h>
 #include <inttypes.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 void shp_ctl_hdr_pack(uint8_t type, uint32_t length, void *buf)
 {
@@ -79,6 +82,33 @@ shp_status_t shp_ctl_hdr_unpack(const void *buf, uint8_t *type,
     return SHP_OK;
 }
 
+/* A peer of another control protocol version (its magic and version are
+ * where every version puts them): it is sent a bare ping of this node's
+ * version before the connection closes, so it can say which version it
+ * met, and both sides name the two versions in their logs.  The peer's
+ * answer to that ping, if any, goes to a closed connection: no loop. */
+static void shp_ctl_version_met(shp_conn_t *conn, const uint8_t *hdr)
+{
+    uint8_t ping[SHP_CTL_HDR_LEN];
+    uint16_t magic;
+
+    memcpy(&magic, hdr, 2);
+    if (conn == NULL || be16toh(magic) != SHP_CTL_MAGIC) {
+        return;
+    }
+    shp_ctl_hdr_pack(SHP_CTL_FRAME_PING, 0, ping);
+    if (conn->fd >= 0) { /* best effort: 8 bytes fit any socket's buffer */
+        (void)!send(conn->fd, ping, sizeof(ping), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    shp_warn_sparse(1000,
+                    "%s speaks control protocol version %u, this node %u "
+                    "(unsupported protocol version): nodes of two protocol "
+                    "versions cannot work together; upgrade the fabric "
+                    "whole, between jobs (docs/admin.md, Protocol versions)",
+                    conn->peer[0] != '\0' ? conn->peer : "a peer",
+                    (unsigned)hdr[2], (unsigned)SHP_CTL_VERSION);
+}
+
 shp_status_t shp_ctl_frame_len(shp_conn_t *conn, const void *buf, size_t avail,
                                size_t *len)
 {
@@ -86,11 +116,13 @@ shp_status_t shp_ctl_frame_len(shp_conn_t *conn, const void *buf, size_t avail,
     uint8_t type;
     shp_status_t status;
 
-    (void)conn;
     if (avail < SHP_CTL_HDR_LEN) {
         return SHP_INPROGRESS;
     }
     status = shp_ctl_hdr_unpack(buf, &type, &length, NULL);
+    if (status == SHP_ERR_VERSION) {
+        shp_ctl_version_met(conn, buf);
+    }
     if (status != SHP_OK) {
         return status;
     }

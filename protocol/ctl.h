@@ -23,6 +23,12 @@
  *   order, is replayed or is not sealed closes the connection.  Job keys and
  *   everything else after the handshake travel confidential and intact.
  *
+ * A frame of another version closes the connection; first the peer is
+ * sent a bare ping of this version (shp_ctl_frame_len), so each side can
+ * log both versions.  The data path's version (SHP_WIRE_VERSION) changes
+ * only with this one: a node reaches the data path only through a
+ * manager that took its registration over this protocol.
+ *
  * Version history:
  *   1  first version.
  */

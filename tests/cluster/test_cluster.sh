@@ -580,11 +580,14 @@ say "a peer one protocol version ahead"
 a=$(active_am)
 since_am=$(on "$a" date '+%Y-%m-%d %H:%M:%S')
 # a control frame: magic "SH", version 2, type 1 (message), length 2, "{}"
-ip netns exec "$P-login" bash -c "exec 3<>/dev/tcp/${IP[$a]}/6126 && printf 'SH\\x02\\x01\\x00\\x00\\x00\\x02{}' >&3 && timeout 3 cat <&3 >/dev/null" 2>/dev/null
+ip netns exec "$P-login" bash -c "exec 3<>/dev/tcp/${IP[$a]}/6126 && printf 'SH\\x02\\x01\\x00\\x00\\x00\\x02{}' >&3 && timeout 3 cat <&3" >"$R/version-reply" 2>/dev/null
 sleep 1
 on "$a" journalctl -u sharp_am --since "$since_am" --no-pager >"$R/am-version.log" 2>&1
 check "the manager refuses a control frame of version 2 and says why in its journal" \
-    grep -q 'unsupported .*protocol version' "$R/am-version.log"
+    grep -q 'speaks control protocol version 2, this node 1' "$R/am-version.log"
+# what the newer peer learns: a bare ping of version 1 ("SH", 1, 2, length 0)
+check "the newer peer is told the manager's version before the connection closes" \
+    bash -c "od -An -tx1 '$R/version-reply' | tr -d ' \\n' | grep -q 5348010200000000"
 grep 'version' "$R/am-version.log" | head -n 2 | sed 's/^/     /'
 
 # an upgrade in service ----------------------------------------------------------

@@ -136,6 +136,39 @@ static void test_ping(void **state)
     assert_int_equal(len, 8);
 }
 
+/* A frame of another version is refused, and the peer is sent a bare ping
+ * of this node's version first, so it can say which version it met */
+static void test_version_met(void **state)
+{
+    uint8_t v2[SHP_CTL_HDR_LEN], got[2 * SHP_CTL_HDR_LEN];
+    shp_conn_t conn;
+    size_t len = 0;
+    int sv[2];
+
+    (void)state;
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    memset(&conn, 0, sizeof(conn));
+    conn.fd = sv[0];
+    snprintf(conn.peer, sizeof(conn.peer), "node-v2");
+    shp_ctl_hdr_pack(SHP_CTL_FRAME_MSG, 2, v2);
+    v2[2] = SHP_CTL_VERSION + 1;
+    assert_int_equal(shp_ctl_frame_len(&conn, v2, sizeof(v2), &len),
+                     SHP_ERR_VERSION);
+    assert_int_equal(recv(sv[1], got, sizeof(got), MSG_DONTWAIT),
+                     SHP_CTL_HDR_LEN);
+    assert_memory_equal(got, "SH", 2);
+    assert_int_equal(got[2], SHP_CTL_VERSION);
+    assert_int_equal(got[3], SHP_CTL_FRAME_PING);
+    assert_memory_equal(got + 4, "\0\0\0\0", 4);
+    /* not a sharp peer at all: nothing is sent to it */
+    v2[0] = 'X';
+    assert_int_equal(shp_ctl_frame_len(&conn, v2, sizeof(v2), &len),
+                     SHP_ERR_PROTO);
+    assert_int_equal(recv(sv[1], got, sizeof(got), MSG_DONTWAIT), -1);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 static void test_getters(void **state)
 {
     json_t *o = json_pack(
@@ -281,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_encode_refuses),
         cmocka_unit_test(test_decode_rejects),
         cmocka_unit_test(test_ping),
+        cmocka_unit_test(test_version_met),
         cmocka_unit_test(test_getters),
         cmocka_unit_test(test_decode_random),
         cmocka_unit_test(test_call_fd),
