@@ -57,9 +57,10 @@ static const shp_config_opt_t sharpd_opts[] = {
      "disconnected",
      offsetof(shp_sharpd_config_t, client_max_queued), &shp_cfg_size},
     {"am_wait", "20s",
-     "a request that finds the aggregation manager unreachable waits this "
-     "long for it to come back (or for a restarted one to take the fabric "
-     "back) before it fails (0: fails at once)",
+     "a request to begin or attach to a job that finds the aggregation "
+     "manager unreachable waits this long for it to come back (or for a "
+     "restarted one to take the fabric back) before it fails (0: fails at "
+     "once); group requests and a job's end never wait",
      offsetof(shp_sharpd_config_t, am_wait_ms), &shp_cfg_time},
     {NULL}};
 

@@ -32,8 +32,8 @@
  * which a restarted AM takes back (am/am_adopt.c): when the AM closed the
  * connection the processes are told nothing, their groups run on; when it
  * went silent (keepalives: this host may be cut off) they hear their
- * groups are gone.  Meanwhile requests that begin, attach to
- * or end a job wait for the AM (am_wait); group requests fail at once.
+ * groups are gone.  Meanwhile requests that begin or attach to a job
+ * wait for the AM (am_wait); group requests and a job's end fail at once.
  * With several managers (am = a list) it tries them in turn and stays with
  * the active one, refusing one whose epoch is older than one it was
  * registered with (protocol/am_list.h).

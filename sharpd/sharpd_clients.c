@@ -208,8 +208,12 @@ static void sd_client_request(client_t *c, json_t *msg)
     /* a group's creation or end does not wait for the AM: the job runs
      * meanwhile (its communicators on MPI); a group destroyed then is
      * forgotten here (its owner asked: sd_client_may), so a restarted AM
-     * removes it from the ANs */
-    int waits = strcmp(type, "group_create") && strcmp(type, "group_destroy");
+     * removes it from the ANs.  Nor does a job's end (the job's last call,
+     * at finalize: every rank would wait am_wait behind it): a restarted
+     * AM ends a job whose processes are gone from every sharpd's report
+     * (am_sharpds.c) */
+    int waits = strcmp(type, "group_create") && strcmp(type, "group_destroy") &&
+                strcmp(type, "job_end");
     if (c->sd->am_state != SHP_SHARPD_AM_REGISTERED &&
         !strcmp(type, "group_destroy"))
         shp_sharpd_untrack_group(

@@ -251,7 +251,7 @@ static void test_lost_am_frees_job_place(void **state)
 /* A lost AM takes nothing from the processes: they are told nothing, the
  * job and its group stay, and the next AM hears them (key, quotas, hosts,
  * the group with its members) to take them back; a job_attach that comes
- * meanwhile waits for it (am_wait) and goes to it. */
+ * meanwhile waits for it (am_wait) and goes to it, a job_end fails at once. */
 static void test_lost_am_keeps_jobs(void **state)
 {
     int cv[2], sv[2];
@@ -292,6 +292,16 @@ static void test_lost_am_keeps_jobs(void **state)
     client_write(cv[1], json_pack("{s:s, s:i, s:I}", "type", "job_attach", "id",
                                   3, "job_id", (json_int_t)5));
     assert_null(client_read(cv[1])); /* it waits */
+    /* a job's end does not wait (every rank's finalize would, behind it):
+     * it fails at once, and the job stays for the next AM's report */
+    client_write(cv[1], json_pack("{s:s, s:i, s:I}", "type", "job_end", "id", 4,
+                                  "job_id", (json_int_t)5));
+    m = client_read(cv[1]);
+    assert_non_null(m);
+    assert_string_equal(shp_ctl_type(m), "job_end_ack");
+    assert_int_equal(json_integer_value(json_object_get(m, "status")),
+                     SHP_ERR_UNREACHABLE);
+    json_decref(m);
 
     ev_timer_stop(d.loop, &d.am_timer);
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
