@@ -1826,10 +1826,7 @@ static void test_drain_freeze(void **state)
 int main(void)
 {
     char self[300];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    assert_true(n > 0);
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
+    assert_int_equal(test_self_dir(self, sizeof(self)), 0);
     snprintf(bindir, sizeof(bindir), "%s/../../bin", self);
     snprintf(testdir, sizeof(testdir), "%s", self);
     signal(SIGPIPE, SIG_IGN);

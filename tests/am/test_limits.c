@@ -39,7 +39,6 @@
 #include <grp.h>
 #include <netinet/in.h>
 #include <stdarg.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 
@@ -1247,21 +1246,14 @@ static int teardown(void **state)
 int main(void)
 {
     char self[400];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) {
+    if (test_self_dir(self, sizeof(self)) != 0) {
         return 1;
     }
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
     snprintf(bindir, sizeof(bindir), "%s/../../bin", self);
     snprintf(dir, sizeof(dir), "/tmp/sharp-test-limits.%d", (int)getpid());
     signal(SIGPIPE, SIG_IGN);
     /* the floods hold 2500 descriptors at a time */
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 4096) {
-        rl.rlim_cur = rl.rlim_max < 4096 ? rl.rlim_max : 4096;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
+    test_raise_nofile(4096);
     if (getenv("SHARP_TEST_ONLY") != NULL) {
         cmocka_set_test_filter(getenv("SHARP_TEST_ONLY"));
     }

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <ev.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -97,6 +98,36 @@ static inline pid_t test_start(char *const argv[], const char *log)
         _exit(127);
     }
     return pid;
+}
+
+/* The directory of this test program (build/tests/ROOM) into dir; -1 if
+ * it cannot be read */
+static inline int test_self_dir(char *dir, size_t size)
+{
+    ssize_t n = readlink("/proc/self/exe", dir, size - 1);
+    char *slash;
+
+    if (n <= 0) {
+        return -1;
+    }
+    dir[n] = '\0';
+    slash = strrchr(dir, '/');
+    if (slash != NULL) {
+        *slash = '\0';
+    }
+    return 0;
+}
+
+/* At least `want` descriptors, as far as the hard limit allows (floods of
+ * connections) */
+static inline void test_raise_nofile(rlim_t want)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
+        rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 }
 
 /* test_start, asserted */
