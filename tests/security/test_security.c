@@ -614,8 +614,13 @@ static void test_an_flood(void **state)
     assert_true(rss_kb(an) > 0);
     assert_true(peak < 32 * 1024);
     assert_true(after < 8 * 1024);
-    assert_true(log_has("an-leaf01", "source_max_unjoined") ||
-                log_has("an-leaf01", "max_unjoined"));
+    /* a limit acted and was named: which one depends on how fast the AN
+     * reads (a link that joined nothing is closed at its first frame over
+     * what a join needs, "message too large"; connections that pile up
+     * unread past max_unjoined are closed oldest first; "max_unjoined"
+     * also matches source_max_unjoined) */
+    assert_true(log_has("an-leaf01", "max_unjoined") ||
+                log_has("an-leaf01", "message too large"));
 }
 
 #define AM_CONNS 8000
