@@ -397,7 +397,19 @@ wait_for() { # SECONDS CMD...: until CMD succeeds
     done
     return 1
 }
-need "every unit active: sharp_am (sm1, sm2), sharp_an@NAME (3), sharpd (4)" wait_for 20 all_active
+# the units that are not active, each with systemd's result and the last
+# line its own process logged (what a missing directory makes it say)
+units_why() {
+    local n u
+    for n in "${NODES[@]}"; do
+        u=$(unit_of "$n")
+        [ "$(on "$n" systemctl is-active "$u")" = active ] && continue
+        echo "     $n: $u $(on "$n" systemctl show -p Result --value "$u"):" \
+            "$(on "$n" journalctl _SYSTEMD_UNIT="$u.service" -n 1 --no-pager -o cat 2>/dev/null | tail -n 1)"
+    done
+}
+wait_for 20 all_active || units_why
+need "every unit active: sharp_am (sm1, sm2), sharp_an@NAME (3), sharpd (4)" all_active
 need "sm1 active, sm2 standby (sharpctl status)" wait_for 20 bash -c "[ \"\$(nsenter -t $(cat "$R/nodes/sm1/leader") -a sharpctl status --json | jq -r .role)\" = active ]"
 need "the manager sees every AN up, a tree, every sharpd (sharpctl ans, trees, stats)" wait_for 30 fabric_up
 unit_dirs() {
