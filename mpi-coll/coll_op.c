@@ -56,7 +56,7 @@ int smpi_run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
                 op_args_t *a, char **res)
 {
     int oom, rc;
-    if (!smpi_cfg.fallback || !st->recoverable) {
+    if (smpi_cfg.on_fault != SMPI_FALLBACK || !st->recoverable) {
         /* no record to keep: the result straight where it goes */
         if (a->direct == NULL && a->root < 0 && a->kind != C_BARRIER) {
             smpi_fail(comm, what, SHARP_COLL_EINVAL); /* cannot happen */

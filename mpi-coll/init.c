@@ -115,11 +115,11 @@ static uint64_t job_agree(unsigned char *key, int *have_key)
         agreed[0] = job;
         agreed[2] = getrandom(&agreed[3], SMR_KEY_LEN, 0) == SMR_KEY_LEN;
     }
-    agreed[1] = (uint64_t)smpi_cfg.fallback;
+    agreed[1] = (uint64_t)smpi_cfg.on_fault; /* every rank does as rank 0 */
     PMPI_Bcast(agreed, (int)(sizeof(agreed) / sizeof(agreed[0])), MPI_UINT64_T,
                0, smpi.oob_world);
     job = agreed[0];
-    smpi_cfg.fallback = (int)agreed[1];
+    smpi_cfg.on_fault = (int)agreed[1];
     *have_key = (int)agreed[2];
     memcpy(key, &agreed[3], SMR_KEY_LEN);
     memset(agreed, 0, sizeof(agreed));
@@ -189,7 +189,7 @@ static void sharp_setup(void)
     smpi.had_sharp = 1;
     smpi.init_why = WHY_OK;
     smpi_note(2, "sharp job %llu up", (unsigned long long)job);
-    if (smpi_cfg.fallback) {
+    if (smpi_cfg.on_fault == SMPI_FALLBACK) {
         recovery_setup(size, key, have_key);
     }
     memset(key, 0, sizeof(key));

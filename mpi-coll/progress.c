@@ -59,7 +59,7 @@ void smpi_nb_start(nb_op_t *o)
     o->active = 1;
     PMPI_Grequest_start(smpi_nb_query, smpi_nb_free, smpi_nb_cancel, o,
                         &o->greq);
-    o->rec = smpi_cfg.fallback && st->recoverable;
+    o->rec = smpi_cfg.on_fault == SMPI_FALLBACK && st->recoverable;
     SMPI_ADD(smpi.calls[o->kind][0], 1);
     SMPI_ADD(smpi.bytes[o->kind][0], o->bytes);
     if (o->rec || o->node || !st->use) {

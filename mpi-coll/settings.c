@@ -40,7 +40,6 @@ void smpi_cfg_load(void)
             fprintf(stderr, "sharp_mpi: ignoring %s=%s: %s\n", env, v, err.msg);
         }
     }
-    smpi_cfg.fallback = smpi_cfg.on_fault == SMPI_FALLBACK;
     if (smpi_cfg.recovery_timeout_ms < 0 ||
         smpi_cfg.recovery_timeout_ms > INT_MAX) {
         smpi_cfg.recovery_timeout_ms = INT_MAX; /* inf */

@@ -20,8 +20,7 @@ typedef struct smpi_cfg {
     unsigned node_shm_yield_us;
     size_t max_bytes;
     int allreduce, reduce, barrier, bcast;
-    int on_fault; /* SMPI_FALLBACK or SMPI_ABORT */
-    int fallback; /* on_fault == SMPI_FALLBACK */
+    int on_fault; /* SMPI_FALLBACK or SMPI_ABORT: rank 0's (init.c) */
     int64_t recovery_timeout_ms;
     int regroup_calls; /* 0: never */
     int reproducible;  /* floating-point MPI_SUM exact */
