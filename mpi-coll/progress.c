@@ -245,8 +245,9 @@ static void nb_idle_turn(unsigned turn)
 
 /* some operation of s (s NULL: of any communicator) whose part is not
  * done */
-static int nb_pending(comm_state_t *s)
+static int nb_pending(comm_state_t *s, unsigned long unused)
 {
+    (void)unused;
     for (nb_op_t *o = smpi_nb_ops; o != NULL; o = o->next) {
         if ((s == NULL || o->st == s) && o->active && !o->done) {
             return 1;
@@ -255,20 +256,33 @@ static int nb_pending(comm_state_t *s)
     return 0;
 }
 
+/* st still has a group and more than `most` operations queued */
+static int nb_queue_over(comm_state_t *st, unsigned long most)
+{
+    return st->use && st->nbq_len > most;
+}
+
+/* both libraries progress, idle turns between, while busy(s, arg) */
+static void nb_progress_while(int (*busy)(comm_state_t *, unsigned long),
+                              comm_state_t *s, unsigned long arg)
+{
+    for (unsigned turn = 0; busy(s, arg); turn++) {
+        smpi_nb_progress_all();
+        if (!busy(s, arg)) {
+            break;
+        }
+        smpi_nb_poke_mpi();
+        smpi_nb_idle(turn);
+    }
+}
+
 /* before a communicator's group goes (MPI_Comm_free, MPI_Finalize) or a
  * blocking call on it: its operations in flight complete first (s NULL:
  * every communicator's); both libraries progress meanwhile */
 void smpi_nb_drain(comm_state_t *s)
 {
     smpi_lock();
-    for (unsigned turn = 0; nb_pending(s); turn++) {
-        smpi_nb_progress_all();
-        if (!nb_pending(s)) {
-            break;
-        }
-        smpi_nb_poke_mpi();
-        smpi_nb_idle(turn);
-    }
+    nb_progress_while(nb_pending, s, 0);
     smpi_unlock();
 }
 
@@ -285,14 +299,7 @@ static void nb_bound_queue(comm_state_t *st)
     unsigned long most = smpi_cfg.regroup_calls > 2
                              ? (unsigned long)smpi_cfg.regroup_calls - 2
                              : 1;
-    for (unsigned turn = 0; st->use && st->nbq_len > most; turn++) {
-        smpi_nb_progress_all();
-        if (st->nbq_len <= most) {
-            break;
-        }
-        smpi_nb_poke_mpi();
-        smpi_nb_idle(turn);
-    }
+    nb_progress_while(nb_queue_over, st, most);
 }
 
 nb_op_t *smpi_nb_find(MPI_Request r)
