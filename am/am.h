@@ -176,6 +176,11 @@ struct shp_am_group {
     char mcast_addr[64];
     unsigned osts;
     uint32_t payload;
+    /* a standby group (group_create's standby_of): the group it stands
+     * by (0: none) and the ANs the two share (0 where the topology gave
+     * disjoint trees) */
+    uint32_t standby_of;
+    int shared;
     /* the pending group_create */
     shp_am_peer_t *req_peer;
     int64_t req_id;

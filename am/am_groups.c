@@ -101,13 +101,19 @@ static json_t *am_group_descriptor(shp_am_t *am, shp_am_group_t *g)
     json_t *ans = json_array();
     for (int i = 0; i < g->plan.nans; i++)
         json_array_append_new(ans, json_string(am->ans[g->an_of[i]].name));
-    return json_pack("{s:I, s:i, s:o, s:o, s:s, s:s, s:i, s:I, s:o, s:o}",
-                     "group_id", (json_int_t)g->id, "tree_id", g->tree,
-                     "job_id", shp_json_u64(g->job->id), "job_key",
-                     shp_json_hex(g->job->key, sizeof(g->job->key)), "dist",
-                     shp_dist_names[g->dist], "mcast_addr", g->mcast_addr,
-                     "osts", (int)g->osts, "payload", (json_int_t)g->payload,
-                     "members", members, "ans", ans);
+    json_t *d =
+        json_pack("{s:I, s:i, s:o, s:o, s:s, s:s, s:i, s:I, s:o, s:o}",
+                  "group_id", (json_int_t)g->id, "tree_id", g->tree, "job_id",
+                  shp_json_u64(g->job->id), "job_key",
+                  shp_json_hex(g->job->key, sizeof(g->job->key)), "dist",
+                  shp_dist_names[g->dist], "mcast_addr", g->mcast_addr, "osts",
+                  (int)g->osts, "payload", (json_int_t)g->payload, "members",
+                  members, "ans", ans);
+    if (d != NULL && g->standby_of) /* its ANs the other's too, if any */
+        json_object_update_new(d, json_pack("{s:I, s:i}", "standby_of",
+                                            (json_int_t)g->standby_of,
+                                            "shared_ans", g->shared));
+    return d;
 }
 
 static void am_group_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -151,6 +157,11 @@ void shp_am_group_ack(shp_am_t *am, int64_t id, shp_status_t st,
     shp_info("group %" PRIu32 " of job %" PRIu64 " up on tree %d (%d members, "
              "%d ANs)",
              g->id, g->job->id, g->tree, g->plan.nmembers, g->plan.nans);
+    if (g->standby_of && g->shared > 0)
+        shp_info("group %" PRIu32 " stands by group %" PRIu32 " but shares "
+                 "%d of its ANs with it: no tree of the topology avoids "
+                 "them all",
+                 g->id, g->standby_of, g->shared);
     json_t *m = shp_ctl_reply("group_create_ack", g->req_id, SHP_OK, NULL);
     json_object_set_new(m, "group", am_group_descriptor(am, g));
     shp_am_send(g->req_peer, m);
@@ -182,6 +193,11 @@ typedef struct {
     int *nodes, n; /* the members' topology nodes */
     int tree;      /* where it goes; plan: its sub-tree there */
     shp_group_plan_t plan;
+    /* a standby: the group of the job it stands by (its ANs avoided:
+     * the tree that shares the fewest with it, then the least loaded),
+     * and how many the chosen plan shares */
+    const shp_am_group_t *avoid;
+    int shared;
     shp_status_t st;
     char why[300];
 } am_group_req_t;
@@ -241,6 +257,25 @@ static shp_status_t am_group_check(shp_am_t *am, const json_t *msg,
     return SHP_OK;
 }
 
+/* A standby (standby_of: a group of the same job): placed away from that
+ * group's ANs (am_group_place) */
+static shp_status_t am_group_standby(shp_am_t *am, const json_t *msg,
+                                     am_group_req_t *r)
+{
+    int64_t of;
+    if (!json_object_get(msg, "standby_of"))
+        return SHP_OK;
+    const shp_am_group_t *g =
+        shp_json_get_int(msg, "standby_of", 1, UINT32_MAX, &of, NULL) == SHP_OK
+            ? shp_am_group_find(am, (uint32_t)of)
+            : NULL;
+    if (!g || g->job != r->job)
+        return am_group_fail(r, SHP_ERR_INVALID_PARAM,
+                             "standby_of names no group of this job");
+    r->avoid = g;
+    return SHP_OK;
+}
+
 /* The members: hosts of the topology, every one a host of the job. */
 static shp_status_t am_group_members(shp_am_t *am, const json_t *members,
                                      am_group_req_t *r)
@@ -287,6 +322,30 @@ static int am_plan_drained(const shp_am_t *am, const shp_group_plan_t *plan)
     return -1;
 }
 
+/* The ANs of plan that group g uses too (g NULL: 0) */
+static int am_plan_shared(const shp_group_plan_t *plan, const shp_am_group_t *g)
+{
+    int n = 0;
+    for (int i = 0; g != NULL && i < plan->nans; i++)
+        for (int k = 0; k < g->plan.nans; k++)
+            if (plan->ans[i].node == g->plan.ans[k].node) {
+                n++;
+                break;
+            }
+    return n;
+}
+
+/* tree t, its plan sharing `shared` ANs with the group avoided, is a
+ * better place than the one chosen so far: fewer shared, then fewer
+ * groups on the tree */
+static int am_tree_better(const shp_am_t *am, const am_group_req_t *r, int t,
+                          int shared)
+{
+    return r->tree < 0 || shared < r->shared ||
+           (shared == r->shared &&
+            am->trees[t].ngroups < am->trees[r->tree].ngroups);
+}
+
 /* The least-loaded tree that spans the members, with room on its ANs,
  * neither frozen nor using a drained AN in the group's trimmed sub-tree
  * (a drained AN of the tree that the group does not pass through is no
@@ -302,7 +361,8 @@ static shp_status_t am_group_place(shp_am_t *am, am_group_req_t *r)
     for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++) {
         shp_am_tree_t *tr = &am->trees[t];
         if (!tr->used || !tr->up ||
-            (r->tree >= 0 && tr->ngroups >= am->trees[r->tree].ngroups))
+            (!r->avoid && r->tree >= 0 &&
+             tr->ngroups >= am->trees[r->tree].ngroups))
             continue;
         if (shp_group_plan(&tr->t, am->leaf, r->nodes, r->n,
                            (int)am->cfg.flat_max, &plan) != SHP_OK)
@@ -333,10 +393,16 @@ static shp_status_t am_group_place(shp_am_t *am, am_group_req_t *r)
             shp_group_plan_free(&plan);
             continue;
         }
+        int shared = am_plan_shared(&plan, r->avoid);
+        if (!am_tree_better(am, r, t, shared)) {
+            shp_group_plan_free(&plan);
+            continue;
+        }
         shp_group_plan_free(&r->plan);
         r->plan = plan;
         memset(&plan, 0, sizeof(plan));
         r->tree = t;
+        r->shared = shared;
     }
     if (r->tree >= 0)
         return r->st = SHP_OK;
@@ -403,6 +469,8 @@ static shp_am_group_t *am_group_new(shp_am_t *am, am_group_req_t *r,
     g->payload = j->payload;
     g->req_peer = p;
     g->req_id = id;
+    g->standby_of = r->avoid ? r->avoid->id : 0;
+    g->shared = r->shared;
     snprintf(g->mcast_addr, sizeof(g->mcast_addr), "%s.%u.%u:%u",
              am->cfg.mcast_prefix, (g->id >> 8) & 255, g->id & 255,
              am->cfg.mcast_port + g->id % 20000);
@@ -493,6 +561,7 @@ void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         return;
     if (am_group_check(am, msg, &r, shp_dist_names[am->cfg.dist], &members) !=
             SHP_OK ||
+        am_group_standby(am, msg, &r) != SHP_OK ||
         am_group_members(am, members, &r) != SHP_OK ||
         am_group_place(am, &r) != SHP_OK)
         goto fail;

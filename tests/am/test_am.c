@@ -1823,6 +1823,57 @@ static void test_drain_freeze(void **state)
     client_close(a);
 }
 
+/* A standby group (group_create's standby_of): on the tree that shares the
+ * fewest ANs with the group it stands by, whatever the trees' load; the
+ * ANs it still shares (here the members' leaves: in every tree) are in
+ * its descriptor, and one that names no group of the job is refused */
+static void test_standby_placement(void **state)
+{
+    (void)state;
+    static const char *hosts[] = {"n00001", "n00003"}; /* two leaves */
+    client_t *a = client_open("sd-n00001.sock"),
+             *b = client_open("sd-n00003.sock");
+    assert_int_equal(call_status(a, job_begin_json(97, hosts, 2)), 0);
+    assert_int_equal(call_status(b, job_msg("job_attach", 97)), 0);
+    json_t *g1 = group_create(a, 97, hosts, 2);
+    assert_int_equal(status_of(g1), 0);
+    const char *spine1 = group_uses(g1, "spine01") ? "spine01" : "spine02";
+    const char *spine2 = !strcmp(spine1, "spine01") ? "spine02" : "spine01";
+    json_t *s[2];
+    for (int i = 0; i < 2; i++) { /* the second with spine2's tree busier */
+        json_t *msg = job_msg("group_create", 97), *m = json_array();
+        for (int k = 0; k < 2; k++)
+            json_array_append_new(m, json_string(hosts[k]));
+        json_object_set_new(msg, "members", m);
+        json_object_set_new(msg, "dist", json_string("rc"));
+        json_object_set_new(msg, "standby_of", json_integer(group_id(g1)));
+        s[i] = call(a, msg);
+        assert_int_equal(status_of(s[i]), 0);
+        assert_true(group_uses(s[i], spine2));
+        assert_false(group_uses(s[i], spine1));
+        json_t *d = json_object_get(s[i], "group");
+        assert_int_equal(json_integer_value(json_object_get(d, "standby_of")),
+                         group_id(g1));
+        assert_int_equal(json_integer_value(json_object_get(d, "shared_ans")),
+                         2);
+    }
+    json_t *msg = job_msg("group_create", 97), *m = json_array();
+    json_array_append_new(m, json_string(hosts[0]));
+    json_object_set_new(msg, "members", m);
+    json_object_set_new(msg, "standby_of", json_integer(999999));
+    json_t *r = call(a, msg);
+    assert_int_equal(status_of(r), SHP_ERR_INVALID_PARAM);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(r, "error")), "standby_of"));
+    json_decref(r);
+    assert_int_equal(call_status(a, job_msg("job_end", 97)), 0);
+    json_decref(g1);
+    json_decref(s[0]);
+    json_decref(s[1]);
+    client_close(b);
+    client_close(a);
+}
+
 int main(void)
 {
     char self[300];
@@ -1851,6 +1902,7 @@ int main(void)
         cmocka_unit_test(test_state_restart),
         cmocka_unit_test(test_max_peers),
         cmocka_unit_test(test_drain_freeze),
+        cmocka_unit_test(test_standby_placement),
     };
     return cmocka_run_group_tests_name("am", tests, setup, teardown);
 }
