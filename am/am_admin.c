@@ -204,15 +204,19 @@ static json_t *am_admin_groups(shp_am_t *am, const json_t *req)
                 json_object_get(am->ans[g->an_of[0]].counters, "exact_ops"),
                 key));
         }
-        json_array_append_new(
-            a,
+        json_t *o =
             json_pack("{s:I, s:I, s:o, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:I}",
                       "exact_ops", exact, "group_id", (json_int_t)g->id,
                       "job_id", shp_json_u64(g->job->id), "tree_id", g->tree,
                       "state", g->state == AM_GROUP_UP ? "up" : "configuring",
                       "members", g->plan.nmembers, "ans", ans, "dist",
                       shp_dist_names[g->dist], "mcast_addr", g->mcast_addr,
-                      "osts", (int)g->osts, "payload", (json_int_t)g->payload));
+                      "osts", (int)g->osts, "payload", (json_int_t)g->payload);
+        if (o != NULL && g->standby_of) /* a standby: of which, sharing */
+            json_object_update_new(o, json_pack("{s:I, s:i}", "standby_of",
+                                                (json_int_t)g->standby_of,
+                                                "shared_ans", g->shared));
+        json_array_append_new(a, o);
     }
     return a;
 }

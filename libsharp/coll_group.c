@@ -20,9 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* rank 0: the group over every member's host, as JSON text for the others */
+/* rank 0: the group over every member's host, as JSON text for the others
+ * (standby_of: the group it stands by, placed away from its ANs; 0: none) */
 static int group_create(coll_ctx_t *ctx, const char *hosts, int size,
-                        char **text)
+                        uint32_t standby_of, char **text)
 {
     json_t *members = json_array();
     shp_status_t st;
@@ -35,6 +36,9 @@ static int group_create(coll_ctx_t *ctx, const char *hosts, int size,
     }
     json_t *msg = json_pack("{s:s, s:o, s:o}", "type", "group_create", "job_id",
                             shp_json_u64(ctx->job_id), "members", members);
+    if (standby_of != 0) {
+        json_object_set_new(msg, "standby_of", json_integer(standby_of));
+    }
     if (!ctx->cfg.enable_mcast_target) {
         json_object_set_new(msg, "dist", json_string("rc"));
     } else if (ctx->cfg.group_is_target) {
@@ -254,7 +258,7 @@ static char *group_text_bcast(coll_ctx_t *ctx, void *oob, int rank,
  * everyone's (SHARP_COLL_EOOB: the out-of-band hooks failed). */
 static int group_text(coll_ctx_t *ctx,
                       const struct sharp_coll_comm_init_spec *spec, int status,
-                      char **text)
+                      uint32_t standby_of, char **text)
 {
     int32_t hdr[2] = {status, 0};
     char *hosts = NULL, mine[SHP_HOST_MAX] = {0};
@@ -274,7 +278,7 @@ static int group_text(coll_ctx_t *ctx,
     }
     if (spec->rank == 0 && hdr[0] == SHARP_COLL_SUCCESS) {
         coll_lock(ctx);
-        hdr[0] = group_create(ctx, hosts, spec->size, text);
+        hdr[0] = group_create(ctx, hosts, spec->size, standby_of, text);
         coll_unlock(ctx);
         hdr[1] = *text ? (int32_t)strlen(*text) + 1 : 0;
     }
@@ -311,9 +315,9 @@ static int comm_join(coll_comm_t *comm, const char *text)
  * member inside one exchange never holds back another thread's (holding
  * the lock through them, two threads that began two groups in opposite
  * orders on two members waited for each other for ever). */
-SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
-                                 struct sharp_coll_comm_init_spec *spec,
-                                 struct sharp_coll_comm **out)
+static int comm_init(struct sharp_coll_context *ctx,
+                     struct sharp_coll_comm_init_spec *spec,
+                     uint32_t standby_of, struct sharp_coll_comm **out)
 {
     char *text;
 
@@ -334,7 +338,7 @@ SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
         st = SHARP_COLL_EJOB_CREATE;
     }
     coll_unlock(ctx);
-    st = group_text(ctx, spec, st, &text);
+    st = group_text(ctx, spec, st, standby_of, &text);
     int rc = st;
     if (rc == SHARP_COLL_SUCCESS && comm != NULL) {
         coll_lock(ctx);
@@ -365,6 +369,24 @@ SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
             comm->mep ? ", multicast results" : "");
     *out = comm;
     return SHARP_COLL_SUCCESS;
+}
+
+SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
+                                 struct sharp_coll_comm_init_spec *spec,
+                                 struct sharp_coll_comm **out)
+{
+    return comm_init(ctx, spec, 0, out);
+}
+
+SHP_API int sharp_coll_comm_init_standby(struct sharp_coll_context *ctx,
+                                         struct sharp_coll_comm_init_spec *spec,
+                                         struct sharp_coll_comm *primary,
+                                         struct sharp_coll_comm **out)
+{
+    if (primary == NULL || primary->group_id == 0) {
+        return SHARP_COLL_EINVAL;
+    }
+    return comm_init(ctx, spec, primary->group_id, out);
 }
 
 /*

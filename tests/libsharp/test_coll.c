@@ -1650,7 +1650,13 @@ static double run_with_fault(int (*fn)(int, void *), const char *fault)
     pid_t doer = fork();
     if (doer == 0) {
         int32_t go;
-        _exit(read(p[0], &go, 4) == 4 ? system(fault) != 0 : 3);
+        char v[16];
+        if (read(p[0], &go, 4) != 4) {
+            _exit(3);
+        }
+        snprintf(v, sizeof(v), "%d", (int)go); /* what the member said */
+        setenv("SHARP_TEST_GO", v, 1);
+        _exit(system(fault) != 0);
     }
     close(p[0]);
     uint64_t t0 = shp_time_ns();
@@ -1660,6 +1666,84 @@ static double run_with_fault(int (*fn)(int, void *), const char *fault)
     assert_int_equal(waitpid(doer, &st, 0), doer);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     return secs;
+}
+
+/* one allreduce of 64 ints on c, checked; 0: right */
+static int allreduce_checked(struct sharp_coll_comm *c, int rank, int k)
+{
+    int32_t s[64], r[64];
+    for (int i = 0; i < 64; i++) {
+        s[i] = rank + k + i;
+    }
+    struct sharp_coll_reduce_spec sp;
+    memset(&sp, 0, sizeof(sp));
+    sp.sbuf_desc = test_host_desc(s, sizeof(s));
+    sp.rbuf_desc = test_host_desc(r, sizeof(r));
+    sp.dtype = SHARP_DTYPE_INT;
+    sp.op = SHARP_OP_SUM;
+    sp.length = 64;
+    int rc = sharp_coll_do_allreduce(c, &sp);
+    for (int i = 0; rc == SHARP_COLL_SUCCESS && i < 64; i++) {
+        CHECK(r[i] == 6 + 4 * (k + i), "op %d: wrong result", k);
+    }
+    return rc;
+}
+
+/* A standby (sharp_coll_comm_init_standby) over the same 4 members: the
+ * top AN of the first group is killed, whose operations then fail, and
+ * the standby, placed by the manager on the other spine, goes on right */
+static int m_standby(int rank, void *arg)
+{
+    int size = 4;
+    struct sharp_coll_comm *standby = NULL;
+    setenv("SHARP_COLL_LOG_LEVEL", "0", 1);
+    become_host(rank * 2); /* n00001, n00003, n00005, n00007: 4 leaves */
+    CHECK(member_init(rank, size, 1010) == 0, "init");
+    CHECK(comm_of(&world_oob, &world) == 0, "comm_init");
+    struct sharp_coll_comm_init_spec cs = {
+        .rank = rank, .size = size, .oob_ctx = &world_oob};
+    CHECK(sharp_coll_comm_init_standby(ctx, &cs, NULL, &standby) ==
+              SHARP_COLL_EINVAL,
+          "a standby of nothing");
+    CHECK(sharp_coll_comm_init_standby(ctx, &cs, world, &standby) == 0,
+          "standby");
+    CHECK(allreduce_checked(world, rank, 0) == 0, "on the first group");
+    CHECK(allreduce_checked(standby, rank, 1) == 0, "on the standby");
+    CHECK(sharp_coll_do_barrier(world) == 0, "barrier");
+    if (rank == 0) { /* the driver kills the first group's top AN */
+        int32_t one = 1;
+        CHECK(write(*(int *)arg, &one, 4) == 4, "signal driver");
+    }
+    int k = 2;
+    while (k < 100000 && allreduce_checked(world, rank, k) == 0) {
+        k++;
+    }
+    CHECK(k < 100000, "no error after the first group's top AN died");
+    for (int i = 0; i < 100; i++) {
+        CHECK(allreduce_checked(standby, rank, k + i) == 0,
+              "the standby failed too (op %d)", i);
+    }
+    CHECK(sharp_coll_comm_destroy(standby) == 0, "destroy the standby");
+    return end_failed_world();
+}
+
+static void test_standby(void **state)
+{
+    char cmd[2048];
+    (void)state;
+    /* the top AN of job 1010's group that stands by none */
+    snprintf(cmd, sizeof(cmd),
+             "an=$(%s/sharpctl --socket %s/am.sock --json groups | "
+             "python3 -c 'import json, sys\n"
+             "d = json.load(sys.stdin)\n"
+             "d = d.get(\"groups\", d) if isinstance(d, dict) else d\n"
+             "g = [x for x in d if str(x[\"job_id\"]) == \"1010\" and "
+             "not x.get(\"standby_of\")]\n"
+             "print(g[0][\"ans\"][0][\"name\"])') && "
+             "kill -9 $(awk -v n=$an '$1==\"an\" && $2==n {print $4}' "
+             "%s/pids)",
+             fab.bin, fab.dir, fab.dir);
+    run_with_fault(m_standby, cmd);
 }
 
 static void test_an_killed(void **state)
@@ -2171,7 +2255,8 @@ int main(void)
         cmocka_unit_test(test_no_sharpd),
         cmocka_unit_test(test_two_jobs),
         /* last: it takes an AN away */
-        cmocka_unit_test(test_cancel), /* before an AN is killed */
+        cmocka_unit_test(test_cancel),  /* before an AN is killed */
+        cmocka_unit_test(test_standby), /* kills a spine */
         cmocka_unit_test(test_an_killed),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);

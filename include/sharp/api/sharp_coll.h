@@ -266,6 +266,16 @@ int sharp_coll_comm_init(struct sharp_coll_context *context,
                          struct sharp_coll_comm_init_spec *spec,
                          struct sharp_coll_comm **sharp_coll_comm);
 int sharp_coll_comm_destroy(struct sharp_coll_comm *comm);
+/* Extension: a standby for `primary`, over the same members (collective
+ * over them, as sharp_coll_comm_init): a group of its own, joined and kept
+ * up, which the manager places on the tree that shares the fewest
+ * aggregation nodes with primary's (none where the topology allows), so
+ * that it can carry the operations if primary's group fails.  It is a
+ * communicator like any other, counted in the job's groups. */
+int sharp_coll_comm_init_standby(struct sharp_coll_context *context,
+                                 struct sharp_coll_comm_init_spec *spec,
+                                 struct sharp_coll_comm *primary,
+                                 struct sharp_coll_comm **sharp_coll_comm);
 /* Extension: give a communicator's operations up, from any thread, even
  * while another thread waits in one of them (e.g. a watchdog).  Soon after,
  * in the thread that progresses the context, every pending and later
