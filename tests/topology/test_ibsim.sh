@@ -4,7 +4,7 @@
 # and compare with the capture (GUIDs, types, descriptions, every link).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-topo=${SHARP_BIN:-build/bin}/sharp-topo
+topo=${SHARP_BIN:-${O:-build}/bin}/sharp-topo
 source "$here/ibsim.sh"
 if ! ibsim_available; then
     echo "SKIP: ibsim, opensm or ibnetdiscover not installed (make deps)"
