@@ -82,6 +82,14 @@ bench-mpi: $(BENCH_MPI_LAT) $(BENCH_MPI_LAYER) $(SHARP_MPI_OMPI) $(SHARP_FABRIC)
 	$(Q)bash bench/mpi.sh $(O)
 	$(Q)bash bench/mpi_fault.sh $(O)
 
+# What an AN's death costs a running job: calls on MPI, the longest call,
+# latency after the failure against before (bench/mpi_failover.sh)
+MPI_STREAM_OMPI := $(TESTDIR)/mpi-coll/mpi_stream_ompi
+
+.PHONY: bench-fault
+bench-fault: $(MPI_STREAM_OMPI) $(SHARP_MPI_OMPI) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO) $(SHARPCTL)
+	$(Q)bash bench/mpi_failover.sh $(O)
+
 # The aggregation node's latency and message rate, members emulated.
 BENCH_AN := $(BINDIR)/bench_an
 BENCHES += $(BENCH_AN)

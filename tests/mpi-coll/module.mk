@@ -15,9 +15,11 @@
 #               persistent calls with MPI's own requests (test_fault_matrix.sh)
 #   mpi_threads threads, a communicator each, at MPI_THREAD_MULTIPLE
 #               (test_threads.sh)
+#   mpi_stream  8-byte allreduces, each timed, while the AN carrying them
+#               is killed (bench/mpi_failover.sh)
 
 MPI_TESTS := mpi_check mpi_types mpi_fault mpi_nb mpi_stress mpi_why \
-	mpi_mixed mpi_threads
+	mpi_mixed mpi_threads mpi_stream
 MPI_TEST_DIR := $(TESTDIR)/mpi-coll
 TEST_HELPERS += $(foreach t,$(MPI_TESTS),$(MPI_TEST_DIR)/$(t)_ompi \
 	$(MPI_TEST_DIR)/$(t)_mpich) $(MPI_TEST_DIR)/mpi_exact_ompi
