@@ -1587,6 +1587,28 @@ static int end_failed_world(void)
     return 0;
 }
 
+/* one allreduce of 64 ints on c, its result checked: the library's status
+ * (negative: its error), or 1 if the result is wrong (said on stderr) */
+static int allreduce_checked(struct sharp_coll_comm *c, int rank, int k)
+{
+    int32_t s[64], r[64];
+    for (int i = 0; i < 64; i++) {
+        s[i] = rank + k + i;
+    }
+    struct sharp_coll_reduce_spec sp;
+    memset(&sp, 0, sizeof(sp));
+    sp.sbuf_desc = test_host_desc(s, sizeof(s));
+    sp.rbuf_desc = test_host_desc(r, sizeof(r));
+    sp.dtype = SHARP_DTYPE_INT;
+    sp.op = SHARP_OP_SUM;
+    sp.length = 64;
+    int rc = sharp_coll_do_allreduce(c, &sp);
+    for (int i = 0; rc == SHARP_COLL_SUCCESS && i < 64; i++) {
+        CHECK(r[i] == 6 + 4 * (k + i), "op %d: wrong result", k);
+    }
+    return rc;
+}
+
 /* an AN killed under a stream of operations: every member sees an error
  * (pending or later), none hangs, and no result is wrong */
 static int m_an_killed(int rank, void *arg)
@@ -1600,24 +1622,11 @@ static int m_an_killed(int rank, void *arg)
     int failed = 0;
     uint64_t t_kill = 0;
     for (int k = 0; k < 100000 && !failed; k++) {
-        int32_t s[64], r[64];
-        for (int i = 0; i < 64; i++) {
-            s[i] = rank + k + i;
-        }
-        struct sharp_coll_reduce_spec sp;
-        memset(&sp, 0, sizeof(sp));
-        sp.sbuf_desc = test_host_desc(s, sizeof(s));
-        sp.rbuf_desc = test_host_desc(r, sizeof(r));
-        sp.dtype = SHARP_DTYPE_INT;
-        sp.op = SHARP_OP_SUM;
-        sp.length = 64;
-        int rc = sharp_coll_do_allreduce(world, &sp);
+        int rc = allreduce_checked(world, rank, k);
+        CHECK(rc <= 0, "op %d: a wrong result", k);
         if (rc != SHARP_COLL_SUCCESS) {
             failed = 1;
             break;
-        }
-        for (int i = 0; i < 64; i++) {
-            CHECK(r[i] == 6 + 4 * (k + i), "op %d: wrong result", k);
         }
         if (k == 200) {
             t_kill = shp_time_ns(); /* every member is at op 200 now */
@@ -1668,27 +1677,6 @@ static double run_with_fault(int (*fn)(int, void *), const char *fault)
     return secs;
 }
 
-/* one allreduce of 64 ints on c, checked; 0: right */
-static int allreduce_checked(struct sharp_coll_comm *c, int rank, int k)
-{
-    int32_t s[64], r[64];
-    for (int i = 0; i < 64; i++) {
-        s[i] = rank + k + i;
-    }
-    struct sharp_coll_reduce_spec sp;
-    memset(&sp, 0, sizeof(sp));
-    sp.sbuf_desc = test_host_desc(s, sizeof(s));
-    sp.rbuf_desc = test_host_desc(r, sizeof(r));
-    sp.dtype = SHARP_DTYPE_INT;
-    sp.op = SHARP_OP_SUM;
-    sp.length = 64;
-    int rc = sharp_coll_do_allreduce(c, &sp);
-    for (int i = 0; rc == SHARP_COLL_SUCCESS && i < 64; i++) {
-        CHECK(r[i] == 6 + 4 * (k + i), "op %d: wrong result", k);
-    }
-    return rc;
-}
-
 /* A standby (sharp_coll_comm_init_standby) over the same 4 members: the
  * top AN of the first group is killed, whose operations then fail, and
  * the standby, placed by the manager on the other spine, goes on right */
@@ -1714,13 +1702,17 @@ static int m_standby(int rank, void *arg)
         int32_t one = 1;
         CHECK(write(*(int *)arg, &one, 4) == 4, "signal driver");
     }
-    int k = 2;
-    while (k < 100000 && allreduce_checked(world, rank, k) == 0) {
+    int k = 2, rc = 0;
+    while (k < 100000 && (rc = allreduce_checked(world, rank, k)) == 0) {
         k++;
     }
-    CHECK(k < 100000, "no error after the first group's top AN died");
+    CHECK(rc<0, "op %d on the first group: %s", k, rc> 0
+              ? "a wrong result"
+              : "no error after its top AN died");
+    /* each member met the error at its own op k: the standby's ops are
+     * numbered from one base all share */
     for (int i = 0; i < 100; i++) {
-        CHECK(allreduce_checked(standby, rank, k + i) == 0,
+        CHECK(allreduce_checked(standby, rank, 100000 + i) == 0,
               "the standby failed too (op %d)", i);
     }
     CHECK(sharp_coll_comm_destroy(standby) == 0, "destroy the standby");
