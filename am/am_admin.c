@@ -212,11 +212,7 @@ static json_t *am_admin_groups(shp_am_t *am, const json_t *req)
                       "members", g->plan.nmembers, "ans", ans, "dist",
                       shp_dist_names[g->dist], "mcast_addr", g->mcast_addr,
                       "osts", (int)g->osts, "payload", (json_int_t)g->payload);
-        if (o != NULL && g->standby_of) /* a standby: of which, sharing */
-            json_object_update_new(o, json_pack("{s:I, s:i}", "standby_of",
-                                                (json_int_t)g->standby_of,
-                                                "shared_ans", g->shared));
-        json_array_append_new(a, o);
+        json_array_append_new(a, shp_am_group_standby_json(g, o));
     }
     return a;
 }

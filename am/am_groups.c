@@ -86,6 +86,15 @@ void shp_am_group_revoke(shp_am_t *am, shp_am_group_t *g, shp_status_t st,
     shp_am_group_free(am, g);
 }
 
+json_t *shp_am_group_standby_json(const shp_am_group_t *g, json_t *d)
+{
+    if (d != NULL && g->standby_of) /* its ANs the other's too, if any */
+        json_object_update_new(d, json_pack("{s:I, s:i}", "standby_of",
+                                            (json_int_t)g->standby_of,
+                                            "shared_ans", g->shared));
+    return d;
+}
+
 static json_t *am_group_descriptor(shp_am_t *am, shp_am_group_t *g)
 {
     json_t *members = json_array();
@@ -109,11 +118,7 @@ static json_t *am_group_descriptor(shp_am_t *am, shp_am_group_t *g)
                   shp_dist_names[g->dist], "mcast_addr", g->mcast_addr, "osts",
                   (int)g->osts, "payload", (json_int_t)g->payload, "members",
                   members, "ans", ans);
-    if (d != NULL && g->standby_of) /* its ANs the other's too, if any */
-        json_object_update_new(d, json_pack("{s:I, s:i}", "standby_of",
-                                            (json_int_t)g->standby_of,
-                                            "shared_ans", g->shared));
-    return d;
+    return shp_am_group_standby_json(g, d);
 }
 
 static void am_group_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
