@@ -146,6 +146,9 @@ TEST_SCRIPTS += tests/plugins/slurm/test_slurm.sh
 $(SLURM_RANK): $(OBJDIR)/tests/plugins/slurm/slurm_rank.o $(COLL_SO)
 	$(call link_prog,$(COLL_LINK))
 
+# libsharp_coll exports what debian/libsharp-coll1.symbols lists, no more
+TEST_SCRIPTS += tests/debian/test_symbols.sh
+
 # sharpctl against a running fabric.
 TEST_SCRIPTS += tests/cli/test_sharpctl.sh
 
