@@ -48,14 +48,15 @@ static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
 
 /* One operation of st's group (this rank a member): OP_OK with its len
  * bytes of result at *res (the record's buffer: every member keeps its
- * last result until its next operation), or OP_REDO: the group failed and
- * this call, and every later one on the communicator, goes to PMPI on
- * every rank (docs/mpi.md, failure protocol).  With SHARP_MPI_ON_FAULT=
+ * last result until its next operation), or OP_REDO: the group failed,
+ * and its standby too or it had none, and this call, and every later one
+ * on the communicator, goes to PMPI on every rank (docs/mpi.md, failure
+ * protocol).  With SHARP_MPI_ON_FAULT=
  * abort a failure aborts the job. */
 int smpi_run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
                 op_args_t *a, char **res)
 {
-    int oom, rc;
+    int oom = 0, rc;
     if (smpi_cfg.on_fault != SMPI_FALLBACK || !st->recoverable) {
         /* no record to keep: the result straight where it goes */
         if (a->direct == NULL && a->root < 0 && a->kind != C_BARRIER) {
@@ -68,24 +69,28 @@ int smpi_run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
         *res = a->direct;
         return OP_OK;
     }
-    char *buf = smr_begin(st->rec, len, &oom);
-    if (oom) {
-        smpi_fail(comm, what, SHARP_COLL_ENOMEM);
-    }
-    if (buf == NULL) { /* a member asked: frozen */
-        rc = SHARP_COLL_ERROR;
-    } else {
-        rc = post_op(st, a, buf, len);
-        smr_end(st->rec, rc == SHARP_COLL_SUCCESS, len);
-        if (rc == SHARP_COLL_SUCCESS) {
-            *res = buf;
+    do {
+        oom = 0;
+        char *buf = st->sc != NULL ? smr_begin(st->rec, len, &oom) : NULL;
+        if (oom) {
+            smpi_fail(comm, what, SHARP_COLL_ENOMEM);
+        }
+        if (buf == NULL) { /* a member asked (frozen), or the group failed */
+            rc = SHARP_COLL_ERROR;
+        } else {
+            rc = post_op(st, a, buf, len);
+            smr_end(st->rec, rc == SHARP_COLL_SUCCESS, len);
+            if (rc == SHARP_COLL_SUCCESS) {
+                *res = buf;
+                return OP_OK;
+            }
+        }
+        if (smpi_recover_op(st, comm, what, len, rc, buf != NULL)) {
+            *res = smr_result(st->rec);
             return OP_OK;
         }
-    }
-    if (smpi_recover_op(st, comm, what, len, rc, buf != NULL)) {
-        *res = smr_result(st->rec);
-        return OP_OK;
-    }
+        /* completed nowhere: again on the standby group, if there is one */
+    } while (smpi_comm_failover(st));
     return OP_REDO;
 }
 

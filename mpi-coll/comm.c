@@ -34,6 +34,21 @@
 
 static comm_state_t *states;
 
+/* s's records: its group's, its standby's and the failed groups' */
+static void recs_free(comm_state_t *s)
+{
+    smr_rec_free(s->rec);
+    smr_rec_free(s->standby_rec);
+    for (int i = 0; i < s->nretired; i++) {
+        smr_rec_free(s->retired[i]);
+    }
+    free(s->retired);
+    s->rec = s->standby_rec = NULL;
+    s->retired = NULL;
+    s->nretired = 0;
+    s->gen = 0;
+}
+
 /* What comm_setup made, undone: the group left, the record dropped (after
  * a barrier: a member may still be fetching a result from it), the
  * private communicators freed. */
@@ -47,14 +62,18 @@ static void comm_teardown(comm_state_t *s)
         sharp_coll_comm_destroy(s->sc);
         s->sc = NULL;
     }
+    if (s->standby != NULL) {
+        smr_set_cancel(s->standby_rec, NULL, NULL, 0);
+        sharp_coll_comm_destroy(s->standby);
+        s->standby = NULL;
+    }
     if (s->all != MPI_COMM_NULL) {
         if (smpi.svc && s->had_group) {
             PMPI_Barrier(s->all);
         }
         PMPI_Comm_free(&s->all);
     }
-    smr_rec_free(s->rec);
-    s->rec = NULL;
+    recs_free(s);
     MPI_Comm *cs[] = {&s->oob, &s->node, &s->leaders};
     for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
         if (*cs[i] != MPI_COMM_NULL) {
@@ -95,9 +114,8 @@ int smpi_comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
 void smpi_comm_forget_all(void)
 {
     for (comm_state_t *s = states; s != NULL; s = s->next) {
-        s->sc = NULL;
-        smr_rec_free(s->rec);
-        s->rec = NULL;
+        s->sc = s->standby = NULL;
+        recs_free(s);
         s->had_group = 0;
     }
 }
@@ -125,8 +143,8 @@ static void split_node(comm_state_t *s, MPI_Comm comm)
 /* This rank's record as a member of the group over gcomm (the
  * communicator's ranks, or the node leaders), made before the group is
  * created: once any member has the group, every member has its record. */
-static void rec_setup(comm_state_t *s, MPI_Comm gcomm, uint64_t id,
-                      MPI_Comm comm)
+static smr_rec_t *rec_new(comm_state_t *s, MPI_Comm gcomm, uint64_t id,
+                          MPI_Comm comm)
 {
     int n, me, ok = 1;
     MPI_Group gg, wg;
@@ -156,19 +174,58 @@ static void rec_setup(comm_state_t *s, MPI_Comm gcomm, uint64_t id,
         PMPI_Group_free(&wg);
     }
     s->recoverable = smpi.svc && ok;
-    s->rec = smr_rec_new(id, me, n, peers);
-    if (s->rec == NULL) {
+    smr_rec_t *r = smr_rec_new(id, me, n, peers);
+    if (r == NULL) {
         smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
     }
     free(peers);
     free(in);
     free(out);
+    return r;
 }
 
-/* the recovery service's way to fail a member's operation (recover.h) */
-static void cancel_comm(void *sc)
+/* a member's record takes its group's cancel: a member left inside an
+ * operation the others gave up on (no notice of the group's failure
+ * reached it) leaves it after a third of the time they wait for it */
+static void rec_cancel(smr_rec_t *r, struct sharp_coll_comm *sc)
 {
-    (void)sharp_coll_comm_cancel(sc);
+    int64_t after = smpi_cfg.recovery_timeout_ms / 3;
+    smr_set_cancel(r, smpi_cancel_comm, sc, (int)(after < 5000 ? after : 5000));
+}
+
+/* A member's standby group (SHARP_MPI_STANDBY, with recovery: it takes
+ * over from the operation the members agree completed nowhere), over the
+ * same members as sc; collective over them, one answer everywhere.  Its
+ * record's id is the group's, told apart by a generation every member
+ * counts alike. */
+static void standby_setup(comm_state_t *s, MPI_Comm comm)
+{
+    if (!smpi_cfg.standby || smpi_cfg.on_fault != SMPI_FALLBACK ||
+        !s->recoverable || s->sc == NULL || s->standby != NULL) {
+        return;
+    }
+    MPI_Comm *g = s->hier ? &s->oob : &s->all;
+    struct sharp_coll_comm_init_spec cs = {.oob_ctx = g};
+    PMPI_Comm_rank(*g, &cs.rank);
+    PMPI_Comm_size(*g, &cs.size);
+    s->gen++;
+    uint64_t id = s->rec_id ^ ((uint64_t)(s->gen & 0x7f) << 56);
+    s->standby_rec = rec_new(s, *g, id, comm);
+    int rc = sharp_coll_comm_init_standby(smpi.ctx, &cs, s->sc, &s->standby);
+    if (rc != SHARP_COLL_SUCCESS) {
+        s->standby = NULL;
+        smr_rec_free(s->standby_rec);
+        s->standby_rec = NULL;
+        SMPI_ADD(smpi.standbys_missing, 1);
+        if (cs.rank == 0) {
+            smpi_note(1,
+                      "no standby group for a communicator of %d (%s): a "
+                      "failure of its group sends it to MPI",
+                      s->size, sharp_coll_strerror(rc));
+        }
+        return;
+    }
+    rec_cancel(s->standby_rec, s->standby);
 }
 
 /* The node step's shared-memory segment (node_shm.h): the leader makes
@@ -261,7 +318,7 @@ static int comm_setup_hier(comm_state_t *s, MPI_Comm comm, uint64_t id)
     s->nb_slot = (size_t)-all_nb;
     if (s->leaders != MPI_COMM_NULL) {
         PMPI_Comm_dup(s->leaders, &s->oob);
-        rec_setup(s, s->oob, id, comm);
+        s->rec = rec_new(s, s->oob, id, comm);
         struct sharp_coll_comm_init_spec cs = {
             .rank = lrank, .size = lsize, .oob_ctx = &s->oob};
         rc = lsize >= 2 ? sharp_coll_comm_init(smpi.ctx, &cs, &s->sc)
@@ -281,10 +338,12 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
     uint64_t id = 0;
     PMPI_Comm_dup(comm, &s->all);
     if (smpi.svc) {
-        /* the group's name for the recovery services: rank 0's */
+        /* the group's name for the recovery services: rank 0's (a
+         * standby's: bits 56-62 its generation, standby_setup) */
         id = ((uint64_t)(uint32_t)smpi.rank << 32) | ++made;
         PMPI_Bcast(&id, 1, MPI_UINT64_T, 0, s->all);
     }
+    s->rec_id = id;
     if (smpi_cfg.node_aggr) {
         split_node(s, comm);
         PMPI_Allreduce(&s->node_size, &maxn, 1, MPI_INT, MPI_MAX, comm);
@@ -293,7 +352,7 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
         if (s->node != MPI_COMM_NULL) {
             PMPI_Comm_free(&s->node);
         }
-        rec_setup(s, s->all, id, comm);
+        s->rec = rec_new(s, s->all, id, comm);
         struct sharp_coll_comm_init_spec cs = {
             .rank = s->rank, .size = s->size, .oob_ctx = &s->all};
         rc = sharp_coll_comm_init(smpi.ctx, &cs, &s->sc);
@@ -306,17 +365,12 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
              : maxn > 1 && maxn == s->size ? WHY_ONE_NODE
                                            : smpi_why_of_status(rc);
     if (s->use && s->rec != NULL && s->sc != NULL) {
-        /* a member left inside an operation the others gave up on (no
-         * notice of the group's failure reached it) leaves it after a
-         * third of the time they wait for it */
-        int64_t after = smpi_cfg.recovery_timeout_ms / 3;
-        smr_set_cancel(s->rec, cancel_comm, s->sc,
-                       (int)(after < 5000 ? after : 5000));
+        rec_cancel(s->rec, s->sc);
+        standby_setup(s, comm);
     }
     if (!s->use) {
         s->sc = NULL;
-        smr_rec_free(s->rec);
-        s->rec = NULL;
+        recs_free(s);
         smn_destroy(s->nshm); /* no group: no node step (every rank) */
         s->nshm = NULL;
         s->nb_slot = 0;

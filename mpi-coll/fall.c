@@ -6,9 +6,11 @@
  * (SHARP_MPI_ON_FAULT=fallback, recover.h): the members agree, through a
  * recovery service of each process, on the first operation that completed
  * nowhere; the one before it is fetched from a member that kept it by
- * those that missed it, and from it on the communicator uses PMPI on every
- * rank (smpi_comm_fall), until its turn to try a new group (comm.c).  With
- * SHARP_MPI_ON_FAULT=abort the job aborts naming the failure (smpi_fail).
+ * those that missed it, and from it on the communicator's standby group
+ * carries the operations if it has one (smpi_comm_failover), else PMPI on
+ * every rank (smpi_comm_fall), until its turn to try a new group (comm.c).
+ * With SHARP_MPI_ON_FAULT=abort the job aborts naming the failure
+ * (smpi_fail).
  * A node step on shared memory that fails (a rank of the node died or did
  * not come) aborts the job naming the rank.
  *
@@ -22,6 +24,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /*
  * The group under st failed (rc) in `what`, an operation of len bytes, or
@@ -92,6 +95,54 @@ int smpi_comm_fall(comm_state_t *st)
             "a communicator of %d ranks falls back to MPI after a failure "
             "in the network",
             st->size);
+    }
+    return 1;
+}
+
+/* the recovery service's way to fail a member's operation (recover.h) */
+void smpi_cancel_comm(void *sc)
+{
+    (void)sharp_coll_comm_cancel(sc);
+}
+
+/* The group under st failed and its members agreed that the operation at
+ * hand completed nowhere: the standby group, if st has one, carries it
+ * and every later one.  Every member decides alike: the standby was made
+ * on all or on none (comm_init's answer is the same everywhere), and a
+ * member learns of the failure at this same operation, whether it failed
+ * here or was frozen before posting it.  The failed group is left (a
+ * member frozen before posting still had it); its record is kept until
+ * the communicator's teardown, a member may still be asking it. */
+int smpi_comm_failover(comm_state_t *st)
+{
+    if (st->standby == NULL) {
+        return 0;
+    }
+    smr_rec_t **r =
+        realloc(st->retired, sizeof(*r) * (size_t)(st->nretired + 1));
+    if (r == NULL) {
+        smpi_fail(st->all, "a failover to the standby group",
+                  SHARP_COLL_ENOMEM);
+    }
+    st->retired = r;
+    st->retired[st->nretired++] = st->rec;
+    smr_set_cancel(st->rec, NULL, NULL, 0);
+    if (st->sc != NULL) {
+        sharp_coll_comm_destroy(st->sc);
+    }
+    st->sc = st->standby;
+    st->rec = st->standby_rec;
+    st->standby = NULL;
+    st->standby_rec = NULL;
+    int64_t after = smpi_cfg.recovery_timeout_ms / 3;
+    smr_set_cancel(st->rec, smpi_cancel_comm, st->sc,
+                   (int)(after < 5000 ? after : 5000));
+    SMPI_ADD(smpi.failovers, 1);
+    if (st->rank == 0) {
+        smpi_note(1,
+                  "a communicator of %d ranks goes on through its standby "
+                  "group after a failure in the network",
+                  st->size);
     }
     return 1;
 }

@@ -202,10 +202,12 @@ static void report(void)
                 MPI_COMM_WORLD);
     PMPI_Reduce(smpi.bytes, b, C_N * 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
                 MPI_COMM_WORLD);
-    unsigned long long mine[5] = {smpi.fallen, smpi.fetched, smpi.redone, 0,
-                                  smpi.regrouped},
-                       rec[5];
-    PMPI_Reduce(mine, rec, 5, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
+    unsigned long long mine[7] = {smpi.fallen,          smpi.fetched,
+                                  smpi.redone,          0,
+                                  smpi.regrouped,       smpi.failovers,
+                                  smpi.standbys_missing},
+                       rec[7];
+    PMPI_Reduce(mine, rec, 7, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
                 MPI_COMM_WORLD);
     PMPI_Reduce(&smpi.recovery_us_max, &rec[3], 1, MPI_UNSIGNED_LONG_LONG,
                 MPI_MAX, 0, MPI_COMM_WORLD);
@@ -229,6 +231,13 @@ static void report(void)
                 "sharp_mpi: node-local aggregation: %llu step(s) on shared "
                 "memory, %llu on MPI (counted by each rank)\n",
                 nsteps[0], nsteps[1]);
+    }
+    if (rec[5] + rec[6] > 0) {
+        fprintf(stderr,
+                "sharp_mpi: standby groups: %llu failover(s) to a standby "
+                "(counted by each member), %llu communicator(s) without one "
+                "(counted by each member)\n",
+                rec[5], rec[6]);
     }
     if (rec[0] + rec[1] + rec[2] > 0) {
         fprintf(stderr,

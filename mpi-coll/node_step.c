@@ -52,6 +52,8 @@ static void node_publish(nb_op_t *o, const char *res, int code)
     smpi_nb_dequeue(o); /* o may be gone */
 }
 
+static void node_lead_post(nb_op_t *o);
+
 /* the group failed at o (the leader): recovered as smpi_nb_recover does, the
  * outcome published to the node */
 static void node_recover(nb_op_t *o, int rc)
@@ -59,11 +61,14 @@ static void node_recover(nb_op_t *o, int rc)
     comm_state_t *st = o->st;
     int fetched =
         smpi_recover_op(st, o->comm, smpi_nb_name(o), o->bytes, rc, 1);
-    smpi_nb_fall(st, fetched ? o : NULL);
     if (fetched) {
+        smpi_nb_fall(st, o);
         node_publish(o, smpi_node_len(o) != 0 ? smr_result(st->rec) : NULL,
                      NODE_FELL);
+    } else if (smpi_comm_failover(st)) {
+        node_lead_post(o); /* again, on the standby group: the node waits */
     } else {
+        smpi_nb_fall(st, NULL);
         node_publish(o, NULL, NODE_REDO);
     }
 }
@@ -178,12 +183,21 @@ static void node_lead_spec(nb_op_t *o, int exact, size_t ns, char *dst,
 /* every rank of the node arrived: the leader's sharp part */
 static void node_lead(nb_op_t *o)
 {
-    comm_state_t *st = o->st;
     int exact = o->kind != C_IBARRIER && o->kind != C_IBCAST &&
                 smpi_exact_wanted(o->sop, &o->m);
     size_t ns = o->n * (size_t)o->m.mult;
     node_lead_input(o, exact, ns);
     o->nphase = 2;
+    node_lead_post(o);
+}
+
+/* the leader's input folded (nin): its sharp part posted */
+static void node_lead_post(nb_op_t *o)
+{
+    comm_state_t *st = o->st;
+    int exact = o->kind != C_IBARRIER && o->kind != C_IBCAST &&
+                smpi_exact_wanted(o->sop, &o->m);
+    size_t ns = o->n * (size_t)o->m.mult;
     char *dst;
     if (!node_lead_dst(o, &dst)) {
         return;

@@ -262,8 +262,14 @@ void smpi_nb_redo(nb_op_t *o)
  * later operation on PMPI */
 void smpi_nb_fall(comm_state_t *st, const nb_op_t *fetched)
 {
-    if (fetched != NULL && st->use) {
-        st->done_seq = fetched->seq; /* the last one completed somewhere */
+    if (fetched != NULL) {
+        /* the last one completed somewhere; the next one meets the
+         * group's end (as a blocking call does): the standby group
+         * carries it, or it goes to PMPI */
+        if (st->use) {
+            st->done_seq = fetched->seq;
+        }
+        return;
     }
     /* the policy of every form: the operations queued stay the layer's,
      * done on PMPI in order, and the later calls go to PMPI until the
@@ -276,12 +282,18 @@ void smpi_nb_recover(nb_op_t *o, int rc)
     comm_state_t *st = o->st;
     int fetched =
         smpi_recover_op(st, o->comm, smpi_nb_name(o), o->bytes, rc, 1);
-    smpi_nb_fall(st, fetched ? o : NULL);
     if (fetched) {
+        smpi_nb_fall(st, o);
         smpi_nb_deliver(o, smr_result(st->rec));
         smpi_nb_dequeue(o);
         return;
     }
+    if (smpi_comm_failover(st)) { /* o, again, on the standby group */
+        o->queued = 1;
+        smpi_nb_kick(st);
+        return;
+    }
+    smpi_nb_fall(st, NULL);
     smpi_nb_redo(o);
 }
 

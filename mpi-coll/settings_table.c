@@ -77,6 +77,15 @@ static const shp_config_opt_t smpi_opts[] = {
         "a communicator fallen back to MPI tries a new group after this "
         "many eligible calls (doubled after each failed try); 0: never",
         regroup_calls, shp_cfg_int, &r_calls),
+    ROW("standby", "1",
+        "1: each offloaded communicator also joins a standby group, on the "
+        "tree that shares the fewest aggregation nodes with its group's; "
+        "when the group fails, the operations from the first that completed "
+        "nowhere go on through the standby instead of MPI (once: a "
+        "communicator that failed over has none until it regroups); 0: "
+        "none, a failed group's communicator goes to MPI; each standby is "
+        "a group of the job's quota",
+        standby, shp_cfg_bool, NULL),
     ROW("reproducible", "0",
         "1: MPI_SUM of floating-point types is exact (SHARP_OP_SUM_EXACT): "
         "the same bits on any number of hosts, ranks per host, placement "

@@ -126,6 +126,8 @@ typedef struct smpi_global {
     int svc;
     smr_addr_t *addrs;
     unsigned long long fallen, fetched, redone, regrouped, recovery_us_max;
+    /* standby groups: failovers to one; communicators that got none */
+    unsigned long long failovers, standbys_missing;
     /* node-local steps: on shared memory, and on MPI (gather / bcast) */
     unsigned long long node_shm_steps, node_mpi_steps;
     int threads; /* MPI_THREAD_MULTIPLE: the layer's lock is taken */
@@ -166,8 +168,22 @@ typedef struct comm_state {
      * barrier that keeps the record until every rank is done with it */
     smr_rec_t *rec;
     int recoverable; /* every member's service is known */
-    int had_group;   /* the same on every rank */
-    int why;         /* !use: why (the same on every rank) */
+    /* The standby group (members only; SHARP_MPI_STANDBY): joined with
+     * sc, on the tree sharing the fewest ANs with sc's, and its record;
+     * NULL: none.  When sc fails, it becomes sc at the operation the
+     * members agreed completed nowhere (smpi_comm_failover, fall.c).
+     * rec_id, gen: the records' ids (the same on every member); retired:
+     * the records of failed groups, kept until teardown (a member may
+     * still be asking them).  A communicator that failed over has no
+     * standby until it falls back and regroups. */
+    struct sharp_coll_comm *standby;
+    smr_rec_t *standby_rec;
+    uint64_t rec_id;
+    unsigned gen;
+    smr_rec_t **retired;
+    int nretired;
+    int had_group; /* the same on every rank */
+    int why;       /* !use: why (the same on every rank) */
     /* Positions in the communicator's stream of eligible calls, the same
      * on every rank whatever the form (blocking, non-blocking, a
      * persistent start) and whenever a rank learns of a failure: seq, the
@@ -255,6 +271,13 @@ int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
                     size_t len, int rc, int leave);
 /* the communicator goes to PMPI: 1 if it offloaded until now */
 int smpi_comm_fall(comm_state_t *st);
+/* st's group failed and the operation at hand completed nowhere: 1 if its
+ * standby took over (st->sc, st->rec are the standby's: post the
+ * operation again there), 0 if there is none (go to PMPI) */
+int smpi_comm_failover(comm_state_t *st);
+/* the recovery service's way to fail a member's operation in sc
+ * (smr_set_cancel) */
+void smpi_cancel_comm(void *sc);
 /* an eligible call on a communicator with a state begins: counted (a
  * persistent start's, which smpi_comm_sharp does not see), a new group
  * tried at its turn */

@@ -12,7 +12,11 @@
  *   --window W           calls whose medians are compared (1000)
  *
  * Each call's time is the longest any rank saw (MPI_MAX over the ranks,
- * after the stream).  Rank 0 prints, for the stream after call K:
+ * after the stream).  The call across the failure is taken to be the
+ * longest of the W calls after K (the bench kills within milliseconds of
+ * K; a later long call, such as a new group made 1000 calls after a
+ * fallback, is not the failure's).  Rank 0 prints, for the stream after
+ * call K:
  *
  *   mpi_stream: N calls, every result right
  *   mpi_stream: longest X us at call F; median us before B (W calls up to
@@ -78,16 +82,17 @@ static int one_call(long call, int rank, int size, int nb, double *us)
 static void report(const double *t, long calls, long signal_at, long window)
 {
     long from = signal_at < 0 ? 0 : signal_at + 1, f = from;
-    for (long c = from; c < calls; c++) {
+    for (long c = from; c < calls && c < from + window; c++) {
         f = t[c] > t[f] ? c : f;
     }
     double before = median(t, calls, from - window, from);
     double after = median(t, calls, f + 1, f + 1 + window);
-    printf("mpi_stream: longest %.0f us at call %ld; median us before %.1f "
+    printf("mpi_stream: longest %.0f us at call %ld of the %ld after the "
+           "signal; median us before %.1f "
            "(%ld calls up to %ld), after %.1f (%ld calls after %ld); "
            "after/before %.2f\n",
-           f < calls ? t[f] : 0.0, f, before, window, from, after, window, f,
-           before > 0 ? after / before : 0.0);
+           f < calls ? t[f] : 0.0, f, window, before, window, from, after,
+           window, f, before > 0 ? after / before : 0.0);
 }
 
 int main(int argc, char **argv)

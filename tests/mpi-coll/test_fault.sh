@@ -42,10 +42,15 @@ up() {
         { echo "fabric up failed"; return 1; }
 }
 pid_of() { awk -v k="$1" -v n="$2" '$1 == k && $2 ~ n { print $4 }' "$FAB/pids"; }
-# the top AN of the first group the manager lists (the world's)
+# the top AN of the first group the manager lists that is not a standby
+# (the world's)
 top_an() {
-    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups |
-        awk -F'"' '/"name":/ { n = $4 } /"top": true/ { print n; exit }'
+    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups | python3 -c '
+import json, sys
+for g in json.load(sys.stdin):
+    if "standby_of" not in g:
+        print(next(a["name"] for a in g["ans"] if a["top"]))
+        break'
 }
 
 # the manager killed and started again as it was (command line, environment)
@@ -101,18 +106,24 @@ counts() {
          END { print o + 0, f + 0 }' "$1"
 }
 
-# verdict NAME RC OUT [nofault|regroup|kept]: the stream right, offloaded
-# before, and (unless nofault or kept) some calls fell back after the
-# fault; regroup: and a communicator got a group again afterwards; kept:
-# no call fell back (the fault took no offload away)
+# verdict NAME RC OUT [nofault|regroup|kept|failover]: the stream right,
+# offloaded before, and (unless nofault, kept or failover) some calls fell
+# back after the fault; regroup: and a communicator got a group again
+# afterwards; kept: no call fell back (the fault took no offload away);
+# failover: no call fell back, and the report counts failovers to a
+# standby group (the fault hit a group that carried calls)
 verdict() {
-    local name=$1 rc=$2 out=$3 o f rec
+    local name=$1 rc=$2 out=$3 o f rec fo
     read -r o f < <(counts "$out")
     rec=$(grep -o 'recovery: .*' "$out" | head -1)
+    fo=$(awk '/sharp_mpi: standby groups:/ { print $4 }' "$out")
+    [ "${4:-}" = failover ] && rec="${fo:-0} failover(s) to a standby${rec:+; $rec}"
     if [ "$rc" = 0 ] && grep -q "every result right" "$out" &&
         ! grep -q WRONG "$out" && [ "$o" -gt 0 ] &&
-        { [ "${4:-}" = nofault ] || [ "${4:-}" = kept ] || [ "$f" -gt 0 ]; } &&
+        { [ "${4:-}" = nofault ] || [ "${4:-}" = kept ] ||
+          [ "${4:-}" = failover ] || [ "$f" -gt 0 ]; } &&
         { [ "${4:-}" != kept ] || [ "$f" = 0 ]; } &&
+        { [ "${4:-}" != failover ] || { [ "$f" = 0 ] && [ "${fo:-0}" -gt 0 ]; }; } &&
         { [ "${4:-}" != regroup ] || grep -q ' [1-9][0-9]* group(s) made again' "$out"; }; then
         ok "$name: every result right in $SECONDS_CASE s; $o calls offloaded, $f on MPI${rec:+; $rec}"
     else
@@ -146,9 +157,15 @@ mid() {
 
 mid "leaf AN killed (Open MPI, 8 ranks)" ompi 8 "$DIR/ft8.ibnd" 127.33 \
     'kill -9 $(pid_of an leaf02)'
-# the world's top AN: the other spine's trees stay, so the communicators
-# get groups again after SHARP_MPI_REGROUP_CALLS calls on MPI
+# the world's top AN: its communicators go on through their standby
+# groups, on the other spine's tree (SHARP_MPI_STANDBY, the default):
+# nothing goes to MPI
 mid "the top AN killed (Open MPI, 8 ranks)" ompi 8 "$DIR/ft8.ibnd" 127.33 \
+    'kill -9 $(pid_of an "^$(top_an)\$")' failover
+# without standby groups: the communicators go to MPI, and get groups
+# again after SHARP_MPI_REGROUP_CALLS calls on MPI on the other spine
+EXTRA=SHARP_MPI_STANDBY=0 \
+mid "the top AN killed, no standby (Open MPI, 8 ranks)" ompi 8 "$DIR/ft8.ibnd" 127.33 \
     'kill -9 $(pid_of an "^$(top_an)\$")' regroup
 mid "a member's sharpd killed (Open MPI, 8 ranks)" ompi 8 "$DIR/ft8.ibnd" 127.33 \
     'kill -9 $(awk "\$1 == \"sharpd\" { n++; if (n == 4) print \$4 }" "$FAB/pids")'

@@ -23,9 +23,13 @@
 # again), linkcut (the top AN's link cut: every packet from or to its
 # address dropped, nftables on the loopback fabric: nothing closes, the
 # silence must be noticed; the MPI ranks cannot live in namespaces here,
-# Open MPI's PMIx reaches its daemon over loopback).  Each
-# of them but the manager's takes the job's group away: some calls must go
-# to MPI; the manager's must cost none.
+# Open MPI's PMIx reaches its daemon over loopback), top0 (top, without
+# standby groups: SHARP_MPI_STANDBY=0).  What each must cost: top, stall
+# and linkcut take the job's group away but not its standby group (on the
+# other spine): the report counts failovers and no call goes to MPI; leaf
+# and sharpd take both away (a standby shares the leaves, and a member's
+# sharpd carries both), and top0 the only one: some calls must go to MPI;
+# the manager's faults must cost none.
 #
 # Cells run by default cover every fault, form, MPI and ranks-per-host at
 # least once (DEFAULT below); MATRIX=full runs the whole product, CELLS
@@ -66,10 +70,15 @@ TOPO1=examples/fat-tree-2l.ibnd
 [ -f "$TOPO1" ] || TOPO1="$DIR/ft8.ibnd"
 
 pid_of() { awk -v k="$1" -v n="$2" '$1 == k && $2 == n { print $4 }' "$FAB/pids"; }
-# the AN at the top of the world's group (the first the manager lists)
+# the AN at the top of the world's group (the first the manager lists
+# that is not a standby)
 top_an() {
-    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups |
-        awk -F'"' '/"name":/ { n = $4 } /"top": true/ { print n; exit }'
+    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups | python3 -c '
+import json, sys
+for g in json.load(sys.stdin):
+    if "standby_of" not in g:
+        print(next(a["name"] for a in g["ans"] if a["top"]))
+        break'
 }
 wait_file() { # FILE SECONDS
     local t
@@ -95,7 +104,7 @@ fault() { # KIND
     local top
     top=$(top_an)
     case $1 in
-    top) kill -9 "$(pid_of an "$top")" ;;
+    top | top0) kill -9 "$(pid_of an "$top")" ;;
     stall) # rank 1 stopped itself (mpi_mixed --stall-at), its pid in the file
         sleep 0.3
         kill -9 "$(pid_of an "$top")"
@@ -127,8 +136,9 @@ cell() {
     cells=$((cells + 1))
     local phase=$((40 + RANDOM % 160)) seed=$((RANDOM + 1))
     local name="$mpi $form, $ppn rank(s) per host, $kind at phase $phase (stream seed $seed)"
-    local flat=
+    local flat= sb=1
     [ "$kind" = leaf ] && flat=0
+    [ "$kind" = top0 ] && sb=0
     fabric down >/dev/null 2>&1
     if ! SHARP_AM_FLAT_MAX=${flat:-$DEF_FLAT} fabric up "$topo" --net "$net" >/dev/null; then
         echo "FAIL $name: the fabric did not come up"
@@ -144,6 +154,7 @@ cell() {
             --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np 8 \
             -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
             -x SHARP_MPI_VERBOSE=1 -x SHARP_MPI_REGROUP_CALLS=200 \
+            -x SHARP_MPI_STANDBY=$sb \
             -x SHARP_FABRIC_DIR="$FAB" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_mixed_ompi" \
             "${args[@]}" >"$out" 2>&1 &
@@ -151,6 +162,7 @@ cell() {
         timeout -s KILL 100 mpiexec.mpich -n 8 -genv LD_LIBRARY_PATH "$LIB" \
             -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_MPI_REGROUP_CALLS 200 \
+            -genv SHARP_MPI_STANDBY $sb \
             -genv SHARP_FABRIC_DIR "$FAB" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_mixed_mpich" \
             "${args[@]}" >"$out" 2>&1 &
@@ -163,30 +175,37 @@ cell() {
     wait $jobpid
     rc=$?
     jobpid=
-    local o f rec
+    local o f rec fo
     read -r o f < <(awk '$1 == "sharp_mpi:" && $2 ~ /^MPI_/ { o += $3; f += $5 }
                          END { print o + 0, f + 0 }' "$out")
     rec=$(grep -o 'recovery: .*' "$out" | head -1)
-    local hit=1
-    case $kind in am | amrestart) hit=0 ;; esac
+    fo=$(awk '/sharp_mpi: standby groups:/ { print $4 }' "$out")
+    fo=${fo:-0}
+    # what the fault must cost: calls on MPI (mpi), failovers and none on
+    # MPI (standby), nothing (none)
+    local cost=mpi
+    case $kind in am | amrestart) cost=none ;; top | stall | linkcut) cost=standby ;; esac
     if [ "$rc" = 0 ] && grep -q "every result right" "$out" &&
         ! grep -q WRONG "$out" && [ "$o" -gt 0 ] &&
-        { { [ $hit = 1 ] && [ "$f" -gt 0 ]; } || { [ $hit = 0 ] && [ "$f" = 0 ]; }; }; then
-        echo "ok   $name ($victim): $((SECONDS - t0)) s, $o calls offloaded, $f on MPI${rec:+; $rec}"
+        { { [ $cost = mpi ] && [ "$f" -gt 0 ]; } ||
+          { [ $cost = standby ] && [ "$f" = 0 ] && [ "$fo" -gt 0 ]; } ||
+          { [ $cost = none ] && [ "$f" = 0 ] && [ "$fo" = 0 ]; }; }; then
+        echo "ok   $name ($victim): $((SECONDS - t0)) s, $o calls offloaded, $f on MPI, $fo failover(s) to a standby${rec:+; $rec}"
     else
         [ "$rc" = 137 ] && name="$name: HUNG (killed after 100 s)"
-        echo "FAIL $name ($victim; exit $rc, $o offloaded, $f on MPI)"
+        echo "FAIL $name ($victim; exit $rc, $o offloaded, $f on MPI, $fo failover(s); wanted: $cost)"
         grep -v '^\s*$' "$out" | grep -v '^\[20' | tail -15 | sed 's/^/  /'
         fails=$((fails + 1))
     fi
 }
 
 FORMS="nb blocking persistent"
-FAULTS="top stall leaf sharpd am amrestart linkcut"
+FAULTS="top stall leaf sharpd am amrestart linkcut top0"
 # every fault, form, MPI and ranks per host at least once
 DEFAULT="ompi:nb:1:top ompi:nb:1:stall mpich:nb:1:stall ompi:nb:2:top
 ompi:blocking:1:leaf mpich:persistent:1:top ompi:nb:2:stall
-mpich:nb:2:sharpd ompi:nb:1:am ompi:persistent:1:amrestart ompi:nb:1:linkcut"
+mpich:nb:2:sharpd ompi:nb:1:am ompi:persistent:1:amrestart ompi:nb:1:linkcut
+ompi:nb:1:top0"
 if [ -n "${CELLS:-}" ]; then
     list=$CELLS
 elif [ "${MATRIX:-}" = full ]; then
