@@ -11,7 +11,10 @@
  * (a fresh job id each time), a communicator, then verified operations
  * until the group fails or the soak ends: allreduce of every dtype (sum,
  * max, min), barrier, bcast from a moving root; every result is compared
- * with the fold computed locally.  After a failure every member destroys
+ * with the fold computed locally.  Each communicator has a standby group
+ * (SOAK_STANDBY=0: none): after a failure the members agree, through the
+ * hub, to go on through it if every one has it (failovers counted);
+ * otherwise, and after the standby's own failure, every member destroys
  * and finalizes and the job begins again.
  *
  * Meanwhile the chaos driver (this process) kills -9 and restarts random
@@ -25,7 +28,8 @@
  * left behind or memory growth beyond the bound was seen.
  *
  * Environment: SOAK_SECONDS (180), SOAK_JOBS (64), SOAK_MEMBERS (4),
- * SOAK_PACE_MS (pause between a member's operations, 250), SOAK_NETNS
+ * SOAK_PACE_MS (pause between a member's operations, 250), SOAK_STANDBY
+ * (1: a standby group per communicator; 0: none), SOAK_NETNS
  * (1 as root: namespaces; 0: loopback), SOAK_CHAOS (1; 0 for a calm run),
  * SOAK_KEEP (keep the fabric directory).
  */
@@ -59,6 +63,7 @@
 
 typedef struct {
     uint64_t ops, verified, wrong, fails, setup_fails, incarnations;
+    uint64_t failovers, no_standby; /* to the standby group; none made */
     uint64_t rep_max_ms, rep_sum_ms, rep_over, unexplained;
     uint64_t kind_n[4], kind_max_ms[4]; /* by the kind of the last fault */
     uint64_t progress_ns;               /* last sign of life */
@@ -76,6 +81,7 @@ typedef struct {
 static shared_t *sh;
 static test_fabric_t fab; /* its dir: the fabric's, the logs, the topology */
 static int njobs = 64, nmem = 4, pace_ms = 250, use_netns, chaos = 1;
+static int use_standby = 1;
 static int job_hosts[MAXJOBS][MAXMEM];
 static int job_index; /* in a runner and its members */
 
@@ -256,6 +262,97 @@ static int one_op(struct sharp_coll_comm *c, uint64_t job, uint64_t k, int rank,
     return 1;
 }
 
+/* c's operations from *k on, until the stop flag (1) or a failure (0,
+ * *k the operation that failed) */
+static int run_ops(struct sharp_coll_comm *c, uint64_t job, uint64_t *k,
+                   int rank)
+{
+    int stop = 0;
+    for (; !stop; ++*k) {
+        alive();
+        int r = one_op(c, job, *k, rank, &stop);
+        alive();
+        if (r == 0) {
+            failed(rank, *k, "operation");
+            return 0;
+        }
+        me->ops++;
+        if (r > 0) {
+            me->verified++;
+        } else {
+            me->wrong++;
+        }
+        me->busy = 0;
+        usleep((useconds_t)pace_ms * 1000);
+        me->busy = 1;
+    }
+    return 1;
+}
+
+/* After the op loop ended (stopped: the stop flag; else failed at k): the
+ * members agree, through the hub, whether they go on through the standby
+ * group: only if none stopped and every one has it; then from the latest
+ * operation that failed anywhere (the ones before completed somewhere:
+ * the soak's operations stand alone).  The operation to go on from, or -1;
+ * -2 if the hub failed. */
+static int64_t failover_at(hub_oob_t *oob, int rank, int stopped, uint64_t k,
+                           int have_standby)
+{
+    int64_t mine[2] = {stopped ? -1 : (int64_t)k, have_standby}, at = -1;
+    int64_t all[2 * MAXMEM];
+    if (hub_gather(oob, 0, mine, all, (int)sizeof(mine)) != 0) {
+        return -2;
+    }
+    if (rank == 0) {
+        for (int r = 0; r < nmem; r++) {
+            if (all[2 * r] < 0 || !all[2 * r + 1]) {
+                at = -1;
+                break;
+            }
+            at = all[2 * r] > at ? all[2 * r] : at;
+        }
+    }
+    if (hub_bcast(oob, &at, (int)sizeof(at), 0) != 0) {
+        return -2;
+    }
+    return at;
+}
+
+/* one incarnation's communicator and, with SOAK_STANDBY, its standby: the
+ * operations through the first, then through the standby if the first
+ * failed and every member can go on (failover_at).  -1: the hub failed. */
+static int run_comm(struct sharp_coll_context *ctx,
+                    struct sharp_coll_comm_init_spec *cs,
+                    struct sharp_coll_comm *comm, hub_oob_t *oob, uint64_t job,
+                    int rank)
+{
+    struct sharp_coll_comm *standby = NULL;
+    if (use_standby && sharp_coll_comm_init_standby(ctx, cs, comm, &standby) !=
+                           SHARP_COLL_SUCCESS) {
+        standby = NULL;
+        me->no_standby++;
+    }
+    int rc = 0;
+    for (uint64_t k = 0;;) {
+        int stopped = run_ops(comm, job, &k, rank);
+        int64_t at = failover_at(oob, rank, stopped, k, standby != NULL);
+        if (at < 0) {
+            rc = at == -2 ? -1 : 0;
+            break;
+        }
+        sharp_coll_comm_destroy(comm);
+        comm = standby;
+        standby = NULL;
+        k = (uint64_t)at;
+        me->failovers++;
+    }
+    sharp_coll_comm_destroy(comm);
+    if (standby != NULL) {
+        sharp_coll_comm_destroy(standby);
+    }
+    return rc;
+}
+
 static int member(int rank, void *arg)
 {
     (void)arg;
@@ -306,26 +403,9 @@ static int member(int rank, void *arg)
             continue;
         }
         me->incarnations++;
-        int stop = 0;
-        for (uint64_t k = 0; !stop; k++) {
-            alive();
-            int r = one_op(comm, job, k, rank, &stop);
-            alive();
-            if (r == 0) {
-                failed(rank, k, "operation");
-                break;
-            }
-            me->ops++;
-            if (r > 0) {
-                me->verified++;
-            } else {
-                me->wrong++;
-            }
-            me->busy = 0;
-            usleep((useconds_t)pace_ms * 1000);
-            me->busy = 1;
+        if (run_comm(ctx, &cs, comm, &oob, job, rank) != 0) {
+            return 1;
         }
-        sharp_coll_comm_destroy(comm);
         sharp_coll_finalize(ctx);
         me->busy = 0;
         alive();
@@ -576,6 +656,7 @@ int main(void)
     nmem = env_int("SOAK_MEMBERS", 4);
     pace_ms = env_int("SOAK_PACE_MS", 250);
     chaos = env_int("SOAK_CHAOS", 1);
+    use_standby = env_int("SOAK_STANDBY", 1);
     use_netns = env_int("SOAK_NETNS", geteuid() == 0);
     if (njobs < 1 || njobs > MAXJOBS || nmem < 2 || nmem > MAXMEM ||
         secs < 10) {
@@ -726,6 +807,8 @@ int main(void)
             tot.fails += m->fails;
             tot.setup_fails += m->setup_fails;
             tot.incarnations += m->incarnations;
+            tot.failovers += m->failovers;
+            tot.no_standby += m->no_standby;
             tot.rep_sum_ms += m->rep_sum_ms;
             tot.rep_over += m->rep_over;
             tot.unexplained += m->unexplained;
@@ -769,6 +852,10 @@ int main(void)
            tot.setup_fails);
     printf("%-44s %12" PRIu64 "\n", "failures reported (per member)",
            tot.fails);
+    printf("%-44s %12" PRIu64 "\n", "  failovers to the standby (per member)",
+           tot.failovers);
+    printf("%-44s %12" PRIu64 "\n",
+           "communicators without a standby (per member)", tot.no_standby);
     printf("%-44s %9.0f ms\n", "  mean time from the fault to the report",
            tot.fails > tot.unexplained
                ? (double)tot.rep_sum_ms / (double)(tot.fails - tot.unexplained)
@@ -814,9 +901,9 @@ int main(void)
     }
     printf("%-44s %12.2f\n", "load average (1 min) at the end", load[0]);
     printf("RESULT soak_ops=%" PRIu64 " wrong=%" PRIu64 " hangs=%d "
-           "report_max_ms=%" PRIu64 " held=%d %s\n",
+           "report_max_ms=%" PRIu64 " held=%d failovers=%" PRIu64 " %s\n",
            tot.ops, tot.wrong, hangs + stuck, tot.rep_max_ms,
-           jobs + groups + an_groups, bad ? "FAIL" : "ok");
+           jobs + groups + an_groups, tot.failovers, bad ? "FAIL" : "ok");
     fflush(stdout);
 
     char down_log[128];
