@@ -271,6 +271,12 @@ struct shp_am {
     struct {
         uint64_t jobs_begun, jobs_refused, groups_created, groups_failed,
             groups_revoked, auth_failures, tree_builds;
+        /* groups revoked while up, by what guarded them (am_groups.c):
+         * a standby alive to take over; a standby whose group lives on;
+         * nothing (the job goes to its hosts' algorithms); and standbys
+         * made for a standby that took over */
+        uint64_t standby_takeovers, standbys_lost, groups_unguarded_lost,
+            standbys_remade;
         /* refusals at a limit: a user's uid_max_groups, a peer past
          * max_peers; squatters' jobs ended by a reservation of their id */
         uint64_t uid_groups_refused, peers_refused, squats_ended;

@@ -328,6 +328,14 @@ static json_t *am_admin_stats(shp_am_t *am)
         /* connections that proved nothing, and peers that do not read */
         json_object_set_new(s, "unauth_refused",
                             json_integer((json_int_t)am->stats.unauth_refused));
+        /* groups revoked while up, by what guarded them; standbys remade */
+        json_object_update_new(
+            s, json_pack(
+                   "{s:I, s:I, s:I, s:I}", "standby_takeovers",
+                   (json_int_t)am->stats.standby_takeovers, "standbys_lost",
+                   (json_int_t)am->stats.standbys_lost, "groups_unguarded_lost",
+                   (json_int_t)am->stats.groups_unguarded_lost,
+                   "standbys_remade", (json_int_t)am->stats.standbys_remade));
         json_object_set_new(s, "unauth_evicted",
                             json_integer((json_int_t)am->stats.unauth_evicted));
         json_object_set_new(

@@ -59,6 +59,38 @@ void shp_am_group_remove_from_ans(shp_am_t *am, shp_am_group_t *g)
     }
 }
 
+/* every AN of g's up (an AN just lost is down before its groups are
+ * revoked: a standby through it is no guard) */
+static int am_group_ans_up(const shp_am_t *am, const shp_am_group_t *g)
+{
+    for (int i = 0; i < g->plan.nans; i++)
+        if (g->an_of[i] < 0 || !am->ans[g->an_of[i]].up)
+            return 0;
+    return 1;
+}
+
+/* g, up, is revoked: what guarded it, counted for sharpctl stats (a
+ * standby of it that can take over; g a standby whose group lives on; or
+ * nothing) */
+static void am_group_lost_count(shp_am_t *am, const shp_am_group_t *g)
+{
+    const shp_am_group_t *o;
+    for (o = g->job->groups; o; o = o->jnext)
+        if (o != g && o->standby_of == g->id && o->state == AM_GROUP_UP &&
+            am_group_ans_up(am, o)) {
+            am->stats.standby_takeovers++;
+            shp_info("group %" PRIu32 " of job %" PRIu64
+                     ": its standby group %" PRIu32 " can take over",
+                     g->id, g->job->id, o->id);
+            return;
+        }
+    o = g->standby_of ? shp_am_group_find(am, g->standby_of) : NULL;
+    if (o && o->state == AM_GROUP_UP && am_group_ans_up(am, o))
+        am->stats.standbys_lost++;
+    else
+        am->stats.groups_unguarded_lost++;
+}
+
 /* Revoke a group: the ANs forget it, the job's sharpds (or the pending
  * requester) are told. */
 void shp_am_group_revoke(shp_am_t *am, shp_am_group_t *g, shp_status_t st,
@@ -74,6 +106,7 @@ void shp_am_group_revoke(shp_am_t *am, shp_am_group_t *g, shp_status_t st,
                     shp_ctl_reply("group_create_ack", g->req_id, st, reason));
     } else {
         am->stats.groups_revoked++;
+        am_group_lost_count(am, g);
         shp_warn_id("AM0302",
                     "group %" PRIu32 " of job %" PRIu64 " revoked: %s", g->id,
                     g->job->id, reason);
@@ -475,6 +508,9 @@ static shp_am_group_t *am_group_new(shp_am_t *am, am_group_req_t *r,
     g->req_peer = p;
     g->req_id = id;
     g->standby_of = r->avoid ? r->avoid->id : 0;
+    if (r->avoid && r->avoid->standby_of &&
+        !shp_am_group_find(am, r->avoid->standby_of))
+        am->stats.standbys_remade++; /* for a standby that took over */
     g->shared = r->shared;
     snprintf(g->mcast_addr, sizeof(g->mcast_addr), "%s.%u.%u:%u",
              am->cfg.mcast_prefix, (g->id >> 8) & 255, g->id & 255,

@@ -132,6 +132,28 @@ static void am_metrics_unauth(am_metrics_buf_t *b, const shp_am_t *am)
                    (unsigned long long)am->stats.queue_overflows);
 }
 
+/* groups revoked while up, by what guarded them; standbys remade */
+static void am_metrics_standby(am_metrics_buf_t *b, const shp_am_t *am)
+{
+    static const char *const fam[4][2] = {
+        {"sharp_am_standby_takeovers_total",
+         "Groups revoked while a standby group of theirs could take over."},
+        {"sharp_am_standbys_lost_total",
+         "Standby groups revoked while the group they stand by lives on."},
+        {"sharp_am_groups_unguarded_lost_total",
+         "Groups revoked with no standby to take over: the job goes to "
+         "its hosts' own algorithms."},
+        {"sharp_am_standbys_remade_total",
+         "Standby groups made for a standby group that took over."}};
+    const uint64_t v[4] = {am->stats.standby_takeovers, am->stats.standbys_lost,
+                           am->stats.groups_unguarded_lost,
+                           am->stats.standbys_remade};
+    for (int i = 0; i < 4; i++) {
+        am_metrics_family(b, fam[i][0], "counter", fam[i][1]);
+        am_metrics_put(b, "%s %llu\n", fam[i][0], (unsigned long long)v[i]);
+    }
+}
+
 static void am_metrics_totals(am_metrics_buf_t *b, const shp_am_t *am)
 {
     int njobs = 0, ngroups = 0, nup = 0;
@@ -195,6 +217,7 @@ static void am_metrics_totals(am_metrics_buf_t *b, const shp_am_t *am)
     am_metrics_put(b, "sharp_am_squats_ended_total %llu\n",
                    (unsigned long long)am->stats.squats_ended);
     am_metrics_unauth(b, am);
+    am_metrics_standby(b, am);
     am_metrics_sharpd_limits(b, am);
     am_metrics_family(b, "sharp_am_tree_builds_total", "counter",
                       "Tree (re)builds.");

@@ -90,7 +90,7 @@ int smpi_run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
             return OP_OK;
         }
         /* completed nowhere: again on the standby group, if there is one */
-    } while (smpi_comm_failover(st));
+    } while (smpi_comm_failover(st, st->seq));
     return OP_REDO;
 }
 

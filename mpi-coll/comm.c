@@ -25,6 +25,7 @@
  */
 #include "mpi-coll/sharp_mpi_int.h"
 
+#include "core/time.h"
 #include "mpi-coll/recover.h"
 
 #include <limits.h>
@@ -46,6 +47,7 @@ static void recs_free(comm_state_t *s)
     s->rec = s->standby_rec = NULL;
     s->retired = NULL;
     s->nretired = 0;
+    s->standby_at = 0;
     s->gen = 0;
 }
 
@@ -384,6 +386,37 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
     }
 }
 
+/* A communicator that failed over makes a new standby at its turn
+ * (standby_at: the same call on every member).  Its members drain their
+ * operations first (as before making a group: a member waiting in one
+ * needs the others' part), then agree that each still has its group (one
+ * whose group failed since, its last result fetched, has none: its next
+ * operation fails over or goes to PMPI, on every member alike) and is
+ * SHARP_MPI_STANDBY_AFTER past the failure (the manager has rebuilt its
+ * trees, an AN restarted is back in them); if not, the next try is
+ * SHARP_MPI_REGROUP_CALLS calls later. */
+static void standby_again(comm_state_t *s, MPI_Comm comm)
+{
+    s->standby_at = 0;
+    int depth = smpi_release(); /* a collective: no lock held */
+    smpi_nb_drain(NULL);
+    int64_t after = smpi_cfg.standby_after_ms;
+    int mine = s->use && s->sc != NULL &&
+               shp_time_ns() - s->failed_ns >=
+                   (uint64_t)(after > 0 ? after : 0) * SHP_NSEC_PER_MSEC,
+        all = 0;
+    PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, s->hier ? s->oob : s->all);
+    if (all) {
+        standby_setup(s, comm);
+        if (s->standby != NULL) {
+            SMPI_ADD(smpi.standbys_remade, 1);
+        }
+    } else if (s->use) {
+        s->standby_at = s->seq + (unsigned long)smpi_cfg.regroup_calls;
+    }
+    smpi_regain(depth);
+}
+
 /* A communicator that fell back to PMPI tries a new group (every rank at
  * the same call: the same number of eligible calls since the fall). */
 static void regroup(comm_state_t *s, MPI_Comm comm)
@@ -415,6 +448,9 @@ static void regroup(comm_state_t *s, MPI_Comm comm)
 void smpi_comm_call(comm_state_t *s, MPI_Comm comm)
 {
     s->seq++;
+    if (s->standby_at != 0 && s->seq >= s->standby_at) { /* members only */
+        standby_again(s, comm);
+    }
     if (!s->use && s->fell && smpi_cfg.regroup_calls > 0 &&
         s->seq - s->fall_pos > s->retry_at) {
         int depth = smpi_release(); /* a collective: no lock held */

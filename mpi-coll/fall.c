@@ -113,7 +113,7 @@ void smpi_cancel_comm(void *sc)
  * here or was frozen before posting it.  The failed group is left (a
  * member frozen before posting still had it); its record is kept until
  * the communicator's teardown, a member may still be asking it. */
-int smpi_comm_failover(comm_state_t *st)
+int smpi_comm_failover(comm_state_t *st, unsigned long seq)
 {
     if (st->standby == NULL) {
         return 0;
@@ -137,6 +137,13 @@ int smpi_comm_failover(comm_state_t *st)
     int64_t after = smpi_cfg.recovery_timeout_ms / 3;
     smr_set_cancel(st->rec, smpi_cancel_comm, st->sc,
                    (int)(after < 5000 ? after : 5000));
+    /* a new standby, on the trees the manager has rebuilt by then (comm.c;
+     * the queue's bound, progress.c, has every member past this operation
+     * by that call) */
+    st->standby_at = smpi_cfg.regroup_calls > 0
+                         ? seq + (unsigned long)smpi_cfg.regroup_calls
+                         : 0;
+    st->failed_ns = shp_time_ns();
     SMPI_ADD(smpi.failovers, 1);
     if (st->rank == 0) {
         smpi_note(1,

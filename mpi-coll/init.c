@@ -202,12 +202,12 @@ static void report(void)
                 MPI_COMM_WORLD);
     PMPI_Reduce(smpi.bytes, b, C_N * 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
                 MPI_COMM_WORLD);
-    unsigned long long mine[7] = {smpi.fallen,          smpi.fetched,
-                                  smpi.redone,          0,
-                                  smpi.regrouped,       smpi.failovers,
-                                  smpi.standbys_missing},
-                       rec[7];
-    PMPI_Reduce(mine, rec, 7, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
+    unsigned long long mine[8] = {smpi.fallen,           smpi.fetched,
+                                  smpi.redone,           0,
+                                  smpi.regrouped,        smpi.failovers,
+                                  smpi.standbys_missing, smpi.standbys_remade},
+                       rec[8];
+    PMPI_Reduce(mine, rec, 8, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0,
                 MPI_COMM_WORLD);
     PMPI_Reduce(&smpi.recovery_us_max, &rec[3], 1, MPI_UNSIGNED_LONG_LONG,
                 MPI_MAX, 0, MPI_COMM_WORLD);
@@ -234,10 +234,10 @@ static void report(void)
     }
     if (rec[5] + rec[6] > 0) {
         fprintf(stderr,
-                "sharp_mpi: standby groups: %llu failover(s) to a standby "
-                "(counted by each member), %llu communicator(s) without one "
-                "(counted by each member)\n",
-                rec[5], rec[6]);
+                "sharp_mpi: standby groups: %llu failover(s) to a standby, "
+                "%llu made again after one, %llu communicator(s) without one "
+                "(each counted by each member)\n",
+                rec[5], rec[7], rec[6]);
     }
     if (rec[0] + rec[1] + rec[2] > 0) {
         fprintf(stderr,

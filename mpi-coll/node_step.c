@@ -65,7 +65,7 @@ static void node_recover(nb_op_t *o, int rc)
         smpi_nb_fall(st, o);
         node_publish(o, smpi_node_len(o) != 0 ? smr_result(st->rec) : NULL,
                      NODE_FELL);
-    } else if (smpi_comm_failover(st)) {
+    } else if (smpi_comm_failover(st, o->seq)) {
         node_lead_post(o); /* again, on the standby group: the node waits */
     } else {
         smpi_nb_fall(st, NULL);

@@ -288,7 +288,7 @@ void smpi_nb_recover(nb_op_t *o, int rc)
         smpi_nb_dequeue(o);
         return;
     }
-    if (smpi_comm_failover(st)) { /* o, again, on the standby group */
+    if (smpi_comm_failover(st, o->seq)) { /* o, again, on the standby group */
         o->queued = 1;
         smpi_nb_kick(st);
         return;

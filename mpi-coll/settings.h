@@ -22,10 +22,11 @@ typedef struct smpi_cfg {
     int allreduce, reduce, barrier, bcast;
     int on_fault; /* SMPI_FALLBACK or SMPI_ABORT: rank 0's (init.c) */
     int64_t recovery_timeout_ms;
-    int regroup_calls; /* 0: never */
-    int standby;       /* a standby group per communicator */
-    int reproducible;  /* floating-point MPI_SUM exact */
-    int threads;       /* MPI_THREAD_MULTIPLE offloaded */
+    int regroup_calls;        /* 0: never */
+    int standby;              /* a standby group per communicator */
+    int64_t standby_after_ms; /* a new one, no sooner after a failover */
+    int reproducible;         /* floating-point MPI_SUM exact */
+    int threads;              /* MPI_THREAD_MULTIPLE offloaded */
 } smpi_cfg_t;
 
 enum { SMPI_FALLBACK, SMPI_ABORT };

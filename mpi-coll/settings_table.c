@@ -81,11 +81,16 @@ static const shp_config_opt_t smpi_opts[] = {
         "1: each offloaded communicator also joins a standby group, on the "
         "tree that shares the fewest aggregation nodes with its group's; "
         "when the group fails, the operations from the first that completed "
-        "nowhere go on through the standby instead of MPI (once: a "
-        "communicator that failed over has none until it regroups); 0: "
-        "none, a failed group's communicator goes to MPI; each standby is "
-        "a group of the job's quota",
+        "nowhere go on through the standby instead of MPI, and a new "
+        "standby is made (standby_after); 0: none, a failed group's "
+        "communicator goes to MPI; each standby is a group of the job's "
+        "quota",
         standby, shp_cfg_bool, NULL),
+    ROW("standby_after", "2s",
+        "a communicator that failed over to its standby makes a new one "
+        "at the first try (every regroup_calls calls) at least this long "
+        "after the failure, when the manager has rebuilt its trees",
+        standby_after_ms, shp_cfg_time, NULL),
     ROW("reproducible", "0",
         "1: MPI_SUM of floating-point types is exact (SHARP_OP_SUM_EXACT): "
         "the same bits on any number of hosts, ranks per host, placement "

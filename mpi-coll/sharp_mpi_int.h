@@ -126,8 +126,9 @@ typedef struct smpi_global {
     int svc;
     smr_addr_t *addrs;
     unsigned long long fallen, fetched, redone, regrouped, recovery_us_max;
-    /* standby groups: failovers to one; communicators that got none */
-    unsigned long long failovers, standbys_missing;
+    /* standby groups: failovers to one; communicators that got none; new
+     * ones made after a failover */
+    unsigned long long failovers, standbys_missing, standbys_remade;
     /* node-local steps: on shared memory, and on MPI (gather / bcast) */
     unsigned long long node_shm_steps, node_mpi_steps;
     int threads; /* MPI_THREAD_MULTIPLE: the layer's lock is taken */
@@ -174,16 +175,21 @@ typedef struct comm_state {
      * members agreed completed nowhere (smpi_comm_failover, fall.c).
      * rec_id, gen: the records' ids (the same on every member); retired:
      * the records of failed groups, kept until teardown (a member may
-     * still be asking them).  A communicator that failed over has no
-     * standby until it falls back and regroups. */
+     * still be asking them); standby_at: the call at which a
+     * communicator that failed over makes a new standby (0: none due;
+     * SHARP_MPI_REGROUP_CALLS calls after the failed operation, the same
+     * call on every member, and again as many later until every member
+     * is SHARP_MPI_STANDBY_AFTER past the failure). */
     struct sharp_coll_comm *standby;
     smr_rec_t *standby_rec;
     uint64_t rec_id;
     unsigned gen;
     smr_rec_t **retired;
     int nretired;
-    int had_group; /* the same on every rank */
-    int why;       /* !use: why (the same on every rank) */
+    unsigned long standby_at;
+    uint64_t failed_ns; /* when it failed over (shp_time_ns) */
+    int had_group;      /* the same on every rank */
+    int why;            /* !use: why (the same on every rank) */
     /* Positions in the communicator's stream of eligible calls, the same
      * on every rank whatever the form (blocking, non-blocking, a
      * persistent start) and whenever a rank learns of a failure: seq, the
@@ -271,10 +277,11 @@ int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
                     size_t len, int rc, int leave);
 /* the communicator goes to PMPI: 1 if it offloaded until now */
 int smpi_comm_fall(comm_state_t *st);
-/* st's group failed and the operation at hand completed nowhere: 1 if its
+/* st's group failed and the operation at hand (seq, its place in the
+ * communicator's calls) completed nowhere: 1 if its
  * standby took over (st->sc, st->rec are the standby's: post the
  * operation again there), 0 if there is none (go to PMPI) */
-int smpi_comm_failover(comm_state_t *st);
+int smpi_comm_failover(comm_state_t *st, unsigned long seq);
 /* the recovery service's way to fail a member's operation in sc
  * (smr_set_cancel) */
 void smpi_cancel_comm(void *sc);

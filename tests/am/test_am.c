@@ -1866,6 +1866,33 @@ static void test_standby_placement(void **state)
     assert_non_null(
         strstr(json_string_value(json_object_get(r, "error")), "standby_of"));
     json_decref(r);
+    /* what guarded each group lost, counted (sharpctl stats): g1's AN
+     * killed while its standbys are up, a takeover; then theirs, with
+     * nothing left to take over, two unguarded */
+    json_int_t take0 = stat_of("standby_takeovers"),
+               lost0 = stat_of("standbys_lost"),
+               ung0 = stat_of("groups_unguarded_lost");
+    const char *order[2] = {spine1, spine2};
+    for (int k = 0; k < 2; k++) {
+        int i = !strcmp(order[k], "spine01") ? 0 : 1;
+        assert_string_equal(sw_names[i], order[k]);
+        kill(an_pid[i], SIGKILL);
+        waitpid(an_pid[i], NULL, 0);
+        an_pid[i] = 0;
+        json_t *gs[2] = {k == 0 ? g1 : s[0], k == 0 ? NULL : s[1]};
+        for (int q = 0; q < 2 && gs[q] != NULL; q++) {
+            json_t *n = wait_notice(a, "group_revoked", group_id(gs[q]), 10000);
+            assert_non_null(n);
+            json_decref(n);
+        }
+        if (k == 0) {
+            assert_int_equal(stat_of("standby_takeovers"), take0 + 1);
+            assert_int_equal(stat_of("groups_unguarded_lost"), ung0);
+        }
+    }
+    assert_int_equal(stat_of("standby_takeovers"), take0 + 1);
+    assert_int_equal(stat_of("groups_unguarded_lost"), ung0 + 2);
+    assert_int_equal(stat_of("standbys_lost"), lost0);
     assert_int_equal(call_status(a, job_msg("job_end", 97)), 0);
     json_decref(g1);
     json_decref(s[0]);

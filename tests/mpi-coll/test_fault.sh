@@ -5,7 +5,9 @@
 # (tests/mpi-coll/mpi_fault.c, every result checked) while a daemon is killed
 # with SIGKILL: a leaf AN, the top ANs, a member's sharpd, the manager
 # (restarted: the job keeps its offload, nothing falls back), a leaf AN
-# between collectives, the top ANs during MPI_Finalize; Open MPI 8 ranks
+# between collectives, the top ANs during MPI_Finalize; the world's top AN
+# with standby groups (nothing on MPI) and without; that AN killed and
+# restarted, then the new pair's (two failovers, nothing on MPI); Open MPI 8 ranks
 # (one and two per host), MPICH. Each job must finish, every result
 # right, the report counting the calls that fell back; each case is
 # bounded.  With SHARP_MPI_ON_FAULT=abort the job
@@ -167,6 +169,75 @@ mid "the top AN killed (Open MPI, 8 ranks)" ompi 8 "$DIR/ft8.ibnd" 127.33 \
 EXTRA=SHARP_MPI_STANDBY=0 \
 mid "the top AN killed, no standby (Open MPI, 8 ranks)" ompi 8 "$DIR/ft8.ibnd" 127.33 \
     'kill -9 $(pid_of an "^$(top_an)\$")' regroup
+# the group of the world whose standby another group is (a pair: the
+# primary and its standby): "ID TOP-AN" of the primary, nothing if none
+pair_primary() {
+    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups 2>/dev/null | python3 -c '
+import json, sys
+gs = json.load(sys.stdin)
+of = {g.get("standby_of") for g in gs}
+for g in gs:
+    if g["group_id"] in of:
+        print(g["group_id"], next(a["name"] for a in g["ans"] if a["top"]))
+        break' 2>/dev/null
+}
+
+# Two failures in a row, neither seen: the AN carrying the world's group
+# (tests/mpi-coll/mpi_stream.c: one communicator) killed and started again
+# at once; the communicator goes on through its standby, makes a new one
+# (SHARP_MPI_STANDBY_AFTER, 2 s, after the failure: the restarted AN is
+# back in the trees by then), and then that pair's primary AN is killed
+# too: a second failover, still nothing on MPI.
+twice() {
+    local name="the top AN killed, restarted, then the new one killed (Open MPI, 8 ranks)"
+    local out=$DIR/twice.out t0=$SECONDS p1 p2 rc
+    [ -z "${FAULT_ONLY:-}" ] || [[ "$name" == *$FAULT_ONLY* ]] || return 0
+    fabric down >/dev/null 2>&1
+    fabric up "$DIR/ft8.ibnd" --net 127.33 >/dev/null || { bad "$name: fabric"; return; }
+    rm -f "$DIR/sig"
+    timeout 150 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" \
+        -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
+        -x SHARP_FABRIC_DIR="$FAB" \
+        "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stream_ompi" \
+        --calls 100000 --signal-at 1000 "$DIR/sig" >"$out" 2>&1 &
+    jobpid=$!
+    wait_file "$DIR/sig" 90 || echo "  (the stream never reached call 1000)"
+    p1=$(pair_primary)
+    fabric kill "${p1#* }" >/dev/null && fabric start "${p1#* }" >/dev/null
+    # the new pair: a primary other than the first (the old standby)
+    for _ in $(seq 300); do
+        p2=$(pair_primary)
+        [ -n "$p2" ] && [ "${p2% *}" != "${p1% *}" ] && break
+        p2=
+        sleep 0.1
+    done
+    [ -n "$p2" ] && fabric kill "${p2#* }" >/dev/null
+    wait $jobpid
+    rc=$?
+    local o f fo re
+    read -r o f < <(counts "$out")
+    fo=$(awk '/sharp_mpi: standby groups:/ { print $4 }' "$out")
+    re=$(sed -n 's/.*sharp_mpi: standby groups: .* \([0-9]*\) made again.*/\1/p' "$out")
+    # the manager counts them too (sharpctl stats): takeovers, remade
+    local am
+    am=$("$BIN/sharpctl" --socket "$FAB/am.sock" --json stats | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+s = s.get("stats", s)
+print(s["standby_takeovers"], s["standbys_remade"])' 2>/dev/null)
+    if [ $rc = 0 ] && grep -q "every result right" "$out" && [ -n "$p2" ] &&
+        [ "$f" = 0 ] && [ "${fo:-0}" -ge 16 ] && [ "${re:-0}" -ge 8 ] &&
+        [ "${am% *}" -ge 2 ] 2>/dev/null && [ "${am#* }" -ge 1 ]; then
+        ok "$name: $((SECONDS - t0)) s; ${p1#* } then ${p2#* } killed; $o calls offloaded, 0 on MPI, $fo failovers, $re standbys made again (each counted by 8 members); the manager: ${am% *} takeovers, ${am#* } standbys made again"
+    else
+        bad "$name (exit $rc; pairs: ${p1:-none} then ${p2:-none}; $f on MPI, ${fo:-0} failovers, ${re:-0} made again; the manager's takeovers and remade: ${am:-none})"
+        grep '^sharp_mpi' "$out" | tail -12
+        echo "  the manager's log:"
+        tail -15 "$FAB/logs/am.log" 2>/dev/null | sed 's/^/  /'
+    fi
+}
+twice
+
 mid "a member's sharpd killed (Open MPI, 8 ranks)" ompi 8 "$DIR/ft8.ibnd" 127.33 \
     'kill -9 $(awk "\$1 == \"sharpd\" { n++; if (n == 4) print \$4 }" "$FAB/pids")'
 # the manager: the restarted one takes the groups back, nothing falls back

@@ -91,8 +91,8 @@ else
 fi
 
 # 2b. every op x type, every root, bcasts, barrier order, communicator
-# loops: Open MPI 8 ranks (holding at the end: only the world's group may
-# be left at the manager), MPICH 8 ranks
+# loops: Open MPI 8 ranks (holding at the end: only the world's group and
+# its standby may be left at the manager), MPICH 8 ranks
 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_check_ompi" --hold "$DIR/hold" \
@@ -100,15 +100,16 @@ fi
 job=$!
 for _ in $(seq 600); do [ -e "$DIR/hold" ] && break; sleep 0.1; done
 groups=$("$BIN/sharpctl" --socket "$DIR/fabric/am.sock" --json groups | grep -c '"group_id"')
+standbys=$("$BIN/sharpctl" --socket "$DIR/fabric/am.sock" --json groups | grep -c '"standby_of"')
 rm -f "$DIR/hold"
 wait $job
 rc=$?
 n=$(offloaded MPI_Reduce "$DIR/check.out")
 if [ $rc -eq 0 ] && grep -q "every check passed" "$DIR/check.out" && [ "${n:-0}" -gt 1000 ] &&
-    [ "$groups" = 1 ]; then
-    ok "Open MPI mpi_check, 8 ranks: every op x type and root right, $n reduces offloaded, 30 communicators freed (1 group left: the world's)"
+    [ "$groups" = 2 ] && [ "$standbys" = 1 ]; then
+    ok "Open MPI mpi_check, 8 ranks: every op x type and root right, $n reduces offloaded, 30 communicators freed (2 groups left: the world's and its standby)"
 else
-    bad "Open MPI mpi_check (exit $rc, $groups groups at the manager mid-run)"; tail -30 "$DIR/check.out"
+    bad "Open MPI mpi_check (exit $rc, $groups groups at the manager mid-run, $standbys standby)"; tail -30 "$DIR/check.out"
 fi
 t0=$SECONDS
 "${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
