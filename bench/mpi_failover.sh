@@ -44,7 +44,7 @@ top_an() {
     "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups | python3 -c '
 import json, sys
 for g in json.load(sys.stdin):
-    if "standby_of" not in g:
+    if "standby_of" not in g and g.get("state") == "up":
         print(next(a["name"] for a in g["ans"] if a["top"]))
         break'
 }
@@ -76,13 +76,15 @@ one_job() {
     done
     pid=$(awk -v n="$victim" '$1 == "an" && $2 == n { print $4 }' "$FAB/pids")
     for _ in $(seq 12000); do [ -e "$DIR/sig" ] && break; sleep 0.01; done
-    kill -9 "$pid"
+    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups >"$DIR/groups" 2>&1
+    kill -9 "$pid" || echo "$way: could not kill $victim (pid '$pid')" >&2
     wait $job || { echo "$way: the job failed (kill at call $at of $victim)" >&2; tail -15 "$out" >&2; return 1; }
     grep -q "every result right" "$out" || { echo "$way: wrong results" >&2; return 1; }
     local fo
     fo=$(awk '/sharp_mpi: standby groups:/ { print $4 }' "$out")
     if [ "$sb" = 1 ] && [ "${fo:-0}" -eq 0 ]; then
-        echo "$way: no failover counted: the kill of $victim missed the group" >&2
+        echo "$way: no failover counted: the kill of $victim (pid $pid) missed the group; the groups then:" >&2
+        cat "$DIR/groups" >&2
         tail -15 "$out" >&2
         return 1
     fi

@@ -50,7 +50,7 @@ top_an() {
     "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups | python3 -c '
 import json, sys
 for g in json.load(sys.stdin):
-    if "standby_of" not in g:
+    if "standby_of" not in g and g.get("state") == "up":
         print(next(a["name"] for a in g["ans"] if a["top"]))
         break'
 }
@@ -175,9 +175,9 @@ pair_primary() {
     "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups 2>/dev/null | python3 -c '
 import json, sys
 gs = json.load(sys.stdin)
-of = {g.get("standby_of") for g in gs}
+of = {g.get("standby_of") for g in gs if g.get("state") == "up"}
 for g in gs:
-    if g["group_id"] in of:
+    if g["group_id"] in of and g.get("state") == "up":
         print(g["group_id"], next(a["name"] for a in g["ans"] if a["top"]))
         break' 2>/dev/null
 }

@@ -76,7 +76,7 @@ top_an() {
     "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups | python3 -c '
 import json, sys
 for g in json.load(sys.stdin):
-    if "standby_of" not in g:
+    if "standby_of" not in g and g.get("state") == "up":
         print(next(a["name"] for a in g["ans"] if a["top"]))
         break'
 }
