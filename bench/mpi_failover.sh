@@ -58,23 +58,26 @@ one_job() {
     at=$((CALLS / 2 + RANDOM % (CALLS / 6)))
     fabric down >/dev/null 2>&1
     fabric up "$topo" --net 127.21 >/dev/null || { echo "fabric up failed" >&2; return 1; }
-    rm -f "$DIR/sig"
+    rm -f "$DIR/sig" "$DIR/go" "$DIR/go.ready"
     timeout -s KILL 300 mpirun.openmpi --allow-run-as-root --oversubscribe \
         --mca mpi_yield_when_idle 1 --mca btl self,tcp -np 8 \
         -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
         -x SHARP_MPI_VERBOSE=1 -x SHARP_MPI_STANDBY="$sb" -x SHARP_FABRIC_DIR="$FAB" \
         "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stream_ompi" \
-        --calls "$CALLS" --signal-at "$at" "$DIR/sig" "${args[@]}" >"$out" 2>&1 &
+        --calls "$CALLS" --signal-at "$at" "$DIR/sig" --hold "$DIR/go" "${args[@]}" >"$out" 2>&1 &
     local job=$! victim= pid
-    # the victim found once the group is there, so that the kill follows
-    # call K within milliseconds (mpi_stream takes the longest of the
-    # window after K as the call across the failure)
-    for _ in $(seq 600); do
+    # the victim found while the stream waits after its first call (the
+    # group made), so that the kill follows call K within milliseconds
+    # (mpi_stream takes the longest of the window after K as the call
+    # across the failure)
+    for _ in $(seq 1200); do [ -e "$DIR/go.ready" ] && break; sleep 0.1; done
+    for _ in $(seq 100); do
         victim=$(top_an 2>/dev/null)
         [ -n "$victim" ] && break
         sleep 0.1
     done
     pid=$(awk -v n="$victim" '$1 == "an" && $2 == n { print $4 }' "$FAB/pids")
+    touch "$DIR/go"
     for _ in $(seq 12000); do [ -e "$DIR/sig" ] && break; sleep 0.01; done
     "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups >"$DIR/groups" 2>&1
     kill -9 "$pid" || echo "$way: could not kill $victim (pid '$pid')" >&2

@@ -4,10 +4,15 @@
  * costs a running job (bench/mpi_failover.sh: the AN carrying the group is
  * killed during the stream).  It knows nothing of sharp.
  *
- *   mpi_stream [--calls N] [--signal-at K FILE] [--nb] [--window W]
+ *   mpi_stream [--calls N] [--signal-at K FILE] [--hold FILE] [--nb]
+ *              [--window W]
  *
  *   --signal-at K FILE   rank 0 creates FILE after call K (the bench kills
  *                        then), and the stream goes on
+ *   --hold FILE          after the first call (the group is made), rank 0
+ *                        creates FILE.ready and the stream waits (outside
+ *                        the timed calls) until FILE exists: the bench finds
+ *                        the group's AN meanwhile
  *   --nb                 MPI_Iallreduce + MPI_Wait instead of MPI_Allreduce
  *   --window W           calls whose medians are compared (1000)
  *
@@ -29,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -79,6 +86,17 @@ static int one_call(long call, int rank, int size, int nb, double *us)
     return 0;
 }
 
+/* creates the file path + suffix (empty) */
+static void touch(const char *path, const char *suffix)
+{
+    char name[4096];
+    snprintf(name, sizeof(name), "%s%s", path, suffix);
+    FILE *fp = fopen(name, "w");
+    if (fp != NULL) {
+        fclose(fp);
+    }
+}
+
 static void report(const double *t, long calls, long signal_at, long window)
 {
     long from = signal_at < 0 ? 0 : signal_at + 1, f = from;
@@ -98,7 +116,7 @@ static void report(const double *t, long calls, long signal_at, long window)
 int main(int argc, char **argv)
 {
     long calls = 6000, signal_at = -1, window = 1000;
-    const char *signal_file = NULL;
+    const char *signal_file = NULL, *hold = NULL;
     int rank, size, nb = 0, errors = 0, all = 0;
 
     MPI_Init(&argc, &argv);
@@ -110,6 +128,8 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--signal-at") && i + 2 < argc) {
             signal_at = atol(argv[++i]);
             signal_file = argv[++i];
+        } else if (!strcmp(argv[i], "--hold") && i + 1 < argc) {
+            hold = argv[++i];
         } else if (!strcmp(argv[i], "--window") && i + 1 < argc) {
             window = atol(argv[++i]);
         } else if (!strcmp(argv[i], "--nb")) {
@@ -129,10 +149,16 @@ int main(int argc, char **argv)
     for (long call = 0; call < calls; call++) {
         errors += one_call(call, rank, size, nb, &t[call]);
         if (call == signal_at && rank == 0) {
-            FILE *fp = fopen(signal_file, "w");
-            if (fp != NULL) {
-                fclose(fp);
+            touch(signal_file, "");
+        }
+        if (call == 0 && hold != NULL) {
+            if (rank == 0) {
+                touch(hold, ".ready");
+                for (struct stat st; stat(hold, &st) != 0;) {
+                    usleep(10000);
+                }
             }
+            MPI_Barrier(MPI_COMM_WORLD);
         }
     }
     MPI_Reduce(t, tmax, (int)calls, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
