@@ -195,6 +195,10 @@ void shp_am_group_ack(shp_am_t *am, int64_t id, shp_status_t st,
     shp_info("group %" PRIu32 " of job %" PRIu64 " up on tree %d (%d members, "
              "%d ANs)",
              g->id, g->job->id, g->tree, g->plan.nmembers, g->plan.nans);
+    const shp_am_group_t *of =
+        g->standby_of ? shp_am_group_find(am, g->standby_of) : NULL;
+    if (of && of->standby_of && !shp_am_group_find(am, of->standby_of))
+        am->stats.standbys_remade++; /* for a standby that took over */
     if (g->standby_of && g->shared > 0)
         shp_info("group %" PRIu32 " stands by group %" PRIu32 " but shares "
                  "%d of its ANs with it: no tree of the topology avoids "
@@ -508,9 +512,6 @@ static shp_am_group_t *am_group_new(shp_am_t *am, am_group_req_t *r,
     g->req_peer = p;
     g->req_id = id;
     g->standby_of = r->avoid ? r->avoid->id : 0;
-    if (r->avoid && r->avoid->standby_of &&
-        !shp_am_group_find(am, r->avoid->standby_of))
-        am->stats.standbys_remade++; /* for a standby that took over */
     g->shared = r->shared;
     snprintf(g->mcast_addr, sizeof(g->mcast_addr), "%s.%u.%u:%u",
              am->cfg.mcast_prefix, (g->id >> 8) & 255, g->id & 255,

@@ -56,7 +56,7 @@ static int post_op(comm_state_t *st, op_args_t *a, char *buf, size_t len)
 int smpi_run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
                 op_args_t *a, char **res)
 {
-    int oom = 0, rc;
+    int rc;
     if (smpi_cfg.on_fault != SMPI_FALLBACK || !st->recoverable) {
         /* no record to keep: the result straight where it goes */
         if (a->direct == NULL && a->root < 0 && a->kind != C_BARRIER) {
@@ -70,7 +70,7 @@ int smpi_run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
         return OP_OK;
     }
     do {
-        oom = 0;
+        int oom = 0;
         char *buf = st->sc != NULL ? smr_begin(st->rec, len, &oom) : NULL;
         if (oom) {
             smpi_fail(comm, what, SHARP_COLL_ENOMEM);

@@ -186,15 +186,6 @@ static smr_rec_t *rec_new(comm_state_t *s, MPI_Comm gcomm, uint64_t id,
     return r;
 }
 
-/* a member's record takes its group's cancel: a member left inside an
- * operation the others gave up on (no notice of the group's failure
- * reached it) leaves it after a third of the time they wait for it */
-static void rec_cancel(smr_rec_t *r, struct sharp_coll_comm *sc)
-{
-    int64_t after = smpi_cfg.recovery_timeout_ms / 3;
-    smr_set_cancel(r, smpi_cancel_comm, sc, (int)(after < 5000 ? after : 5000));
-}
-
 /* A member's standby group (SHARP_MPI_STANDBY, with recovery: it takes
  * over from the operation the members agree completed nowhere), over the
  * same members as sc; collective over them, one answer everywhere.  Its
@@ -227,7 +218,7 @@ static void standby_setup(comm_state_t *s, MPI_Comm comm)
         }
         return;
     }
-    rec_cancel(s->standby_rec, s->standby);
+    smpi_rec_cancel(s->standby_rec, s->standby);
 }
 
 /* The node step's shared-memory segment (node_shm.h): the leader makes
@@ -367,7 +358,7 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
              : maxn > 1 && maxn == s->size ? WHY_ONE_NODE
                                            : smpi_why_of_status(rc);
     if (s->use && s->rec != NULL && s->sc != NULL) {
-        rec_cancel(s->rec, s->sc);
+        smpi_rec_cancel(s->rec, s->sc);
         standby_setup(s, comm);
     }
     if (!s->use) {

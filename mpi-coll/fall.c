@@ -100,9 +100,18 @@ int smpi_comm_fall(comm_state_t *st)
 }
 
 /* the recovery service's way to fail a member's operation (recover.h) */
-void smpi_cancel_comm(void *sc)
+static void cancel_comm(void *sc)
 {
     (void)sharp_coll_comm_cancel(sc);
+}
+
+/* r, the record of a member of sc, takes sc's cancel: a member left inside
+ * an operation the others gave up on (no notice of the group's failure
+ * reached it) leaves it after a third of the time they wait for it */
+void smpi_rec_cancel(smr_rec_t *r, struct sharp_coll_comm *sc)
+{
+    int64_t after = smpi_cfg.recovery_timeout_ms / 3;
+    smr_set_cancel(r, cancel_comm, sc, (int)(after < 5000 ? after : 5000));
 }
 
 /* The group under st failed and its members agreed that the operation at
@@ -134,9 +143,7 @@ int smpi_comm_failover(comm_state_t *st, unsigned long seq)
     st->rec = st->standby_rec;
     st->standby = NULL;
     st->standby_rec = NULL;
-    int64_t after = smpi_cfg.recovery_timeout_ms / 3;
-    smr_set_cancel(st->rec, smpi_cancel_comm, st->sc,
-                   (int)(after < 5000 ? after : 5000));
+    smpi_rec_cancel(st->rec, st->sc);
     /* a new standby, on the trees the manager has rebuilt by then (comm.c;
      * the queue's bound, progress.c, has every member past this operation
      * by that call) */

@@ -109,6 +109,19 @@ void smpi_node_finish(nb_op_t *o, int rc)
     node_publish(o, data != NULL ? data : res, NODE_OK);
 }
 
+/* a reduction the leader sends as every contribution apart (an exact
+ * sum), and the sharp elements of o's data */
+static int node_exact(const nb_op_t *o)
+{
+    return o->kind != C_IBARRIER && o->kind != C_IBCAST &&
+           smpi_exact_wanted(o->sop, &o->m);
+}
+
+static size_t node_elems(const nb_op_t *o)
+{
+    return o->n * (size_t)o->m.mult;
+}
+
 /* the leader's input to sharp (nin): the node's fold; every
  * contribution, for an exact sum; a bcast's data from a root in its node */
 static void node_lead_input(nb_op_t *o, int exact, size_t ns)
@@ -183,10 +196,7 @@ static void node_lead_spec(nb_op_t *o, int exact, size_t ns, char *dst,
 /* every rank of the node arrived: the leader's sharp part */
 static void node_lead(nb_op_t *o)
 {
-    int exact = o->kind != C_IBARRIER && o->kind != C_IBCAST &&
-                smpi_exact_wanted(o->sop, &o->m);
-    size_t ns = o->n * (size_t)o->m.mult;
-    node_lead_input(o, exact, ns);
+    node_lead_input(o, node_exact(o), node_elems(o));
     o->nphase = 2;
     node_lead_post(o);
 }
@@ -195,9 +205,7 @@ static void node_lead(nb_op_t *o)
 static void node_lead_post(nb_op_t *o)
 {
     comm_state_t *st = o->st;
-    int exact = o->kind != C_IBARRIER && o->kind != C_IBCAST &&
-                smpi_exact_wanted(o->sop, &o->m);
-    size_t ns = o->n * (size_t)o->m.mult;
+    int exact = node_exact(o);
     char *dst;
     if (!node_lead_dst(o, &dst)) {
         return;
@@ -215,7 +223,7 @@ static void node_lead_post(nb_op_t *o)
         rc = sharp_coll_do_bcast_nb(st->sc, &bs, &o->h);
     } else {
         struct sharp_coll_reduce_spec spec;
-        node_lead_spec(o, exact, ns, dst, &spec);
+        node_lead_spec(o, exact, node_elems(o), dst, &spec);
         if (exact) {
             /* libsharp_coll's exact sums are blocking (its _nb forms
              * complete before returning): done here, then published */

@@ -282,9 +282,10 @@ int smpi_comm_fall(comm_state_t *st);
  * standby took over (st->sc, st->rec are the standby's: post the
  * operation again there), 0 if there is none (go to PMPI) */
 int smpi_comm_failover(comm_state_t *st, unsigned long seq);
-/* the recovery service's way to fail a member's operation in sc
+/* r, a member's record of sc, lets the recovery service fail the
+ * member's operation in sc if it stays inside after the others asked
  * (smr_set_cancel) */
-void smpi_cancel_comm(void *sc);
+void smpi_rec_cancel(smr_rec_t *r, struct sharp_coll_comm *sc);
 /* an eligible call on a communicator with a state begins: counted (a
  * persistent start's, which smpi_comm_sharp does not see), a new group
  * tried at its turn */

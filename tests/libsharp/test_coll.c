@@ -1659,13 +1659,7 @@ static double run_with_fault(int (*fn)(int, void *), const char *fault)
     pid_t doer = fork();
     if (doer == 0) {
         int32_t go;
-        char v[16];
-        if (read(p[0], &go, 4) != 4) {
-            _exit(3);
-        }
-        snprintf(v, sizeof(v), "%d", (int)go); /* what the member said */
-        setenv("SHARP_TEST_GO", v, 1);
-        _exit(system(fault) != 0);
+        _exit(read(p[0], &go, 4) == 4 ? system(fault) != 0 : 3);
     }
     close(p[0]);
     uint64_t t0 = shp_time_ns();
@@ -1706,9 +1700,9 @@ static int m_standby(int rank, void *arg)
     while (k < 100000 && (rc = allreduce_checked(world, rank, k)) == 0) {
         k++;
     }
-    CHECK(rc<0, "op %d on the first group: %s", k, rc> 0
-              ? "a wrong result"
-              : "no error after its top AN died");
+    const char *why =
+        rc > 0 ? "a wrong result" : "no error after its top AN died";
+    CHECK(rc < 0, "op %d on the first group: %s", k, why);
     /* each member met the error at its own op k: the standby's ops are
      * numbered from one base all share */
     for (int i = 0; i < 100; i++) {
