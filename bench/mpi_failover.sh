@@ -40,13 +40,10 @@ TOPO8=examples/fat-tree-2l.ibnd
 "$BIN/sharp-topo" fat-tree --radix 4 --hosts 4 >"$DIR/ft4.ibnd"
 
 # the top AN of the job's group that is not a standby
+GROUPS_PY=$(cd "$(dirname "$0")/../tests/support" && pwd)/groups.py
 top_an() {
-    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups | python3 -c '
-import json, sys
-for g in json.load(sys.stdin):
-    if "standby_of" not in g and g.get("state") == "up":
-        print(next(a["name"] for a in g["ans"] if a["top"]))
-        break'
+    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups |
+        python3 "$GROUPS_PY" primary
 }
 
 # one job: WAY (blocking | nb | ppn2), STANDBY (1 | 0); prints

@@ -44,15 +44,12 @@ up() {
         { echo "fabric up failed"; return 1; }
 }
 pid_of() { awk -v k="$1" -v n="$2" '$1 == k && $2 ~ n { print $4 }' "$FAB/pids"; }
+GROUPS_PY=$(cd "$(dirname "$0")/../support" && pwd)/groups.py
 # the top AN of the first group the manager lists that is not a standby
 # (the world's)
 top_an() {
-    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups | python3 -c '
-import json, sys
-for g in json.load(sys.stdin):
-    if "standby_of" not in g and g.get("state") == "up":
-        print(next(a["name"] for a in g["ans"] if a["top"]))
-        break'
+    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups |
+        python3 "$GROUPS_PY" primary
 }
 
 # the manager killed and started again as it was (command line, environment)
@@ -172,14 +169,8 @@ mid "the top AN killed, no standby (Open MPI, 8 ranks)" ompi 8 "$DIR/ft8.ibnd" 1
 # the group of the world whose standby another group is (a pair: the
 # primary and its standby): "ID TOP-AN" of the primary, nothing if none
 pair_primary() {
-    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups 2>/dev/null | python3 -c '
-import json, sys
-gs = json.load(sys.stdin)
-of = {g.get("standby_of") for g in gs if g.get("state") == "up"}
-for g in gs:
-    if g["group_id"] in of and g.get("state") == "up":
-        print(g["group_id"], next(a["name"] for a in g["ans"] if a["top"]))
-        break' 2>/dev/null
+    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups 2>/dev/null |
+        python3 "$GROUPS_PY" pair
 }
 
 # Two failures in a row, neither seen: the AN carrying the world's group

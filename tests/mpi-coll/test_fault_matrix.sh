@@ -70,15 +70,12 @@ TOPO1=examples/fat-tree-2l.ibnd
 [ -f "$TOPO1" ] || TOPO1="$DIR/ft8.ibnd"
 
 pid_of() { awk -v k="$1" -v n="$2" '$1 == k && $2 == n { print $4 }' "$FAB/pids"; }
+GROUPS_PY=$(cd "$(dirname "$0")/../support" && pwd)/groups.py
 # the AN at the top of the world's group (the first the manager lists
 # that is not a standby)
 top_an() {
-    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups | python3 -c '
-import json, sys
-for g in json.load(sys.stdin):
-    if "standby_of" not in g and g.get("state") == "up":
-        print(next(a["name"] for a in g["ans"] if a["top"]))
-        break'
+    "$BIN/sharpctl" --socket "$FAB/am.sock" --json groups |
+        python3 "$GROUPS_PY" primary
 }
 wait_file() { # FILE SECONDS
     local t
