@@ -79,6 +79,7 @@ JANSSON_LIBS = $(call pc_libs,jansson)
 INIH_LIBS = $(call pc_libs,inih)
 CMOCKA_LIBS = $(call pc_libs,cmocka)
 SODIUM_LIBS = $(call pc_libs,libsodium)
+CRYPTO_LIBS = $(call pc_libs,libcrypto)
 
 # Output layout -----------------------------------------------------------
 BINDIR := $(O)/bin
@@ -116,7 +117,7 @@ obj_of = $(patsubst %.c,$(OBJDIR)/%.o,$(1))
 
 # $(call link_prog,EXTRA_LIBS): the recipe that links $@ from its object and
 # project-library prerequisites, the common library and what that needs.
-COMMON_LDLIBS = $(JANSSON_LIBS) $(INIH_LIBS) $(SODIUM_LIBS) $(LIBEV_LIBS) \
+COMMON_LDLIBS = $(JANSSON_LIBS) $(INIH_LIBS) $(SODIUM_LIBS) $(CRYPTO_LIBS) $(LIBEV_LIBS) \
 	-lrdmacm -libverbs -lm -lpthread
 define link_prog
 @mkdir -p $(@D)

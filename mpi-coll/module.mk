@@ -29,7 +29,7 @@ MPI_CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -fPIC \
 # MPI tests skip under SAN)
 MPI_ZDEFS := $(if $(filter 1,$(SAN)),,-Wl,-z,defs)
 # the node-local fold uses the reduction engine (hidden inside the library)
-MPI_LIB_COMMON = $(COMMON_LIB) $(SODIUM_LIBS) $(INIH_LIBS) -lm
+MPI_LIB_COMMON = $(COMMON_LIB) $(SODIUM_LIBS) $(CRYPTO_LIBS) $(INIH_LIBS) -lm
 # libev exports libevent-compatible event_* names; Open MPI uses libevent:
 # libevent must come first in the global scope or Open MPI's event_add
 # would bind to libev's (a crash in MPI_Init).

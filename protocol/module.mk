@@ -4,6 +4,7 @@
 
 COMMON_SRCS += \
 	protocol/wire.c \
+	protocol/wire_mac.c \
 	protocol/ctl.c \
 	protocol/auth.c \
 	protocol/am_list.c

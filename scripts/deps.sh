@@ -15,6 +15,7 @@ PKGS=(
     clang-format               # make format-check
     clang libclang-rt-14-dev llvm-14  # make fuzz: libFuzzer, sanitizers, symbolizer
     libsodium-dev              # cluster-secret authentication (HMAC)
+    libssl-dev                 # libcrypto: the Poly1305 of large multicast results
     libibverbs-dev librdmacm-dev ibverbs-providers  # the verbs transport (rxe)
     qemu-system-x86 busybox-static kmod  # its tests: a soft-RoCE qemu guest
     libopensm-dev libibumad-dev  # the AM's OpenSM plugin (its headers need umad.h)
