@@ -113,7 +113,7 @@ void shp_am_an_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         shp_error_id("AM0102", "refusing AN: %s", e);
         shp_am_send(p,
                     shp_ctl_reply("an_register_ack", 0, SHP_ERR_NOT_FOUND, e));
-        shp_conn_flush(&p->conn);
+        shp_conn_push(&p->conn);
         shp_conn_close(&p->conn, SHP_ERR_NOT_FOUND);
         return;
     }

@@ -180,7 +180,7 @@ static void am_ha_drop_active_state(shp_am_t *am)
             continue;
         shp_am_sharpd_forget(am, p); /* its requests held, if any */
         p->role = AM_PEER_NEW;       /* no fault handling: nothing revoked */
-        shp_conn_flush(&p->conn);
+        shp_conn_push(&p->conn);
         shp_conn_close(&p->conn, SHP_ERR_STALE_EPOCH);
     }
     for (int t = 0; t < SHP_AM_MAX_TREE_ID; t++) {
@@ -586,7 +586,7 @@ int shp_am_ha_admit(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
                             json_integer((json_int_t)(in / 1000000u) + 10));
     }
     shp_am_send(p, r);
-    shp_conn_flush(&p->conn);
+    shp_conn_push(&p->conn);
     shp_conn_close(&p->conn,
                    am->active ? SHP_ERR_STALE_EPOCH : SHP_ERR_STANDBY);
     return 0;

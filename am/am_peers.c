@@ -83,7 +83,7 @@ static void am_peer_register(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
         shp_am_send(
             p, shp_ctl_reply(an ? "an_register_ack" : "sharpd_register_ack", 0,
                              SHP_ERR_QUOTA, why));
-        shp_conn_flush(&p->conn);
+        shp_conn_push(&p->conn);
         shp_conn_close(&p->conn, SHP_ERR_QUOTA);
         return;
     }
@@ -127,7 +127,7 @@ static void am_peer_frame(shp_conn_t *conn, const void *frame, size_t len)
                          p->auth.role[0] ? p->auth.role : "peer", p->auth.name,
                          why);
             shp_am_send(p, shp_ctl_reply("auth_failed", 0, st, why));
-            shp_conn_flush(conn);
+            shp_conn_push(conn);
             shp_conn_close(conn, st);
         } else if (chal) {
             shp_am_send(p, chal);
@@ -358,7 +358,7 @@ void shp_am_peers_close(shp_am_t *am)
     while (am->peers) {
         shp_am_peer_t *p = am->peers;
         p->role = AM_PEER_NEW; /* no fault handling on shutdown */
-        shp_conn_flush(&p->conn);
+        shp_conn_push(&p->conn);
         shp_conn_close(&p->conn, SHP_ERR_CANCELED);
     }
 }

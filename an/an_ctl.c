@@ -366,7 +366,7 @@ void shp_an_ctl_stop(shp_an_t *an)
 {
     ev_timer_stop(an->loop, &an->am_timer);
     if (shp_conn_is_open(&an->am)) {
-        shp_conn_flush(&an->am);
+        shp_conn_push(&an->am);
         shp_conn_close(&an->am, SHP_ERR_CANCELED);
     }
 }

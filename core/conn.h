@@ -124,7 +124,10 @@ void shp_conn_set_keepalive(shp_conn_t *conn, double interval_s,
 SHP_WUR shp_status_t shp_conn_send(shp_conn_t *conn, const void *a, size_t alen,
                                    const void *b, size_t blen);
 
-/* Write what is queued now (normally done before the loop sleeps). */
+/* Write what is queued now (normally done before the loop sleeps).  A
+ * failed write closes the connection here (on_close, where the owner may
+ * free it): to send what is queued and then close, use shp_conn_push and
+ * shp_conn_close. */
 void shp_conn_flush(shp_conn_t *conn);
 /* Writes what the socket takes now, like shp_conn_flush, but never closes
  * here: a write error is left to the loop (its flush closes), for callers

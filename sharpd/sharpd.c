@@ -142,7 +142,7 @@ void shp_sharpd_stop(sd_t *sd)
     while (sd->clients)
         shp_conn_close(&sd->clients->conn, SHP_ERR_CANCELED);
     if (shp_conn_is_open(&sd->am)) {
-        shp_conn_flush(&sd->am);
+        shp_conn_push(&sd->am);
         shp_conn_close(&sd->am, SHP_ERR_CANCELED);
     }
     shp_sharpd_held_expire(sd, 1);

@@ -76,7 +76,7 @@ static int sd_am_epoch_ok(sd_t *sd, json_t *msg)
         shp_error_id("SD0004", "%s", why);
         sd_am_fail(sd, "%s", why);
         shp_sharpd_send(&sd->am, shp_am_list_refusal(&sd->ams));
-        shp_conn_flush(&sd->am);
+        shp_conn_push(&sd->am);
         shp_conn_close(&sd->am, st);
         return 0;
     }

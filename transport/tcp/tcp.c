@@ -262,10 +262,9 @@ static void tcp_close(shp_tp_ep_t *base)
     tcp_ep_t *ep = (tcp_ep_t *)base;
 
     /* what was queued (a last error, a leave) goes out first, if the
-     * socket takes it now */
-    if (ep->conn.state == SHP_CONN_OPEN) {
-        shp_conn_flush(&ep->conn);
-    }
+     * socket takes it now; push, not flush: a failed write must not close
+     * (and on_close free ep) before the close below */
+    shp_conn_push(&ep->conn);
     shp_conn_close(&ep->conn, SHP_ERR_CANCELED);
 }
 
