@@ -23,11 +23,12 @@ BINS += $(MPI_DEMO_OMPI) $(MPI_DEMO_MPICH)
 
 # No sanitizers here: these are preloaded into MPI programs that are not.
 MPI_CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -fPIC \
-	-fvisibility=hidden -I$(TOP)/include -I$(TOP) -I$(O)/gen -D_GNU_SOURCE
-# every symbol resolved at link time (-z defs), except under SAN=1: the
-# common library is instrumented then and these libraries are not (the
-# MPI tests skip under SAN)
-MPI_ZDEFS := $(if $(filter 1,$(SAN)),,-Wl,-z,defs)
+	-fvisibility=hidden -I$(TOP)/include -I$(TOP) -I$(O)/gen -D_GNU_SOURCE \
+	$(SAN_FLAGS)
+# every symbol resolved at link time.  Under SAN=1 the libraries and the
+# MPI test programs are instrumented as the rest is; the MPI tests then
+# preload the sanitizer's runtime first (tests/mpi-coll/lib.sh)
+MPI_ZDEFS := -Wl,-z,defs
 # the node-local fold uses the reduction engine (hidden inside the library)
 MPI_LIB_COMMON = $(COMMON_LIB) $(SODIUM_LIBS) $(CRYPTO_LIBS) $(INIH_LIBS) -lm
 # libev exports libevent-compatible event_* names; Open MPI uses libevent:

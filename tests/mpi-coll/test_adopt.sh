@@ -27,14 +27,7 @@
 #    registers again and reports the job, and the job keeps its groups:
 #    every result right, 0 calls on MPI.
 set -u
-O=${O:-build}
-BIN=$(cd "$O/bin" && pwd)
-LIB=$(cd "$O/lib" && pwd)
-if [ "${SAN:-0}" = 1 ]; then
-    echo "skip: libsharp_mpi is preloaded into uninstrumented MPI programs;" \
-        "run without SAN=1"
-    exit 77
-fi
+. "$(dirname "$0")/lib.sh"
 command -v mpirun.openmpi >/dev/null || { echo "skip: no Open MPI"; exit 77; }
 DIR=$(mktemp -d /tmp/sharp-test-adopt.XXXXXX)
 FAB="$DIR/fabric"
@@ -105,7 +98,7 @@ job() { # OUT ARGS...: the stream in the background ($!)
     local out=$1
     shift
     timeout 150 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" \
-        -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
+        "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
         -x SHARP_COLL_LOG_LEVEL=1 -x SHARP_FABRIC_DIR="$FAB" \
         "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_fault_ompi" "$@" \
         >"$out" 2>&1 &

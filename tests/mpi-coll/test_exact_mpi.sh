@@ -9,14 +9,7 @@
 # form, the leader's exact sum of every contribution apart) give the
 # blocking ones' bits.  Fabrics on 127.26 and 127.27.
 set -u
-O=${O:-build}
-BIN=$(cd "$O/bin" && pwd)
-LIB=$(cd "$O/lib" && pwd)
-if [ "${SAN:-0}" = 1 ]; then
-    echo "skip: libsharp_mpi is preloaded into uninstrumented MPI programs;" \
-        "run without SAN=1"
-    exit 77
-fi
+. "$(dirname "$0")/lib.sh"
 PROG="$O/tests/mpi-coll/mpi_exact_ompi"
 [ -x "$PROG" ] || { echo "missing $PROG"; exit 1; }
 DIR=$(mktemp -d /tmp/sharp-test-exact-mpi.XXXXXX)
@@ -42,7 +35,7 @@ bad() { echo "FAIL $*"; fails=$((fails + 1)); }
 run() {
     timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe \
         --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np 8 \
-        -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+        -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
         -x SHARP_MPI_VERBOSE=2 -x SHARP_MPI_REPRODUCIBLE="$2" \
         -x SHARP_MPI_NODE_AGGR="$3" -x SHARP_FABRIC_DIR="$DIR/$1" \
         "$BIN/sharp-fabric" rank -- "$PROG" "${@:4}" >"$DIR/last.out" 2>&1
@@ -79,7 +72,7 @@ fi
 # arithmetic): the same bits as through it
 timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe \
     --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np 8 \
-    -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+    -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_MPI_REPRODUCIBLE=1 -x SHARP_COLL_LOG_LEVEL=0 \
     -x SHARP_COLL_SHARPD_SOCKET=/nonexistent/sharpd.sock \
     "$PROG" --check >"$DIR/last.out" 2>&1

@@ -13,14 +13,7 @@
 # bounded.  With SHARP_MPI_ON_FAULT=abort the job
 # aborts naming the failure.
 set -u
-O=${O:-build}
-BIN=$(cd "$O/bin" && pwd)
-LIB=$(cd "$O/lib" && pwd)
-if [ "${SAN:-0}" = 1 ]; then
-    echo "skip: libsharp_mpi is preloaded into uninstrumented MPI programs;" \
-        "run without SAN=1"
-    exit 77
-fi
+. "$(dirname "$0")/lib.sh"
 command -v mpirun.openmpi >/dev/null || { echo "skip: no Open MPI"; exit 77; }
 DIR=$(mktemp -d /tmp/sharp-test-fault.XXXXXX)
 FAB="$DIR/fabric"
@@ -74,14 +67,14 @@ job() {
     shift 3
     if [ "$mpi" = ompi ]; then
         timeout 150 "${OMPI[@]}" -np "$np" -x LD_LIBRARY_PATH="$LIB" \
-            -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
+            "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
             -x SHARP_COLL_LOG_LEVEL=1 -x SHARP_FABRIC_DIR="$FAB" \
             ${EXTRA:+-x "$EXTRA"} \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_fault_ompi" "$@" \
             >"$out" 2>&1 &
     else
         timeout 150 mpiexec.mpich -n "$np" -genv LD_LIBRARY_PATH "$LIB" \
-            -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so" \
+            "${SAN_MPICH[@]}" -genv LD_PRELOAD "$SAN_PRE$LIB/libsharp_mpi_mpich.so" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_COLL_LOG_LEVEL 1 \
             -genv SHARP_FABRIC_DIR "$FAB" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_fault_mpich" "$@" \
@@ -187,7 +180,7 @@ twice() {
     fabric up "$DIR/ft8.ibnd" --net 127.33 >/dev/null || { bad "$name: fabric"; return; }
     rm -f "$DIR/sig"
     timeout 150 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" \
-        -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
+        "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
         -x SHARP_FABRIC_DIR="$FAB" \
         "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stream_ompi" \
         --calls 100000 --signal-at 1000 "$DIR/sig" >"$out" 2>&1 &
@@ -258,13 +251,13 @@ nbmid() { # NAME MPI NP NET [TOPO LEAF ARGS...]
     local args=(--seed 3 --seeds 3 --ops 2000 --signal-at 600 "$DIR/sig" "$@")
     if [ "$mpi" = ompi ]; then
         timeout 150 "${OMPI[@]}" -np "$np" -x LD_LIBRARY_PATH="$LIB" \
-            -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
+            "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
             -x SHARP_COLL_LOG_LEVEL=1 -x SHARP_FABRIC_DIR="$FAB" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stress_ompi" \
             "${args[@]}" >"$out" 2>&1 &
     else
         timeout 150 mpiexec.mpich -n "$np" -genv LD_LIBRARY_PATH "$LIB" \
-            -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
+            "${SAN_MPICH[@]}" -genv LD_PRELOAD "$SAN_PRE$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_COLL_LOG_LEVEL 1 \
             -genv SHARP_FABRIC_DIR "$FAB" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stress_mpich" \
@@ -312,13 +305,13 @@ nbstuck() { # MPI
     up "$DIR/ft4.ibnd" 127.34 || { bad "node rank away ($mpi): fabric"; return; }
     if [ "$mpi" = ompi ]; then
         timeout 50 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" \
-            -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
+            "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
             -x SHARP_MPI_NODE_SHM_TIMEOUT=1500 -x SHARP_FABRIC_DIR="$FAB" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_ompi" \
             --stuck 1 60000 >"$out" 2>&1
     else
         timeout 50 mpiexec.mpich -n 8 -genv LD_LIBRARY_PATH "$LIB" \
-            -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
+            "${SAN_MPICH[@]}" -genv LD_PRELOAD "$SAN_PRE$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_MPI_NODE_SHM_TIMEOUT 1500 \
             -genv SHARP_FABRIC_DIR "$FAB" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_mpich" \
@@ -383,7 +376,7 @@ fi
 t0=$SECONDS
 up "$DIR/ft8.ibnd" 127.33
 timeout 150 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" \
-    -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
+    "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
     -x SHARP_MPI_ON_FAULT=abort -x SHARP_FABRIC_DIR="$FAB" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_check_ompi" >"$DIR/check.out" 2>&1
 rc=$?

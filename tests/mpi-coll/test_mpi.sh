@@ -9,14 +9,7 @@
 # after 64 empty polls), else the waiting ranks starve the daemons and the
 # other ranks on 2 cores.
 set -u
-O=${O:-build}
-BIN=$(cd "$O/bin" && pwd)
-LIB=$(cd "$O/lib" && pwd)
-if [ "${SAN:-0}" = 1 ]; then
-    echo "skip: libsharp_mpi is preloaded into uninstrumented MPI programs;" \
-        "run without SAN=1"
-    exit 77
-fi
+. "$(dirname "$0")/lib.sh"
 for f in libsharp_mpi_ompi.so libsharp_mpi_mpich.so; do
     [ -f "$LIB/$f" ] || { echo "missing $LIB/$f"; exit 1; }
 done
@@ -38,7 +31,7 @@ fabric up "$DIR/ft.ibnd" --net 127.13 >/dev/null || { echo "fabric up failed"; e
 OMPI=(timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe
       --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp)
 MPICH=(timeout 120 mpiexec.mpich)
-MPICH_PRELOAD="$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so"
+MPICH_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so"
 [ -f "$LIB/libsharp_yield.so" ] || { echo "missing $LIB/libsharp_yield.so"; exit 1; }
 
 # offloaded counts from the report: "sharp_mpi: MPI_Allreduce  N ..."
@@ -64,7 +57,7 @@ types_verdict() {
 }
 
 # 1. Open MPI, 8 ranks, one per host
-"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$BIN/sharp_mpi_demo_ompi" >"$DIR/ompi.out" 2>&1
 rc=$?
@@ -79,7 +72,7 @@ fi
 
 # 2. MPICH, 8 ranks, one per host
 t0=$SECONDS
-"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
+"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" "${SAN_MPICH[@]}" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$BIN/sharp_mpi_demo_mpich" >"$DIR/mpich.out" 2>&1
 rc=$?
@@ -93,7 +86,7 @@ fi
 # 2b. every op x type, every root, bcasts, barrier order, communicator
 # loops: Open MPI 8 ranks (holding at the end: only the world's group and
 # its standby may be left at the manager), MPICH 8 ranks
-"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_check_ompi" --hold "$DIR/hold" \
     >"$DIR/check.out" 2>&1 &
@@ -112,7 +105,7 @@ else
     bad "Open MPI mpi_check (exit $rc, $groups groups at the manager mid-run, $standbys standby)"; tail -30 "$DIR/check.out"
 fi
 t0=$SECONDS
-"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
+"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" "${SAN_MPICH[@]}" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_check_mpich" >"$DIR/check-mpich.out" 2>&1
 rc=$?
@@ -129,7 +122,7 @@ fi
 # with the same call through PMPI (tests/mpi-coll/mpi_types.c): Open MPI and
 # MPICH, 8 ranks each
 t0=$SECONDS
-"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_types_ompi" >"$DIR/types.out" 2>&1
 why=$(types_verdict $? "$DIR/types.out")
@@ -139,7 +132,7 @@ else
     bad "Open MPI mpi_types ($why)"; grep -v "PMPI defect" "$DIR/types.out" | tail -30
 fi
 t0=$SECONDS
-"${MPICH[@]/120/240}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
+"${MPICH[@]/120/240}" -n 8 -genv LD_LIBRARY_PATH "$LIB" "${SAN_MPICH[@]}" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_types_mpich" >"$DIR/types-mpich.out" 2>&1
 why=$(types_verdict $? "$DIR/types-mpich.out")
@@ -168,7 +161,7 @@ nb_verdict() { # RC OUT
     echo "$why"
 }
 t0=$SECONDS
-"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_ompi" >"$DIR/nb.out" 2>&1
 why=$(nb_verdict $? "$DIR/nb.out")
@@ -179,7 +172,7 @@ else
     bad "Open MPI mpi_nb ($why)"; tail -30 "$DIR/nb.out"
 fi
 t0=$SECONDS
-"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
+"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" "${SAN_MPICH[@]}" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_mpich" >"$DIR/nb-mpich.out" 2>&1
 why=$(nb_verdict $? "$DIR/nb-mpich.out")
@@ -197,7 +190,7 @@ fi
 for way in "1 1" "1 0" "0 1"; do
     set -- $way
     aggr=$1 nshm=$2
-    "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+    "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
         -x SHARP_MPI_VERBOSE=2 -x SHARP_MPI_NODE_AGGR=$aggr -x SHARP_MPI_NODE_SHM=$nshm \
         -x SHARP_FABRIC_DIR="$DIR/fabric4" \
         "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_check_ompi" >"$DIR/ppn2.out" 2>&1
@@ -218,7 +211,7 @@ for way in "1 1" "1 0" "0 1"; do
     fi
 done
 # MPICH too, with the node step on shared memory (the default)
-"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
+"${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" "${SAN_MPICH[@]}" -genv LD_PRELOAD "$MPICH_PRELOAD" \
     -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric4" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_check_mpich" >"$DIR/ppn2-mpich.out" 2>&1
 rc=$?
@@ -231,7 +224,7 @@ fi
 # the node-local paths (gather, fold, bcast or send to the root, packed
 # pairs) with the types that take different ones
 t0=$SECONDS
-"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+"${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_types_ompi" \
     --only MPI_INT,MPI_UINT8_T,MPI_DOUBLE,MPI_C_DOUBLE_COMPLEX,MPI_C_BOOL,MPI_SHORT_INT,MPI_DOUBLE_INT,MPI_LONG_DOUBLE,mixed,derived \
@@ -249,14 +242,14 @@ fi
 nbppn2() { # MPI SLOT OUT
     local mpi=$1 slot=$2 out=$3 t0=$SECONDS rc
     if [ "$mpi" = ompi ]; then
-        "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+        "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
             -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
             -x SHARP_MPI_NODE_SHM=$([ "$slot" = 0 ] && echo 0 || echo 1) \
             -x SHARP_MPI_NODE_SHM_SLOT="$slot" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_ompi" --ppn 2 \
             --node-slot "$slot" >"$out" 2>&1
     else
-        "${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" -genv LD_PRELOAD "$MPICH_PRELOAD" \
+        "${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" "${SAN_MPICH[@]}" -genv LD_PRELOAD "$MPICH_PRELOAD" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric4" \
             -genv SHARP_MPI_NODE_SHM $([ "$slot" = 0 ] && echo 0 || echo 1) \
             -genv SHARP_MPI_NODE_SHM_SLOT "$slot" \
@@ -282,7 +275,7 @@ nbppn2 ompi 0 "$DIR/nb-ppn2-noshm.out"
 "$BIN/sharp-fabric" --dir "$DIR/fabric4" down >/dev/null
 
 # 3. no sharpd: plain MPI, one line of notice, right results
-"${OMPI[@]}" -np 4 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+"${OMPI[@]}" -np 4 -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_COLL_SHARPD_SOCKET=/nonexistent/sharpd.sock \
     -x SHARP_COLL_LOG_LEVEL=0 "$BIN/sharp_mpi_demo_ompi" >"$DIR/fallback.out" 2>&1
 rc=$?
@@ -296,7 +289,7 @@ else
 fi
 
 # 4. SHARP_MPI_ENABLE=0 and per-collective switches
-"${OMPI[@]}" -np 4 -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+"${OMPI[@]}" -np 4 -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
     -x SHARP_MPI_VERBOSE=1 -x SHARP_MPI_BARRIER=0 -x SHARP_FABRIC_DIR="$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$BIN/sharp_mpi_demo_ompi" >"$DIR/switch.out" 2>&1
 rc=$?

@@ -13,14 +13,7 @@
 # SHARP_MPI_THREAD_MULTIPLE=0); and at two ranks a
 # host, where they take the node step on shared memory.
 set -u
-O=${O:-build}
-BIN=$(cd "$O/bin" && pwd)
-LIB=$(cd "$O/lib" && pwd)
-if [ "${SAN:-0}" = 1 ]; then
-    echo "skip: libsharp_mpi is preloaded into uninstrumented MPI programs;" \
-        "run without SAN=1"
-    exit 77
-fi
+. "$(dirname "$0")/lib.sh"
 for f in libsharp_mpi_ompi.so libsharp_mpi_mpich.so libsharp_yield.so; do
     [ -f "$LIB/$f" ] || { echo "missing $LIB/$f"; exit 1; }
 done
@@ -63,14 +56,14 @@ stress() {
     if [ "$mpi" = ompi ]; then
         timeout 100 mpirun.openmpi --allow-run-as-root --oversubscribe \
             --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np "$np" \
-            -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+            -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
             -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$fab" \
             ${SHARP_MPI_THREAD_MULTIPLE:+-x SHARP_MPI_THREAD_MULTIPLE} \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stress_ompi" \
             --seed "$seed" --seeds "$n" --ops "$OPS" "$@" >"$out" 2>&1
     else
         timeout 100 mpiexec.mpich -n "$np" -genv LD_LIBRARY_PATH "$LIB" \
-            -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
+            "${SAN_MPICH[@]}" -genv LD_PRELOAD "$SAN_PRE$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$fab" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stress_mpich" \
             --seed "$seed" --seeds "$n" --ops "$OPS" "$@" >"$out" 2>&1

@@ -10,14 +10,7 @@
 #     MPI Debian's mpi4py is built for): the same
 #   - SHARP_MPI_THREAD_MULTIPLE=0: such a job on MPI, the reason named
 set -u
-O=${O:-build}
-BIN=$(cd "$O/bin" && pwd)
-LIB=$(cd "$O/lib" && pwd)
-if [ "${SAN:-0}" = 1 ]; then
-    echo "skip: libsharp_mpi is preloaded into uninstrumented MPI programs;" \
-        "run without SAN=1"
-    exit 77
-fi
+. "$(dirname "$0")/lib.sh"
 command -v mpirun.openmpi >/dev/null || { echo "skip: no Open MPI"; exit 77; }
 DIR=$(mktemp -d /tmp/sharp-test-threads.XXXXXX)
 FAB="$DIR/fabric"
@@ -45,14 +38,14 @@ run() {
     if [ "$mpi" = ompi ]; then
         timeout 150 mpirun.openmpi --allow-run-as-root --oversubscribe \
             --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np "$np" \
-            -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+            -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
             -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$FAB" \
             ${SHARP_MPI_THREAD_MULTIPLE:+-x SHARP_MPI_THREAD_MULTIPLE} \
             "$BIN/sharp-fabric" rank -- $(prog_of "$prog" ompi) "$@" \
             >"$out" 2>&1
     else
         timeout 150 mpiexec.mpich -n "$np" -genv LD_LIBRARY_PATH "$LIB" \
-            -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
+            "${SAN_MPICH[@]}" -genv LD_PRELOAD "$SAN_PRE$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$FAB" \
             "$BIN/sharp-fabric" rank -- $(prog_of "$prog" mpich) "$@" \
             >"$out" 2>&1

@@ -13,14 +13,7 @@
 # report's "not offloaded, because" rows with their exact counts
 # (communicators, calls and bytes summed over the ranks).
 set -u
-O=${O:-build}
-BIN=$(cd "$O/bin" && pwd)
-LIB=$(cd "$O/lib" && pwd)
-if [ "${SAN:-0}" = 1 ]; then
-    echo "skip: libsharp_mpi is preloaded into uninstrumented MPI programs;" \
-        "run without SAN=1"
-    exit 77
-fi
+. "$(dirname "$0")/lib.sh"
 command -v mpirun.openmpi >/dev/null || { echo "skip: no Open MPI"; exit 77; }
 DIR=$(mktemp -d /tmp/sharp-test-why.XXXXXX)
 fabric() { "$BIN/sharp-fabric" --dir "$FABRIC" "$@"; }
@@ -48,13 +41,13 @@ run() {
     if [ "$mpi" = ompi ]; then
         timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe \
             --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np 8 \
-            -x LD_LIBRARY_PATH="$LIB" -x LD_PRELOAD="$LIB/libsharp_mpi_ompi.so" \
+            -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
             -x SHARP_FABRIC_DIR="$FABRIC" \
             "$BIN/sharp-fabric" rank -- env SHARP_MPI_VERBOSE=1 "$@" \
             "$O/tests/mpi-coll/mpi_why_ompi" >"$out" 2>&1
     else
         timeout 120 mpiexec.mpich -n 8 -genv LD_LIBRARY_PATH "$LIB" \
-            -genv LD_PRELOAD "$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
+            "${SAN_MPICH[@]}" -genv LD_PRELOAD "$SAN_PRE$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
             -genv SHARP_FABRIC_DIR "$FABRIC" \
             "$BIN/sharp-fabric" rank -- env SHARP_MPI_VERBOSE=1 "$@" \
             "$O/tests/mpi-coll/mpi_why_mpich" >"$out" 2>&1
