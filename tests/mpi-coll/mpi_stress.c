@@ -166,8 +166,13 @@ static void fold(const op_t *o, int lo, int hi, long i, void *out)
         return;
     }
     int s = 0, v;
+    union { /* val's room for either type (gcc's bounds check, under ASan) */
+        int i;
+        double d;
+    } u;
     for (int r = lo; r < hi; r++) {
-        val(o, r, i, &v);
+        val(o, r, i, &u);
+        v = u.i;
         if (r == lo) {
             s = v;
         } else if (o->t == T_ISUM) {
