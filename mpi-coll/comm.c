@@ -76,6 +76,7 @@ static void comm_teardown(comm_state_t *s)
         PMPI_Comm_free(&s->all);
     }
     recs_free(s);
+    smpi_xchg_free(s); /* (before its node communicator) */
     MPI_Comm *cs[] = {&s->oob, &s->node, &s->leaders};
     for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
         if (*cs[i] != MPI_COMM_NULL) {

@@ -1,7 +1,8 @@
 /*
  * libsharp_mpi internals: the non-blocking engine's operation and its
  * steps, shared by the files of the non-blocking and persistent forms.
- * Bottom to top: op.c (the operation, its queue, post, delivery, redo and
+ * Bottom to top: node_xchg.c (the node step's exchange: on shared memory
+ * or on PMPI), op.c (the operation, its queue, post, delivery, redo and
  * recovery; the node step's arrival), node_step.c (the rest of the node
  * step), progress.c (starting, progress, drain), then nb_coll.c (the
  * MPI_I* and persistent entry points) and request.c (the completion
@@ -44,15 +45,17 @@ typedef struct nb_op {
     MPI_Request preq;
     MPI_Op mop;
     struct nb_op *qnext;
-    /* several ranks per node (the communicator's hier): the node step on
-     * shared memory, one at a time per communicator (always queued).
+    /* several ranks per node (the communicator's hier): the node step
+     * (its exchange on shared memory, or on PMPI: node_mpi), one at a time
+     * per communicator (always queued).
      * nphase 0: not begun; 1: arrived (the leader waits for the node's
      * other ranks, they for its publication); 2: the leader's sharp part
-     * in flight.  nsrc: what this rank gave (a bcast's data at its root);
-     * nin: the leader's input to sharp (the node's fold; every
+     * in flight; 3: the leader's publication on PMPI in flight.  nsrc:
+     * what this rank gave (a bcast's data at its root); nin: the leader's input to sharp (the node's fold; every
      * contribution, for an exact sum; a bcast's data from a root in its
      * node) */
     int node, nphase;
+    int node_mpi; /* the node step's exchange on PMPI (node_xchg.c) */
     const char *nsrc;
     char *nin;
     /* persistent: the program's handle; freed while active */
@@ -101,15 +104,33 @@ void smpi_nb_recover(nb_op_t *o, int rc);
  * step's arrival) */
 void smpi_nb_kick(comm_state_t *st);
 
-/* The node step's pieces (op.c: its arrival; node_step.c: the rest) */
-size_t smpi_node_len(const nb_op_t *o);
+/* The node step's pieces (op.c: its arrival; node_step.c: the rest;
+ * node_xchg.c: its exchange, below) */
 char *smpi_node_pr(nb_op_t *o);
-void smpi_node_check(nb_op_t *o, shp_status_t s);
 void smpi_node_arrive(nb_op_t *o);
 /* the leader's sharp part ended (rc) */
 void smpi_node_finish(nb_op_t *o, int rc);
 /* a node step's turn of progress (nphase 1): 1 if o completed */
 int smpi_node_poll(nb_op_t *o);
+
+/* The node step's exchange (node_xchg.c): on shared memory, or on PMPI
+ * (o->node_mpi).  Errors on shared memory abort the job naming the rank
+ * (smpi_node_check); on PMPI they are MPI's. */
+/* the data a node step carries (0: a barrier) */
+size_t smpi_node_len(const nb_op_t *o);
+/* a shared-memory step's status: an error aborts the job, naming the rank */
+void smpi_node_check(nb_op_t *o, shp_status_t s);
+/* bytes fit the communicator's shared-memory slot; can go over PMPI */
+int smpi_xchg_fits(const comm_state_t *st, size_t bytes);
+int smpi_xchg_possible(const comm_state_t *st, size_t bytes);
+void smpi_xchg_arrive(nb_op_t *o, const char *src, size_t len);
+shp_status_t smpi_xchg_test_in(nb_op_t *o); /* the leader: all arrived */
+void smpi_xchg_srcs(nb_op_t *o, const void **srcs);
+void smpi_xchg_fold(nb_op_t *o, size_t count, void *dst);
+char *smpi_xchg_result_area(nb_op_t *o);
+void smpi_xchg_publish(nb_op_t *o, const char *res, size_t len, int code);
+shp_status_t smpi_xchg_published(nb_op_t *o);
+shp_status_t smpi_xchg_test_out(nb_op_t *o, void *buf, size_t len, int *code);
 
 /* Starting and progress (progress.c) */
 void smpi_nb_link(nb_op_t *o); /* a new operation, live */

@@ -14,10 +14,10 @@
  *       given back
  *
  * Offloaded exactly when the blocking call would be (dtype.c's rules:
- * every rank decides alike); with several ranks per node only for data up
- * to the communicator's nb_slot (the node step on shared memory), else
- * PMPI.  The first collective on a communicator makes its group (comm.c),
- * blocking or not.  Each entry point holds the layer's lock (lock.c).
+ * every rank decides alike); with several ranks per node the node step's
+ * exchange is on shared memory for data up to the communicator's nb_slot,
+ * else on PMPI (node_xchg.c).  The first collective on a communicator
+ * makes its group (comm.c), blocking or not.  Each entry point holds the layer's lock (lock.c).
  */
 #include "mpi-coll/sharp_mpi_int.h"
 #include "mpi-coll/nb.h"
@@ -49,10 +49,10 @@ static comm_state_t *nb_comm(MPI_Comm comm, size_t bytes, int *why)
     }
     st = smpi_comm_state(comm, why, 0);
     comm_state_t *s = st != NULL ? st : found ? had : NULL;
-    if (s != NULL && s->hier && (s->nb_slot == 0 || bytes > s->nb_slot)) {
-        /* the node step on MPI (no segment on some node), or data over
-         * one slot: PMPI (decided from what the group's making agreed,
-         * whether or not it failed since) */
+    if (s != NULL && s->hier && !smpi_xchg_possible(s, bytes)) {
+        /* the node step's gather on PMPI would count over 2 GiB: PMPI
+         * (decided from what the group's making agreed, whether or not it
+         * failed since) */
         *why = WHY_NB_NODE;
         return NULL;
     }

@@ -34,12 +34,11 @@ unsigned long smpi_nb_moved;
  * the leader's own buffers, and the next operation (or the redo) */
 static void node_publish(nb_op_t *o, const char *res, int code)
 {
-    comm_state_t *st = o->st;
     size_t len = smpi_node_len(o);
     if (len != 0 && res == NULL) {
-        res = smn_result_area(st->nshm); /* nothing to tell: no data */
+        res = smpi_xchg_result_area(o); /* nothing to tell: no data */
     }
-    smpi_node_check(o, smn_nb_publish(st->nshm, res, len, code));
+    smpi_xchg_publish(o, res, len, code);
     o->nphase = 0;
     smpi_nb_moved++;
     if (code == NODE_REDO) {
@@ -48,6 +47,10 @@ static void node_publish(nb_op_t *o, const char *res, int code)
     }
     if (len != 0) {
         smpi_nb_deliver(o, res);
+    }
+    if (smpi_xchg_published(o) != SHP_OK) {
+        o->nphase = 3; /* done when its publication is (on PMPI) */
+        return;
     }
     smpi_nb_dequeue(o); /* o may be gone */
 }
@@ -134,7 +137,7 @@ static void node_lead_input(nb_op_t *o, int exact, size_t ns)
                 o->nin = smpi_xmalloc((size_t)st->node_size * o->bytes, o->comm,
                                       smpi_nb_name(o));
             }
-            smpi_node_check(o, smn_nb_srcs(st->nshm, srcs));
+            smpi_xchg_srcs(o, srcs);
             for (int k = 0; k < st->node_size; k++) {
                 memcpy(o->nin + (size_t)k * o->bytes, srcs[k], o->bytes);
             }
@@ -142,7 +145,7 @@ static void node_lead_input(nb_op_t *o, int exact, size_t ns)
             if (o->nin == NULL) {
                 o->nin = smpi_xmalloc(o->bytes, o->comm, smpi_nb_name(o));
             }
-            smpi_node_check(o, smn_nb_fold(st->nshm, &o->d, ns, o->nin));
+            smpi_xchg_fold(o, ns, o->nin);
         }
     } else if (o->kind == C_IBCAST &&
                st->node_of[o->root] == st->node_of[st->rank] &&
@@ -150,7 +153,7 @@ static void node_lead_input(nb_op_t *o, int exact, size_t ns)
         if (o->nin == NULL) {
             o->nin = smpi_xmalloc(o->bytes, o->comm, smpi_nb_name(o));
         }
-        smpi_node_check(o, smn_nb_srcs(st->nshm, srcs));
+        smpi_xchg_srcs(o, srcs);
         memcpy(o->nin, srcs[st->rank_in_node[o->root]], o->bytes);
     }
 }
@@ -247,13 +250,21 @@ static void node_lead_post(nb_op_t *o)
     sharp_coll_progress(smpi.ctx); /* on its way while the program computes */
 }
 
-/* a node step's turn of progress (nphase 1): 1 if o completed (it may be
- * gone) */
+/* a node step's turn of progress (nphase 1, or 3: the leader's
+ * publication on PMPI): 1 if o completed (it may be gone) */
 int smpi_node_poll(nb_op_t *o)
 {
     comm_state_t *st = o->st;
+    if (o->nphase == 3) { /* the leader's publication on PMPI */
+        if (smpi_xchg_published(o) != SHP_OK) {
+            return 0;
+        }
+        o->nphase = 0;
+        smpi_nb_dequeue(o); /* o may be gone */
+        return 1;
+    }
     if (st->node_rank == 0) {
-        shp_status_t s = smn_nb_test_in(st->nshm);
+        shp_status_t s = smpi_xchg_test_in(o);
         smpi_node_check(o, s);
         if (s == SHP_OK) {
             node_lead(o);
@@ -274,7 +285,7 @@ int smpi_node_poll(nb_op_t *o)
         unpack = o->m.packed;
     }
     int code = NODE_OK;
-    shp_status_t s = smn_nb_test_out(st->nshm, out, smpi_node_len(o), &code);
+    shp_status_t s = smpi_xchg_test_out(o, out, smpi_node_len(o), &code);
     smpi_node_check(o, s);
     if (s != SHP_OK) {
         return 0;
@@ -290,7 +301,7 @@ int smpi_node_poll(nb_op_t *o)
          * rank arrives again (the leader publishes the next one only
          * then); without this copy the rank kept its own buffer: a wrong
          * result */
-        memcpy(out, smn_result_area(st->nshm), smpi_node_len(o));
+        memcpy(out, smpi_xchg_result_area(o), smpi_node_len(o));
     }
     if (code == NODE_REDO) {
         smpi_nb_redo(o); /* (the program's buffers untouched; o may be gone) */

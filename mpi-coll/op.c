@@ -23,12 +23,12 @@
  * too, done on PMPI in order on the communicator's private duplicate.
  *
  * With node-local aggregation (several ranks per node, hier) an operation
- * is one node step on shared memory in its non-blocking form (node_shm.h,
- * smn_nb_*), for data up to the smallest slot of the communicator's nodes
- * where every node has its segment (nb_slot, agreed when the group is
- * made), else PMPI on every rank: at the head of the queue each rank
- * arrives with its contribution (smpi_node_arrive, here) and goes on; the
- * rest of the step is node_step.c's.
+ * is one node step: its exchange on shared memory in its non-blocking form
+ * (node_shm.h, smn_nb_*) for data up to the smallest slot of the
+ * communicator's nodes where every node has its segment (nb_slot, agreed
+ * when the group is made), else on PMPI (node_xchg.c): at the head of the
+ * queue each rank arrives with its contribution (smpi_node_arrive, here)
+ * and goes on; the rest of the step is node_step.c's.
  */
 #include "mpi-coll/sharp_mpi_int.h"
 #include "mpi-coll/nb.h"
@@ -299,11 +299,6 @@ void smpi_nb_recover(nb_op_t *o, int rc)
 
 /* The node step's arrival ------------------------------------------------- */
 
-size_t smpi_node_len(const nb_op_t *o)
-{
-    return o->kind == C_IBARRIER ? 0 : o->bytes;
-}
-
 char *smpi_node_pr(nb_op_t *o)
 {
     if (o->pr == NULL) {
@@ -337,13 +332,6 @@ static const char *node_bcast_src(nb_op_t *o)
     return o->pr;
 }
 
-void smpi_node_check(nb_op_t *o, shp_status_t s)
-{
-    if (s != SHP_OK && s != SHP_INPROGRESS) {
-        smpi_node_shm_fail(o->st, o->comm, smpi_nb_name(o), s);
-    }
-}
-
 /* the head of the queue begins: this rank's contribution, without waiting */
 void smpi_node_arrive(nb_op_t *o)
 {
@@ -360,8 +348,10 @@ void smpi_node_arrive(nb_op_t *o)
         len = o->bytes;
     }
     o->nsrc = src;
-    SMPI_ADD(smpi.node_shm_steps, 1);
-    smpi_node_check(o, smn_nb_arrive(st->nshm, src, len));
+    if (!o->node_mpi) {
+        SMPI_ADD(smpi.node_shm_steps, 1);
+    }
+    smpi_xchg_arrive(o, src, len);
     o->nphase = 1;
 }
 

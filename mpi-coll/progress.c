@@ -57,6 +57,9 @@ void smpi_nb_start(nb_op_t *o)
     o->seq = st->seq;
     o->done = 0;
     o->active = 1;
+    /* the node step's exchange: on PMPI for data over the slot (every
+     * rank decides alike; at each start: a new group agrees its slot) */
+    o->node_mpi = o->node && !smpi_xchg_fits(st, o->bytes);
     PMPI_Grequest_start(smpi_nb_query, smpi_nb_free, smpi_nb_cancel, o,
                         &o->greq);
     o->rec = smpi_cfg.on_fault == SMPI_FALLBACK && st->recoverable;
@@ -148,7 +151,7 @@ int smpi_nb_poll(nb_op_t *o, int block)
         }
         return 0; /* its turn comes with the others' (smpi_nb_drain) */
     }
-    if (o->node && o->nphase == 1) {
+    if (o->node && (o->nphase == 1 || o->nphase == 3)) {
         return smpi_node_poll(o);
     }
     if (o->ended) {
@@ -216,7 +219,8 @@ void smpi_nb_idle(unsigned turn)
 static smn_node_t *node_waiting(void)
 {
     for (nb_op_t *o = smpi_nb_ops; o != NULL; o = o->next) {
-        if (o->node && o->nphase == 1 && o->active && !o->done) {
+        if (o->node && !o->node_mpi && o->nphase == 1 && o->active &&
+            !o->done) {
             return o->st->nshm;
         }
     }

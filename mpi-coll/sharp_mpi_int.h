@@ -164,6 +164,9 @@ typedef struct comm_state {
     /* hier: every node has its segment, each slot at least this many
      * bytes (0: not every node): the non-blocking forms' node step */
     size_t nb_slot;
+    /* the non-blocking node step's exchange on PMPI (node_xchg.c), made
+     * at its first use */
+    struct smpi_xchg *xc;
     /* the last result and the recovery service's view of the group
      * (members only); all: a duplicate of the communicator, for the
      * barrier that keeps the record until every rank is done with it */
@@ -294,6 +297,9 @@ void smpi_comm_call(comm_state_t *s, MPI_Comm comm);
  * come, node_shm.h): abort, naming it */
 void smpi_node_shm_fail(comm_state_t *st, MPI_Comm comm, const char *what,
                         shp_status_t s);
+/* the non-blocking node step's PMPI exchange gone, its requests done
+ * (node_xchg.c) */
+void smpi_xchg_free(comm_state_t *st);
 
 /* Non-blocking operations (progress.c, below comm.c): s's operations in
  * flight (NULL: every communicator's) complete; both libraries progress

@@ -141,10 +141,10 @@ static const struct {
                   "fix the call"},
     [WHY_NB_NODE] = {S_CALL, "nb_node_aggr",
                      "a non-blocking call at several ranks per node whose "
-                     "node step cannot be on shared memory: data over one "
-                     "node slot, or a node without its segment",
-                     "raise SHARP_MPI_NODE_SHM_SLOT (or SHARP_MPI_NODE_AGGR=0: "
-                     "every process a member)"},
+                     "node step's gather on MPI would be 2 GiB or more "
+                     "(node ranks x bytes)",
+                     "split the call (or SHARP_MPI_NODE_AGGR=0: every "
+                     "process a member)"},
 };
 
 /* per reason: [0] communicators (counted by their rank 0), [1] calls,

@@ -242,9 +242,10 @@ mid "top ANs killed (MPICH, 2 ranks)" mpich 2 "$DIR/ft8.ibnd" 127.33 \
 # hosts is killed: the job goes on, every result right, the failed
 # operations and the later ones on those communicators redone on MPI (or
 # their results fetched from a member that completed them); at two ranks a
-# host (TOPO ft4, ARGS --ppn 2 ...) the operations take the node step on
-# shared memory, and the node leader's recovery reaches its node's ranks
-# through it (a fetched result, or "redo on MPI" for every rank alike)
+# host (TOPO ft4, ARGS --ppn 2 ...) the operations take the node step (its
+# exchange on shared memory up to the slot, NB_SLOT, on PMPI above), and
+# the node leader's recovery reaches its node's ranks through it (a fetched
+# result, or "redo on MPI" for every rank alike)
 nbmid() { # NAME MPI NP NET [TOPO LEAF ARGS...]
     local name=$1 mpi=$2 np=$3 net=$4 topo=${5:-$DIR/ft8.ibnd} leaf=${6:-leaf01}
     local out="$DIR/nb-$2-$np.out" t0=$SECONDS rc
@@ -257,6 +258,7 @@ nbmid() { # NAME MPI NP NET [TOPO LEAF ARGS...]
         timeout 150 "${OMPI[@]}" -np "$np" -x LD_LIBRARY_PATH="$LIB" \
             "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" -x SHARP_MPI_VERBOSE=1 \
             -x SHARP_COLL_LOG_LEVEL=1 -x SHARP_FABRIC_DIR="$FAB" \
+            -x SHARP_MPI_NODE_SHM_SLOT="${NB_SLOT:-65536}" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stress_ompi" \
             "${args[@]}" >"$out" 2>&1 &
     else
@@ -264,6 +266,7 @@ nbmid() { # NAME MPI NP NET [TOPO LEAF ARGS...]
             "${SAN_MPICH[@]}" -genv LD_PRELOAD "$SAN_PRE$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_COLL_LOG_LEVEL 1 \
             -genv SHARP_FABRIC_DIR "$FAB" \
+            -genv SHARP_MPI_NODE_SHM_SLOT "${NB_SLOT:-65536}" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stress_mpich" \
             "${args[@]}" >"$out" 2>&1 &
     fi
@@ -294,9 +297,11 @@ nbmid() { # NAME MPI NP NET [TOPO LEAF ARGS...]
 nbmid "non-blocking collectives in flight, leaf AN killed (Open MPI, 8 ranks)" ompi 8 127.33
 nbmid "non-blocking collectives in flight, leaf AN killed (MPICH, 8 ranks)" mpich 8 127.33
 nbmid "non-blocking collectives in flight, leaf AN killed, 2 ranks per host (Open MPI, 8 ranks, 4 hosts)" \
-    ompi 8 127.34 "$DIR/ft4.ibnd" leaf02 --ppn 2 --node-slot 65536
-nbmid "non-blocking collectives in flight, leaf AN killed, 2 ranks per host (MPICH, 8 ranks, 4 hosts)" \
-    mpich 8 127.34 "$DIR/ft4.ibnd" leaf02 --ppn 2 --node-slot 65536
+    ompi 8 127.34 "$DIR/ft4.ibnd" leaf02 --ppn 2
+# (MPICH with a 4 KiB slot: the node steps of larger operations take
+# their exchange on PMPI, node_xchg.c, when the AN dies)
+NB_SLOT=4096 nbmid "non-blocking collectives in flight, leaf AN killed, 2 ranks per host, exchange on PMPI above 4 KiB (MPICH, 8 ranks, 4 hosts)" \
+    mpich 8 127.34 "$DIR/ft4.ibnd" leaf02 --ppn 2
 
 # a rank of a node that does not come to a non-blocking collective (two
 # ranks a host; rank 1, node rank 1 of the first host, away 60 s outside

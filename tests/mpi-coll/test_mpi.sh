@@ -237,8 +237,9 @@ else
 fi
 # non-blocking ones with one member per node: the node step on shared
 # memory (its non-blocking form), with a 4 KiB slot so that the data above
-# it go to PMPI (on every rank alike); the node steps counted; and with
-# SHARP_MPI_NODE_SHM=0 (the node step on MPI) all of them on PMPI
+# it take the node step's exchange on PMPI (node_xchg.c); the node steps
+# on shared memory counted; and with SHARP_MPI_NODE_SHM=0 every node step's
+# exchange on PMPI: offloaded all the same, every result checked
 nbppn2() { # MPI SLOT OUT
     local mpi=$1 slot=$2 out=$3 t0=$SECONDS rc
     if [ "$mpi" = ompi ]; then
@@ -246,15 +247,15 @@ nbppn2() { # MPI SLOT OUT
             -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
             -x SHARP_MPI_NODE_SHM=$([ "$slot" = 0 ] && echo 0 || echo 1) \
             -x SHARP_MPI_NODE_SHM_SLOT="$slot" \
-            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_ompi" --ppn 2 \
-            --node-slot "$slot" >"$out" 2>&1
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_ompi" \
+            >"$out" 2>&1
     else
         "${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" "${SAN_MPICH[@]}" -genv LD_PRELOAD "$MPICH_PRELOAD" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric4" \
             -genv SHARP_MPI_NODE_SHM $([ "$slot" = 0 ] && echo 0 || echo 1) \
             -genv SHARP_MPI_NODE_SHM_SLOT "$slot" \
-            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_mpich" --ppn 2 \
-            --node-slot "$slot" >"$out" 2>&1
+            "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_mpich" \
+            >"$out" 2>&1
     fi
     rc=$?
     local why shm

@@ -91,7 +91,7 @@ stress mpich 8 "$DIR/fabric" $((S0 + 4)) 3
 "$BIN/sharp-fabric" --dir "$DIR/fabric4" up "$DIR/ft4.ibnd" --net 127.52 >/dev/null ||
     { echo "fabric up failed"; exit 1; }
 for mpi in ompi mpich; do
-    stress $mpi 8 "$DIR/fabric4" "$S0" 2 --ppn 2 --node-slot 65536
+    stress $mpi 8 "$DIR/fabric4" "$S0" 2 --ppn 2
     shm=$(sed -n 's/.*node-local aggregation: \([0-9]*\) step(s) on shared memory.*/\1/p' \
         "$DIR/$mpi-8-$S0.out")
     if [ "${shm:-0}" -gt 1000 ]; then

@@ -1,0 +1,256 @@
+/*
+ * libsharp_mpi: the node step's exchange for a non-blocking operation, on
+ * shared memory (node_shm.h's smn_nb_*) when the communicator's nodes all
+ * have their segment and the data fit its slot (nb_slot), else on PMPI
+ * over the node's communicator: the ranks' contributions gathered at the
+ * leader (PMPI_Igatherv: a reduction's data from every rank, a bcast's
+ * from its root), the leader's result and code given back
+ * (PMPI_Ibcast).  node_step.c drives either the same way.
+ *
+ * On PMPI the order of the node communicator's collectives is the same on
+ * every rank: an operation's gather, then its bcast, then the next one's
+ * (a communicator's node steps go one at a time, op.c's queue); the
+ * others post their half of the bcast when they arrive, the leader its
+ * own when it publishes, and the leader's operation completes with its
+ * bcast (nphase 3), so no buffer is reused while MPI still reads it.
+ * A rank that dies is MPI's to report, as in any PMPI call.
+ */
+#include "mpi-coll/sharp_mpi_int.h"
+#include "mpi-coll/nb.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the published code's room ahead of the data (keeps the data aligned) */
+#define XC_HDR 16
+
+/* a communicator's PMPI exchange (comm_state_t xc) */
+struct smpi_xchg {
+    MPI_Request in, out; /* the gather (this rank's), the bcast */
+    char *all;           /* leader: every rank's bytes, in node-rank order */
+    size_t all_cap;
+    char *res; /* the code (XC_HDR) then the result */
+    size_t res_cap;
+    int *counts, *displs; /* leader: the gather's */
+};
+
+size_t smpi_node_len(const nb_op_t *o)
+{
+    return o->kind == C_IBARRIER ? 0 : o->bytes;
+}
+
+void smpi_node_check(nb_op_t *o, shp_status_t s)
+{
+    if (s != SHP_OK && s != SHP_INPROGRESS) {
+        smpi_node_shm_fail(o->st, o->comm, smpi_coll_names[o->kind], s);
+    }
+}
+
+int smpi_xchg_fits(const comm_state_t *st, size_t bytes)
+{
+    return st->nb_slot != 0 && bytes <= st->nb_slot;
+}
+
+int smpi_xchg_possible(const comm_state_t *st, size_t bytes)
+{
+    return smpi_xchg_fits(st, bytes) ||
+           (size_t)st->node_size * (bytes + XC_HDR) <= (size_t)INT_MAX;
+}
+
+static struct smpi_xchg *xc_of(nb_op_t *o)
+{
+    comm_state_t *st = o->st;
+    if (st->xc == NULL) {
+        st->xc = calloc(1, sizeof(*st->xc));
+        if (st->xc == NULL) {
+            smpi_fail(o->comm, smpi_coll_names[o->kind], SHARP_COLL_ENOMEM);
+        }
+        st->xc->in = st->xc->out = MPI_REQUEST_NULL;
+    }
+    return st->xc;
+}
+
+static void xc_grow(nb_op_t *o, char **buf, size_t *cap, size_t n)
+{
+    if (*cap >= n) {
+        return;
+    }
+    free(*buf);
+    *buf = smpi_xmalloc(n, o->comm, smpi_coll_names[o->kind]);
+    *cap = n;
+}
+
+/* what node rank k gives the leader: a reduction's data from every rank,
+ * a bcast's from its root if it is in this node, else nothing */
+static int xc_count(const nb_op_t *o, int k)
+{
+    const comm_state_t *st = o->st;
+    if (o->kind == C_IBARRIER) {
+        return 0;
+    }
+    if (o->kind == C_IBCAST) {
+        return st->node_of[o->root] == st->node_of[st->rank] &&
+                       st->rank_in_node[o->root] == k
+                   ? (int)o->bytes
+                   : 0;
+    }
+    return (int)o->bytes;
+}
+
+static void xc_arrive_mpi(nb_op_t *o, const char *src, size_t len)
+{
+    static char none;
+    comm_state_t *st = o->st;
+    struct smpi_xchg *x = xc_of(o);
+    int n = st->node_size;
+    /* a request a step that ended otherwise left (a redo): every rank of
+     * the node posted it, so it completes */
+    PMPI_Wait(&x->in, MPI_STATUS_IGNORE);
+    PMPI_Wait(&x->out, MPI_STATUS_IGNORE);
+    if (st->node_rank == 0) {
+        if (x->counts == NULL) {
+            x->counts = smpi_xmalloc(2 * sizeof(int) * (size_t)n, o->comm,
+                                     smpi_coll_names[o->kind]);
+            x->displs = x->counts + n;
+        }
+        for (int k = 0; k < n; k++) {
+            x->counts[k] = xc_count(o, k);
+            x->displs[k] = k * (int)o->bytes;
+        }
+        xc_grow(o, &x->all, &x->all_cap, (size_t)n * o->bytes + 1);
+    } else {
+        xc_grow(o, &x->res, &x->res_cap, XC_HDR + smpi_node_len(o));
+    }
+    PMPI_Igatherv(len != 0 ? src : &none, (int)len, MPI_BYTE, x->all, x->counts,
+                  x->displs, MPI_BYTE, 0, st->node, &x->in);
+    if (st->node_rank != 0) {
+        PMPI_Ibcast(x->res, (int)(XC_HDR + smpi_node_len(o)), MPI_BYTE, 0,
+                    st->node, &x->out);
+    }
+}
+
+void smpi_xchg_arrive(nb_op_t *o, const char *src, size_t len)
+{
+    if (o->node_mpi) {
+        xc_arrive_mpi(o, src, len);
+        return;
+    }
+    smpi_node_check(o, smn_nb_arrive(o->st->nshm, src, len));
+}
+
+shp_status_t smpi_xchg_test_in(nb_op_t *o)
+{
+    if (!o->node_mpi) {
+        return smn_nb_test_in(o->st->nshm);
+    }
+    int flag = 0;
+    PMPI_Test(&o->st->xc->in, &flag, MPI_STATUS_IGNORE);
+    return flag ? SHP_OK : SHP_INPROGRESS;
+}
+
+void smpi_xchg_srcs(nb_op_t *o, const void **srcs)
+{
+    if (!o->node_mpi) {
+        smpi_node_check(o, smn_nb_srcs(o->st->nshm, srcs));
+        return;
+    }
+    for (int k = 0; k < o->st->node_size; k++) {
+        srcs[k] = o->st->xc->all + (size_t)k * o->bytes;
+    }
+}
+
+/* the node's fold in node-rank order (the shared-memory one's bits) */
+void smpi_xchg_fold(nb_op_t *o, size_t count, void *dst)
+{
+    const void *srcs[SMN_MAX_RANKS];
+    if (!o->node_mpi) {
+        smpi_node_check(o, smn_nb_fold(o->st->nshm, &o->d, count, dst));
+        return;
+    }
+    if (count == 0) {
+        return;
+    }
+    smpi_xchg_srcs(o, srcs);
+    if (shp_reduce_fold(&o->d, dst, srcs, (unsigned)o->st->node_size, count) !=
+        SHP_OK) {
+        smpi_fail(o->comm, smpi_coll_names[o->kind], SHARP_COLL_ENOT_SUPP);
+    }
+}
+
+/* the leader's buffer for a result it publishes (len bytes) */
+char *smpi_xchg_result_area(nb_op_t *o)
+{
+    if (!o->node_mpi) {
+        return smn_result_area(o->st->nshm);
+    }
+    struct smpi_xchg *x = xc_of(o);
+    xc_grow(o, &x->res, &x->res_cap, XC_HDR + smpi_node_len(o));
+    return x->res + XC_HDR;
+}
+
+void smpi_xchg_publish(nb_op_t *o, const char *res, size_t len, int code)
+{
+    if (!o->node_mpi) {
+        smpi_node_check(o, smn_nb_publish(o->st->nshm, res, len, code));
+        return;
+    }
+    struct smpi_xchg *x = xc_of(o);
+    PMPI_Wait(&x->out, MPI_STATUS_IGNORE); /* (none: see xc_arrive_mpi) */
+    char *area = smpi_xchg_result_area(o);
+    memcpy(x->res, &code, sizeof(code));
+    if (len != 0 && res != area) {
+        memcpy(area, res, len);
+    }
+    PMPI_Ibcast(x->res, (int)(XC_HDR + len), MPI_BYTE, 0, o->st->node, &x->out);
+}
+
+/* the leader: SHP_OK once its publication's bcast is done (at once on
+ * shared memory) */
+shp_status_t smpi_xchg_published(nb_op_t *o)
+{
+    if (!o->node_mpi) {
+        return SHP_OK;
+    }
+    int flag = 0;
+    PMPI_Test(&o->st->xc->out, &flag, MPI_STATUS_IGNORE);
+    return flag ? SHP_OK : SHP_INPROGRESS;
+}
+
+/* the others: SHP_OK once the leader published; its code at *code and,
+ * with NODE_OK, its len bytes at buf (if not NULL) */
+shp_status_t smpi_xchg_test_out(nb_op_t *o, void *buf, size_t len, int *code)
+{
+    if (!o->node_mpi) {
+        return smn_nb_test_out(o->st->nshm, buf, len, code);
+    }
+    struct smpi_xchg *x = o->st->xc;
+    int in = 0, out = 0;
+    PMPI_Test(&x->in, &in, MPI_STATUS_IGNORE); /* (its gather's half) */
+    PMPI_Test(&x->out, &out, MPI_STATUS_IGNORE);
+    if (!in || !out) {
+        return SHP_INPROGRESS;
+    }
+    memcpy(code, x->res, sizeof(*code));
+    if (*code == NODE_OK && buf != NULL && len != 0) {
+        memcpy(buf, x->res + XC_HDR, len);
+    }
+    return SHP_OK;
+}
+
+/* the communicator's exchange gone (its requests done first: every rank
+ * of the node posted them) */
+void smpi_xchg_free(comm_state_t *st)
+{
+    struct smpi_xchg *x = st->xc;
+    if (x == NULL) {
+        return;
+    }
+    PMPI_Wait(&x->in, MPI_STATUS_IGNORE);
+    PMPI_Wait(&x->out, MPI_STATUS_IGNORE);
+    free(x->all);
+    free(x->res);
+    free(x->counts);
+    free(x);
+    st->xc = NULL;
+}
