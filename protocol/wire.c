@@ -71,6 +71,19 @@ void shp_wire_join_unpack(const void *buf, shp_wire_join_t *join)
 
 /* Join proofs ---------------------------------------------------------------- */
 
+void shp_wire_group_subkey(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+                           uint16_t tree_id, uint32_t group_id,
+                           const char ctx[8], uint8_t *key, size_t len)
+{
+    _Static_assert(SHP_WIRE_JOB_KEY_LEN == crypto_kdf_KEYBYTES,
+                   "the job key is a KDF key");
+    if (sodium_init() < 0) { /* cannot fail once it has succeeded */
+        abort();
+    }
+    crypto_kdf_derive_from_key(key, len, ((uint64_t)tree_id << 32) | group_id,
+                               ctx, job_key);
+}
+
 void shp_wire_join_key(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
                        uint16_t tree_id, uint32_t group_id,
                        uint8_t key[SHP_WIRE_JOIN_KEY_LEN])
@@ -78,12 +91,8 @@ void shp_wire_join_key(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
     _Static_assert(SHP_WIRE_JOIN_KEY_LEN == crypto_auth_KEYBYTES &&
                        crypto_auth_KEYBYTES <= crypto_kdf_BYTES_MAX,
                    "a join key is a crypto_auth key made by crypto_kdf");
-    if (sodium_init() < 0) { /* cannot fail once it has succeeded */
-        abort();
-    }
-    crypto_kdf_derive_from_key(key, SHP_WIRE_JOIN_KEY_LEN,
-                               ((uint64_t)tree_id << 32) | group_id, "shp_join",
-                               job_key);
+    shp_wire_group_subkey(job_key, tree_id, group_id, "shp_join", key,
+                          SHP_WIRE_JOIN_KEY_LEN);
 }
 
 static void shp_wire_join_mac(const uint8_t key[SHP_WIRE_JOIN_KEY_LEN],

@@ -169,9 +169,15 @@ void shp_wire_hdr_unpack(const void *buf, shp_wire_hdr_t *hdr);
 void shp_wire_join_pack(const shp_wire_join_t *join, void *buf);
 void shp_wire_join_unpack(const void *buf, shp_wire_join_t *join);
 
-/* A group's join key: crypto_kdf(job key, tree << 32 | group,
- * "shp_join").  The manager gives it to the group's ANs (never the job
- * key); a member makes it from the job key it holds. */
+/* A subkey of the job key for one group and one use: crypto_kdf(job key,
+ * tree << 32 | group, ctx) (ctx: 8 characters, the use's name; len:
+ * crypto_kdf's bounds, 16 to 64 bytes) */
+void shp_wire_group_subkey(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
+                           uint16_t tree_id, uint32_t group_id,
+                           const char ctx[8], uint8_t *key, size_t len);
+/* A group's join key: the subkey "shp_join".  The manager gives it to the
+ * group's ANs (never the job key); a member makes it from the job key it
+ * holds. */
 void shp_wire_join_key(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
                        uint16_t tree_id, uint32_t group_id,
                        uint8_t key[SHP_WIRE_JOIN_KEY_LEN]);

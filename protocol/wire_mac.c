@@ -60,14 +60,8 @@ void shp_wire_mac_key(const uint8_t job_key[SHP_WIRE_JOB_KEY_LEN],
                       uint16_t tree_id, uint32_t group_id,
                       uint8_t key[SHP_WIRE_MAC_KEY_LEN])
 {
-    _Static_assert(SHP_WIRE_JOB_KEY_LEN == crypto_kdf_KEYBYTES,
-                   "the job key is a KDF key");
-    if (sodium_init() < 0) { /* cannot fail once it has succeeded */
-        abort();
-    }
-    crypto_kdf_derive_from_key(key, SHP_WIRE_MAC_KEY_LEN,
-                               ((uint64_t)tree_id << 32) | group_id, "shpmcast",
-                               job_key);
+    shp_wire_group_subkey(job_key, tree_id, group_id, "shpmcast", key,
+                          SHP_WIRE_MAC_KEY_LEN);
 }
 
 void shp_wire_mac(const uint8_t key[SHP_WIRE_MAC_KEY_LEN], uint64_t seq64,
