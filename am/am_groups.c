@@ -643,6 +643,12 @@ void shp_am_group_destroy(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
     if (g->state == AM_GROUP_CONFIGURING)
         shp_am_send(g->req_peer, shp_ctl_reply("group_create_ack", g->req_id,
                                                SHP_ERR_CANCELED, "destroyed"));
+    /* a group its members destroy because it failed (libsharp_coll's
+     * word: the job's own counters, nothing else, follow it) is counted
+     * as one revoked here is: they may have moved onto its standby before
+     * this manager saw the AN's loss */
+    if (g->state == AM_GROUP_UP && json_is_true(json_object_get(msg, "failed")))
+        am_group_lost_count(am, g);
     shp_am_group_remove_from_ans(am, g);
     shp_am_group_free(am, g);
     shp_am_send(p, shp_ctl_reply("group_destroy_ack", id, SHP_OK, NULL));

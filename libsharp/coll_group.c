@@ -227,10 +227,14 @@ static void member_destroy(coll_member_t *m)
 static const coll_member_ops_t member_ops = {member_tick, member_fail,
                                              member_destroy};
 
-static void group_destroy(coll_ctx_t *ctx, uint32_t gid)
+/* failed: the group failed before (the manager counts what guarded it,
+ * as when it revokes one: a communicator may have moved onto its standby
+ * before the manager saw the AN's loss) */
+static void group_destroy(coll_ctx_t *ctx, uint32_t gid, int failed)
 {
-    coll_sd_job_request(ctx, "group_destroy",
-                        json_pack("{s:I}", "group_id", (json_int_t)gid));
+    coll_sd_job_request(
+        ctx, "group_destroy",
+        json_pack("{s:I, s:b}", "group_id", (json_int_t)gid, "failed", failed));
 }
 
 /* the group's description from rank 0 to every member: hdr[1] bytes
@@ -354,7 +358,7 @@ static int comm_init(struct sharp_coll_context *ctx,
         if (comm != NULL) {
             coll_lock(ctx);
             if (spec->rank == 0 && comm->group_id != 0) {
-                group_destroy(ctx, comm->group_id);
+                group_destroy(ctx, comm->group_id, 0);
             }
             comm_free(comm);
             coll_unlock(ctx);
@@ -410,6 +414,7 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
     coll_req_t *r = NULL;
     coll_lock(ctx);
     comm->destroying = 1;
+    int failed = comm->failed != SHP_OK; /* (before the destroy's own) */
     if (comm->failed == SHP_OK && (r = coll_barrier_req()) != NULL) {
         void *h = r;
         if (coll_post(comm, r, &h) != SHARP_COLL_SUCCESS) {
@@ -449,7 +454,7 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
     comm_free(comm); /* the barrier's slot goes with it */
     coll_req_release(r);
     if (rank == 0 && ctx->sd_up && ctx->job_failed == SHP_OK) {
-        group_destroy(ctx, gid);
+        group_destroy(ctx, gid, failed);
     }
     coll_unlock(ctx);
     return SHARP_COLL_SUCCESS;

@@ -10,7 +10,8 @@
  *                     job_begin {id, job_id, hosts, req?}   job_attach {id,
  *                     job_id}   job_end {id, job_id}   group_create {id,
  *                     job_id, members, dist?}   group_destroy {id, job_id,
- *                     group_id}   job_reserve {id, job_id, owner, req?}
+ *                     group_id, failed?}   job_reserve {id, job_id, owner,
+ *                     req?}
  *                     job_release {id, job_id} (root: a scheduler)
  *   sharpd -> client  <request>_ack {id, status, error?, ...the AM's answer}
  *                     group_revoked / job_killed {job_id, ...} for the jobs

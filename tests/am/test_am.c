@@ -1823,6 +1823,69 @@ static void test_drain_freeze(void **state)
     client_close(a);
 }
 
+/* a group_destroy of job 98's group gid, said to be a failed group's
+ * (failed) or not */
+static int destroy_group(client_t *c, int64_t gid, int failed)
+{
+    json_t *d = job_msg("group_destroy", 98);
+    json_object_set_new(d, "group_id", json_integer(gid));
+    if (failed >= 0)
+        json_object_set_new(d, "failed", json_boolean(failed));
+    return call_status(c, d);
+}
+
+/* A group its members destroy because it failed (libsharp_coll says so
+ * when its group failed before the destroy: a communicator moved onto its
+ * standby, before the manager saw the AN's loss) is counted as a revoked
+ * one is: a takeover when a standby of it is up, else unguarded; a group
+ * destroyed otherwise is not counted */
+static void test_failed_destroy_counted(void **state)
+{
+    (void)state;
+    static const char *hosts[] = {"n00001", "n00003"};
+    client_t *a = client_open("sd-n00001.sock"),
+             *b = client_open("sd-n00003.sock");
+    assert_int_equal(call_status(a, job_begin_json(98, hosts, 2)), 0);
+    assert_int_equal(call_status(b, job_msg("job_attach", 98)), 0);
+    json_int_t take0 = stat_of("standby_takeovers"),
+               lost0 = stat_of("standbys_lost"),
+               ung0 = stat_of("groups_unguarded_lost");
+    json_t *g1 = group_create(a, 98, hosts, 2);
+    assert_int_equal(status_of(g1), 0);
+    json_t *msg = job_msg("group_create", 98), *m = json_array();
+    for (int k = 0; k < 2; k++)
+        json_array_append_new(m, json_string(hosts[k]));
+    json_object_set_new(msg, "members", m);
+    json_object_set_new(msg, "dist", json_string("rc"));
+    json_object_set_new(msg, "standby_of", json_integer(group_id(g1)));
+    json_t *s1 = call(a, msg);
+    assert_int_equal(status_of(s1), 0);
+    /* the primary, failed: its standby takes over */
+    assert_int_equal(destroy_group(a, group_id(g1), 1), 0);
+    assert_int_equal(stat_of("standby_takeovers"), take0 + 1);
+    /* the standby, freed as any group is (failed: false, or no flag) */
+    assert_int_equal(destroy_group(a, group_id(s1), 0), 0);
+    json_t *g2 = group_create(a, 98, hosts, 2),
+           *g3 = group_create(a, 98, hosts, 2);
+    assert_int_equal(destroy_group(a, group_id(g3), -1), 0);
+    assert_int_equal(stat_of("groups_unguarded_lost"), ung0);
+    /* a failed group with no standby: unguarded */
+    assert_int_equal(destroy_group(a, group_id(g2), 1), 0);
+    assert_int_equal(stat_of("groups_unguarded_lost"), ung0 + 1);
+    assert_int_equal(stat_of("standby_takeovers"), take0 + 1);
+    assert_int_equal(stat_of("standbys_lost"), lost0);
+    /* a group gone is not counted twice */
+    assert_int_equal(destroy_group(a, group_id(g2), 1), SHP_ERR_GROUP_UNKNOWN);
+    assert_int_equal(stat_of("groups_unguarded_lost"), ung0 + 1);
+    assert_int_equal(call_status(a, job_msg("job_end", 98)), 0);
+    json_decref(g1);
+    json_decref(s1);
+    json_decref(g2);
+    json_decref(g3);
+    client_close(b);
+    client_close(a);
+}
+
 /* A standby group (group_create's standby_of): on the tree that shares the
  * fewest ANs with the group it stands by, whatever the trees' load; the
  * ANs it still shares (here the members' leaves: in every tree) are in
@@ -1929,6 +1992,7 @@ int main(void)
         cmocka_unit_test(test_state_restart),
         cmocka_unit_test(test_max_peers),
         cmocka_unit_test(test_drain_freeze),
+        cmocka_unit_test(test_failed_destroy_counted),
         cmocka_unit_test(test_standby_placement),
     };
     return cmocka_run_group_tests_name("am", tests, setup, teardown);
