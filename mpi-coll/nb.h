@@ -120,9 +120,8 @@ int smpi_node_poll(nb_op_t *o);
 size_t smpi_node_len(const nb_op_t *o);
 /* a shared-memory step's status: an error aborts the job, naming the rank */
 void smpi_node_check(nb_op_t *o, shp_status_t s);
-/* bytes fit the communicator's shared-memory slot; can go over PMPI */
+/* bytes fit the communicator's shared-memory slot (else: PMPI) */
 int smpi_xchg_fits(const comm_state_t *st, size_t bytes);
-int smpi_xchg_possible(const comm_state_t *st, size_t bytes);
 void smpi_xchg_arrive(nb_op_t *o, const char *src, size_t len);
 shp_status_t smpi_xchg_test_in(nb_op_t *o); /* the leader: all arrived */
 void smpi_xchg_srcs(nb_op_t *o, const void **srcs);

@@ -40,7 +40,7 @@
 
 /* the communicator's state if a non-blocking operation may go through
  * sharp there (the same answer on every rank), else NULL (*why) */
-static comm_state_t *nb_comm(MPI_Comm comm, size_t bytes, int *why)
+static comm_state_t *nb_comm(MPI_Comm comm, int *why)
 {
     comm_state_t *st = NULL, *had = NULL;
     int found = 0;
@@ -48,14 +48,6 @@ static comm_state_t *nb_comm(MPI_Comm comm, size_t bytes, int *why)
         PMPI_Comm_get_attr(comm, smpi.keyval, &had, &found);
     }
     st = smpi_comm_state(comm, why, 0);
-    comm_state_t *s = st != NULL ? st : found ? had : NULL;
-    if (s != NULL && s->hier && !smpi_xchg_possible(s, bytes)) {
-        /* the node step's gather on PMPI would count over 2 GiB: PMPI
-         * (decided from what the group's making agreed, whether or not it
-         * failed since) */
-        *why = WHY_NB_NODE;
-        return NULL;
-    }
     if (st == NULL && found && had->why == WHY_FELL &&
         had->all != MPI_COMM_NULL) {
         /* fallen back: the layer's still, queued and done on PMPI on the
@@ -86,7 +78,7 @@ static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
         return NULL;
     }
     size_t n = (size_t)count;
-    comm_state_t *st = nb_comm(comm, bytes, why);
+    comm_state_t *st = nb_comm(comm, why);
     if (st == NULL) {
         return NULL;
     }
@@ -125,8 +117,7 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
 {
     long bytes = smpi_bytes_of(count, dt);
     *why = smpi_bcast_why(bytes);
-    comm_state_t *st =
-        *why == WHY_OK ? nb_comm(comm, (size_t)bytes, why) : NULL;
+    comm_state_t *st = *why == WHY_OK ? nb_comm(comm, why) : NULL;
     if (st == NULL) {
         return NULL;
     }
@@ -164,7 +155,7 @@ static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
 static nb_op_t *nb_barrier_op(MPI_Comm comm, int *why)
 {
     *why = WHY_KIND_OFF;
-    comm_state_t *st = smpi_cfg.barrier ? nb_comm(comm, 0, why) : NULL;
+    comm_state_t *st = smpi_cfg.barrier ? nb_comm(comm, why) : NULL;
     if (st == NULL) {
         return NULL;
     }

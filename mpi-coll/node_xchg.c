@@ -2,13 +2,14 @@
  * libsharp_mpi: the node step's exchange for a non-blocking operation, on
  * shared memory (node_shm.h's smn_nb_*) when the communicator's nodes all
  * have their segment and the data fit its slot (nb_slot), else on PMPI
- * over the node's communicator: the ranks' contributions gathered at the
- * leader (PMPI_Igatherv: a reduction's data from every rank, a bcast's
- * from its root), the leader's result and code given back
- * (PMPI_Ibcast).  node_step.c drives either the same way.
+ * over the node's communicator: the ranks' contributions to the leader
+ * (PMPI_Igather of a reduction's data; a bcast's from its root,
+ * PMPI_Ibcast inside the root's node; PMPI_Ibarrier for a barrier), the
+ * leader's code and result given back (PMPI_Ibcast).  node_step.c drives
+ * either the same way.
  *
  * On PMPI the order of the node communicator's collectives is the same on
- * every rank: an operation's gather, then its bcast, then the next one's
+ * every rank: an operation's way in, then its way out, then the next one's
  * (a communicator's node steps go one at a time, op.c's queue); the
  * others post their half of the bcast when they arrive, the leader its
  * own when it publishes, and the leader's operation completes with its
@@ -18,7 +19,6 @@
 #include "mpi-coll/sharp_mpi_int.h"
 #include "mpi-coll/nb.h"
 
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,12 +27,12 @@
 
 /* a communicator's PMPI exchange (comm_state_t xc) */
 struct smpi_xchg {
-    MPI_Request in, out; /* the gather (this rank's), the bcast */
-    char *all;           /* leader: every rank's bytes, in node-rank order */
+    MPI_Request in, out; /* this rank's halves of the way in and out */
+    char *all; /* leader: every rank's bytes, in node-rank order (a bcast:
+                  its root's); the others: a bcast's inside the node */
     size_t all_cap;
     char *res; /* the code (XC_HDR) then the result */
     size_t res_cap;
-    int *counts, *displs; /* leader: the gather's */
 };
 
 size_t smpi_node_len(const nb_op_t *o)
@@ -50,12 +50,6 @@ void smpi_node_check(nb_op_t *o, shp_status_t s)
 int smpi_xchg_fits(const comm_state_t *st, size_t bytes)
 {
     return st->nb_slot != 0 && bytes <= st->nb_slot;
-}
-
-int smpi_xchg_possible(const comm_state_t *st, size_t bytes)
-{
-    return smpi_xchg_fits(st, bytes) ||
-           (size_t)st->node_size * (bytes + XC_HDR) <= (size_t)INT_MAX;
 }
 
 static struct smpi_xchg *xc_of(nb_op_t *o)
@@ -81,49 +75,43 @@ static void xc_grow(nb_op_t *o, char **buf, size_t *cap, size_t n)
     *cap = n;
 }
 
-/* what node rank k gives the leader: a reduction's data from every rank,
- * a bcast's from its root if it is in this node, else nothing */
-static int xc_count(const nb_op_t *o, int k)
+/* the leader's input: a reduction's data from every rank (gathered, in
+ * node-rank order), a bcast's from its root if it is in this node (a bcast
+ * inside the node: its ranks have the data early, the leader folds
+ * nothing), a barrier's arrival of every rank */
+static void xc_in(nb_op_t *o, const char *src, struct smpi_xchg *x)
 {
-    const comm_state_t *st = o->st;
+    comm_state_t *st = o->st;
+    int n = (int)o->bytes;
     if (o->kind == C_IBARRIER) {
-        return 0;
+        PMPI_Ibarrier(st->node, &x->in);
+    } else if (o->kind != C_IBCAST) {
+        PMPI_Igather(src, n, MPI_BYTE, x->all, n, MPI_BYTE, 0, st->node,
+                     &x->in);
+    } else if (st->node_of[o->root] == st->node_of[st->rank]) {
+        void *p = st->rank == o->root ? (void *)src : (void *)x->all;
+        PMPI_Ibcast(p, n, MPI_BYTE, st->rank_in_node[o->root], st->node,
+                    &x->in);
     }
-    if (o->kind == C_IBCAST) {
-        return st->node_of[o->root] == st->node_of[st->rank] &&
-                       st->rank_in_node[o->root] == k
-                   ? (int)o->bytes
-                   : 0;
-    }
-    return (int)o->bytes;
 }
 
-static void xc_arrive_mpi(nb_op_t *o, const char *src, size_t len)
+static void xc_arrive_mpi(nb_op_t *o, const char *src)
 {
-    static char none;
     comm_state_t *st = o->st;
     struct smpi_xchg *x = xc_of(o);
-    int n = st->node_size;
     /* a request a step that ended otherwise left (a redo): every rank of
      * the node posted it, so it completes */
     PMPI_Wait(&x->in, MPI_STATUS_IGNORE);
     PMPI_Wait(&x->out, MPI_STATUS_IGNORE);
-    if (st->node_rank == 0) {
-        if (x->counts == NULL) {
-            x->counts = smpi_xmalloc(2 * sizeof(int) * (size_t)n, o->comm,
-                                     smpi_coll_names[o->kind]);
-            x->displs = x->counts + n;
-        }
-        for (int k = 0; k < n; k++) {
-            x->counts[k] = xc_count(o, k);
-            x->displs[k] = k * (int)o->bytes;
-        }
-        xc_grow(o, &x->all, &x->all_cap, (size_t)n * o->bytes + 1);
-    } else {
+    if (o->kind == C_IBCAST) { /* (the bcast in the root's node) */
+        xc_grow(o, &x->all, &x->all_cap, o->bytes + 1);
+    } else if (st->node_rank == 0) {
+        xc_grow(o, &x->all, &x->all_cap, (size_t)st->node_size * o->bytes + 1);
+    }
+    if (st->node_rank != 0) {
         xc_grow(o, &x->res, &x->res_cap, XC_HDR + smpi_node_len(o));
     }
-    PMPI_Igatherv(len != 0 ? src : &none, (int)len, MPI_BYTE, x->all, x->counts,
-                  x->displs, MPI_BYTE, 0, st->node, &x->in);
+    xc_in(o, src, x);
     if (st->node_rank != 0) {
         PMPI_Ibcast(x->res, (int)(XC_HDR + smpi_node_len(o)), MPI_BYTE, 0,
                     st->node, &x->out);
@@ -133,7 +121,7 @@ static void xc_arrive_mpi(nb_op_t *o, const char *src, size_t len)
 void smpi_xchg_arrive(nb_op_t *o, const char *src, size_t len)
 {
     if (o->node_mpi) {
-        xc_arrive_mpi(o, src, len);
+        xc_arrive_mpi(o, src);
         return;
     }
     smpi_node_check(o, smn_nb_arrive(o->st->nshm, src, len));
@@ -155,8 +143,9 @@ void smpi_xchg_srcs(nb_op_t *o, const void **srcs)
         smpi_node_check(o, smn_nb_srcs(o->st->nshm, srcs));
         return;
     }
+    size_t step = o->kind == C_IBCAST ? 0 : o->bytes; /* (a bcast: one) */
     for (int k = 0; k < o->st->node_size; k++) {
-        srcs[k] = o->st->xc->all + (size_t)k * o->bytes;
+        srcs[k] = o->st->xc->all + (size_t)k * step;
     }
 }
 
@@ -250,7 +239,6 @@ void smpi_xchg_free(comm_state_t *st)
     PMPI_Wait(&x->out, MPI_STATUS_IGNORE);
     free(x->all);
     free(x->res);
-    free(x->counts);
     free(x);
     st->xc = NULL;
 }

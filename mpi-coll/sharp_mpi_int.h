@@ -94,7 +94,6 @@ enum {
     WHY_MAX_BYTES,
     WHY_OVER_2G,
     WHY_ARGS,
-    WHY_NB_NODE,
     WHY_N
 };
 _Static_assert(WHY_N <= 64, "a reason is a bit of a 64-bit mask");

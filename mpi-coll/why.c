@@ -139,12 +139,6 @@ static const struct {
                   "erroneous arguments (a root outside the communicator, "
                   "MPI_IN_PLACE at a non-root): MPI reports them",
                   "fix the call"},
-    [WHY_NB_NODE] = {S_CALL, "nb_node_aggr",
-                     "a non-blocking call at several ranks per node whose "
-                     "node step's gather on MPI would be 2 GiB or more "
-                     "(node ranks x bytes)",
-                     "split the call (or SHARP_MPI_NODE_AGGR=0: every "
-                     "process a member)"},
 };
 
 /* per reason: [0] communicators (counted by their rank 0), [1] calls,

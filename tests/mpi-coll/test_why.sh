@@ -95,7 +95,7 @@ for mpi in ompi mpich; do
         "1|MPI_Bcast on comm 0 (size 8) goes to MPI: message larger than SHARP_MPI_MAX_BYTES=4096; set SHARP_MPI_MAX_BYTES=8192" \
         "0|not offloaded: sharpd unreachable" \
         "min_ranks=4 40 640" "datatype=1 24 768" "op_on_datatype=1 8 128" \
-        "max_bytes=1 16 131072" "sharpd_unreachable=" "nb_node_aggr=")
+        "max_bytes=1 16 131072" "sharpd_unreachable=")
     if [ -z "$w" ]; then
         ok "$name: a 2-rank communicator, MPI_LONG_DOUBLE, complex MPI_PROD, a bcast above SHARP_MPI_MAX_BYTES: each reported once, the table's rows and counts right"
     else
@@ -123,13 +123,13 @@ FABRIC=$DIR/fabric4
 fabric up "$DIR/ft4.ibnd" --net 127.24 >/dev/null || { echo "fabric up failed"; exit 1; }
 # (Open MPI with the node step on MPI, SHARP_MPI_NODE_SHM=0, MPICH with
 # it on shared memory, the default: the non-blocking allreduce offloaded
-# either way, its node step's exchange on PMPI or on shared memory; no
-# nb_node_aggr row)
+# either way, its node step's exchange on PMPI or on shared memory: no
+# line about it)
 for mpi in ompi mpich; do
     name=$([ $mpi = ompi ] && echo "Open MPI, node step on MPI" || echo "MPICH, node step on shared memory")
     nshm=$([ $mpi = ompi ] && echo 0 || echo 1)
     run $mpi "$DIR/$mpi-ppn2.out" SHARP_MPI_MAX_BYTES=4096 SHARP_MPI_NODE_SHM=$nshm
-    nb=("0|MPI_Iallreduce with MPI_INT" "nb_node_aggr=")
+    nb=("0|MPI_Iallreduce with MPI_INT")
     w=$(verdict "$DIR/$mpi-ppn2.out" \
         "4|(size 2): not offloaded: all its ranks on one node: with node-local aggregation (SHARP_MPI_NODE_AGGR=1) the group would have one member" \
         "${nb[@]}" "one_node=4 40 640" "datatype=1 24 768" \
