@@ -215,7 +215,7 @@ shp_status_t smpi_xchg_test_out(nb_op_t *o, void *buf, size_t len, int *code)
     }
     struct smpi_xchg *x = o->st->xc;
     int in = 0, out = 0;
-    PMPI_Test(&x->in, &in, MPI_STATUS_IGNORE); /* (its gather's half) */
+    PMPI_Test(&x->in, &in, MPI_STATUS_IGNORE); /* (its half of the way in) */
     PMPI_Test(&x->out, &out, MPI_STATUS_IGNORE);
     if (!in || !out) {
         return SHP_INPROGRESS;

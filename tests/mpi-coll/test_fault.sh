@@ -205,7 +205,10 @@ twice() {
     # the manager counts them too (sharpctl stats): takeovers, remade.  A
     # takeover is counted when the manager sees the AN's loss, or when the
     # members, having moved onto the standby first, destroy the failed
-    # group (its group_destroy says failed): one per kill either way
+    # group (its group_destroy says failed, if libsharp_coll at its rank 0
+    # saw the failure before: a member frozen before it posted may not
+    # have).  So at least one, usually one per kill (test_am checks the
+    # counting exactly)
     local am
     am=$("$BIN/sharpctl" --socket "$FAB/am.sock" --json stats | python3 -c '
 import json, sys
@@ -214,7 +217,7 @@ s = s.get("stats", s)
 print(s["standby_takeovers"], s["standbys_remade"])' 2>/dev/null)
     if [ $rc = 0 ] && grep -q "every result right" "$out" && [ -n "$p2" ] &&
         [ "$f" = 0 ] && [ "${fo:-0}" -ge 16 ] && [ "${re:-0}" -ge 8 ] &&
-        [ "${am% *}" -ge 2 ] && [ "${am#* }" -ge 1 ] 2>/dev/null; then
+        [ "${am% *}" -ge 1 ] && [ "${am#* }" -ge 1 ] 2>/dev/null; then
         ok "$name: $((SECONDS - t0)) s; ${p1#* } then ${p2#* } killed; $o calls offloaded, 0 on MPI, $fo failovers, $re standbys made again (each counted by 8 members); the manager: ${am% *} takeovers, ${am#* } standbys made again"
     else
         bad "$name (exit $rc; pairs: ${p1:-none} then ${p2:-none}; $f on MPI, ${fo:-0} failovers, ${re:-0} made again; the manager's takeovers and remade: ${am:-none})"
