@@ -1823,6 +1823,19 @@ static void test_drain_freeze(void **state)
     client_close(a);
 }
 
+/* a standby group of group `of` (job's, members hosts[0..1], rc) */
+static json_t *standby_create(client_t *c, uint64_t job,
+                              const char *const *hosts, int64_t of)
+{
+    json_t *msg = job_msg("group_create", job), *m = json_array();
+    for (int k = 0; k < 2; k++)
+        json_array_append_new(m, json_string(hosts[k]));
+    json_object_set_new(msg, "members", m);
+    json_object_set_new(msg, "dist", json_string("rc"));
+    json_object_set_new(msg, "standby_of", json_integer(of));
+    return call(c, msg);
+}
+
 /* a group_destroy of job 98's group gid, said to be a failed group's
  * (failed) or not */
 static int destroy_group(client_t *c, int64_t gid, int failed)
@@ -1852,13 +1865,7 @@ static void test_failed_destroy_counted(void **state)
                ung0 = stat_of("groups_unguarded_lost");
     json_t *g1 = group_create(a, 98, hosts, 2);
     assert_int_equal(status_of(g1), 0);
-    json_t *msg = job_msg("group_create", 98), *m = json_array();
-    for (int k = 0; k < 2; k++)
-        json_array_append_new(m, json_string(hosts[k]));
-    json_object_set_new(msg, "members", m);
-    json_object_set_new(msg, "dist", json_string("rc"));
-    json_object_set_new(msg, "standby_of", json_integer(group_id(g1)));
-    json_t *s1 = call(a, msg);
+    json_t *s1 = standby_create(a, 98, hosts, group_id(g1));
     assert_int_equal(status_of(s1), 0);
     /* the primary, failed: its standby takes over */
     assert_int_equal(destroy_group(a, group_id(g1), 1), 0);
@@ -1904,13 +1911,7 @@ static void test_standby_placement(void **state)
     const char *spine2 = !strcmp(spine1, "spine01") ? "spine02" : "spine01";
     json_t *s[2];
     for (int i = 0; i < 2; i++) { /* the second with spine2's tree busier */
-        json_t *msg = job_msg("group_create", 97), *m = json_array();
-        for (int k = 0; k < 2; k++)
-            json_array_append_new(m, json_string(hosts[k]));
-        json_object_set_new(msg, "members", m);
-        json_object_set_new(msg, "dist", json_string("rc"));
-        json_object_set_new(msg, "standby_of", json_integer(group_id(g1)));
-        s[i] = call(a, msg);
+        s[i] = standby_create(a, 97, hosts, group_id(g1));
         assert_int_equal(status_of(s[i]), 0);
         assert_true(group_uses(s[i], spine2));
         assert_false(group_uses(s[i], spine1));
