@@ -18,27 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Node-local fold (leaders): every node member's elements (wire layout),
- * in node-rank order, with the same engine the aggregation nodes use, so
- * the result does not depend on the MPI library's own reduction (Open MPI
- * 4.1.4's 8-bit sums are wrong on overflow). */
-static void node_fold(comm_state_t *s, const shp_reduce_desc_t *d,
-                      const char *all, size_t n, size_t pbytes, char *out,
-                      MPI_Comm comm)
-{
-    const void **srcs = malloc(sizeof(void *) * (size_t)s->node_size);
-    if (srcs == NULL) {
-        smpi_fail(comm, "node-local aggregation", SHARP_COLL_ENOMEM);
-    }
-    for (int k = 0; k < s->node_size; k++) {
-        srcs[k] = all + (size_t)k * pbytes;
-    }
-    if (shp_reduce_fold(d, out, srcs, (unsigned)s->node_size, n) != SHP_OK) {
-        smpi_fail(comm, "node-local aggregation", SHARP_COLL_ENOT_SUPP);
-    }
-    free(srcs);
-}
-
 /* One reduction through sharp: the call, in the wire's layout, and the
  * buffers it needs (the steps of try_reduce). */
 typedef struct reduce_call {
@@ -149,7 +128,7 @@ static int reduce_hier(reduce_call_t *c, void *rbuf, char **res)
                 MPI_BYTE, 0, st->node);
     if (st->node_rank == 0) {
         if (c->spec.op != SHARP_OP_SUM_EXACT) {
-            node_fold(st, &c->d, c->all, c->ns, c->bytes, c->pr, c->comm);
+            smpi_node_fold(st, &c->d, c->all, c->ns, c->bytes, c->pr, c->comm);
         }
         how = reduce_leader(c, res);
     }

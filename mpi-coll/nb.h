@@ -51,7 +51,8 @@ typedef struct nb_op {
      * nphase 0: not begun; 1: arrived (the leader waits for the node's
      * other ranks, they for its publication); 2: the leader's sharp part
      * in flight; 3: the leader's publication on PMPI in flight.  nsrc:
-     * what this rank gave (a bcast's data at its root); nin: the leader's input to sharp (the node's fold; every
+     * what this rank gave (a bcast's data at its root); nin: the leader's
+     * input to sharp (the node's fold; every
      * contribution, for an exact sum; a bcast's data from a root in its
      * node) */
     int node, nphase;
@@ -110,7 +111,7 @@ char *smpi_node_pr(nb_op_t *o);
 void smpi_node_arrive(nb_op_t *o);
 /* the leader's sharp part ended (rc) */
 void smpi_node_finish(nb_op_t *o, int rc);
-/* a node step's turn of progress (nphase 1): 1 if o completed */
+/* a node step's turn of progress (nphase 1 or 3): 1 if o completed */
 int smpi_node_poll(nb_op_t *o);
 
 /* The node step's exchange (node_xchg.c): on shared memory, or on PMPI
@@ -124,8 +125,13 @@ void smpi_node_check(nb_op_t *o, shp_status_t s);
 int smpi_xchg_fits(const comm_state_t *st, size_t bytes);
 void smpi_xchg_arrive(nb_op_t *o, const char *src, size_t len);
 shp_status_t smpi_xchg_test_in(nb_op_t *o); /* the leader: all arrived */
-void smpi_xchg_srcs(nb_op_t *o, const void **srcs);
+/* the leader: node rank k's contribution; every one, in node-rank order,
+ * into dst (node ranks x bytes) */
+const char *smpi_xchg_src(nb_op_t *o, int k);
+void smpi_xchg_copy_all(nb_op_t *o, char *dst);
 void smpi_xchg_fold(nb_op_t *o, size_t count, void *dst);
+/* where a published result is: the leader's to publish from, the others'
+ * to read after it (until their next arrival) */
 char *smpi_xchg_result_area(nb_op_t *o);
 void smpi_xchg_publish(nb_op_t *o, const char *res, size_t len, int code);
 shp_status_t smpi_xchg_published(nb_op_t *o);

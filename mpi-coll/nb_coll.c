@@ -17,7 +17,8 @@
  * every rank decides alike); with several ranks per node the node step's
  * exchange is on shared memory for data up to the communicator's nb_slot,
  * else on PMPI (node_xchg.c).  The first collective on a communicator
- * makes its group (comm.c), blocking or not.  Each entry point holds the layer's lock (lock.c).
+ * makes its group (comm.c), blocking or not.  Each entry point holds the
+ * layer's lock (lock.c).
  */
 #include "mpi-coll/sharp_mpi_int.h"
 #include "mpi-coll/nb.h"

@@ -130,17 +130,13 @@ static size_t node_elems(const nb_op_t *o)
 static void node_lead_input(nb_op_t *o, int exact, size_t ns)
 {
     comm_state_t *st = o->st;
-    const void *srcs[SMN_MAX_RANKS];
     if (o->kind == C_IALLREDUCE || o->kind == C_IREDUCE) {
         if (exact) { /* every contribution apart: no rounding in the node */
             if (o->nin == NULL) { /* (a persistent one's, kept) */
                 o->nin = smpi_xmalloc((size_t)st->node_size * o->bytes, o->comm,
                                       smpi_nb_name(o));
             }
-            smpi_xchg_srcs(o, srcs);
-            for (int k = 0; k < st->node_size; k++) {
-                memcpy(o->nin + (size_t)k * o->bytes, srcs[k], o->bytes);
-            }
+            smpi_xchg_copy_all(o, o->nin);
         } else {
             if (o->nin == NULL) {
                 o->nin = smpi_xmalloc(o->bytes, o->comm, smpi_nb_name(o));
@@ -153,8 +149,7 @@ static void node_lead_input(nb_op_t *o, int exact, size_t ns)
         if (o->nin == NULL) {
             o->nin = smpi_xmalloc(o->bytes, o->comm, smpi_nb_name(o));
         }
-        smpi_xchg_srcs(o, srcs);
-        memcpy(o->nin, srcs[st->rank_in_node[o->root]], o->bytes);
+        memcpy(o->nin, smpi_xchg_src(o, st->rank_in_node[o->root]), o->bytes);
     }
 }
 

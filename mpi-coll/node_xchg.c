@@ -137,37 +137,65 @@ shp_status_t smpi_xchg_test_in(nb_op_t *o)
     return flag ? SHP_OK : SHP_INPROGRESS;
 }
 
-void smpi_xchg_srcs(nb_op_t *o, const void **srcs)
+/* On PMPI a node may hold more ranks than a segment (SMN_MAX_RANKS):
+ * nothing here keeps an array of them on the stack */
+const char *smpi_xchg_src(nb_op_t *o, int k)
 {
     if (!o->node_mpi) {
+        const void *srcs[SMN_MAX_RANKS]; /* (a segment's ranks) */
         smpi_node_check(o, smn_nb_srcs(o->st->nshm, srcs));
+        return srcs[k];
+    }
+    /* a bcast's data: once, from its root */
+    return o->st->xc->all + (o->kind == C_IBCAST ? 0 : (size_t)k * o->bytes);
+}
+
+void smpi_xchg_copy_all(nb_op_t *o, char *dst)
+{
+    if (o->node_mpi) { /* gathered so already */
+        memcpy(dst, o->st->xc->all, (size_t)o->st->node_size * o->bytes);
         return;
     }
-    size_t step = o->kind == C_IBCAST ? 0 : o->bytes; /* (a bcast: one) */
+    const void *srcs[SMN_MAX_RANKS];
+    smpi_node_check(o, smn_nb_srcs(o->st->nshm, srcs));
     for (int k = 0; k < o->st->node_size; k++) {
-        srcs[k] = o->st->xc->all + (size_t)k * step;
+        memcpy(dst + (size_t)k * o->bytes, srcs[k], o->bytes);
     }
+}
+
+/* Node-local fold (leaders): every node rank's elements (wire layout, pbytes
+ * apart from all), in node-rank order, with the same engine the
+ * aggregation nodes use, so the result does not depend on the MPI
+ * library's own reduction (Open MPI 4.1.4's 8-bit sums are wrong on
+ * overflow).  The blocking node step's on PMPI too (coll_reduce.c). */
+void smpi_node_fold(comm_state_t *s, const shp_reduce_desc_t *d,
+                    const char *all, size_t n, size_t pbytes, char *out,
+                    MPI_Comm comm)
+{
+    const void **srcs = malloc(sizeof(void *) * (size_t)s->node_size);
+    if (srcs == NULL) {
+        smpi_fail(comm, "node-local aggregation", SHARP_COLL_ENOMEM);
+    }
+    for (int k = 0; k < s->node_size; k++) {
+        srcs[k] = all + (size_t)k * pbytes;
+    }
+    if (shp_reduce_fold(d, out, srcs, (unsigned)s->node_size, n) != SHP_OK) {
+        smpi_fail(comm, "node-local aggregation", SHARP_COLL_ENOT_SUPP);
+    }
+    free(srcs);
 }
 
 /* the node's fold in node-rank order (the shared-memory one's bits) */
 void smpi_xchg_fold(nb_op_t *o, size_t count, void *dst)
 {
-    const void *srcs[SMN_MAX_RANKS];
     if (!o->node_mpi) {
         smpi_node_check(o, smn_nb_fold(o->st->nshm, &o->d, count, dst));
-        return;
-    }
-    if (count == 0) {
-        return;
-    }
-    smpi_xchg_srcs(o, srcs);
-    if (shp_reduce_fold(&o->d, dst, srcs, (unsigned)o->st->node_size, count) !=
-        SHP_OK) {
-        smpi_fail(o->comm, smpi_coll_names[o->kind], SHARP_COLL_ENOT_SUPP);
+    } else if (count != 0) {
+        smpi_node_fold(o->st, &o->d, o->st->xc->all, count, o->bytes, dst,
+                       o->comm);
     }
 }
 
-/* the leader's buffer for a result it publishes (len bytes) */
 char *smpi_xchg_result_area(nb_op_t *o)
 {
     if (!o->node_mpi) {

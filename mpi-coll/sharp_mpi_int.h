@@ -299,6 +299,12 @@ void smpi_node_shm_fail(comm_state_t *st, MPI_Comm comm, const char *what,
 /* the non-blocking node step's PMPI exchange gone, its requests done
  * (node_xchg.c) */
 void smpi_xchg_free(comm_state_t *st);
+/* the leader's fold of its node's node_size contributions of n elements,
+ * pbytes apart from all, in node-rank order, into out (node_xchg.c; the
+ * blocking and non-blocking node steps on PMPI) */
+void smpi_node_fold(comm_state_t *s, const shp_reduce_desc_t *d,
+                    const char *all, size_t n, size_t pbytes, char *out,
+                    MPI_Comm comm);
 
 /* Non-blocking operations (progress.c, below comm.c): s's operations in
  * flight (NULL: every communicator's) complete; both libraries progress

@@ -31,23 +31,25 @@ bad() { echo "FAIL $*"; fails=$((fails + 1)); }
     { echo "fabric up failed"; exit 1; }
 
 # run FABRIC REPRODUCIBLE NODE_AGGR [ARGS]: prints the hash line; the
-# output is in $DIR/last.out
+# output is in $DIR/last.out.  NODE_SHM=0: the node steps on PMPI (the
+# non-blocking ones' exchange too: node_xchg.c)
 run() {
     timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe \
         --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np 8 \
         -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
         -x SHARP_MPI_VERBOSE=2 -x SHARP_MPI_REPRODUCIBLE="$2" \
-        -x SHARP_MPI_NODE_AGGR="$3" -x SHARP_FABRIC_DIR="$DIR/$1" \
+        -x SHARP_MPI_NODE_AGGR="$3" -x SHARP_MPI_NODE_SHM="${NODE_SHM:-1}" \
+        -x SHARP_FABRIC_DIR="$DIR/$1" \
         "$BIN/sharp-fabric" rank -- "$PROG" "${@:4}" >"$DIR/last.out" 2>&1
 }
 hash_of() { awk '/^mpi_exact: 8 ranks/ { print $5, $7 }' "$DIR/last.out"; }
 offl() { awk '$1 == "sharp_mpi:" && $2 == "MPI_Allreduce" { print $3 }' "$DIR/last.out"; }
 
 declare -A H
-for p in "f8 1 --check" "f4 1 --check" "f4 0 --check"; do
+for p in "f8 1 --check 1" "f4 1 --check 1" "f4 0 --check 1" "f4 1 --check 0"; do
     set -- $p
-    fab=$1 aggr=$2
-    run "$fab" 1 "$aggr" "$3"
+    fab=$1 aggr=$2 shm=$4
+    NODE_SHM=$shm run "$fab" 1 "$aggr" "$3"
     rc=$? h=$(hash_of) n=$(offl)
     per=$(grep -c "one member per node" "$DIR/last.out")
     nb=$(awk '$1 == "sharp_mpi:" && $2 == "MPI_Iallreduce" { print $3 }' "$DIR/last.out")
@@ -55,17 +57,17 @@ for p in "f8 1 --check" "f4 1 --check" "f4 0 --check"; do
         grep -q "0 of 8192 elements differ from the correctly rounded sum" "$DIR/last.out" &&
         grep -q "non-blocking: 0 of [1-9][0-9]* results differ from the blocking ones" "$DIR/last.out" &&
         [ "${n:-0}" -ge 10 ] && [ "${nb:-0}" -ge 10 ]; then
-        ok "REPRODUCIBLE=1 $fab NODE_AGGR=$aggr: every element correctly rounded, $n allreduces and $nb non-blocking ones offloaded, the same bits (node-local: $([ "$per" -gt 0 ] && echo on || echo off)), bits $h"
-        H["$fab $aggr"]=$h
+        ok "REPRODUCIBLE=1 $fab NODE_AGGR=$aggr NODE_SHM=$shm: every element correctly rounded, $n allreduces and $nb non-blocking ones offloaded, the same bits (node-local: $([ "$per" -gt 0 ] && echo on || echo off)), bits $h"
+        H["$fab $aggr $shm"]=$h
     else
-        bad "REPRODUCIBLE=1 $fab NODE_AGGR=$aggr (exit $rc)"; tail -30 "$DIR/last.out"
+        bad "REPRODUCIBLE=1 $fab NODE_AGGR=$aggr NODE_SHM=$shm (exit $rc)"; tail -30 "$DIR/last.out"
     fi
 done
-if [ -n "${H[f8 1]:-}" ] && [ "${H[f8 1]}" = "${H[f4 1]:-x}" ] &&
-    [ "${H[f8 1]}" = "${H[f4 0]:-y}" ]; then
-    ok "REPRODUCIBLE=1: 8 hosts, 4 hosts x 2 with and without node-local aggregation: identical bits"
+if [ -n "${H[f8 1 1]:-}" ] && [ "${H[f8 1 1]}" = "${H[f4 1 1]:-x}" ] &&
+    [ "${H[f8 1 1]}" = "${H[f4 0 1]:-y}" ] && [ "${H[f8 1 1]}" = "${H[f4 1 0]:-z}" ]; then
+    ok "REPRODUCIBLE=1: 8 hosts, 4 hosts x 2 with and without node-local aggregation, its node steps on shared memory or on PMPI: identical bits"
 else
-    bad "REPRODUCIBLE=1: the placements' bits differ: 8x1 ${H[f8 1]:-?}, 4x2 ${H[f4 1]:-?}, 4x2 no aggr ${H[f4 0]:-?}"
+    bad "REPRODUCIBLE=1: the placements' bits differ: 8x1 ${H[f8 1 1]:-?}, 4x2 ${H[f4 1 1]:-?}, 4x2 no aggr ${H[f4 0 1]:-?}, 4x2 node steps on PMPI ${H[f4 1 0]:-?}"
 fi
 
 # without the network (no sharpd: every sum on PMPI, with the same exact
@@ -77,7 +79,7 @@ timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe \
     -x SHARP_COLL_SHARPD_SOCKET=/nonexistent/sharpd.sock \
     "$PROG" --check >"$DIR/last.out" 2>&1
 rc=$? h=$(hash_of) n=$(offl)
-if [ $rc -eq 0 ] && [ "${n:-1}" = 0 ] && [ -n "$h" ] && [ "$h" = "${H[f8 1]:-x}" ] &&
+if [ $rc -eq 0 ] && [ "${n:-1}" = 0 ] && [ -n "$h" ] && [ "$h" = "${H[f8 1 1]:-x}" ] &&
     grep -q "0 of 8192 elements differ from the correctly rounded sum" "$DIR/last.out"; then
     ok "REPRODUCIBLE=1 without sharp (every sum on MPI): every element correctly rounded, the same bits as through the network"
 else
