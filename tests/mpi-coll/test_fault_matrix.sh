@@ -139,7 +139,9 @@ cell() {
     rm -f "$DIR/sig"
     local at=--signal-at
     [ "$kind" = stall ] && [ "$form" = nb ] && at=--stall-at
-    local args=(--phases 400 --seed "$seed" --mode "$form" "$at" "$phase" "$DIR/sig")
+    # 400 phases after the signal: the fault (sharpctl and a python on 2
+    # busy cores: up to 2 s) must land while the stream still runs
+    local args=(--phases $((phase + 400)) --seed "$seed" --mode "$form" "$at" "$phase" "$DIR/sig")
     if [ "$mpi" = ompi ]; then
         timeout -s KILL 100 mpirun.openmpi --allow-run-as-root --oversubscribe \
             --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np 8 \
