@@ -3,7 +3,8 @@
  * the time spent in the MPI layer outside the libsharp_coll call it makes
  * (the paper's figure for its MPI layer: 0.2-0.4 us).  Preloaded in front
  * of libsharp_mpi by bench/mpi.sh: it wraps MPI_Allreduce (the whole call)
- * and sharp_coll_do_allreduce (the native part) and, at MPI_Finalize,
+ * and the native part (sharp_coll_do_allreduce, or its _nb form and the
+ * request's test and wait: the engine's blocking call) and, at MPI_Finalize,
  * prints to stderr
  *   "sharp_mpi_layer[RANK]: MPI layer's own cost: N ns per call (CALLS calls)"
  * N is the median over the calls: a rank preempted inside the layer (all
@@ -39,6 +40,17 @@ static unsigned long long now_ns(void)
            (unsigned long long)ts.tv_nsec;
 }
 
+/* the native part's time, inside an MPI_Allreduce */
+static void native(unsigned long long t0)
+{
+    if (in_call) {
+        inner_ns += now_ns() - t0;
+        reached = 1;
+    }
+}
+
+/* the native calls a blocking allreduce makes: the operation's post
+ * (blocking, or non-blocking and waited for), and its test and wait */
 int sharp_coll_do_allreduce(struct sharp_coll_comm *comm,
                             struct sharp_coll_reduce_spec *spec)
 {
@@ -48,10 +60,43 @@ int sharp_coll_do_allreduce(struct sharp_coll_comm *comm,
         *(void **)&next = dlsym(RTLD_NEXT, "sharp_coll_do_allreduce");
     unsigned long long t0 = now_ns();
     int rc = next(comm, spec);
-    if (in_call) {
-        inner_ns += now_ns() - t0;
-        reached = 1;
-    }
+    native(t0);
+    return rc;
+}
+
+int sharp_coll_do_allreduce_nb(struct sharp_coll_comm *comm,
+                               struct sharp_coll_reduce_spec *spec,
+                               void **handle)
+{
+    static int (*next)(struct sharp_coll_comm *,
+                       struct sharp_coll_reduce_spec *, void **);
+    if (next == NULL)
+        *(void **)&next = dlsym(RTLD_NEXT, "sharp_coll_do_allreduce_nb");
+    unsigned long long t0 = now_ns();
+    int rc = next(comm, spec, handle);
+    native(t0);
+    return rc;
+}
+
+int sharp_coll_req_test(void *handle)
+{
+    static int (*next)(void *);
+    if (next == NULL)
+        *(void **)&next = dlsym(RTLD_NEXT, "sharp_coll_req_test");
+    unsigned long long t0 = now_ns();
+    int rc = next(handle);
+    native(t0);
+    return rc;
+}
+
+int sharp_coll_req_wait(void *handle)
+{
+    static int (*next)(void *);
+    if (next == NULL)
+        *(void **)&next = dlsym(RTLD_NEXT, "sharp_coll_req_wait");
+    unsigned long long t0 = now_ns();
+    int rc = next(handle);
+    native(t0);
     return rc;
 }
 

@@ -1,36 +1,31 @@
 /*
- * libsharp_mpi internals: one blocking operation through a group
- * (coll_op.c), as the blocking collectives (coll_reduce.c, coll_bcast.c,
- * coll_barrier.c) describe it.  Hidden, as everything in sharp_mpi_int.h.
+ * libsharp_mpi internals: the collectives' eligibility and arguments, one
+ * file each (coll_reduce.c, coll_bcast.c, coll_barrier.c), for every form:
+ * a call of kind ckind (C_ALLREDUCE ... C_IBCAST: blocking, non-blocking,
+ * or a persistent one's init) becomes an operation of the engine (nb.h),
+ * filled in at *o, or goes to PMPI for *why (0).  The blocking entry
+ * points are theirs; the non-blocking and persistent ones nb_coll.c's.
+ * Hidden, as everything in sharp_mpi_int.h.
  */
 #ifndef SMPI_COLL_H
 #define SMPI_COLL_H
 
-#include "mpi-coll/sharp_mpi_int.h"
+#include "mpi-coll/nb.h"
 
 #pragma GCC visibility push(hidden)
 
-typedef struct op_args {
-    int kind; /* C_ALLREDUCE (a reduce too), C_BARRIER, C_BCAST */
-    struct sharp_coll_reduce_spec *spec; /* reductions: all but rbuf */
-    const void *bsrc;                    /* bcast: the data, at the root */
-    int broot;                           /* bcast: the root in the group */
-    /* without recovery (SHARP_MPI_ON_FAULT=abort): the result goes
-     * straight to direct (NULL: nowhere, a reduce's non-root) */
-    void *direct;
-    int root;    /* a reduce's root (< 0: an allreduce) */
-    int exact_n; /* > 0: the exact sum of this many contributions each */
-} op_args_t;
-
-enum { OP_OK, OP_REDO };
-
-/* One operation of st's group (this rank a member): OP_OK with its len
- * bytes of result at *res, or OP_REDO: the call goes to PMPI on every
- * rank (coll_op.c) */
-int smpi_run_op(comm_state_t *st, MPI_Comm comm, const char *what, size_t len,
-                op_args_t *a, char **res);
-/* the communicator goes to PMPI from now on (every rank, at this call) */
-void smpi_fell_back(comm_state_t *st, MPI_Comm comm);
+/* an (all)reduce (root < 0: an allreduce) */
+int smpi_reduce_args(nb_op_t *o, int ckind, const void *sbuf, void *rbuf,
+                     int count, MPI_Datatype dt, MPI_Op op, int root,
+                     MPI_Comm comm, int *why);
+int smpi_bcast_args(nb_op_t *o, int ckind, void *buf, int count,
+                    MPI_Datatype dt, int root, MPI_Comm comm, int *why);
+int smpi_barrier_args(nb_op_t *o, int ckind, MPI_Comm comm, int *why);
+/* the engine's kind of a call's */
+static inline int smpi_engine_kind(int ckind)
+{
+    return ckind < C_IALLREDUCE ? ckind + (C_IALLREDUCE - C_ALLREDUCE) : ckind;
+}
 
 #pragma GCC visibility pop
 

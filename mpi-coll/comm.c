@@ -437,7 +437,7 @@ static void regroup(comm_state_t *s, MPI_Comm comm)
  * rank calls this at the same calls, blocking or not, a persistent start
  * included): counted, and a communicator that fell back tries a new
  * group at its turn. */
-void smpi_comm_call(comm_state_t *s, MPI_Comm comm)
+SMPI_HOT void smpi_comm_call(comm_state_t *s, MPI_Comm comm)
 {
     s->seq++;
     if (s->standby_at != 0 && s->seq >= s->standby_at) { /* members only */
@@ -452,14 +452,34 @@ void smpi_comm_call(comm_state_t *s, MPI_Comm comm)
     }
 }
 
-/* The communicator's state, set up on first use; NULL: use PMPI, for
- * *why. */
-comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why)
+/* The communicator's state for a call of kind ckind, set up on first
+ * use; NULL: use PMPI, for *why.  A blocking call's communicator's
+ * non-blocking operations complete first (they may find the group
+ * failed), and it goes to PMPI once the communicator fell back.  A
+ * non-blocking call on a communicator that fell back stays the layer's:
+ * queued and done on PMPI on the private duplicate (smpi_nb_kick,
+ * smpi_nb_redo), as the operations a rank had posted before it learnt of
+ * the failure are; one rule for every rank whenever it learnt, so the
+ * same operations meet on the same communicator. */
+SMPI_HOT comm_state_t *smpi_coll_comm(MPI_Comm comm, int ckind, int *why)
 {
-    return smpi_comm_state(comm, why, 1);
+    comm_state_t *had = NULL;
+    int found = 0, blocking = ckind < C_IALLREDUCE;
+    if (blocking) {
+        return smpi_comm_state(comm, why, 1);
+    }
+    if (smpi.ctx != NULL && comm != MPI_COMM_NULL) {
+        PMPI_Comm_get_attr(comm, smpi.keyval, &had, &found);
+    }
+    comm_state_t *st = smpi_comm_state(comm, why, 0);
+    if (st == NULL && found && had->why == WHY_FELL &&
+        had->all != MPI_COMM_NULL) {
+        return had;
+    }
+    return st;
 }
 
-comm_state_t *smpi_comm_state(MPI_Comm comm, int *why, int blocking)
+SMPI_HOT comm_state_t *smpi_comm_state(MPI_Comm comm, int *why, int blocking)
 {
     comm_state_t *s;
     int found = 0, inter = 0;

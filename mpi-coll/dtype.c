@@ -162,7 +162,7 @@ static int float_dtype(int size)
 }
 
 /* 1 and *m filled in if sharp can reduce this datatype */
-static int map_dtype(MPI_Datatype dt, dt_map_t *m)
+static int map_dtype_find(MPI_Datatype dt, dt_map_t *m)
 {
     size_t i, n = sizeof(known_types) / sizeof(known_types[0]);
     int size = 0;
@@ -218,6 +218,23 @@ static int map_dtype(MPI_Datatype dt, dt_map_t *m)
         m->sdt = -1;
     }
     return m->sdt >= 0;
+}
+
+/* map_dtype_find, with the answer for the last datatype asked kept per
+ * thread: only predefined datatypes are ever mapped (known_types), and a
+ * predefined handle names the same type for the whole job, so the table's
+ * search and the three MPI queries are made once, not on every call */
+SMPI_HOT static int map_dtype(MPI_Datatype dt, dt_map_t *m)
+{
+    static __thread MPI_Datatype last_dt = MPI_DATATYPE_NULL;
+    static __thread dt_map_t last_m;
+    static __thread int last_ok;
+    if (dt != last_dt || dt == MPI_DATATYPE_NULL) {
+        last_ok = map_dtype_find(dt, &last_m);
+        last_dt = dt;
+    }
+    *m = last_m;
+    return last_ok;
 }
 
 /* Is the data of one element of dt a single run of bytes at true_lb, in
@@ -293,7 +310,7 @@ static int op_of(MPI_Op op)
     return -1;
 }
 
-struct sharp_coll_data_desc smpi_desc_of(void *p, size_t len)
+SMPI_HOT struct sharp_coll_data_desc smpi_desc_of(void *p, size_t len)
 {
     struct sharp_coll_data_desc d;
     memset(&d, 0, sizeof(d));
@@ -369,7 +386,7 @@ long smpi_bytes_of(int count, MPI_Datatype dt)
 
 /* SHARP_MPI_REPRODUCIBLE: is this sum to be exact?  Float and double sums
  * (complex ones too: sums of their parts). */
-int smpi_exact_wanted(int sop, const dt_map_t *m)
+SMPI_HOT int smpi_exact_wanted(int sop, const dt_map_t *m)
 {
     return smpi_cfg.reproducible && sop == SHARP_OP_SUM &&
            (m->sdt == SHARP_DTYPE_FLOAT || m->sdt == SHARP_DTYPE_DOUBLE);
@@ -457,8 +474,9 @@ static int dtype_why(MPI_Datatype dt)
  * is enabled)?  The rules of the blocking and the non-blocking forms: the
  * type map in *m, sharp's op in *sop, the wire's bytes in *bytes (count x
  * the type's size) and the fold's descriptor in *d.  WHY_OK, or why not. */
-int smpi_reduce_why(int on, int count, MPI_Datatype dt, MPI_Op op, dt_map_t *m,
-                    int *sop, size_t *bytes, shp_reduce_desc_t *d)
+SMPI_HOT int smpi_reduce_why(int on, int count, MPI_Datatype dt, MPI_Op op,
+                             dt_map_t *m, int *sop, size_t *bytes,
+                             shp_reduce_desc_t *d)
 {
     *sop = op_of(op);
     if (!on) {

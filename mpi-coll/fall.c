@@ -14,8 +14,8 @@
  * A node step on shared memory that fails (a rank of the node died or did
  * not come) aborts the job naming the rank.
  *
- * Below both engines: the blocking operation (coll_op.c) and the
- * non-blocking one (op.c, node_step.c) call it; it calls neither.
+ * Below the engine: its operation (op.c, node_step.c), of every form,
+ * calls it; it calls none of it.
  */
 #include "mpi-coll/sharp_mpi_int.h"
 
@@ -34,7 +34,7 @@
  * leave: the group is left first (the tree then fails the operations still
  * waiting for this member).  1: the operation completed elsewhere, its
  * result fetched (smr_result); 0: it is to be redone on PMPI, and every
- * later one.  The blocking (smpi_run_op) and non-blocking (smpi_nb_recover) forms'.
+ * later one.  The engine's (smpi_nb_recover, and node_step.c's leader).
  */
 int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
                     size_t len, int rc, int leave)

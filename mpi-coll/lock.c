@@ -5,8 +5,8 @@
  * and let it go entirely before it waits for other processes: a lock held
  * across such a wait would let two threads of two ranks, each waiting for
  * the other rank's other thread, wait for ever.  Without MPI_THREAD_MULTIPLE
- * (smpi.threads 0) every call returns at once: the single-threaded path
- * pays one predictable branch.
+ * (smpi.threads 0) smpi_lock and smpi_unlock (inline, sharp_mpi_int.h) call
+ * nothing: the single-threaded path pays one predictable branch.
  */
 #include "mpi-coll/sharp_mpi_int.h"
 
@@ -15,16 +15,16 @@
 static pthread_mutex_t smpi_mu = PTHREAD_MUTEX_INITIALIZER;
 static __thread int smpi_depth;
 
-void smpi_lock(void)
+void smpi_lock_mt(void)
 {
-    if (smpi.threads && smpi_depth++ == 0) {
+    if (smpi_depth++ == 0) {
         pthread_mutex_lock(&smpi_mu);
     }
 }
 
-void smpi_unlock(void)
+void smpi_unlock_mt(void)
 {
-    if (smpi.threads && --smpi_depth == 0) {
+    if (--smpi_depth == 0) {
         pthread_mutex_unlock(&smpi_mu);
     }
 }

@@ -16,7 +16,12 @@
 #pragma GCC visibility push(hidden)
 
 typedef struct nb_op {
-    int kind; /* C_IALLREDUCE ... */
+    int kind;  /* the engine's: C_IALLREDUCE ... */
+    int ckind; /* the call's, counted and named: C_ALLREDUCE ... C_IBCAST */
+    /* a blocking call's (on its caller's stack, no generalized request:
+     * smpi_nb_run); waiter: its thread waits for its sharp part with the
+     * layer's lock let go, and nobody else touches it meanwhile */
+    int blocking, waiter;
     comm_state_t *st;
     unsigned long seq; /* the activation's place in the communicator's
                           calls (comm_state_t seq) */
@@ -79,12 +84,19 @@ extern nb_op_t *smpi_nb_ops;
 extern unsigned long smpi_nb_moved;
 
 /* The operation (op.c) */
+void smpi_nb_unlink(nb_op_t *o);  /* unlinked, its buffers freed */
 void smpi_nb_release(nb_op_t *o); /* unlinked and freed */
+/* o the only operation in flight (a persistent one not started is not) */
+int smpi_nb_alone(const nb_op_t *o);
 /* its generalized request's callbacks (MPI_Grequest_start) */
 int smpi_nb_query(void *extra, MPI_Status *status);
 int smpi_nb_free(void *extra);
 int smpi_nb_cancel(void *extra, int complete);
-const char *smpi_nb_name(const nb_op_t *o);
+/* the call's name, for messages */
+static inline const char *smpi_nb_name(const nb_op_t *o)
+{
+    return smpi_coll_names[o->ckind];
+}
 /* sharp's part posted (dst: the record's buffer with recovery, else NULL) */
 int smpi_nb_post(nb_op_t *o, void *dst, int as_allreduce);
 /* the program's buffers from a result at res */
@@ -140,6 +152,10 @@ shp_status_t smpi_xchg_test_out(nb_op_t *o, void *buf, size_t len, int *code);
 /* Starting and progress (progress.c) */
 void smpi_nb_link(nb_op_t *o); /* a new operation, live */
 void smpi_nb_start(nb_op_t *o);
+/* a blocking call: o (on the caller's stack) linked, started and waited
+ * for, as MPI_Wait would, then unlinked: its result in place, or redone
+ * on PMPI (every rank) */
+void smpi_nb_run(nb_op_t *o);
 /* 1 if o's part is done (sharp's or PMPI's); block: wait for it */
 int smpi_nb_poll(nb_op_t *o, int block);
 void smpi_nb_progress_all(void);

@@ -21,7 +21,7 @@
  * layer's lock (lock.c).
  */
 #include "mpi-coll/sharp_mpi_int.h"
-#include "mpi-coll/nb.h"
+#include "mpi-coll/coll.h"
 
 #ifdef OMPI_MAJOR_VERSION
 #include <mpi-ext.h>
@@ -39,138 +39,44 @@
 #define PPCOLL(name) PMPIX_##name##_init
 #endif
 
-/* the communicator's state if a non-blocking operation may go through
- * sharp there (the same answer on every rank), else NULL (*why) */
-static comm_state_t *nb_comm(MPI_Comm comm, int *why)
+/* an operation of the program's, filled in at tmp: a live one of ours */
+static nb_op_t *nb_new(const nb_op_t *tmp)
 {
-    comm_state_t *st = NULL, *had = NULL;
-    int found = 0;
-    if (smpi.ctx != NULL && comm != MPI_COMM_NULL) {
-        PMPI_Comm_get_attr(comm, smpi.keyval, &had, &found);
+    nb_op_t *o = malloc(sizeof(*o));
+    if (o == NULL) {
+        smpi_fail(tmp->comm, smpi_nb_name(tmp), SHARP_COLL_ENOMEM);
     }
-    st = smpi_comm_state(comm, why, 0);
-    if (st == NULL && found && had->why == WHY_FELL &&
-        had->all != MPI_COMM_NULL) {
-        /* fallen back: the layer's still, queued and done on PMPI on the
-         * private duplicate (smpi_nb_kick, smpi_nb_redo), as the operations a rank
-         * had posted before it learnt of the failure are; one rule for
-         * every rank whenever it learnt, so the same operations meet on
-         * the same communicator */
-        return had;
-    }
-    return st;
+    *o = *tmp;
+    o->greq = o->handle = o->preq = MPI_REQUEST_NULL;
+    smpi_nb_link(o);
+    return o;
 }
 
-/* an (all)reduce as an operation, or NULL: PMPI (try_reduce's rules),
- * for *why */
+/* an (all)reduce as an operation, or NULL: PMPI, for *why */
 static nb_op_t *nb_reduce_op(int kind, const void *sbuf, void *rbuf, int count,
                              MPI_Datatype dt, MPI_Op op, int root,
                              MPI_Comm comm, int *why)
 {
-    dt_map_t m;
-    shp_reduce_desc_t d;
-    int sop;
-    size_t bytes;
-
-    *why = smpi_reduce_why(kind == C_IALLREDUCE ? smpi_cfg.allreduce
-                                                : smpi_cfg.reduce,
-                           count, dt, op, &m, &sop, &bytes, &d);
-    if (*why != WHY_OK) {
-        return NULL;
-    }
-    size_t n = (size_t)count;
-    comm_state_t *st = nb_comm(comm, why);
-    if (st == NULL) {
-        return NULL;
-    }
-    int keep = root < 0 || root == st->rank;
-    if (root >= st->size || (sbuf == MPI_IN_PLACE && !keep)) {
-        *why = WHY_ARGS;
-        return NULL; /* erroneous: PMPI says so */
-    }
-    nb_op_t *o = calloc(1, sizeof(*o));
-    if (o == NULL) {
-        smpi_fail(comm, smpi_coll_names[kind], SHARP_COLL_ENOMEM);
-    }
-    o->kind = kind;
-    o->st = st;
-    o->comm = comm;
-    o->sbuf = sbuf;
-    o->rbuf = rbuf;
-    o->count = count;
-    o->dt = dt;
-    o->root = root;
-    o->sop = sop;
-    o->mop = op;
-    o->keep = keep;
-    o->m = m;
-    o->d = d;
-    o->node = st->hier;
-    o->n = n;
-    o->bytes = bytes;
-    o->greq = o->handle = o->preq = MPI_REQUEST_NULL;
-    smpi_nb_link(o);
-    return o;
+    nb_op_t tmp;
+    return smpi_reduce_args(&tmp, kind, sbuf, rbuf, count, dt, op, root, comm,
+                            why)
+               ? nb_new(&tmp)
+               : NULL;
 }
 
 static nb_op_t *nb_bcast_op(void *buf, int count, MPI_Datatype dt, int root,
                             MPI_Comm comm, int *why)
 {
-    long bytes = smpi_bytes_of(count, dt);
-    *why = smpi_bcast_why(bytes);
-    comm_state_t *st = *why == WHY_OK ? nb_comm(comm, why) : NULL;
-    if (st == NULL) {
-        return NULL;
-    }
-    if (root < 0 || root >= st->size) {
-        *why = WHY_ARGS;
-        return NULL;
-    }
-    nb_op_t *o = calloc(1, sizeof(*o));
-    if (o == NULL) {
-        smpi_fail(comm, "MPI_Ibcast", SHARP_COLL_ENOMEM);
-    }
-    int size = 0;
-    MPI_Aint lb, ext, tlb, text;
-    PMPI_Type_size(dt, &size);
-    PMPI_Type_get_extent(dt, &lb, &ext);
-    PMPI_Type_get_true_extent(dt, &tlb, &text);
-    if (buf != MPI_BOTTOM && (count == 1 || ext == (MPI_Aint)size) &&
-        smpi_dense_type(dt, 0)) {
-        o->direct = (char *)buf + tlb;
-    }
-    o->kind = C_IBCAST;
-    o->node = st->hier;
-    o->st = st;
-    o->comm = comm;
-    o->rbuf = buf;
-    o->count = count;
-    o->dt = dt;
-    o->root = root;
-    o->bytes = (size_t)bytes;
-    o->greq = o->handle = o->preq = MPI_REQUEST_NULL;
-    smpi_nb_link(o);
-    return o;
+    nb_op_t tmp;
+    return smpi_bcast_args(&tmp, C_IBCAST, buf, count, dt, root, comm, why)
+               ? nb_new(&tmp)
+               : NULL;
 }
 
 static nb_op_t *nb_barrier_op(MPI_Comm comm, int *why)
 {
-    *why = WHY_KIND_OFF;
-    comm_state_t *st = smpi_cfg.barrier ? nb_comm(comm, why) : NULL;
-    if (st == NULL) {
-        return NULL;
-    }
-    nb_op_t *o = calloc(1, sizeof(*o));
-    if (o == NULL) {
-        smpi_fail(comm, "MPI_Ibarrier", SHARP_COLL_ENOMEM);
-    }
-    o->kind = C_IBARRIER;
-    o->node = st->hier;
-    o->st = st;
-    o->comm = comm;
-    o->greq = o->handle = o->preq = MPI_REQUEST_NULL;
-    smpi_nb_link(o);
-    return o;
+    nb_op_t tmp;
+    return smpi_barrier_args(&tmp, C_IBARRIER, comm, why) ? nb_new(&tmp) : NULL;
 }
 
 /* Non-blocking collectives -------------------------------------------------- */

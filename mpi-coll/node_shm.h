@@ -208,5 +208,9 @@ SHP_WUR shp_status_t smn_nb_test_out(smn_node_t *node, void *buf, size_t bytes,
 /* 1 while a step is pending on this rank */
 int smn_nb_pending(const smn_node_t *node);
 void smn_nb_sleep(smn_node_t *node, uint64_t max_ns);
+/* a pending step's wait, as the blocking steps wait (spin, yield, sleep
+ * on the word; the peer's death or the timeout fail the segment): until
+ * the next test finds it done or failed */
+void smn_nb_wait(smn_node_t *node);
 
 #endif

@@ -451,21 +451,32 @@ int smn_nb_pending(const smn_node_t *nd)
     return nd->nb != 0;
 }
 
+/* the word a pending step waits on, its sleepers and its target; 0: the
+ * step awaits nothing of the others */
+static int smn_nb_awaited(smn_node_t *nd, _Atomic uint32_t **w,
+                          _Atomic uint32_t **sleepers, uint32_t *target)
+{
+    if (nd->nb != 1) {
+        return 0;
+    }
+    if (nd->rank == 0) {
+        *w = &nd->in->count;
+        *sleepers = &nd->in->sleepers;
+        *target = nd->in_target;
+    } else {
+        *w = &nd->pub->go;
+        *sleepers = &nd->pub->go_sleepers;
+        *target = nd->seq;
+    }
+    return 1;
+}
+
 void smn_nb_sleep(smn_node_t *nd, uint64_t max_ns)
 {
     _Atomic uint32_t *w, *sleepers;
     uint32_t target;
-    if (nd->nb != 1) {
+    if (!smn_nb_awaited(nd, &w, &sleepers, &target)) {
         return; /* nothing awaited from the others */
-    }
-    if (nd->rank == 0) {
-        w = &nd->in->count;
-        sleepers = &nd->in->sleepers;
-        target = nd->in_target;
-    } else {
-        w = &nd->pub->go;
-        sleepers = &nd->pub->go_sleepers;
-        target = nd->seq;
     }
     struct timespec ts = {(time_t)(max_ns / 1000000000u),
                           (long)(max_ns % 1000000000u)};
@@ -476,4 +487,15 @@ void smn_nb_sleep(smn_node_t *nd, uint64_t max_ns)
         syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
     }
     atomic_fetch_sub(sleepers, 1);
+}
+
+void smn_nb_wait(smn_node_t *nd)
+{
+    _Atomic uint32_t *w, *sleepers;
+    uint32_t target;
+    if (smn_nb_awaited(nd, &w, &sleepers, &target)) {
+        /* (a failure is the next test's to say) */
+        (void)smn_wait(nd, w, sleepers, target, nd->rank == 0 ? SMN_LATE : 0,
+                       nd->nb_deadline);
+    }
 }

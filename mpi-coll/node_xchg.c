@@ -43,7 +43,7 @@ size_t smpi_node_len(const nb_op_t *o)
 void smpi_node_check(nb_op_t *o, shp_status_t s)
 {
     if (s != SHP_OK && s != SHP_INPROGRESS) {
-        smpi_node_shm_fail(o->st, o->comm, smpi_coll_names[o->kind], s);
+        smpi_node_shm_fail(o->st, o->comm, smpi_nb_name(o), s);
     }
 }
 
@@ -58,7 +58,7 @@ static struct smpi_xchg *xc_of(nb_op_t *o)
     if (st->xc == NULL) {
         st->xc = calloc(1, sizeof(*st->xc));
         if (st->xc == NULL) {
-            smpi_fail(o->comm, smpi_coll_names[o->kind], SHARP_COLL_ENOMEM);
+            smpi_fail(o->comm, smpi_nb_name(o), SHARP_COLL_ENOMEM);
         }
         st->xc->in = st->xc->out = MPI_REQUEST_NULL;
     }
@@ -71,7 +71,7 @@ static void xc_grow(nb_op_t *o, char **buf, size_t *cap, size_t n)
         return;
     }
     free(*buf);
-    *buf = smpi_xmalloc(n, o->comm, smpi_coll_names[o->kind]);
+    *buf = smpi_xmalloc(n, o->comm, smpi_nb_name(o));
     *cap = n;
 }
 

@@ -40,7 +40,7 @@
 
 nb_op_t *smpi_nb_ops; /* every live operation */
 
-void smpi_nb_release(nb_op_t *o)
+SMPI_HOT void smpi_nb_unlink(nb_op_t *o)
 {
     *o->prev = o->next;
     if (o->next != NULL) {
@@ -49,7 +49,23 @@ void smpi_nb_release(nb_op_t *o)
     free(o->ps);
     free(o->pr);
     free(o->nin);
+    o->ps = o->pr = o->nin = NULL;
+}
+
+void smpi_nb_release(nb_op_t *o)
+{
+    smpi_nb_unlink(o);
     free(o);
+}
+
+SMPI_HOT int smpi_nb_alone(const nb_op_t *o)
+{
+    for (const nb_op_t *x = smpi_nb_ops; x != NULL; x = x->next) {
+        if (x != o && x->active && !x->done) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 /* Generalized request callbacks -------------------------------------------- */
@@ -87,18 +103,61 @@ int smpi_nb_cancel(void *extra, int complete)
 
 /* Starting and finishing ---------------------------------------------------- */
 
-const char *smpi_nb_name(const nb_op_t *o)
+/* A blocking call alone in flight in a single-threaded program makes
+ * sharp's blocking call, as it always did: its part ends here (ended,
+ * end_rc: finished at the next look, smpi_nb_poll), no request made or
+ * waited for.  0: it is not such a call (the non-blocking form, then). */
+SMPI_HOT static int nb_post_blocking(nb_op_t *o, int rc)
 {
-    return smpi_coll_names[o->kind];
+    o->h = NULL;
+    if (rc == SHARP_COLL_SUCCESS) {
+        if (o->rec) { /* (a failure's is its caller's) */
+            smr_end(o->st->rec, 1, o->bytes);
+        }
+        o->ended = 1;
+        o->end_rc = rc;
+    }
+    return rc;
+}
+
+SMPI_HOT static int nb_blocking(const nb_op_t *o)
+{
+    return o->blocking && !smpi.threads && smpi_nb_alone(o);
+}
+
+SMPI_HOT static int nb_post_bcast(nb_op_t *o, struct sharp_coll_bcast_spec *bs,
+                                  int blk)
+{
+    if (blk) {
+        return nb_post_blocking(o, sharp_coll_do_bcast(o->st->sc, bs));
+    }
+    return sharp_coll_do_bcast_nb(o->st->sc, bs, &o->h);
+}
+
+SMPI_HOT static int nb_post_reduce(nb_op_t *o,
+                                   struct sharp_coll_reduce_spec *spec, int all,
+                                   int blk)
+{
+    struct sharp_coll_comm *sc = o->st->sc;
+    if (blk) {
+        return nb_post_blocking(o, all ? sharp_coll_do_allreduce(sc, spec)
+                                       : sharp_coll_do_reduce(sc, spec));
+    }
+    return all ? sharp_coll_do_allreduce_nb(sc, spec, &o->h)
+               : sharp_coll_do_reduce_nb(sc, spec, &o->h);
 }
 
 /* sharp's part posted; dst: where a reduction's result goes (the record's
  * buffer with recovery, which every member receives, a reduce's non-roots
  * too), bsrc/bdst: a bcast's buffers */
-int smpi_nb_post(nb_op_t *o, void *dst, int as_allreduce)
+SMPI_HOT int smpi_nb_post(nb_op_t *o, void *dst, int as_allreduce)
 {
     comm_state_t *st = o->st;
+    int blk = nb_blocking(o);
     if (o->kind == C_IBARRIER) {
+        if (blk) {
+            return nb_post_blocking(o, sharp_coll_do_barrier(st->sc));
+        }
         return sharp_coll_do_barrier_nb(st->sc, &o->h);
     }
     if (o->kind == C_IBCAST) {
@@ -121,7 +180,7 @@ int smpi_nb_post(nb_op_t *o, void *dst, int as_allreduce)
         bs.buf_desc = smpi_desc_of(p, o->bytes);
         bs.size = o->bytes;
         bs.root = o->root;
-        return sharp_coll_do_bcast_nb(st->sc, &bs, &o->h);
+        return nb_post_bcast(o, &bs, blk);
     }
     struct sharp_coll_reduce_spec spec;
     const void *src = o->sbuf == MPI_IN_PLACE ? o->rbuf : o->sbuf;
@@ -151,14 +210,13 @@ int smpi_nb_post(nb_op_t *o, void *dst, int as_allreduce)
     spec.root = o->root < 0 ? 0 : o->root;
     spec.sbuf_desc = smpi_desc_of((void *)src, o->bytes);
     spec.rbuf_desc = smpi_desc_of(dst, o->bytes);
-    return o->kind == C_IALLREDUCE || as_allreduce
-               ? sharp_coll_do_allreduce_nb(st->sc, &spec, &o->h)
-               : sharp_coll_do_reduce_nb(st->sc, &spec, &o->h);
+    return nb_post_reduce(o, &spec, o->kind == C_IALLREDUCE || as_allreduce,
+                          blk);
 }
 
 /* the program's buffers from a result of res (the record's buffer, or the
  * one fetched from another member) */
-void smpi_nb_deliver(nb_op_t *o, const char *res)
+SMPI_HOT void smpi_nb_deliver(nb_op_t *o, const char *res)
 {
     if (o->kind == C_IBCAST) {
         if (o->st->rank == o->root) {
@@ -180,9 +238,12 @@ void smpi_nb_deliver(nb_op_t *o, const char *res)
 }
 
 /* MPI's request of the activation completed (the result in place) */
-void smpi_nb_complete_greq(nb_op_t *o)
+SMPI_HOT void smpi_nb_complete_greq(nb_op_t *o)
 {
     o->done = 1;
+    if (o->blocking) {
+        return; /* no request: its caller sees done */
+    }
     if (o->user_freed && !o->persistent) {
         /* MPI_Request_free came first: MPI may free it now */
         MPI_Request r = o->greq;
@@ -194,7 +255,7 @@ void smpi_nb_complete_greq(nb_op_t *o)
 }
 
 /* the head of its communicator's queue is done: the next one goes */
-void smpi_nb_dequeue(nb_op_t *o)
+SMPI_HOT void smpi_nb_dequeue(nb_op_t *o)
 {
     comm_state_t *st = o->st;
     st->nbq_head = o->qnext;
@@ -220,10 +281,10 @@ void smpi_nb_redo(nb_op_t *o)
     int rc = MPI_SUCCESS, done = 0;
     SMPI_ADD(smpi.redone, 1);
     /* counted as offloaded when it started: it went to MPI */
-    SMPI_SUB(smpi.calls[o->kind][0], 1);
-    SMPI_SUB(smpi.bytes[o->kind][0], o->bytes);
+    SMPI_SUB(smpi.calls[o->ckind][0], 1);
+    SMPI_SUB(smpi.bytes[o->ckind][0], o->bytes);
     int red = o->kind == C_IALLREDUCE || o->kind == C_IREDUCE;
-    smpi_fallback(o->kind, (long)o->bytes, o->comm, WHY_FELL,
+    smpi_fallback(o->ckind, (long)o->bytes, o->comm, WHY_FELL,
                   o->kind == C_IBARRIER ? MPI_DATATYPE_NULL : o->dt,
                   red ? o->mop : MPI_OP_NULL);
     o->preq = MPI_REQUEST_NULL;
@@ -348,7 +409,9 @@ void smpi_node_arrive(nb_op_t *o)
         len = o->bytes;
     }
     o->nsrc = src;
-    if (!o->node_mpi) {
+    if (o->node_mpi) {
+        SMPI_ADD(smpi.node_mpi_steps, 1);
+    } else {
         SMPI_ADD(smpi.node_shm_steps, 1);
     }
     smpi_xchg_arrive(o, src, len);
@@ -356,7 +419,7 @@ void smpi_node_arrive(nb_op_t *o)
 }
 
 /* the head of st's queue posted (through sharp, or on PMPI) */
-void smpi_nb_kick(comm_state_t *st)
+SMPI_HOT void smpi_nb_kick(comm_state_t *st)
 {
     nb_op_t *o = st->nbq_head;
     if (o == NULL || !o->queued) {

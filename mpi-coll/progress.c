@@ -31,7 +31,7 @@ static void nb_bound_queue(comm_state_t *st);
 /* With the first operation, what the layer below calls back: a
  * recovery's decision (smr_decide) lets the other groups' operations end
  * meanwhile. */
-static void nb_register(void)
+SMPI_HOT static void nb_register(void)
 {
     static int done;
     if (!done) {
@@ -40,7 +40,7 @@ static void nb_register(void)
     }
 }
 
-void smpi_nb_link(nb_op_t *o)
+SMPI_HOT void smpi_nb_link(nb_op_t *o)
 {
     nb_register();
     o->next = smpi_nb_ops;
@@ -51,7 +51,7 @@ void smpi_nb_link(nb_op_t *o)
     smpi_nb_ops = o;
 }
 
-void smpi_nb_start(nb_op_t *o)
+SMPI_HOT void smpi_nb_start(nb_op_t *o)
 {
     comm_state_t *st = o->st;
     o->seq = st->seq;
@@ -60,11 +60,13 @@ void smpi_nb_start(nb_op_t *o)
     /* the node step's exchange: on PMPI for data over the slot (every
      * rank decides alike; at each start: a new group agrees its slot) */
     o->node_mpi = o->node && !smpi_xchg_fits(st, o->bytes);
-    PMPI_Grequest_start(smpi_nb_query, smpi_nb_free, smpi_nb_cancel, o,
-                        &o->greq);
+    if (!o->blocking) {
+        PMPI_Grequest_start(smpi_nb_query, smpi_nb_free, smpi_nb_cancel, o,
+                            &o->greq);
+    }
     o->rec = smpi_cfg.on_fault == SMPI_FALLBACK && st->recoverable;
-    SMPI_ADD(smpi.calls[o->kind][0], 1);
-    SMPI_ADD(smpi.bytes[o->kind][0], o->bytes);
+    SMPI_ADD(smpi.calls[o->ckind][0], 1);
+    SMPI_ADD(smpi.bytes[o->ckind][0], o->bytes);
     if (o->rec || o->node || !st->use) {
         o->queued = 1;
         o->qnext = NULL;
@@ -80,7 +82,9 @@ void smpi_nb_start(nb_op_t *o)
             /* the node may be in already: the network's part now */
             smpi_node_poll(o);
         }
-        nb_bound_queue(st);
+        if (!o->blocking) { /* (a blocking one is waited for at once) */
+            nb_bound_queue(st);
+        }
     } else {
         int rc = smpi_nb_post(o, NULL, 0);
         if (rc != SHARP_COLL_SUCCESS) {
@@ -90,13 +94,16 @@ void smpi_nb_start(nb_op_t *o)
     }
     /* small sends leave at the library's next loop turn (they are
      * gathered and flushed before it sleeps): one turn now, so the
-     * network works while the program computes */
-    sharp_coll_progress(smpi.ctx);
+     * network works while the program computes (a blocking call's wait
+     * turns it at once) */
+    if (!o->blocking) {
+        sharp_coll_progress(smpi.ctx);
+    }
 }
 
 /* sharp's request is complete (status rc): the result into place, MPI's
  * request completed */
-static void nb_finish(nb_op_t *o, int rc)
+SMPI_HOT static void nb_finish(nb_op_t *o, int rc)
 {
     o->h = NULL;
     if (o->node) {
@@ -121,6 +128,7 @@ static void nb_finish(nb_op_t *o, int rc)
         smpi_nb_dequeue(o);
         return;
     }
+    o->ended = 0;
     if (rc != SHARP_COLL_SUCCESS) {
         smpi_fail(o->comm, smpi_nb_name(o), rc);
     }
@@ -139,6 +147,9 @@ int smpi_nb_poll(nb_op_t *o, int block)
 {
     if (!o->active || o->done) {
         return 1;
+    }
+    if (o->waiter) {
+        return 0; /* its own thread waits for it (nb_wait_sharp) */
     }
     if ((o->rec || o->node) && (o->queued || o->preq != MPI_REQUEST_NULL)) {
         if (o->preq != MPI_REQUEST_NULL) {
@@ -168,6 +179,88 @@ int smpi_nb_poll(nb_op_t *o, int block)
     return 1;
 }
 
+/* A blocking call's wait ---------------------------------------------------
+ *
+ * The engine's loop, as MPI_Wait's (request.c): a turn of progress, of
+ * MPI's own, then an idle turn.  But while the call's operation is the only
+ * one in flight, it waits as the blocking collectives always did: in
+ * sharp's own wait (spin, yield, sleep) for its sharp part, on the node's
+ * segment (spin, yield, futex) for its node step.  The layer's lock is let
+ * go meanwhile; a sharp part so waited for is its thread's alone (waiter),
+ * and its record ends before the lock is taken again, as a blocking call's
+ * always did (a recovery elsewhere may be asking for it). */
+
+/* o's sharp part waited for in sharp's wait, and finished */
+static void nb_wait_sharp(nb_op_t *o)
+{
+    void *h = o->h;
+    o->waiter = 1;
+    int depth = smpi_release();
+    int rc = sharp_coll_req_wait(h);
+    if (o->rec) {
+        smr_end(o->st->rec, rc == SHARP_COLL_SUCCESS, o->bytes);
+    }
+    smpi_regain(depth);
+    o->waiter = 0;
+    o->ended = o->rec; /* (its record ended) */
+    nb_finish(o, rc);
+}
+
+/* o alone in flight, waiting for sharp or for its node: waited for as a
+ * blocking call waits (1), else 0 */
+SMPI_HOT static int nb_wait_alone(nb_op_t *o)
+{
+    if (o->queued || o->ended || o->preq != MPI_REQUEST_NULL ||
+        !smpi_nb_alone(o)) {
+        return 0;
+    }
+    if (o->h != NULL) {
+        nb_wait_sharp(o);
+        return 1;
+    }
+    if (o->node && o->nphase == 1 && !o->node_mpi) {
+        int depth = smpi_release();
+        smn_nb_wait(o->st->nshm);
+        smpi_regain(depth);
+        return 1;
+    }
+    return 0;
+}
+
+SMPI_HOT void smpi_nb_run(nb_op_t *o)
+{
+    o->blocking = 1;
+    o->greq = o->handle = o->preq = MPI_REQUEST_NULL;
+    smpi_nb_link(o);
+    smpi_nb_start(o);
+    if (o->ended && !o->node) {
+        nb_finish(o, o->end_rc); /* sharp's blocking call made (op.c) */
+    }
+    unsigned long moved = smpi_nb_moved;
+    for (unsigned turn = 0; !o->done; turn++) {
+        int waited = nb_wait_alone(o);
+        if (o->done) {
+            break;
+        }
+        smpi_nb_progress_all();
+        if (o->done) {
+            break;
+        }
+        if (smpi_nb_moved != moved) {
+            moved = smpi_nb_moved;
+            turn = 0; /* a node step moved on: its next part is near */
+        }
+        if (!waited) {
+            smpi_nb_poke_mpi();
+            smpi_nb_idle(turn);
+        }
+    }
+    if (o->st->use) {
+        o->st->done_seq = o->seq;
+    }
+    smpi_nb_unlink(o);
+}
+
 /* while this process decides a group's recovery (smr_decide): the
  * operations of its other groups that ended meanwhile leave their records
  * (the members of those groups may be asking about them) */
@@ -175,7 +268,8 @@ static void nb_wait_hook(void)
 {
     smpi_lock();
     for (nb_op_t *o = smpi_nb_ops; o != NULL; o = o->next) {
-        if (o->rec && o->h != NULL && !o->ended && sharp_coll_req_test(o->h)) {
+        if (o->rec && o->h != NULL && !o->ended && !o->waiter &&
+            sharp_coll_req_test(o->h)) {
             o->end_rc = sharp_coll_req_wait(o->h);
             o->h = NULL;
             o->ended = 1;

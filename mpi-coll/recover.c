@@ -164,7 +164,7 @@ static int resize(smr_rec_t *r, size_t len)
     return 0;
 }
 
-void *smr_begin(smr_rec_t *r, size_t len, int *oom)
+__attribute__((hot)) void *smr_begin(smr_rec_t *r, size_t len, int *oom)
 {
     void *p = NULL;
     *oom = 0;
@@ -183,7 +183,7 @@ out:
     return p;
 }
 
-void smr_end(smr_rec_t *r, int ok, size_t len)
+__attribute__((hot)) void smr_end(smr_rec_t *r, int ok, size_t len)
 {
     pthread_mutex_lock(&smr_svc.mu);
     r->posted = 0;

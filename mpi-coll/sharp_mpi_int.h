@@ -6,9 +6,10 @@
  *                                  call went to MPI
  *   dtype.c, fall.c                datatypes and eligibility; the fall-back
  *                                  policy and recovery of an operation
- *   op.c, node_step.c, progress.c  the non-blocking engine (nb.h)
+ *   op.c, node_step.c, progress.c  the engine of every form (nb.h)
  *   comm.c                         communicators and their groups
- *   coll_op.c, coll_*.c            the blocking collectives (coll.h)
+ *   coll_*.c                       each collective's eligibility and
+ *                                  arguments; its blocking call (coll.h)
  *   nb_coll.c, request.c, init.c   the non-blocking and persistent entry
  *                                  points; the completion calls; MPI_Init
  *                                  and MPI_Finalize
@@ -113,6 +114,8 @@ void smpi_why_report(void); /* the report's table (collective) */
 /* the library's state */
 typedef struct smpi_global {
     struct sharp_coll_context *ctx;
+    int threads; /* MPI_THREAD_MULTIPLE: the layer's lock is taken (read
+                    by every call: on the first line, with ctx) */
     MPI_Comm oob_world;
     int have_oob;
     int had_sharp;
@@ -130,13 +133,15 @@ typedef struct smpi_global {
     unsigned long long failovers, standbys_missing, standbys_remade;
     /* node-local steps: on shared memory, and on MPI (gather / bcast) */
     unsigned long long node_shm_steps, node_mpi_steps;
-    int threads; /* MPI_THREAD_MULTIPLE: the layer's lock is taken */
 } smpi_global_t;
 
 extern smpi_global_t smpi;
 
 /* The counters above, from any thread */
 #define SMPI_ADD(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)
+/* the functions of an offloaded call: kept together (.text.hot), so that
+ * a call after a context switch misses fewer lines of code */
+#define SMPI_HOT __attribute__((hot))
 #define SMPI_SUB(x, v) __atomic_fetch_sub(&(x), (v), __ATOMIC_RELAXED)
 
 /* The layer's lock (lock.c), taken only at MPI_THREAD_MULTIPLE: it guards
@@ -145,8 +150,20 @@ extern smpi_global_t smpi;
  * processes: a thread that would wait (an MPI call that blocks, a group
  * being made, an idle turn) lets it go entirely first (smpi_release) and
  * takes it back after (smpi_regain).  Recursive per thread. */
-void smpi_lock(void);
-void smpi_unlock(void);
+void smpi_lock_mt(void);
+void smpi_unlock_mt(void);
+static inline void smpi_lock(void)
+{
+    if (smpi.threads) { /* (one predictable branch without threads) */
+        smpi_lock_mt();
+    }
+}
+static inline void smpi_unlock(void)
+{
+    if (smpi.threads) {
+        smpi_unlock_mt();
+    }
+}
 int smpi_release(void);
 void smpi_regain(int depth);
 
@@ -262,8 +279,9 @@ void smpi_fallback(int kind, long bytes, MPI_Comm comm, int why,
                    MPI_Datatype dt, MPI_Op op);
 
 /* Communicators (comm.c): the state of one that offloads (made on its
- * first eligible call), or NULL (*why: the reason) */
-comm_state_t *smpi_comm_sharp(MPI_Comm comm, int *why);
+ * first eligible call) for a call of kind ckind (C_ALLREDUCE ...), or
+ * NULL (*why: the reason) */
+comm_state_t *smpi_coll_comm(MPI_Comm comm, int ckind, int *why);
 /* the same, for a blocking call (its communicator's non-blocking
  * operations complete first) or not */
 comm_state_t *smpi_comm_state(MPI_Comm comm, int *why, int blocking);
