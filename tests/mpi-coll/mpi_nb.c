@@ -74,8 +74,9 @@ static MPI_Op user_sum;
 static void user_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt)
 {
     (void)dt;
-    for (int i = 0; i < *len; i++) {
-        ((int *)inout)[i] += ((int *)in)[i];
+    for (int i = 0; i < *len; i++) { /* wraps, as MPI_SUM does: no UB */
+        ((int *)inout)[i] =
+            (int)((unsigned)((int *)inout)[i] + (unsigned)((int *)in)[i]);
     }
 }
 
