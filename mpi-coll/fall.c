@@ -59,7 +59,7 @@ int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
                 "could not agree on where their operations ended within "
                 "%ld ms (%s): aborting\n",
                 smpi.rank, what, (long)smpi_cfg.recovery_timeout_ms, why);
-        PMPI_Abort(comm, 70);
+        smpi_abort(comm);
     }
     uint64_t us = (shp_time_ns() - t0) / SHP_NSEC_PER_USEC;
     if (us > smpi.recovery_us_max) {
@@ -172,5 +172,5 @@ void smpi_node_shm_fail(comm_state_t *st, MPI_Comm comm, const char *what,
             smpi.rank, what, smn_failed_rank(st->nshm),
             s == SHP_ERR_TIMED_OUT ? "did not come in time"
                                    : "died (or its node step failed)");
-    PMPI_Abort(comm, 70);
+    smpi_abort(comm);
 }

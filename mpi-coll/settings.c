@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 smpi_cfg_t smpi_cfg;
 
@@ -67,6 +68,18 @@ void smpi_note(int verbosity, const char *fmt, ...)
     fprintf(stderr, "%s\n", line);
 }
 
+/* The job aborted (exit code 70), after what the caller printed: stderr
+ * flushed, then a moment for the launcher to forward it (MPICH's hydra
+ * tears the job down at the abort and could drop the message that says
+ * why) */
+void smpi_abort(MPI_Comm comm)
+{
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    fflush(stderr);
+    nanosleep(&ts, NULL);
+    PMPI_Abort(comm, 70);
+}
+
 void smpi_fail(MPI_Comm comm, const char *what, int rc)
 {
     fprintf(stderr,
@@ -75,7 +88,7 @@ void smpi_fail(MPI_Comm comm, const char *what, int rc)
             "aborting (the aggregation node, sharpd and sharp_am logs name "
             "the failed component)\n",
             smpi.rank, what, sharp_coll_strerror(rc));
-    PMPI_Abort(comm, 70);
+    smpi_abort(comm);
 }
 
 /* a local step that cannot fail on a sane MPI did: the other ranks are in
@@ -83,7 +96,7 @@ void smpi_fail(MPI_Comm comm, const char *what, int rc)
 void smpi_die(MPI_Comm comm, const char *what)
 {
     fprintf(stderr, "sharp_mpi[%d]: %s failed: aborting\n", smpi.rank, what);
-    PMPI_Abort(comm, 70);
+    smpi_abort(comm);
 }
 
 void *smpi_xmalloc(size_t n, MPI_Comm comm, const char *what)

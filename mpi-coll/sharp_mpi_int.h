@@ -248,6 +248,9 @@ typedef struct dt_map {
 /* Helpers (settings.c; smpi_desc_of: dtype.c) */
 void smpi_note(int verbosity, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* the job aborted (exit code 70) once the message printed before it can
+ * reach the launcher */
+void smpi_abort(MPI_Comm comm);
 /* a failure in the network that cannot be recovered: abort the job */
 void smpi_fail(MPI_Comm comm, const char *what, int rc);
 /* a local step that cannot fail on a sane MPI did: abort */
