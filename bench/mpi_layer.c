@@ -49,56 +49,31 @@ static void native(unsigned long long t0)
     }
 }
 
-/* the native calls a blocking allreduce makes: the operation's post
- * (blocking, or non-blocking and waited for), and its test and wait */
-int sharp_coll_do_allreduce(struct sharp_coll_comm *comm,
-                            struct sharp_coll_reduce_spec *spec)
-{
-    static int (*next)(struct sharp_coll_comm *,
-                       struct sharp_coll_reduce_spec *);
-    if (next == NULL)
-        *(void **)&next = dlsym(RTLD_NEXT, "sharp_coll_do_allreduce");
-    unsigned long long t0 = now_ns();
-    int rc = next(comm, spec);
-    native(t0);
-    return rc;
-}
+/* The native calls a blocking allreduce makes: the operation's post
+ * (blocking, or non-blocking and waited for), and its test and wait.  Each
+ * wrapper calls the next definition (libsharp_coll's) and counts its time
+ * as native. */
+#define NATIVE(name, params, args)                                             \
+    int name params                                                            \
+    {                                                                          \
+        static int(*next) params;                                              \
+        if (next == NULL)                                                      \
+            *(void **)&next = dlsym(RTLD_NEXT, #name);                         \
+        unsigned long long t0 = now_ns();                                      \
+        int rc = next args;                                                    \
+        native(t0);                                                            \
+        return rc;                                                             \
+    }
 
-int sharp_coll_do_allreduce_nb(struct sharp_coll_comm *comm,
-                               struct sharp_coll_reduce_spec *spec,
-                               void **handle)
-{
-    static int (*next)(struct sharp_coll_comm *,
-                       struct sharp_coll_reduce_spec *, void **);
-    if (next == NULL)
-        *(void **)&next = dlsym(RTLD_NEXT, "sharp_coll_do_allreduce_nb");
-    unsigned long long t0 = now_ns();
-    int rc = next(comm, spec, handle);
-    native(t0);
-    return rc;
-}
-
-int sharp_coll_req_test(void *handle)
-{
-    static int (*next)(void *);
-    if (next == NULL)
-        *(void **)&next = dlsym(RTLD_NEXT, "sharp_coll_req_test");
-    unsigned long long t0 = now_ns();
-    int rc = next(handle);
-    native(t0);
-    return rc;
-}
-
-int sharp_coll_req_wait(void *handle)
-{
-    static int (*next)(void *);
-    if (next == NULL)
-        *(void **)&next = dlsym(RTLD_NEXT, "sharp_coll_req_wait");
-    unsigned long long t0 = now_ns();
-    int rc = next(handle);
-    native(t0);
-    return rc;
-}
+NATIVE(sharp_coll_do_allreduce,
+       (struct sharp_coll_comm * comm, struct sharp_coll_reduce_spec *spec),
+       (comm, spec))
+NATIVE(sharp_coll_do_allreduce_nb,
+       (struct sharp_coll_comm * comm, struct sharp_coll_reduce_spec *spec,
+        void **handle),
+       (comm, spec, handle))
+NATIVE(sharp_coll_req_test, (void *handle), (handle))
+NATIVE(sharp_coll_req_wait, (void *handle), (handle))
 
 int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                   MPI_Op op, MPI_Comm comm)
