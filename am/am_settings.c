@@ -384,5 +384,10 @@ void shp_am_settings_replace(shp_am_t *am, const json_t *rows, const char *from)
         else if (!strncmp(key, AM_FREEZE_KEY, strlen(AM_FREEZE_KEY)))
             am_freeze_loaded(&l, key, json_string_value(v));
     }
-    shp_info("settings taken from %s: %u ANs drained", from, am->ndrains);
+    unsigned nfrozen = 0;
+    for (unsigned t = 0; t < SHP_AM_MAX_TREE_ID; t++) {
+        nfrozen += am->freezes[t].set != 0;
+    }
+    shp_info("settings taken from %s: %u ANs drained, %u trees frozen", from,
+             am->ndrains, nfrozen);
 }

@@ -464,8 +464,8 @@ static void test_kill_active(void **state)
     json_decref(
         admin_msg(0, json_pack("{s:s, s:I, s:s}", "type", "tree_freeze",
                                "tree_id", t0, "reason", "cable check")));
-    for (int t = 0; t < 100 && !file_has("am-1.log", "settings taken from");
-         t++)
+    /* (both: a sync may carry the drain before the freeze) */
+    for (int t = 0; t < 250 && !file_has("am-1.log", "1 trees frozen"); t++)
         usleep(20000);
     /* (a standby takes them only from the active one) */
     json_decref(admin_want(
