@@ -452,6 +452,10 @@ SMPI_HOT void smpi_comm_call(comm_state_t *s, MPI_Comm comm)
     }
 }
 
+/* the state of comm, made on first use; a blocking call's communicator's
+ * non-blocking operations complete first (below) */
+static comm_state_t *smpi_comm_state(MPI_Comm comm, int *why, int blocking);
+
 /* The communicator's state for a call of kind ckind, set up on first
  * use; NULL: use PMPI, for *why.  A blocking call's communicator's
  * non-blocking operations complete first (they may find the group
@@ -479,7 +483,8 @@ SMPI_HOT comm_state_t *smpi_coll_comm(MPI_Comm comm, int ckind, int *why)
     return st;
 }
 
-SMPI_HOT comm_state_t *smpi_comm_state(MPI_Comm comm, int *why, int blocking)
+SMPI_HOT static comm_state_t *smpi_comm_state(MPI_Comm comm, int *why,
+                                              int blocking)
 {
     comm_state_t *s;
     int found = 0, inter = 0;

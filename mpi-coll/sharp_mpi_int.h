@@ -285,9 +285,6 @@ void smpi_fallback(int kind, long bytes, MPI_Comm comm, int why,
  * first eligible call) for a call of kind ckind (C_ALLREDUCE ...), or
  * NULL (*why: the reason) */
 comm_state_t *smpi_coll_comm(MPI_Comm comm, int ckind, int *why);
-/* the same, for a blocking call (its communicator's non-blocking
- * operations complete first) or not */
-comm_state_t *smpi_comm_state(MPI_Comm comm, int *why, int blocking);
 /* the communicators' attribute's delete callback (MPI_Comm_free, or the
  * world's at MPI_Finalize): the group left, the state freed */
 int smpi_comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra);
