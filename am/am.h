@@ -181,6 +181,7 @@ struct shp_am_group {
      * disjoint trees) */
     uint32_t standby_of;
     int shared;
+    uint32_t stripe_of; /* a stripe (stripe_of): the group it stripes */
     /* the pending group_create */
     shp_am_peer_t *req_peer;
     int64_t req_id;
@@ -313,9 +314,9 @@ json_t *shp_am_adopt_json(const shp_am_t *am); /* sharpctl adoption */
 void shp_am_job_end(shp_am_t *am, shp_am_job_t *job, shp_status_t why,
                     const char *reason);
 const char *shp_am_an_name(const shp_am_t *am, int node);
-/* g's standby fields (standby_of, shared_ans) added to its JSON form d
- * (the requester's descriptor, sharpctl groups) if g stands by a group;
- * d returned */
+/* g's standby or stripe fields (standby_of or stripe_of, shared_ans)
+ * added to its JSON form d (the requester's descriptor, sharpctl groups)
+ * if g stands by or stripes a group; d returned */
 json_t *shp_am_group_standby_json(const shp_am_group_t *g, json_t *d);
 /* An administrator's settings (am_settings.c), committed to the state
  * database before they return.  reason NULL: undrain, thaw (of an AN or

@@ -125,6 +125,10 @@ json_t *shp_am_group_standby_json(const shp_am_group_t *g, json_t *d)
         json_object_update_new(d, json_pack("{s:I, s:i}", "standby_of",
                                             (json_int_t)g->standby_of,
                                             "shared_ans", g->shared));
+    else if (d != NULL && g->stripe_of)
+        json_object_update_new(d, json_pack("{s:I, s:i}", "stripe_of",
+                                            (json_int_t)g->stripe_of,
+                                            "shared_ans", g->shared));
     return d;
 }
 
@@ -240,6 +244,7 @@ typedef struct {
      * and how many the chosen plan shares */
     const shp_am_group_t *avoid;
     int shared;
+    int stripe; /* avoid is the group it stripes, not one it stands by */
     shp_status_t st;
     char why[300];
 } am_group_req_t;
@@ -299,23 +304,50 @@ static shp_status_t am_group_check(shp_am_t *am, const json_t *msg,
     return SHP_OK;
 }
 
-/* A standby (standby_of: a group of the same job): placed away from that
- * group's ANs (am_group_place) */
+/* A standby (standby_of) or a stripe (stripe_of: a group of the same job
+ * over the same members that carries a part of each large operation):
+ * placed away from that group's ANs (am_group_place).  A stripe is extra:
+ * it is refused once the job holds half its max_groups, so that stripes
+ * never take the groups its later communicators need. */
 static shp_status_t am_group_standby(shp_am_t *am, const json_t *msg,
                                      am_group_req_t *r)
 {
     int64_t of;
-    if (!json_object_get(msg, "standby_of"))
+    r->stripe = json_object_get(msg, "stripe_of") != NULL;
+    const char *key = r->stripe ? "stripe_of" : "standby_of";
+    if (!json_object_get(msg, key))
         return SHP_OK;
+    if (r->stripe && json_object_get(msg, "standby_of"))
+        return am_group_fail(r, SHP_ERR_INVALID_PARAM,
+                             "a group is a standby or a stripe, not both");
     const shp_am_group_t *g =
-        shp_json_get_int(msg, "standby_of", 1, UINT32_MAX, &of, NULL) == SHP_OK
+        shp_json_get_int(msg, key, 1, UINT32_MAX, &of, NULL) == SHP_OK
             ? shp_am_group_find(am, (uint32_t)of)
             : NULL;
-    if (!g || g->job != r->job)
-        return am_group_fail(r, SHP_ERR_INVALID_PARAM,
-                             "standby_of names no group of this job");
+    if (!g || g->job != r->job) {
+        snprintf(r->why, sizeof(r->why), "%s names no group of this job", key);
+        return r->st = SHP_ERR_INVALID_PARAM;
+    }
     r->avoid = g;
+    if (r->stripe && 2 * (unsigned)r->job->ngroups >= r->job->max_groups) {
+        snprintf(r->why, sizeof(r->why),
+                 "job %" PRIu64 " holds half its maximum of %u groups: "
+                 "no stripes beyond that",
+                 r->job->id, r->job->max_groups);
+        return r->st = SHP_ERR_QUOTA;
+    }
     return SHP_OK;
+}
+
+/* A stripe on the very ANs of its group would only split the same work
+ * among the same processes: refused. */
+static shp_status_t am_group_stripe_apart(am_group_req_t *r)
+{
+    if (!r->stripe || r->shared < r->plan.nans)
+        return SHP_OK;
+    snprintf(r->why, sizeof(r->why),
+             "no tree apart from group %" PRIu32 " for a stripe", r->avoid->id);
+    return r->st = SHP_ERR_NO_TREE;
 }
 
 /* The members: hosts of the topology, every one a host of the job. */
@@ -377,6 +409,20 @@ static int am_plan_shared(const shp_group_plan_t *plan, const shp_am_group_t *g)
     return n;
 }
 
+/* The ANs of plan that the group avoided uses too; for a stripe, the most
+ * it shares with that group or any stripe of it already made. */
+static int am_plan_shared_req(const shp_group_plan_t *plan,
+                              const am_group_req_t *r)
+{
+    int n = am_plan_shared(plan, r->avoid);
+    for (const shp_am_group_t *o = r->job->groups; r->stripe && o; o = o->jnext)
+        if (o->stripe_of == r->avoid->id) {
+            int k = am_plan_shared(plan, o);
+            n = k > n ? k : n;
+        }
+    return n;
+}
+
 /* tree t, its plan sharing `shared` ANs with the group avoided, is a
  * better place than the one chosen so far: fewer shared, then fewer
  * groups on the tree */
@@ -435,7 +481,7 @@ static shp_status_t am_group_place(shp_am_t *am, am_group_req_t *r)
             shp_group_plan_free(&plan);
             continue;
         }
-        int shared = am_plan_shared(&plan, r->avoid);
+        int shared = am_plan_shared_req(&plan, r);
         if (!am_tree_better(am, r, t, shared)) {
             shp_group_plan_free(&plan);
             continue;
@@ -511,7 +557,8 @@ static shp_am_group_t *am_group_new(shp_am_t *am, am_group_req_t *r,
     g->payload = j->payload;
     g->req_peer = p;
     g->req_id = id;
-    g->standby_of = r->avoid ? r->avoid->id : 0;
+    g->standby_of = r->avoid && !r->stripe ? r->avoid->id : 0;
+    g->stripe_of = r->avoid && r->stripe ? r->avoid->id : 0;
     g->shared = r->shared;
     snprintf(g->mcast_addr, sizeof(g->mcast_addr), "%s.%u.%u:%u",
              am->cfg.mcast_prefix, (g->id >> 8) & 255, g->id & 255,
@@ -605,7 +652,7 @@ void shp_am_group_create(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
             SHP_OK ||
         am_group_standby(am, msg, &r) != SHP_OK ||
         am_group_members(am, members, &r) != SHP_OK ||
-        am_group_place(am, &r) != SHP_OK)
+        am_group_place(am, &r) != SHP_OK || am_group_stripe_apart(&r) != SHP_OK)
         goto fail;
     if (!(g = am_group_new(am, &r, p, id))) {
         if (r.st != SHP_ERR_IO)

@@ -5,6 +5,9 @@ benches that kill the AN carrying a job's group.  Only groups that are up
 count: one still being made carries nothing yet.
 
   groups.py primary    the top AN of the first group that stands by none
+                       and is no stripe of another
+  groups.py stripe     the top AN of the first stripe (a group that
+                       carries a part of another's large operations)
   groups.py pair       "ID TOP-AN" of the first group an up standby stands
                        by (a pair: the group and its standby)
 
@@ -19,14 +22,17 @@ def top(g):
 
 
 def main():
-    if len(sys.argv) != 2 or sys.argv[1] not in ("primary", "pair"):
-        sys.exit("usage: groups.py primary|pair < groups.json")
+    if len(sys.argv) != 2 or sys.argv[1] not in ("primary", "stripe", "pair"):
+        sys.exit("usage: groups.py primary|stripe|pair < groups.json")
     try:
         gs = [g for g in json.load(sys.stdin) if g.get("state") == "up"]
     except ValueError:
         return
     if sys.argv[1] == "primary":
-        found = [top(g) for g in gs if "standby_of" not in g]
+        found = [top(g) for g in gs
+                 if "standby_of" not in g and "stripe_of" not in g]
+    elif sys.argv[1] == "stripe":
+        found = [top(g) for g in gs if "stripe_of" in g]
     else:
         of = {g.get("standby_of") for g in gs}
         found = ["%d %s" % (g["group_id"], top(g))
