@@ -20,6 +20,7 @@ void coll_req_release(coll_req_t *r)
     if (r != NULL) {
         free(r->src_iov.buf);
         free(r->dst_iov.buf);
+        free(r->parts);
         free(r);
     }
 }

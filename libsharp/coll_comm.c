@@ -20,8 +20,10 @@
  * missing one is asked for again after retrans_timeout, on the context's
  * tick), waiting, and failing.  A failed group (an error from the AN, a
  * lost connection, a revocation by the manager, a timeout) fails every
- * pending and later operation of the communicator.  Setting a group up
- * and tearing it down: coll_group.c.
+ * pending and later operation of the communicator.  A striped
+ * communicator (coll_comm.h) sends a large request as a part per stripe,
+ * each a request of its own on its stripe, and fails whole.  Setting a
+ * group up and tearing it down: coll_group.c.
  */
 #include "libsharp/coll_comm.h"
 
@@ -34,12 +36,30 @@
 
 /* Failing ---------------------------------------------------------------- */
 
+static void req_finish(coll_req_t *r, int status);
+
+/* a part of a striped request done: the request is once all are, failed
+ * if one failed */
+static void part_finish(coll_req_t *part)
+{
+    coll_req_t *r = part->parent;
+    if (part->status != SHARP_COLL_SUCCESS &&
+        r->parts_status == SHARP_COLL_SUCCESS) {
+        r->parts_status = part->status;
+    }
+    if (--r->parts_left == 0) {
+        req_finish(r, r->parts_status);
+    }
+}
+
 static void req_finish(coll_req_t *r, int status)
 {
     if (!r->complete) {
         r->complete = 1;
         r->status = status;
-        if (status != SHARP_COLL_SUCCESS) {
+        if (r->parent != NULL) {
+            part_finish(r);
+        } else if (status != SHARP_COLL_SUCCESS) {
             r->comm->ctx->stats.errors++;
         } else if (r->dst_iov.buf != NULL) { /* an IOV result */
             coll_iov_scatter(&r->dst_iov);
@@ -69,6 +89,13 @@ void coll_comm_fail(coll_comm_t *comm, shp_status_t st, const char *why)
     comm->queue = comm->queue_tail = NULL;
     if (comm->ep != NULL) {
         shp_tp_close(comm->ep);
+    }
+    /* a striped communicator fails whole: its parts of every operation */
+    if (comm->parent != NULL) {
+        coll_comm_fail(comm->parent, st, "a stripe of it failed");
+    }
+    for (unsigned i = 1; i < comm->nstripes; i++) {
+        coll_comm_fail(comm->stripes[i], st, "its communicator failed");
     }
 }
 
@@ -355,33 +382,115 @@ int coll_comm_tick(coll_comm_t *comm, uint64_t now)
 
 /* Requests ------------------------------------------------------------------- */
 
-int coll_post(coll_comm_t *comm, coll_req_t *r, void **handle)
+/* r's fragments by the communicator's payload; 0: r cannot be sent */
+static int req_frags(coll_comm_t *comm, coll_req_t *r)
 {
     r->comm = comm;
-    if (comm->failed != SHP_OK) {
-        coll_req_release(r);
-        return SHARP_COLL_ERROR;
-    }
-    if (!r->barrier && r->es > comm->payload) {
-        coll_req_release(r);
-        return SHARP_COLL_EINVAL;
-    }
-    comm->ctx->stats.ops++;
-    comm->ctx->stats.bytes += r->total;
     if (!r->barrier) {
+        if (r->es > comm->payload) {
+            return 0;
+        }
         r->per_frag = (uint32_t)(comm->payload / r->es);
         r->nfrags = (r->total / r->es + r->per_frag - 1) / r->per_frag;
     }
+    return 1;
+}
+
+static void req_queue(coll_comm_t *comm, coll_req_t *r)
+{
+    if (comm->queue_tail != NULL) {
+        comm->queue_tail->next = r;
+    } else {
+        comm->queue = r;
+    }
+    comm->queue_tail = r;
+    pump(comm);
+}
+
+/* part (zeroed) as the bytes [a, b) of r's stream: r's buffers seen
+ * through the part's own offsets */
+static void part_view(const coll_req_t *r, coll_req_t *part, size_t a, size_t b)
+{
+    size_t lo = r->s_lo < a ? a : r->s_lo > b ? b : r->s_lo;
+    size_t hi = r->s_hi < lo ? lo : r->s_hi > b ? b : r->s_hi;
+
+    part->desc = r->desc;
+    part->es = r->es;
+    part->lanes = r->lanes;
+    part->total = b - a;
+    part->parent = (coll_req_t *)r;
+    if (lo < hi) {
+        part->src = r->src + (lo - r->s_lo);
+        part->s_lo = lo - a;
+        part->s_hi = hi - a;
+    }
+    lo = r->r_lo < a ? a : r->r_lo > b ? b : r->r_lo;
+    hi = r->r_hi < lo ? lo : r->r_hi > b ? b : r->r_hi;
+    if (lo < hi) {
+        part->dst = r->dst + (lo - r->r_lo);
+        part->r_lo = lo - a;
+        part->r_hi = hi - a;
+    }
+}
+
+/*
+ * A large request over a striped communicator: cut at whole fragments
+ * (the communicator's own) into a part per stripe, each part a request of
+ * its stripe, all sent at once.  The cut depends on the sizes alone, so
+ * every member cuts alike, and each element is reduced on one tree in
+ * that tree's fixed order: the result is bitwise the same run to run.
+ * Without memory for the parts the communicator fails (the others'
+ * parts would wait for ours for ever otherwise).
+ */
+static void req_stripe(coll_comm_t *comm, coll_req_t *r)
+{
+    unsigned k =
+        comm->nstripes < r->nfrags ? comm->nstripes : (unsigned)r->nfrags;
+    size_t step = (size_t)r->per_frag * r->es;
+
+    r->parts = calloc(k, sizeof(*r->parts));
+    if (r->parts == NULL) {
+        coll_comm_fail(comm, SHP_ERR_NO_MEMORY, "no memory to stripe");
+        return;
+    }
+    r->parts_left = k;
+    comm->ctx->stats.striped++;
+    shp_status_t failed = SHP_OK;
+    for (unsigned i = 0; i < k; i++) {
+        coll_req_t *part = &r->parts[i];
+        size_t a = r->nfrags * i / k * step;
+        size_t b = i + 1 == k ? r->total : r->nfrags * (i + 1) / k * step;
+        part_view(r, part, a, b);
+        if (!req_frags(comm->stripes[i], part)) {
+            req_finish(part, SHARP_COLL_EINVAL);
+        } else if (comm->stripes[i]->failed != SHP_OK) {
+            failed = comm->stripes[i]->failed;
+            req_finish(part, SHARP_COLL_ERROR);
+        } else {
+            req_queue(comm->stripes[i], part);
+        }
+    }
+    if (failed != SHP_OK) { /* a stripe failed before it was ours */
+        coll_comm_fail(comm, failed, "a stripe of it failed");
+    }
+}
+
+int coll_post(coll_comm_t *comm, coll_req_t *r, void **handle)
+{
+    if (comm->failed != SHP_OK || !req_frags(comm, r)) {
+        int rc = comm->failed != SHP_OK ? SHARP_COLL_ERROR : SHARP_COLL_EINVAL;
+        coll_req_release(r);
+        return rc;
+    }
+    comm->ctx->stats.ops++;
+    comm->ctx->stats.bytes += r->total;
     if (r->nfrags == 0) {
         req_finish(r, SHARP_COLL_SUCCESS); /* nothing to reduce */
+    } else if (comm->nstripes > 1 && !r->barrier && r->nfrags > 1 &&
+               r->total >= comm->ctx->cfg.stripe_min) {
+        req_stripe(comm, r);
     } else {
-        if (comm->queue_tail != NULL) {
-            comm->queue_tail->next = r;
-        } else {
-            comm->queue = r;
-        }
-        comm->queue_tail = r;
-        pump(comm);
+        req_queue(comm, r);
     }
     *handle = r;
     return SHARP_COLL_SUCCESS;

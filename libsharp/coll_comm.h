@@ -54,6 +54,14 @@ struct sharp_coll_comm {
     uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN]; /* multicast results' tags */
     coll_req_t *queue, *queue_tail;        /* with fragments not yet sent */
     uint8_t *stage;
+    /* Striping (SHARP_COLL_STRIPES, docs/libsharp.md): a communicator of
+     * several stripes holds them in stripes[0, nstripes), stripes[0]
+     * itself, each a group over the same members on another tree; an
+     * operation of stripe_min bytes or more goes out in a part per
+     * stripe.  A stripe's parent is the communicator it belongs to. */
+    coll_comm_t *stripes[COLL_MAX_STRIPES];
+    unsigned nstripes; /* 0 or 1: not striped */
+    coll_comm_t *parent;
 };
 
 /* the communicator a member of the context's list is */
@@ -86,6 +94,12 @@ struct coll_req {
     int complete;
     int status; /* SHARP_COLL_* */
     coll_iov_t src_iov, dst_iov;
+    /* a striped request: its parts, one per stripe (each a request on its
+     * stripe, parent pointing here), the parts not done yet and the first
+     * failure among them */
+    coll_req_t *parts, *parent;
+    unsigned parts_left;
+    int parts_status;
 };
 
 /* what a reduce spec asks for */

@@ -45,6 +45,7 @@ static const shp_config_range_t r_osts = {0, 4096};
 static const shp_config_range_t r_groups = {0, 1 << 16};
 static const shp_config_range_t r_batch = {1, 1 << 20};
 static const shp_config_range_t r_spin = {0, 10000};
+static const shp_config_range_t r_stripes = {1, COLL_MAX_STRIPES};
 
 static const shp_config_opt_t coll_opts[] = {
     {"log_level", "2",
@@ -67,6 +68,14 @@ static const shp_config_opt_t coll_opts[] = {
     {"pipeline_depth", "0",
      "fragments in flight per communicator (0: the group's OST quota)",
      offsetof(coll_cfg_t, pipeline_depth), &shp_cfg_uint, &r_osts},
+    {"stripes", "1",
+     "groups per communicator, each on another tree where the manager has "
+     "one apart: an operation of stripe_min bytes or more is cut into a "
+     "part per group, reduced at once (1: one group)",
+     offsetof(coll_cfg_t, stripes), &shp_cfg_uint, &r_stripes},
+    {"stripe_min", "256k",
+     "bytes from which an operation is striped over the stripes",
+     offsetof(coll_cfg_t, stripe_min), &shp_cfg_size},
     {"enable_mcast_target", "1",
      "take results by multicast when the manager offers it",
      offsetof(coll_cfg_t, enable_mcast_target), &shp_cfg_bool},

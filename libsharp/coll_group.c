@@ -20,10 +20,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* rank 0: the group over every member's host, as JSON text for the others
- * (standby_of: the group it stands by, placed away from its ANs; 0: none) */
+/* what a group is to another group of the job, placed away from its ANs:
+ * nothing (of 0), its standby (group_create's standby_of) or a stripe of
+ * it (stripe_of) */
+typedef struct coll_rel {
+    uint32_t of;
+    int stripe;
+} coll_rel_t;
+
+/* rank 0: the group over every member's host, as JSON text for the others */
 static int group_create(coll_ctx_t *ctx, const char *hosts, int size,
-                        uint32_t standby_of, char **text)
+                        coll_rel_t rel, char **text)
 {
     json_t *members = json_array();
     shp_status_t st;
@@ -36,8 +43,9 @@ static int group_create(coll_ctx_t *ctx, const char *hosts, int size,
     }
     json_t *msg = json_pack("{s:s, s:o, s:o}", "type", "group_create", "job_id",
                             shp_json_u64(ctx->job_id), "members", members);
-    if (standby_of != 0) {
-        json_object_set_new(msg, "standby_of", json_integer(standby_of));
+    if (rel.of != 0) {
+        json_object_set_new(msg, rel.stripe ? "stripe_of" : "standby_of",
+                            json_integer(rel.of));
     }
     if (!ctx->cfg.enable_mcast_target) {
         json_object_set_new(msg, "dist", json_string("rc"));
@@ -47,9 +55,12 @@ static int group_create(coll_ctx_t *ctx, const char *hosts, int size,
     json_t *r = coll_sd_call(ctx, msg, &st);
     json_t *g = r ? json_object_get(r, "group") : NULL;
     if (r == NULL || st != SHP_OK || g == NULL) {
-        shp_error("cannot create a group of %d: %s", size,
-                  r ? shp_json_opt_str(r, "error", shp_status_str(st))
-                    : shp_status_str(st));
+        /* a stripe refused is no error: operations go on without it */
+        shp_log(rel.stripe ? SHP_LOG_INFO : SHP_LOG_ERROR, NULL,
+                "cannot create a %s of %d: %s", rel.stripe ? "stripe" : "group",
+                size,
+                r ? shp_json_opt_str(r, "error", shp_status_str(st))
+                  : shp_status_str(st));
         json_decref(r);
         return coll_status_to_sharp(st, SHARP_COLL_EGROUP_ALLOC);
     }
@@ -227,6 +238,16 @@ static void member_destroy(coll_member_t *m)
 static const coll_member_ops_t member_ops = {member_tick, member_fail,
                                              member_destroy};
 
+/* a stripe is destroyed with its communicator */
+static void stripe_destroy(coll_member_t *m)
+{
+    coll_comm_t *comm = coll_comm_of(m);
+    (void)sharp_coll_comm_destroy(comm->parent ? comm->parent : comm);
+}
+
+static const coll_member_ops_t stripe_ops = {member_tick, member_fail,
+                                             stripe_destroy};
+
 /* failed: the group failed before (the manager counts what guarded it,
  * as when it revokes one: a communicator may have moved onto its standby
  * before the manager saw the AN's loss) */
@@ -262,7 +283,7 @@ static char *group_text_bcast(coll_ctx_t *ctx, void *oob, int rank,
  * everyone's (SHARP_COLL_EOOB: the out-of-band hooks failed). */
 static int group_text(coll_ctx_t *ctx,
                       const struct sharp_coll_comm_init_spec *spec, int status,
-                      uint32_t standby_of, char **text)
+                      coll_rel_t rel, char **text)
 {
     int32_t hdr[2] = {status, 0};
     char *hosts = NULL, mine[SHP_HOST_MAX] = {0};
@@ -282,7 +303,7 @@ static int group_text(coll_ctx_t *ctx,
     }
     if (spec->rank == 0 && hdr[0] == SHARP_COLL_SUCCESS) {
         coll_lock(ctx);
-        hdr[0] = group_create(ctx, hosts, spec->size, standby_of, text);
+        hdr[0] = group_create(ctx, hosts, spec->size, rel, text);
         coll_unlock(ctx);
         hdr[1] = *text ? (int32_t)strlen(*text) + 1 : 0;
     }
@@ -320,8 +341,8 @@ static int comm_join(coll_comm_t *comm, const char *text)
  * the lock through them, two threads that began two groups in opposite
  * orders on two members waited for each other for ever). */
 static int comm_init(struct sharp_coll_context *ctx,
-                     struct sharp_coll_comm_init_spec *spec,
-                     uint32_t standby_of, struct sharp_coll_comm **out)
+                     struct sharp_coll_comm_init_spec *spec, coll_rel_t rel,
+                     struct sharp_coll_comm **out)
 {
     char *text;
 
@@ -342,7 +363,7 @@ static int comm_init(struct sharp_coll_context *ctx,
         st = SHARP_COLL_EJOB_CREATE;
     }
     coll_unlock(ctx);
-    st = group_text(ctx, spec, st, standby_of, &text);
+    st = group_text(ctx, spec, st, rel, &text);
     int rc = st;
     if (rc == SHARP_COLL_SUCCESS && comm != NULL) {
         coll_lock(ctx);
@@ -375,11 +396,39 @@ static int comm_init(struct sharp_coll_context *ctx,
     return SHARP_COLL_SUCCESS;
 }
 
+/* A new communicator's stripes (SHARP_COLL_STRIPES), each a group over the
+ * same members that the manager places away from comm's ANs.  Making one
+ * is collective and agreed, so every member stops at the same one: a
+ * stripe refused (no tree apart, the job's groups) ends the making, and
+ * what was made is kept. */
+static void stripes_init(struct sharp_coll_context *ctx,
+                         struct sharp_coll_comm_init_spec *spec,
+                         coll_comm_t *comm)
+{
+    coll_comm_t *s;
+    unsigned n = 1;
+    while (n < ctx->cfg.stripes && spec->size > 1 &&
+           comm_init(ctx, spec, (coll_rel_t){comm->group_id, 1}, &s) ==
+               SHARP_COLL_SUCCESS) {
+        coll_lock(ctx);
+        s->parent = comm;
+        s->member.ops = &stripe_ops;
+        comm->stripes[0] = comm;
+        comm->stripes[n++] = s;
+        comm->nstripes = n;
+        coll_unlock(ctx);
+    }
+}
+
 SHP_API int sharp_coll_comm_init(struct sharp_coll_context *ctx,
                                  struct sharp_coll_comm_init_spec *spec,
                                  struct sharp_coll_comm **out)
 {
-    return comm_init(ctx, spec, 0, out);
+    int rc = comm_init(ctx, spec, (coll_rel_t){0, 0}, out);
+    if (rc == SHARP_COLL_SUCCESS) {
+        stripes_init(ctx, spec, *out);
+    }
+    return rc;
 }
 
 SHP_API int sharp_coll_comm_init_standby(struct sharp_coll_context *ctx,
@@ -390,7 +439,7 @@ SHP_API int sharp_coll_comm_init_standby(struct sharp_coll_context *ctx,
     if (primary == NULL || primary->group_id == 0) {
         return SHARP_COLL_EINVAL;
     }
-    return comm_init(ctx, spec, primary->group_id, out);
+    return comm_init(ctx, spec, (coll_rel_t){primary->group_id, 0}, out);
 }
 
 /*
@@ -403,11 +452,8 @@ SHP_API int sharp_coll_comm_init_standby(struct sharp_coll_context *ctx,
  * result still on its way to someone.  (Waiting for the barrier everywhere
  * and then removing it would race with the result's last hops.)
  */
-SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
+static int comm_destroy(coll_comm_t *comm)
 {
-    if (comm == NULL) {
-        return SHARP_COLL_EINVAL;
-    }
     coll_ctx_t *ctx = comm->ctx;
     uint64_t wait_ns =
         (uint64_t)ctx->cfg.connect_timeout_ms * SHP_NSEC_PER_MSEC;
@@ -458,6 +504,32 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
     }
     coll_unlock(ctx);
     return SHARP_COLL_SUCCESS;
+}
+
+/* A communicator's stripes first (taken from it first: none fails it
+ * while it goes), then itself; a stripe named is its communicator. */
+SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
+{
+    coll_comm_t *stripes[COLL_MAX_STRIPES];
+    unsigned n;
+    if (comm == NULL) {
+        return SHARP_COLL_EINVAL;
+    }
+    coll_lock(comm->ctx);
+    if (comm->parent != NULL) {
+        comm = comm->parent;
+    }
+    n = comm->nstripes;
+    for (unsigned i = 1; i < n; i++) {
+        stripes[i] = comm->stripes[i];
+        stripes[i]->parent = NULL;
+    }
+    comm->nstripes = 0;
+    coll_unlock(comm->ctx);
+    for (unsigned i = 1; i < n; i++) {
+        comm_destroy(stripes[i]);
+    }
+    return comm_destroy(comm);
 }
 
 /* Any thread, at any time while comm exists, even while another thread

@@ -164,12 +164,14 @@ SHP_API int sharp_coll_dump_stats(struct sharp_coll_context *ctx)
     fprintf(stderr,
             "sharp_coll: job %llu rank %d host %s: operations %llu bytes "
             "%llu fragments %llu retransmits %llu errors %llu results by "
-            "multicast %llu by RC %llu forged datagrams dropped %llu\n",
+            "multicast %llu by RC %llu forged datagrams dropped %llu "
+            "striped %llu\n",
             (unsigned long long)ctx->job_id, ctx->spec.world_rank, ctx->host,
             (unsigned long long)s->ops, (unsigned long long)s->bytes,
             (unsigned long long)s->frags, (unsigned long long)s->retrans,
             (unsigned long long)s->errors, (unsigned long long)s->mcast_results,
             (unsigned long long)s->rc_results,
-            (unsigned long long)s->mcast_rejected);
+            (unsigned long long)s->mcast_rejected,
+            (unsigned long long)s->striped);
     return SHARP_COLL_SUCCESS;
 }

@@ -41,6 +41,8 @@ typedef struct coll_cfg {
     size_t quota_payload;    /* 0: what the AM grants */
     unsigned quota_groups;   /* 0: what the AM grants */
     unsigned pipeline_depth; /* 0: the group's OST quota */
+    unsigned stripes;        /* groups a communicator's large operations use */
+    size_t stripe_min;       /* bytes from which an operation is striped */
     int enable_mcast_target; /* take results by multicast when offered */
     int group_is_target;     /* ask for multicast-only results */
     int enable_sat;          /* accepted; streaming is not separate here */
@@ -60,11 +62,13 @@ typedef struct coll_cfg {
 typedef struct coll_stats {
     uint64_t ops, bytes, frags, retrans, errors, mcast_results, rc_results;
     uint64_t mcast_rejected; /* datagrams without a right tag (forged) */
+    uint64_t striped;        /* operations cut over a communicator's stripes */
 } coll_stats_t;
 
 typedef struct sharp_coll_context coll_ctx_t;
 
 #define COLL_NTP 4 /* transport providers: tcp, udp, verbs, shm */
+#define COLL_MAX_STRIPES 4
 
 /*
  * A communicator as the context sees it: a member of its list, put there

@@ -1671,6 +1671,23 @@ static double run_with_fault(int (*fn)(int, void *), const char *fault)
     return secs;
 }
 
+/* A shell command that prints `what` of the first group of job that
+ * `cond` (Python, of x) holds for, as sharpctl lists them ("" if none) */
+static void groups_cmd(char *out, size_t len, uint64_t job, const char *cond,
+                       const char *what)
+{
+    snprintf(out, len,
+             "%s/sharpctl --socket %s/am.sock --json groups | "
+             "python3 -c 'import json, sys\n"
+             "d = json.load(sys.stdin)\n"
+             "d = d.get(\"groups\", d) if isinstance(d, dict) else d\n"
+             "g = [x for x in d if str(x[\"job_id\"]) == \"%llu\" and %s]\n"
+             "print(%s if g else \"\")'",
+             fab.bin, fab.dir, (unsigned long long)job, cond, what);
+}
+
+#define TOP_AN "g[0][\"ans\"][0][\"name\"]"
+
 /* A standby (sharp_coll_comm_init_standby) over the same 4 members: the
  * top AN of the first group is killed, whose operations then fail, and
  * the standby, placed by the manager on the other spine, goes on right */
@@ -1715,20 +1732,17 @@ static int m_standby(int rank, void *arg)
 
 static void test_standby(void **state)
 {
-    char cmd[2048];
+    char cmd[2048], pick[1400];
     (void)state;
     /* the top AN of job 1010's group that stands by none */
+    groups_cmd(pick, sizeof(pick), 1010,
+               "not x.get(\"standby_of\") and not x.get(\"stripe_of\")",
+               TOP_AN);
     snprintf(cmd, sizeof(cmd),
-             "an=$(%s/sharpctl --socket %s/am.sock --json groups | "
-             "python3 -c 'import json, sys\n"
-             "d = json.load(sys.stdin)\n"
-             "d = d.get(\"groups\", d) if isinstance(d, dict) else d\n"
-             "g = [x for x in d if str(x[\"job_id\"]) == \"1010\" and "
-             "not x.get(\"standby_of\")]\n"
-             "print(g[0][\"ans\"][0][\"name\"])') && "
+             "an=$(%s) && "
              "kill -9 $(awk -v n=$an '$1==\"an\" && $2==n {print $4}' "
              "%s/pids)",
-             fab.bin, fab.dir, fab.dir);
+             pick, fab.dir);
     run_with_fault(m_standby, cmd);
 }
 
@@ -1742,6 +1756,263 @@ static void test_an_killed(void **state)
              "%s/pids)",
              fab.dir);
     run_with_fault(m_an_killed, cmd);
+}
+
+/* Striping (SHARP_COLL_STRIPES) ----------------------------------------------- */
+
+/* the group that job's group stripes, as sharpctl says ("": none) */
+static void stripe_of(uint64_t job, char *out, size_t len)
+{
+    char cmd[1400];
+    groups_cmd(cmd, sizeof(cmd), job, "x.get(\"stripe_of\")",
+               "g[0][\"stripe_of\"]");
+    out[0] = '\0';
+    FILE *f = popen(cmd, "r");
+    if (f != NULL) {
+        if (fgets(out, (int)len, f) == NULL) {
+            out[0] = '\0';
+        }
+        out[strcspn(out, "\n")] = '\0';
+        pclose(f);
+    }
+}
+
+/* the operations this member's context cut over stripes, as
+ * sharp_coll_dump_stats prints them (-1: unreadable) */
+static long striped_ops(void)
+{
+    char line[1024] = "", *p;
+    long n = -1;
+    FILE *f = tmpfile();
+    int saved = dup(2);
+    if (f == NULL || saved < 0) {
+        return -1;
+    }
+    fflush(stderr);
+    dup2(fileno(f), 2);
+    sharp_coll_dump_stats(ctx);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    if (fgets(line, sizeof(line), f) != NULL &&
+        (p = strstr(line, " striped ")) != NULL) {
+        n = strtol(p + 9, NULL, 10);
+    }
+    fclose(f);
+    return n;
+}
+
+/* one pass's results: pass 0 on one group, pass 1 striped over two */
+enum { ST_N = 131073, ST_BC = 700001, ST_AG = 65539 };
+static double st_ar[2][ST_N], st_ex[2][ST_N / 4];
+
+/* the large operations of a pass, each checked, the two float sums kept */
+static int stripe_ops(int rank, int size, int pass)
+{
+    static double s[ST_N];
+    static uint8_t b[ST_BC], ag[ST_AG * NHOST];
+    uint64_t seed = (uint64_t)rank * 7919 + 1;
+    for (int i = 0; i < ST_N; i++) {
+        double m = (double)(test_rand(&seed) % 2000000) - 1e6;
+        s[i] = m * (i % 3 ? 1e-8 : 1e12); /* the order changes the bits */
+    }
+    struct sharp_coll_reduce_spec sp;
+    memset(&sp, 0, sizeof(sp));
+    sp.sbuf_desc = test_host_desc(s, sizeof(s));
+    sp.rbuf_desc = test_host_desc(st_ar[pass], sizeof(st_ar[pass]));
+    sp.dtype = SHARP_DTYPE_DOUBLE;
+    sp.op = SHARP_OP_SUM;
+    sp.length = ST_N;
+    CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "allreduce 1 MiB");
+    sp.rbuf_desc = test_host_desc(st_ex[pass], sizeof(st_ex[pass]));
+    sp.length = ST_N / 4;
+    sp.op = SHARP_OP_SUM_EXACT;
+    CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "exact sum");
+    CHECK(allreduce_check(world, rank, size, SHARP_DTYPE_INT, SHARP_OP_SUM,
+                          100003, 5, AR_IOV | AR_IN_PLACE) == 0,
+          "IOV in place");
+    CHECK(allreduce_check(world, rank, size, SHARP_DTYPE_FLOAT, SHARP_OP_MAX,
+                          70001, 3, AR_REDUCE) == 0,
+          "reduce to root 3");
+    for (int i = 0; i < ST_BC; i++) {
+        b[i] = rank == 5 ? (uint8_t)(i * 7 + 1) : 0;
+    }
+    struct sharp_coll_bcast_spec bs;
+    memset(&bs, 0, sizeof(bs));
+    bs.root = 5;
+    bs.buf_desc = test_host_desc(b, ST_BC);
+    bs.size = ST_BC;
+    CHECK(sharp_coll_do_bcast(world, &bs) == 0, "bcast");
+    for (int i = 0; i < ST_BC; i++) {
+        CHECK(b[i] == (uint8_t)(i * 7 + 1), "bcast byte %d", i);
+    }
+    uint8_t mine[ST_AG];
+    for (int i = 0; i < ST_AG; i++) {
+        mine[i] = (uint8_t)(rank * 31 + i);
+    }
+    struct sharp_coll_gather_spec gs;
+    memset(&gs, 0, sizeof(gs));
+    gs.sbuf_desc = test_host_desc(mine, ST_AG);
+    gs.rbuf_desc = test_host_desc(ag, sizeof(ag));
+    CHECK(sharp_coll_do_allgather(world, &gs) == 0, "allgather");
+    for (size_t i = 0; i < sizeof(ag); i++) {
+        CHECK(ag[i] == (uint8_t)(i / ST_AG * 31 + i % ST_AG),
+              "allgather byte %zu", i);
+    }
+    return 0;
+}
+
+/* two large allreduces in flight at once (non-blocking), both right */
+static int stripe_nb(int rank)
+{
+    enum { N = 100000 };
+    static int32_t s[2][N], r[2][N];
+    void *h[2];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < N; i++) {
+            s[k][i] = rank * (k + 1) + i;
+        }
+        struct sharp_coll_reduce_spec sp;
+        memset(&sp, 0, sizeof(sp));
+        sp.sbuf_desc = test_host_desc(s[k], sizeof(s[k]));
+        sp.rbuf_desc = test_host_desc(r[k], sizeof(r[k]));
+        sp.dtype = SHARP_DTYPE_INT;
+        sp.op = SHARP_OP_SUM;
+        sp.length = N;
+        CHECK(sharp_coll_do_allreduce_nb(world, &sp, &h[k]) == 0, "nb");
+    }
+    for (int k = 1; k >= 0; k--) {
+        CHECK(sharp_coll_req_wait(h[k]) == 0, "wait %d", k);
+        for (int i = 0; i < N; i++) {
+            CHECK(r[k][i] == 28 * (k + 1) + NHOST * i, "nb %d at %d", k, i);
+        }
+    }
+    return 0;
+}
+
+/* The same large operations on one group, then striped over two (the
+ * other spine's tree): every result right, and the float sums bitwise
+ * the same (each element reduced on one tree, in the same order). */
+static int m_stripes(int rank, void *arg)
+{
+    char of[64];
+    (void)arg;
+    become_host(rank);
+    for (int pass = 0; pass < 2; pass++) {
+        setenv("SHARP_COLL_STRIPES", pass ? "2" : "1", 1);
+        CHECK(member_init(rank, NHOST, 1020 + (uint64_t)pass) == 0, "init");
+        CHECK(comm_of(&world_oob, &world) == 0, "comm_init");
+        if (rank == 0) {
+            stripe_of(1020 + (uint64_t)pass, of, sizeof(of));
+            CHECK(pass ? of[0] != '\0' : of[0] == '\0',
+                  "pass %d: stripe_of '%s'", pass, of);
+        }
+        if (stripe_ops(rank, NHOST, pass) != 0 || stripe_nb(rank) != 0) {
+            return 1;
+        }
+        /* striped: the two allreduces, the exact sum's passes, the IOV
+         * one, the reduce, the bcast, the allgather, the two in flight */
+        long n = striped_ops();
+        CHECK(pass ? n >= 8 : n == 0, "pass %d: %ld operations striped", pass,
+              n);
+        CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
+        CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    }
+    CHECK(!memcmp(st_ar[0], st_ar[1], sizeof(st_ar[0])),
+          "the striped sum's bits differ from one group's");
+    CHECK(!memcmp(st_ex[0], st_ex[1], sizeof(st_ex[0])),
+          "the striped exact sum differs");
+    return 0;
+}
+
+static void test_stripes(void **state)
+{
+    (void)state;
+    run_members(m_stripes, NULL, NHOST, NHOST);
+}
+
+/* The top AN of a communicator's stripe killed under a stream of large
+ * allreduces: every member sees an error, none hangs, no result is wrong */
+static int m_stripe_killed(int rank, void *arg)
+{
+    enum { N = 1 << 16 }; /* 256 KiB: striped */
+    static int32_t s[N], r[N];
+    char of[64];
+    setenv("SHARP_COLL_LOG_LEVEL", "0", 1);
+    setenv("SHARP_COLL_STRIPES", "2", 1);
+    become_host(rank * 2);
+    CHECK(member_init(rank, 4, 1022) == 0, "init");
+    CHECK(comm_of(&world_oob, &world) == 0, "comm_init");
+    if (rank == 0) {
+        stripe_of(1022, of, sizeof(of));
+        CHECK(of[0] != '\0', "no stripe");
+    }
+    struct sharp_coll_reduce_spec sp;
+    memset(&sp, 0, sizeof(sp));
+    sp.sbuf_desc = test_host_desc(s, sizeof(s));
+    sp.rbuf_desc = test_host_desc(r, sizeof(r));
+    sp.dtype = SHARP_DTYPE_INT;
+    sp.op = SHARP_OP_SUM;
+    sp.length = N;
+    int k, rc = 0;
+    uint64_t t_kill = 0;
+    for (k = 0; k < 100000; k++) {
+        for (int i = 0; i < N; i++) {
+            s[i] = rank + k + i;
+        }
+        if ((rc = sharp_coll_do_allreduce(world, &sp)) != 0) {
+            break;
+        }
+        for (int i = 0; i < N; i++) {
+            CHECK(r[i] == 6 + 4 * (k + i), "op %d: wrong result at %d", k, i);
+        }
+        if (k == 20) {
+            t_kill = shp_time_ns();
+        }
+        if (k == 20 && rank == 0) {
+            int32_t one = 1;
+            CHECK(write(*(int *)arg, &one, 4) == 4, "signal driver");
+        }
+    }
+    CHECK(rc != 0, "no error after the stripe's AN died");
+    CHECK(shp_time_ns() - t_kill < 5 * SHP_NSEC_PER_SEC,
+          "the error came %.1f s after the kill",
+          (double)(shp_time_ns() - t_kill) / 1e9);
+    return end_failed_world();
+}
+
+static void test_stripe_killed(void **state)
+{
+    char cmd[4096], pick[1400], up[64] = "";
+    (void)state;
+    /* the stripe's top AN is killed, then started again for the tests
+     * after, and the test waits until the manager has both spines' trees */
+    groups_cmd(pick, sizeof(pick), 1022, "x.get(\"stripe_of\")", TOP_AN);
+    snprintf(cmd, sizeof(cmd),
+             "an=$(%s) && %s/sharp-fabric --dir %s kill $an && sleep 1 && "
+             "%s/sharp-fabric --dir %s start $an >/dev/null",
+             pick, fab.bin, fab.dir, fab.bin, fab.dir);
+    run_with_fault(m_stripe_killed, cmd);
+    for (int i = 0; i < 300 && strcmp(up, "2") != 0; i++) {
+        usleep(100000);
+        snprintf(cmd, sizeof(cmd),
+                 "%s/sharpctl --socket %s/am.sock --json trees | "
+                 "python3 -c 'import json, sys\n"
+                 "d = json.load(sys.stdin)\n"
+                 "d = d.get(\"trees\", d) if isinstance(d, dict) else d\n"
+                 "print(len([t for t in d if t.get(\"state\") == \"up\"]))'",
+                 fab.bin, fab.dir);
+        FILE *f = popen(cmd, "r");
+        if (f != NULL) {
+            if (fgets(up, sizeof(up), f) == NULL) {
+                up[0] = '\0';
+            }
+            up[strcspn(up, "\n")] = '\0';
+            pclose(f);
+        }
+    }
+    assert_string_equal(up, "2");
 }
 
 /* sharp_coll_comm_cancel from another thread while the member waits in a
@@ -2241,8 +2512,10 @@ int main(void)
         cmocka_unit_test(test_no_sharpd),
         cmocka_unit_test(test_two_jobs),
         /* last: it takes an AN away */
-        cmocka_unit_test(test_cancel),  /* before an AN is killed */
-        cmocka_unit_test(test_standby), /* kills a spine */
+        cmocka_unit_test(test_cancel), /* before an AN is killed */
+        cmocka_unit_test(test_stripes),
+        cmocka_unit_test(test_stripe_killed), /* kills and restarts one */
+        cmocka_unit_test(test_standby),       /* kills a spine */
         cmocka_unit_test(test_an_killed),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
