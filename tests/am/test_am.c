@@ -1823,17 +1823,29 @@ static void test_drain_freeze(void **state)
     client_close(a);
 }
 
-/* a standby group of group `of` (job's, members hosts[0..1], rc) */
-static json_t *standby_create(client_t *c, uint64_t job,
-                              const char *const *hosts, int64_t of)
+/* a group of job over hosts[0..1] (rc) with `key` (standby_of or
+ * stripe_of) naming group `of` */
+static json_t *related_create(client_t *c, uint64_t job,
+                              const char *const *hosts, const char *key,
+                              int64_t of)
 {
     json_t *msg = job_msg("group_create", job), *m = json_array();
     for (int k = 0; k < 2; k++)
         json_array_append_new(m, json_string(hosts[k]));
     json_object_set_new(msg, "members", m);
     json_object_set_new(msg, "dist", json_string("rc"));
-    json_object_set_new(msg, "standby_of", json_integer(of));
+    json_object_set_new(msg, key, json_integer(of));
     return call(c, msg);
+}
+
+static int has_error(json_t *r, int st, const char *text)
+{
+    const char *e = json_string_value(json_object_get(r, "error"));
+    int ok = status_of(r) == st && e != NULL && strstr(e, text) != NULL;
+    if (!ok)
+        fprintf(stderr, "status %d, error %s\n", status_of(r), e ? e : "-");
+    json_decref(r);
+    return ok;
 }
 
 /* a group_destroy of job 98's group gid, said to be a failed group's
@@ -1865,7 +1877,7 @@ static void test_failed_destroy_counted(void **state)
                ung0 = stat_of("groups_unguarded_lost");
     json_t *g1 = group_create(a, 98, hosts, 2);
     assert_int_equal(status_of(g1), 0);
-    json_t *s1 = standby_create(a, 98, hosts, group_id(g1));
+    json_t *s1 = related_create(a, 98, hosts, "standby_of", group_id(g1));
     assert_int_equal(status_of(s1), 0);
     /* the primary, failed: its standby takes over */
     assert_int_equal(destroy_group(a, group_id(g1), 1), 0);
@@ -1893,6 +1905,62 @@ static void test_failed_destroy_counted(void **state)
     client_close(a);
 }
 
+/* A stripe (group_create's stripe_of): on the other spine's tree, its
+ * descriptor saying whose stripe it is; a second one, which could only
+ * share every AN with the group or its stripe, refused; a standby and a
+ * stripe at once refused; and no stripe once the job holds half its
+ * max_groups (16), while plain groups still come */
+static void test_stripe_placement(void **state)
+{
+    (void)state;
+    static const char *hosts[] = {"n00001", "n00003"}; /* two leaves */
+    client_t *a = client_open("sd-n00001.sock"),
+             *b = client_open("sd-n00003.sock");
+    assert_int_equal(call_status(a, job_begin_json(96, hosts, 2)), 0);
+    assert_int_equal(call_status(b, job_msg("job_attach", 96)), 0);
+    json_t *g[9];
+    g[0] = group_create(a, 96, hosts, 2);
+    assert_int_equal(status_of(g[0]), 0);
+    int64_t g0 = group_id(g[0]);
+    const char *spine1 = group_uses(g[0], "spine01") ? "spine01" : "spine02";
+    g[1] = related_create(a, 96, hosts, "stripe_of", g0);
+    assert_int_equal(status_of(g[1]), 0);
+    assert_false(group_uses(g[1], spine1));
+    json_t *d = json_object_get(g[1], "group");
+    assert_int_equal(json_integer_value(json_object_get(d, "stripe_of")), g0);
+    assert_int_equal(json_integer_value(json_object_get(d, "shared_ans")), 2);
+    assert_null(json_object_get(d, "standby_of"));
+    assert_true(has_error(related_create(a, 96, hosts, "stripe_of", g0),
+                          SHP_ERR_NO_TREE, "no tree apart"));
+    json_t *msg = job_msg("group_create", 96), *m = json_array();
+    json_array_append_new(m, json_string(hosts[0]));
+    json_object_set_new(msg, "members", m);
+    json_object_set_new(msg, "stripe_of", json_integer(g0));
+    json_object_set_new(msg, "standby_of", json_integer(g0));
+    assert_true(
+        has_error(call(a, msg), SHP_ERR_INVALID_PARAM, "standby or a stripe"));
+    assert_true(has_error(related_create(a, 96, hosts, "stripe_of", 999999),
+                          SHP_ERR_INVALID_PARAM, "stripe_of names no group"));
+    /* 7 groups, then a stripe (the 8th), then a 9th whose stripe is
+     * refused */
+    for (int i = 2; i < 7; i++) {
+        g[i] = group_create(a, 96, hosts, 2);
+        assert_int_equal(status_of(g[i]), 0);
+    }
+    g[7] = related_create(a, 96, hosts, "stripe_of", group_id(g[6]));
+    assert_int_equal(status_of(g[7]), 0);
+    g[8] = group_create(a, 96, hosts, 2);
+    assert_int_equal(status_of(g[8]), 0);
+    assert_true(
+        has_error(related_create(a, 96, hosts, "stripe_of", group_id(g[8])),
+                  SHP_ERR_QUOTA, "half its maximum"));
+    assert_int_equal(call_status(a, job_msg("job_end", 96)), 0);
+    for (int i = 0; i < 9; i++)
+        json_decref(g[i]);
+    client_close(b);
+    client_close(a);
+}
+
 /* A standby group (group_create's standby_of): on the tree that shares the
  * fewest ANs with the group it stands by, whatever the trees' load; the
  * ANs it still shares (here the members' leaves: in every tree) are in
@@ -1911,7 +1979,7 @@ static void test_standby_placement(void **state)
     const char *spine2 = !strcmp(spine1, "spine01") ? "spine02" : "spine01";
     json_t *s[2];
     for (int i = 0; i < 2; i++) { /* the second with spine2's tree busier */
-        s[i] = standby_create(a, 97, hosts, group_id(g1));
+        s[i] = related_create(a, 97, hosts, "standby_of", group_id(g1));
         assert_int_equal(status_of(s[i]), 0);
         assert_true(group_uses(s[i], spine2));
         assert_false(group_uses(s[i], spine1));
@@ -1994,6 +2062,7 @@ int main(void)
         cmocka_unit_test(test_max_peers),
         cmocka_unit_test(test_drain_freeze),
         cmocka_unit_test(test_failed_destroy_counted),
+        cmocka_unit_test(test_stripe_placement),
         cmocka_unit_test(test_standby_placement),
     };
     return cmocka_run_group_tests_name("am", tests, setup, teardown);

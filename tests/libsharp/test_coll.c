@@ -1990,8 +1990,9 @@ static void test_stripe_killed(void **state)
      * after, and the test waits until the manager has both spines' trees */
     groups_cmd(pick, sizeof(pick), 1022, "x.get(\"stripe_of\")", TOP_AN);
     snprintf(cmd, sizeof(cmd),
-             "an=$(%s) && %s/sharp-fabric --dir %s kill $an && sleep 1 && "
-             "%s/sharp-fabric --dir %s start $an >/dev/null",
+             "an=$(%s) && %s/sharp-fabric --dir %s kill $an && "
+             "for t in 1 2 3; do sleep $t; %s/sharp-fabric --dir %s start "
+             "$an >/dev/null && exit 0; done; exit 1",
              pick, fab.bin, fab.dir, fab.bin, fab.dir);
     run_with_fault(m_stripe_killed, cmd);
     for (int i = 0; i < 300 && strcmp(up, "2") != 0; i++) {
