@@ -15,6 +15,8 @@
 #          mpi_allreduce_1M_np8_vs_tcp=..
 #          mpi_allreduce_1M_np8_barrier_vs_tcp=.. (and _4M_: a barrier
 #          between calls, only the allreduce timed, as OSU measures)
+#          mpi_allreduce_1M_np8_barrier_stripes_vs_one=.. (and _4M_: the
+#          same with SHARP_COLL_STRIPES=2 over sharp on one tree)
 #          mpi_cpu_per_op_np8_vs_tcp=.. mpi_barrier_np8_vs_tcp=..
 #          mpi_layer_ns=.. mpi_allreduce_8B_np8_shm_vs_shm=..
 #          mpi_allreduce_8B_np16_shm_vs_shm=..
@@ -317,6 +319,9 @@ cp "$SRC/examples/fat-tree-2l.ibnd" "$DIR/topo.ibnd"
 for round in $(seq "$ROUNDS"); do
     "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/topo.ibnd" --net 127.20 >/dev/null
     PRELOAD= sharp_run 8 "$DIR/lgsharp8.$round" -x SHARP_BENCH_LARGE=1
+    # striped over both spines' trees (libsharp.md, "Striping")
+    PRELOAD= sharp_run 8 "$DIR/lgstripe8.$round" -x SHARP_BENCH_LARGE=1 \
+        -x SHARP_COLL_STRIPES=2
     "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
     SHARP_BENCH_LARGE=1 run 8 -x SHARP_BENCH_LARGE --mca btl tcp,self "$LAT" >"$DIR/lgtcp8.$round"
 done
@@ -324,12 +329,17 @@ echo
 echo "MPI_Allreduce (float sum) with a barrier between calls, as OSU's"
 echo "osu_allreduce measures it (only the allreduce timed), 8 ranks, us"
 echo "(medians of $ROUNDS alternated rounds)"
-printf '%-12s %9s %10s %10s %8s\n' op bytes "sharp tcp" "ompi tcp" ratio
+echo "\"2 stripes\": sharp with SHARP_COLL_STRIPES=2 (a part of each call on"
+echo "each spine's tree), its ratio to sharp on one tree"
+printf '%-12s %9s %10s %10s %8s %10s %8s\n' op bytes "sharp tcp" "ompi tcp" ratio \
+    "2 stripes" "vs one"
 for b in 524288 1000000 1048576 2097152 4194304; do
     ls_=$(for k in $(seq "$ROUNDS"); do val "$DIR/lgsharp8.$k" allreduce_b $b 3; done | median)
     lt_=$(for k in $(seq "$ROUNDS"); do val "$DIR/lgtcp8.$k" allreduce_b $b 3; done | median)
-    awk -v b=$b -v s="$ls_" -v t="$lt_" 'BEGIN {
-        printf "%-12s %9s %10.1f %10.1f %8.2f\n", "allreduce_b", b, s, t, (t > 0 ? s / t : 0) }'
+    lp_=$(for k in $(seq "$ROUNDS"); do val "$DIR/lgstripe8.$k" allreduce_b $b 3; done | median)
+    awk -v b=$b -v s="$ls_" -v t="$lt_" -v p="$lp_" 'BEGIN {
+        printf "%-12s %9s %10.1f %10.1f %8.2f %10.1f %8.2f\n", "allreduce_b", b, s, t,
+            (t > 0 ? s / t : 0), p, (s > 0 ? p / s : 0) }'
 done
 
 r() { # OP BYTES NP COLUMN [SHARP MPI]: sharp / Open MPI (tcp by default),
@@ -348,6 +358,8 @@ echo "RESULT mpi_allreduce_8B_np8_vs_tcp=$(r allreduce 8 8 3)" \
     "mpi_allreduce_1M_np8_vs_tcp=$(r allreduce 1048576 8 3)" \
     "mpi_allreduce_1M_np8_barrier_vs_tcp=$(r allreduce_b 1048576 8 3 lgsharp lgtcp)" \
     "mpi_allreduce_4M_np8_barrier_vs_tcp=$(r allreduce_b 4194304 8 3 lgsharp lgtcp)" \
+    "mpi_allreduce_1M_np8_barrier_stripes_vs_one=$(r allreduce_b 1048576 8 3 lgstripe lgsharp)" \
+    "mpi_allreduce_4M_np8_barrier_stripes_vs_one=$(r allreduce_b 4194304 8 3 lgstripe lgsharp)" \
     "mpi_cpu_per_op_np8_vs_tcp=$(r allreduce 8 8 4)" \
     "mpi_barrier_np8_vs_tcp=$(r barrier 0 8 3)" \
     "mpi_layer_ns=$layer" \

@@ -26,6 +26,8 @@ for key in mpi_allreduce_8B_np8_vs_tcp mpi_allreduce_8B_np16_vs_tcp \
     mpi_allreduce_4K_np8_vs_tcp mpi_iallreduce_8B_np8_vs_tcp \
     mpi_allreduce_1M_np8_vs_tcp mpi_allreduce_1M_np8_barrier_vs_tcp \
     mpi_allreduce_4M_np8_barrier_vs_tcp mpi_cpu_per_op_np8_vs_tcp \
+    mpi_allreduce_1M_np8_barrier_stripes_vs_one \
+    mpi_allreduce_4M_np8_barrier_stripes_vs_one \
     mpi_barrier_np8_vs_tcp mpi_layer_ns mpi_allreduce_8B_np8_shm_vs_shm \
     mpi_allreduce_8B_np16_shm_vs_shm mpi_mcast_mac_8B_vs_untagged \
     mpi_mcast_mac_1M_vs_untagged mpi_allreduce_8B_np8_vs_shm \
