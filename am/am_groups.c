@@ -409,13 +409,15 @@ static int am_plan_shared(const shp_group_plan_t *plan, const shp_am_group_t *g)
     return n;
 }
 
-/* The ANs of plan that the group avoided uses too; for a stripe, the most
- * it shares with that group or any stripe of it already made. */
+/* The most ANs of plan that the group avoided, or any stripe of it, uses
+ * too: a standby avoids its group's stripes as well (a stripe's failure
+ * fails its group), and a stripe the stripes already made. */
 static int am_plan_shared_req(const shp_group_plan_t *plan,
                               const am_group_req_t *r)
 {
     int n = am_plan_shared(plan, r->avoid);
-    for (const shp_am_group_t *o = r->job->groups; r->stripe && o; o = o->jnext)
+    for (const shp_am_group_t *o = r->avoid ? r->job->groups : NULL; o;
+         o = o->jnext)
         if (o->stripe_of == r->avoid->id) {
             int k = am_plan_shared(plan, o);
             n = k > n ? k : n;

@@ -409,7 +409,7 @@ static void req_queue(coll_comm_t *comm, coll_req_t *r)
 
 /* part (zeroed) as the bytes [a, b) of r's stream: r's buffers seen
  * through the part's own offsets */
-static void part_view(const coll_req_t *r, coll_req_t *part, size_t a, size_t b)
+static void part_view(coll_req_t *r, coll_req_t *part, size_t a, size_t b)
 {
     size_t lo = r->s_lo < a ? a : r->s_lo > b ? b : r->s_lo;
     size_t hi = r->s_hi < lo ? lo : r->s_hi > b ? b : r->s_hi;
@@ -418,7 +418,7 @@ static void part_view(const coll_req_t *r, coll_req_t *part, size_t a, size_t b)
     part->es = r->es;
     part->lanes = r->lanes;
     part->total = b - a;
-    part->parent = (coll_req_t *)r;
+    part->parent = r;
     if (lo < hi) {
         part->src = r->src + (lo - r->s_lo);
         part->s_lo = lo - a;
@@ -451,6 +451,7 @@ static void req_stripe(coll_comm_t *comm, coll_req_t *r)
     r->parts = calloc(k, sizeof(*r->parts));
     if (r->parts == NULL) {
         coll_comm_fail(comm, SHP_ERR_NO_MEMORY, "no memory to stripe");
+        req_finish(r, SHARP_COLL_ENOMEM);
         return;
     }
     r->parts_left = k;
