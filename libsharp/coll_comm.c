@@ -34,6 +34,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The bytes [lo, hi) of a stream seen through its window [a, b) (a
+ * fragment, a stripe's part): 1 if they meet, with [*plo, *phi) in the
+ * window's offsets and *skip the bytes of [lo, hi) before the window;
+ * 0 (nothing set) if not */
+static int range_view(size_t lo, size_t hi, size_t a, size_t b, size_t *skip,
+                      size_t *plo, size_t *phi)
+{
+    size_t from = lo > a ? lo : a, to = hi < b ? hi : b;
+    if (from >= to) {
+        return 0;
+    }
+    *skip = from - lo;
+    *plo = from - a;
+    *phi = to - a;
+    return 1;
+}
+
 /* Failing ---------------------------------------------------------------- */
 
 static void req_finish(coll_req_t *r, int status);
@@ -131,12 +148,10 @@ static void send_frag(coll_comm_t *comm, coll_req_t *r)
             payload = r->src + (off - r->s_lo); /* straight from the user */
         } else {
             /* zeros, and what overlaps the member's own bytes */
-            size_t lo = off > r->s_lo ? off : r->s_lo;
-            size_t hi = off + len < r->s_hi ? off + len : r->s_hi;
+            size_t skip, lo, hi;
             memset(comm->stage, 0, len);
-            if (lo < hi) {
-                memcpy(comm->stage + (lo - off), r->src + (lo - r->s_lo),
-                       hi - lo);
+            if (range_view(r->s_lo, r->s_hi, off, off + len, &skip, &lo, &hi)) {
+                memcpy(comm->stage + lo, r->src + skip, hi - lo);
             }
             payload = comm->stage;
         }
@@ -187,11 +202,9 @@ static void on_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
         coll_comm_fail(comm, SHP_ERR_PROTO, "a result of the wrong size");
         return;
     }
-    size_t lo = f->off > r->r_lo ? f->off : r->r_lo;
-    size_t hi = f->off + len < r->r_hi ? f->off + len : r->r_hi;
-    if (lo < hi) {
-        memcpy(r->dst + (lo - r->r_lo),
-               (const uint8_t *)payload + (lo - f->off), hi - lo);
+    size_t skip, lo, hi;
+    if (range_view(r->r_lo, r->r_hi, f->off, f->off + len, &skip, &lo, &hi)) {
+        memcpy(r->dst + skip, (const uint8_t *)payload + lo, hi - lo);
     }
     if (hdr->flags & SHP_WIRE_F_MCAST) {
         comm->ctx->stats.mcast_results++;
@@ -411,25 +424,17 @@ static void req_queue(coll_comm_t *comm, coll_req_t *r)
  * through the part's own offsets */
 static void part_view(coll_req_t *r, coll_req_t *part, size_t a, size_t b)
 {
-    size_t lo = r->s_lo < a ? a : r->s_lo > b ? b : r->s_lo;
-    size_t hi = r->s_hi < lo ? lo : r->s_hi > b ? b : r->s_hi;
-
+    size_t skip;
     part->desc = r->desc;
     part->es = r->es;
     part->lanes = r->lanes;
     part->total = b - a;
     part->parent = r;
-    if (lo < hi) {
-        part->src = r->src + (lo - r->s_lo);
-        part->s_lo = lo - a;
-        part->s_hi = hi - a;
+    if (range_view(r->s_lo, r->s_hi, a, b, &skip, &part->s_lo, &part->s_hi)) {
+        part->src = r->src + skip;
     }
-    lo = r->r_lo < a ? a : r->r_lo > b ? b : r->r_lo;
-    hi = r->r_hi < lo ? lo : r->r_hi > b ? b : r->r_hi;
-    if (lo < hi) {
-        part->dst = r->dst + (lo - r->r_lo);
-        part->r_lo = lo - a;
-        part->r_hi = hi - a;
+    if (range_view(r->r_lo, r->r_hi, a, b, &skip, &part->r_lo, &part->r_hi)) {
+        part->dst = r->dst + skip;
     }
 }
 
@@ -478,8 +483,10 @@ static void req_stripe(coll_comm_t *comm, coll_req_t *r)
 
 int coll_post(coll_comm_t *comm, coll_req_t *r, void **handle)
 {
-    if (comm->failed != SHP_OK || !req_frags(comm, r)) {
-        int rc = comm->failed != SHP_OK ? SHARP_COLL_ERROR : SHARP_COLL_EINVAL;
+    int rc = comm->failed != SHP_OK ? SHARP_COLL_ERROR
+             : !req_frags(comm, r)  ? SHARP_COLL_EINVAL
+                                    : SHARP_COLL_SUCCESS;
+    if (rc != SHARP_COLL_SUCCESS) {
         coll_req_release(r);
         return rc;
     }
