@@ -121,14 +121,12 @@ void shp_am_group_revoke(shp_am_t *am, shp_am_group_t *g, shp_status_t st,
 
 json_t *shp_am_group_standby_json(const shp_am_group_t *g, json_t *d)
 {
-    if (d != NULL && g->standby_of) /* its ANs the other's too, if any */
-        json_object_update_new(d, json_pack("{s:I, s:i}", "standby_of",
-                                            (json_int_t)g->standby_of,
-                                            "shared_ans", g->shared));
-    else if (d != NULL && g->stripe_of)
-        json_object_update_new(d, json_pack("{s:I, s:i}", "stripe_of",
-                                            (json_int_t)g->stripe_of,
-                                            "shared_ans", g->shared));
+    uint32_t of = g->standby_of ? g->standby_of : g->stripe_of;
+    if (d != NULL && of) /* its ANs the other's too, if any */
+        json_object_update_new(
+            d,
+            json_pack("{s:I, s:i}", g->standby_of ? "standby_of" : "stripe_of",
+                      (json_int_t)of, "shared_ans", g->shared));
     return d;
 }
 
@@ -313,13 +311,14 @@ static shp_status_t am_group_standby(shp_am_t *am, const json_t *msg,
                                      am_group_req_t *r)
 {
     int64_t of;
+    const json_t *standby = json_object_get(msg, "standby_of");
     r->stripe = json_object_get(msg, "stripe_of") != NULL;
-    const char *key = r->stripe ? "stripe_of" : "standby_of";
-    if (!json_object_get(msg, key))
+    if (!standby && !r->stripe)
         return SHP_OK;
-    if (r->stripe && json_object_get(msg, "standby_of"))
+    if (standby && r->stripe)
         return am_group_fail(r, SHP_ERR_INVALID_PARAM,
                              "a group is a standby or a stripe, not both");
+    const char *key = r->stripe ? "stripe_of" : "standby_of";
     const shp_am_group_t *g =
         shp_json_get_int(msg, key, 1, UINT32_MAX, &of, NULL) == SHP_OK
             ? shp_am_group_find(am, (uint32_t)of)
