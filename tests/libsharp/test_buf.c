@@ -23,15 +23,7 @@ static int setup(void **state)
 static struct sharp_coll_reduce_spec spec_of(void *s, size_t sl, void *r,
                                              size_t rl, size_t length)
 {
-    struct sharp_coll_reduce_spec sp;
-
-    memset(&sp, 0, sizeof(sp));
-    sp.sbuf_desc = test_host_desc(s, sl);
-    sp.rbuf_desc = test_host_desc(r, rl);
-    sp.dtype = SHARP_DTYPE_INT;
-    sp.op = SHARP_OP_SUM;
-    sp.length = length;
-    return sp;
+    return test_host_spec(s, sl, r, rl, SHARP_DTYPE_INT, SHARP_OP_SUM, length);
 }
 
 /* allreduce: the stream is the vector, the result the whole of it; a short

@@ -94,23 +94,6 @@ static int comm_of(hub_oob_t *oob, struct sharp_coll_comm **c)
     return sharp_coll_comm_init(ctx, &cs, c);
 }
 
-/* a SUM (or op) of n elements of dt from s into r, both host buffers of
- * `bytes` */
-static struct sharp_coll_reduce_spec host_spec(void *s, void *r, size_t bytes,
-                                               enum sharp_datatype dt,
-                                               enum sharp_reduce_op op,
-                                               size_t n)
-{
-    struct sharp_coll_reduce_spec sp;
-    memset(&sp, 0, sizeof(sp));
-    sp.sbuf_desc = test_host_desc(s, bytes);
-    sp.rbuf_desc = test_host_desc(r, bytes);
-    sp.dtype = dt;
-    sp.op = op;
-    sp.length = n;
-    return sp;
-}
-
 /* value i of rank r in an exact-arithmetic test */
 static int64_t val(int r, size_t i, uint64_t salt)
 {
@@ -563,8 +546,8 @@ static int m_repeatable(int rank, void *arg)
         s[i] = m * (i % 3 ? 1e-8 : 1e12);
     }
     for (int round = 0; round < 20; round++) {
-        struct sharp_coll_reduce_spec sp =
-            host_spec(s, r, sizeof(s), SHARP_DTYPE_DOUBLE, SHARP_OP_SUM, N);
+        struct sharp_coll_reduce_spec sp = test_host_spec(
+            s, sizeof(s), r, sizeof(r), SHARP_DTYPE_DOUBLE, SHARP_OP_SUM, N);
         /* arrival order varies: members start at different times */
         usleep((useconds_t)((rank * 37 + round * 101) % 5) * 1000);
         CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "allreduce");
@@ -796,7 +779,8 @@ static int m_caps(int rank, void *arg)
         }
         for (int round = 0; round < 5; round++) {
             struct sharp_coll_reduce_spec sp =
-                host_spec(s, r, sizeof(s), SHARP_DTYPE_DOUBLE, SHARP_OP_SUM, N);
+                test_host_spec(s, sizeof(s), r, sizeof(r), SHARP_DTYPE_DOUBLE,
+                               SHARP_OP_SUM, N);
             usleep((useconds_t)((rank * 3 + round) % 4) * 500);
             CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "allreduce");
             if (round == 0) {
@@ -1602,8 +1586,8 @@ static int allreduce_checked(struct sharp_coll_comm *c, int rank, int k)
     for (int i = 0; i < 64; i++) {
         s[i] = rank + k + i;
     }
-    struct sharp_coll_reduce_spec sp =
-        host_spec(s, r, sizeof(s), SHARP_DTYPE_INT, SHARP_OP_SUM, 64);
+    struct sharp_coll_reduce_spec sp = test_host_spec(
+        s, sizeof(s), r, sizeof(r), SHARP_DTYPE_INT, SHARP_OP_SUM, 64);
     int rc = sharp_coll_do_allreduce(c, &sp);
     for (int i = 0; rc == SHARP_COLL_SUCCESS && i < 64; i++) {
         CHECK(r[i] == 6 + 4 * (k + i), "op %d: wrong result", k);
@@ -1819,8 +1803,9 @@ static int stripe_ops(int rank, int size, int pass)
         double m = (double)(test_rand(&seed) % 2000000) - 1e6;
         s[i] = m * (i % 3 ? 1e-8 : 1e12); /* the order changes the bits */
     }
-    struct sharp_coll_reduce_spec sp = host_spec(
-        s, st_ar[pass], sizeof(s), SHARP_DTYPE_DOUBLE, SHARP_OP_SUM, ST_N);
+    struct sharp_coll_reduce_spec sp =
+        test_host_spec(s, sizeof(s), st_ar[pass], sizeof(st_ar[pass]),
+                       SHARP_DTYPE_DOUBLE, SHARP_OP_SUM, ST_N);
     CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "allreduce 1 MiB");
     sp.rbuf_desc = test_host_desc(st_ex[pass], sizeof(st_ex[pass]));
     sp.length = ST_N / 4;
@@ -1870,8 +1855,9 @@ static int stripe_nb(int rank)
         for (int i = 0; i < N; i++) {
             s[k][i] = rank * (k + 1) + i;
         }
-        struct sharp_coll_reduce_spec sp = host_spec(
-            s[k], r[k], sizeof(s[k]), SHARP_DTYPE_INT, SHARP_OP_SUM, N);
+        struct sharp_coll_reduce_spec sp =
+            test_host_spec(s[k], sizeof(s[k]), r[k], sizeof(r[k]),
+                           SHARP_DTYPE_INT, SHARP_OP_SUM, N);
         CHECK(sharp_coll_do_allreduce_nb(world, &sp, &h[k]) == 0, "nb");
     }
     for (int k = 1; k >= 0; k--) {
@@ -1940,8 +1926,8 @@ static int m_stripe_killed(int rank, void *arg)
         stripe_of(1022, of, sizeof(of));
         CHECK(of[0] != '\0', "no stripe");
     }
-    struct sharp_coll_reduce_spec sp =
-        host_spec(s, r, sizeof(s), SHARP_DTYPE_INT, SHARP_OP_SUM, N);
+    struct sharp_coll_reduce_spec sp = test_host_spec(
+        s, sizeof(s), r, sizeof(r), SHARP_DTYPE_INT, SHARP_OP_SUM, N);
     int k, rc = 0;
     uint64_t t_kill = 0;
     for (k = 0; k < 100000; k++) {
@@ -2132,8 +2118,8 @@ static int m_mcast_loss(int rank, void *arg)
         for (int i = 0; i < 300; i++) {
             s[i] = rank * 3 + k + i;
         }
-        struct sharp_coll_reduce_spec sp =
-            host_spec(s, r, sizeof(s), SHARP_DTYPE_INT, SHARP_OP_SUM, 300);
+        struct sharp_coll_reduce_spec sp = test_host_spec(
+            s, sizeof(s), r, sizeof(r), SHARP_DTYPE_INT, SHARP_OP_SUM, 300);
         CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "op %d", k);
         for (int i = 0; i < 300; i++) {
             CHECK(r[i] == 3 * size * (size - 1) / 2 + size * (k + i),
