@@ -819,13 +819,8 @@ static int m_caps(int rank, void *arg)
             for (size_t i = 0; i < n; i++) {
                 s[i] = (int8_t)((i + (size_t)rank) % 7) - 3;
             }
-            struct sharp_coll_reduce_spec sp;
-            memset(&sp, 0, sizeof(sp));
-            sp.sbuf_desc = test_host_desc(s, n);
-            sp.rbuf_desc = test_host_desc(r, n);
-            sp.dtype = SHARP_DTYPE_INT8;
-            sp.op = SHARP_OP_SUM;
-            sp.length = n;
+            struct sharp_coll_reduce_spec sp =
+                test_host_spec(s, n, r, n, SHARP_DTYPE_INT8, SHARP_OP_SUM, n);
             sp.aggr_mode = SHARP_AGGREGATION_STREAMING;
             sp.stream_lock_batch_size = 4;
             CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "SAT allreduce");
