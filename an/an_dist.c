@@ -101,7 +101,12 @@ void shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                           "unexpected result from the parent AN");
         return;
     }
-    if (hdr->payload_len != s->len) {
+    if ((s->flags & SHP_WIRE_F_BCAST) && hdr->payload_len <= g->payload) {
+        /* the root's data, which may have come up another subtree */
+        s->len = hdr->payload_len;
+        s->count = hdr->count;
+        s->desc = (shp_reduce_desc_t){hdr->dtype, hdr->op, hdr->tag_dtype};
+    } else if (hdr->payload_len != s->len) {
         l->an->stats.err_protocol++;
         shp_an_group_fail(g, NULL, SHP_ERR_PROTO,
                           "result of the wrong size from the parent AN");

@@ -16,6 +16,13 @@
  * the result of s - 2 x osts: the slot s reuses is free of any obligation
  * (docs/an.md).  The same argument bounds the window: a valid s satisfies
  * s < folded + osts, where `folded` counts the operations folded here.
+ *
+ * A bcast (SHP_WIRE_F_BCAST) folds nothing: the root's data comes from one
+ * child (its own, or the AN whose subtree holds it) and every other child
+ * sends a header alone, which only says it is there; the operation goes
+ * up or down with that data once every child has.  Every member still
+ * sends for every operation, so the slot rule, the window and the order
+ * stay as they are (docs/an.md, "bcast").
  */
 #include "an/an_int.h"
 
@@ -59,7 +66,14 @@ static void an_fold_done(shp_an_group_t *g, shp_an_slot_t *s)
 {
     shp_wire_hdr_t h;
 
-    shp_fold_cleanup(&s->fold);
+    if (!(s->flags & SHP_WIRE_F_BCAST)) {
+        shp_fold_cleanup(&s->fold);
+    } else if (g->is_top && s->len == 0) {
+        g->an->stats.err_mismatch++;
+        shp_an_group_fail(g, NULL, SHP_ERR_MISMATCH,
+                          "a bcast whose root nobody is");
+        return;
+    }
     g->folded++;
     g->ops++;
     g->bytes += s->len;
@@ -130,14 +144,16 @@ static inline int an_slot_agrees(const shp_an_slot_t *s,
                                  const shp_wire_hdr_t *hdr,
                                  const shp_reduce_desc_t *desc)
 {
-    const uint16_t mode = SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT;
+    const uint16_t mode =
+        SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT | SHP_WIRE_F_BCAST;
 
+    /* a bcast's members send nothing but the root, whose count the slot
+     * takes when it comes */
     return s->state == SHP_AN_SLOT_FOLD &&
            (s->flags & mode) == (hdr->flags & mode) && s->lanes == hdr->lanes &&
-           ((s->flags & SHP_WIRE_F_BARRIER) ||
+           ((s->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_BCAST)) ||
             (s->desc.dtype == desc->dtype && s->desc.op == desc->op &&
-             s->desc.tag_dtype == desc->tag_dtype)) &&
-           s->count == hdr->count;
+             s->desc.tag_dtype == desc->tag_dtype && s->count == hdr->count));
 }
 
 /* The slot of operation hdr: (re)used by its first payload, or the one
@@ -162,8 +178,16 @@ static inline shp_an_slot_t *an_agg_slot(shp_an_group_t *g,
     /* first payload of this operation: (re)use the slot */
     shp_an_slot_reset(g, s);
     s->seq = hdr->seq;
-    s->flags = hdr->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT);
+    s->flags =
+        hdr->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT | SHP_WIRE_F_BCAST);
     s->lanes = hdr->lanes;
+    if (s->flags & SHP_WIRE_F_BCAST) { /* the root's data will say */
+        s->desc = desc;
+        s->count = 0;
+        s->len = 0;
+        s->state = SHP_AN_SLOT_FOLD;
+        return s;
+    }
     s->desc =
         (hdr->flags & SHP_WIRE_F_BARRIER)
             ? (shp_reduce_desc_t){SHP_DTYPE_U8, SHP_OP_BOR, SHP_DTYPE_NULL}
@@ -214,6 +238,28 @@ static inline void an_agg_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
     }
 }
 
+/* Child ci's part of a bcast: the root's data (kept), or a header alone */
+static void an_bcast_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
+                         const shp_wire_hdr_t *hdr, const void *payload)
+{
+    g->children[ci].next_seq++;
+    s->arrived++;
+    if (hdr->payload_len > 0) {
+        if (s->len > 0) {
+            g->an->stats.err_mismatch++;
+            an_op_error(g, hdr, SHP_ERR_MISMATCH,
+                        "two members send a bcast's data (two roots)");
+            return;
+        }
+        memcpy(s->acc, payload, hdr->payload_len);
+        s->len = hdr->payload_len;
+        s->count = hdr->count;
+    }
+    if (s->arrived == g->nchildren) {
+        an_fold_done(g, s);
+    }
+}
+
 /* A child's operation (agg_req) */
 void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                     const void *payload)
@@ -227,7 +273,12 @@ void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         return;
     }
     s = an_agg_slot(g, hdr);
-    if (s != NULL) {
+    if (s == NULL) {
+        return;
+    }
+    if (s->flags & SHP_WIRE_F_BCAST) {
+        an_bcast_add(g, s, ci, hdr, payload);
+    } else {
         an_agg_add(g, s, ci, hdr, payload);
     }
 }

@@ -86,8 +86,8 @@ void shp_an_slot_reset(shp_an_group_t *g, shp_an_slot_t *s)
 {
     unsigned i;
 
-    if (s->state == SHP_AN_SLOT_FOLD) {
-        shp_fold_cleanup(&s->fold);
+    if (s->state == SHP_AN_SLOT_FOLD && !(s->flags & SHP_WIRE_F_BCAST)) {
+        shp_fold_cleanup(&s->fold); /* a bcast's slot has no fold */
     }
     for (i = 0; i < g->nchildren; i++) {
         if (s->copies[i] != NULL) {

@@ -269,9 +269,10 @@ static void bytes_req(void *src, size_t s_lo, size_t s_hi, void *dst,
     r->r_hi = dst ? total : 0;
 }
 
-/* a bcast: the root's bytes (others send zeros), BOR on bytes; the
- * root's buffer is the source (an IOV gathered), the others' the
- * destination (an IOV scattered at the end) */
+/* a bcast: the root's bytes, up the tree alone (tree_bcast) or BOR on
+ * bytes with everyone else's zeros; the root's buffer is the source (an
+ * IOV gathered), the others' the destination (an IOV scattered at the
+ * end) */
 int coll_bcast_req(const coll_comm_t *comm,
                    const struct sharp_coll_bcast_spec *spec, coll_req_t **out)
 {
@@ -298,6 +299,7 @@ int coll_bcast_req(const coll_comm_t *comm,
         return SHARP_COLL_EINVAL;
     }
     bytes_req(p, 0, root ? spec->size : 0, root ? NULL : p, spec->size, r);
+    r->bcast = comm->ctx->cfg.tree_bcast;
     *out = r;
     return SHARP_COLL_SUCCESS;
 }

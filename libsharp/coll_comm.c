@@ -11,7 +11,9 @@
  *   allreduce       sends [0, n), keeps [0, n)
  *   reduce          sends [0, n), keeps [0, n) at the root, nothing elsewhere
  *   reduce-scatter  sends [0, size x n), keeps block [rank x n, (rank+1) x n)
- *   bcast           the root sends [0, n) (others zeros), BOR on bytes
+ *   bcast           the root sends [0, n), the others a header alone per
+ *                   fragment, and no AN folds (tree_bcast; else the
+ *                   others send zeros, BOR on bytes)
  *   allgather       rank r sends [r x n, (r+1) x n) (zeros elsewhere), BOR
  *   barrier         one operation without payload
  *
@@ -118,6 +120,44 @@ void coll_comm_fail(coll_comm_t *comm, shp_status_t st, const char *why)
 
 /* Sending -------------------------------------------------------------------- */
 
+/* fragment [off, off + len) of r as a request: header, and the payload
+ * straight from the user or staged (zeros, and the member's own bytes) */
+static const void *frag_msg(coll_comm_t *comm, coll_req_t *r, size_t off,
+                            uint32_t count, shp_wire_hdr_t *h)
+{
+    size_t len = (size_t)count * r->es;
+
+    if (r->barrier) {
+        shp_wire_hdr_init(h, SHP_WIRE_OP_AGG_REQ, comm->tree_id, comm->group_id,
+                          comm->next_seq);
+        h->flags = SHP_WIRE_F_BARRIER;
+        return NULL;
+    }
+    shp_wire_hdr_init_agg(h, SHP_WIRE_OP_AGG_REQ, comm->tree_id, comm->group_id,
+                          comm->next_seq, &r->desc, count);
+    h->flags |= r->bcast ? SHP_WIRE_F_BCAST : 0;
+    if (r->lanes) { /* exact mode: count int64 lanes, whole elements */
+        h->flags |= SHP_WIRE_F_EXACT;
+        h->lanes = r->lanes;
+        h->count = count * r->lanes;
+        h->payload_len = (uint32_t)len;
+    }
+    if (len == 0) {
+        return NULL;
+    }
+    if (off >= r->s_lo && off + len <= r->s_hi) {
+        return r->src + (off - r->s_lo); /* straight from the user */
+    }
+    size_t skip, lo, hi;
+    memset(comm->stage, 0, len);
+    if (range_view(r->s_lo, r->s_hi, off, off + len, &skip, &lo, &hi)) {
+        memcpy(comm->stage + lo, r->src + skip, hi - lo);
+    }
+    return comm->stage;
+}
+
+/* r's next fragment, the communicator's next operation (of a tree bcast
+ * whose bytes this member does not have, a header alone) */
 static void send_frag(coll_comm_t *comm, coll_req_t *r)
 {
     coll_frag_t *f = &comm->win[comm->next_seq % comm->osts];
@@ -125,37 +165,13 @@ static void send_frag(coll_comm_t *comm, coll_req_t *r)
     size_t off = r->sent * (size_t)r->per_frag * r->es;
     size_t left = r->total - off;
     uint32_t count = r->barrier ? 0 : (uint32_t)(left / r->es);
-    const void *payload = NULL;
 
     if (count > r->per_frag) {
         count = r->per_frag;
     }
     size_t len = (size_t)count * r->es;
-    if (r->barrier) {
-        shp_wire_hdr_init(&h, SHP_WIRE_OP_AGG_REQ, comm->tree_id,
-                          comm->group_id, comm->next_seq);
-        h.flags = SHP_WIRE_F_BARRIER;
-    } else {
-        shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_REQ, comm->tree_id,
-                              comm->group_id, comm->next_seq, &r->desc, count);
-        if (r->lanes) { /* exact mode: count int64 lanes, whole elements */
-            h.flags |= SHP_WIRE_F_EXACT;
-            h.lanes = r->lanes;
-            h.count = count * r->lanes;
-            h.payload_len = (uint32_t)len;
-        }
-        if (off >= r->s_lo && off + len <= r->s_hi) {
-            payload = r->src + (off - r->s_lo); /* straight from the user */
-        } else {
-            /* zeros, and what overlaps the member's own bytes */
-            size_t skip, lo, hi;
-            memset(comm->stage, 0, len);
-            if (range_view(r->s_lo, r->s_hi, off, off + len, &skip, &lo, &hi)) {
-                memcpy(comm->stage + lo, r->src + skip, hi - lo);
-            }
-            payload = comm->stage;
-        }
-    }
+    int none = r->bcast && !(off < r->s_hi && off + len > r->s_lo);
+    const void *payload = frag_msg(comm, r, off, none ? 0 : count, &h);
     *f = (coll_frag_t){.req = r, .off = off, .count = count, .busy = 1};
     f->sent_ns = f->asked_ns = shp_time_ns();
     r->sent++;
@@ -428,6 +444,7 @@ static void part_view(coll_req_t *r, coll_req_t *part, size_t a, size_t b)
     part->desc = r->desc;
     part->es = r->es;
     part->lanes = r->lanes;
+    part->bcast = r->bcast;
     part->total = b - a;
     part->parent = r;
     if (range_view(r->s_lo, r->s_hi, a, b, &skip, &part->s_lo, &part->s_hi)) {

@@ -86,6 +86,9 @@ struct coll_req {
     uint32_t per_frag; /* elements per fragment */
     size_t nfrags, sent, done;
     int barrier;
+    /* a tree bcast: only the member with bytes of the stream (the root)
+     * sends them; the others send a header alone (docs/libsharp.md) */
+    int bcast;
     uint8_t lanes; /* exact mode: int64 lanes per element (es = 8 x lanes) */
     const uint8_t *src; /* bytes [s_lo, s_hi) of the stream come from src */
     size_t s_lo, s_hi;

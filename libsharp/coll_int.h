@@ -43,6 +43,7 @@ typedef struct coll_cfg {
     unsigned pipeline_depth; /* 0: the group's OST quota */
     unsigned stripes;        /* groups a communicator's large operations use */
     size_t stripe_min;       /* bytes from which an operation is striped */
+    int tree_bcast;          /* bcast: the root's data alone up the tree */
     int enable_mcast_target; /* take results by multicast when offered */
     int group_is_target;     /* ask for multicast-only results */
     int enable_sat;          /* accepted; streaming is not separate here */

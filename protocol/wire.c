@@ -260,6 +260,11 @@ static shp_status_t shp_wire_check_agg(const shp_wire_hdr_t *hdr,
     shp_reduce_desc_t desc;
     shp_status_t status;
 
+    if ((hdr->flags & SHP_WIRE_F_BCAST) &&
+        (hdr->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT))) {
+        return shp_wire_reject(SHP_ERR_PROTO,
+                               "a bcast that is a barrier or exact", why);
+    }
     if (hdr->flags & SHP_WIRE_F_BARRIER) {
         if (hdr->count != 0 || data_len != 0) {
             return shp_wire_reject(SHP_ERR_PROTO, "barrier with a payload",

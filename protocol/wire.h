@@ -29,7 +29,9 @@
  *      multicast result carries a tag, and members take no multicast
  *      result without a valid one; opcode 8, join_nonce, and a join that
  *      proves the job key instead of carrying it: a peer from before it
- *      is refused at the join).
+ *      is refused at the join; flag BCAST, a tree bcast: an AN from
+ *      before it refuses the root's request as unknown flags, which fails
+ *      the group, so its members get an error, not a hang).
  *
  * Multicast results are authenticated (anyone on the data network can send
  * a datagram to a group's address): a Poly1305 tag over the packed header
@@ -91,10 +93,14 @@ typedef enum shp_wire_opcode {
 /* a multicast result: the last SHP_WIRE_MAC_LEN bytes of the payload are
  * its tag (shp_wire_mac), keyed per group; payload_len counts them */
 #define SHP_WIRE_F_MAC (1u << 6)
+/* a bcast (docs/an.md, "Tree bcast"): on a request, the root's data
+ * going up alone (the other members send nothing for its seq); on a
+ * result, the root's data coming down.  Never with BARRIER or EXACT. */
+#define SHP_WIRE_F_BCAST (1u << 7)
 #define SHP_WIRE_F_KNOWN                                                       \
     (SHP_WIRE_F_MCAST | SHP_WIRE_F_RETRANS | SHP_WIRE_F_BARRIER |              \
      SHP_WIRE_F_UNICAST | SHP_WIRE_F_EXACT | SHP_WIRE_F_RC_ONLY |              \
-     SHP_WIRE_F_MAC)
+     SHP_WIRE_F_MAC | SHP_WIRE_F_BCAST)
 /* retransmitted results a member takes, none by multicast, before it sets
  * SHP_WIRE_F_RC_ONLY */
 #define SHP_WIRE_RC_ONLY_AFTER 3

@@ -11,7 +11,10 @@
  * Plans: dtypes (every dtype x op, counts from 0 to several fragments),
  * determinism (adversarial f32/f64 sums, random delays, 100 rounds),
  * stream (u32 sums of --count elements, 4 by default, until --ops or an
- * error).
+ * error), bcast (bcasts from every member in turn, 1 byte to a whole
+ * payload, between u32 sums: the root sends its data, the others a
+ * header alone), bcastmix (a stream where member 5 takes operation 3 for
+ * a bcast of member 0's: the group must fail, not hang).
  */
 #include "core/log.h"
 #include "reduce/reduce.h"
@@ -46,6 +49,8 @@ typedef struct {
     shp_reduce_desc_t desc;
     uint32_t count;
     int barrier;
+    int bcast; /* a tree bcast from member `root` */
+    unsigned root;
     uint32_t frag; /* fragment index within a message */
     uint32_t tag;  /* which message of the plan */
     int done;
@@ -147,6 +152,10 @@ static void expected(const op_t *op, long k, uint8_t *out)
     if (op->barrier || op->count == 0) {
         return;
     }
+    if (op->bcast) {
+        gen(op, k, op->root, out);
+        return;
+    }
     for (m = 0; m < n; m++) {
         gen(op, k, m, scratch + (size_t)m * bytes);
     }
@@ -211,9 +220,12 @@ static void send_op(long k)
                           (uint32_t)k);
         h.flags = SHP_WIRE_F_BARRIER;
     } else {
+        /* a bcast's data from its root, a header from the others */
+        int none = op->bcast && op->root != o.rank;
         shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_REQ, o.tree, o.group,
-                              (uint32_t)k, &op->desc, op->count);
+                              (uint32_t)k, &op->desc, none ? 0 : op->count);
         gen(op, k, o.rank, sendbuf);
+        h.flags |= op->bcast ? SHP_WIRE_F_BCAST : 0;
     }
     if (!strcmp(o.plan, "determinism")) {
         usleep((useconds_t)(mix((uint64_t)k * 977 + o.rank) % 2000));
@@ -451,6 +463,21 @@ static void build_plan(void)
             ops[k].count = 32;
             k++;
         }
+    } else if (!strcmp(o.plan, "bcast")) {
+        unsigned n = o.leaves * o.per_leaf;
+        for (k = 0; k < (o.ops > 0 ? o.ops : 600); k++) {
+            ops[k].count = o.count;
+            ops[k].desc =
+                (shp_reduce_desc_t){SHP_DTYPE_U32, SHP_OP_SUM, SHP_DTYPE_NULL};
+            if (k % 3 != 0) {
+                ops[k].bcast = 1;
+                ops[k].root = (unsigned)(k * 7) % n;
+                ops[k].desc = (shp_reduce_desc_t){SHP_DTYPE_U8, SHP_OP_BOR,
+                                                  SHP_DTYPE_NULL};
+                ops[k].count = k % 4 == 0 ? o.payload
+                                          : 1 + (uint32_t)(k * 131) % o.payload;
+            }
+        }
     } else { /* stream, or mismatch: i32 max where the others sum u32 */
         long n = o.ops > 0 ? o.ops : cap - 1;
         int odd = !strcmp(o.plan, "mismatch");
@@ -461,6 +488,10 @@ static void build_plan(void)
                 odd ? SHP_DTYPE_I32 : SHP_DTYPE_U32,
                 odd ? SHP_OP_MAX : SHP_OP_SUM, SHP_DTYPE_NULL};
             ops[k].count = o.count;
+        }
+        if (!strcmp(o.plan, "bcastmix") && o.rank == 5 && n > 3) {
+            ops[3].bcast = 1; /* of member 0's, where the others sum */
+            ops[3].root = 0;
         }
     }
     nops = k;

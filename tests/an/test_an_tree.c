@@ -1068,6 +1068,60 @@ static void test_mismatch_fails_group(void **state)
     run_members(&h, "stream", extra, 0, 60);
 }
 
+/* bcasts from every member in turn, of 1 byte to a whole payload (4 KiB),
+ * between sums, over RC, then by multicast with 5% of the datagrams
+ * dropped: every result is the root's bytes.  Up the tree go the root's
+ * data and headers, never zeros: the ANs' bytes in (up: a sum from every
+ * member and leaf, a bcast's data at the root's leaf and the top; down: a
+ * result at every leaf; a header each; the joins) stay under what that
+ * makes, where
+ * a bcast of zeros would add 18 x its size. */
+static void test_bcast(void **state)
+{
+    static const char *const rc[] = {"--ops", "600", "--payload", "4096", NULL};
+    static const char *const mc[] = {"--ops",     "600",  "--drop", "0.05",
+                                     "--payload", "4096", NULL};
+    group_t g = {14, 7, key_a, "rc", NULL, 8, 4096};
+    group_t h = {15, 7, key_a, "mcast", "239.77.15.1:17406", 8, 4096};
+    int64_t data = 0,
+            headers = 600 * (NMEMBERS + 2 * NLEAF) * SHP_WIRE_HDR_LEN +
+                      /* the joins, and the leaves' nonces and join acks */
+                      (NMEMBERS + NLEAF) *
+                          (2 * SHP_WIRE_HDR_LEN + SHP_WIRE_JOIN_LEN) +
+                      NLEAF * (2 * SHP_WIRE_HDR_LEN + SHP_WIRE_NONCE_LEN) +
+                      16384; /* a leaf's join retried, and such */
+
+    (void)state;
+    for (long k = 0; k < 600; k++) {  /* an_member's bcast plan */
+        int64_t c = k % 3 == 0   ? 16 /* 4 u32 */
+                    : k % 4 == 0 ? 4096
+                                 : 1 + (k * 131) % 4096;
+        data += c * (k % 3 == 0 ? NMEMBERS + NLEAF : 2) + c * NLEAF;
+    }
+    create_group(&g);
+    create_group(&h);
+    int64_t in0 = an_stat_total("bytes_in");
+    run_members(&g, "bcast", rc, 0, 60);
+    int64_t in = an_stat_total("bytes_in") - in0;
+    print_message("bytes into the ANs: %lld, at most %lld\n", (long long)in,
+                  (long long)(data + headers));
+    assert_true(in <= data + headers);
+    assert_true(in >= data);
+    run_members(&h, "bcast", mc, 0, 120);
+}
+
+/* A member that takes an operation for a bcast where the others reduce:
+ * the group fails (every member gets an error), none hangs */
+static void test_bcast_mismatch(void **state)
+{
+    static const char *const extra[] = {"--ops", "50", NULL};
+    group_t g = {16, 7, key_a, "rc", NULL, 8, 256};
+
+    (void)state;
+    create_group(&g);
+    run_members(&g, "bcastmix", extra, 3, 30);
+}
+
 /* kill -9 AN `victim` while the members stream: all of them must get an
  * error within 5 s. */
 static void kill_during_stream(int victim)
@@ -1133,6 +1187,8 @@ int main(int argc, char **argv)
         T(test_bad_input),
         T(test_key_not_on_wire),
         T(test_mismatch_fails_group),
+        T(test_bcast),
+        T(test_bcast_mismatch),
         T(test_kill_leaf),
         T(test_kill_root),
         cmocka_unit_test_setup_teardown(test_quiet_links, setup_sleeping,

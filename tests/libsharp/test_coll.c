@@ -1864,6 +1864,85 @@ static int stripe_nb(int rank)
     return 0;
 }
 
+/* bcast from every root, of sizes across the fragment boundary (1 byte,
+ * a payload less one, one, one more, two and a bit), an allreduce after
+ * each root's, then two in flight from two roots: every member gets the
+ * root's bytes (the others send a header per fragment, the ANs fold
+ * nothing: tests/an/test_an_tree.c counts the bytes) */
+static void bcast_fill(uint8_t *b, size_t n, int root, size_t k, int rank)
+{
+    for (size_t i = 0; i < n; i++) {
+        b[i] = rank == root ? (uint8_t)(i * 31 + k * 7 + (size_t)root) : 0xee;
+    }
+}
+
+static int bcast_check(const uint8_t *b, size_t n, int root, size_t k)
+{
+    for (size_t i = 0; i < n; i++) {
+        CHECK(b[i] == (uint8_t)(i * 31 + k * 7 + (size_t)root),
+              "bcast from %d of %zu bytes: byte %zu", root, n, i);
+    }
+    return 0;
+}
+
+static int m_bcast_roots(int rank, void *arg)
+{
+    struct sharp_coll_caps caps;
+    (void)arg;
+    become_host(rank);
+    CHECK(member_init(rank, NHOST, 1024) == 0, "init");
+    CHECK(sharp_coll_caps_query(ctx, &caps) == 0, "caps");
+    CHECK(comm_of(&world_oob, &world) == 0, "comm_init");
+    size_t p = (size_t)caps.resources.user_data_per_ost;
+    size_t sizes[] = {1, p - 1, p, p + 1, 2 * p + 3};
+    uint8_t *b = malloc(3 * p + 1), *c = malloc(3 * p + 1);
+    CHECK(b != NULL && c != NULL, "memory");
+    for (int root = 0; root < NHOST; root++) {
+        for (size_t k = 0; k < 5; k++) {
+            bcast_fill(b, sizes[k], root, k, rank);
+            struct sharp_coll_bcast_spec bs = {.root = root,
+                                               .buf_desc =
+                                                   test_host_desc(b, sizes[k]),
+                                               .size = sizes[k]};
+            CHECK(sharp_coll_do_bcast(world, &bs) == 0, "bcast");
+            if (bcast_check(b, sizes[k], root, k) != 0) {
+                return 1;
+            }
+        }
+        int32_t one = rank + root, sum = 0;
+        struct sharp_coll_reduce_spec sp =
+            test_host_spec(&one, 4, &sum, 4, SHARP_DTYPE_INT, SHARP_OP_SUM, 1);
+        CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "allreduce");
+        CHECK(sum == 28 + NHOST * root, "allreduce after root %d", root);
+    }
+    void *h[2];
+    bcast_fill(b, 3 * p + 1, 1, 5, rank);
+    bcast_fill(c, 3 * p + 1, 6, 6, rank);
+    struct sharp_coll_bcast_spec b1 = {
+        .root = 1, .buf_desc = test_host_desc(b, 3 * p + 1), .size = 3 * p + 1};
+    struct sharp_coll_bcast_spec b2 = {
+        .root = 6, .buf_desc = test_host_desc(c, 3 * p + 1), .size = 3 * p + 1};
+    CHECK(sharp_coll_do_bcast_nb(world, &b1, &h[0]) == 0, "bcast nb");
+    CHECK(sharp_coll_do_bcast_nb(world, &b2, &h[1]) == 0, "bcast nb");
+    CHECK(sharp_coll_req_wait(h[1]) == 0 && sharp_coll_req_wait(h[0]) == 0,
+          "wait");
+    if (bcast_check(b, 3 * p + 1, 1, 5) != 0 ||
+        bcast_check(c, 3 * p + 1, 6, 6) != 0) {
+        return 1;
+    }
+    free(b);
+    free(c);
+    CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
+    CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    return 0;
+}
+
+static void test_bcast_roots(void **state)
+{
+    (void)state;
+    run_members(m_bcast_roots, NULL, NHOST, NHOST);
+}
+
 /* The same large operations on one group, then striped over two (the
  * other spine's tree): every result right, and the float sums bitwise
  * the same (each element reduced on one tree, in the same order). */
@@ -2476,6 +2555,7 @@ int main(void)
         cmocka_unit_test(test_no_sharpd),
         cmocka_unit_test(test_two_jobs),
         /* last: it takes an AN away */
+        cmocka_unit_test(test_bcast_roots),
         cmocka_unit_test(test_cancel), /* before an AN is killed */
         cmocka_unit_test(test_stripes),
         cmocka_unit_test(test_stripe_killed), /* kills and restarts one */

@@ -270,6 +270,20 @@ static void test_validate_flags_and_barrier(void **state)
     h.op = SHP_OP_NULL;
     assert_int_equal(shp_wire_validate(&h, SHP_WIRE_HDR_LEN, 256, NULL),
                      SHP_OK);
+    /* a bcast: the root's bytes, or a header alone; never a barrier or
+     * exact */
+    h.flags = SHP_WIRE_F_BCAST | SHP_WIRE_F_BARRIER;
+    REJECT(h, SHP_WIRE_HDR_LEN, 256, SHP_ERR_PROTO, "bcast");
+    h = agg_hdr();
+    h.flags = SHP_WIRE_F_BCAST | SHP_WIRE_F_EXACT;
+    REJECT(h, SHP_WIRE_HDR_LEN + 64, 256, SHP_ERR_PROTO, "bcast");
+    h.flags = SHP_WIRE_F_BCAST;
+    assert_int_equal(shp_wire_validate(&h, SHP_WIRE_HDR_LEN + 64, 256, NULL),
+                     SHP_OK);
+    h.count = 0;
+    h.payload_len = 0;
+    assert_int_equal(shp_wire_validate(&h, SHP_WIRE_HDR_LEN, 256, NULL),
+                     SHP_OK);
 }
 
 static void test_validate_control_opcodes(void **state)
