@@ -20,8 +20,12 @@
 #          mpi_cpu_per_op_np8_vs_tcp=.. mpi_barrier_np8_vs_tcp=..
 #          mpi_layer_ns=.. mpi_allreduce_8B_np8_shm_vs_shm=..
 #          mpi_allreduce_8B_np16_shm_vs_shm=..
+#          mpi_allreduce_1M_np16_vs_tcp=.. mpi_allreduce_1M_np8_shm_vs_shm=..
+#          mpi_bcast_8B_np8_shm_vs_shm=.. mpi_bcast_1M_np8_vs_tcp=..
+#          mpi_barrier_np8_shm_vs_shm=.. mpi_iallreduce_8B_np8_shm_vs_shm=..
 #          mpi_mcast_mac_8B_vs_untagged=.. mpi_mcast_mac_1M_vs_untagged=..
 #          mpi_allreduce_8B_np64_vs_tcp=.. mpi_allreduce_8B_np64_vs_shm=..
+#          mpi_bcast_8B_np64_vs_shm=..
 #          mpi_allreduce_8B_ppn8_vs_shm=.. mpi_allreduce_4K_ppn8_vs_shm=..
 #          mpi_allreduce_8B_ppn8_shm_vs_shm=..
 #          mpi_node_aggr_8B_ppn8_vs_per_process=.. (and _4K_, _barrier_,
@@ -299,6 +303,7 @@ if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
     *) SCALE_RESULT="mpi_allreduce_8B_np${last_np}_vs_tcp=$(sr allreduce 8 "$DIR/sc-sharp$last_np" "$DIR/sc-tcp$last_np")" ;;
     esac
     SCALE_RESULT+=" mpi_allreduce_8B_np${last_np}_vs_shm=$(sr allreduce 8 "$DIR/sc-sharp$last_np" "$DIR/sc-shm$last_np")"
+    SCALE_RESULT+=" mpi_bcast_8B_np${last_np}_vs_shm=$(sr bcast 8 "$DIR/sc-sharp$last_np" "$DIR/sc-shm$last_np")"
     SCALE_RESULT+=" mpi_allreduce_8B_ppn${last_ppn}_vs_shm=$(sr allreduce 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-shmp$last_ppn")"
     SCALE_RESULT+=" mpi_allreduce_4K_ppn${last_ppn}_vs_shm=$(sr allreduce 4096 "$DIR/sc-aggr$last_ppn" "$DIR/sc-shmp$last_ppn")"
     SCALE_RESULT+=" mpi_allreduce_8B_ppn${last_ppn}_shm_vs_shm=$(sr allreduce 8 "$DIR/sc-aggrshm$last_ppn" "$DIR/sc-shmp$last_ppn")"
@@ -365,6 +370,12 @@ echo "RESULT mpi_allreduce_8B_np8_vs_tcp=$(r allreduce 8 8 3)" \
     "mpi_layer_ns=$layer" \
     "mpi_allreduce_8B_np8_shm_vs_shm=$(r allreduce 8 8 3 sharpshm shm)" \
     "mpi_allreduce_8B_np16_shm_vs_shm=$(r allreduce 8 16 3 sharpshm shm)" \
+    "mpi_allreduce_1M_np16_vs_tcp=$(r allreduce 1048576 16 3)" \
+    "mpi_allreduce_1M_np8_shm_vs_shm=$(r allreduce 1048576 8 3 sharpshm shm)" \
+    "mpi_bcast_8B_np8_shm_vs_shm=$(r bcast 8 8 3 sharpshm shm)" \
+    "mpi_bcast_1M_np8_vs_tcp=$(r bcast 1048576 8 3)" \
+    "mpi_barrier_np8_shm_vs_shm=$(r barrier 0 8 3 sharpshm shm)" \
+    "mpi_iallreduce_8B_np8_shm_vs_shm=$(r iallreduce 8 8 3 sharpshm shm)" \
     ${NOMAC:+"mpi_mcast_mac_8B_vs_untagged=$(r allreduce 8 8 3 mac nomac)"} \
     ${NOMAC:+"mpi_mcast_mac_1M_vs_untagged=$(r allreduce 1048576 8 3 mac nomac)"} \
     ${SCALE_RESULT:-}

@@ -241,8 +241,14 @@ int main(int argc, char **argv)
             measure("iallreduce", bytes, iters, rank, iallreduce, n);
         }
     }
-    for (int bytes = 8; bytes <= 4096; bytes *= 512) {
-        int iters = (int)(1500 * scale) > 5 ? (int)(1500 * scale) : 5;
+    static const int bsizes[] = {8, 4096, 1048576};
+    for (size_t k = 0; k < sizeof(bsizes) / sizeof(bsizes[0]); k++) {
+        int bytes = bsizes[k];
+        if (quick && bytes > 4096) {
+            continue;
+        }
+        int iters = bytes <= 4096 ? 1500 : 60;
+        iters = (int)(iters * scale) > 5 ? (int)(iters * scale) : 5;
         for (int i = 0; i < 10; i++)
             bcast(bytes / 4);
         measure("bcast", bytes, iters, rank, bcast, bytes / 4);

@@ -31,7 +31,10 @@ for key in mpi_allreduce_8B_np8_vs_tcp mpi_allreduce_8B_np16_vs_tcp \
     mpi_barrier_np8_vs_tcp mpi_layer_ns mpi_allreduce_8B_np8_shm_vs_shm \
     mpi_allreduce_8B_np16_shm_vs_shm mpi_mcast_mac_8B_vs_untagged \
     mpi_mcast_mac_1M_vs_untagged mpi_allreduce_8B_np8_vs_shm \
-    mpi_node_aggr_8B_ppn2_vs_per_process; do
+    mpi_node_aggr_8B_ppn2_vs_per_process mpi_allreduce_1M_np16_vs_tcp \
+    mpi_allreduce_1M_np8_shm_vs_shm mpi_bcast_8B_np8_shm_vs_shm \
+    mpi_bcast_1M_np8_vs_tcp mpi_barrier_np8_shm_vs_shm \
+    mpi_iallreduce_8B_np8_shm_vs_shm mpi_bcast_8B_np8_vs_shm; do
     v=$(echo "$result" | tr ' ' '\n' | sed -n "s/^$key=//p")
     # the machine's CPU per operation comes from /proc/stat's 10 ms ticks:
     # a tiny run may see none (nan), but the key must be there
