@@ -147,8 +147,8 @@ static inline int an_slot_agrees(const shp_an_slot_t *s,
     const uint16_t mode =
         SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT | SHP_WIRE_F_BCAST;
 
-    /* a bcast's members send nothing but the root, whose count the slot
-     * takes when it comes */
+    /* a bcast's members send a header alone but the root, whose data and
+     * count the slot takes when they come */
     return s->state == SHP_AN_SLOT_FOLD &&
            (s->flags & mode) == (hdr->flags & mode) && s->lanes == hdr->lanes &&
            ((s->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_BCAST)) ||
