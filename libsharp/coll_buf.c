@@ -299,7 +299,7 @@ int coll_bcast_req(const coll_comm_t *comm,
         return SHARP_COLL_EINVAL;
     }
     bytes_req(p, 0, root ? spec->size : 0, root ? NULL : p, spec->size, r);
-    r->bcast = comm->ctx->cfg.tree_bcast;
+    r->bcast = 1; /* a tree bcast, unless tree_bcast is off (coll_post) */
     *out = r;
     return SHARP_COLL_SUCCESS;
 }

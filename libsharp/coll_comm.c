@@ -509,6 +509,7 @@ int coll_post(coll_comm_t *comm, coll_req_t *r, void **handle)
     }
     comm->ctx->stats.ops++;
     comm->ctx->stats.bytes += r->total;
+    r->bcast = r->bcast && comm->ctx->cfg.tree_bcast;
     if (r->nfrags == 0) {
         req_finish(r, SHARP_COLL_SUCCESS); /* nothing to reduce */
     } else if (comm->nstripes > 1 && !r->barrier && r->nfrags > 1 &&

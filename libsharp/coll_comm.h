@@ -86,7 +86,8 @@ struct coll_req {
     uint32_t per_frag; /* elements per fragment */
     size_t nfrags, sent, done;
     int barrier;
-    /* a tree bcast: only the member with bytes of the stream (the root)
+    /* a bcast (coll_buf.c), sent as a tree bcast where tree_bcast is on
+     * (coll_post): only the member with bytes of the stream (the root)
      * sends them; the others send a header alone (docs/libsharp.md) */
     int bcast;
     uint8_t lanes; /* exact mode: int64 lanes per element (es = 8 x lanes) */

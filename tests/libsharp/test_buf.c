@@ -157,7 +157,8 @@ static void test_rs_window(void **state)
                      SHARP_COLL_EINVAL);
 }
 
-/* bcast: the root sends, the others receive; a short buffer is refused */
+/* bcast: the root sends, the others receive, marked for the tree; a short
+ * buffer is refused */
 static void test_bcast(void **state)
 {
     uint8_t b[64];
@@ -172,6 +173,7 @@ static void test_bcast(void **state)
     assert_int_equal(coll_bcast_req(&comm4, &sp, &q), SHARP_COLL_SUCCESS);
     assert_int_equal(q->s_hi, 64);
     assert_null(q->dst);
+    assert_true(q->bcast); /* a tree bcast where tree_bcast is on */
     coll_req_release(q);
     sp.root = 2;
     assert_int_equal(coll_bcast_req(&comm4, &sp, &q), SHARP_COLL_SUCCESS);
