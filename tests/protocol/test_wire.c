@@ -311,6 +311,15 @@ static void test_validate_control_opcodes(void **state)
     h.payload_len = 4;
     REJECT(h, SHP_WIRE_HDR_LEN + 4, 256, SHP_ERR_PROTO, "payload");
 
+    h.opcode = SHP_WIRE_OP_CREDIT;
+    REJECT(h, SHP_WIRE_HDR_LEN + 4, 256, SHP_ERR_PROTO, "credit");
+    h.payload_len = 0;
+    h.seq = 77;
+    assert_int_equal(shp_wire_validate(&h, SHP_WIRE_HDR_LEN, 256, NULL),
+                     SHP_OK);
+    assert_string_equal(shp_wire_opcode_name(SHP_WIRE_OP_CREDIT), "credit");
+    h.payload_len = 4;
+
     h.opcode = SHP_WIRE_OP_GROUP_LEAVE;
     h.payload_len = 0;
     assert_int_equal(shp_wire_validate(&h, SHP_WIRE_HDR_LEN, 256, NULL),
