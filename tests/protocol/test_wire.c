@@ -270,8 +270,8 @@ static void test_validate_flags_and_barrier(void **state)
     h.op = SHP_OP_NULL;
     assert_int_equal(shp_wire_validate(&h, SHP_WIRE_HDR_LEN, 256, NULL),
                      SHP_OK);
-    /* a bcast: the root's bytes, or a header alone; never a barrier or
-     * exact */
+    /* a bcast: never a barrier or exact (one without data is the AN's to
+     * refuse: the header is sound) */
     h.flags = SHP_WIRE_F_BCAST | SHP_WIRE_F_BARRIER;
     REJECT(h, SHP_WIRE_HDR_LEN, 256, SHP_ERR_PROTO, "bcast");
     h = agg_hdr();
