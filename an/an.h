@@ -91,12 +91,7 @@ typedef struct shp_an_link {
 
 typedef struct shp_an_child {
     shp_an_link_t *link;
-    /* the lowest operation this child may still send (it sends in
-     * order, skipping bcasts it does not root) */
-    uint32_t next_seq;
-    /* every member below it has called every operation before this one
-     * (its reductions, a member's bcast data, credits: an/an_bcast.c) */
-    uint32_t credit;
+    uint32_t next_seq; /* the next operation this child must send */
     int is_an;
     int left;    /* the member left the group cleanly (group_leave) */
     int rc_only; /* multicast does not reach it: results over RC */
@@ -107,19 +102,13 @@ enum {
     SHP_AN_SLOT_FOLD, /* children's payloads arriving */
     SHP_AN_SLOT_UP,   /* sent to the parent, waiting for the result */
     SHP_AN_SLOT_DONE, /* result held (for retransmits) until reuse */
-    /* a bcast's data held: below the top until the operations before it
-     * that go up from here have, at the top until the members' credits
-     * let it go down (an/an_bcast.c) */
-    SHP_AN_SLOT_READY,
-    /* a member asked for the result of a bcast not seen here yet */
-    SHP_AN_SLOT_WAIT,
 };
 
 typedef struct shp_an_slot {
     shp_an_group_t *group;
     uint32_t seq;
     int state;
-    uint16_t flags; /* BARRIER, EXACT, BCAST */
+    uint16_t flags; /* BARRIER, EXACT */
     uint8_t lanes;  /* EXACT: int64 lanes per element */
     shp_reduce_desc_t desc;
     uint32_t count, len;
@@ -157,14 +146,7 @@ struct shp_an_group {
     shp_tp_ep_t *mcast_tx;
     unsigned osts;
     uint32_t payload;
-    /* the oldest operation not done here (folded and sent on, or a bcast
-     * passed up or down): every one before it is */
-    uint32_t folded;
-    uint32_t max_next;    /* the highest of the children's next_seq */
-    uint32_t credit_sent; /* below the top: the credit the parent has */
-    unsigned held;        /* slots READY */
-    uint32_t bcast_at;    /* the last bcast seen here (if bcast_seen) */
-    int bcast_seen;
+    uint32_t folded;   /* operations fully folded here, in order */
     unsigned sentinel; /* the child whose link wakes us (quiet links) */
     int quiet;         /* its other children's links are quiet now */
     unsigned nslots;

@@ -82,48 +82,6 @@ void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast)
     }
 }
 
-/* The slot of a bcast's result from the parent, where the bcast did not
- * pass up through here: a new one, or the one a retransmit request opened
- * (WAIT).  NULL: too old to matter, or the group failed (a reduction
- * here where the others bcast). */
-static shp_an_slot_t *an_bcast_result_slot(shp_an_group_t *g,
-                                           const shp_wire_hdr_t *hdr)
-{
-    shp_an_slot_t *s = &g->slots[hdr->seq % g->nslots];
-    const char *why = NULL;
-
-    if (s->state != SHP_AN_SLOT_FREE && s->seq == hdr->seq) {
-        why = s->state == SHP_AN_SLOT_FOLD
-                  ? "members reduce what another member bcasts"
-              : s->state != SHP_AN_SLOT_WAIT ? "a second result from the parent"
-                                             : NULL;
-    } else if (s->state != SHP_AN_SLOT_FREE &&
-               an_seq_diff(hdr->seq, s->seq) < 0) {
-        return NULL; /* older than the slot: nobody needs it any more */
-    } else if (shp_an_slot_busy(s)) {
-        why = "a result beyond the window from the parent";
-    } else if (hdr->payload_len > g->payload) {
-        why = "a result above the group's size from the parent";
-    } else {
-        shp_an_slot_reset(g, s);
-        s->seq = hdr->seq;
-    }
-    if (why != NULL) {
-        g->an->stats.err_mismatch++;
-        shp_an_group_fail(g, NULL, SHP_ERR_MISMATCH, why);
-        return NULL;
-    }
-    s->state = SHP_AN_SLOT_UP;
-    s->flags = SHP_WIRE_F_BCAST;
-    s->lanes = 0;
-    s->desc = (shp_reduce_desc_t){hdr->dtype, hdr->op, hdr->tag_dtype};
-    s->count = hdr->count;
-    s->len = hdr->payload_len;
-    g->bcast_at = hdr->seq;
-    g->bcast_seen = 1;
-    return s;
-}
-
 void shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                        const void *payload)
 {
@@ -134,11 +92,6 @@ void shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         return; /* a late result of a removed or failed group */
     }
     s = &g->slots[hdr->seq % g->nslots];
-    if ((hdr->flags & SHP_WIRE_F_BCAST) &&
-        (s->seq != hdr->seq || s->state != SHP_AN_SLOT_UP) &&
-        (s = an_bcast_result_slot(g, hdr)) == NULL) {
-        return;
-    }
     if (s->seq != hdr->seq || s->state != SHP_AN_SLOT_UP) {
         if (an_seq_diff(hdr->seq, s->seq) < 0) {
             return; /* older than the slot: nobody needs it any more */
@@ -163,27 +116,6 @@ void shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         memcpy(s->acc, payload, s->len);
     }
     shp_an_distribute(g, s, (hdr->flags & SHP_WIRE_F_UNICAST) != 0);
-    shp_an_advance(g);
-}
-
-/* A member asks for operation hdr->seq, which slot s does not hold: one
- * newer than what it holds and within the window is a bcast of another
- * root that has not come here yet (the member sent nothing for it): s
- * waits for it (1).  0: the result is gone. */
-static int an_wait_open(shp_an_group_t *g, shp_an_slot_t *s,
-                        const shp_wire_hdr_t *hdr)
-{
-    int32_t ahead = an_seq_diff(hdr->seq, g->folded);
-
-    if (ahead < 0 || ahead >= (int32_t)g->nslots || shp_an_slot_busy(s) ||
-        (s->state != SHP_AN_SLOT_FREE && an_seq_diff(hdr->seq, s->seq) < 0)) {
-        return 0;
-    }
-    shp_an_slot_reset(g, s);
-    s->seq = hdr->seq;
-    s->state = SHP_AN_SLOT_WAIT;
-    s->flags = SHP_WIRE_F_BCAST;
-    return 1;
 }
 
 void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
@@ -207,11 +139,6 @@ void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
                     g->id, ci, l->ep != NULL ? l->ep->peer : "?");
     }
     s = &g->slots[hdr->seq % g->nslots];
-    if ((s->seq != hdr->seq || s->state == SHP_AN_SLOT_FREE) &&
-        an_wait_open(g, s, hdr)) {
-        s->want[ci] = 1; /* a bcast not seen here yet */
-        return;
-    }
     if (s->seq != hdr->seq || s->state == SHP_AN_SLOT_FREE) {
         shp_an_send_error(l, g->tree_id, g->id, hdr->seq, SHP_ERR_SEQ_WINDOW,
                           "result no longer held");

@@ -10,24 +10,19 @@
  * hang.
  *
  * Operation slots: a group with a quota of `osts` outstanding operations has
- * 3 x osts slots, slot = seq mod 3 x osts.  A member calls s only after it
- * received the result of s - osts (its window), and a result of s - osts
- * exists only once every member called s - 2 x osts (a reduction needs
- * everyone's call of s - osts itself; a bcast waits at the top until
- * every member's credit is past s - 2 x osts: an/an_bcast.c).  So when
- * anything of s comes (a child's payload, a result, a retransmit
- * request), every member already holds the result of s - 3 x osts, the
- * slot's previous user: reusing it loses nothing anyone may still ask
- * for (docs/an.md).  A valid s also satisfies s < folded + 3 x osts,
- * where `folded` is the oldest operation not done here: a member that
- * had a result by multicast may be ahead of an AN its copy has not
- * reached.
+ * 2 x osts slots, slot = seq mod 2 x osts.  A child sends seq s only after
+ * it received the result of s - osts, so s - osts was produced at the top,
+ * so every child everywhere sent s - osts, so every member already holds
+ * the result of s - 2 x osts: the slot s reuses is free of any obligation
+ * (docs/an.md).  The same argument bounds the window: a valid s satisfies
+ * s < folded + osts, where `folded` counts the operations folded here.
  *
- * A bcast (SHP_WIRE_F_BCAST) is its root's data alone (an/an_bcast.c): the
- * other members send nothing for its seq, so a child may skip seqs.  A
- * skipped one must not be a reduction the others fold (that is a bcast
- * where they reduce: the group fails), and a reduction's slot is not
- * opened for a seq some child went past.
+ * A bcast (SHP_WIRE_F_BCAST) folds nothing: the root's data comes from one
+ * child (its own, or the AN whose subtree holds it) and every other child
+ * sends a header alone, which only says it is there; the operation goes
+ * up or down with that data once every child has.  Every member still
+ * sends for every operation, so the slot rule, the window and the order
+ * stay as they are (docs/an.md, "bcast").
  */
 #include "an/an_int.h"
 
@@ -59,40 +54,42 @@ static void an_fold_release(void *arg, unsigned child, const void *payload)
 static void an_op_error(shp_an_group_t *g, const shp_wire_hdr_t *hdr,
                         shp_status_t status, const char *reason)
 {
-    shp_an_op_fail(g, hdr, status, reason);
+    char text[160];
+
+    snprintf(text, sizeof(text), "operation %u: %s", hdr->seq, reason);
+    /* the operation cannot complete: the whole group fails, so that every
+     * member sees an error rather than a hang */
+    shp_an_group_fail(g, NULL, status, text);
 }
 
 static void an_fold_done(shp_an_group_t *g, shp_an_slot_t *s)
 {
-    shp_fold_cleanup(&s->fold);
+    shp_wire_hdr_t h;
+
+    if (!(s->flags & SHP_WIRE_F_BCAST)) {
+        shp_fold_cleanup(&s->fold);
+    } else if (g->is_top && s->len == 0) {
+        g->an->stats.err_mismatch++;
+        shp_an_group_fail(g, NULL, SHP_ERR_MISMATCH,
+                          "a bcast whose root nobody is");
+        return;
+    }
+    g->folded++;
     g->ops++;
     g->bytes += s->len;
     g->exact_ops += (s->flags & SHP_WIRE_F_EXACT) != 0;
     g->an->stats.ops++;
     if (g->is_top) {
         shp_an_distribute(g, s, 0);
-        shp_an_advance(g);
         return;
     }
-    shp_an_fold_up(g, s);
-}
-
-/* Whether child ci may go from its next_seq to seq: every seq it skips
- * (bcasts of other roots) must not be a reduction the others fold here */
-static int an_skip_ok(shp_an_group_t *g, unsigned ci, uint32_t seq)
-{
-    uint32_t t = g->children[ci].next_seq;
-
-    if (an_seq_diff(t, g->folded) < 0) {
-        t = g->folded; /* before it, everything is done here */
-    }
-    for (; an_seq_diff(seq, t) > 0; t++) {
-        const shp_an_slot_t *s = &g->slots[t % g->nslots];
-        if (s->seq == t && s->state == SHP_AN_SLOT_FOLD) {
-            return 0;
-        }
-    }
-    return 1;
+    s->state = SHP_AN_SLOT_UP;
+    shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_REQ, g->tree_id, g->id, s->seq,
+                          &s->desc, s->count);
+    h.flags = s->flags;
+    h.lanes = s->lanes;
+    h.payload_len = s->len;
+    shp_an_send(g->parent, &h, s->acc);
 }
 
 /* Whether child ci's operation hdr may be folded now: every member that
@@ -113,27 +110,15 @@ static inline int an_agg_ok(shp_an_group_t *g, unsigned ci,
             return 0;
         }
     }
-    if (an_seq_diff(hdr->seq, g->children[ci].next_seq) < 0) {
+    if (hdr->seq != g->children[ci].next_seq) {
         st->err_seq_window++;
         an_op_error(g, hdr, SHP_ERR_SEQ_WINDOW, "sequence number out of order");
         return 0;
     }
-    if (an_seq_diff(hdr->seq, g->folded) >= (int32_t)g->nslots) {
+    if (an_seq_diff(hdr->seq, g->folded) >= (int32_t)g->osts) {
         st->err_seq_window++;
         an_op_error(g, hdr, SHP_ERR_SEQ_WINDOW,
                     "sequence number outside the quota window");
-        return 0;
-    }
-    if (hdr->seq != g->children[ci].next_seq && !an_skip_ok(g, ci, hdr->seq)) {
-        st->err_mismatch++;
-        an_op_error(g, hdr, SHP_ERR_MISMATCH,
-                    "a member skipped an operation the others reduce (a "
-                    "bcast where they reduce?)");
-        return 0;
-    }
-    if ((hdr->flags & SHP_WIRE_F_BCAST) && hdr->payload_len == 0) {
-        st->err_protocol++;
-        an_op_error(g, hdr, SHP_ERR_PROTO, "a bcast without data");
         return 0;
     }
     if (hdr->payload_len > g->payload) {
@@ -159,14 +144,16 @@ static inline int an_slot_agrees(const shp_an_slot_t *s,
                                  const shp_wire_hdr_t *hdr,
                                  const shp_reduce_desc_t *desc)
 {
-    const uint16_t mode = SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT;
+    const uint16_t mode =
+        SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT | SHP_WIRE_F_BCAST;
 
+    /* a bcast's members send a header alone but the root, whose data and
+     * count the slot takes when they come */
     return s->state == SHP_AN_SLOT_FOLD &&
            (s->flags & mode) == (hdr->flags & mode) && s->lanes == hdr->lanes &&
-           ((s->flags & SHP_WIRE_F_BARRIER) ||
+           ((s->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_BCAST)) ||
             (s->desc.dtype == desc->dtype && s->desc.op == desc->op &&
-             s->desc.tag_dtype == desc->tag_dtype)) &&
-           s->count == hdr->count;
+             s->desc.tag_dtype == desc->tag_dtype && s->count == hdr->count));
 }
 
 /* The slot of operation hdr: (re)used by its first payload, or the one
@@ -182,27 +169,25 @@ static inline shp_an_slot_t *an_agg_slot(shp_an_group_t *g,
         if (!an_slot_agrees(s, hdr, &desc)) {
             g->an->stats.err_mismatch++;
             an_op_error(g, hdr, SHP_ERR_MISMATCH,
-                        s->flags & SHP_WIRE_F_BCAST
-                            ? "a reduction where another member bcasts"
-                            : "datatype, op or count differs from the other "
-                              "members'");
+                        "datatype, op or count differs from the other "
+                        "members'");
             return NULL;
         }
         return s;
     }
-    /* first payload of this operation: nobody may have gone past it */
-    if (an_seq_diff(g->max_next, hdr->seq) > 0) {
-        g->an->stats.err_mismatch++;
-        an_op_error(g, hdr, SHP_ERR_MISMATCH,
-                    "a member skipped this operation (a bcast where the "
-                    "others reduce?)");
-        return NULL;
-    }
-    if (!shp_an_slot_take(g, s, hdr)) {
-        return NULL;
-    }
-    s->flags = hdr->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT);
+    /* first payload of this operation: (re)use the slot */
+    shp_an_slot_reset(g, s);
+    s->seq = hdr->seq;
+    s->flags =
+        hdr->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT | SHP_WIRE_F_BCAST);
     s->lanes = hdr->lanes;
+    if (s->flags & SHP_WIRE_F_BCAST) { /* the root's data will say */
+        s->desc = desc;
+        s->count = 0;
+        s->len = 0;
+        s->state = SHP_AN_SLOT_FOLD;
+        return s;
+    }
     s->desc =
         (hdr->flags & SHP_WIRE_F_BARRIER)
             ? (shp_reduce_desc_t){SHP_DTYPE_U8, SHP_OP_BOR, SHP_DTYPE_NULL}
@@ -227,7 +212,7 @@ static inline void an_agg_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
 {
     shp_status_t status;
 
-    shp_an_child_sent(g, ci, hdr->seq, 0);
+    g->children[ci].next_seq++;
     s->arrived++;
     if (ci == s->fold.next) {
         status = shp_fold_add(&s->fold, ci, payload);
@@ -253,6 +238,28 @@ static inline void an_agg_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
     }
 }
 
+/* Child ci's part of a bcast: the root's data (kept), or a header alone */
+static void an_bcast_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
+                         const shp_wire_hdr_t *hdr, const void *payload)
+{
+    g->children[ci].next_seq++;
+    s->arrived++;
+    if (hdr->payload_len > 0) {
+        if (s->len > 0) {
+            g->an->stats.err_mismatch++;
+            an_op_error(g, hdr, SHP_ERR_MISMATCH,
+                        "two members send a bcast's data (two roots)");
+            return;
+        }
+        memcpy(s->acc, payload, hdr->payload_len);
+        s->len = hdr->payload_len;
+        s->count = hdr->count;
+    }
+    if (s->arrived == g->nchildren) {
+        an_fold_done(g, s);
+    }
+}
+
 /* A child's operation (agg_req) */
 void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                     const void *payload)
@@ -265,15 +272,13 @@ void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     if (g == NULL || !an_agg_ok(g, ci, hdr, payload)) {
         return;
     }
-    if (hdr->flags & SHP_WIRE_F_BCAST) {
-        shp_an_bcast_req(g, ci, hdr, payload);
+    s = an_agg_slot(g, hdr);
+    if (s == NULL) {
         return;
     }
-    s = an_agg_slot(g, hdr);
-    if (s != NULL) {
+    if (s->flags & SHP_WIRE_F_BCAST) {
+        an_bcast_add(g, s, ci, hdr, payload);
+    } else {
         an_agg_add(g, s, ci, hdr, payload);
-    }
-    if (g->held > 0 && g->is_top) {
-        shp_an_release(g); /* its credit may let a bcast held go down */
     }
 }

@@ -86,8 +86,8 @@ void shp_an_slot_reset(shp_an_group_t *g, shp_an_slot_t *s)
 {
     unsigned i;
 
-    if (s->state == SHP_AN_SLOT_FOLD) {
-        shp_fold_cleanup(&s->fold);
+    if (s->state == SHP_AN_SLOT_FOLD && !(s->flags & SHP_WIRE_F_BCAST)) {
+        shp_fold_cleanup(&s->fold); /* a bcast's slot has no fold */
     }
     for (i = 0; i < g->nchildren; i++) {
         if (s->copies[i] != NULL) {
@@ -98,32 +98,6 @@ void shp_an_slot_reset(shp_an_group_t *g, shp_an_slot_t *s)
     }
     s->state = SHP_AN_SLOT_FREE;
     s->arrived = 0;
-}
-
-int shp_an_slot_take(shp_an_group_t *g, shp_an_slot_t *s,
-                     const shp_wire_hdr_t *hdr)
-{
-    if (s->state != SHP_AN_SLOT_FREE &&
-        (an_seq_diff(hdr->seq, s->seq) < 0 || shp_an_slot_busy(s))) {
-        g->an->stats.err_seq_window++;
-        shp_an_op_fail(g, hdr, SHP_ERR_SEQ_WINDOW,
-                       "sequence number outside the quota window");
-        return 0;
-    }
-    shp_an_slot_reset(g, s);
-    s->seq = hdr->seq;
-    return 1;
-}
-
-void shp_an_op_fail(shp_an_group_t *g, const shp_wire_hdr_t *hdr,
-                    shp_status_t status, const char *reason)
-{
-    char text[160];
-
-    snprintf(text, sizeof(text), "operation %u: %s", hdr->seq, reason);
-    /* the operation cannot complete: the whole group fails, so that every
-     * member sees an error rather than a hang */
-    shp_an_group_fail(g, NULL, status, text);
 }
 
 /* Fail a group: every other link of it gets an error (so members fail
@@ -399,19 +373,16 @@ static shp_status_t an_group_read_setup(const shp_an_t *an, const json_t *req,
     return SHP_OK;
 }
 
-/* 3 x osts slots: a bcast goes down once every member has called the
- * operation osts before it (an/an_bcast.c), so every member holds the
- * result of s - 3 x osts when anything of s comes (an/an_fold.c) */
 static shp_status_t an_group_alloc_slots(shp_an_group_t *g)
 {
-    shp_an_slot_t *slots = calloc(3 * g->osts, sizeof(*slots));
+    shp_an_slot_t *slots = calloc(2 * g->osts, sizeof(*slots));
     unsigned i;
 
     if (slots == NULL) {
         return SHP_ERR_NO_MEMORY;
     }
     g->slots = slots;
-    g->nslots = 3 * g->osts;
+    g->nslots = 2 * g->osts;
     for (i = 0; i < g->nslots; i++) {
         shp_an_slot_t *s = &g->slots[i];
         s->group = g;
@@ -581,25 +552,6 @@ shp_status_t shp_an_group_remove(shp_an_t *an, uint32_t id)
 
 /* Children joining and leaving ------------------------------------------ */
 
-/* The results of bcasts made before link l joined g (they need only their
- * root's data, so they may end before everyone is in): sent now, or a
- * member that gets its results over RC would wait for them for ever */
-static void an_join_catch_up(shp_an_group_t *g, shp_an_link_t *l)
-{
-    for (unsigned i = 0; i < g->nslots; i++) {
-        const shp_an_slot_t *s = &g->slots[i];
-        shp_wire_hdr_t h;
-        if (s->state != SHP_AN_SLOT_DONE || !(s->flags & SHP_WIRE_F_BCAST)) {
-            continue;
-        }
-        shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_RESULT, g->tree_id, g->id,
-                              s->seq, &s->desc, s->count);
-        h.flags = s->flags | SHP_WIRE_F_RETRANS;
-        h.payload_len = s->len;
-        shp_an_send(l, &h, s->acc);
-    }
-}
-
 /* `l` holds another place than `ci` among the group's children (a link is
  * one child of a group: a leave or a lost link frees one place). */
 static int an_child_slot_taken(const shp_an_group_t *g, const shp_an_link_t *l,
@@ -672,9 +624,6 @@ void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                       hdr->group_id, 0);
     ack.status = (int16_t)status;
     shp_an_send(l, &ack, NULL);
-    if (status == SHP_OK) {
-        an_join_catch_up(g, l);
-    }
 }
 
 /* A member leaves cleanly (its communicator is being destroyed): its link

@@ -10,8 +10,6 @@
  *   an_group.c  groups: set-up from the manager's JSON, joins and leaves,
  *               failure, removal, teardown; slots and their buffers
  *   an_dist.c   results down: RC, multicast, retransmits
- *   an_bcast.c  bcasts (the root's data alone, up in order, held at the
- *               top within the members' credits) and credits
  *   an_fold.c   the data path: a child's payload checked and folded in
  *               child order, the result sent up (or down: an_dist.c)
  *   an_recv.c   what arrives on links: the endpoints' callbacks, the
@@ -60,14 +58,6 @@ shp_an_group_t *shp_an_request_group(shp_an_link_t *l,
                                      const shp_wire_hdr_t *hdr,
                                      unsigned *child);
 void shp_an_slot_reset(shp_an_group_t *g, shp_an_slot_t *s);
-/* Slot s taken for operation hdr, whose seq it does not hold: what it
- * holds must be older and done here, else hdr is outside the window (the
- * group fails: 0) */
-int shp_an_slot_take(shp_an_group_t *g, shp_an_slot_t *s,
-                     const shp_wire_hdr_t *hdr);
-/* Operation hdr cannot complete: the group fails (reason, with its seq) */
-void shp_an_op_fail(shp_an_group_t *g, const shp_wire_hdr_t *hdr,
-                    shp_status_t status, const char *reason);
 void shp_an_group_fail(shp_an_group_t *g, shp_an_link_t *from,
                        shp_status_t status, const char *reason);
 void shp_an_group_free(shp_an_t *an, shp_an_group_t *g);
@@ -93,52 +83,11 @@ static inline void an_buf_put(shp_an_group_t *g, uint8_t *buf)
     g->free_bufs[g->nfree++] = buf;
 }
 
-/* whether slot s holds an operation not yet sent on from here */
-static inline int shp_an_slot_busy(const shp_an_slot_t *s)
-{
-    return s->state == SHP_AN_SLOT_FOLD || s->state == SHP_AN_SLOT_READY;
-}
-
-/* Past every operation done here from g->folded on (folded and sent on,
- * or a bcast passed up or down: they end in order but for bcasts, whose
- * copy may come after later reductions) */
-static inline void shp_an_advance(shp_an_group_t *g)
-{
-    for (;;) {
-        const shp_an_slot_t *s = &g->slots[g->folded % g->nslots];
-        if (s->seq != g->folded ||
-            (s->state != SHP_AN_SLOT_UP && s->state != SHP_AN_SLOT_DONE)) {
-            return;
-        }
-        g->folded++;
-    }
-}
-
 /* an_dist.c */
 void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast);
 void shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                        const void *payload);
 void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr);
-
-/* an_bcast.c */
-/* Child ci sent operation seq (a reduction, or bcast data when `data`):
- * its next and, for a reduction or a member's own data, its credit */
-void shp_an_child_sent(shp_an_group_t *g, unsigned ci, uint32_t seq, int data);
-/* Slot s's operation up to the parent, from `payload` */
-void shp_an_send_up(shp_an_group_t *g, shp_an_slot_t *s, const void *payload);
-/* The bcasts held that may go now, then g->folded past what is done */
-void shp_an_release(shp_an_group_t *g);
-/* Below the top: reduction s, folded, up (after the bcasts held before
- * it) */
-void shp_an_fold_up(shp_an_group_t *g, shp_an_slot_t *s);
-/* A result from the parent (an_dist.c), then what waited for it here */
-void shp_an_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
-                   const void *payload);
-/* Child ci's bcast data (checked as an agg_req) */
-void shp_an_bcast_req(shp_an_group_t *g, unsigned ci, const shp_wire_hdr_t *hdr,
-                      const void *payload);
-/* Child ci's credit (skips checked) */
-void shp_an_credit(shp_an_link_t *l, const shp_wire_hdr_t *hdr);
 
 /* an_fold.c */
 void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,

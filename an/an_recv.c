@@ -2,9 +2,8 @@
  * What arrives on the aggregation node's links: the transport endpoints'
  * callbacks (shp_an_link_cbs, given to the link layer at start), so the
  * top of the data path.  A message is dispatched by opcode and direction:
- * a child's operation to the fold (an_fold.c), a parent's result (through
- * an_bcast.c) and a retransmit request to distribution (an_dist.c), a
- * credit to an_bcast.c, joins, leaves, join
+ * a child's operation to the fold (an_fold.c), a parent's result and a
+ * retransmit request to distribution (an_dist.c), joins, leaves, join
  * answers and errors to the groups (an_group.c); one that has no business
  * on the link closes it.  An accepted link is sent its nonce first (joins
  * on it prove the job key over it); a parent's nonce sends the joins that
@@ -108,13 +107,7 @@ static void an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
         break;
     case SHP_WIRE_OP_AGG_RESULT:
         if (l->is_parent) {
-            shp_an_result(l, hdr, payload);
-            return;
-        }
-        break;
-    case SHP_WIRE_OP_CREDIT:
-        if (!l->is_parent) {
-            shp_an_credit(l, hdr);
+            shp_an_agg_result(l, hdr, payload);
             return;
         }
         break;

@@ -102,9 +102,6 @@ static int an_core_free(shp_an_t *an, uint64_t now)
 
 #define SHP_AN_QUIET_IDLE_NS (20 * SHP_NSEC_PER_MSEC)
 
-/* operations after a bcast before its group's links may be quiet again */
-#define SHP_AN_QUIET_AFTER_BCAST 1024
-
 /* Groups looked at before each sleep, at most; with more, every link is
  * loud (as the shm board's count gives up: docs/an.md) */
 #define SHP_AN_QUIET_MAX_GROUPS 64
@@ -116,13 +113,6 @@ static int an_core_free(shp_an_t *an, uint64_t now)
 static int an_quiet_ok(const shp_an_group_t *g)
 {
     if (g->failed || g->nleft > 0 || g->nchildren < 2) {
-        return 0;
-    }
-    /* a bcast comes from one child, which need not be the sentinel: a
-     * group that had one lately stays loud (only the first after a quiet
-     * spell may wait SHP_AN_QUIET_WAKE_NS) */
-    if (g->bcast_seen &&
-        an_seq_diff(g->folded, g->bcast_at) < SHP_AN_QUIET_AFTER_BCAST) {
         return 0;
     }
     for (unsigned i = 0; i < g->nchildren; i++) {

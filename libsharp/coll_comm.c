@@ -11,10 +11,8 @@
  *   allreduce       sends [0, n), keeps [0, n)
  *   reduce          sends [0, n), keeps [0, n) at the root, nothing elsewhere
  *   reduce-scatter  sends [0, size x n), keeps block [rank x n, (rank+1) x n)
- *   bcast           the root sends [0, n) alone, up the tree to the top
- *                   and down as the result; the others send nothing but
- *                   a credit every osts / 2 fragments, and keep a result
- *                   that comes before their call (tree_bcast; else the
+ *   bcast           the root sends [0, n), the others a header alone per
+ *                   fragment, and no AN folds (tree_bcast; else the
  *                   others send zeros, BOR on bytes)
  *   allgather       rank r sends [r x n, (r+1) x n) (zeros elsewhere), BOR
  *   barrier         one operation without payload
@@ -58,8 +56,6 @@ static int range_view(size_t lo, size_t hi, size_t a, size_t b, size_t *skip,
 /* Failing ---------------------------------------------------------------- */
 
 static void req_finish(coll_req_t *r, int status);
-static void frag_done(coll_comm_t *comm, coll_frag_t *f, uint32_t len,
-                      uint16_t flags, const void *payload);
 
 /* a part of a striped request done: the request is once all are, failed
  * if one failed */
@@ -160,35 +156,8 @@ static const void *frag_msg(coll_comm_t *comm, coll_req_t *r, size_t off,
     return comm->stage;
 }
 
-/* After a tree bcast's fragment this member sent nothing for: a credit
- * once osts / 2 of them went by (the top holds a bcast more than a window
- * ahead of anyone's credit), and its result if it came early */
-static void frag_quiet(coll_comm_t *comm, coll_frag_t *f)
-{
-    uint32_t seq = comm->next_seq - 1;
-    unsigned every = comm->osts / 2 ? comm->osts / 2 : 1;
-
-    if (comm->next_seq - comm->credit_sent >= every) {
-        shp_wire_hdr_t h;
-        shp_wire_hdr_init(&h, SHP_WIRE_OP_CREDIT, comm->tree_id, comm->group_id,
-                          comm->next_seq);
-        comm->credit_sent = comm->next_seq;
-        if (shp_tp_send(comm->ep, &h, NULL) != SHP_OK) {
-            coll_comm_fail(comm, SHP_ERR_CONN_RESET,
-                           "cannot send to the leaf AN");
-            return;
-        }
-    }
-    coll_early_t *e = comm->early ? &comm->early[seq % comm->osts] : NULL;
-    if (e != NULL && e->valid && e->seq == seq) {
-        e->valid = 0;
-        frag_done(comm, f, e->len, e->flags,
-                  comm->early_buf + (size_t)(seq % comm->osts) * comm->payload);
-    }
-}
-
-/* r's next fragment, the communicator's next operation: sent, but a tree
- * bcast's this member has no bytes of */
+/* r's next fragment, the communicator's next operation (of a tree bcast
+ * whose bytes this member does not have, a header alone) */
 static void send_frag(coll_comm_t *comm, coll_req_t *r)
 {
     coll_frag_t *f = &comm->win[comm->next_seq % comm->osts];
@@ -201,24 +170,12 @@ static void send_frag(coll_comm_t *comm, coll_req_t *r)
         count = r->per_frag;
     }
     size_t len = (size_t)count * r->es;
-    int quiet = r->bcast && !(off < r->s_hi && off + len > r->s_lo);
-    const void *payload = quiet ? NULL : frag_msg(comm, r, off, count, &h);
+    int none = r->bcast && !(off < r->s_hi && off + len > r->s_lo);
+    const void *payload = frag_msg(comm, r, off, none ? 0 : count, &h);
     *f = (coll_frag_t){.req = r, .off = off, .count = count, .busy = 1};
     f->sent_ns = f->asked_ns = shp_time_ns();
     r->sent++;
     comm->next_seq++;
-    if (quiet) {
-        frag_quiet(comm, f);
-        return;
-    }
-    const coll_early_t *e = comm->early ? &comm->early[f - comm->win] : NULL;
-    if (e != NULL && e->valid && e->seq == comm->next_seq - 1) {
-        coll_comm_fail(comm, SHP_ERR_MISMATCH,
-                       "a result came before this member called the "
-                       "operation, which it does not take for a bcast");
-        return;
-    }
-    comm->credit_sent = comm->next_seq; /* what it sends says so */
     comm->ctx->stats.frags++;
     if (shp_tp_send(comm->ep, &h, payload) != SHP_OK) {
         coll_comm_fail(comm, SHP_ERR_CONN_RESET, "cannot send to the leaf AN");
@@ -245,13 +202,19 @@ static void pump(coll_comm_t *comm)
 
 /* Receiving ------------------------------------------------------------------ */
 
-/* fragment f's result (len bytes of payload, flags of its header) */
-static void frag_done(coll_comm_t *comm, coll_frag_t *f, uint32_t len,
-                      uint16_t flags, const void *payload)
+static void on_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
+                      const void *payload)
 {
+    uint32_t seq = hdr->seq;
+    coll_frag_t *f = &comm->win[seq % comm->osts];
+
+    if (seq - comm->done_seq >= comm->next_seq - comm->done_seq || !f->busy ||
+        f->done) {
+        return; /* a duplicate (RC and multicast), or not ours */
+    }
     coll_req_t *r = f->req;
-    size_t want = r->barrier ? 0 : (size_t)f->count * r->es;
-    if (len != want) {
+    size_t len = r->barrier ? 0 : (size_t)f->count * r->es;
+    if (hdr->payload_len != len) {
         coll_comm_fail(comm, SHP_ERR_PROTO, "a result of the wrong size");
         return;
     }
@@ -259,12 +222,12 @@ static void frag_done(coll_comm_t *comm, coll_frag_t *f, uint32_t len,
     if (range_view(r->r_lo, r->r_hi, f->off, f->off + len, &skip, &lo, &hi)) {
         memcpy(r->dst + skip, (const uint8_t *)payload + lo, hi - lo);
     }
-    if (flags & SHP_WIRE_F_MCAST) {
+    if (hdr->flags & SHP_WIRE_F_MCAST) {
         comm->ctx->stats.mcast_results++;
         comm->mcast_got++;
     } else {
         comm->ctx->stats.rc_results++;
-        comm->retrans_got += (flags & SHP_WIRE_F_RETRANS) != 0;
+        comm->retrans_got += (hdr->flags & SHP_WIRE_F_RETRANS) != 0;
     }
     f->done = 1;
     if (++r->done == r->nfrags) {
@@ -276,51 +239,6 @@ static void frag_done(coll_comm_t *comm, coll_frag_t *f, uint32_t len,
         comm->done_seq++;
         comm->done_seq64++;
     }
-}
-
-/* A result before this member's call of its operation (a bcast of
- * another root's), kept until the call; none further than osts ahead can
- * come (an/an_bcast.c), and a second copy is dropped */
-static void early_keep(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
-                       const void *payload)
-{
-    if (comm->early == NULL) {
-        comm->early = calloc(comm->osts, sizeof(*comm->early));
-        comm->early_buf = malloc((size_t)comm->osts * comm->payload);
-        if (comm->early == NULL || comm->early_buf == NULL) {
-            coll_comm_fail(comm, SHP_ERR_NO_MEMORY, "no memory for a result");
-            return;
-        }
-    }
-    coll_early_t *e = &comm->early[hdr->seq % comm->osts];
-    if (e->valid && e->seq == hdr->seq) {
-        return;
-    }
-    if (hdr->payload_len > comm->payload || e->valid) {
-        coll_comm_fail(comm, SHP_ERR_PROTO, "a result too far ahead");
-        return;
-    }
-    *e = (coll_early_t){hdr->seq, hdr->payload_len, hdr->flags, 1};
-    memcpy(comm->early_buf + (size_t)(hdr->seq % comm->osts) * comm->payload,
-           payload, hdr->payload_len);
-}
-
-static void on_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
-                      const void *payload)
-{
-    uint32_t seq = hdr->seq;
-    coll_frag_t *f = &comm->win[seq % comm->osts];
-
-    if (seq - comm->done_seq >= comm->next_seq - comm->done_seq) {
-        if (seq - comm->next_seq < comm->osts) {
-            early_keep(comm, hdr, payload);
-        }
-        return; /* else a late duplicate (RC and multicast) */
-    }
-    if (!f->busy || f->done) {
-        return; /* a duplicate */
-    }
-    frag_done(comm, f, hdr->payload_len, hdr->flags, payload);
     pump(comm);
 }
 
@@ -328,17 +246,15 @@ static void on_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
  * A datagram on the group's multicast address: anyone on the data network
  * can send one, so only a result whose tag verifies with the group's key
  * (docs/security.md) is taken, the rest dropped and counted.  Results
- * neither in the window nor early (late duplicates of RC ones) are not
- * checked.
+ * outside the window (late duplicates of RC ones) are not checked.
  */
 static void on_mcast(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
                      const void *payload)
 {
     uint32_t seq = hdr->seq;
     if (hdr->opcode == SHP_WIRE_OP_AGG_RESULT &&
-        seq - comm->done_seq >= comm->next_seq - comm->done_seq &&
-        seq - comm->next_seq >= comm->osts) {
-        return; /* neither in flight nor early */
+        seq - comm->done_seq >= comm->next_seq - comm->done_seq) {
+        return;
     }
     uint64_t seq64 = comm->done_seq64 + (uint32_t)(seq - comm->done_seq);
     if (hdr->opcode != SHP_WIRE_OP_AGG_RESULT ||

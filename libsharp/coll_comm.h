@@ -27,14 +27,6 @@ typedef struct coll_frag {
     unsigned asks; /* retransmit requests sent for it */
 } coll_frag_t;
 
-/* a result that came before this member called its operation (a bcast
- * of another root's: docs/libsharp.md), kept until it does */
-typedef struct coll_early {
-    uint32_t seq, len;
-    uint16_t flags;
-    int valid;
-} coll_early_t;
-
 struct sharp_coll_comm {
     coll_ctx_t *ctx;
     coll_member_t member; /* in ctx's list */
@@ -62,13 +54,6 @@ struct sharp_coll_comm {
     uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN]; /* multicast results' tags */
     coll_req_t *queue, *queue_tail;        /* with fragments not yet sent */
     uint8_t *stage;
-    /* bcasts: the credit the leaf AN has (every operation before it
-     * called), and results that came early: osts of them at most (the top
-     * sends none further ahead of anyone's credit), each in a payload of
-     * early_buf, made at the first */
-    uint32_t credit_sent;
-    coll_early_t *early;
-    uint8_t *early_buf;
     /* Striping (SHARP_COLL_STRIPES, docs/libsharp.md): a communicator of
      * several stripes holds them in stripes[0, nstripes), stripes[0]
      * itself, each a group over the same members on another tree; an
@@ -103,7 +88,7 @@ struct coll_req {
     int barrier;
     /* a bcast (coll_buf.c), sent as a tree bcast where tree_bcast is on
      * (coll_post): only the member with bytes of the stream (the root)
-     * sends; the others wait for the result (docs/libsharp.md) */
+     * sends them; the others send a header alone (docs/libsharp.md) */
     int bcast;
     uint8_t lanes; /* exact mode: int64 lanes per element (es = 8 x lanes) */
     const uint8_t *src; /* bytes [s_lo, s_hi) of the stream come from src */

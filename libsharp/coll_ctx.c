@@ -78,9 +78,8 @@ static const shp_config_opt_t coll_opts[] = {
      offsetof(coll_cfg_t, stripe_min), &shp_cfg_size},
     {"tree_bcast", "1",
      "a bcast goes up the tree as the root's data alone, the others send "
-     "nothing but a credit now and then, no AN folds (0: as a reduction "
-     "of the root's data and everyone else's zeros); every member of a "
-     "job must say the same",
+     "a header, no AN folds (0: as a reduction of the root's data and "
+     "everyone else's zeros); every member of a job must say the same",
      offsetof(coll_cfg_t, tree_bcast), &shp_cfg_bool},
     {"enable_mcast_target", "1",
      "take results by multicast when the manager offers it",

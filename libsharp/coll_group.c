@@ -216,8 +216,6 @@ static void comm_free(coll_comm_t *comm)
     }
     free(comm->win);
     free(comm->stage);
-    free(comm->early);
-    free(comm->early_buf);
     free(comm);
 }
 

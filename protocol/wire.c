@@ -213,7 +213,6 @@ static const char *const shp_wire_opcode_names[SHP_WIRE_OP_LAST] = {
     [SHP_WIRE_OP_GROUP_JOIN_ACK] = "group_join_ack",
     [SHP_WIRE_OP_GROUP_LEAVE] = "group_leave",
     [SHP_WIRE_OP_JOIN_NONCE] = "join_nonce",
-    [SHP_WIRE_OP_CREDIT] = "credit",
 };
 
 const char *shp_wire_opcode_name(unsigned opcode)
@@ -338,11 +337,6 @@ static shp_status_t shp_wire_check_ctl(const shp_wire_hdr_t *hdr,
     case SHP_WIRE_OP_GROUP_LEAVE:
         if (hdr->count != 0 || hdr->payload_len != 0) {
             return shp_wire_reject(SHP_ERR_PROTO, "leave with a payload", why);
-        }
-        return SHP_OK;
-    case SHP_WIRE_OP_CREDIT:
-        if (hdr->count != 0 || hdr->payload_len != 0) {
-            return shp_wire_reject(SHP_ERR_PROTO, "credit with a payload", why);
         }
         return SHP_OK;
     default: return shp_wire_reject(SHP_ERR_PROTO, "unknown opcode", why);

@@ -31,8 +31,7 @@
  *      proves the job key instead of carrying it: a peer from before it
  *      is refused at the join; flag BCAST, a tree bcast: an AN from
  *      before it refuses the root's request as unknown flags, which fails
- *      the group, so its members get an error, not a hang; opcode 9,
- *      credit: an AN from before it closes the link, as for opcode 7).
+ *      the group, so its members get an error, not a hang).
  *
  * Multicast results are authenticated (anyone on the data network can send
  * a datagram to a group's address): a Poly1305 tag over the packed header
@@ -74,9 +73,6 @@ typedef enum shp_wire_opcode {
     SHP_WIRE_OP_GROUP_JOIN_ACK = 6, /* AN -> child: status of the join */
     SHP_WIRE_OP_GROUP_LEAVE = 7,    /* member -> AN: leaving, cleanly */
     SHP_WIRE_OP_JOIN_NONCE = 8,     /* AN -> child, first: the link's nonce */
-    /* child -> parent: every member below has called every operation
-     * before `seq` (bcasts they root not: their credit, docs/an.md) */
-    SHP_WIRE_OP_CREDIT = 9,
     SHP_WIRE_OP_LAST
 } shp_wire_opcode_t;
 
@@ -97,10 +93,9 @@ typedef enum shp_wire_opcode {
 /* a multicast result: the last SHP_WIRE_MAC_LEN bytes of the payload are
  * its tag (shp_wire_mac), keyed per group; payload_len counts them */
 #define SHP_WIRE_F_MAC (1u << 6)
-/* a bcast (docs/an.md, "bcast"): on a request, the root's data going up
- * alone (the other members send nothing for its seq, only credits now
- * and then); on a result, the root's data coming down.  Never with
- * BARRIER or EXACT. */
+/* a bcast (docs/an.md, "Tree bcast"): on a request, the root's data
+ * going up alone (the other members send nothing for its seq); on a
+ * result, the root's data coming down.  Never with BARRIER or EXACT. */
 #define SHP_WIRE_F_BCAST (1u << 7)
 #define SHP_WIRE_F_KNOWN                                                       \
     (SHP_WIRE_F_MCAST | SHP_WIRE_F_RETRANS | SHP_WIRE_F_BARRIER |              \

@@ -1867,8 +1867,8 @@ static int stripe_nb(int rank)
 /* bcast from every root, of sizes across the fragment boundary (1 byte,
  * a payload less one, one, one more, two and a bit), an allreduce after
  * each root's, then two in flight from two roots: every member gets the
- * root's bytes (the others send nothing for it, the ANs fold nothing:
- * tests/an/test_an_tree.c counts the bytes) */
+ * root's bytes (the others send a header per fragment, the ANs fold
+ * nothing: tests/an/test_an_tree.c counts the bytes) */
 static void bcast_fill(uint8_t *b, size_t n, int root, size_t k, int rank)
 {
     for (size_t i = 0; i < n; i++) {
