@@ -30,7 +30,7 @@
  *      result without a valid one; opcode 8, join_nonce, and a join that
  *      proves the job key instead of carrying it: a peer from before it
  *      is refused at the join; flag BCAST, a tree bcast: an AN from
- *      before it refuses the root's request as unknown flags, which fails
+ *      before it refuses a bcast's requests as unknown flags, which fails
  *      the group, so its members get an error, not a hang).
  *
  * Multicast results are authenticated (anyone on the data network can send
@@ -93,9 +93,9 @@ typedef enum shp_wire_opcode {
 /* a multicast result: the last SHP_WIRE_MAC_LEN bytes of the payload are
  * its tag (shp_wire_mac), keyed per group; payload_len counts them */
 #define SHP_WIRE_F_MAC (1u << 6)
-/* a bcast (docs/an.md, "Tree bcast"): on a request, the root's data
- * going up alone (the other members send nothing for its seq); on a
- * result, the root's data coming down.  Never with BARRIER or EXACT. */
+/* a bcast (docs/an.md, data protocol, 5): on a request, the root's data,
+ * or from every other member a header alone (count 0); on a result, the
+ * root's data coming down.  Never with BARRIER or EXACT. */
 #define SHP_WIRE_F_BCAST (1u << 7)
 #define SHP_WIRE_F_KNOWN                                                       \
     (SHP_WIRE_F_MCAST | SHP_WIRE_F_RETRANS | SHP_WIRE_F_BARRIER |              \

@@ -1074,8 +1074,7 @@ static void test_mismatch_fails_group(void **state)
  * data and headers, never zeros: the ANs' bytes in (up: a sum from every
  * member and leaf, a bcast's data at the root's leaf and the top; down: a
  * result at every leaf; a header each; the joins) stay under what that
- * makes, where
- * a bcast of zeros would add 18 x its size. */
+ * makes, where a bcast of zeros would add 18 x its size. */
 static void test_bcast(void **state)
 {
     static const char *const rc[] = {"--ops", "600", "--payload", "4096", NULL};
