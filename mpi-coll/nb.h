@@ -19,8 +19,9 @@ typedef struct nb_op {
     int kind;  /* the engine's: C_IALLREDUCE ... */
     int ckind; /* the call's, counted and named: C_ALLREDUCE ... C_IBCAST */
     /* a blocking call's (on its caller's stack, no generalized request:
-     * smpi_nb_run); waiter: its thread waits for its sharp part with the
-     * layer's lock let go, and nobody else touches it meanwhile */
+     * smpi_nb_run); waiter: its thread waits for its sharp part or its
+     * node step with the layer's lock let go, and nobody else touches it
+     * meanwhile */
     int blocking, waiter;
     comm_state_t *st;
     unsigned long seq; /* the activation's place in the communicator's
@@ -160,7 +161,9 @@ void smpi_nb_run(nb_op_t *o);
 int smpi_nb_poll(nb_op_t *o, int block);
 void smpi_nb_progress_all(void);
 void smpi_nb_poke_mpi(void);
-void smpi_nb_idle(unsigned turn);
+/* a wait's turn that found nothing: the core yielded or a sleep (on the
+ * node's segment if own, the caller's operation, waits for a node step) */
+void smpi_nb_idle(unsigned turn, nb_op_t *own);
 /* the live operation of a request (a program's handle), or NULL */
 nb_op_t *smpi_nb_find(MPI_Request r);
 

@@ -191,9 +191,12 @@ SHP_WUR shp_status_t smn_barrier(smn_node_t *node, smn_leader_fn_t fn,
  * once per period_ms they also check that the peer lives and the timeout
  * (from the arrival: the leader's wait for the others one timeout, the
  * others' wait for the publication two, as the blocking form's), and fail
- * the segment as the blocking waits do.  smn_nb_sleep blocks on the word
- * the pending step waits for (a futex) for at most max_ns, or until it
- * changes or the segment fails; it checks nothing (call the test after). */
+ * the segment as the blocking waits do.  smn_nb_await says which word the
+ * pending step waits for (0: none); smn_nb_sleep blocks on it (a futex)
+ * for at most max_ns, or until it changes or the segment fails, reading
+ * nothing else of the node (the layer's lock may be let go between the
+ * two, while other threads move the node's state on), and checks nothing
+ * (call the test after); 1 if it slept. */
 SHP_WUR shp_status_t smn_nb_arrive(smn_node_t *node, const void *src,
                                    size_t bytes);
 SHP_WUR shp_status_t smn_nb_test_in(smn_node_t *node);
@@ -207,7 +210,15 @@ SHP_WUR shp_status_t smn_nb_test_out(smn_node_t *node, void *buf, size_t bytes,
                                      int *code);
 /* 1 while a step is pending on this rank */
 int smn_nb_pending(const smn_node_t *node);
-void smn_nb_sleep(smn_node_t *node, uint64_t max_ns);
+typedef struct smn_nb_await {
+    _Atomic uint32_t *w, *sleepers, *fail; /* in the segment */
+    uint32_t target;
+} smn_nb_await_t;
+int smn_nb_await(smn_node_t *node, smn_nb_await_t *a);
+int smn_nb_sleep(const smn_nb_await_t *a, uint64_t max_ns);
+/* counted in the node's statistics: a sleep smn_nb_sleep made (under the
+ * lock again) */
+void smn_nb_slept(smn_node_t *node);
 /* a pending step's wait, as the blocking steps wait (spin, yield, sleep
  * on the word; the peer's death or the timeout fail the segment): until
  * the next test finds it done or failed */

@@ -471,22 +471,33 @@ static int smn_nb_awaited(smn_node_t *nd, _Atomic uint32_t **w,
     return 1;
 }
 
-void smn_nb_sleep(smn_node_t *nd, uint64_t max_ns)
+int smn_nb_await(smn_node_t *nd, smn_nb_await_t *a)
 {
-    _Atomic uint32_t *w, *sleepers;
-    uint32_t target;
-    if (!smn_nb_awaited(nd, &w, &sleepers, &target)) {
-        return; /* nothing awaited from the others */
+    if (!smn_nb_awaited(nd, &a->w, &a->sleepers, &a->target)) {
+        return 0; /* nothing awaited from the others */
     }
+    a->fail = &nd->hdr->fail;
+    return 1;
+}
+
+int smn_nb_sleep(const smn_nb_await_t *a, uint64_t max_ns)
+{
     struct timespec ts = {(time_t)(max_ns / 1000000000u),
                           (long)(max_ns % 1000000000u)};
-    atomic_fetch_add(sleepers, 1);
-    uint32_t v = atomic_load(w);
-    if (!reached(v, target) && atomic_load(&nd->hdr->fail) == 0) {
-        nd->st.sleeps++;
-        syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
+    int slept = 0;
+    atomic_fetch_add(a->sleepers, 1);
+    uint32_t v = atomic_load(a->w);
+    if (!reached(v, a->target) && atomic_load(a->fail) == 0) {
+        slept = 1;
+        syscall(SYS_futex, (uint32_t *)a->w, FUTEX_WAIT, v, &ts, NULL, 0);
     }
-    atomic_fetch_sub(sleepers, 1);
+    atomic_fetch_sub(a->sleepers, 1);
+    return slept;
+}
+
+void smn_nb_slept(smn_node_t *nd)
+{
+    nd->st.sleeps++;
 }
 
 void smn_nb_wait(smn_node_t *nd)

@@ -186,9 +186,10 @@ int smpi_nb_poll(nb_op_t *o, int block)
  * one in flight, it waits as the blocking collectives always did: in
  * sharp's own wait (spin, yield, sleep) for its sharp part, on the node's
  * segment (spin, yield, futex) for its node step.  The layer's lock is let
- * go meanwhile; a sharp part so waited for is its thread's alone (waiter),
- * and its record ends before the lock is taken again, as a blocking call's
- * always did (a recovery elsewhere may be asking for it). */
+ * go meanwhile; a sharp part or node step so waited for is its thread's
+ * alone (waiter: no other thread polls it), and a sharp part's record ends
+ * before the lock is taken again, as a blocking call's always did (a
+ * recovery elsewhere may be asking for it). */
 
 /* o's sharp part waited for in sharp's wait, and finished */
 static void nb_wait_sharp(nb_op_t *o)
@@ -219,9 +220,11 @@ SMPI_HOT static int nb_wait_alone(nb_op_t *o)
         return 1;
     }
     if (o->node && o->nphase == 1 && !o->node_mpi) {
+        o->waiter = 1; /* no other thread polls its step meanwhile */
         int depth = smpi_release();
         smn_nb_wait(o->st->nshm);
         smpi_regain(depth);
+        o->waiter = 0;
         return 1;
     }
     return 0;
@@ -252,7 +255,7 @@ SMPI_HOT void smpi_nb_run(nb_op_t *o)
         }
         if (!waited) {
             smpi_nb_poke_mpi();
-            smpi_nb_idle(turn);
+            smpi_nb_idle(turn, o);
         }
     }
     if (o->st->use) {
@@ -297,28 +300,45 @@ void smpi_nb_poke_mpi(void)
                 MPI_STATUS_IGNORE);
 }
 
-/* a wait's empty turn: the first 16 yield the core, then sleeps of 20 us,
- * doubling every 64 turns up to 1 ms (a long wait, on a machine that many
- * processes share, must not take the CPU the daemons and the other ranks
- * need: the network's keepalives and the operations waited for) */
-void smpi_nb_idle(unsigned turn)
-{
-    int depth = smpi_release(); /* (MPI_THREAD_MULTIPLE) */
-    nb_idle_turn(turn);
-    smpi_regain(depth);
-}
-
-/* a segment on which this rank waits for the node's other ranks, if any:
- * a wait's idle turn sleeps on it (woken by their store) */
-static smn_node_t *node_waiting(void)
+/* a node step that this rank waits for on its segment, if any: own's
+ * (the caller's operation), or with one thread any operation's.  Found
+ * under the layer's lock: another thread's operation may end and its
+ * communicator go while this one sleeps, and the list changes meanwhile */
+static smn_node_t *node_waiting(nb_op_t *own)
 {
     for (nb_op_t *o = smpi_nb_ops; o != NULL; o = o->next) {
-        if (o->node && !o->node_mpi && o->nphase == 1 && o->active &&
-            !o->done) {
+        if ((o == own || !smpi.threads) && o->node && !o->node_mpi &&
+            o->nphase == 1 && o->active && !o->done) {
             return o->st->nshm;
         }
     }
     return NULL;
+}
+
+/* a wait's empty turn: the first 16 yield the core, then sleeps of 20 us,
+ * doubling every 64 turns up to 1 ms (a long wait, on a machine that many
+ * processes share, must not take the CPU the daemons and the other ranks
+ * need: the network's keepalives and the operations waited for); while a
+ * node step is awaited, asleep on the node's segment instead, woken by the
+ * store of the rank (or the leader) this one waits for: the longest slice
+ * at once (1 ms: MPI's own progress still has its turn that often).  The
+ * layer's lock is let go meanwhile (MPI_THREAD_MULTIPLE). */
+void smpi_nb_idle(unsigned turn, nb_op_t *own)
+{
+    smn_nb_await_t a;
+    smn_node_t *nd = turn < 16 ? NULL : node_waiting(own);
+    int node = nd != NULL && smn_nb_await(nd, &a);
+    int depth = smpi_release();
+    int slept = 0;
+    if (node) {
+        slept = smn_nb_sleep(&a, 1000000);
+    } else {
+        nb_idle_turn(turn);
+    }
+    smpi_regain(depth);
+    if (slept) {
+        smn_nb_slept(nd); /* nd's communicator is own's, or one thread's */
+    }
 }
 
 static void nb_idle_turn(unsigned turn)
@@ -330,14 +350,6 @@ static void nb_idle_turn(unsigned turn)
     unsigned shift = (turn - 16) / 64;
     long ns = shift >= 6 ? 1000000 : 20000L << shift;
     struct timespec ts = {0, ns < 1000000 ? ns : 1000000};
-    smn_node_t *nd = node_waiting();
-    if (nd != NULL) {
-        /* asleep on the node's segment, woken by the store of the rank
-         * (or the leader) this one waits for: the longest slice at once
-         * (1 ms: MPI's own progress still has its turn that often) */
-        smn_nb_sleep(nd, 1000000);
-        return;
-    }
     nanosleep(&ts, NULL);
 }
 
@@ -370,7 +382,7 @@ static void nb_progress_while(int (*busy)(comm_state_t *, unsigned long),
             break;
         }
         smpi_nb_poke_mpi();
-        smpi_nb_idle(turn);
+        smpi_nb_idle(turn, NULL);
     }
 }
 

@@ -320,7 +320,7 @@ static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
             return rc;
         }
         /* nothing yet: let the others run (2 cores may hold many ranks) */
-        smpi_nb_idle(turn);
+        smpi_nb_idle(turn, NULL);
     }
 }
 
@@ -482,7 +482,7 @@ static int nb_api_request_free(MPI_Request *req)
                 if (!smpi_nb_poll(o, 0)) {
                     smpi_nb_progress_all();
                     smpi_nb_poke_mpi();
-                    smpi_nb_idle(turn);
+                    smpi_nb_idle(turn, o);
                 }
             }
             if (o->greq != MPI_REQUEST_NULL) {

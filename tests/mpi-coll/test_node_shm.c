@@ -1107,12 +1107,22 @@ static int nbop_step(nbop_t *o)
     }
 }
 
+/* a non-blocking step's sleep, as the layer's idle turn makes it: what it
+ * waits for taken first, then the sleep on it, then counted */
+static void nb_sleep(smn_node_t *nd, uint64_t max_ns)
+{
+    smn_nb_await_t a;
+    if (smn_nb_await(nd, &a) && smn_nb_sleep(&a, max_ns)) {
+        smn_nb_slept(nd);
+    }
+}
+
 /* wait for o, asleep on the segment between looks */
 static int nbop_wait(nbop_t *o)
 {
     int r;
     while ((r = nbop_step(o)) == 0) {
-        smn_nb_sleep(o->nd, 50 * 1000 * 1000);
+        nb_sleep(o->nd, 50 * 1000 * 1000);
     }
     return r;
 }
@@ -1215,9 +1225,9 @@ static int nb_steps_body(smn_node_t *nd, unsigned rank, void *arg)
                 rb = nbop_step(&b);
             }
             if (ra == 0) {
-                smn_nb_sleep(nd, 1000 * 1000);
+                nb_sleep(nd, 1000 * 1000);
             } else if (rb == 0) {
-                smn_nb_sleep(nd2, 1000 * 1000);
+                nb_sleep(nd2, 1000 * 1000);
             }
         }
         if (ra != 1 || rb != 1) {
@@ -1294,7 +1304,7 @@ static int nb_gather_body(smn_node_t *nd, unsigned rank, void *arg)
             const void *srcs[MAXN];
             uint64_t sum[8] = {0};
             while ((st = smn_nb_test_in(nd)) == SHP_INPROGRESS) {
-                smn_nb_sleep(nd, 50 * 1000 * 1000);
+                nb_sleep(nd, 50 * 1000 * 1000);
             }
             if (st != SHP_OK || smn_nb_srcs(nd, srcs) != SHP_OK) {
                 return 131;
@@ -1320,7 +1330,7 @@ static int nb_gather_body(smn_node_t *nd, unsigned rank, void *arg)
         int c = -1;
         while ((st = smn_nb_test_out(nd, got, sizeof(got), &c)) ==
                SHP_INPROGRESS) {
-            smn_nb_sleep(nd, 50 * 1000 * 1000);
+            nb_sleep(nd, 50 * 1000 * 1000);
         }
         if (st != SHP_OK || c != code * 5) {
             return 134;
