@@ -245,6 +245,7 @@ static void node_shm_setup(comm_state_t *s)
     if (smpi_cfg.node_shm_yield_us <= 1000000) {
         o.yield_ns = smpi_cfg.node_shm_yield_us * 1000u;
     }
+    o.progress = smpi_mpi_progress; /* its waits let MPI move */
     memset(&h, 0, sizeof(h));
     if (s->node_rank == 0) {
         ok = smn_create((unsigned)s->node_size, &o, &s->nshm, &h) == SHP_OK;

@@ -174,6 +174,7 @@ static void sharp_setup(void)
     spec.oob_colls.barrier = oob_barrier;
     spec.oob_colls.gather = oob_gather;
     spec.oob_ctx = &smpi.oob_world;
+    spec.progress_func = smpi_mpi_progress; /* sharp's waits let MPI move */
     spec.enable_thread_support = smpi.threads;
     int rc = sharp_coll_init(&spec, &smpi.ctx);
     if (rc != SHARP_COLL_SUCCESS) {

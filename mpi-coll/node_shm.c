@@ -59,6 +59,7 @@ void smn_opts_default(smn_opts_t *o)
     o->yield_ns = 2000000;
     o->timeout_ms = 30000;
     o->period_ms = 100;
+    o->progress = NULL;
 }
 
 /* Helpers ------------------------------------------------------------------ */
@@ -242,11 +243,18 @@ shp_status_t smn_wait(smn_node_t *nd, _Atomic uint32_t *w,
             if (smn_looked(nd, w, target, &st)) {
                 return st;
             }
+            if (nd->o.progress != NULL) {
+                nd->o.progress();
+            }
         } while (smn_now_ns() < yield_end);
     }
     for (;;) {
         uint64_t now = smn_now_ns();
         uint64_t slice = (uint64_t)nd->o.period_ms * 1000000u;
+        if (nd->o.progress != NULL) {
+            nd->o.progress();
+            slice = slice < 1000000u ? slice : 1000000u;
+        }
         if (now < deadline && deadline - now < slice) {
             slice = deadline - now;
         }

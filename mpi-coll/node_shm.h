@@ -62,6 +62,11 @@ typedef struct smn_opts {
                             it takes (a dead one is still seen at once) */
     unsigned period_ms;  /* sleep slices between liveness checks; 100
                             (0 is taken as 1) */
+    /* called while a wait lasts, between looks and between sleeps (then
+     * 1 ms at most): the caller's own progress, which a rank that has not
+     * arrived may be waiting for (its return is not read); NULL (the
+     * default): none */
+    int (*progress)(void);
 } smn_opts_t;
 
 /* The blob the leader gives every other node rank (e.g. PMPI_Bcast of

@@ -17,6 +17,7 @@
 #include "mpi-coll/sharp_mpi_int.h"
 #include "mpi-coll/nb.h"
 
+#include "core/time.h"
 #include "mpi-coll/recover.h"
 
 #include <sched.h>
@@ -27,6 +28,7 @@
 static void nb_wait_hook(void);
 static void nb_idle_turn(unsigned turn);
 static void nb_bound_queue(comm_state_t *st);
+static void smpi_mpi_progress_begin(void);
 
 /* With the first operation, what the layer below calls back: a
  * recovery's decision (smr_decide) lets the other groups' operations end
@@ -232,6 +234,7 @@ SMPI_HOT static int nb_wait_alone(nb_op_t *o)
 
 SMPI_HOT void smpi_nb_run(nb_op_t *o)
 {
+    smpi_mpi_progress_begin();
     o->blocking = 1;
     o->greq = o->handle = o->preq = MPI_REQUEST_NULL;
     smpi_nb_link(o);
@@ -298,6 +301,43 @@ void smpi_nb_poke_mpi(void)
     int flag = 0;
     PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, smpi.oob_world, &flag,
                 MPI_STATUS_IGNORE);
+}
+
+/* Called again and again while this thread waits inside sharp's wait or a
+ * node step's.  The program's own requests progress only in MPI calls, and
+ * another rank may wait for one before it joins the collective this one
+ * waits in: rank 0 MPI_Isend's a large message to rank 1 and calls
+ * MPI_Allreduce; rank 1 receives it, then calls MPI_Allreduce.  Over TCP
+ * the send needs rank 0 to move it on, and rank 0 waits for rank 1: they
+ * would wait for ever (as they do not under MPI's own collective, which
+ * progresses everything).  So a blocking call's wait that lasts gives MPI a
+ * turn SMPI_POKE_FIRST_NS after the call began and every SMPI_POKE_NS
+ * after: a turn of MPI's with ranks sharing cores may yield the core
+ * (mpi_yield_when_idle), and one every 100 us of waiting made an 8-byte
+ * allreduce a third slower (docs/mpi.md).  0 (what sharp's progress_func
+ * returns; nobody reads it). */
+#define SMPI_POKE_FIRST_NS 2000000u
+#define SMPI_POKE_NS 1000000u
+static __thread unsigned long smpi_calls; /* blocking calls begun here */
+
+static void smpi_mpi_progress_begin(void)
+{
+    smpi_calls++;
+}
+
+int smpi_mpi_progress(void)
+{
+    static __thread unsigned long call;
+    static __thread uint64_t next_ns;
+    uint64_t now = shp_time_ns();
+    if (call != smpi_calls) { /* the first turn of this call's wait */
+        call = smpi_calls;
+        next_ns = now + SMPI_POKE_FIRST_NS;
+    } else if (now >= next_ns) {
+        next_ns = now + SMPI_POKE_NS;
+        smpi_nb_poke_mpi();
+    }
+    return 0;
 }
 
 /* a node step that this rank waits for on its segment, if any: own's

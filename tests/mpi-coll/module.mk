@@ -17,9 +17,11 @@
 #               (test_threads.sh)
 #   mpi_stream  8-byte allreduces, each timed, while the AN carrying them
 #               is killed (bench/mpi_failover.sh)
+#   mpi_progress collectives while the rank's own MPI_Isend still needs it
+#               (test_mpi.sh)
 
 MPI_TESTS := mpi_check mpi_types mpi_fault mpi_nb mpi_stress mpi_why \
-	mpi_mixed mpi_threads mpi_stream
+	mpi_mixed mpi_threads mpi_stream mpi_progress
 MPI_TEST_DIR := $(TESTDIR)/mpi-coll
 TEST_HELPERS += $(foreach t,$(MPI_TESTS),$(MPI_TEST_DIR)/$(t)_ompi \
 	$(MPI_TEST_DIR)/$(t)_mpich) $(MPI_TEST_DIR)/mpi_exact_ompi

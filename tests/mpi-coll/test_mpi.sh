@@ -273,6 +273,34 @@ nbppn2() { # MPI SLOT OUT
 nbppn2 ompi 4096 "$DIR/nb-ppn2.out"
 nbppn2 mpich 4096 "$DIR/nb-ppn2-mpich.out"
 nbppn2 ompi 0 "$DIR/nb-ppn2-noshm.out"
+# 2e. a collective waited for while the rank's own MPI_Isend still needs it
+# (tests/mpi-coll/mpi_progress.c: the receiver MPI_Recv's before it joins
+# the collective).  Open MPI over TCP between ranks: its shared memory
+# moves a large message without the sender, TCP does not.  One rank per
+# host (sharp's wait) and two (the node step's waits too); a hang is the
+# timeout (before sharp's and the node step's waits gave MPI turns, every
+# run of it hung)
+progress() { # FABRIC LABEL
+    local t0=$SECONDS out="$DIR/progress-$2.out" rc c n all=1
+    timeout 90 mpirun.openmpi --allow-run-as-root --oversubscribe \
+        --mca mpi_yield_when_idle 1 --mca btl self,tcp -np 8 \
+        -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
+        -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$1" \
+        "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_progress_ompi" >"$out" 2>&1
+    rc=$?
+    for c in MPI_Allreduce MPI_Reduce MPI_Bcast MPI_Barrier MPI_Iallreduce; do
+        n=$(offloaded $c "$out")
+        [ "${n:-0}" -ge 24 ] || all=0 # 3 rounds x 8 ranks each
+    done
+    if [ $rc -eq 0 ] && grep -q "every call completed" "$out" && [ $all = 1 ]; then
+        ok "Open MPI over TCP, $2: every collective after a pending 4 MiB MPI_Isend completed, offloaded, results right ($((SECONDS - t0)) s)"
+    else
+        bad "collectives after a pending MPI_Isend, $2 (exit $rc$([ $rc = 124 ] && echo ": hung"))"
+        grep -v "^sharp_mpi: MPI_" "$out" | tail -20
+    fi
+}
+progress "$DIR/fabric" "one rank per host"
+progress "$DIR/fabric4" "two ranks per host"
 "$BIN/sharp-fabric" --dir "$DIR/fabric4" down >/dev/null
 
 # 3. no sharpd: plain MPI, one line of notice, right results
