@@ -157,6 +157,9 @@ void smpi_nb_start(nb_op_t *o);
  * for, as MPI_Wait would, then unlinked: its result in place, or redone
  * on PMPI (every rank) */
 void smpi_nb_run(nb_op_t *o);
+/* a wait for o alone in flight (MPI_Wait* of its request only): waited for
+ * as smpi_nb_run waits; 1 if it waited, 0 if it is not alone (poll) */
+int smpi_nb_wait_own(nb_op_t *o);
 /* 1 if o's part is done (sharp's or PMPI's); block: wait for it */
 int smpi_nb_poll(nb_op_t *o, int block);
 void smpi_nb_progress_all(void);

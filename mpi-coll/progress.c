@@ -232,6 +232,19 @@ SMPI_HOT static int nb_wait_alone(nb_op_t *o)
     return 0;
 }
 
+/* MPI_Wait* of o alone (request.c): waited for as a blocking call's
+ * operation is (nb_wait_alone), in sharp's wait or on the node's segment,
+ * rather than in turns that poll both libraries and yield.  1 if it
+ * waited (o's part moved on), else 0. */
+SMPI_HOT int smpi_nb_wait_own(nb_op_t *o)
+{
+    if (o == NULL || !o->active || o->done) {
+        return 0;
+    }
+    smpi_mpi_progress_begin();
+    return nb_wait_alone(o);
+}
+
 SMPI_HOT void smpi_nb_run(nb_op_t *o)
 {
     smpi_mpi_progress_begin();
