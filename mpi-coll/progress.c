@@ -20,7 +20,9 @@
 #include "core/time.h"
 #include "mpi-coll/recover.h"
 
+#include <dlfcn.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -316,6 +318,32 @@ void smpi_nb_poke_mpi(void)
                 MPI_STATUS_IGNORE);
 }
 
+/* The same turn inside a wait: Open MPI's progress yields the core when it
+ * found nothing to do (mpi_yield_when_idle, as jobs that share cores run),
+ * and with 64 ranks on 2 cores a yield costs the rank about 3 ms before it
+ * runs again, where its result may already wait; a turn without the yield
+ * costs 16 us.  The switch is Open MPI's own flag (libopen-pal's
+ * opal_progress_yield_when_idle), off for the turn: found at run time, and
+ * without it (MPICH, whose progress does not yield) the turn is MPI's as
+ * it is. */
+static void smpi_nb_poke_quiet(void)
+{
+    static bool *yield;
+    static int looked;
+    if (!looked) {
+        yield = dlsym(RTLD_DEFAULT, "opal_progress_yield_when_idle");
+        looked = 1;
+    }
+    bool was = yield != NULL && *yield;
+    if (was) {
+        *yield = false;
+    }
+    smpi_nb_poke_mpi();
+    if (was) {
+        *yield = true;
+    }
+}
+
 /* Called again and again while this thread waits inside sharp's wait or a
  * node step's.  The program's own requests progress only in MPI calls, and
  * another rank may wait for one before it joins the collective this one
@@ -324,13 +352,19 @@ void smpi_nb_poke_mpi(void)
  * the send needs rank 0 to move it on, and rank 0 waits for rank 1: they
  * would wait for ever (as they do not under MPI's own collective, which
  * progresses everything).  So a blocking call's wait that lasts gives MPI a
- * turn SMPI_POKE_FIRST_NS after the call began and every SMPI_POKE_NS
- * after: a turn of MPI's with ranks sharing cores may yield the core
- * (mpi_yield_when_idle), and one every 100 us of waiting made an 8-byte
- * allreduce a third slower (docs/mpi.md).  0 (what sharp's progress_func
- * returns; nobody reads it). */
-#define SMPI_POKE_FIRST_NS 2000000u
+ * turn, first once it has lasted four times as long as the longest wait of
+ * this thread's recent calls that needed none (2 ms at least, 50 ms at
+ * most), then after 1 ms, 2, 4 ... 32 ms, each without Open MPI's yield
+ * (above).  Not sooner: a turn every 100 us of waiting made an 8-byte
+ * allreduce at 8 ranks a third slower, and a first turn after 2 ms and one
+ * every 1 ms after, each with its yield, made one at 64 ranks, whose calls
+ * take 2-3 ms on 2 cores and often many more, two to three times slower
+ * (docs/mpi.md).  0 (what sharp's
+ * progress_func returns; nobody reads it). */
+#define SMPI_POKE_MIN_NS 2000000u
+#define SMPI_POKE_MAX_NS 50000000u
 #define SMPI_POKE_NS 1000000u
+#define SMPI_POKE_MAX_GAP_NS 32000000u
 static __thread unsigned long smpi_calls; /* blocking calls begun here */
 
 static void smpi_mpi_progress_begin(void)
@@ -338,18 +372,41 @@ static void smpi_mpi_progress_begin(void)
     smpi_calls++;
 }
 
+/* the wait at which a call's first turn of MPI's comes: four times the
+ * longest wait of the recent calls that needed none (a maximum that loses
+ * 1/16 a call) */
+static uint64_t smpi_poke_first(uint64_t *usual, uint64_t waited, int poked)
+{
+    if (!poked) {
+        uint64_t decayed = *usual - *usual / 16;
+        *usual = waited > decayed ? waited : decayed;
+    }
+    uint64_t first = *usual * 4;
+    return first < SMPI_POKE_MIN_NS   ? SMPI_POKE_MIN_NS
+           : first > SMPI_POKE_MAX_NS ? SMPI_POKE_MAX_NS
+                                      : first;
+}
+
 int smpi_mpi_progress(void)
 {
     static __thread unsigned long call;
-    static __thread uint64_t next_ns;
+    static __thread uint64_t begin_ns, last_ns, next_ns, gap_ns, usual_ns;
     uint64_t now = shp_time_ns();
     if (call != smpi_calls) { /* the first turn of this call's wait */
+        uint64_t first =
+            smpi_poke_first(&usual_ns, last_ns - begin_ns, gap_ns != 0);
         call = smpi_calls;
-        next_ns = now + SMPI_POKE_FIRST_NS;
+        begin_ns = now;
+        next_ns = now + first;
+        gap_ns = 0;
     } else if (now >= next_ns) {
-        next_ns = now + SMPI_POKE_NS;
-        smpi_nb_poke_mpi();
+        gap_ns = gap_ns == 0                     ? SMPI_POKE_NS
+                 : gap_ns < SMPI_POKE_MAX_GAP_NS ? gap_ns * 2
+                                                 : gap_ns;
+        next_ns = now + gap_ns;
+        smpi_nb_poke_quiet();
     }
+    last_ns = now;
     return 0;
 }
 

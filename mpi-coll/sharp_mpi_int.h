@@ -330,7 +330,8 @@ void smpi_node_fold(comm_state_t *s, const shp_reduce_desc_t *d,
 void smpi_nb_drain(comm_state_t *s);
 /* MPI's own progress from inside a wait of sharp's (libsharp_coll's
  * progress_func) or of a node step (the segment's progress hook), once a
- * blocking call's wait has lasted 2 ms, then every 1 ms: see progress.c */
+ * blocking call's wait has lasted long, then less and less often: see
+ * progress.c */
 int smpi_mpi_progress(void);
 
 #pragma GCC visibility pop
