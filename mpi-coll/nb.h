@@ -157,9 +157,13 @@ void smpi_nb_start(nb_op_t *o);
  * for, as MPI_Wait would, then unlinked: its result in place, or redone
  * on PMPI (every rank) */
 void smpi_nb_run(nb_op_t *o);
-/* a wait for o alone in flight (MPI_Wait* of its request only): waited for
- * as smpi_nb_run waits; 1 if it waited, 0 if it is not alone (poll) */
-int smpi_nb_wait_own(nb_op_t *o);
+/* MPI_Wait or MPI_Waitall of reqs[n]: an operation of ours pending there
+ * (the first in sharp, else the first) waited for as smpi_nb_run waits,
+ * if it is alone in flight, or if every other operation in flight needs
+ * nothing of this process meanwhile (single-threaded programs: their
+ * sharp parts wholly libsharp's, or queued behind it); 1 if it waited, 0
+ * if not (poll) */
+int smpi_nb_wait_first(int n, MPI_Request reqs[]);
 /* 1 if o's part is done (sharp's or PMPI's); block: wait for it */
 int smpi_nb_poll(nb_op_t *o, int block);
 void smpi_nb_progress_all(void);

@@ -234,17 +234,52 @@ SMPI_HOT static int nb_wait_alone(nb_op_t *o)
     return 0;
 }
 
-/* MPI_Wait* of o alone (request.c): waited for as a blocking call's
- * operation is (nb_wait_alone), in sharp's wait or on the node's segment,
- * rather than in turns that poll both libraries and yield.  1 if it
- * waited (o's part moved on), else 0. */
-SMPI_HOT int smpi_nb_wait_own(nb_op_t *o)
+/* o's sharp part in flight, nothing of the engine's pending on it */
+static int nb_in_sharp(const nb_op_t *o)
 {
-    if (o == NULL || !o->active || o->done) {
+    return o->h != NULL && !o->queued && !o->ended &&
+           o->preq == MPI_REQUEST_NULL;
+}
+
+/* x, in flight while o is waited for in sharp's wait, needs nothing of
+ * this process meanwhile: its sharp part is wholly libsharp's (which that
+ * wait progresses), or it is queued behind o (posted once o ends) */
+static int nb_needs_nothing(const nb_op_t *x, const nb_op_t *o)
+{
+    if (x->node || x->ended || x->preq != MPI_REQUEST_NULL) {
         return 0;
     }
+    return x->queued ? x->st == o->st : x->h != NULL;
+}
+
+SMPI_HOT int smpi_nb_wait_first(int n, MPI_Request reqs[])
+{
+    nb_op_t *o = NULL; /* the first in sharp, else the first pending */
+    for (int i = 0; i < n; i++) {
+        nb_op_t *x = smpi_nb_find(reqs[i]);
+        if (x != NULL && x->active && !x->done &&
+            (o == NULL || (!nb_in_sharp(o) && nb_in_sharp(x)))) {
+            o = x;
+        }
+    }
+    if (o == NULL) {
+        return 0;
+    }
+    if (smpi_nb_alone(o)) {
+        smpi_mpi_progress_begin();
+        return nb_wait_alone(o);
+    }
+    if (smpi.threads || !nb_in_sharp(o)) {
+        return 0;
+    }
+    for (const nb_op_t *x = smpi_nb_ops; x != NULL; x = x->next) {
+        if (x != o && x->active && !x->done && !nb_needs_nothing(x, o)) {
+            return 0;
+        }
+    }
     smpi_mpi_progress_begin();
-    return nb_wait_alone(o);
+    nb_wait_sharp(o);
+    return 1;
 }
 
 SMPI_HOT void smpi_nb_run(nb_op_t *o)

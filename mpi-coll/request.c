@@ -232,11 +232,12 @@ static int nb_sharp_busy(void)
  * fragments need this process, and the other ranks may wait for them), nor
  * inside sharp (MPI's own requests, in this array or not, progress only in
  * MPI calls, and the other ranks may wait for those): a turn of each, then
- * a short sleep.  But a wait for one request of ours, its operation alone
- * in flight, waits as a blocking call does (smpi_nb_wait_own): in sharp's
- * wait or on the node's segment, which give MPI a turn once the wait has
- * lasted 2 ms (smpi_mpi_progress).  With none of ours in flight the wait
- * is MPI's own. */
+ * a short sleep.  But MPI_Wait, MPI_Waitall and any wait of one request
+ * wait for an operation of ours in the array as a blocking call does, in sharp's wait
+ * or on the node's segment, which give MPI a turn once the wait has lasted
+ * long (smpi_mpi_progress), when it is alone in flight or every other one
+ * needs nothing of this process meanwhile (smpi_nb_wait_first).  With
+ * none of ours in flight the wait is MPI's own. */
 enum { NB_ONE, NB_ALL, NB_ANY, NB_SOME };
 
 /* the empty status (MPI 4.0, 3.7.3) */
@@ -266,7 +267,8 @@ static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
             turn = 0; /* a node step moved on: its next part is near */
         }
         int busy = nb_sharp_busy();
-        if (wait && busy && n == 1 && smpi_nb_wait_own(smpi_nb_find(reqs[0]))) {
+        if (wait && busy && (form == NB_ONE || form == NB_ALL || n == 1) &&
+            smpi_nb_wait_first(n, reqs)) {
             continue; /* its part moved on: the next turn may complete it */
         }
         rc = nb_set_make(&s, n, reqs);
