@@ -360,7 +360,8 @@ void smpi_nb_poke_mpi(void)
  * costs 16 us.  The switch is Open MPI's own flag (libopen-pal's
  * opal_progress_yield_when_idle), off for the turn: found at run time, and
  * without it (MPICH, whose progress does not yield) the turn is MPI's as
- * it is. */
+ * it is.  Threads that turn at once may leave the flag as another set it:
+ * a yield more or less, nothing else. */
 static void smpi_nb_poke_quiet(void)
 {
     static bool *yield;
@@ -394,8 +395,8 @@ static void smpi_nb_poke_quiet(void)
  * allreduce at 8 ranks a third slower, and a first turn after 2 ms and one
  * every 1 ms after, each with its yield, made one at 64 ranks, whose calls
  * take 2-3 ms on 2 cores and often many more, two to three times slower
- * (docs/mpi.md).  0 (what sharp's
- * progress_func returns; nobody reads it). */
+ * (docs/mpi.md).  0 (what sharp's progress_func returns; nobody reads
+ * it). */
 #define SMPI_POKE_MIN_NS 2000000u
 #define SMPI_POKE_MAX_NS 50000000u
 #define SMPI_POKE_NS 1000000u

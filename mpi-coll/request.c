@@ -233,11 +233,12 @@ static int nb_sharp_busy(void)
  * inside sharp (MPI's own requests, in this array or not, progress only in
  * MPI calls, and the other ranks may wait for those): a turn of each, then
  * a short sleep.  But MPI_Wait, MPI_Waitall and any wait of one request
- * wait for an operation of ours in the array as a blocking call does, in sharp's wait
- * or on the node's segment, which give MPI a turn once the wait has lasted
- * long (smpi_mpi_progress), when it is alone in flight or every other one
- * needs nothing of this process meanwhile (smpi_nb_wait_first).  With
- * none of ours in flight the wait is MPI's own. */
+ * wait for an operation of ours in the array as a blocking call does, in
+ * sharp's wait or on the node's segment, which give MPI a turn once the
+ * wait has lasted long (smpi_mpi_progress), when it is alone in flight or
+ * every other one needs nothing of this process meanwhile
+ * (smpi_nb_wait_first).  With none of ours in flight the wait is MPI's
+ * own. */
 enum { NB_ONE, NB_ALL, NB_ANY, NB_SOME };
 
 /* the empty status (MPI 4.0, 3.7.3) */
