@@ -211,12 +211,12 @@ static void nb_wait_sharp(nb_op_t *o)
     nb_finish(o, rc);
 }
 
-/* o alone in flight, waiting for sharp or for its node: waited for as a
- * blocking call waits (1), else 0 */
-SMPI_HOT static int nb_wait_alone(nb_op_t *o)
+/* o waiting for sharp or for its node, nothing of the engine's pending on
+ * it: waited for as a blocking call waits (1), else 0.  The caller knows
+ * that nothing else in flight needs this process meanwhile. */
+SMPI_HOT static int nb_wait_in_place(nb_op_t *o)
 {
-    if (o->queued || o->ended || o->preq != MPI_REQUEST_NULL ||
-        !smpi_nb_alone(o)) {
+    if (o->queued || o->ended || o->preq != MPI_REQUEST_NULL) {
         return 0;
     }
     if (o->h != NULL) {
@@ -234,6 +234,12 @@ SMPI_HOT static int nb_wait_alone(nb_op_t *o)
     return 0;
 }
 
+/* o alone in flight: waited for as a blocking call waits (1), else 0 */
+SMPI_HOT static int nb_wait_alone(nb_op_t *o)
+{
+    return smpi_nb_alone(o) && nb_wait_in_place(o);
+}
+
 /* o's sharp part in flight, nothing of the engine's pending on it */
 static int nb_in_sharp(const nb_op_t *o)
 {
@@ -241,15 +247,22 @@ static int nb_in_sharp(const nb_op_t *o)
            o->preq == MPI_REQUEST_NULL;
 }
 
-/* x, in flight while o is waited for in sharp's wait, needs nothing of
- * this process meanwhile: its sharp part is wholly libsharp's (which that
- * wait progresses), or it is queued behind o (posted once o ends) */
-static int nb_needs_nothing(const nb_op_t *x, const nb_op_t *o)
+/* every other operation in flight needs nothing of this process while o
+ * is waited for in sharp's wait: its sharp part is wholly libsharp's
+ * (which that wait progresses), or it is queued behind o (posted once o
+ * ends) */
+static int nb_others_need_nothing(const nb_op_t *o)
 {
-    if (x->node || x->ended || x->preq != MPI_REQUEST_NULL) {
-        return 0;
+    for (const nb_op_t *x = smpi_nb_ops; x != NULL; x = x->next) {
+        if (x == o || !x->active || x->done) {
+            continue;
+        }
+        if (x->node || x->ended || x->preq != MPI_REQUEST_NULL ||
+            !(x->queued ? x->st == o->st : x->h != NULL)) {
+            return 0;
+        }
     }
-    return x->queued ? x->st == o->st : x->h != NULL;
+    return 1;
 }
 
 SMPI_HOT int smpi_nb_wait_first(int n, MPI_Request reqs[])
@@ -262,24 +275,12 @@ SMPI_HOT int smpi_nb_wait_first(int n, MPI_Request reqs[])
             o = x;
         }
     }
-    if (o == NULL) {
+    if (o == NULL || (!smpi_nb_alone(o) && (smpi.threads || !nb_in_sharp(o) ||
+                                            !nb_others_need_nothing(o)))) {
         return 0;
-    }
-    if (smpi_nb_alone(o)) {
-        smpi_mpi_progress_begin();
-        return nb_wait_alone(o);
-    }
-    if (smpi.threads || !nb_in_sharp(o)) {
-        return 0;
-    }
-    for (const nb_op_t *x = smpi_nb_ops; x != NULL; x = x->next) {
-        if (x != o && x->active && !x->done && !nb_needs_nothing(x, o)) {
-            return 0;
-        }
     }
     smpi_mpi_progress_begin();
-    nb_wait_sharp(o);
-    return 1;
+    return nb_wait_in_place(o);
 }
 
 SMPI_HOT void smpi_nb_run(nb_op_t *o)
