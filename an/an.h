@@ -149,6 +149,8 @@ struct shp_an_group {
     uint32_t folded;   /* operations fully folded here, in order */
     unsigned sentinel; /* the child whose link wakes us (quiet links) */
     int quiet;         /* its other children's links are quiet now */
+    int news;          /* a child's message came since the last sleep: its quiet
+               * links are read after the sleep (shp_an_run) */
     unsigned nslots;
     shp_an_slot_t *slots;
     uint8_t **free_bufs; /* recycled payload copies */
@@ -196,7 +198,8 @@ typedef struct shp_an_stats {
     /* children's links that joined nothing: refused past
      * source_max_unjoined, the oldest closed past max_unjoined */
     uint64_t unjoined_refused, unjoined_evicted;
-    uint64_t quiet_msgs; /* messages read from quiet links (shp_an_run) */
+    uint64_t quiet_msgs;  /* messages read from quiet links (shp_an_run) */
+    uint64_t quiet_reads; /* reads of quiet links (shp_an_run) */
 } shp_an_stats_t;
 
 struct shp_an {
@@ -238,6 +241,8 @@ struct shp_an {
     unsigned nunjoined; /* children's links that joined nothing yet */
     /* a sleep with quiet links ends by this at the latest */
     ev_timer quiet_wake;
+    uint64_t quiet_all_at; /* every quiet link was last read then */
+    int quiet_timed_out;   /* a sleep ended by quiet_wake */
 };
 
 /* The core (an.c, an_run.c, an_group.c; the rest of it is internal:

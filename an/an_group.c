@@ -73,6 +73,7 @@ shp_an_group_t *shp_an_request_group(shp_an_link_t *l,
                           SHP_ERR_PERM, "not joined to this group");
         return NULL;
     }
+    g->news = 1; /* its quiet links are worth a read (shp_an_run) */
     if (g->failed) {
         shp_an_send_error(l, g->tree_id, g->id, hdr->seq, g->fail_status,
                           "group failed");

@@ -91,14 +91,25 @@ static int an_core_free(shp_an_t *an, uint64_t now)
  * reports nothing below a low-water mark far above one message; see
  * shp_conn_set_quiet) except one, the sentinel: a child that still owes the
  * oldest unfolded operation, which therefore cannot complete before its
- * message comes.  When anything wakes the AN, it reads every quiet link
- * (pull), in fold order.  The sentinel stays while it owes; when it sent
- * and others still owe, one of them takes its place: a wrong guess costs a
- * wake-up, never a delay.  A lost connection still wakes the AN; any other
- * message on a quiet link (a retransmit request, a leave) waits at most
- * SHP_AN_QUIET_WAKE_NS, and after SHP_AN_QUIET_IDLE_NS without a message
- * every link is loud again. */
-#define SHP_AN_QUIET_WAKE_NS (2 * SHP_NSEC_PER_MSEC)
+ * message comes.  After a sleep, the AN reads (pulls) the quiet links of
+ * the groups whose children sent anything meanwhile, in fold order: a
+ * group none of whose children spoke waits for its sentinel still, and
+ * reading its links would find nothing to complete (a job's idle
+ * communicators: at 64 ranks, 4 groups on a leaf made 80 reads an
+ * operation, 70 of them empty).  The sentinel stays while it owes; when it
+ * sent and others still owe, one of them takes its place: a wrong guess
+ * costs a wake-up, never a delay (a sentinel whose message came unread is
+ * loud, so readable at once).  A lost connection still wakes the AN; any
+ * other message on a quiet link (a retransmit request, a leave) is read
+ * when a sleep ends by SHP_AN_QUIET_WAKE_NS with nothing else to wake it
+ * (every quiet link is read then), or, while other groups keep the AN
+ * busy, within SHP_AN_QUIET_SWEEP_NS; after SHP_AN_QUIET_IDLE_NS without a
+ * message every link is loud again.  (At 2 ms, the timer fired while a
+ * 64-rank job's leaf waited for its parent's result, and each firing was
+ * a wake-up and a read of every quiet link.) */
+#define SHP_AN_QUIET_WAKE_NS (5 * SHP_NSEC_PER_MSEC)
+
+#define SHP_AN_QUIET_SWEEP_NS (10 * SHP_NSEC_PER_MSEC)
 
 #define SHP_AN_QUIET_IDLE_NS (20 * SHP_NSEC_PER_MSEC)
 
@@ -178,6 +189,7 @@ static void an_quiet_plan(shp_an_t *an, int on)
             }
             g->quiet = an_quiet_ok(g) &&
                        (g->sentinel = an_quiet_sentinel(g)) < g->nchildren;
+            g->news = 0;
         }
     }
     if (!on && an->nquiet == 0) {
@@ -192,8 +204,10 @@ static void an_quiet_plan(shp_an_t *an, int on)
     }
 }
 
-/* After a wake-up: what waits on the quiet links, each group's children
- * in fold order (a payload ahead of its turn is copied) */
+/* After a wake-up: what waits on the quiet links of the groups with news
+ * (of all after a sleep that timed out, or every SHP_AN_QUIET_SWEEP_NS),
+ * each group's children in fold order (a payload ahead of its turn is
+ * copied) */
 static void an_quiet_pull(shp_an_t *an)
 {
     uint32_t ids[SHP_AN_QUIET_MAX_GROUPS];
@@ -203,9 +217,16 @@ static void an_quiet_pull(shp_an_t *an)
     if (an->nquiet == 0) {
         return;
     }
+    uint64_t now = shp_time_ns();
+    int all =
+        an->quiet_timed_out || now - an->quiet_all_at >= SHP_AN_QUIET_SWEEP_NS;
+    if (all) {
+        an->quiet_all_at = now;
+    }
+    an->quiet_timed_out = 0;
     HASH_ITER(hh, an->groups, g, tmp)
     {
-        if (g->quiet && n < SHP_AN_QUIET_MAX_GROUPS) {
+        if (g->quiet && (g->news || all) && n < SHP_AN_QUIET_MAX_GROUPS) {
             ids[n++] = g->id;
         }
     }
@@ -215,6 +236,7 @@ static void an_quiet_pull(shp_an_t *an)
             shp_an_link_t *l = g->children[i].link;
             if (l != NULL && l->quiet && l->ep != NULL) {
                 uint64_t in = an->tp.stats.msgs_in;
+                an->stats.quiet_reads++;
                 l->ep->tp->ops->pull(l->ep); /* may free l */
                 an->stats.quiet_msgs += an->tp.stats.msgs_in - in;
                 g = shp_an_group_find(an, ids[k]);
@@ -225,9 +247,11 @@ static void an_quiet_pull(shp_an_t *an)
 
 static void an_quiet_wake_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
+    shp_an_t *an = w->data;
+
     (void)loop;
-    (void)w;
-    (void)revents; /* ending the loop's turn is all it is for */
+    (void)revents; /* ends the loop's turn: what waits is read then */
+    an->quiet_timed_out = 1;
 }
 
 void shp_an_run(shp_an_t *an)
@@ -246,7 +270,10 @@ void shp_an_run(shp_an_t *an)
                                                          : "/proc/loadavg",
                                 O_RDONLY | O_CLOEXEC);
     an->load_at = 0;
+    an->quiet_all_at = 0;
     ev_init(&an->quiet_wake, an_quiet_wake_cb);
+    an->quiet_wake.data = an;
+    an->quiet_timed_out = 0;
     an->quiet_wake.repeat = (double)SHP_AN_QUIET_WAKE_NS / 1e9;
     /* over sockets: poll for sock_spin_us after the last message in or
      * out, yielding the core when a poll brought nothing, then sleep (a

@@ -755,15 +755,19 @@ static long vol_switches(pid_t pid)
  * for this test) and two jobs' members run one operation at a time: a
  * leaf AN is then woken by one of a group's 4 members an operation (the
  * sentinel) and reads the other three from their quiet links, not woken by
- * each.  Every result is still checked by the members. */
+ * each.  A third group stays joined and idle (its members ran one
+ * operation): its quiet links are not read at every wake-up of the other
+ * two.  Every result is still checked by the members. */
 static void test_quiet_links(void **state)
 {
     char nops[16];
     const char *const extra[] = {"--ops", scaled(1000, nops), NULL};
+    const char *const one[] = {"--ops", "1", NULL};
     group_t a = {12, 7, key_a, "mcast", "239.77.12.1:17405", 1, 256};
     group_t b = {13, 300, key_b, "rc", NULL, 1, 256};
-    pid_t pids[2 * NMEMBERS];
-    int codes[2 * NMEMBERS], i;
+    group_t idle = {14, 301, key_b, "rc", NULL, 1, 256};
+    pid_t pids[3 * NMEMBERS];
+    int codes[3 * NMEMBERS], i;
     long before[NANS];
 
     (void)state;
@@ -772,6 +776,10 @@ static void test_quiet_links(void **state)
     }
     create_group(&a);
     create_group(&b);
+    create_group(&idle);
+    for (i = 0; i < NMEMBERS; i++) { /* one operation, then joined, idle */
+        pids[2 * NMEMBERS + i] = start_member(&idle, i, "stream", one, NULL);
+    }
     for (i = 0; i < NANS; i++) {
         before[i] = vol_switches(ans[i].pid);
     }
@@ -779,26 +787,33 @@ static void test_quiet_links(void **state)
         pids[i] = start_member(&a, i, "stream", extra, NULL);
         pids[NMEMBERS + i] = start_member(&b, i, "stream", extra, NULL);
     }
-    wait_all(pids, 2 * NMEMBERS, codes, 180);
-    for (i = 0; i < 2 * NMEMBERS; i++) {
+    wait_all(pids, 3 * NMEMBERS, codes, 180);
+    for (i = 0; i < 3 * NMEMBERS; i++) {
         if (codes[i] != 0) {
             fail_msg("member %d of job %s exited %d (logs in %s)", i % NMEMBERS,
                      i < NMEMBERS ? "A" : "B", codes[i], logdir);
         }
     }
     for (i = 1; i < NANS; i++) {
-        int64_t ops = an_stat_now(i, "ops"),
-                quiet = an_stat_now(i, "quiet_msgs");
-        double wakes = (double)(vol_switches(ans[i].pid) - before[i]) / ops;
+        int64_t ops = an_stat_now(i, "ops") - 1, /* the idle group's one */
+            quiet = an_stat_now(i, "quiet_msgs"),
+                reads = an_stat_now(i, "quiet_reads");
+        long sleeps = vol_switches(ans[i].pid) - before[i];
         print_message("%s: %lld operations of two groups, %lld messages read "
-                      "from quiet links, %.2f sleeps an operation\n",
-                      ans[i].name, (long long)ops, (long long)quiet, wakes);
+                      "from quiet links in %lld reads, %.2f sleeps an "
+                      "operation\n",
+                      ans[i].name, (long long)ops, (long long)quiet,
+                      (long long)reads, (double)sleeps / ops);
         assert_int_equal(ops, 2 * atoi(nops));
         /* most operations: three of the four read without a wake-up */
         assert_true(quiet >= ops * (PER_LEAF - 1) / 2);
         /* woken once for the sentinel, once for the result from the root,
          * sometimes for a wrong guess: not once a member */
-        assert_true(wakes < 3);
+        assert_true(sleeps < 3 * ops);
+        /* after a sleep, the quiet links of the groups that spoke are
+         * read, not the idle group's too (which would be 3 x 3 reads a
+         * sleep) */
+        assert_true(reads < 2 * (PER_LEAF - 1) * sleeps);
     }
 }
 
