@@ -149,8 +149,9 @@ struct shp_an_group {
     uint32_t folded;   /* operations fully folded here, in order */
     unsigned sentinel; /* the child whose link wakes us (quiet links) */
     int quiet;         /* its other children's links are quiet now */
-    int news;          /* a child's message came since the last sleep: its quiet
-               * links are read after the sleep (shp_an_run) */
+    /* a child's message came since the last sleep: its quiet links are
+     * read after the sleep (shp_an_run) */
+    int news;
     unsigned nslots;
     shp_an_slot_t *slots;
     uint8_t **free_bufs; /* recycled payload copies */
