@@ -791,7 +791,10 @@ static void test_quiet_links(void **state)
     for (i = 0; i < 3 * NMEMBERS; i++) {
         if (codes[i] != 0) {
             fail_msg("member %d of job %s exited %d (logs in %s)", i % NMEMBERS,
-                     i < NMEMBERS ? "A" : "B", codes[i], logdir);
+                     i < NMEMBERS       ? "A"
+                     : i < 2 * NMEMBERS ? "B"
+                                        : "C (the idle group)",
+                     codes[i], logdir);
         }
     }
     for (i = 1; i < NANS; i++) {
