@@ -338,7 +338,7 @@ echo "\"2 stripes\": sharp with SHARP_COLL_STRIPES=2 (a part of each call on"
 echo "each spine's tree), its ratio to sharp on one tree"
 printf '%-12s %9s %10s %10s %8s %10s %8s\n' op bytes "sharp tcp" "ompi tcp" ratio \
     "2 stripes" "vs one"
-for b in 524288 1000000 1048576 2097152 4194304; do
+for b in 524288 1000000 1048576 2097152 4194304 8388608 16777216; do
     ls_=$(for k in $(seq "$ROUNDS"); do val "$DIR/lgsharp8.$k" allreduce_b $b 3; done | median)
     lt_=$(for k in $(seq "$ROUNDS"); do val "$DIR/lgtcp8.$k" allreduce_b $b 3; done | median)
     lp_=$(for k in $(seq "$ROUNDS"); do val "$DIR/lgstripe8.$k" allreduce_b $b 3; done | median)

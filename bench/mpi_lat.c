@@ -21,7 +21,7 @@
  * a tick finds running, as the kernel's accounting does; ksoftirqd is not
  * counted).
  *
- * SHARP_BENCH_LARGE=1: instead, allreduces of 512 KiB to 4 MiB with a
+ * SHARP_BENCH_LARGE=1: instead, allreduces of 512 KiB to 16 MiB with a
  * barrier between calls, only the allreduce timed, as OSU's osu_allreduce
  * does ("allreduce_b BYTES US").
  *
@@ -179,7 +179,8 @@ static void barrier(int n)
  * overlap), only the allreduce timed: "allreduce_b BYTES US" lines */
 static void large_section(int rank, double scale)
 {
-    static const int sizes[] = {524288, 1000000, 1048576, 2097152, 4194304};
+    static const int sizes[] = {524288,  1000000, 1048576, 2097152,
+                                4194304, 8388608, 16777216};
     int iters = (int)(40 * scale) > 3 ? (int)(40 * scale) : 3;
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         int n = sizes[k] / 4;
@@ -214,8 +215,8 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     const char *lg = getenv("SHARP_BENCH_LARGE");
     if (lg != NULL && atoi(lg) == 1) {
-        a = calloc(1 << 20, sizeof(float));
-        b = calloc(1 << 20, sizeof(float));
+        a = calloc(1 << 22, sizeof(float)); /* 16 MiB */
+        b = calloc(1 << 22, sizeof(float));
         large_section(rank, scale);
         free(a);
         free(b);
