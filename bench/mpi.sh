@@ -34,7 +34,9 @@
 # Open MPI over shared memory; a ratio below 1 is sharp faster).
 #
 # SHARP_BENCH_ROUNDS (default 3): the four ways run this many times,
-# alternated; every figure printed is a median over the rounds.
+# alternated; every figure printed is a median over the rounds (the scale
+# section runs once, but for its largest one-rank-per-host point, whose
+# figures are RESULT keys: that runs in rounds too).
 # SHARP_BENCH_SCALE (default 0.5): the fraction of bench_mpi_lat's
 # iterations each run makes (1: 1500 at <= 4 KiB).
 # SHARP_BENCH_SCALE_RUN (default 1): 0 skips the scale section (64
@@ -94,10 +96,10 @@ median() { # the median of the numbers on standard input, one a line
     sort -g | awk '{ v[NR] = $1 } END { if (!NR) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 median_rows() { # FILE...: bench_mpi_lat's lines, each number the median over the files
-    local f op bytes c
+    local f op bytes c    # (columns 3 to 5; MEDIAN_COLS says others)
     awk '{ print $1, $2 }' "$1" | while read -r op bytes; do
         printf '%s %s' "$op" "$bytes"
-        for c in 3 4 5; do
+        for c in ${MEDIAN_COLS:-3 4 5}; do
             printf ' %s' "$(for f in "$@"; do val "$f" "$op" "$bytes" "$c"; done | median)"
         done
         echo
@@ -214,7 +216,10 @@ fi
 # fabric, and 2, 4, 8 ranks per host on the 8-host fabric, sharp against
 # both Open MPI transports; allreduce of 8 B and 4 KiB, bcast, barrier
 # (bench_mpi_lat with SHARP_BENCH_QUICK=1), one round each (64 processes
-# on this machine's cores make every run long).  SHARP_BENCH_SCALE_RUN=0
+# on this machine's cores make every run long) but the largest one rank
+# per host, whose figures are RESULT keys: SHARP_BENCH_ROUNDS alternated
+# rounds of it (at 64 processes on 2 cores one run's figure moved by half
+# from run to run of the same code).  SHARP_BENCH_SCALE_RUN=0
 # skips it; SHARP_BENCH_SCALE_NPS and SHARP_BENCH_SCALE_PPNS choose the
 # columns.
 scale_row() { # LABEL OP BYTES FILE...: latency (job CPU per op) of each file
@@ -231,6 +236,15 @@ sr() { # OP BYTES A B [COLUMN]: latency (or COLUMN) of A / that of B
     awk -v a="$(val "$3" "$1" "$2" "${5:-3}")" -v b="$(val "$4" "$1" "$2" "${5:-3}")" \
         'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b; else printf "nan" }'
 }
+srr() { # OP BYTES A B [COLUMN]: at the keys' np, the median over the
+    # rounds of each round's ratio (sr) of way A to way B
+    local k
+    for k in $(seq "$ROUNDS"); do
+        sr "$1" "$2" "$DIR/sc-$3$last_np.$k" "$DIR/sc-$4$last_np.$k" "${5:-3}"
+        echo
+    done | { grep -v nan || true; } | median |
+        awk '{ if ($1 == "nan") print; else printf "%.2f\n", $1 }'
+}
 if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
     NPS=${SHARP_BENCH_SCALE_NPS:-8 16 32 64}
     PPNS=${SHARP_BENCH_SCALE_PPNS:-2 4 8}
@@ -240,13 +254,26 @@ if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
     # one rank per host: a 64-host two-level fat-tree (radix 16)
     "$BIN/sharp-topo" fat-tree --radix 16 --hosts 64 >"$DIR/ft64.ibnd"
     "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/ft64.ibnd" --net 127.20 >/dev/null
+    last_np=${NPS##* } last_ppn=${PPNS##* }
     for np in $NPS; do
-        PRELOAD= sharp_run "$np" "$DIR/sc-sharp$np"
+        [ "$np" = "$last_np" ] || PRELOAD= sharp_run "$np" "$DIR/sc-sharp$np"
     done
     "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
     for np in $NPS; do
+        [ "$np" = "$last_np" ] && continue
         run "$np" --mca btl tcp,self "$BIN/bench_mpi_lat" >"$DIR/sc-tcp$np"
         run "$np" --mca btl self,vader "$BIN/bench_mpi_lat" >"$DIR/sc-shm$np"
+    done
+    for round in $(seq "$ROUNDS"); do # the keys' np: alternated rounds
+        "$BIN/sharp-fabric" --dir "$DIR/fabric" up "$DIR/ft64.ibnd" --net 127.20 >/dev/null
+        PRELOAD= sharp_run "$last_np" "$DIR/sc-sharp$last_np.$round"
+        "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
+        run "$last_np" --mca btl tcp,self "$BIN/bench_mpi_lat" >"$DIR/sc-tcp$last_np.$round"
+        run "$last_np" --mca btl self,vader "$BIN/bench_mpi_lat" >"$DIR/sc-shm$last_np.$round"
+    done
+    for w in sharp tcp shm; do # its table rows: the medians of the rounds
+        MEDIAN_COLS="3 4 5 6" median_rows $(for k in $(seq "$ROUNDS"); do
+            echo "$DIR/sc-$w$last_np.$k"; done) >"$DIR/sc-$w$last_np"
     done
     # several ranks per host on the 8-host fabric: node-local aggregation
     # (its step on shared memory), one member per process, the same with
@@ -272,7 +299,8 @@ if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
     echo
     echo "Scale, one rank per host (64-host fat-tree, radix 16): latency us"
     echo "(the job's CPU us per operation over the timed loop: its ranks and"
-    echo "the fabric's daemons, not the rest of the machine), one round"
+    echo "the fabric's daemons, not the rest of the machine), one round;"
+    echo "at $last_np ranks the medians of $ROUNDS alternated rounds"
     printf '%-16s %-9s %6s %18s %18s %18s\n' ranks op bytes "sharp tcp/udp" "ompi tcp" "ompi shm"
     for np in $NPS; do
         for ob in "allreduce 8" "allreduce 4096" "bcast 8" "barrier 0"; do
@@ -294,16 +322,15 @@ if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
                 "$DIR/sc-proc$ppn" "$DIR/sc-aggrshm$ppn" "$DIR/sc-tcpp$ppn" "$DIR/sc-shmp$ppn"
         done
     done
-    last_np=${NPS##* } last_ppn=${PPNS##* }
     # np 8 and 16 against TCP have their keys in the main section: a key
     # printed twice is two answers to one question
     SCALE_RESULT=""
     case $last_np in
     8 | 16) ;;
-    *) SCALE_RESULT="mpi_allreduce_8B_np${last_np}_vs_tcp=$(sr allreduce 8 "$DIR/sc-sharp$last_np" "$DIR/sc-tcp$last_np")" ;;
+    *) SCALE_RESULT="mpi_allreduce_8B_np${last_np}_vs_tcp=$(srr allreduce 8 sharp tcp)" ;;
     esac
-    SCALE_RESULT+=" mpi_allreduce_8B_np${last_np}_vs_shm=$(sr allreduce 8 "$DIR/sc-sharp$last_np" "$DIR/sc-shm$last_np")"
-    SCALE_RESULT+=" mpi_bcast_8B_np${last_np}_vs_shm=$(sr bcast 8 "$DIR/sc-sharp$last_np" "$DIR/sc-shm$last_np")"
+    SCALE_RESULT+=" mpi_allreduce_8B_np${last_np}_vs_shm=$(srr allreduce 8 sharp shm)"
+    SCALE_RESULT+=" mpi_bcast_8B_np${last_np}_vs_shm=$(srr bcast 8 sharp shm)"
     SCALE_RESULT+=" mpi_allreduce_8B_ppn${last_ppn}_vs_shm=$(sr allreduce 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-shmp$last_ppn")"
     SCALE_RESULT+=" mpi_allreduce_4K_ppn${last_ppn}_vs_shm=$(sr allreduce 4096 "$DIR/sc-aggr$last_ppn" "$DIR/sc-shmp$last_ppn")"
     SCALE_RESULT+=" mpi_allreduce_8B_ppn${last_ppn}_shm_vs_shm=$(sr allreduce 8 "$DIR/sc-aggrshm$last_ppn" "$DIR/sc-shmp$last_ppn")"
@@ -313,7 +340,7 @@ if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
     SCALE_RESULT+=" mpi_node_aggr_bcast_8B_ppn${last_ppn}_vs_per_process=$(sr bcast 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-proc$last_ppn")"
     SCALE_RESULT+=" mpi_node_aggr_8B_ppn${last_ppn}_cpu_vs_per_process=$(sr allreduce 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-proc$last_ppn" 6)"
     SCALE_RESULT+=" mpi_allreduce_8B_ppn${last_ppn}_cpu_vs_shm=$(sr allreduce 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-shmp$last_ppn" 6)"
-    SCALE_RESULT+=" mpi_allreduce_8B_np${last_np}_cpu_vs_shm=$(sr allreduce 8 "$DIR/sc-sharp$last_np" "$DIR/sc-shm$last_np" 6)"
+    SCALE_RESULT+=" mpi_allreduce_8B_np${last_np}_cpu_vs_shm=$(srr allreduce 8 sharp shm 6)"
     echo
 fi
 
