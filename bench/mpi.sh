@@ -236,14 +236,14 @@ sr() { # OP BYTES A B [COLUMN]: latency (or COLUMN) of A / that of B
     awk -v a="$(val "$3" "$1" "$2" "${5:-3}")" -v b="$(val "$4" "$1" "$2" "${5:-3}")" \
         'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b; else printf "nan" }'
 }
-srr() { # OP BYTES A B [COLUMN]: at the keys' np, the median over the
-    # rounds of each round's ratio (sr) of way A to way B
+r() { # OP BYTES NP COLUMN [SHARP MPI]: sharp / Open MPI (tcp by default),
+    # the median of the rounds' ratios
     local k
     for k in $(seq "$ROUNDS"); do
-        sr "$1" "$2" "$DIR/sc-$3$last_np.$k" "$DIR/sc-$4$last_np.$k" "${5:-3}"
-        echo
-    done | { grep -v nan || true; } | median |
-        awk '{ if ($1 == "nan") print; else printf "%.2f\n", $1 }'
+        awk -v s="$(val "$DIR/${5:-sharp}$3.$k" "$1" "$2" "$4")" \
+            -v t="$(val "$DIR/${6:-tcp}$3.$k" "$1" "$2" "$4")" \
+            'BEGIN { if (s != "" && t > 0) print s / t }'
+    done | median | awk '{ printf "%.2f", $1 }'
 }
 if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
     NPS=${SHARP_BENCH_SCALE_NPS:-8 16 32 64}
@@ -327,10 +327,10 @@ if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
     SCALE_RESULT=""
     case $last_np in
     8 | 16) ;;
-    *) SCALE_RESULT="mpi_allreduce_8B_np${last_np}_vs_tcp=$(srr allreduce 8 sharp tcp)" ;;
+    *) SCALE_RESULT="mpi_allreduce_8B_np${last_np}_vs_tcp=$(r allreduce 8 "$last_np" 3 sc-sharp sc-tcp)" ;;
     esac
-    SCALE_RESULT+=" mpi_allreduce_8B_np${last_np}_vs_shm=$(srr allreduce 8 sharp shm)"
-    SCALE_RESULT+=" mpi_bcast_8B_np${last_np}_vs_shm=$(srr bcast 8 sharp shm)"
+    SCALE_RESULT+=" mpi_allreduce_8B_np${last_np}_vs_shm=$(r allreduce 8 "$last_np" 3 sc-sharp sc-shm)"
+    SCALE_RESULT+=" mpi_bcast_8B_np${last_np}_vs_shm=$(r bcast 8 "$last_np" 3 sc-sharp sc-shm)"
     SCALE_RESULT+=" mpi_allreduce_8B_ppn${last_ppn}_vs_shm=$(sr allreduce 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-shmp$last_ppn")"
     SCALE_RESULT+=" mpi_allreduce_4K_ppn${last_ppn}_vs_shm=$(sr allreduce 4096 "$DIR/sc-aggr$last_ppn" "$DIR/sc-shmp$last_ppn")"
     SCALE_RESULT+=" mpi_allreduce_8B_ppn${last_ppn}_shm_vs_shm=$(sr allreduce 8 "$DIR/sc-aggrshm$last_ppn" "$DIR/sc-shmp$last_ppn")"
@@ -340,7 +340,7 @@ if [ "${SHARP_BENCH_SCALE_RUN:-1}" = 1 ]; then
     SCALE_RESULT+=" mpi_node_aggr_bcast_8B_ppn${last_ppn}_vs_per_process=$(sr bcast 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-proc$last_ppn")"
     SCALE_RESULT+=" mpi_node_aggr_8B_ppn${last_ppn}_cpu_vs_per_process=$(sr allreduce 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-proc$last_ppn" 6)"
     SCALE_RESULT+=" mpi_allreduce_8B_ppn${last_ppn}_cpu_vs_shm=$(sr allreduce 8 "$DIR/sc-aggr$last_ppn" "$DIR/sc-shmp$last_ppn" 6)"
-    SCALE_RESULT+=" mpi_allreduce_8B_np${last_np}_cpu_vs_shm=$(srr allreduce 8 sharp shm 6)"
+    SCALE_RESULT+=" mpi_allreduce_8B_np${last_np}_cpu_vs_shm=$(r allreduce 8 "$last_np" 6 sc-sharp sc-shm)"
     echo
 fi
 
@@ -365,7 +365,8 @@ echo "\"2 stripes\": sharp with SHARP_COLL_STRIPES=2 (a part of each call on"
 echo "each spine's tree), its ratio to sharp on one tree"
 printf '%-12s %9s %10s %10s %8s %10s %8s\n' op bytes "sharp tcp" "ompi tcp" ratio \
     "2 stripes" "vs one"
-for b in 524288 1000000 1048576 2097152 4194304 8388608 16777216; do
+# the sizes bench_mpi_lat measured (large_section), from its lines
+for b in $(cat "$DIR"/lg*8.* | awk '$1 == "allreduce_b" { print $2 }' | sort -nu); do
     ls_=$(for k in $(seq "$ROUNDS"); do val "$DIR/lgsharp8.$k" allreduce_b $b 3; done | median)
     lt_=$(for k in $(seq "$ROUNDS"); do val "$DIR/lgtcp8.$k" allreduce_b $b 3; done | median)
     lp_=$(for k in $(seq "$ROUNDS"); do val "$DIR/lgstripe8.$k" allreduce_b $b 3; done | median)
@@ -374,15 +375,6 @@ for b in 524288 1000000 1048576 2097152 4194304 8388608 16777216; do
             (t > 0 ? s / t : 0), p, (s > 0 ? p / s : 0) }'
 done
 
-r() { # OP BYTES NP COLUMN [SHARP MPI]: sharp / Open MPI (tcp by default),
-    # the median of the rounds' ratios
-    local k
-    for k in $(seq "$ROUNDS"); do
-        awk -v s="$(val "$DIR/${5:-sharp}$3.$k" "$1" "$2" "$4")" \
-            -v t="$(val "$DIR/${6:-tcp}$3.$k" "$1" "$2" "$4")" \
-            'BEGIN { if (s != "" && t > 0) print s / t }'
-    done | median | awk '{ printf "%.2f", $1 }'
-}
 echo "RESULT mpi_allreduce_8B_np8_vs_tcp=$(r allreduce 8 8 3)" \
     "mpi_allreduce_8B_np16_vs_tcp=$(r allreduce 8 16 3)" \
     "mpi_allreduce_4K_np8_vs_tcp=$(r allreduce 4096 8 3)" \
