@@ -33,14 +33,14 @@
  * end (docs/mpi.md, failure protocol; the job aborts if they cannot).
  * leave: the group is left first (the tree then fails the operations still
  * waiting for this member).  1: the operation completed elsewhere, its
- * result fetched (smr_result); 0: it is to be redone on PMPI, and every
- * later one.  The engine's (smpi_nb_recover, and node_step.c's leader).
+ * result fetched (smr_result; the later calls that completed elsewhere
+ * come here too, as the group is gone, and take theirs); 0: it is to be
+ * redone on PMPI, and every later one.  The engine's (smpi_nb_recover, and node_step.c's leader).
  */
 int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
                     size_t len, int rc, int leave)
 {
     char why[200] = "";
-    uint64_t before = smr_done(st->rec);
     if (leave && st->sc != NULL) {
         smpi_note(2, "%s failed in the network (%s): recovering", what,
                   sharp_coll_strerror(rc));
@@ -65,12 +65,20 @@ int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
     if (us > smpi.recovery_us_max) {
         smpi.recovery_us_max = us;
     }
-    if (smr_done(st->rec) > before) {
+    int took = smr_take(st->rec, len);
+    if (took < 0) {
+        fprintf(stderr,
+                "sharp_mpi[%d]: %s of %zu bytes: the operation the other "
+                "members completed in its place had a result of another "
+                "length (the ranks' collective calls differ): aborting\n",
+                smpi.rank, what, len);
+        smpi_abort(comm);
+    }
+    if (took > 0) {
         SMPI_ADD(smpi.fetched,
                  1); /* completed elsewhere: its result, from a member */
-        return 1;
     }
-    return 0;
+    return took > 0;
 }
 
 /* st's communicator goes to PMPI from now on (every rank decides so at

@@ -11,9 +11,11 @@
  *   question  magic "SMRQ", version, group id, k, flags (1: send the
  *             result of k if you have it), the asker's nonce, MAC(hello's
  *             nonce, the question)
- *   answer    magic "SMRA", known (0: no such group here yet), posted,
- *             done, decided, length of the result that follows (0: none),
- *             MAC(both nonces, the answer, the result), then the result
+ *   answer    magic "SMRA", known (0: no such group here yet), posted (0:
+ *             outside the group's operations, 1: inside one, 2: inside a
+ *             windowed one), held (1: the result of k follows), done,
+ *             decided, length of the result that follows, MAC(both
+ *             nonces, the answer, the result), then the result
  * A question whose MAC does not verify (not the job's, or a replay: the
  * nonce is the connection's own) is dropped without an answer; an answer
  * whose MAC does not verify is taken for none.
@@ -148,6 +150,7 @@ void smr_rec_free(smr_rec_t *r)
     pthread_mutex_unlock(&smr_svc.mu);
     free(r->peers);
     free(r->buf);
+    free(r->win);
     free(r);
 }
 
@@ -175,7 +178,7 @@ __attribute__((hot)) void *smr_begin(smr_rec_t *r, size_t len, int *oom)
             *oom = 1;
             goto out;
         }
-        r->posted = 1;
+        r->posted = IN_OP;
         p = r->buf;
     }
 out:
@@ -183,28 +186,102 @@ out:
     return p;
 }
 
+/* r's window slots, made if they are not yet (under smr_svc.mu): 0 or -1 */
+static int win_make(smr_rec_t *r)
+{
+    if (r->win == NULL) {
+        r->win = calloc(SMR_WIN, SMR_WIN_BYTES);
+    }
+    return r->win != NULL ? 0 : -1;
+}
+
+static char *win_slot(const smr_rec_t *r, uint64_t op)
+{
+    return r->win + (size_t)(op % SMR_WIN) * SMR_WIN_BYTES;
+}
+
+void smr_allow_window(smr_rec_t *r)
+{
+    pthread_mutex_lock(&smr_svc.mu);
+    r->windowed = 1;
+    pthread_mutex_unlock(&smr_svc.mu);
+}
+
+__attribute__((hot)) void *smr_begin_win(smr_rec_t *r, size_t len, int *oom)
+{
+    void *p = NULL;
+    *oom = 0;
+    pthread_mutex_lock(&smr_svc.mu);
+    if (len > SMR_WIN_BYTES || !r->windowed || win_make(r) != 0) {
+        *oom = 1; /* (a larger one, or none allowed: the caller's error) */
+    } else if (!r->frozen) {
+        /* the slot of the windowed result SMR_WIN back: no member needs it
+         * any more (the tree keeps members closer) */
+        r->posted = IN_WIN;
+        p = win_slot(r, r->done + 1);
+    }
+    pthread_mutex_unlock(&smr_svc.mu);
+    return p;
+}
+
+/* the buffer's part of a completed operation (under smr_svc.mu) */
+static void buf_end(smr_rec_t *r, size_t len)
+{
+    r->bop = r->done;
+    r->rlen = len;
+    /* a big buffer no longer needed: given back after a run of small
+     * operations, not after one (a barrier between two 1 MiB allreduces
+     * gave it back and the next one grew it again: a fresh mapping, its
+     * pages faulted in, on every operation) */
+    r->small = r->cap / 4 > len ? r->small + 1 : 0;
+    if (r->cap > SMR_KEEP_BYTES && r->small >= SMR_SMALL_RUN) {
+        (void)resize(r, len); /* kept as it is if that fails */
+        r->small = 0;
+    }
+}
+
 __attribute__((hot)) void smr_end(smr_rec_t *r, int ok, size_t len)
 {
     pthread_mutex_lock(&smr_svc.mu);
-    r->posted = 0;
-    r->asked_inside_ns = 0;
-    r->canceled = 0;
+    wslot_t *w = r->win != NULL ? &r->ws[(r->done + 1) % SMR_WIN] : NULL;
     if (ok) {
         r->done++;
-        r->rlen = len;
-        /* a big buffer no longer needed: given back after a run of small
-         * operations, not after one (a barrier between two 1 MiB
-         * allreduces gave it back and the next one grew it again: a fresh
-         * mapping, its pages faulted in, on every operation) */
-        r->small = r->cap / 4 > len ? r->small + 1 : 0;
-        if (r->cap > SMR_KEEP_BYTES && r->small >= SMR_SMALL_RUN) {
-            (void)resize(r, len); /* kept as it is if that fails */
-            r->small = 0;
+        r->taken = r->done;
+        if (r->posted == IN_WIN) {
+            *w = (wslot_t){r->done, len};
+        } else {
+            buf_end(r, len);
         }
     } else {
         r->frozen = 1;
+        if (r->posted == IN_WIN) {
+            w->op = 0; /* part of the result may be in it */
+        }
     }
+    r->posted = OUT;
+    r->asked_inside_ns = 0;
+    r->canceled = 0;
     pthread_mutex_unlock(&smr_svc.mu);
+}
+
+const char *smr_held(const smr_rec_t *r, uint64_t op, size_t *len)
+{
+    if (op == 0 || op > r->done) {
+        return NULL;
+    }
+    const wslot_t *w = &r->ws[op % SMR_WIN];
+    if (r->win != NULL && w->op == op &&
+        !(r->posted == IN_WIN && (r->done + 1) % SMR_WIN == op % SMR_WIN)) {
+        *len = w->len;
+        return win_slot(r, op);
+    }
+    if (r->bop == op) {
+        /* a new result comes into the buffer only once every member has
+         * completed this one */
+        *len = r->rlen;
+        return r->buf;
+    }
+    return NULL;
 }
 
 size_t smr_capacity(const smr_rec_t *r)
@@ -214,7 +291,24 @@ size_t smr_capacity(const smr_rec_t *r)
 
 void *smr_result(smr_rec_t *r)
 {
-    return r->buf;
+    size_t len;
+    pthread_mutex_lock(&smr_svc.mu);
+    const char *p = smr_held(r, r->taken, &len);
+    pthread_mutex_unlock(&smr_svc.mu);
+    return p != NULL ? (void *)p : r->buf;
+}
+
+int smr_take(smr_rec_t *r, size_t len)
+{
+    size_t got = 0;
+    int rc = 0;
+    pthread_mutex_lock(&smr_svc.mu);
+    if (r->taken < r->done) {
+        rc = smr_held(r, r->taken + 1, &got) != NULL && got == len ? 1 : -1;
+        r->taken += rc > 0 ? 1 : 0;
+    }
+    pthread_mutex_unlock(&smr_svc.mu);
+    return rc;
 }
 
 uint64_t smr_done(const smr_rec_t *r)
@@ -285,6 +379,7 @@ static int ask(const smr_rec_t *r, int p, uint64_t k, int want, size_t max,
     }
     a->known = ntohl(a->known);
     a->posted = ntohl(a->posted);
+    a->held = ntohl(a->held);
     a->done = be64toh(a->done);
     a->decided = be64toh(a->decided);
     a->len = len;
@@ -298,25 +393,36 @@ out:
     return rc;
 }
 
-/* Fetch the result of k from a peer that has it: 0, or -1. */
-static int fetch(smr_rec_t *r, int p, uint64_t k, size_t len)
+/* Fetch the result of op from peer p, into the buffer (op == k, the
+ * operation at hand: len bytes) or a window slot (a later one, windowed: at
+ * most SMR_WIN_BYTES): 0, or -1. */
+static int fetch(smr_rec_t *r, int p, uint64_t k, uint64_t op, size_t len)
 {
     answer_t a;
     char *data;
-    if (ask(r, p, k, 1, len, &a, &data) != 0) {
+    size_t max = op == k ? len : SMR_WIN_BYTES;
+    if (ask(r, p, op, 1, max, &a, &data) != 0) {
         return -1;
     }
-    if (!a.known || a.done != k || a.len != len) {
-        free(data);
-        return -1;
-    }
+    int rc = -1;
     pthread_mutex_lock(&smr_svc.mu);
-    if (len > 0) {
-        memcpy(r->buf, data, len); /* smr_begin sized it */
+    if (a.known && a.held && (op != k || a.len == len) &&
+        (op == k || win_make(r) == 0)) {
+        char *to = op == k ? r->buf : win_slot(r, op);
+        if (a.len > 0) {
+            memcpy(to, data, a.len); /* smr_decide sized the buffer */
+        }
+        if (op == k) {
+            r->bop = op; /* held once done reaches it */
+            r->rlen = a.len;
+        } else {
+            r->ws[op % SMR_WIN] = (wslot_t){op, a.len};
+        }
+        rc = 0;
     }
     pthread_mutex_unlock(&smr_svc.mu);
     free(data);
-    return 0;
+    return rc;
 }
 
 static void (*wait_hook)(void);
@@ -326,11 +432,32 @@ void smr_set_wait_hook(void (*hook)(void))
     wait_hook = hook;
 }
 
-/* Member p's answer about operation k: 1 if it settles p's part (*found
- * and *src updated: F as far as known, a member that completed k), 0 to
- * ask p again, -1 if the protocol's assumption does not hold (why). */
-static int ask_member(smr_rec_t *r, int p, uint64_t k, uint64_t *found,
-                      int *src, char *why, size_t whylen)
+/* what a decision knows so far: the most operations a member completed,
+ * one such member (-1: this one), and a decision made elsewhere (0: none) */
+typedef struct {
+    uint64_t max;
+    int src;
+    uint64_t F;
+    int behind; /* a member completed k - 2 or less */
+} sweep_t;
+
+/* Member p, inside operation done + 1 (posted), when s->max is the most
+ * any member completed: could that operation still complete and raise it?
+ * Only at the front (done == max): a windowed one needs nothing of this
+ * member; another needs every member's part, and this one (k - 1 done)
+ * gave one only to k. */
+static int may_complete(const sweep_t *s, uint64_t k, uint64_t done,
+                        uint32_t posted)
+{
+    return posted != OUT && done == s->max &&
+           (posted == IN_WIN || done + 1 == k);
+}
+
+/* Member p's answer (k: this member's operation at hand): 1 if it settles
+ * p's part (*s updated), 0 to ask p again, -1 if the protocol's
+ * assumption does not hold (why). */
+static int ask_member(smr_rec_t *r, int p, uint64_t k, sweep_t *s, char *why,
+                      size_t whylen)
 {
     answer_t a;
     char *data;
@@ -343,47 +470,50 @@ static int ask_member(smr_rec_t *r, int p, uint64_t k, uint64_t *found,
         snprintf(why, whylen, "member %d does not know the group", p);
         return 0;
     }
-    if (a.decided != 0 && a.decided != k && a.decided != k + 1) {
+    if (a.decided != 0 && a.decided < k) {
         snprintf(why, whylen,
-                 "member %d decided operation %llu, this one is at "
+                 "member %d decided operation %llu, this one completed "
                  "%llu: the protocol's assumption does not hold",
-                 p, (unsigned long long)a.decided, (unsigned long long)k);
+                 p, (unsigned long long)a.decided, (unsigned long long)(k - 1));
         return -1;
     }
     if (a.decided != 0) {
-        *found = a.decided;
-        *src = a.decided == k + 1 ? p : *src;
-    } else if (a.done >= k) {
-        *found = k + 1;
-        *src = p;
-    } else if (a.done + 2 <= k) {
-        *found = *found ? *found : k;
-    } else if (a.posted) {
+        s->F = a.decided; /* and p completed everything before it */
+        s->src = p;
+        return 1;
+    }
+    if (a.done > s->max) {
+        s->max = a.done;
+        s->src = p;
+    }
+    s->behind |= a.done + 2 <= k;
+    if (may_complete(s, k, a.done, a.posted)) {
         snprintf(why, whylen, "member %d is still inside operation %llu", p,
-                 (unsigned long long)k);
+                 (unsigned long long)(a.done + 1));
         return 0; /* its operation will complete or fail */
     }
     return 1;
 }
 
-/* Every member is asked at least once (so every one is frozen); the
- * answer is known once one member completed k (F = k + 1, *src one that
- * did) or is behind (F = k: it never posts k now), or once every member
- * answered while outside the group's operations.  F, or 0 (why). */
+/* Every member is asked at least once (so every one is frozen); F is known
+ * once a member decided it, or once no member's operation can complete any
+ * more: 1 + the most a member completed.  Without windowed operations it
+ * is known sooner, however many members still have to answer: k + 1 once a
+ * member completed k (none can have completed k + 1: this one gave it
+ * nothing), k once one is two behind (it gave k nothing).  F, or 0 (why). */
 static uint64_t decide_sweep(smr_rec_t *r, uint64_t k, uint64_t end, char *pend,
                              int *src, char *why, size_t whylen)
 {
     int npend = 0, wait_ms = 1;
-    uint64_t found = 0; /* F, as soon as known */
+    sweep_t s = {k - 1, -1, 0, 0};
 
     for (int p = 0; p < r->size; p++) {
         pend[p] = p != r->rank;
         npend += pend[p];
     }
-    while (npend > 0) {
+    while (npend > 0 && s.F == 0) {
         for (int p = 0; p < r->size; p++) {
-            int rc =
-                pend[p] ? ask_member(r, p, k, &found, src, why, whylen) : 0;
+            int rc = pend[p] ? ask_member(r, p, k, &s, why, whylen) : 0;
             if (rc < 0) {
                 return 0;
             }
@@ -393,11 +523,8 @@ static uint64_t decide_sweep(smr_rec_t *r, uint64_t k, uint64_t end, char *pend,
             }
         }
         /* after the first sweep every member has been asked, so frozen */
-        if (found != 0 && (found != k + 1 || *src >= 0)) {
-            break;
-        }
-        if (npend == 0) {
-            found = k; /* every one outside, none completed k */
+        if (npend == 0 || s.F != 0 ||
+            (!r->windowed && (s.max >= k || s.behind))) {
             break;
         }
         if (shp_deadline_passed(end)) {
@@ -409,19 +536,20 @@ static uint64_t decide_sweep(smr_rec_t *r, uint64_t k, uint64_t end, char *pend,
         poll(NULL, 0, wait_ms);
         wait_ms = wait_ms < 64 ? wait_ms * 2 : 64;
     }
-    return found != 0 ? found : k;
+    *src = s.src;
+    return s.F != 0 ? s.F : s.max + 1;
 }
 
-/* the result of k from the member that has it (src), or any that has;
+/* the result of op from the member that has it (src), or any that has;
  * again until the deadline (a service's slots may all be taken a moment) */
-static int fetch_any(smr_rec_t *r, int src, uint64_t k, size_t len,
+static int fetch_any(smr_rec_t *r, int src, uint64_t k, uint64_t op, size_t len,
                      uint64_t end, char *why, size_t whylen)
 {
     int ok = 0, wait_ms = 1;
     for (;;) {
-        ok = src >= 0 && fetch(r, src, k, len) == 0;
+        ok = src >= 0 && fetch(r, src, k, op, len) == 0;
         for (int p = 0; !ok && p < r->size; p++) {
-            ok = p != r->rank && p != src && fetch(r, p, k, len) == 0;
+            ok = p != r->rank && p != src && fetch(r, p, k, op, len) == 0;
         }
         if (ok || shp_deadline_passed(end)) {
             break;
@@ -433,8 +561,28 @@ static int fetch_any(smr_rec_t *r, int src, uint64_t k, size_t len,
         snprintf(why, whylen,
                  "operation %llu completed at member %d, but its result "
                  "could not be fetched",
-                 (unsigned long long)k, src);
+                 (unsigned long long)op, src);
         return -1;
+    }
+    return 0;
+}
+
+/* the results of k to F - 1, which completed elsewhere: 0, or -1 (why) */
+static int fetch_all(smr_rec_t *r, int src, uint64_t k, uint64_t F, size_t len,
+                     uint64_t end, char *why, size_t whylen)
+{
+    if (F - k > SMR_WIN) {
+        snprintf(why, whylen,
+                 "member %d completed operation %llu, this one only %llu: "
+                 "more apart than the window of %d the tree allows",
+                 src, (unsigned long long)(F - 1), (unsigned long long)(k - 1),
+                 SMR_WIN);
+        return -1;
+    }
+    for (uint64_t op = k; op < F; op++) {
+        if (fetch_any(r, src, k, op, len, end, why, whylen) != 0) {
+            return -1;
+        }
     }
     return 0;
 }
@@ -448,7 +596,7 @@ uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
 
     pthread_mutex_lock(&smr_svc.mu);
     r->frozen = 1;
-    r->posted = 0;
+    r->posted = OUT;
     k = r->done + 1;
     if (r->decided != 0) {
         F = r->decided;
@@ -468,15 +616,12 @@ uint64_t smr_decide(smr_rec_t *r, size_t len, int timeout_ms, char *why,
     F = decide_sweep(r, k, end, pend, &src, why, whylen);
     free(pend);
     if (F == 0 ||
-        (F == k + 1 && fetch_any(r, src, k, len, end, why, whylen) != 0)) {
+        (F > k && fetch_all(r, src, k, F, len, end, why, whylen) != 0)) {
         return 0;
     }
     pthread_mutex_lock(&smr_svc.mu);
     r->decided = F;
-    if (F == k + 1) {
-        r->done = k;
-        r->rlen = len;
-    }
+    r->done = F - 1; /* from k on, fetched: taken as the calls come */
     pthread_mutex_unlock(&smr_svc.mu);
     return F;
 }

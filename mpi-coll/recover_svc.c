@@ -76,6 +76,7 @@ static int answer(conn_t *c)
     uint64_t id = be64toh(q->id), k = be64toh(q->k);
     answer_t a;
     char *out;
+    const char *held = NULL;
     memset(&a, 0, sizeof(a));
     pthread_mutex_lock(&smr_svc.mu);
     smr_rec_t *r = find(id);
@@ -89,13 +90,13 @@ static int answer(conn_t *c)
         a.posted = (uint32_t)r->posted;
         a.done = r->done;
         a.decided = r->decided;
-        if ((ntohl(q->flags) & 1) && r->done == k && r->rlen > 0) {
-            len = r->rlen;
-        }
+        held = (ntohl(q->flags) & 1) ? smr_held(r, k, &len) : NULL;
+        a.held = held != NULL;
+        len = held != NULL ? len : 0;
     }
     out = malloc(sizeof(a) + len);
     if (out != NULL && len > 0) {
-        memcpy(out + sizeof(a), r->buf, len);
+        memcpy(out + sizeof(a), held, len);
     }
     pthread_mutex_unlock(&smr_svc.mu);
     if (out == NULL) {
@@ -104,6 +105,7 @@ static int answer(conn_t *c)
     a.magic = htonl(A_MAGIC);
     a.known = htonl(a.known);
     a.posted = htonl(a.posted);
+    a.held = htonl(a.held);
     a.done = htobe64(a.done);
     a.decided = htobe64(a.decided);
     a.len = htobe64((uint64_t)len);

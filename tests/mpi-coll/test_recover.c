@@ -689,6 +689,203 @@ static void test_replay_gets_nothing(void **state)
     }
 }
 
+/* Windowed operations (bcasts the others send nothing for): a member may
+ * complete them while another is behind ---------------------------------- */
+
+/* complete windowed operation `op` (8 bytes of op's low byte) */
+static void complete_win(smr_rec_t *r, uint64_t op)
+{
+    int oom;
+    char *b = smr_begin_win(r, 8, &oom);
+    assert_non_null(b);
+    memset(b, (int)(op & 0xff), 8);
+    smr_end(r, 1, 8);
+}
+
+/* take the next len-byte result: 1 if every byte is c */
+static int take_is(smr_rec_t *r, size_t len, int c)
+{
+    if (smr_take(r, len) != 1) {
+        return 0;
+    }
+    const unsigned char *b = smr_result(r);
+    for (size_t i = 0; i < len; i++) {
+        if (b[i] != (unsigned char)c) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Member 0 completed windowed operations 3 to 7, member 2 only 3 and 4,
+ * member 1 none (it failed in 3): F = 8 everywhere, and each member
+ * behind takes the results it missed, in order, as its calls come. */
+static int role_window(smr_rec_t *r, int me)
+{
+    char why[200];
+    int oom;
+    smr_allow_window(r);
+    complete(r, 16, 0x11);
+    complete(r, 16, 0x22);
+    uint64_t upto = me == 0 ? 7 : me == 2 ? 4 : 2;
+    for (uint64_t op = 3; op <= upto; op++) {
+        complete_win(r, op);
+    }
+    if (me == 1) {
+        smr_begin_win(r, 8, &oom);
+        smr_end(r, 0, 8); /* 3 failed */
+    }
+    meet(3);
+    if (smr_decide(r, 8, 5000, why, sizeof(why)) != 8) {
+        fprintf(stderr, "member %d: %s\n", me, why);
+        return 70;
+    }
+    for (uint64_t op = upto + 1; op <= 7; op++) {
+        if (!take_is(r, 8, (int)op)) {
+            return 71;
+        }
+    }
+    /* operation 8 completed nowhere: redone without sharp */
+    return smr_take(r, 8) == 0 && smr_done(r) == 7 ? 0 : 72;
+}
+
+static void test_window_behind(void **state)
+{
+    int codes[3];
+    (void)state;
+    run(3, role_window, codes);
+    expect_all_zero(3, codes);
+}
+
+/* Member 0 completed operation 2 (5000 bytes) and windowed 3 and 4; member
+ * 1 failed in 2: it takes 2, then 3 and 4 (a call of another length
+ * is refused), then 5 is redone. */
+static int role_window_after(smr_rec_t *r, int me)
+{
+    char why[200];
+    int oom;
+    smr_allow_window(r);
+    complete(r, 16, 0x11);
+    if (me == 0) {
+        complete(r, 5000, 0x22);
+        complete_win(r, 3);
+        complete_win(r, 4);
+        meet(2);
+        return 0;
+    }
+    smr_begin(r, 5000, &oom);
+    smr_end(r, 0, 5000);
+    meet(2);
+    if (smr_decide(r, 5000, 5000, why, sizeof(why)) != 5) {
+        fprintf(stderr, "member 1: %s\n", why);
+        return 80;
+    }
+    if (!take_is(r, 5000, 0x22) || smr_take(r, 16) != -1 || !take_is(r, 8, 3) ||
+        !take_is(r, 8, 4)) {
+        return 81;
+    }
+    return smr_take(r, 8) == 0 ? 0 : 82;
+}
+
+static void test_window_after_op(void **state)
+{
+    int codes[2];
+    (void)state;
+    run(2, role_window_after, codes);
+    expect_all_zero(2, codes);
+}
+
+/* Member 0 is inside windowed operation 3 when member 1 (failed in 2)
+ * asks, and completes it later: member 1 waits for it, F = 4. */
+static int role_window_front(smr_rec_t *r, int me)
+{
+    char why[200];
+    int oom;
+    smr_allow_window(r);
+    complete(r, 16, 0x11);
+    if (me == 0) {
+        complete_win(r, 2);
+        char *b = smr_begin_win(r, 8, &oom);
+        meet(2);
+        usleep(200000);
+        memset(b, 3, 8);
+        smr_end(r, 1, 8);
+        return 0;
+    }
+    smr_begin_win(r, 8, &oom);
+    smr_end(r, 0, 8);
+    meet(2);
+    if (smr_decide(r, 8, 5000, why, sizeof(why)) != 4) {
+        return 90;
+    }
+    return take_is(r, 8, 2) && take_is(r, 8, 3) && smr_take(r, 8) == 0 ? 0 : 91;
+}
+
+static void test_window_wait_front(void **state)
+{
+    int codes[2];
+    (void)state;
+    run(2, role_window_front, codes);
+    expect_all_zero(2, codes);
+}
+
+/* Members further apart than the window: no decision, a reason (the tree
+ * keeps members closer; a member must never take a slot reused since). */
+static int role_window_far(smr_rec_t *r, int me)
+{
+    char why[200] = "";
+    int oom;
+    smr_allow_window(r);
+    if (me == 0) {
+        for (uint64_t op = 1; op <= SMR_WIN + 1; op++) {
+            complete_win(r, op);
+        }
+        meet(2);
+        return 0;
+    }
+    smr_begin_win(r, 8, &oom);
+    smr_end(r, 0, 8);
+    meet(2);
+    uint64_t F = smr_decide(r, 8, 1000, why, sizeof(why));
+    return F == 0 && strstr(why, "window") != NULL ? 0 : 100;
+}
+
+/* Member 0 completed windowed 1 to SMR_WIN and is inside SMR_WIN + 1, whose
+ * result goes into the slot of 1; it fails there.  Member 1 (failed in 1)
+ * must not be given that slot's bytes: no decision within its time. */
+static int role_window_reused(smr_rec_t *r, int me)
+{
+    char why[200] = "";
+    int oom;
+    smr_allow_window(r);
+    if (me == 0) {
+        for (uint64_t op = 1; op <= SMR_WIN; op++) {
+            complete_win(r, op);
+        }
+        char *b = smr_begin_win(r, 8, &oom);
+        memset(b, 0x77, 8); /* part of a result that will not complete */
+        meet(2);
+        usleep(100000);
+        smr_end(r, 0, 8);
+        return 0;
+    }
+    smr_begin_win(r, 8, &oom);
+    smr_end(r, 0, 8);
+    meet(2);
+    uint64_t F = smr_decide(r, 8, 800, why, sizeof(why));
+    return F == 0 && strstr(why, "could not be fetched") != NULL ? 0 : 110;
+}
+
+static void test_window_too_far(void **state)
+{
+    int codes[2];
+    (void)state;
+    run(2, role_window_far, codes);
+    expect_all_zero(2, codes);
+    run(2, role_window_reused, codes);
+    expect_all_zero(2, codes);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -703,6 +900,10 @@ int main(void)
         cmocka_unit_test(test_not_the_protocol),
         cmocka_unit_test(test_slow_loris_and_stranger),
         cmocka_unit_test(test_replay_gets_nothing),
+        cmocka_unit_test(test_window_behind),
+        cmocka_unit_test(test_window_after_op),
+        cmocka_unit_test(test_window_wait_front),
+        cmocka_unit_test(test_window_too_far),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);
