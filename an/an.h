@@ -99,16 +99,20 @@ typedef struct shp_an_child {
 
 enum {
     SHP_AN_SLOT_FREE = 0,
-    SHP_AN_SLOT_FOLD, /* children's payloads arriving */
-    SHP_AN_SLOT_UP,   /* sent to the parent, waiting for the result */
-    SHP_AN_SLOT_DONE, /* result held (for retransmits) until reuse */
+    SHP_AN_SLOT_FOLD,  /* children's payloads arriving */
+    SHP_AN_SLOT_READY, /* complete here, waiting for the ones before it */
+    SHP_AN_SLOT_UP,    /* sent to the parent, waiting for the result */
+    SHP_AN_SLOT_DONE,  /* result held (for retransmits) until reuse */
+    /* a free bcast's result asked for (retransmit) before anything of it
+     * came: the askers are marked, nothing else known yet */
+    SHP_AN_SLOT_WAIT,
 };
 
 typedef struct shp_an_slot {
     shp_an_group_t *group;
     uint32_t seq;
     int state;
-    uint16_t flags; /* BARRIER, EXACT */
+    uint16_t flags; /* BARRIER, EXACT, BCAST, FREE */
     uint8_t lanes;  /* EXACT: int64 lanes per element */
     shp_reduce_desc_t desc;
     uint32_t count, len;
@@ -146,7 +150,13 @@ struct shp_an_group {
     shp_tp_ep_t *mcast_tx;
     unsigned osts;
     uint32_t payload;
-    uint32_t folded;   /* operations fully folded here, in order */
+    /* the next operation to complete here, in order: every one before it
+     * went up (or down, at the top), or came down from the parent, or was
+     * a free bcast whose root is elsewhere (every child passed it) */
+    uint32_t folded;
+    uint32_t max_next; /* the most a child's next_seq reached */
+    int free_seen;     /* it carried a free bcast: one message may do */
+    unsigned scan;     /* children seen past `folded` so far (an_fold.c) */
     unsigned sentinel; /* the child whose link wakes us (quiet links) */
     int quiet;         /* its other children's links are quiet now */
     /* a child's message came since the last sleep: its quiet links are

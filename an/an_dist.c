@@ -82,24 +82,62 @@ void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast)
     }
 }
 
-void shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
-                       const void *payload)
+/* Whether slot s may take operation seq, which this AN has no part of (a
+ * free bcast's result from the parent, or a request for it): within the
+ * window, and the slot free, waiting for it, or holding an older one */
+static int an_slot_takes(const shp_an_group_t *g, const shp_an_slot_t *s,
+                         uint32_t seq)
+{
+    return an_seq_diff(seq, g->folded) < (int32_t)g->nslots &&
+           (s->state == SHP_AN_SLOT_FREE ||
+            (s->seq == seq && s->state == SHP_AN_SLOT_WAIT) ||
+            an_seq_diff(seq, s->seq) > 0);
+}
+
+/* A free bcast's result from the parent where no child sent any of it
+ * (its root is elsewhere): held and passed down like any */
+static void an_free_result(shp_an_group_t *g, shp_an_slot_t *s,
+                           const shp_wire_hdr_t *hdr, const void *payload)
+{
+    if (!(s->seq == hdr->seq && s->state == SHP_AN_SLOT_WAIT)) {
+        shp_an_slot_reset(g, s); /* (askers stay marked) */
+    }
+    g->free_seen = 1;
+    s->seq = hdr->seq;
+    s->flags = hdr->flags & (SHP_WIRE_F_BCAST | SHP_WIRE_F_FREE);
+    s->lanes = 0;
+    s->desc = (shp_reduce_desc_t){hdr->dtype, hdr->op, hdr->tag_dtype};
+    s->count = hdr->count;
+    s->len = hdr->payload_len;
+    if (s->len > 0) {
+        memcpy(s->acc, payload, s->len);
+    }
+    shp_an_distribute(g, s, (hdr->flags & SHP_WIRE_F_UNICAST) != 0);
+}
+
+shp_an_group_t *shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                                  const void *payload)
 {
     shp_an_group_t *g = shp_an_group_find(l->an, hdr->group_id);
     shp_an_slot_t *s;
 
     if (g == NULL || g->parent != l || g->failed) {
-        return; /* a late result of a removed or failed group */
+        return NULL; /* a late result of a removed or failed group */
     }
     s = &g->slots[hdr->seq % g->nslots];
     if (s->seq != hdr->seq || s->state != SHP_AN_SLOT_UP) {
         if (an_seq_diff(hdr->seq, s->seq) < 0) {
-            return; /* older than the slot: nobody needs it any more */
+            return NULL; /* older than the slot: nobody needs it any more */
+        }
+        if ((hdr->flags & SHP_WIRE_F_FREE) && hdr->payload_len <= g->payload &&
+            an_slot_takes(g, s, hdr->seq)) {
+            an_free_result(g, s, hdr, payload);
+            return g; /* the operations after it may go now */
         }
         l->an->stats.err_protocol++;
         shp_an_group_fail(g, NULL, SHP_ERR_PROTO,
                           "unexpected result from the parent AN");
-        return;
+        return NULL;
     }
     if ((s->flags & SHP_WIRE_F_BCAST) && hdr->payload_len <= g->payload) {
         /* the root's data, which may have come up another subtree */
@@ -110,12 +148,13 @@ void shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         l->an->stats.err_protocol++;
         shp_an_group_fail(g, NULL, SHP_ERR_PROTO,
                           "result of the wrong size from the parent AN");
-        return;
+        return NULL;
     }
     if (s->len > 0) {
         memcpy(s->acc, payload, s->len);
     }
     shp_an_distribute(g, s, (hdr->flags & SHP_WIRE_F_UNICAST) != 0);
+    return NULL;
 }
 
 void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
@@ -139,6 +178,15 @@ void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr)
                     g->id, ci, l->ep != NULL ? l->ep->peer : "?");
     }
     s = &g->slots[hdr->seq % g->nslots];
+    if ((s->seq != hdr->seq || s->state == SHP_AN_SLOT_FREE) &&
+        an_slot_takes(g, s, hdr->seq)) {
+        /* nothing of it here yet (a free bcast: its root's data has not
+         * come, or went by elsewhere): the slot waits for its result */
+        shp_an_slot_reset(g, s);
+        s->seq = hdr->seq;
+        s->flags = 0;
+        s->state = SHP_AN_SLOT_WAIT;
+    }
     if (s->seq != hdr->seq || s->state == SHP_AN_SLOT_FREE) {
         shp_an_send_error(l, g->tree_id, g->id, hdr->seq, SHP_ERR_SEQ_WINDOW,
                           "result no longer held");

@@ -10,19 +10,30 @@
  * hang.
  *
  * Operation slots: a group with a quota of `osts` outstanding operations has
- * 2 x osts slots, slot = seq mod 2 x osts.  A child sends seq s only after
- * it received the result of s - osts, so s - osts was produced at the top,
- * so every child everywhere sent s - osts, so every member already holds
- * the result of s - 2 x osts: the slot s reuses is free of any obligation
- * (docs/an.md).  The same argument bounds the window: a valid s satisfies
- * s < folded + osts, where `folded` counts the operations folded here.
+ * 2 x osts + SHP_WIRE_FREE_SYNC slots, slot = seq mod nslots.  A child sends
+ * seq s only after it received the result of s - osts, so s - osts was
+ * produced at the top, and so was the last operation v <= s - osts that
+ * every member sends (not a free bcast: v > s - osts - SHP_WIRE_FREE_SYNC),
+ * so every member sent v and already holds every result up to v - osts: the
+ * slot s reuses (s - nslots) is free of any obligation (docs/an.md).  The
+ * window: a valid s satisfies s < folded + nslots, where `folded` is the
+ * next operation to complete here, in order.
  *
  * A bcast (SHP_WIRE_F_BCAST) folds nothing: the root's data comes from one
  * child (its own, or the AN whose subtree holds it) and every other child
  * sends a header alone, which only says it is there; the operation goes
- * up or down with that data once every child has.  Every member still
- * sends for every operation, so the slot rule, the window and the order
- * stay as they are (docs/an.md, "bcast").
+ * up or down with that data once every child has.  A free bcast
+ * (SHP_WIRE_F_FREE) has no headers: it is complete here once the root's
+ * data comes, and a child that sends a later operation first skipped it.
+ * An AN whose subtree does not hold its root skips it too, once every
+ * child is past it.  So operations complete out of order here; they go up
+ * (or down) in order, each once every one before it has (an_advance).
+ * The members' rule (a free bcast's seq is never a multiple of
+ * SHP_WIRE_FREE_SYNC, and osts >= SHP_WIRE_FREE_SYNC) keeps every member
+ * within SHP_WIRE_FREE_SYNC operations of every root, so the slot rule
+ * above still holds: the member that sent s - osts ... s got the result of
+ * s - 2 x osts first.  A member that skips an operation the others send,
+ * or sends one the others skipped, fails the group (docs/an.md, "bcast").
  */
 #include "an/an_int.h"
 
@@ -62,19 +73,18 @@ static void an_op_error(shp_an_group_t *g, const shp_wire_hdr_t *hdr,
     shp_an_group_fail(g, NULL, status, text);
 }
 
-static void an_fold_done(shp_an_group_t *g, shp_an_slot_t *s)
+/* Operation s, complete here and every one before it done: up to the
+ * parent, or at the top down to the members */
+static void an_op_up(shp_an_group_t *g, shp_an_slot_t *s)
 {
     shp_wire_hdr_t h;
 
-    if (!(s->flags & SHP_WIRE_F_BCAST)) {
-        shp_fold_cleanup(&s->fold);
-    } else if (g->is_top && s->len == 0) {
+    if ((s->flags & SHP_WIRE_F_BCAST) && g->is_top && s->len == 0) {
         g->an->stats.err_mismatch++;
         shp_an_group_fail(g, NULL, SHP_ERR_MISMATCH,
                           "a bcast whose root nobody is");
         return;
     }
-    g->folded++;
     g->ops++;
     g->bytes += s->len;
     g->exact_ops += (s->flags & SHP_WIRE_F_EXACT) != 0;
@@ -90,6 +100,74 @@ static void an_fold_done(shp_an_group_t *g, shp_an_slot_t *s)
     h.lanes = s->lanes;
     h.payload_len = s->len;
     shp_an_send(g->parent, &h, s->acc);
+}
+
+/* Whether every child is past `folded` (a child that left counts as past:
+ * it sends nothing more); resumed where the last look stopped, as
+ * children only go forward (g->scan is reset when folded moves) */
+static int an_all_passed(shp_an_group_t *g)
+{
+    for (; g->scan < g->nchildren; g->scan++) {
+        const shp_an_child_t *c = &g->children[g->scan];
+        if (!c->left && an_seq_diff(c->next_seq, g->folded) <= 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The operations complete here, in order, up (or down): each one's slot
+ * ready, or its result come from the parent, or (a free bcast whose root is
+ * elsewhere) nothing of it here and every child past it */
+static void an_advance(shp_an_group_t *g)
+{
+    while (!g->failed) {
+        shp_an_slot_t *s = &g->slots[g->folded % g->nslots];
+        int here = s->seq == g->folded && s->state != SHP_AN_SLOT_FREE &&
+                   s->state != SHP_AN_SLOT_WAIT;
+        if (here && s->state == SHP_AN_SLOT_READY) {
+            an_op_up(g, s);
+        } else if (here && s->state == SHP_AN_SLOT_FOLD) {
+            return; /* children still owe it */
+        } else if (!here && !an_all_passed(g)) {
+            return;
+        } else if (!here && g->is_top) {
+            g->an->stats.err_mismatch++;
+            shp_an_group_fail(g, NULL, SHP_ERR_MISMATCH,
+                              "a free bcast whose root nobody is");
+            return;
+        }
+        g->folded++;
+        g->scan = 0;
+    }
+}
+
+/* Slot s is complete here: it goes once the ones before it have */
+static void an_complete(shp_an_group_t *g, shp_an_slot_t *s)
+{
+    if (!(s->flags & SHP_WIRE_F_BCAST)) {
+        shp_fold_cleanup(&s->fold);
+    }
+    s->state = SHP_AN_SLOT_READY;
+    an_advance(g);
+}
+
+/* Child ci skipped the operations [from, to): each must be one the others
+ * may skip too, a free bcast, as far as this AN knows them (its slot open
+ * for it otherwise says what it is) */
+static int an_skip_ok(const shp_an_group_t *g, uint32_t from, uint32_t to)
+{
+    if (an_seq_diff(to, from) > (int32_t)g->nslots) {
+        from = to - g->nslots; /* older slots hold later operations now */
+    }
+    for (uint32_t u = from; u != to; u++) {
+        const shp_an_slot_t *s = &g->slots[u % g->nslots];
+        if (s->seq == u && s->state != SHP_AN_SLOT_FREE &&
+            s->state != SHP_AN_SLOT_WAIT && !(s->flags & SHP_WIRE_F_FREE)) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 /* Whether child ci's operation hdr may be folded now: every member that
@@ -110,15 +188,22 @@ static inline int an_agg_ok(shp_an_group_t *g, unsigned ci,
             return 0;
         }
     }
-    if (hdr->seq != g->children[ci].next_seq) {
+    int32_t skipped = an_seq_diff(hdr->seq, g->children[ci].next_seq);
+    if (skipped < 0) {
         st->err_seq_window++;
         an_op_error(g, hdr, SHP_ERR_SEQ_WINDOW, "sequence number out of order");
         return 0;
     }
-    if (an_seq_diff(hdr->seq, g->folded) >= (int32_t)g->osts) {
+    if (an_seq_diff(hdr->seq, g->folded) >= (int32_t)g->nslots) {
         st->err_seq_window++;
         an_op_error(g, hdr, SHP_ERR_SEQ_WINDOW,
                     "sequence number outside the quota window");
+        return 0;
+    }
+    if (skipped > 0 && !an_skip_ok(g, g->children[ci].next_seq, hdr->seq)) {
+        st->err_mismatch++;
+        an_op_error(g, hdr, SHP_ERR_MISMATCH,
+                    "a member skipped an operation the others send");
         return 0;
     }
     if (hdr->payload_len > g->payload) {
@@ -144,8 +229,8 @@ static inline int an_slot_agrees(const shp_an_slot_t *s,
                                  const shp_wire_hdr_t *hdr,
                                  const shp_reduce_desc_t *desc)
 {
-    const uint16_t mode =
-        SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT | SHP_WIRE_F_BCAST;
+    const uint16_t mode = SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT |
+                          SHP_WIRE_F_BCAST | SHP_WIRE_F_FREE;
 
     /* a bcast's members send a header alone but the root, whose data and
      * count the slot takes when they come */
@@ -164,8 +249,9 @@ static inline shp_an_slot_t *an_agg_slot(shp_an_group_t *g,
     shp_reduce_desc_t desc = {hdr->dtype, hdr->op, hdr->tag_dtype};
     shp_an_slot_t *s = &g->slots[hdr->seq % g->nslots];
     shp_status_t status;
+    int asked = s->state == SHP_AN_SLOT_WAIT && s->seq == hdr->seq;
 
-    if (s->state != SHP_AN_SLOT_FREE && s->seq == hdr->seq) {
+    if (s->state != SHP_AN_SLOT_FREE && s->seq == hdr->seq && !asked) {
         if (!an_slot_agrees(s, hdr, &desc)) {
             g->an->stats.err_mismatch++;
             an_op_error(g, hdr, SHP_ERR_MISMATCH,
@@ -175,11 +261,23 @@ static inline shp_an_slot_t *an_agg_slot(shp_an_group_t *g,
         }
         return s;
     }
-    /* first payload of this operation: (re)use the slot */
-    shp_an_slot_reset(g, s);
+    /* first payload of this operation: no child may have skipped it unless
+     * it is a free bcast */
+    if (!(hdr->flags & SHP_WIRE_F_FREE) &&
+        an_seq_diff(g->max_next, hdr->seq) > 0) {
+        g->an->stats.err_mismatch++;
+        an_op_error(g, hdr, SHP_ERR_MISMATCH,
+                    "a member skipped an operation the others send");
+        return NULL;
+    }
+    /* (re)use the slot; the members that asked for its result stay marked */
+    if (!asked) {
+        shp_an_slot_reset(g, s);
+    }
     s->seq = hdr->seq;
-    s->flags =
-        hdr->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT | SHP_WIRE_F_BCAST);
+    s->arrived = 0;
+    s->flags = hdr->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT |
+                             SHP_WIRE_F_BCAST | SHP_WIRE_F_FREE);
     s->lanes = hdr->lanes;
     if (s->flags & SHP_WIRE_F_BCAST) { /* the root's data will say */
         s->desc = desc;
@@ -212,7 +310,6 @@ static inline void an_agg_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
 {
     shp_status_t status;
 
-    g->children[ci].next_seq++;
     s->arrived++;
     if (ci == s->fold.next) {
         status = shp_fold_add(&s->fold, ci, payload);
@@ -234,15 +331,15 @@ static inline void an_agg_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
         return;
     }
     if (shp_fold_done(&s->fold)) {
-        an_fold_done(g, s);
+        an_complete(g, s);
     }
 }
 
-/* Child ci's part of a bcast: the root's data (kept), or a header alone */
-static void an_bcast_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
+/* Child ci's part of a bcast: the root's data (kept), or a header alone;
+ * a free bcast's is its root's data, and all that comes of it */
+static void an_bcast_add(shp_an_group_t *g, shp_an_slot_t *s,
                          const shp_wire_hdr_t *hdr, const void *payload)
 {
-    g->children[ci].next_seq++;
     s->arrived++;
     if (hdr->payload_len > 0) {
         if (s->len > 0) {
@@ -255,8 +352,8 @@ static void an_bcast_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
         s->len = hdr->payload_len;
         s->count = hdr->count;
     }
-    if (s->arrived == g->nchildren) {
-        an_fold_done(g, s);
+    if ((s->flags & SHP_WIRE_F_FREE) || s->arrived == g->nchildren) {
+        an_complete(g, s);
     }
 }
 
@@ -276,9 +373,28 @@ void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     if (s == NULL) {
         return;
     }
+    g->children[ci].next_seq = hdr->seq + 1;
+    g->free_seen |= (hdr->flags & SHP_WIRE_F_FREE) != 0;
+    if (an_seq_diff(hdr->seq + 1, g->max_next) > 0) {
+        g->max_next = hdr->seq + 1;
+    }
     if (s->flags & SHP_WIRE_F_BCAST) {
-        an_bcast_add(g, s, ci, hdr, payload);
+        an_bcast_add(g, s, hdr, payload);
     } else {
         an_agg_add(g, s, ci, hdr, payload);
+    }
+    /* a skip may let operations before this one go (none is complete, here
+     * or below, without every child past it) */
+    if (!g->failed && s->seq != g->folded) {
+        an_advance(g);
+    }
+}
+
+void shp_an_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                   const void *payload)
+{
+    shp_an_group_t *g = shp_an_agg_result(l, hdr, payload);
+    if (g != NULL && !g->failed) {
+        an_advance(g);
     }
 }

@@ -376,14 +376,16 @@ static shp_status_t an_group_read_setup(const shp_an_t *an, const json_t *req,
 
 static shp_status_t an_group_alloc_slots(shp_an_group_t *g)
 {
-    shp_an_slot_t *slots = calloc(2 * g->osts, sizeof(*slots));
-    unsigned i;
+    /* 2 x osts, and SHP_WIRE_FREE_SYNC more: a member may be that many
+     * operations behind a root of free bcasts (an_fold.c) */
+    unsigned n = 2 * g->osts + SHP_WIRE_FREE_SYNC, i;
+    shp_an_slot_t *slots = calloc(n, sizeof(*slots));
 
     if (slots == NULL) {
         return SHP_ERR_NO_MEMORY;
     }
     g->slots = slots;
-    g->nslots = 2 * g->osts;
+    g->nslots = n;
     for (i = 0; i < g->nslots; i++) {
         shp_an_slot_t *s = &g->slots[i];
         s->group = g;

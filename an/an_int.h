@@ -35,6 +35,18 @@ static inline int32_t an_seq_diff(uint32_t a, uint32_t b)
     return (int32_t)(a - b);
 }
 
+/* Whether one more message of g's children may complete its oldest
+ * operation, as a free bcast's root's does: g carries free bcasts and
+ * nothing of that operation is here yet (the loop then wakes on any
+ * message: an_run.c) */
+static inline int an_free_next(const shp_an_group_t *g)
+{
+    const shp_an_slot_t *s = &g->slots[g->folded % g->nslots];
+    return g->free_seen &&
+           !(s->seq == g->folded && s->state == SHP_AN_SLOT_FOLD &&
+             !(s->flags & SHP_WIRE_F_FREE));
+}
+
 /* an_link.c */
 shp_an_link_t *shp_an_link_new(shp_an_t *an);
 void shp_an_link_free(shp_an_link_t *l);
@@ -85,13 +97,19 @@ static inline void an_buf_put(shp_an_group_t *g, uint8_t *buf)
 
 /* an_dist.c */
 void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast);
-void shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
-                       const void *payload);
+/* A result from the parent: passed down.  Its group if it was a free
+ * bcast's this AN had no part of (the operations after it may go now:
+ * shp_an_result), else NULL. */
+shp_an_group_t *shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                                  const void *payload);
 void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr);
 
 /* an_fold.c */
 void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                     const void *payload);
+/* A result from the parent (shp_an_agg_result), and what it lets go */
+void shp_an_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                   const void *payload);
 
 /* an_recv.c: the links' endpoint callbacks (an->link_cbs), and the
  * transport's accept callback */

@@ -107,7 +107,7 @@ static void an_link_on_msg(shp_tp_ep_t *ep, const shp_wire_hdr_t *hdr,
         break;
     case SHP_WIRE_OP_AGG_RESULT:
         if (l->is_parent) {
-            shp_an_agg_result(l, hdr, payload);
+            shp_an_result(l, hdr, payload);
             return;
         }
         break;

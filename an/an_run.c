@@ -19,7 +19,9 @@
 /* How many contributions may arrive before one of them must wake us
  * (shm: the transport's wake_need): the fewest any operation still misses.
  * An operation completes only when every child's payload is in, and one
- * not begun misses them all, so no operation can finish sooner; a failed
+ * not begun misses them all, so no operation can finish sooner (a free
+ * bcast, its root's message alone, does not count: it rings, shm_ep.c); a
+ * failed
  * group or one a member left answers every request at once (1).  Too many
  * groups to look at each turn: 1, every message wakes us as before. */
 uint32_t shp_an_wake_need(void *arg)
@@ -123,8 +125,8 @@ static int an_core_free(shp_an_t *an, uint64_t now)
  * that can complete anything). */
 static int an_quiet_ok(const shp_an_group_t *g)
 {
-    if (g->failed || g->nleft > 0 || g->nchildren < 2) {
-        return 0;
+    if (g->failed || g->nleft > 0 || g->nchildren < 2 || an_free_next(g)) {
+        return 0; /* (a free bcast's root may be any child) */
     }
     for (unsigned i = 0; i < g->nchildren; i++) {
         const shp_an_child_t *c = &g->children[i];

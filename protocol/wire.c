@@ -265,6 +265,16 @@ static shp_status_t shp_wire_check_agg(const shp_wire_hdr_t *hdr,
         return shp_wire_reject(SHP_ERR_PROTO,
                                "a bcast that is a barrier or exact", why);
     }
+    /* a free bcast: a bcast, and (its root's data) at most FREE_MAX bytes,
+     * never empty on a request */
+    if ((hdr->flags & SHP_WIRE_F_FREE) &&
+        (!(hdr->flags & SHP_WIRE_F_BCAST) || data_len > SHP_WIRE_FREE_MAX ||
+         (hdr->opcode == SHP_WIRE_OP_AGG_REQ && data_len == 0))) {
+        return shp_wire_reject(SHP_ERR_PROTO,
+                               "a free bcast that is not a bcast, has no "
+                               "data or more than its most",
+                               why);
+    }
     if (hdr->flags & SHP_WIRE_F_BARRIER) {
         if (hdr->count != 0 || data_len != 0) {
             return shp_wire_reject(SHP_ERR_PROTO, "barrier with a payload",

@@ -31,7 +31,8 @@
  *      proves the job key instead of carrying it: a peer from before it
  *      is refused at the join; flag BCAST, a tree bcast: an AN from
  *      before it refuses a bcast's requests as unknown flags, which fails
- *      the group, so its members get an error, not a hang).
+ *      the group, so its members get an error, not a hang; flag FREE, a
+ *      bcast only its root sends: an AN from before it refuses it alike).
  *
  * Multicast results are authenticated (anyone on the data network can send
  * a datagram to a group's address): a Poly1305 tag over the packed header
@@ -97,10 +98,21 @@ typedef enum shp_wire_opcode {
  * or from every other member a header alone (count 0); on a result, the
  * root's data coming down.  Never with BARRIER or EXACT. */
 #define SHP_WIRE_F_BCAST (1u << 7)
+/* with BCAST, a free bcast (docs/an.md, data protocol, 5): only the root
+ * sends (its data, flagged so); every other member sends nothing for it,
+ * and an AN whose subtree does not hold the root sends nothing up either.
+ * A member may make a bcast free only if it is a single operation of at
+ * most SHP_WIRE_FREE_MAX bytes and its seq is not a multiple of
+ * SHP_WIRE_FREE_SYNC (those stay ordinary bcasts, which every member
+ * sends: no root runs more than SHP_WIRE_FREE_SYNC operations ahead of
+ * any member), and the group's osts is at least SHP_WIRE_FREE_SYNC. */
+#define SHP_WIRE_F_FREE (1u << 8)
+#define SHP_WIRE_FREE_SYNC 8u
+#define SHP_WIRE_FREE_MAX 4096u
 #define SHP_WIRE_F_KNOWN                                                       \
     (SHP_WIRE_F_MCAST | SHP_WIRE_F_RETRANS | SHP_WIRE_F_BARRIER |              \
      SHP_WIRE_F_UNICAST | SHP_WIRE_F_EXACT | SHP_WIRE_F_RC_ONLY |              \
-     SHP_WIRE_F_MAC | SHP_WIRE_F_BCAST)
+     SHP_WIRE_F_MAC | SHP_WIRE_F_BCAST | SHP_WIRE_F_FREE)
 /* retransmitted results a member takes, none by multicast, before it sets
  * SHP_WIRE_F_RC_ONLY */
 #define SHP_WIRE_RC_ONLY_AFTER 3

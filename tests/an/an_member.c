@@ -13,8 +13,12 @@
  * stream (u32 sums of --count elements, 4 by default, until --ops or an
  * error), bcast (bcasts from every member in turn, 1 byte to a whole
  * payload, between u32 sums: the root sends its data, the others a
- * header alone), bcastmix (a stream where member 5 takes operation 3 for
- * a bcast of member 0's: the group must fail, not hang).
+ * header alone), free (the same with random delays, and every bcast
+ * whose seq is not a multiple of SHP_WIRE_FREE_SYNC free: its root sends
+ * alone, the others nothing, and take its result even before they reach
+ * it), bcastmix (a stream where member 5 takes operation 3 for a bcast of
+ * member 0's: the group must fail, not hang), freemix (a free-bcast plan
+ * where member 5 sends a header for one the others skip).
  */
 #include "core/log.h"
 #include "reduce/reduce.h"
@@ -50,6 +54,7 @@ typedef struct {
     uint32_t count;
     int barrier;
     int bcast; /* a tree bcast from member `root` */
+    int free;  /* a free one: only its root sends */
     unsigned root;
     uint32_t frag; /* fragment index within a message */
     uint32_t tag;  /* which message of the plan */
@@ -72,6 +77,7 @@ static uint64_t last_progress;
 static uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN]; /* the group's results' tags */
 static long retrans_sent, results_rc, results_mcast, results_unicast;
 static long results_retrans; /* results that came on request */
+static long results_early;   /* free bcasts' results before their turn */
 
 static uint64_t mix(uint64_t x)
 {
@@ -215,6 +221,14 @@ static void send_op(long k)
     op_t *op = &ops[k];
     shp_wire_hdr_t h;
 
+    if (!strncmp(o.plan, "free", 4)) { /* members apart, roots ahead */
+        usleep((useconds_t)(mix((uint64_t)k * 31 + o.rank) % 1500));
+    }
+    op->sent_ns = shp_time_ns();
+    if (op->free && op->root != o.rank) {
+        return; /* nothing: its result comes when the root's data does */
+    }
+
     if (op->barrier) {
         shp_wire_hdr_init(&h, SHP_WIRE_OP_AGG_REQ, o.tree, o.group,
                           (uint32_t)k);
@@ -226,6 +240,7 @@ static void send_op(long k)
                               (uint32_t)k, &op->desc, none ? 0 : op->count);
         gen(op, k, o.rank, sendbuf);
         h.flags |= op->bcast ? SHP_WIRE_F_BCAST : 0;
+        h.flags |= op->free ? SHP_WIRE_F_FREE : 0;
     }
     if (!strcmp(o.plan, "determinism")) {
         usleep((useconds_t)(mix((uint64_t)k * 977 + o.rank) % 2000));
@@ -250,7 +265,10 @@ static void pump(void)
         finish(0);
         return;
     }
-    while (next_send < nops && next_send < next_done + (long)o.osts) {
+    /* free plans: odd members one operation at a time, so that results
+     * come before they reach them */
+    long win = !strncmp(o.plan, "free", 4) && o.rank % 2 ? 1 : (long)o.osts;
+    while (next_send < nops && next_send < next_done + win) {
         send_op(next_send++);
     }
 }
@@ -262,10 +280,11 @@ static void on_result(const shp_wire_hdr_t *in, const void *payload)
     op_t *op;
     size_t bytes;
 
-    if (hdr->group_id != o.group || k < next_done || k >= next_send ||
-        ops[k].done) {
+    if (hdr->group_id != o.group || k < next_done || k >= nops || ops[k].done ||
+        (k >= next_send && !(ops[k].free && ops[k].root != o.rank))) {
         return; /* not ours, or a duplicate (RC and multicast both) */
     }
+    results_early += k >= next_send;
     if (hdr->flags & SHP_WIRE_F_MCAST) { /* as libsharp: tagged, checked */
         if (!shp_wire_mac_ok(mac_key, (uint64_t)k, hdr, payload)) {
             fprintf(stderr,
@@ -463,8 +482,11 @@ static void build_plan(void)
             ops[k].count = 32;
             k++;
         }
-    } else if (!strcmp(o.plan, "bcast")) {
+    } else if (!strcmp(o.plan, "bcast") || !strncmp(o.plan, "free", 4)) {
         unsigned n = o.leaves * o.per_leaf;
+        uint32_t most =
+            o.payload < SHP_WIRE_FREE_MAX ? o.payload : SHP_WIRE_FREE_MAX;
+        int fr = strcmp(o.plan, "bcast") != 0;
         for (k = 0; k < (o.ops > 0 ? o.ops : 600); k++) {
             ops[k].count = o.count;
             ops[k].desc =
@@ -476,6 +498,24 @@ static void build_plan(void)
                                                   SHP_DTYPE_NULL};
                 ops[k].count = k % 4 == 0 ? o.payload
                                           : 1 + (uint32_t)(k * 131) % o.payload;
+                ops[k].free =
+                    fr && k % SHP_WIRE_FREE_SYNC != 0 && ops[k].count <= most;
+            }
+            if (fr && k % 3 == 0 && k % 5 == 0) {
+                /* runs of bcasts: a root far ahead of the others */
+                ops[k].bcast = 1;
+                ops[k].root = (unsigned)(k / 15) % n;
+                ops[k].desc = (shp_reduce_desc_t){SHP_DTYPE_U8, SHP_OP_BOR,
+                                                  SHP_DTYPE_NULL};
+                ops[k].count = 8;
+                ops[k].free = k % SHP_WIRE_FREE_SYNC != 0;
+            }
+        }
+        for (long j = 0; !strcmp(o.plan, "freemix") && o.rank == 5 && j < k;
+             j++) {
+            if (ops[j].free && ops[j].root != o.rank) {
+                ops[j].free = 0; /* a header where the others send nothing */
+                break;
             }
         }
     } else { /* stream, or mismatch: i32 max where the others sum u32 */
@@ -606,9 +646,10 @@ int main(int argc, char **argv)
     if (exit_code == 0) {
         printf("member %u: %ld operations right (%ld by RC, %ld by multicast, "
                "%ld flagged unicast, %ld retransmit requests, %llu datagrams "
-               "dropped)\n",
+               "dropped, %ld before their turn)\n",
                o.rank, nops, results_rc, results_mcast, results_unicast,
-               retrans_sent, (unsigned long long)mtp.stats.mcast_dropped);
+               retrans_sent, (unsigned long long)mtp.stats.mcast_dropped,
+               results_early);
     }
     fflush(stdout);
     /* leave without a clean close: the test driver watches exit codes */

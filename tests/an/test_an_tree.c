@@ -1127,6 +1127,55 @@ static void test_bcast(void **state)
     run_members(&h, "bcast", mc, 0, 120);
 }
 
+/* Free bcasts (only the root sends; docs/an.md, "bcast"): the bcast plan
+ * with runs of 8-byte bcasts, members delayed at random so that roots run
+ * ahead and results come before a member reaches them, over RC, then by
+ * multicast with 5% of the datagrams dropped (retransmit requests before
+ * anything of a bcast reached the leaf): every result is the root's bytes.
+ * Into the ANs goes, for a free bcast, the root's data and its leaf's, and
+ * the results down: no header of any other member or leaf.  A member that
+ * sends a header for a bcast the others skip fails the group, no one
+ * hangs. */
+static void test_bcast_free(void **state)
+{
+    static const char *const rc[] = {"--ops", "600", "--payload", "4096", NULL};
+    static const char *const mc[] = {"--ops",     "600",  "--drop", "0.05",
+                                     "--payload", "4096", NULL};
+    static const char *const mix[] = {"--ops", "100", "--payload", "256", NULL};
+    group_t g = {17, 7, key_a, "rc", NULL, 8, 4096};
+    group_t h = {18, 7, key_a, "mcast", "239.77.18.1:17408", 8, 4096};
+    group_t m = {19, 7, key_a, "rc", NULL, 8, 256};
+    const int64_t H = SHP_WIRE_HDR_LEN;
+    /* the joins, the leaves' nonces and join acks, a retried join */
+    int64_t most = (NMEMBERS + NLEAF) * (2 * H + SHP_WIRE_JOIN_LEN) +
+                   NLEAF * (2 * H + SHP_WIRE_NONCE_LEN) + 16384;
+    long nfree = 0;
+
+    (void)state;
+    for (long k = 0; k < 600; k++) { /* an_member's free plan */
+        int bc = k % 3 != 0 || k % 5 == 0, fr = bc && k % 8 != 0;
+        int64_t c = !bc          ? 16
+                    : k % 3 == 0 ? 8
+                    : k % 4 == 0 ? 4096
+                                 : 1 + (k * 131) % 4096;
+        int64_t up = !bc ? c * (NMEMBERS + NLEAF) : 2 * c;
+        most += up + NLEAF * c + (fr ? 2 + NLEAF : NMEMBERS + 2 * NLEAF) * H;
+        nfree += fr;
+    }
+    create_group(&g);
+    create_group(&h);
+    create_group(&m);
+    int64_t in0 = an_stat_total("bytes_in");
+    run_members(&g, "free", rc, 0, 60);
+    int64_t in = an_stat_total("bytes_in") - in0;
+    print_message("%ld free bcasts; bytes into the ANs: %lld, at most %lld\n",
+                  nfree, (long long)in, (long long)most);
+    assert_true(nfree > 200);
+    assert_true(in <= most);
+    run_members(&h, "free", mc, 0, 120);
+    run_members(&m, "freemix", mix, 3, 30);
+}
+
 /* A member that takes an operation for a bcast where the others reduce:
  * the group fails (every member gets an error), none hangs */
 static void test_bcast_mismatch(void **state)
@@ -1206,6 +1255,7 @@ int main(int argc, char **argv)
         T(test_mismatch_fails_group),
         T(test_bcast),
         T(test_bcast_mismatch),
+        T(test_bcast_free),
         T(test_kill_leaf),
         T(test_kill_root),
         cmocka_unit_test_setup_teardown(test_quiet_links, setup_sleeping,
