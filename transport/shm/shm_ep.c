@@ -285,7 +285,10 @@ shp_status_t shp_tp_shm_send(shp_tp_ep_t *base, const shp_wire_hdr_t *hdr,
         return SHP_ERR_TOO_LARGE;
     }
     shp_wire_hdr_pack(hdr, raw);
-    int counted = hdr->opcode == SHP_WIRE_OP_AGG_REQ;
+    /* a contribution counts down the board; a free bcast's (its root's,
+     * the only one of it) rings like any other message */
+    int counted =
+        hdr->opcode == SHP_WIRE_OP_AGG_REQ && !(hdr->flags & SHP_WIRE_F_FREE);
     if (ep->up && ep->backlog == NULL &&
         shm_ring_put(ep, raw, payload, hdr->payload_len)) {
         shm_after_put(ep, counted);
