@@ -13,7 +13,8 @@
  *   reduce-scatter  sends [0, size x n), keeps block [rank x n, (rank+1) x n)
  *   bcast           the root sends [0, n), the others a header alone per
  *                   fragment, and no AN folds (tree_bcast; else the
- *                   others send zeros, BOR on bytes)
+ *                   others send zeros, BOR on bytes); a small one the
+ *                   others send nothing for (free_bcast_max)
  *   allgather       rank r sends [r x n, (r+1) x n) (zeros elsewhere), BOR
  *   barrier         one operation without payload
  *
@@ -156,11 +157,24 @@ static const void *frag_msg(coll_comm_t *comm, coll_req_t *r, size_t off,
     return comm->stage;
 }
 
+static void take_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
+                        const void *payload);
+
+/* whether r, at the communicator's next seq, is a free bcast (protocol/wire.h:
+ * one fragment, small, and not at a seq every member sends) */
+static int frag_free(const coll_comm_t *comm, const coll_req_t *r)
+{
+    return r->bcast && r->nfrags == 1 && r->total <= comm->free_max &&
+           comm->next_seq % SHP_WIRE_FREE_SYNC != 0;
+}
+
 /* r's next fragment, the communicator's next operation (of a tree bcast
- * whose bytes this member does not have, a header alone) */
+ * whose bytes this member does not have, a header alone, or nothing if
+ * the bcast is free: its result may be here already) */
 static void send_frag(coll_comm_t *comm, coll_req_t *r)
 {
-    coll_frag_t *f = &comm->win[comm->next_seq % comm->osts];
+    uint32_t seq = comm->next_seq;
+    coll_frag_t *f = &comm->win[seq % comm->osts];
     shp_wire_hdr_t h;
     size_t off = r->sent * (size_t)r->per_frag * r->es;
     size_t left = r->total - off;
@@ -171,12 +185,26 @@ static void send_frag(coll_comm_t *comm, coll_req_t *r)
     }
     size_t len = (size_t)count * r->es;
     int none = r->bcast && !(off < r->s_hi && off + len > r->s_lo);
+    int fr = frag_free(comm, r);
     const void *payload = frag_msg(comm, r, off, none ? 0 : count, &h);
-    *f = (coll_frag_t){.req = r, .off = off, .count = count, .busy = 1};
+    *f = (coll_frag_t){
+        .req = r, .off = off, .count = count, .busy = 1, .free = fr};
     f->sent_ns = f->asked_ns = shp_time_ns();
     r->sent++;
     comm->next_seq++;
     comm->ctx->stats.frags++;
+    comm->ctx->stats.free_bcasts += fr;
+    if (fr && none) {
+        coll_early_t *e =
+            comm->early != NULL ? &comm->early[seq % SHP_WIRE_FREE_SYNC] : NULL;
+        if (e != NULL && e->have && e->seq == seq) {
+            e->have = 0;
+            comm->ctx->stats.early_results++;
+            take_result(comm, &e->hdr, e->data);
+        }
+        return; /* nothing to send: the root's data comes down */
+    }
+    h.flags |= fr ? SHP_WIRE_F_FREE : 0;
     if (shp_tp_send(comm->ep, &h, payload) != SHP_OK) {
         coll_comm_fail(comm, SHP_ERR_CONN_RESET, "cannot send to the leaf AN");
     }
@@ -202,15 +230,52 @@ static void pump(coll_comm_t *comm)
 
 /* Receiving ------------------------------------------------------------------ */
 
-static void on_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
-                      const void *payload)
+/* Whether seq is within the free bcasts' reach ahead of this member: a
+ * result this early is kept (coll_early_t) */
+static int ahead_ok(const coll_comm_t *comm, uint32_t seq)
+{
+    return comm->free_max > 0 && seq - comm->next_seq < SHP_WIRE_FREE_SYNC;
+}
+
+/* A free bcast's result before this member reached it: kept for its turn
+ * (send_frag).  Only what a free bcast can be: flagged so, small. */
+static void keep_early(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
+                       const void *payload)
+{
+    if (!(hdr->flags & SHP_WIRE_F_FREE) || hdr->payload_len == 0 ||
+        hdr->payload_len > comm->free_max) {
+        return;
+    }
+    if (comm->early == NULL &&
+        (comm->early = calloc(SHP_WIRE_FREE_SYNC, sizeof(*comm->early))) ==
+            NULL) {
+        return; /* its retransmit request brings it again */
+    }
+    coll_early_t *e = &comm->early[hdr->seq % SHP_WIRE_FREE_SYNC];
+    if (e->have && e->seq == hdr->seq) {
+        return; /* a duplicate (RC and multicast) */
+    }
+    e->seq = hdr->seq;
+    e->have = 1;
+    e->hdr = *hdr;
+    memcpy(e->data, payload, hdr->payload_len);
+}
+
+/* A result: into its request (no pump: the caller's) */
+static void take_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
+                        const void *payload)
 {
     uint32_t seq = hdr->seq;
     coll_frag_t *f = &comm->win[seq % comm->osts];
 
-    if (seq - comm->done_seq >= comm->next_seq - comm->done_seq || !f->busy ||
-        f->done) {
-        return; /* a duplicate (RC and multicast), or not ours */
+    if (seq - comm->done_seq >= comm->next_seq - comm->done_seq) {
+        if (ahead_ok(comm, seq)) {
+            keep_early(comm, hdr, payload);
+        }
+        return; /* not ours, or not yet */
+    }
+    if (!f->busy || f->done) {
+        return; /* a duplicate (RC and multicast) */
     }
     coll_req_t *r = f->req;
     size_t len = r->barrier ? 0 : (size_t)f->count * r->es;
@@ -239,6 +304,12 @@ static void on_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
         comm->done_seq++;
         comm->done_seq64++;
     }
+}
+
+static void on_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
+                      const void *payload)
+{
+    take_result(comm, hdr, payload);
     pump(comm);
 }
 
@@ -253,7 +324,8 @@ static void on_mcast(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
 {
     uint32_t seq = hdr->seq;
     if (hdr->opcode == SHP_WIRE_OP_AGG_RESULT &&
-        seq - comm->done_seq >= comm->next_seq - comm->done_seq) {
+        seq - comm->done_seq >= comm->next_seq - comm->done_seq &&
+        !ahead_ok(comm, seq)) {
         return;
     }
     uint64_t seq64 = comm->done_seq64 + (uint32_t)(seq - comm->done_seq);

@@ -10,6 +10,7 @@
 #define SHP_LIBSHARP_COLL_COMM_H
 
 #include "libsharp/coll_int.h"
+#include "protocol/wire.h"
 #include "reduce/reduce.h"
 
 #include <stddef.h>
@@ -25,7 +26,16 @@ typedef struct coll_frag {
     int busy, done;
     uint64_t sent_ns, asked_ns;
     unsigned asks; /* retransmit requests sent for it */
+    int free;      /* a free bcast (only its root sends) */
 } coll_frag_t;
+
+/* a free bcast's result that came before this member reached it */
+typedef struct coll_early {
+    uint32_t seq;
+    int have;
+    shp_wire_hdr_t hdr;
+    uint8_t data[SHP_WIRE_FREE_MAX];
+} coll_early_t;
 
 struct sharp_coll_comm {
     coll_ctx_t *ctx;
@@ -54,6 +64,13 @@ struct sharp_coll_comm {
     uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN]; /* multicast results' tags */
     coll_req_t *queue, *queue_tail;        /* with fragments not yet sent */
     uint8_t *stage;
+    /* Free bcasts (docs/libsharp.md): a bcast of one fragment of at most
+     * free_max bytes (0: none) whose seq is not a multiple of
+     * SHP_WIRE_FREE_SYNC is sent by its root alone; its result may come
+     * before this member reaches it: kept in early[seq % SYNC] (made on the
+     * first). */
+    uint32_t free_max;
+    coll_early_t *early;
     /* Striping (SHARP_COLL_STRIPES, docs/libsharp.md): a communicator of
      * several stripes holds them in stripes[0, nstripes), stripes[0]
      * itself, each a group over the same members on another tree; an

@@ -81,6 +81,14 @@ static const shp_config_opt_t coll_opts[] = {
      "a header, no AN folds (0: as a reduction of the root's data and "
      "everyone else's zeros); every member of a job must say the same",
      offsetof(coll_cfg_t, tree_bcast), &shp_cfg_bool},
+    {"free_bcast_max", "4k",
+     "a bcast of at most this many bytes (and one fragment) goes without "
+     "the other members' messages: only its root sends, and a member "
+     "takes its result even before it calls it (every 8th operation "
+     "excepted, which every member sends: no root gets further ahead); "
+     "0: never, at most 4k; with tree_bcast only; every member of a job "
+     "must say the same",
+     offsetof(coll_cfg_t, free_bcast_max), &shp_cfg_size},
     {"enable_mcast_target", "1",
      "take results by multicast when the manager offers it",
      offsetof(coll_cfg_t, enable_mcast_target), &shp_cfg_bool},

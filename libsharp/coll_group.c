@@ -151,6 +151,13 @@ static int group_join(coll_comm_t *comm)
         ctx->cfg.pipeline_depth && ctx->cfg.pipeline_depth < comm->osts
             ? ctx->cfg.pipeline_depth
             : comm->osts;
+    /* free bcasts: the members' rule that keeps the ANs' slots safe
+     * (protocol/wire.h) wants osts >= SYNC */
+    size_t fm = ctx->cfg.tree_bcast && comm->osts >= SHP_WIRE_FREE_SYNC
+                    ? ctx->cfg.free_bcast_max
+                    : 0;
+    fm = fm < SHP_WIRE_FREE_MAX ? fm : SHP_WIRE_FREE_MAX;
+    comm->free_max = (uint32_t)(fm < comm->payload ? fm : comm->payload);
     comm->win = calloc(comm->osts, sizeof(*comm->win));
     comm->stage = malloc(comm->payload);
     if (comm->win == NULL || comm->stage == NULL) {
@@ -216,6 +223,7 @@ static void comm_free(coll_comm_t *comm)
     }
     free(comm->win);
     free(comm->stage);
+    free(comm->early);
     free(comm);
 }
 
@@ -535,6 +543,17 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
 /* Any thread, at any time while comm exists, even while another thread
  * waits in it (coll_member_cancel): the loop's thread fails the
  * communicator (its link closed: the group fails in the network too). */
+SHP_API int sharp_coll_comm_window(struct sharp_coll_comm *comm,
+                                   size_t *bcast_max, unsigned *ops_apart)
+{
+    if (comm == NULL || bcast_max == NULL || ops_apart == NULL) {
+        return SHARP_COLL_EINVAL;
+    }
+    *bcast_max = comm->free_max;
+    *ops_apart = comm->free_max > 0 ? SHP_WIRE_FREE_SYNC : 0;
+    return SHARP_COLL_SUCCESS;
+}
+
 SHP_API int sharp_coll_comm_cancel(struct sharp_coll_comm *comm)
 {
     if (comm == NULL) {

@@ -165,13 +165,15 @@ SHP_API int sharp_coll_dump_stats(struct sharp_coll_context *ctx)
             "sharp_coll: job %llu rank %d host %s: operations %llu bytes "
             "%llu fragments %llu retransmits %llu errors %llu results by "
             "multicast %llu by RC %llu forged datagrams dropped %llu "
-            "striped %llu\n",
+            "striped %llu free bcasts %llu (results before their turn "
+            "%llu)\n",
             (unsigned long long)ctx->job_id, ctx->spec.world_rank, ctx->host,
             (unsigned long long)s->ops, (unsigned long long)s->bytes,
             (unsigned long long)s->frags, (unsigned long long)s->retrans,
             (unsigned long long)s->errors, (unsigned long long)s->mcast_results,
             (unsigned long long)s->rc_results,
             (unsigned long long)s->mcast_rejected,
-            (unsigned long long)s->striped);
+            (unsigned long long)s->striped, (unsigned long long)s->free_bcasts,
+            (unsigned long long)s->early_results);
     return SHARP_COLL_SUCCESS;
 }

@@ -44,6 +44,7 @@ typedef struct coll_cfg {
     unsigned stripes;        /* groups a communicator's large operations use */
     size_t stripe_min;       /* bytes from which an operation is striped */
     int tree_bcast;          /* bcast: the root's data alone up the tree */
+    size_t free_bcast_max;   /* a bcast this small: the root sends alone */
     int enable_mcast_target; /* take results by multicast when offered */
     int group_is_target;     /* ask for multicast-only results */
     int enable_sat;          /* accepted; streaming is not separate here */
@@ -64,6 +65,8 @@ typedef struct coll_stats {
     uint64_t ops, bytes, frags, retrans, errors, mcast_results, rc_results;
     uint64_t mcast_rejected; /* datagrams without a right tag (forged) */
     uint64_t striped;        /* operations cut over a communicator's stripes */
+    uint64_t free_bcasts;    /* of them free bcasts (only the root sends) */
+    uint64_t early_results;  /* free bcasts' results before their turn */
 } coll_stats_t;
 
 typedef struct sharp_coll_context coll_ctx_t;

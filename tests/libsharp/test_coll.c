@@ -1758,9 +1758,9 @@ static void stripe_of(uint64_t job, char *out, size_t len)
     }
 }
 
-/* the operations this member's context cut over stripes, as
- * sharp_coll_dump_stats prints them (-1: unreadable) */
-static long striped_ops(void)
+/* a counter of this member's context, as sharp_coll_dump_stats prints it
+ * after `key` (-1: unreadable) */
+static long dumped_stat(const char *key)
 {
     char line[1024] = "", *p;
     long n = -1;
@@ -1777,11 +1777,17 @@ static long striped_ops(void)
     close(saved);
     rewind(f);
     if (fgets(line, sizeof(line), f) != NULL &&
-        (p = strstr(line, " striped ")) != NULL) {
-        n = strtol(p + 9, NULL, 10);
+        (p = strstr(line, key)) != NULL) {
+        n = strtol(p + strlen(key), NULL, 10);
     }
     fclose(f);
     return n;
+}
+
+/* the operations this member's context cut over stripes */
+static long striped_ops(void)
+{
+    return dumped_stat(" striped ");
 }
 
 /* one pass's results: pass 0 on one group, pass 1 striped over two */
@@ -1941,6 +1947,85 @@ static void test_bcast_roots(void **state)
 {
     (void)state;
     run_members(m_bcast_roots, NULL, NHOST, NHOST);
+}
+
+/* Free bcasts (only the root sends; docs/libsharp.md): 8-byte bcasts
+ * from every root in turn, member 3 slow before each call (so the others
+ * run ahead and its results come before it calls), bursts of them in
+ * flight, an allreduce every few rounds, then the same with free bcasts
+ * off (SHARP_COLL_FREE_BCAST_MAX=0): every result the root's, the stats
+ * say which were free and that member 3 took results before its turn. */
+static int free_rounds(int rank)
+{
+    uint64_t bc[4];
+    void *h[4];
+    for (int round = 0; round < 24; round++) {
+        for (int root = 0; root < NHOST; root++) {
+            if (rank == 3) {
+                usleep(300);
+            }
+            uint64_t v = rank == root ? (uint64_t)(round * 100 + root) : 7;
+            struct sharp_coll_bcast_spec bs = {
+                .root = root, .buf_desc = test_host_desc(&v, 8), .size = 8};
+            CHECK(sharp_coll_do_bcast(world, &bs) == 0, "bcast");
+            CHECK(v == (uint64_t)(round * 100 + root), "round %d root %d: %llu",
+                  round, root, (unsigned long long)v);
+        }
+        for (int i = 0; i < 4; i++) { /* four in flight, roots 0 to 3 */
+            bc[i] = rank == i ? (uint64_t)(round * 1000 + i) : 0;
+            struct sharp_coll_bcast_spec bs = {
+                .root = i, .buf_desc = test_host_desc(&bc[i], 8), .size = 8};
+            CHECK(sharp_coll_do_bcast_nb(world, &bs, &h[i]) == 0, "bcast nb");
+        }
+        for (int i = 3; i >= 0; i--) {
+            CHECK(sharp_coll_req_wait(h[i]) == 0, "wait");
+            CHECK(bc[i] == (uint64_t)(round * 1000 + i), "nb %d", i);
+        }
+        if (round % 5 == 4) {
+            int32_t one = rank, sum = 0;
+            struct sharp_coll_reduce_spec sp = test_host_spec(
+                &one, 4, &sum, 4, SHARP_DTYPE_INT, SHARP_OP_SUM, 1);
+            CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "allreduce");
+            CHECK(sum == 28, "allreduce in round %d: %d", round, sum);
+        }
+    }
+    return 0;
+}
+
+static int m_bcast_free(int rank, void *arg)
+{
+    (void)arg;
+    become_host(rank);
+    for (int pass = 0; pass < 2; pass++) {
+        setenv("SHARP_COLL_FREE_BCAST_MAX", pass ? "0" : "4k", 1);
+        CHECK(member_init(rank, NHOST, 1040 + (uint64_t)pass) == 0, "init");
+        CHECK(comm_of(&world_oob, &world) == 0, "comm_init");
+        size_t most;
+        unsigned apart;
+        CHECK(sharp_coll_comm_window(world, &most, &apart) == 0 &&
+                  most == (pass ? 0 : 4096) && apart == (pass ? 0 : 8),
+              "pass %d: window %zu, %u apart", pass, most, apart);
+        if (free_rounds(rank) != 0) {
+            return 1;
+        }
+        long nfree = dumped_stat(" free bcasts ");
+        long early = dumped_stat("before their turn ");
+        /* 24 x 12 bcasts, 7 in 8 of them free */
+        CHECK(pass ? nfree == 0 : nfree >= 200, "pass %d: %ld free bcasts",
+              pass, nfree);
+        CHECK(pass || rank != 3 || early > 0,
+              "member 3: no result before its turn");
+        CHECK(sharp_coll_comm_destroy(world) == 0, "destroy");
+        CHECK(sharp_coll_finalize(ctx) == 0, "finalize");
+    }
+    unsetenv("SHARP_COLL_FREE_BCAST_MAX");
+    return 0;
+}
+
+static void test_bcast_free(void **state)
+{
+    (void)state;
+    run_members(m_bcast_free, NULL, NHOST, NHOST);
 }
 
 /* The same large operations on one group, then striped over two (the
@@ -2556,6 +2641,7 @@ int main(void)
         cmocka_unit_test(test_two_jobs),
         /* last: it takes an AN away */
         cmocka_unit_test(test_bcast_roots),
+        cmocka_unit_test(test_bcast_free),
         cmocka_unit_test(test_cancel), /* before an AN is killed */
         cmocka_unit_test(test_stripes),
         cmocka_unit_test(test_stripe_killed), /* kills and restarts one */

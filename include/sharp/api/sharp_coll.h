@@ -276,6 +276,16 @@ int sharp_coll_comm_init_standby(struct sharp_coll_context *context,
                                  struct sharp_coll_comm_init_spec *spec,
                                  struct sharp_coll_comm *primary,
                                  struct sharp_coll_comm **sharp_coll_comm);
+/* Extension: how far apart this communicator's members may be.  A bcast
+ * of at most *bcast_max bytes (0: none) may complete at a member while
+ * another has not called it yet (a free bcast: only its root sends, and
+ * the others take the result when it comes, even early); a member
+ * completes at most *ops_apart operations that another has not called.
+ * Every other operation completes at a member only once every member
+ * called it.  (A layer that keeps results for members left behind, as
+ * libsharp_mpi's recovery does, needs this.) */
+int sharp_coll_comm_window(struct sharp_coll_comm *comm, size_t *bcast_max,
+                           unsigned *ops_apart);
 /* Extension: give a communicator's operations up, from any thread, even
  * while another thread waits in one of them (e.g. a watchdog).  Soon after,
  * in the thread that progresses the context, every pending and later
