@@ -220,6 +220,7 @@ static void standby_setup(comm_state_t *s, MPI_Comm comm)
         return;
     }
     smpi_rec_cancel(s->standby_rec, s->standby);
+    smpi_rec_window(s->standby_rec, s->standby, comm);
 }
 
 /* The node step's shared-memory segment (node_shm.h): the leader makes
@@ -361,6 +362,7 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
                                            : smpi_why_of_status(rc);
     if (s->use && s->rec != NULL && s->sc != NULL) {
         smpi_rec_cancel(s->rec, s->sc);
+        smpi_rec_window(s->rec, s->sc, comm);
         standby_setup(s, comm);
     }
     if (!s->use) {

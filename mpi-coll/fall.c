@@ -122,6 +122,28 @@ void smpi_rec_cancel(smr_rec_t *r, struct sharp_coll_comm *sc)
     smr_set_cancel(r, cancel_comm, sc, (int)(after < 5000 ? after : 5000));
 }
 
+/* r, the record of a member of sc, allows what sc does: bcasts that
+ * complete at members apart (sharp_coll_comm_window), kept in its window
+ * slots (recover.h) */
+void smpi_rec_window(smr_rec_t *r, struct sharp_coll_comm *sc, MPI_Comm comm)
+{
+    size_t most = 0;
+    unsigned apart = 0;
+    if (sharp_coll_comm_window(sc, &most, &apart) != SHARP_COLL_SUCCESS ||
+        most == 0) {
+        return;
+    }
+    if (most > SMR_WIN_BYTES || apart >= SMR_WIN) {
+        fprintf(stderr,
+                "sharp_mpi[%d]: the sharp group lets bcasts of %zu bytes "
+                "complete %u operations apart; the recovery keeps %d of at "
+                "most %d bytes: aborting\n",
+                smpi.rank, most, apart, SMR_WIN, SMR_WIN_BYTES);
+        smpi_abort(comm);
+    }
+    smr_allow_window(r);
+}
+
 /* The group under st failed and its members agreed that the operation at
  * hand completed nowhere: the standby group, if st has one, carries it
  * and every later one.  Every member decides alike: the standby was made

@@ -109,6 +109,7 @@ void smpi_nb_complete_greq(nb_op_t *o);
 void smpi_nb_dequeue(nb_op_t *o);
 /* the operation on PMPI, on the communicator's private duplicate */
 void smpi_nb_redo(nb_op_t *o);
+void *smpi_rec_begin(comm_state_t *st, const nb_op_t *o, int *oom);
 /* the communicator falls back (fetched: the last operation completed
  * somewhere, or NULL) */
 void smpi_nb_fall(comm_state_t *st, const nb_op_t *fetched);

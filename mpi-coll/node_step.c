@@ -161,7 +161,7 @@ static int node_lead_dst(nb_op_t *o, char **dst)
     comm_state_t *st = o->st;
     if (o->rec) {
         int oom = 0;
-        o->recbuf = st->sc != NULL ? smr_begin(st->rec, o->bytes, &oom) : NULL;
+        o->recbuf = smpi_rec_begin(st, o, &oom);
         if (oom) {
             smpi_fail(o->comm, smpi_nb_name(o), SHARP_COLL_ENOMEM);
         }

@@ -418,6 +418,25 @@ void smpi_node_arrive(nb_op_t *o)
     o->nphase = 1;
 }
 
+/* the record's buffer for o's result (NULL: the group is gone or a member
+ * asked; *oom: out of memory): one of its window slots for a bcast the
+ * group may complete at members apart, else its buffer (recover.h) */
+void *smpi_rec_begin(comm_state_t *st, const nb_op_t *o, int *oom)
+{
+    size_t most = 0;
+    unsigned apart = 0;
+    *oom = 0;
+    if (st->sc == NULL) {
+        return NULL;
+    }
+    if (o->kind == C_IBCAST && o->bytes > 0 &&
+        sharp_coll_comm_window(st->sc, &most, &apart) == SHARP_COLL_SUCCESS &&
+        o->bytes <= most) {
+        return smr_begin_win(st->rec, o->bytes, oom);
+    }
+    return smr_begin(st->rec, o->bytes, oom);
+}
+
 /* the head of st's queue posted (through sharp, or on PMPI) */
 SMPI_HOT void smpi_nb_kick(comm_state_t *st)
 {
@@ -435,7 +454,7 @@ SMPI_HOT void smpi_nb_kick(comm_state_t *st)
         return;
     }
     int oom = 0;
-    o->recbuf = st->sc != NULL ? smr_begin(st->rec, o->bytes, &oom) : NULL;
+    o->recbuf = smpi_rec_begin(st, o, &oom);
     if (oom) {
         smpi_fail(o->comm, smpi_nb_name(o), SHARP_COLL_ENOMEM);
     }

@@ -297,6 +297,7 @@ int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
                     size_t len, int rc, int leave);
 /* the communicator goes to PMPI: 1 if it offloaded until now */
 int smpi_comm_fall(comm_state_t *st);
+void smpi_rec_window(smr_rec_t *r, struct sharp_coll_comm *sc, MPI_Comm comm);
 /* st's group failed and the operation at hand (seq, its place in the
  * communicator's calls) completed nowhere: 1 if its
  * standby took over (st->sc, st->rec are the standby's: post the

@@ -6,7 +6,7 @@
  * It knows nothing of sharp.
  *
  *   mpi_fault [--calls N] [--signal-at K FILE] [--pause-at K FILE]
- *             [--finalize FILE]
+ *             [--finalize FILE] [--bcasts]
  *
  *   --signal-at K FILE   rank 0 creates FILE after call K (the test kills
  *                        then), and the stream goes on
@@ -14,6 +14,10 @@
  *                        FILE exists (rank 0 creates FILE.paused first): a
  *                        fault between collectives
  *   --finalize FILE      rank 0 creates FILE just before MPI_Finalize
+ *   --bcasts             every call a bcast of 1 to 64 bytes on the world
+ *                        from a rotating root, rank 1 slower than the
+ *                        others (200 us before each call, and a second
+ *                        after call K of --signal-at)
  *
  * Calls rotate over MPI_COMM_WORLD, a duplicate, halves from a split and a
  * communicator of every other rank; each is an allreduce (int64 sum, in
@@ -89,6 +93,26 @@ static void comm_init(comm_t *c, MPI_Comm comm)
     free(in);
 }
 
+/* a bcast of len bytes from rank call % size, checked */
+static void one_bcast(comm_t *c, long call, long len)
+{
+    int root = (int)(call % c->size), rme = c->world_of[root];
+    unsigned char *p = malloc((size_t)len);
+    for (long i = 0; i < len; i++) {
+        p[i] =
+            c->rank == root ? (unsigned char)(val(call, rme, i) & 0xff) : 0xee;
+    }
+    MPI_Bcast(p, (int)len, MPI_BYTE, root, c->comm);
+    for (long i = 0; i < len; i++) {
+        if (p[i] != (unsigned char)(val(call, rme, i) & 0xff)) {
+            FAIL("call %ld: bcast of %ld from %d: byte %ld wrong", call, len,
+                 root, i);
+            break;
+        }
+    }
+    free(p);
+}
+
 static void one_call(comm_t *c, long call)
 {
     int kind = (int)(call % 7);
@@ -156,26 +180,11 @@ static void one_call(comm_t *c, long call)
         }
         break;
     }
-    case 4:
-    case 5: { /* bcast from a root, 1 to 40000 bytes */
-        long len = kind == 4 ? 1 + (call * 53) % 64 : 1 + (call * 997) % 40000;
-        unsigned char *p = malloc((size_t)len);
-        int rme = c->world_of[root];
-        for (long i = 0; i < len; i++) {
-            p[i] = c->rank == root ? (unsigned char)(val(call, rme, i) & 0xff)
-                                   : 0xee;
-        }
-        MPI_Bcast(p, (int)len, MPI_BYTE, root, c->comm);
-        for (long i = 0; i < len; i++) {
-            if (p[i] != (unsigned char)(val(call, rme, i) & 0xff)) {
-                FAIL("call %ld: bcast of %ld from %d: byte %ld wrong", call,
-                     len, root, i);
-                break;
-            }
-        }
-        free(p);
+    case 4: /* bcast from a root, 1 to 40000 bytes */
+    case 5:
+        one_bcast(c, call,
+                  kind == 4 ? 1 + (call * 53) % 64 : 1 + (call * 997) % 40000);
         break;
-    }
     default: MPI_Barrier(c->comm); break;
     }
     free(a);
@@ -187,6 +196,7 @@ static void one_call(comm_t *c, long call)
 int main(int argc, char **argv)
 {
     long calls = 10000, signal_at = -1, pause_at = -1;
+    int bcasts = 0;
     const char *signal_file = NULL, *pause_file = NULL, *fin_file = NULL;
     char paused[4096];
 
@@ -204,6 +214,8 @@ int main(int argc, char **argv)
             pause_file = argv[++i];
         } else if (!strcmp(argv[i], "--finalize") && i + 1 < argc) {
             fin_file = argv[++i];
+        } else if (!strcmp(argv[i], "--bcasts")) {
+            bcasts = 1;
         } else {
             if (wrank == 0) {
                 fprintf(stderr, "mpi_fault: bad argument %s\n", argv[i]);
@@ -224,9 +236,23 @@ int main(int argc, char **argv)
     comm_init(&cs[3], odd);
 
     for (long call = 0; call < calls; call++) {
-        one_call(&cs[(call / 3) % 4], call);
+        if (bcasts) {
+            /* small bcasts on the world, rank 1 behind the others: the
+             * roots run ahead of it (free bcasts) */
+            if (wrank == 1) {
+                usleep(200);
+            }
+            one_bcast(&cs[0], call, 1 + (call * 53) % 64);
+        } else {
+            one_call(&cs[(call / 3) % 4], call);
+        }
         if (call == signal_at && wrank == 0) {
             touch(signal_file);
+        }
+        if (bcasts && call == signal_at && wrank == 1) {
+            /* out of MPI while the fault comes and the others decide:
+             * the results it missed are fetched when it goes on */
+            usleep(1000000);
         }
         if (call == pause_at) {
             /* every rank out of MPI, then the fault, then on */

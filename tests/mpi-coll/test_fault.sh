@@ -129,14 +129,15 @@ verdict() {
     fi
 }
 
-# mid NAME MPI NP TOPO NET ACTION: kill during the stream (after call 1500)
+# mid NAME MPI NP TOPO NET ACTION [VERDICT [ARGS...]]: kill during the
+# stream (after call 1500); ARGS to mpi_fault
 mid() {
     local name=$1 mpi=$2 np=$3 topo=$4 net=$5 action=$6 out="$DIR/$1.out"
     local t0=$SECONDS
     [ -z "${FAULT_ONLY:-}" ] || [[ "$name" == *$FAULT_ONLY* ]] || return 0
     up "$topo" "$net" || { bad "$name: fabric"; return; }
     rm -f "$DIR/sig"
-    job "$mpi" "$np" "$out" --signal-at 1500 "$DIR/sig"
+    job "$mpi" "$np" "$out" --signal-at 1500 "$DIR/sig" "${@:8}"
     if wait_file "$DIR/sig" 90; then
         eval "$action"
     else
@@ -149,6 +150,19 @@ mid() {
 
 mid "leaf AN killed (Open MPI, 8 ranks)" ompi 8 "$DIR/ft8.ibnd" 127.33 \
     'kill -9 $(pid_of an leaf02)'
+# small bcasts only (free: each root's alone, the others send nothing, so
+# the members are apart: rank 1 lags), the world's top AN killed: the
+# members behind take the results the others completed (the recovery's
+# window), the rest goes on through the standby group
+# (rank 1 is out of MPI for a second from call 1500: it takes what it
+# missed from the others' records)
+name="free bcasts, a member behind, the top AN killed (Open MPI, 8 ranks)"
+mid "$name" ompi 8 "$DIR/ft8.ibnd" 127.33 \
+    'kill -9 $(pid_of an "^$(top_an)\$")' failover --bcasts
+if [ -e "$DIR/$name.out" ] &&
+    ! grep -q ' [1-9][0-9]* result(s) fetched' "$DIR/$name.out"; then
+    bad "$name: the member behind fetched no result"
+fi
 # the world's top AN: its communicators go on through their standby
 # groups, on the other spine's tree (SHARP_MPI_STANDBY, the default):
 # nothing goes to MPI
