@@ -284,6 +284,24 @@ static void test_validate_flags_and_barrier(void **state)
     h.payload_len = 0;
     assert_int_equal(shp_wire_validate(&h, SHP_WIRE_HDR_LEN, 256, NULL),
                      SHP_OK);
+    /* a free bcast: a bcast, its root's 1 to 4096 bytes */
+    h.flags = SHP_WIRE_F_BCAST | SHP_WIRE_F_FREE;
+    REJECT(h, SHP_WIRE_HDR_LEN, 256, SHP_ERR_PROTO, "free bcast");
+    h = agg_hdr();
+    h.flags = SHP_WIRE_F_FREE;
+    REJECT(h, SHP_WIRE_HDR_LEN + 64, 256, SHP_ERR_PROTO, "free bcast");
+    h.flags = SHP_WIRE_F_BCAST | SHP_WIRE_F_FREE;
+    assert_int_equal(shp_wire_validate(&h, SHP_WIRE_HDR_LEN + 64, 256, NULL),
+                     SHP_OK);
+    h.dtype = SHP_DTYPE_U8;
+    h.op = SHP_OP_BOR;
+    h.count = h.payload_len = SHP_WIRE_FREE_MAX + 1;
+    REJECT(h, SHP_WIRE_HDR_LEN + SHP_WIRE_FREE_MAX + 1, 8192, SHP_ERR_PROTO,
+           "free bcast");
+    h.count = h.payload_len = SHP_WIRE_FREE_MAX;
+    assert_int_equal(
+        shp_wire_validate(&h, SHP_WIRE_HDR_LEN + SHP_WIRE_FREE_MAX, 8192, NULL),
+        SHP_OK);
 }
 
 static void test_validate_control_opcodes(void **state)
