@@ -30,10 +30,9 @@
  * (or down) in order, each once every one before it has (an_advance).
  * The members' rule (a free bcast's seq is never a multiple of
  * SHP_WIRE_FREE_SYNC, and osts >= SHP_WIRE_FREE_SYNC) keeps every member
- * within SHP_WIRE_FREE_SYNC operations of every root, so the slot rule
- * above still holds: the member that sent s - osts ... s got the result of
- * s - 2 x osts first.  A member that skips an operation the others send,
- * or sends one the others skipped, fails the group (docs/an.md, "bcast").
+ * within SHP_WIRE_FREE_SYNC operations of every root: the slot rule above
+ * counts them.  A member that skips an operation the others send, or
+ * sends one the others skipped, fails the group (docs/an.md, "bcast").
  */
 #include "an/an_int.h"
 
@@ -171,9 +170,10 @@ static int an_skip_ok(const shp_an_group_t *g, uint32_t from, uint32_t to)
 }
 
 /* Whether child ci's operation hdr may be folded now: every member that
- * left the group was done with it, it is the child's next, within the
- * quota window, not above the group's size and (exact mode) with sound
- * lanes.  If not, the group failed. */
+ * left the group was done with it, it is not before the child's next (and
+ * what the child skipped may be skipped), within the window, not above
+ * the group's size and (exact mode) with sound lanes.  If not, the group
+ * failed. */
 static inline int an_agg_ok(shp_an_group_t *g, unsigned ci,
                             const shp_wire_hdr_t *hdr, const void *payload)
 {
