@@ -100,7 +100,7 @@ static void an_free_result(shp_an_group_t *g, shp_an_slot_t *s,
                            const shp_wire_hdr_t *hdr, const void *payload)
 {
     if (!(s->seq == hdr->seq && s->state == SHP_AN_SLOT_WAIT)) {
-        shp_an_slot_reset(g, s); /* (askers stay marked) */
+        shp_an_slot_reset(g, s); /* (a waiting slot keeps its askers) */
     }
     g->free_seen = 1;
     s->seq = hdr->seq;

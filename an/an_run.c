@@ -21,8 +21,7 @@
  * An operation completes only when every child's payload is in, and one
  * not begun misses them all, so no operation can finish sooner (a free
  * bcast, its root's message alone, does not count: it rings, shm_ep.c); a
- * failed
- * group or one a member left answers every request at once (1).  Too many
+ * failed group or one a member left answers every request at once (1).  Too many
  * groups to look at each turn: 1, every message wakes us as before. */
 uint32_t shp_an_wake_need(void *arg)
 {

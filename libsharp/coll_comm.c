@@ -187,8 +187,7 @@ static void send_frag(coll_comm_t *comm, coll_req_t *r)
     int none = r->bcast && !(off < r->s_hi && off + len > r->s_lo);
     int fr = frag_free(comm, r);
     const void *payload = frag_msg(comm, r, off, none ? 0 : count, &h);
-    *f = (coll_frag_t){
-        .req = r, .off = off, .count = count, .busy = 1, .free = fr};
+    *f = (coll_frag_t){.req = r, .off = off, .count = count, .busy = 1};
     f->sent_ns = f->asked_ns = shp_time_ns();
     r->sent++;
     comm->next_seq++;

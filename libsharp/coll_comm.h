@@ -26,7 +26,6 @@ typedef struct coll_frag {
     int busy, done;
     uint64_t sent_ns, asked_ns;
     unsigned asks; /* retransmit requests sent for it */
-    int free;      /* a free bcast (only its root sends) */
 } coll_frag_t;
 
 /* a free bcast's result that came before this member reached it */

@@ -540,9 +540,7 @@ SHP_API int sharp_coll_comm_destroy(struct sharp_coll_comm *comm)
     return comm_destroy(comm);
 }
 
-/* Any thread, at any time while comm exists, even while another thread
- * waits in it (coll_member_cancel): the loop's thread fails the
- * communicator (its link closed: the group fails in the network too). */
+/* how far apart comm's members may be (free bcasts: coll_comm.c) */
 SHP_API int sharp_coll_comm_window(struct sharp_coll_comm *comm,
                                    size_t *bcast_max, unsigned *ops_apart)
 {
@@ -554,6 +552,9 @@ SHP_API int sharp_coll_comm_window(struct sharp_coll_comm *comm,
     return SHARP_COLL_SUCCESS;
 }
 
+/* Any thread, at any time while comm exists, even while another thread
+ * waits in it (coll_member_cancel): the loop's thread fails the
+ * communicator (its link closed: the group fails in the network too). */
 SHP_API int sharp_coll_comm_cancel(struct sharp_coll_comm *comm)
 {
     if (comm == NULL) {

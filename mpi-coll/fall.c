@@ -35,7 +35,8 @@
  * waiting for this member).  1: the operation completed elsewhere, its
  * result fetched (smr_result; the later calls that completed elsewhere
  * come here too, as the group is gone, and take theirs); 0: it is to be
- * redone on PMPI, and every later one.  The engine's (smpi_nb_recover, and node_step.c's leader).
+ * redone on PMPI, and every later one.  The engine's (smpi_nb_recover,
+ * and node_step.c's leader).
  */
 int smpi_recover_op(comm_state_t *st, MPI_Comm comm, const char *what,
                     size_t len, int rc, int leave)
