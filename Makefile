@@ -173,9 +173,16 @@ include bench/module.mk
 .PHONY: all
 all: $(LIBS) $(BINS) $(MANS) $(TESTS) $(TEST_HELPERS) $(BENCHES)
 
+# make check, demo and fuzz build on every core (JOBS, default nproc) unless
+# the command line gave -j: each serial build was a minute of CI's hour
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+SUBMAKE = $(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(JOBS))
+BUILD_ALL = $(SUBMAKE) all
+
 # Tests ---------------------------------------------------------------------
 .PHONY: check
-check: all
+check:
+	$(Q)$(BUILD_ALL)
 	$(Q)O=$(O) SAN=$(SAN) bash tests/run-tests.sh $(TESTS) $(TEST_SCRIPTS)
 
 # The layering: allowed includes per room, no circle of calls between the
@@ -317,7 +324,8 @@ format-check:
 
 # Demo ------------------------------------------------------------------------
 .PHONY: demo
-demo: all
+demo:
+	$(Q)$(BUILD_ALL)
 	$(Q)bash scripts/demo.sh $(O)
 
 # Objects of test programs are not intermediates to delete.

@@ -184,7 +184,7 @@ done
 # alternated over the rounds
 if [ "${SHARP_BENCH_MAC:-1}" = 1 ]; then
     # the daemons and libraries only (the benchmark program is the same)
-    make -s -C "$SRC" O="$O/nomac" CPPFLAGS=-DSHP_MCAST_MAC=0 programs >/dev/null
+    make -s -j"$(nproc)" -C "$SRC" O="$O/nomac" CPPFLAGS=-DSHP_MCAST_MAC=0 programs >/dev/null
     NOMAC=$(cd "$O/nomac" && pwd)
     cp "$SRC/examples/fat-tree-2l.ibnd" "$DIR/topo.ibnd"
     for round in $(seq "$ROUNDS"); do

@@ -98,7 +98,8 @@ $(FUZZ_SEEDS_STAMP): $(FUZZ_GEN) $(wildcard examples/*.ibnd tests/topology/data/
 .PHONY: fuzz fuzz-build
 fuzz-build: $(FUZZ_BINS) $(FUZZ_SEEDS_STAMP)
 
-fuzz: fuzz-build
+fuzz:
+	$(Q)$(SUBMAKE) fuzz-build
 	$(Q)FUZZ_O=$(FUZZ_O) $(if $(FUZZ_GOAL_EXECS),FUZZ_GOAL_EXECS=$(FUZZ_GOAL_EXECS)) \
 		bash tests/fuzz/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
 

@@ -71,7 +71,7 @@ echo "installing as $U (uid $("${as[@]}" id -u))"
 touch "$T/start"
 sleep 1 # files written from here on are newer than start
 
-inst() { "${as[@]}" make -s -C "$SRC" O="$B" SAN="$SAN" "$@"; }
+inst() { "${as[@]}" make -s -j"$(nproc)" -C "$SRC" O="$B" SAN="$SAN" "$@"; }
 
 # 1. A prefix ------------------------------------------------------------
 inst PREFIX="$P" install >"$T/install.log" 2>&1 ||
