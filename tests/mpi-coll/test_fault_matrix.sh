@@ -100,10 +100,10 @@ fault() { # KIND
         # file; a form other than nb has no stall (--signal-at: the file is
         # empty), and the cell is top's
         local stopped
-        stopped=$(cat "$DIR/sig")
         sleep 0.3
         kill -9 "$(pid_of an "$top")"
         sleep 1.5
+        stopped=$(cat "$DIR/sig") # (written by then: it is made, then filled)
         [ -z "$stopped" ] || kill -CONT "$stopped"
         ;;
     leaf) kill -9 "$(pid_of an leaf01)" ;;
