@@ -2,14 +2,16 @@
  * libsharp_mpi: the program's communicators as this layer sees them
  * (comm_state_t, an attribute of each), and their sharp groups.
  *
- * A communicator's group is created lazily, on its first eligible
- * collective, blocking or not (every rank decides alike: the decision
- * depends only on what MPI requires to be equal across ranks), and
+ * A communicator's group is made inside the blocking call that makes the
+ * communicator (comm_new.c's wrappers, the world's in MPI_Init:
+ * smpi_comm_made; SHARP_MPI_GROUP_AT=create), or else at its first
+ * blocking collective; never inside a non-blocking call or a start, which
+ * MPI forbids to wait for other processes (a communicator without a group
+ * sends those to PMPI: every rank alike, none has a state).  It is
  * destroyed when the communicator is freed (the attribute's delete
- * callback, smpi_comm_delete), so dup, split, create and free need no
- * wrapper of their own.  Creating a group is agreed by all members (the
- * library's comm_init returns one answer everywhere); a communicator whose
- * group cannot be created uses PMPI from then on, everywhere.
+ * callback, smpi_comm_delete).  Creating a group is agreed by all members
+ * (the library's comm_init returns one answer everywhere); a communicator
+ * whose group cannot be created uses PMPI from then on, everywhere.
  *
  * With several ranks per node only one leader per node is a member
  * (SHARP_MPI_NODE_AGGR, default on: measured faster): the node's data are
@@ -20,10 +22,13 @@
  * A communicator that fell back to PMPI after a failure (fall.c) tries a
  * new group SHARP_MPI_REGROUP_CALLS eligible calls later, every rank at the
  * same call (smpi_comm_call).  Making or leaving a group is an agreement
- * of the members, blocking: the non-blocking operations in flight complete
- * first (smpi_nb_drain, progress.c, below this file).
+ * of the members, blocking: leaving, the communicator's non-blocking
+ * operations in flight complete first (smpi_nb_drain, progress.c, below
+ * this file); making, every operation in flight progresses until every
+ * member is there (smpi_nb_wait_req).
  */
 #include "mpi-coll/sharp_mpi_int.h"
+#include "mpi-coll/nb.h"
 
 #include "core/time.h"
 #include "mpi-coll/recover.h"
@@ -53,8 +58,9 @@ static void recs_free(comm_state_t *s)
 
 /* What comm_setup made, undone: the group left, the record dropped (after
  * a barrier: a member may still be fetching a result from it), the
- * private communicators freed. */
-static void comm_teardown(comm_state_t *s)
+ * private communicators freed (the duplicate `all` kept if keep_all: an
+ * orphan's persistent operations go on there). */
+static void comm_teardown(comm_state_t *s, int keep_all)
 {
     smpi_nb_drain(s); /* its non-blocking operations in flight complete first */
     if (s->sc != NULL) {
@@ -71,9 +77,13 @@ static void comm_teardown(comm_state_t *s)
     }
     if (s->all != MPI_COMM_NULL) {
         if (smpi.svc && s->had_group) {
-            PMPI_Barrier(s->all);
+            MPI_Request r;
+            PMPI_Ibarrier(s->all, &r);
+            smpi_nb_wait_req(&r);
         }
-        PMPI_Comm_free(&s->all);
+        if (!keep_all) {
+            PMPI_Comm_free(&s->all);
+        }
     }
     recs_free(s);
     smpi_xchg_free(s); /* (before its node communicator) */
@@ -98,16 +108,36 @@ int smpi_comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
     (void)comm;
     (void)keyval;
     (void)extra;
-    comm_teardown(s);
     smpi_lock();
-    if (s->prev != NULL) {
+    int held = s->refs > 1;
+    if (s->prev != NULL) { /* off the list: nothing of it for finalize */
         *s->prev = s->next;
         if (s->next != NULL) {
             s->next->prev = s->prev;
         }
+        s->prev = NULL;
     }
     smpi_unlock();
-    free(s);
+    comm_teardown(s, held);
+    if (held && s->all == MPI_COMM_NULL) {
+        /* no duplicate yet (no group was wanted): one for the orphans */
+        PMPI_Comm_dup(comm, &s->all);
+    }
+    smpi_lock();
+    if (held) {
+        /* persistent operations still hold it: on PMPI from now on, on
+         * the private duplicate, never a new group */
+        s->orphan = 1;
+        s->fell = 1;
+        s->why = WHY_FELL;
+        for (nb_op_t *o = smpi_nb_ops; o != NULL; o = o->next) {
+            if (o->st == s) {
+                o->comm = s->all; /* the program's handle is gone */
+            }
+        }
+    }
+    smpi_unlock();
+    smpi_comm_unref(s);
     return MPI_SUCCESS;
 }
 
@@ -332,7 +362,12 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
     static uint32_t made;
     int rc, maxn = 1;
     uint64_t id = 0;
-    PMPI_Comm_dup(comm, &s->all);
+    MPI_Request r;
+    /* the rendezvous: once every member is here, none waits for anything
+     * but the others' part in this agreement; until then this process's
+     * operations in flight progress (another rank may need them first) */
+    PMPI_Comm_idup(comm, &s->all, &r);
+    smpi_nb_wait_req(&r);
     if (smpi.svc) {
         /* the group's name for the recovery services: rank 0's (a
          * standby's: bits 56-62 its generation, standby_setup) */
@@ -394,13 +429,15 @@ static void standby_again(comm_state_t *s, MPI_Comm comm)
 {
     s->standby_at = 0;
     int depth = smpi_release(); /* a collective: no lock held */
-    smpi_nb_drain(NULL);
     int64_t after = smpi_cfg.standby_after_ms;
     int mine = s->use && s->sc != NULL &&
                shp_time_ns() - s->failed_ns >=
                    (uint64_t)(after > 0 ? after : 0) * SHP_NSEC_PER_MSEC,
         all = 0;
-    PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, s->hier ? s->oob : s->all);
+    MPI_Request r;
+    PMPI_Iallreduce(&mine, &all, 1, MPI_INT, MPI_MIN, s->hier ? s->oob : s->all,
+                    &r);
+    smpi_nb_wait_req(&r); /* the rendezvous: operations in flight progress */
     if (all) {
         standby_setup(s, comm);
         if (s->standby != NULL) {
@@ -418,7 +455,7 @@ static void regroup(comm_state_t *s, MPI_Comm comm)
 {
     unsigned long next =
         s->retry_at < (1ul << 24) ? 2 * s->retry_at : s->retry_at;
-    comm_teardown(s);
+    comm_teardown(s, 0);
     comm_setup(s, comm);
     if (s->use) {
         s->fell = 0;
@@ -438,36 +475,44 @@ static void regroup(comm_state_t *s, MPI_Comm comm)
 
 /* An eligible call on s's communicator begins (its state found: every
  * rank calls this at the same calls, blocking or not, a persistent start
- * included): counted, and a communicator that fell back tries a new
- * group at its turn. */
-SMPI_HOT void smpi_comm_call(comm_state_t *s, MPI_Comm comm)
+ * included): counted; a communicator that failed over makes its new
+ * standby, and one that fell back tries a new group, at their turn: the
+ * first blocking call at or after it (blocking on every rank alike, MPI
+ * matches no blocking collective with a non-blocking one; a non-blocking
+ * call or a start never waits for the others).  The blocking call drained
+ * the communicator's own operations first (smpi_comm_state), so every
+ * rank has learnt of a failure before it: the same call everywhere. */
+SMPI_HOT void smpi_comm_call(comm_state_t *s, MPI_Comm comm, int blocking)
 {
     s->seq++;
+    if (!blocking) {
+        return;
+    }
     if (s->standby_at != 0 && s->seq >= s->standby_at) { /* members only */
         standby_again(s, comm);
     }
-    if (!s->use && s->fell && smpi_cfg.regroup_calls > 0 &&
+    if (!s->use && s->fell && !s->orphan && smpi_cfg.regroup_calls > 0 &&
         s->seq - s->fall_pos > s->retry_at) {
         int depth = smpi_release(); /* a collective: no lock held */
-        smpi_nb_drain(NULL);        /* as before making a group (below) */
         regroup(s, comm);
         smpi_regain(depth);
     }
 }
 
-/* the state of comm, made on first use; a blocking call's communicator's
- * non-blocking operations complete first (below) */
+/* the state of comm (made here if it has none, in a blocking call); a
+ * blocking call's communicator's non-blocking operations complete first
+ * (below) */
 static comm_state_t *smpi_comm_state(MPI_Comm comm, int *why, int blocking);
 
-/* The communicator's state for a call of kind ckind, set up on first
- * use; NULL: use PMPI, for *why.  A blocking call's communicator's
- * non-blocking operations complete first (they may find the group
- * failed), and it goes to PMPI once the communicator fell back.  A
- * non-blocking call on a communicator that fell back stays the layer's:
- * queued and done on PMPI on the private duplicate (smpi_nb_kick,
- * smpi_nb_redo), as the operations a rank had posted before it learnt of
- * the failure are; one rule for every rank whenever it learnt, so the
- * same operations meet on the same communicator. */
+/* The communicator's state for a call of kind ckind; NULL: use PMPI, for
+ * *why.  A blocking call's communicator's non-blocking operations
+ * complete first (they may find the group failed), and it goes to PMPI
+ * once the communicator fell back.  A non-blocking call on a communicator
+ * that fell back stays the layer's: queued and done on PMPI on the private
+ * duplicate (smpi_nb_kick, smpi_nb_redo), as the operations a rank had
+ * posted before it learnt of the failure are; one rule for every rank
+ * whenever it learnt, so the same operations meet on the same
+ * communicator. */
 SMPI_HOT comm_state_t *smpi_coll_comm(MPI_Comm comm, int ckind, int *why)
 {
     comm_state_t *had = NULL;
@@ -486,11 +531,73 @@ SMPI_HOT comm_state_t *smpi_coll_comm(MPI_Comm comm, int ckind, int *why)
     return st;
 }
 
+/* A new state for comm, its group made if it is to have one (a
+ * collective of its ranks: the caller holds no lock), kept on the list
+ * and as comm's attribute. */
+static comm_state_t *state_new(MPI_Comm comm)
+{
+    int inter = 0;
+    comm_state_t *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        /* the other ranks go on to create the group: abort, not hang */
+        smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+    }
+    s->oob = s->node = s->leaders = s->all = MPI_COMM_NULL;
+    PMPI_Comm_test_inter(comm, &inter);
+    PMPI_Comm_rank(comm, &s->rank);
+    PMPI_Comm_size(comm, &s->size);
+    s->refs = 1; /* the communicator's (smpi_comm_delete) */
+    s->why = inter ? WHY_INTERCOMM
+             : s->size < smpi_cfg.min_ranks
+                 ? (s->size < 2 ? WHY_ONE_RANK : WHY_MIN_RANKS)
+                 : WHY_OK;
+    if (s->why == WHY_OK) {
+        comm_setup(s, comm);
+    }
+    smpi_lock();
+    s->next = states;
+    s->prev = &states;
+    if (states != NULL) {
+        states->prev = &s->next;
+    }
+    states = s;
+    smpi_unlock();
+    PMPI_Comm_set_attr(comm, smpi.keyval, s);
+    return s;
+}
+
+/* a communicator without a state would make a group (a collective) */
+static int wants_group(MPI_Comm comm)
+{
+    int inter = 0, size = 0;
+    PMPI_Comm_test_inter(comm, &inter);
+    PMPI_Comm_size(comm, &size);
+    return !inter && size >= smpi_cfg.min_ranks && size >= 2;
+}
+
+/* A communicator just made by a blocking call of every one of its ranks
+ * (comm_new.c; the world in MPI_Init): its group made now
+ * (SHARP_MPI_GROUP_AT=create), so that no non-blocking call on it will
+ * need to.  Called without the layer's lock. */
+void smpi_comm_made(MPI_Comm comm)
+{
+    comm_state_t *s;
+    int found = 0;
+    if (smpi.ctx == NULL || comm == MPI_COMM_NULL ||
+        smpi_cfg.group_at != SMPI_AT_CREATE) {
+        return;
+    }
+    PMPI_Comm_get_attr(comm, smpi.keyval, &s, &found);
+    if (!found) {
+        state_new(comm);
+    }
+}
+
 SMPI_HOT static comm_state_t *smpi_comm_state(MPI_Comm comm, int *why,
                                               int blocking)
 {
     comm_state_t *s;
-    int found = 0, inter = 0;
+    int found = 0;
 
     if (smpi.ctx == NULL || comm == MPI_COMM_NULL) {
         *why = smpi.ctx == NULL ? smpi.init_why : WHY_ARGS;
@@ -503,42 +610,21 @@ SMPI_HOT static comm_state_t *smpi_comm_state(MPI_Comm comm, int *why,
              * first (they may find the group failed) */
             smpi_nb_drain(s);
         }
-        smpi_comm_call(s, comm);
+        smpi_comm_call(s, comm, blocking);
         *why = s->why;
         return s->use ? s : NULL;
     }
-    /* making the group is an agreement of the members, blocking: every
-     * non-blocking operation in flight completes first (the other ranks
-     * may wait for this one's part in them before they get here) */
-    smpi_nb_drain(NULL);
-    s = calloc(1, sizeof(*s));
-    if (s == NULL) {
-        /* the other ranks go on to create the group: abort, not hang */
-        smpi_fail(comm, "creating a sharp group", SHARP_COLL_ENOMEM);
+    if (!blocking && wants_group(comm)) {
+        /* its group would be an agreement of the ranks: a non-blocking
+         * call or a start may not wait for it (MPI); MPI's until a
+         * blocking call makes it (every rank alike: no rank has a state) */
+        *why = WHY_NO_GROUP_YET;
+        return NULL;
     }
-    s->oob = s->node = s->leaders = s->all = MPI_COMM_NULL;
+    int depth = smpi_release(); /* a collective: no lock held */
+    s = state_new(comm);
+    smpi_regain(depth);
     s->seq = 1; /* this call (done_seq, fall_pos: 0) */
-    PMPI_Comm_test_inter(comm, &inter);
-    PMPI_Comm_rank(comm, &s->rank);
-    PMPI_Comm_size(comm, &s->size);
-    s->why = inter ? WHY_INTERCOMM
-             : s->size < smpi_cfg.min_ranks
-                 ? (s->size < 2 ? WHY_ONE_RANK : WHY_MIN_RANKS)
-                 : WHY_OK;
-    if (s->why == WHY_OK) {
-        int depth = smpi_release(); /* a collective: no lock held */
-        comm_setup(s, comm);
-        smpi_regain(depth);
-    }
-    smpi_lock();
-    s->next = states;
-    s->prev = &states;
-    if (states != NULL) {
-        states->prev = &s->next;
-    }
-    states = s;
-    smpi_unlock();
-    PMPI_Comm_set_attr(comm, smpi.keyval, s);
     *why = s->why;
     return s->use ? s : NULL;
 }

@@ -12,7 +12,8 @@
  *                                out-of-band collectives written on PMPI;
  *                                the job's id, the recovery services' key
  *                                and SHARP_MPI_ON_FAULT agreed from rank 0;
- *                                every process's recovery service known
+ *                                every process's recovery service known;
+ *                                the world's group (comm.c)
  *   MPI_Finalize                 operations in flight completed, groups
  *                                destroyed, job ended, report
  *
@@ -255,6 +256,7 @@ API int MPI_Init(int *argc, char ***argv)
     int rc = PMPI_Init(argc, argv);
     if (rc == MPI_SUCCESS) {
         sharp_setup();
+        smpi_comm_made(MPI_COMM_WORLD); /* its group, with the job */
     }
     return rc;
 }
@@ -264,6 +266,7 @@ API int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
     int rc = PMPI_Init_thread(argc, argv, required, provided);
     if (rc == MPI_SUCCESS) {
         sharp_setup();
+        smpi_comm_made(MPI_COMM_WORLD); /* its group, with the job */
     }
     return rc;
 }

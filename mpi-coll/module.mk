@@ -6,7 +6,7 @@ MPICC_MPICH ?= mpicc.mpich
 SHARP_MPI_SRC := mpi-coll/settings.c mpi-coll/settings_table.c mpi-coll/lock.c mpi-coll/why.c \
 	mpi-coll/dtype.c mpi-coll/fall.c mpi-coll/op.c mpi-coll/node_step.c \
 	mpi-coll/node_xchg.c \
-	mpi-coll/progress.c mpi-coll/comm.c \
+	mpi-coll/progress.c mpi-coll/comm.c mpi-coll/comm_new.c \
 	mpi-coll/coll_reduce.c mpi-coll/coll_bcast.c mpi-coll/coll_barrier.c \
 	mpi-coll/nb_coll.c mpi-coll/request.c mpi-coll/init.c \
 	mpi-coll/recover.c mpi-coll/recover_svc.c mpi-coll/node_shm.c \

@@ -31,7 +31,8 @@ typedef struct nb_op {
     const void *sbuf;
     void *rbuf;
     int count, root, sop, keep;
-    MPI_Datatype dt;
+    MPI_Datatype dt; /* own_dt: the operation's duplicate of the program's */
+    int own_dt;
     dt_map_t m;
     shp_reduce_desc_t d; /* the node-local fold's */
     size_t n, bytes;
@@ -87,6 +88,9 @@ extern unsigned long smpi_nb_moved;
 /* The operation (op.c) */
 void smpi_nb_unlink(nb_op_t *o);  /* unlinked, its buffers freed */
 void smpi_nb_release(nb_op_t *o); /* unlinked and freed */
+/* s let go by its communicator (comm.c) or by a persistent operation made
+ * on it: freed, with an orphan's private duplicate, when nothing holds it */
+void smpi_comm_unref(comm_state_t *s);
 /* o the only operation in flight (a persistent one not started is not) */
 int smpi_nb_alone(const nb_op_t *o);
 /* its generalized request's callbacks (MPI_Grequest_start) */

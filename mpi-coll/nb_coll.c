@@ -16,8 +16,8 @@
  * Offloaded exactly when the blocking call would be (dtype.c's rules:
  * every rank decides alike); with several ranks per node the node step's
  * exchange is on shared memory for data up to the communicator's nb_slot,
- * else on PMPI (node_xchg.c).  The first collective on a communicator
- * makes its group (comm.c), blocking or not.  Each entry point holds the
+ * else on PMPI (node_xchg.c).  None makes a group: a communicator that
+ * has none yet sends them to MPI (comm.c).  Each entry point holds the
  * layer's lock (lock.c).
  */
 #include "mpi-coll/sharp_mpi_int.h"
@@ -39,15 +39,29 @@
 #define PPCOLL(name) PMPIX_##name##_init
 #endif
 
-/* an operation of the program's, filled in at tmp: a live one of ours */
+/* An operation of the program's, filled in at tmp: a live one of ours.
+ * A derived datatype is duplicated: MPI lets the program free its own
+ * while the operation is pending or persistent (released with the
+ * operation, op.c). */
 static nb_op_t *nb_new(const nb_op_t *tmp)
 {
+    int ni, na, nd, comb = MPI_COMBINER_NAMED;
     nb_op_t *o = malloc(sizeof(*o));
     if (o == NULL) {
         smpi_fail(tmp->comm, smpi_nb_name(tmp), SHARP_COLL_ENOMEM);
     }
     *o = *tmp;
     o->greq = o->handle = o->preq = MPI_REQUEST_NULL;
+    o->own_dt = 0;
+    if (o->kind != C_IBARRIER && o->dt != MPI_DATATYPE_NULL) {
+        PMPI_Type_get_envelope(o->dt, &ni, &na, &nd, &comb);
+    }
+    if (comb != MPI_COMBINER_NAMED) {
+        if (PMPI_Type_dup(tmp->dt, &o->dt) != MPI_SUCCESS) {
+            smpi_die(tmp->comm, "a datatype's duplicate");
+        }
+        o->own_dt = 1;
+    }
     smpi_nb_link(o);
     return o;
 }
@@ -179,6 +193,21 @@ API int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req)
 /* Persistent collectives ---------------------------------------------------- */
 
 #ifdef HAVE_PCOLL
+/* MPI-4 matches a persistent collective by its _init, and lets each rank
+ * start them in its own order; a group's operations meet in the order
+ * they start.  So they are offloaded only where the program says its
+ * starts are in one order on every rank (SHARP_MPI_PERSISTENT_ORDERED=1),
+ * else MPI's own, counted at their init with their reason. */
+static int nb_persist_ok(int kind, long bytes, MPI_Comm comm, MPI_Datatype dt,
+                         MPI_Op op)
+{
+    if (smpi_cfg.persistent_ordered || smpi.ctx == NULL) {
+        return 1;
+    }
+    smpi_fallback(kind, bytes, comm, WHY_PERSISTENT, dt, op);
+    return 0;
+}
+
 static int nb_persist(nb_op_t *o, MPI_Request *req)
 {
     /* a handle of MPI's own, never started (so inactive to PMPI) and
@@ -186,6 +215,7 @@ static int nb_persist(nb_op_t *o, MPI_Request *req)
      * communicator (MPICH gives every receive from MPI_PROC_NULL one
      * handle) */
     o->persistent = 1;
+    o->st->refs++; /* the communicator may be freed first (comm.c) */
     PMPI_Recv_init(NULL, 0, MPI_BYTE, MPI_ANY_SOURCE, 0x5a17, smpi.oob_world,
                    &o->handle);
     *req = o->handle;
@@ -198,7 +228,10 @@ static int nb_api_pcoll_allreduce(const void *sbuf, void *rbuf, int count,
 {
     int why; /* not counted: the starts are (MPI's own, here) */
     nb_op_t *o =
-        nb_reduce_op(C_IALLREDUCE, sbuf, rbuf, count, dt, op, -1, comm, &why);
+        nb_persist_ok(C_IALLREDUCE, smpi_bytes_of(count, dt), comm, dt, op)
+            ? nb_reduce_op(C_IALLREDUCE, sbuf, rbuf, count, dt, op, -1, comm,
+                           &why)
+            : NULL;
     if (o != NULL) {
         return nb_persist(o, req);
     }
@@ -220,9 +253,11 @@ static int nb_api_pcoll_reduce(const void *sbuf, void *rbuf, int count,
                                MPI_Comm comm, MPI_Info info, MPI_Request *req)
 {
     int why;
-    nb_op_t *o = root >= 0 ? nb_reduce_op(C_IREDUCE, sbuf, rbuf, count, dt, op,
-                                          root, comm, &why)
-                           : NULL;
+    nb_op_t *o = root >= 0 && nb_persist_ok(C_IREDUCE, smpi_bytes_of(count, dt),
+                                            comm, dt, op)
+                     ? nb_reduce_op(C_IREDUCE, sbuf, rbuf, count, dt, op, root,
+                                    comm, &why)
+                     : NULL;
     if (o != NULL) {
         return nb_persist(o, req);
     }
@@ -244,7 +279,10 @@ static int nb_api_pcoll_bcast(void *buf, int count, MPI_Datatype dt, int root,
                               MPI_Comm comm, MPI_Info info, MPI_Request *req)
 {
     int why;
-    nb_op_t *o = nb_bcast_op(buf, count, dt, root, comm, &why);
+    nb_op_t *o = nb_persist_ok(C_IBCAST, smpi_bytes_of(count, dt), comm,
+                               MPI_DATATYPE_NULL, MPI_OP_NULL)
+                     ? nb_bcast_op(buf, count, dt, root, comm, &why)
+                     : NULL;
     if (o != NULL) {
         return nb_persist(o, req);
     }
@@ -263,7 +301,10 @@ API int PCOLL(Bcast)(void *buf, int count, MPI_Datatype dt, int root,
 static int nb_api_pcoll_barrier(MPI_Comm comm, MPI_Info info, MPI_Request *req)
 {
     int why;
-    nb_op_t *o = nb_barrier_op(comm, &why);
+    nb_op_t *o =
+        nb_persist_ok(C_IBARRIER, 0, comm, MPI_DATATYPE_NULL, MPI_OP_NULL)
+            ? nb_barrier_op(comm, &why)
+            : NULL;
     if (o != NULL) {
         return nb_persist(o, req);
     }

@@ -52,9 +52,29 @@ SMPI_HOT void smpi_nb_unlink(nb_op_t *o)
     o->ps = o->pr = o->nin = NULL;
 }
 
+void smpi_comm_unref(comm_state_t *s)
+{
+    smpi_lock();
+    int last = --s->refs == 0;
+    smpi_unlock();
+    if (!last) {
+        return;
+    }
+    if (s->orphan && s->all != MPI_COMM_NULL) {
+        PMPI_Comm_free(&s->all); /* a local free in both MPIs */
+    }
+    free(s);
+}
+
 void smpi_nb_release(nb_op_t *o)
 {
     smpi_nb_unlink(o);
+    if (o->own_dt) {
+        PMPI_Type_free(&o->dt); /* the operation's duplicate (nb_coll.c) */
+    }
+    if (o->persistent) {
+        smpi_comm_unref(o->st);
+    }
     free(o);
 }
 
@@ -244,11 +264,19 @@ SMPI_HOT void smpi_nb_complete_greq(nb_op_t *o)
     if (o->blocking) {
         return; /* no request: its caller sees done */
     }
-    if (o->user_freed && !o->persistent) {
-        /* MPI_Request_free came first: MPI may free it now */
+    if (o->user_freed) {
+        /* MPI_Request_free came first: MPI may free it now (a copy of the
+         * handle: MPI writes MPI_REQUEST_NULL into it after the free
+         * callback released o) */
         MPI_Request r = o->greq;
+        int persistent = o->persistent;
         PMPI_Grequest_complete(r);
-        PMPI_Request_free(&r); /* calls smpi_nb_free: o is gone */
+        PMPI_Request_free(&r); /* smpi_nb_free: o gone, or inactive */
+        if (persistent) {
+            MPI_Request h = o->handle;
+            PMPI_Request_free(&h);
+            smpi_nb_release(o);
+        }
         return;
     }
     PMPI_Grequest_complete(o->greq);

@@ -8,11 +8,12 @@
  * tested, a node step's phase advanced (node_step.c).  A wait's empty turn
  * yields, then sleeps in growing slices (on the node's segment when a node
  * step waits for the node's other ranks), the layer's lock let go.  Before
- * a blocking call on a communicator, before its group is made or left and
- * at MPI_Finalize, its operations in flight complete (smpi_nb_drain, which
- * comm.c and init.c call); a communicator's queue is bounded below
- * SHARP_MPI_REGROUP_CALLS so that every rank tries a new group at the same
- * call.
+ * a blocking call on a communicator, before its group is left and at
+ * MPI_Finalize, its operations in flight complete (smpi_nb_drain, which
+ * comm.c and init.c call); while a group is made they progress
+ * (smpi_nb_wait_req).  A communicator's queue has no bound: a post never
+ * waits (a new group is tried only in a blocking call, which drains the
+ * communicator's queue first: comm.c).
  */
 #include "mpi-coll/sharp_mpi_int.h"
 #include "mpi-coll/nb.h"
@@ -29,7 +30,6 @@
 
 static void nb_wait_hook(void);
 static void nb_idle_turn(unsigned turn);
-static void nb_bound_queue(comm_state_t *st);
 static void smpi_mpi_progress_begin(void);
 
 /* With the first operation, what the layer below calls back: a
@@ -85,9 +85,6 @@ SMPI_HOT void smpi_nb_start(nb_op_t *o)
         if (o->node && o->nphase == 1 && st->node_rank == 0) {
             /* the node may be in already: the network's part now */
             smpi_node_poll(o);
-        }
-        if (!o->blocking) { /* (a blocking one is waited for at once) */
-            nb_bound_queue(st);
         }
     } else {
         int rc = smpi_nb_post(o, NULL, 0);
@@ -513,12 +510,6 @@ static int nb_pending(comm_state_t *s, unsigned long unused)
     return 0;
 }
 
-/* st still has a group and more than `most` operations queued */
-static int nb_queue_over(comm_state_t *st, unsigned long most)
-{
-    return st->use && st->nbq_len > most;
-}
-
 /* both libraries progress, idle turns between, while busy(s, arg) */
 static void nb_progress_while(int (*busy)(comm_state_t *, unsigned long),
                               comm_state_t *s, unsigned long arg)
@@ -543,20 +534,24 @@ void smpi_nb_drain(comm_state_t *s)
     smpi_unlock();
 }
 
-/* A communicator's queue holds fewer operations than the calls after
- * which a failed group is tried again (SHARP_MPI_REGROUP_CALLS): a post
- * beyond that waits for the oldest.  So a rank that has not yet learnt
- * of a failure cannot have posted the call at which the others, who have,
- * make a new group: the failed operation was out of its queue before. */
-static void nb_bound_queue(comm_state_t *st)
+/* An MPI request of the layer's own (the rendezvous that begins a
+ * group's making) waited for while every operation in flight has its
+ * turns: one of them may need this process before the others reach the
+ * rendezvous (a node step's leader, a message's later fragments).  Called
+ * without the layer's lock. */
+void smpi_nb_wait_req(MPI_Request *r)
 {
-    if (smpi_cfg.regroup_calls <= 0) {
-        return; /* never tried again */
+    int flag = 0;
+    for (unsigned turn = 0;; turn++) {
+        PMPI_Test(r, &flag, MPI_STATUS_IGNORE);
+        if (flag) {
+            return;
+        }
+        smpi_lock();
+        smpi_nb_progress_all();
+        smpi_unlock();
+        smpi_nb_idle(turn, NULL);
     }
-    unsigned long most = smpi_cfg.regroup_calls > 2
-                             ? (unsigned long)smpi_cfg.regroup_calls - 2
-                             : 1;
-    nb_progress_while(nb_queue_over, st, most);
 }
 
 nb_op_t *smpi_nb_find(MPI_Request r)

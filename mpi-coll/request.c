@@ -25,7 +25,7 @@ static int nb_api_start(MPI_Request *req)
     if (o->active) {
         return MPI_ERR_REQUEST; /* started twice */
     }
-    smpi_comm_call(o->st, o->comm); /* (the others' in nb_comm) */
+    smpi_comm_call(o->st, o->comm, 0); /* (the others' in nb_comm) */
     smpi_nb_start(o);
     return MPI_SUCCESS;
 }
@@ -478,35 +478,32 @@ API int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
     return rc;
 }
 
+/* MPI_Request_free is local: an operation in flight completes in the
+ * background (its buffers are the program's until then, as MPI says) and
+ * is released then (smpi_nb_complete_greq); a completed one now.  The
+ * generalized request's free callback releases a non-persistent
+ * operation, so MPI is handed a copy of the handle, never o's own. */
 static int nb_api_request_free(MPI_Request *req)
 {
     nb_op_t *o = smpi_nb_find(*req);
     if (o == NULL) {
         return PMPI_Request_free(req);
     }
-    if (o->persistent) {
-        /* MPI lets an active one be freed; it must still complete (its
-         * buffers are the program's): wait for it now */
-        if (o->active) {
-            for (unsigned turn = 0; !o->done; turn++) {
-                if (!smpi_nb_poll(o, 0)) {
-                    smpi_nb_progress_all();
-                    smpi_nb_poke_mpi();
-                    smpi_nb_idle(turn, o);
-                }
-            }
-            if (o->greq != MPI_REQUEST_NULL) {
-                PMPI_Request_free(&o->greq); /* smpi_nb_free: inactive */
-            }
-        }
-        PMPI_Request_free(&o->handle);
-        smpi_nb_release(o);
-    } else if (o->done) {
-        PMPI_Request_free(&o->greq); /* smpi_nb_free releases o */
-    } else {
-        o->user_freed = 1; /* released when sharp's part completes */
-    }
     *req = MPI_REQUEST_NULL;
+    if (o->active && !o->done) {
+        o->user_freed = 1;
+        return MPI_SUCCESS;
+    }
+    int persistent = o->persistent;
+    if (o->active) {
+        MPI_Request r = o->greq;
+        PMPI_Request_free(&r); /* smpi_nb_free: o gone, or inactive */
+    }
+    if (persistent) {
+        MPI_Request h = o->handle;
+        PMPI_Request_free(&h);
+        smpi_nb_release(o);
+    }
     return MPI_SUCCESS;
 }
 

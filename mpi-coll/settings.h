@@ -27,9 +27,14 @@ typedef struct smpi_cfg {
     int64_t standby_after_ms; /* a new one, no sooner after a failover */
     int reproducible;         /* floating-point MPI_SUM exact */
     int threads;              /* MPI_THREAD_MULTIPLE offloaded */
+    int group_at;             /* SMPI_AT_CREATE or SMPI_AT_FIRST */
+    int persistent_ordered;   /* persistent starts in one order: offloaded */
 } smpi_cfg_t;
 
 enum { SMPI_FALLBACK, SMPI_ABORT };
+/* when a communicator's group is made: with the communicator (every
+ * blocking call that makes one), or at its first blocking collective */
+enum { SMPI_AT_CREATE, SMPI_AT_FIRST };
 
 /* the table (env prefix SHARP_MPI_) */
 const shp_config_table_t *smpi_config_table(void);

@@ -12,6 +12,7 @@ static const shp_config_range_t r_ranks = {2, 1 << 30};
 static const shp_config_range_t r_yield = {0, 1000000};
 static const shp_config_range_t r_calls = {0, 1 << 30};
 static const char *const on_fault_names[] = {"fallback", "abort", NULL};
+static const char *const group_at_names[] = {"create", "first", NULL};
 
 #define ROW(name, def, doc, field, kind, arg)                                  \
     {                                                                          \
@@ -100,6 +101,20 @@ static const shp_config_opt_t smpi_opts[] = {
         "a job at MPI_THREAD_MULTIPLE is offloaded (the layer takes its "
         "lock); 0: such a job runs on plain MPI",
         threads, shp_cfg_bool, NULL),
+    ROW("group_at", "create",
+        "when a communicator's sharp group is made: create (inside the "
+        "blocking call that makes the communicator: MPI_Comm_dup, _split, "
+        "_create, ...; the world's in MPI_Init) or first (at its first "
+        "blocking collective); either way a communicator's non-blocking and "
+        "persistent collectives go to MPI until it has a group, so that none "
+        "waits for another process; the same on every rank",
+        group_at, shp_cfg_enum, group_at_names),
+    ROW("persistent_ordered", "0",
+        "1: the program starts the persistent collectives of a communicator "
+        "in the same order on every rank, with respect to each other and to "
+        "its other collectives, and they are offloaded; 0: MPI-4 lets them "
+        "be started in any order, and they go to MPI; the same on every rank",
+        persistent_ordered, shp_cfg_bool, NULL),
     {NULL, NULL, NULL, 0, NULL, NULL, 0}};
 
 static const shp_config_table_t smpi_table = {"libsharp_mpi", "SHARP_MPI_",

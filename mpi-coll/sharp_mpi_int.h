@@ -85,6 +85,7 @@ enum {
     WHY_MIN_RANKS,
     WHY_ONE_NODE,
     WHY_FELL,
+    WHY_NO_GROUP_YET,
     /* a call */
     WHY_KIND_OFF,
     WHY_COUNT_ZERO,
@@ -95,6 +96,7 @@ enum {
     WHY_MAX_BYTES,
     WHY_OVER_2G,
     WHY_ARGS,
+    WHY_PERSISTENT,
     WHY_N
 };
 _Static_assert(WHY_N <= 64, "a reason is a bit of a 64-bit mask");
@@ -231,6 +233,11 @@ typedef struct comm_state {
      * order) */
     struct nb_op *nbq_head, *nbq_tail;
     unsigned long nbq_len;
+    /* who holds the state: its communicator, and each persistent operation
+     * made on it (MPI lets the program free the communicator first: the
+     * state is then an orphan, its group gone, its operations on PMPI on
+     * the private duplicate `all`, until the last one is freed) */
+    int refs, orphan;
     struct comm_state *next, **prev; /* every live state, for finalize */
 } comm_state_t;
 
@@ -281,9 +288,9 @@ int smpi_exact_pmpi(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
 void smpi_fallback(int kind, long bytes, MPI_Comm comm, int why,
                    MPI_Datatype dt, MPI_Op op);
 
-/* Communicators (comm.c): the state of one that offloads (made on its
- * first eligible call) for a call of kind ckind (C_ALLREDUCE ...), or
- * NULL (*why: the reason) */
+/* Communicators (comm.c): the state of one that offloads (its group made
+ * with the communicator, or at its first blocking eligible call) for a
+ * call of kind ckind (C_ALLREDUCE ...), or NULL (*why: the reason) */
 comm_state_t *smpi_coll_comm(MPI_Comm comm, int ckind, int *why);
 /* the communicators' attribute's delete callback (MPI_Comm_free, or the
  * world's at MPI_Finalize): the group left, the state freed */
@@ -310,7 +317,10 @@ void smpi_rec_cancel(smr_rec_t *r, struct sharp_coll_comm *sc);
 /* an eligible call on a communicator with a state begins: counted (a
  * persistent start's, which smpi_comm_sharp does not see), a new group
  * tried at its turn */
-void smpi_comm_call(comm_state_t *s, MPI_Comm comm);
+void smpi_comm_call(comm_state_t *s, MPI_Comm comm, int blocking);
+/* a communicator just made by a blocking call of all its ranks: its group
+ * made now (SHARP_MPI_GROUP_AT=create; no lock held) */
+void smpi_comm_made(MPI_Comm comm);
 /* a node step on shared memory failed (a rank of the node died or did not
  * come, node_shm.h): abort, naming it */
 void smpi_node_shm_fail(comm_state_t *st, MPI_Comm comm, const char *what,
@@ -329,6 +339,9 @@ void smpi_node_fold(comm_state_t *s, const shp_reduce_desc_t *d,
  * flight (NULL: every communicator's) complete; both libraries progress
  * meanwhile */
 void smpi_nb_drain(comm_state_t *s);
+/* an MPI request of the layer's own waited for, every operation in flight
+ * progressing meanwhile (called without the layer's lock) */
+void smpi_nb_wait_req(MPI_Request *r);
 /* MPI's own progress from inside a wait of sharp's (libsharp_coll's
  * progress_func) or of a node step (the segment's progress hook), once a
  * blocking call's wait has lasted long, then less and less often: see

@@ -114,6 +114,12 @@ static const struct {
                   "job goes on, on MPI",
                   "SHARP_MPI_REGROUP_CALLS tries a new group; the logs of "
                   "sharp_an, sharpd and sharp_am name the failure"},
+    [WHY_NO_GROUP_YET] =
+        {S_CALL, "no_group_yet",
+         "a non-blocking or persistent collective on a communicator that has "
+         "no sharp group yet (made by MPI_Comm_idup, or SHARP_MPI_GROUP_AT="
+         "first): making one would wait for the other ranks",
+         "a blocking collective on the communicator first makes its group"},
     [WHY_KIND_OFF] = {S_CALL, "switched_off", "switched off by SHARP_MPI_%s=0",
                       "set SHARP_MPI_%s=1"},
     [WHY_COUNT_ZERO] = {S_CALL, "no_data", "no data (count 0)", "none needed"},
@@ -139,6 +145,12 @@ static const struct {
                   "erroneous arguments (a root outside the communicator, "
                   "MPI_IN_PLACE at a non-root): MPI reports them",
                   "fix the call"},
+    [WHY_PERSISTENT] =
+        {S_CALL, "persistent_unordered",
+         "a persistent collective: MPI-4 lets every rank start them in its "
+         "own order, and a group's operations meet in the order they start",
+         "SHARP_MPI_PERSISTENT_ORDERED=1 if the program starts them in one "
+         "order on every rank"},
 };
 
 /* per reason: [0] communicators (counted by their rank 0), [1] calls,

@@ -626,8 +626,8 @@ int main(int argc, char **argv)
     ntypes = (int)(sizeof(tc) / sizeof(tc[0]));
 
     MPI_Comm comms[3];
-    PMPI_Comm_dup(MPI_COMM_WORLD, &comms[1]);
-    PMPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &comms[2]);
+    MPI_Comm_dup(MPI_COMM_WORLD, &comms[1]);
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &comms[2]);
     comms[0] = MPI_COMM_WORLD;
     int nc = size >= 4 ? 3 : 2;
 

@@ -151,6 +151,7 @@ cell() {
             --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np 8 \
             -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
             -x SHARP_MPI_VERBOSE=1 -x SHARP_MPI_REGROUP_CALLS=200 \
+            -x SHARP_MPI_PERSISTENT_ORDERED=1 \
             -x SHARP_MPI_STANDBY=$sb \
             -x SHARP_FABRIC_DIR="$FAB" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_mixed_ompi" \
@@ -159,6 +160,7 @@ cell() {
         timeout -s KILL 100 mpiexec.mpich -n 8 -genv LD_LIBRARY_PATH "$LIB" \
             "${SAN_MPICH[@]}" -genv LD_PRELOAD "$SAN_PRE$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_MPI_REGROUP_CALLS 200 \
+            -genv SHARP_MPI_PERSISTENT_ORDERED 1 \
             -genv SHARP_MPI_STANDBY $sb \
             -genv SHARP_FABRIC_DIR "$FAB" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_mixed_mpich" \

@@ -143,7 +143,8 @@ else
 fi
 
 # 2c'. non-blocking and persistent collectives (tests/mpi-coll/mpi_nb.c): several
-# in flight on three communicators, completed in each rank's own order by
+# in flight on three communicators (the program starts its persistent ones
+# in one order on every rank: SHARP_MPI_PERSISTENT_ORDERED=1 offloads them), completed in each rank's own order by
 # every MPI_Wait*/MPI_Test* form, each result against PMPI, offloaded
 # exactly as expected (with --ppn 2, communicators with one member per node
 # take the node step on shared memory up to one slot: below)
@@ -162,7 +163,7 @@ nb_verdict() { # RC OUT
 }
 t0=$SECONDS
 "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
-    -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
+    -x SHARP_MPI_VERBOSE=1 -x SHARP_MPI_PERSISTENT_ORDERED=1 -x SHARP_FABRIC_DIR="$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_ompi" >"$DIR/nb.out" 2>&1
 why=$(nb_verdict $? "$DIR/nb.out")
 if [ -z "$why" ]; then
@@ -173,7 +174,7 @@ else
 fi
 t0=$SECONDS
 "${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" "${SAN_MPICH[@]}" -genv LD_PRELOAD "$MPICH_PRELOAD" \
-    -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
+    -genv SHARP_MPI_VERBOSE 1 -genv SHARP_MPI_PERSISTENT_ORDERED 1 -genv SHARP_FABRIC_DIR "$DIR/fabric" \
     "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_mpich" >"$DIR/nb-mpich.out" 2>&1
 why=$(nb_verdict $? "$DIR/nb-mpich.out")
 if [ -z "$why" ]; then
@@ -244,14 +245,14 @@ nbppn2() { # MPI SLOT OUT
     local mpi=$1 slot=$2 out=$3 t0=$SECONDS rc
     if [ "$mpi" = ompi ]; then
         "${OMPI[@]}" -np 8 -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
-            -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
+            -x SHARP_MPI_VERBOSE=1 -x SHARP_MPI_PERSISTENT_ORDERED=1 -x SHARP_FABRIC_DIR="$DIR/fabric4" \
             -x SHARP_MPI_NODE_SHM=$([ "$slot" = 0 ] && echo 0 || echo 1) \
             -x SHARP_MPI_NODE_SHM_SLOT="$slot" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_ompi" \
             >"$out" 2>&1
     else
         "${MPICH[@]}" -n 8 -genv LD_LIBRARY_PATH "$LIB" "${SAN_MPICH[@]}" -genv LD_PRELOAD "$MPICH_PRELOAD" \
-            -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$DIR/fabric4" \
+            -genv SHARP_MPI_VERBOSE 1 -genv SHARP_MPI_PERSISTENT_ORDERED 1 -genv SHARP_FABRIC_DIR "$DIR/fabric4" \
             -genv SHARP_MPI_NODE_SHM $([ "$slot" = 0 ] && echo 0 || echo 1) \
             -genv SHARP_MPI_NODE_SHM_SLOT "$slot" \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_nb_mpich" \
