@@ -8,6 +8,7 @@
  * The top of the core's files (am/am_int.h lists them, bottom first):
  * it starts and stops the others.  Protocols: docs/am.md.
  */
+#include "am/am.h"
 #include "am/am_int.h"
 
 #include <errno.h>

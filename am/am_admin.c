@@ -19,12 +19,16 @@
  *   topology            what the AM's topology holds
  *   topology_load {file}  replace it (refused while jobs run)
  *
- * A consumer of the manager's core (am/am.h): it reads the core's state and
- * calls shp_am_job_end and shp_am_topology_load; the core knows it only as
- * the handler shp_am_admin_install puts in am->admin_handler, by which the
- * admin socket's peers are answered (am_peers.c).
+ * A consumer of the manager's core (am/am_types.h, am/am_services.h): it
+ * reads the core's state and calls shp_am_job_end and shp_am_topology_load
+ * (am/am.h); the core knows it only as the handler shp_am_admin_install
+ * (am/am_admin.h) puts in am->admin_handler, by which the admin socket's
+ * peers are answered (am_peers.c).
  */
+#include "am/am_admin.h"
 #include "am/am.h"
+#include "am/am_services.h"
+#include "am/am_types.h"
 #include "core/time.h"
 
 #include <grp.h>

@@ -1,7 +1,8 @@
 /*
- * What the files of the aggregation manager's core share (am/am.h is the
- * room's face).  The files are layered, bottom first; each calls only the
- * ones below it (scripts/check-layers.sh: no circle of calls):
+ * What the files of the aggregation manager's core share (their types:
+ * am/am_types.h; am.c's start and stop: am/am.h).  The files are layered,
+ * bottom first; each calls only the ones below it (scripts/check-layers.sh:
+ * no circle of calls):
  *
  *   am_state.c    the tables looked up (ANs, jobs, groups, sharpds), a
  *                 message sent to a peer, node marks, host lists resolved
@@ -25,13 +26,16 @@
  *   am.c          start and stop, topology (re)load
  *
  * The admin interface (am_admin.c) and the metrics (metrics.c) consume the
- * core through am/am.h; the core calls neither (the admin handler is
- * installed in am->admin_handler).
+ * core through am/am_types.h and am/am_services.h (the admin interface
+ * also am/am.h's topology reload); the core calls neither (the admin
+ * handler is installed in am->admin_handler).
  */
 #ifndef SHP_AM_AM_INT_H
 #define SHP_AM_AM_INT_H
 
-#include "am/am.h"
+#include "am/am_services.h"
+#include "am/am_types.h"
+#include "core/status.h"
 
 /* request ids towards ANs: group_add carries (group id << 20 | AN position);
  * everything else counts up from 2^60 */

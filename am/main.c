@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "am/am.h"
+#include "am/am_admin.h"
+#include "am/am_types.h"
 #include "am/metrics.h"
 #include "core/config.h"
 #include "protocol/auth.h"

@@ -2,7 +2,8 @@
 #ifndef SHP_AM_METRICS_H
 #define SHP_AM_METRICS_H
 
-#include "am/am.h"
+#include "am/am_types.h"
+#include "core/status.h"
 
 #include <ev.h>
 

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "am/am.h"
 #include "am/am_int.h"
 #include "protocol/auth.h"
 #include "protocol/ctl.h"

@@ -14,6 +14,7 @@
 #include "tests/fuzz/fuzz_peer.h"
 
 #include "am/am.h"
+#include "am/am_admin.h"
 #include "protocol/ctl.h"
 #include "core/log.h"
 
