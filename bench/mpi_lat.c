@@ -25,6 +25,11 @@
  * barrier between calls, only the allreduce timed, as OSU's osu_allreduce
  * does ("allreduce_b BYTES US").
  *
+ * SHARP_BENCH_COMM=1: instead, what a communicator costs: "comm_use 0
+ * US" a loop of MPI_Comm_dup, one 8-byte MPI_Allreduce on the new
+ * communicator and MPI_Comm_free; "comm_bare 0 US" the same without the
+ * allreduce (a communicator the program makes and never reduces on).
+ *
  * An ordinary MPI program: bench/mpi.sh runs it through sharp, over TCP
  * and over shared memory.
  */
@@ -174,6 +179,27 @@ static void barrier(int n)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* SHARP_BENCH_COMM=1's loops: a communicator made, used (n: one 8-byte
+ * allreduce) or not, and freed */
+static void comm_cycle(int n)
+{
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    if (n > 0) {
+        MPI_Allreduce(a, b, n, MPI_FLOAT, MPI_SUM, c);
+    }
+    MPI_Comm_free(&c);
+}
+
+static void comm_section(int rank, double scale)
+{
+    int iters = (int)(40 * scale) > 3 ? (int)(40 * scale) : 3;
+    for (int i = 0; i < 3; i++)
+        comm_cycle(2);
+    measure("comm_use", 0, iters, rank, comm_cycle, 2);
+    measure("comm_bare", 0, iters, rank, comm_cycle, 0);
+}
+
 /* SHARP_BENCH_LARGE=1: large allreduces with a barrier between calls, as
  * OSU's osu_allreduce measures them (many codes have one: calls never
  * overlap), only the allreduce timed: "allreduce_b BYTES US" lines */
@@ -213,6 +239,16 @@ int main(int argc, char **argv)
     job_cpu = jc != NULL && atoi(jc) == 1;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const char *cm = getenv("SHARP_BENCH_COMM");
+    if (cm != NULL && atoi(cm) == 1) {
+        a = calloc(2, sizeof(float));
+        b = calloc(2, sizeof(float));
+        comm_section(rank, scale);
+        free(a);
+        free(b);
+        MPI_Finalize();
+        return 0;
+    }
     const char *lg = getenv("SHARP_BENCH_LARGE");
     if (lg != NULL && atoi(lg) == 1) {
         a = calloc(1 << 22, sizeof(float)); /* 16 MiB */

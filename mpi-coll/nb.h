@@ -13,6 +13,8 @@
 
 #include "mpi-coll/sharp_mpi_int.h"
 
+#include <uthash.h>
+
 #pragma GCC visibility push(hidden)
 
 typedef struct nb_op {
@@ -70,6 +72,11 @@ typedef struct nb_op {
     int persistent, user_freed;
     MPI_Request handle;
     struct nb_op *next, **prev;
+    /* the request the program holds (persistent: handle; else greq) in
+     * the table smpi_nb_find looks it up in (keyed: in it) */
+    MPI_Request key;
+    int keyed;
+    UT_hash_handle hh;
 } nb_op_t;
 
 /* The codes a node step's leader publishes with its result (node_step.c) */
@@ -176,8 +183,13 @@ void smpi_nb_poke_mpi(void);
 /* a wait's turn that found nothing: the core yielded or a sleep (on the
  * node's segment if own, the caller's operation, waits for a node step) */
 void smpi_nb_idle(unsigned turn, nb_op_t *own);
-/* the live operation of a request (a program's handle), or NULL */
+/* the live operation of a request (a program's handle), or NULL: a
+ * look-up in a table, whatever the number in flight */
 nb_op_t *smpi_nb_find(MPI_Request r);
+/* o's request (r: its generalized request, or a persistent one's handle)
+ * into that table */
+void smpi_nb_key(nb_op_t *o, MPI_Request r);
+void smpi_nb_unkey(nb_op_t *o); /* out of it (unlinked: op.c) */
 
 #pragma GCC visibility pop
 

@@ -218,6 +218,7 @@ static int nb_persist(nb_op_t *o, MPI_Request *req)
     o->st->refs++; /* the communicator may be freed first (comm.c) */
     PMPI_Recv_init(NULL, 0, MPI_BYTE, MPI_ANY_SOURCE, 0x5a17, smpi.oob_world,
                    &o->handle);
+    smpi_nb_key(o, o->handle);
     *req = o->handle;
     return MPI_SUCCESS;
 }

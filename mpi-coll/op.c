@@ -42,6 +42,7 @@ nb_op_t *smpi_nb_ops; /* every live operation */
 
 SMPI_HOT void smpi_nb_unlink(nb_op_t *o)
 {
+    smpi_nb_unkey(o);
     *o->prev = o->next;
     if (o->next != NULL) {
         o->next->prev = o->prev;

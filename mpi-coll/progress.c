@@ -67,6 +67,9 @@ SMPI_HOT void smpi_nb_start(nb_op_t *o)
     if (!o->blocking) {
         PMPI_Grequest_start(smpi_nb_query, smpi_nb_free, smpi_nb_cancel, o,
                             &o->greq);
+        if (!o->persistent) {
+            smpi_nb_key(o, o->greq);
+        }
     }
     o->rec = smpi_cfg.on_fault == SMPI_FALLBACK && st->recoverable;
     SMPI_ADD(smpi.calls[o->ckind][0], 1);
@@ -554,16 +557,35 @@ void smpi_nb_wait_req(MPI_Request *r)
     }
 }
 
+/* the operations by the request the program holds */
+static nb_op_t *nb_by_req;
+
+void smpi_nb_key(nb_op_t *o, MPI_Request r)
+{
+    nb_op_t *old = smpi_nb_find(r);
+    if (old != NULL) { /* (a handle MPI gave again: the old one is gone) */
+        HASH_DEL(nb_by_req, old);
+        old->keyed = 0;
+    }
+    o->key = r;
+    o->keyed = 1;
+    HASH_ADD(hh, nb_by_req, key, sizeof(MPI_Request), o);
+}
+
+void smpi_nb_unkey(nb_op_t *o)
+{
+    if (o->keyed) {
+        HASH_DEL(nb_by_req, o);
+        o->keyed = 0;
+    }
+}
+
 nb_op_t *smpi_nb_find(MPI_Request r)
 {
+    nb_op_t *o = NULL;
     if (r == MPI_REQUEST_NULL) {
         return NULL;
     }
-    for (nb_op_t *o = smpi_nb_ops; o != NULL; o = o->next) {
-        if ((o->persistent && o->handle == r) ||
-            (!o->persistent && o->greq == r)) {
-            return o;
-        }
-    }
-    return NULL;
+    HASH_FIND(hh, nb_by_req, &r, sizeof(MPI_Request), o);
+    return o;
 }

@@ -128,6 +128,27 @@ static void nb_set_done(nb_set_t *s, MPI_Request reqs[])
     }
 }
 
+/* the set's operations of ours completed to MPI (their generalized
+ * requests, done: complete) or, if not `complete`, left pending; with
+ * in_status each status' MPI_ERROR written */
+static void nb_set_ours(nb_set_t *s, MPI_Request reqs[], int complete,
+                        int in_status, MPI_Status statuses[])
+{
+    int ignore = statuses == MPI_STATUSES_IGNORE;
+    for (int i = 0; i < s->n; i++) {
+        nb_op_t *o = smpi_nb_find(reqs[i]);
+        if (o == NULL || !o->active) {
+            continue;
+        }
+        if (complete) {
+            PMPI_Wait(&s->sub[i], ignore ? MPI_STATUS_IGNORE : &statuses[i]);
+        }
+        if (in_status && !ignore) {
+            statuses[i].MPI_ERROR = complete ? MPI_SUCCESS : MPI_ERR_PENDING;
+        }
+    }
+}
+
 /* Every request of the set at once, ours done (to MPI: their generalized
  * requests complete): MPI's requests first, in an array of their own
  * (test: only if all of them are complete), then ours.  MPICH 4.0.2's
@@ -166,20 +187,18 @@ static int nb_set_all(nb_set_t *s, MPI_Request reqs[], int test, int *flag,
         smpi_regain(depth);
         *flag = 1;
     }
-    if (rc == MPI_SUCCESS && *flag) {
+    /* MPI_ERR_IN_STATUS (MPI_ERRORS_RETURN): MPI's handles as MPI left
+     * them and each status' error given back; ours completed all the same
+     * (MPI_SUCCESS), or MPI_ERR_PENDING if the test did not complete */
+    int in_status = rc == MPI_ERR_IN_STATUS;
+    if (rc == MPI_SUCCESS || in_status) {
         for (int j = 0; j < k; j++) {
             s->sub[at[j]] = oth[j];
             if (!ignore) {
                 statuses[at[j]] = st[j];
             }
         }
-        for (int i = 0; i < n; i++) {
-            nb_op_t *o = smpi_nb_find(reqs[i]);
-            if (o != NULL && o->active) {
-                PMPI_Wait(&s->sub[i],
-                          ignore ? MPI_STATUS_IGNORE : &statuses[i]);
-            }
-        }
+        nb_set_ours(s, reqs, *flag || !test, in_status, statuses);
     }
     free(oth);
     free(at);
