@@ -108,6 +108,10 @@ int smpi_comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
     (void)comm;
     (void)keyval;
     (void)extra;
+    if (s->unused) {
+        s->unused = 0;
+        SMPI_SUB(smpi.unused, 1);
+    }
     smpi_lock();
     int held = s->refs > 1;
     if (s->prev != NULL) { /* off the list: nothing of it for finalize */
@@ -485,6 +489,10 @@ static void regroup(comm_state_t *s, MPI_Comm comm)
 SMPI_HOT void smpi_comm_call(comm_state_t *s, MPI_Comm comm, int blocking)
 {
     s->seq++;
+    if (s->unused) {
+        s->unused = 0;
+        SMPI_SUB(smpi.unused, 1);
+    }
     if (!blocking) {
         return;
     }
@@ -578,18 +586,33 @@ static int wants_group(MPI_Comm comm)
 /* A communicator just made by a blocking call of every one of its ranks
  * (comm_new.c; the world in MPI_Init): its group made now
  * (SHARP_MPI_GROUP_AT=create), so that no non-blocking call on it will
- * need to.  Called without the layer's lock. */
+ * need to, while every member holds fewer than SHARP_MPI_UNUSED_GROUPS
+ * groups made so and never used (a program that makes communicators it
+ * never reduces on spends no more of the job's quota); the members agree
+ * on the communicator itself, new, so nothing of the program's is on it
+ * yet.  Else it gets its group at its first blocking collective.  Called
+ * without the layer's lock. */
 void smpi_comm_made(MPI_Comm comm)
 {
     comm_state_t *s;
-    int found = 0;
+    int found = 0, room, all = 0;
     if (smpi.ctx == NULL || comm == MPI_COMM_NULL ||
         smpi_cfg.group_at != SMPI_AT_CREATE) {
         return;
     }
     PMPI_Comm_get_attr(comm, smpi.keyval, &s, &found);
-    if (!found) {
-        state_new(comm);
+    if (found || !wants_group(comm)) {
+        return;
+    }
+    MPI_Request r;
+    room = __atomic_load_n(&smpi.unused, __ATOMIC_RELAXED) <
+           smpi_cfg.unused_groups;
+    PMPI_Iallreduce(&room, &all, 1, MPI_INT, MPI_MIN, comm, &r);
+    smpi_nb_wait_req(&r); /* the rendezvous: operations in flight progress */
+    if (all) {
+        s = state_new(comm);
+        s->unused = s->use;
+        SMPI_ADD(smpi.unused, s->unused);
     }
 }
 

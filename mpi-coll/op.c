@@ -103,7 +103,10 @@ int smpi_nb_query(void *extra, MPI_Status *status)
 }
 
 /* MPI frees the activation's request (a completed wait or test, or
- * MPI_Request_free after completion) */
+ * MPI_Request_free after completion): always inside a call of the layer's
+ * that holds its lock (request.c never lets the lock go around an MPI call
+ * whose array holds one of ours), so the shared list and table are
+ * touched under it */
 int smpi_nb_free(void *extra)
 {
     nb_op_t *o = extra;

@@ -296,8 +296,11 @@ static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
             return rc;
         }
         if (wait && !busy) {
-            /* MPI's own wait: the layer's lock let go meanwhile */
-            int depth = form == NB_ALL && s.ours != 0 ? 0 : smpi_release();
+            /* MPI's own wait: the layer's lock let go meanwhile, unless
+             * ours are in the array: they are complete (nothing of ours is
+             * busy), so the wait returns at once, and MPI runs their free
+             * callback inside it (smpi_nb_free: the shared list) */
+            int depth = s.ours != 0 ? 0 : smpi_release();
             switch (form) {
             case NB_ONE: rc = PMPI_Wait(s.sub, statuses); break;
             case NB_ALL:

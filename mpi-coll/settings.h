@@ -28,6 +28,7 @@ typedef struct smpi_cfg {
     int reproducible;         /* floating-point MPI_SUM exact */
     int threads;              /* MPI_THREAD_MULTIPLE offloaded */
     int group_at;             /* SMPI_AT_CREATE or SMPI_AT_FIRST */
+    int unused_groups;        /* groups made at creation and not used yet */
     int persistent_ordered;   /* persistent starts in one order: offloaded */
 } smpi_cfg_t;
 

@@ -109,6 +109,12 @@ static const shp_config_opt_t smpi_opts[] = {
         "persistent collectives go to MPI until it has a group, so that none "
         "waits for another process; the same on every rank",
         group_at, shp_cfg_enum, group_at_names),
+    ROW("unused_groups", "4",
+        "with group_at=create: at most this many communicators of a process "
+        "hold a group made with them that no collective has used yet (a "
+        "group is a share of the job's quota); one made beyond (the members "
+        "agree) gets its group at its first blocking collective",
+        unused_groups, shp_cfg_int, &r_calls),
     ROW("persistent_ordered", "0",
         "1: the program starts the persistent collectives of a communicator "
         "in the same order on every rank, with respect to each other and to "

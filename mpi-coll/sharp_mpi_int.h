@@ -135,6 +135,8 @@ typedef struct smpi_global {
     unsigned long long failovers, standbys_missing, standbys_remade;
     /* node-local steps: on shared memory, and on MPI (gather / bcast) */
     unsigned long long node_shm_steps, node_mpi_steps;
+    /* communicators whose group was made with them and not used yet */
+    int unused;
 } smpi_global_t;
 
 extern smpi_global_t smpi;
@@ -238,6 +240,7 @@ typedef struct comm_state {
      * state is then an orphan, its group gone, its operations on PMPI on
      * the private duplicate `all`, until the last one is freed) */
     int refs, orphan;
+    int unused; /* its group made with it, no collective on it yet */
     struct comm_state *next, **prev; /* every live state, for finalize */
 } comm_state_t;
 

@@ -4,13 +4,15 @@
  * + threads program; tests/mpi-coll/test_threads.sh).  An ordinary MPI
  * program: it knows nothing of sharp.
  *
- * The communicators are duplicates of the world made by the main thread;
- * each thread's first collective on its own makes its sharp group, so the
- * groups are made by several threads at once, in whatever order each rank
- * reaches them.  Each phase of a thread: a window of non-blocking
- * allreduces (int64 sums, 1 to 2048 elements) completed by MPI_Waitall or
- * by MPI_Test in a loop, a blocking MPI_Allreduce, an MPI_Barrier and an
- * MPI_Bcast from a rotating root.
+ * Each thread makes its communicator itself (MPI_Comm_create_group of the
+ * world's group, a tag of its own: MPI lets threads make theirs at once),
+ * which makes its sharp group, so the groups are made by several threads
+ * at once, in whatever order each rank reaches them.  Each phase of a thread: a window of non-blocking
+ * allreduces (int64 sums, 1 to 2048 elements) completed by one of six
+ * forms in turn (MPI_Waitall, MPI_Test in a loop, MPI_Wait each,
+ * MPI_Waitany, MPI_Waitsome, MPI_Testall in a loop: MPI runs the requests'
+ * free callbacks inside each), a blocking MPI_Allreduce, an MPI_Barrier
+ * and an MPI_Bcast from a rotating root.
  *
  *   mpi_threads [--threads T] [--phases N]
  *
@@ -34,6 +36,7 @@ static int rank, size, phases = 200;
 
 typedef struct {
     int id;
+    MPI_Group group;
     MPI_Comm comm;
     int errors;
     int64_t in[WIN][MAXN], out[WIN][MAXN];
@@ -66,6 +69,50 @@ static int check(thr_t *t, long p, int s, int n)
     return 1;
 }
 
+/* the window's requests completed by form f (0-5) */
+static void complete(MPI_Request req[WIN], long f)
+{
+    MPI_Status st[WIN];
+    int flag = 0, k, idx[WIN];
+    switch (f) {
+    case 0: MPI_Waitall(WIN, req, st); break;
+    case 2:
+        for (int s = WIN - 1; s >= 0; s--) {
+            MPI_Wait(&req[s], &st[s]);
+        }
+        break;
+    case 3:
+        for (int left = WIN; left > 0; left--) {
+            MPI_Waitany(WIN, req, &k, st);
+        }
+        break;
+    case 4:
+        for (int left = WIN; left > 0; left -= k) {
+            MPI_Waitsome(WIN, req, &k, idx, st);
+        }
+        break;
+    case 5:
+        while (MPI_Testall(WIN, req, &flag, st), !flag) {
+            usleep(20);
+        }
+        break;
+    default:
+        for (int done = 0; done < WIN;) {
+            done = 0;
+            for (int s = 0; s < WIN; s++) {
+                flag = 1;
+                if (req[s] != MPI_REQUEST_NULL) {
+                    MPI_Test(&req[s], &flag, MPI_STATUS_IGNORE);
+                }
+                done += flag;
+            }
+            if (done < WIN) {
+                usleep(20); /* "compute" a little: 2 cores hold them all */
+            }
+        }
+    }
+}
+
 static void window(thr_t *t, long p)
 {
     MPI_Request req[WIN];
@@ -78,24 +125,7 @@ static void window(thr_t *t, long p)
         MPI_Iallreduce(t->in[s], t->out[s], n[s], MPI_INT64_T, MPI_SUM, t->comm,
                        &req[s]);
     }
-    if (p % 2) {
-        MPI_Status st[WIN];
-        MPI_Waitall(WIN, req, st);
-    } else {
-        for (int done = 0; done < WIN;) {
-            done = 0;
-            for (int s = 0; s < WIN; s++) {
-                int flag = 1;
-                if (req[s] != MPI_REQUEST_NULL) {
-                    MPI_Test(&req[s], &flag, MPI_STATUS_IGNORE);
-                }
-                done += flag;
-            }
-            if (done < WIN) {
-                usleep(20); /* "compute" a little: 2 cores hold them all */
-            }
-        }
-    }
+    complete(req, p % 6);
     for (int s = 0; s < WIN; s++) {
         if (!check(t, p, s, n[s])) {
             fail(t, "an iallreduce", p);
@@ -131,6 +161,8 @@ static void blocking(thr_t *t, long p)
 static void *run(void *arg)
 {
     thr_t *t = arg;
+    /* its group, beside the others' */
+    MPI_Comm_create_group(MPI_COMM_WORLD, t->group, 100 + t->id, &t->comm);
     for (long p = 0; p < phases; p++) {
         window(t, p);
         blocking(t, p);
@@ -173,7 +205,7 @@ int main(int argc, char **argv)
     pthread_t tid[MAXT];
     for (int i = 0; i < nt; i++) {
         th[i].id = i;
-        MPI_Comm_dup(MPI_COMM_WORLD, &th[i].comm);
+        MPI_Comm_group(MPI_COMM_WORLD, &th[i].group);
     }
     for (int i = 1; i < nt; i++) {
         pthread_create(&tid[i], NULL, run, &th[i]);
@@ -188,6 +220,7 @@ int main(int argc, char **argv)
     MPI_Allreduce(&errors, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     for (int i = 0; i < nt; i++) {
         MPI_Comm_free(&th[i].comm);
+        MPI_Group_free(&th[i].group);
     }
     if (rank == 0) {
         if (all == 0) {

@@ -3,7 +3,8 @@
 # MPICH:
 #   - several threads of every rank, each driving a communicator of its
 #     own, making their groups at once (tests/mpi-coll/mpi_threads.c):
-#     every result right, the calls offloaded; one and two ranks per host
+#     every result right, the calls offloaded; one and two ranks per host;
+#     and 2 ranks of 6 threads
 #   - one thread at MPI_THREAD_MULTIPLE, as mpi4py initializes MPI
 #     (mpi_mixed --thread-multiple): every result right, nothing on MPI
 #   - an mpi4py + numpy program (tests/mpi-coll/mpi_py.py, Open MPI: the
@@ -40,6 +41,7 @@ run() {
             --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np "$np" \
             -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
             -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$FAB" \
+            -x SHARP_MPI_PERSISTENT_ORDERED=1 \
             ${SHARP_MPI_THREAD_MULTIPLE:+-x SHARP_MPI_THREAD_MULTIPLE} \
             "$BIN/sharp-fabric" rank -- $(prog_of "$prog" ompi) "$@" \
             >"$out" 2>&1
@@ -47,6 +49,7 @@ run() {
         timeout 150 mpiexec.mpich -n "$np" -genv LD_LIBRARY_PATH "$LIB" \
             "${SAN_MPICH[@]}" -genv LD_PRELOAD "$SAN_PRE$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$FAB" \
+            -genv SHARP_MPI_PERSISTENT_ORDERED 1 \
             "$BIN/sharp-fabric" rank -- $(prog_of "$prog" mpich) "$@" \
             >"$out" 2>&1
     fi
@@ -80,6 +83,25 @@ for topo in examples/fat-tree-2l.ibnd "$DIR/ft2.ibnd"; do
             grep -v '^\s*$' "$out" | tail -15
         fi
     done
+done
+
+# 2 ranks x 6 threads, each thread on a communicator it made, every
+# completion form in turn (mpi_threads' six), on the 8-host fabric
+"$BIN/sharp-fabric" --dir "$FAB" down >/dev/null 2>&1
+"$BIN/sharp-fabric" --dir "$FAB" up examples/fat-tree-2l.ibnd --net 127.39 >/dev/null ||
+    bad "the fabric did not come up"
+for mpi in ompi mpich; do
+    out="$DIR/threads6-$mpi.out"
+    run $mpi 2 "$out" mpi_threads --threads 6 --phases 60
+    rc=$?
+    read -r o f < <(counts "$out")
+    if [ $rc = 0 ] && grep -q "every result right" "$out" &&
+        [ "$o" -ge $((2 * 6 * 60 * 6 / 2)) ]; then
+        ok "$mpi, 2 ranks of 6 threads, a communicator each, MPI_Waitall, _Wait, _Waitany, _Waitsome, _Test, _Testall in turn: every result right, $o calls offloaded, $f on MPI"
+    else
+        bad "$mpi, 2 ranks of 6 threads (exit $rc, $o offloaded, $f on MPI)"
+        grep -v '^\s*$' "$out" | tail -15
+    fi
 done
 "$BIN/sharp-fabric" --dir "$FAB" down >/dev/null 2>&1
 "$BIN/sharp-fabric" --dir "$FAB" up examples/fat-tree-2l.ibnd --net 127.39 >/dev/null ||
