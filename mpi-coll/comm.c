@@ -122,11 +122,9 @@ int smpi_comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
         s->prev = NULL;
     }
     smpi_unlock();
+    /* (held: an operation of ours was made on it, so it had a group and
+     * has its duplicate `all`) */
     comm_teardown(s, held);
-    if (held && s->all == MPI_COMM_NULL) {
-        /* no duplicate yet (no group was wanted): one for the orphans */
-        PMPI_Comm_dup(comm, &s->all);
-    }
     smpi_lock();
     if (held) {
         /* persistent operations still hold it: on PMPI from now on, on
