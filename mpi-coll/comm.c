@@ -609,7 +609,7 @@ void smpi_comm_made(MPI_Comm comm)
     smpi_nb_wait_req(&r); /* the rendezvous: operations in flight progress */
     if (all) {
         s = state_new(comm);
-        s->unused = s->use;
+        s->unused = s->use && comm != MPI_COMM_WORLD; /* (it will be) */
         SMPI_ADD(smpi.unused, s->unused);
     }
 }

@@ -58,6 +58,7 @@ stress() {
             --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np "$np" \
             -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
             -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$fab" \
+            -x SHARP_MPI_PERSISTENT_ORDERED=1 \
             ${SHARP_MPI_THREAD_MULTIPLE:+-x SHARP_MPI_THREAD_MULTIPLE} \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stress_ompi" \
             --seed "$seed" --seeds "$n" --ops "$OPS" "$@" >"$out" 2>&1
@@ -65,6 +66,7 @@ stress() {
         timeout 100 mpiexec.mpich -n "$np" -genv LD_LIBRARY_PATH "$LIB" \
             "${SAN_MPICH[@]}" -genv LD_PRELOAD "$SAN_PRE$LIB/libsharp_mpi_mpich.so:$LIB/libsharp_yield.so" \
             -genv SHARP_MPI_VERBOSE 1 -genv SHARP_FABRIC_DIR "$fab" \
+            -genv SHARP_MPI_PERSISTENT_ORDERED 1 \
             "$BIN/sharp-fabric" rank -- "$O/tests/mpi-coll/mpi_stress_mpich" \
             --seed "$seed" --seeds "$n" --ops "$OPS" "$@" >"$out" 2>&1
     fi
