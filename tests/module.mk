@@ -129,6 +129,9 @@ TEST_SCRIPTS += tests/mpi-coll/test_stress.sh
 TEST_SCRIPTS += tests/mpi-coll/test_why.sh
 # MPI_THREAD_MULTIPLE: threads on communicators of their own, mpi4py's level
 TEST_SCRIPTS += tests/mpi-coll/test_threads.sh
+# MPI's semantics kept: correct programs (NBX, handles freed while in use,
+# persistent starts in any order, 4000 requests in flight, idup, ...)
+TEST_SCRIPTS += tests/mpi-coll/test_conform.sh
 
 # libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
 TEST_SCRIPTS += tests/mpi-coll/test_fault.sh
