@@ -170,12 +170,17 @@ void smpi_nb_start(nb_op_t *o);
  * on PMPI (every rank) */
 void smpi_nb_run(nb_op_t *o);
 /* MPI_Wait or MPI_Waitall of reqs[n]: an operation of ours pending there
- * (the first in sharp, else the first) waited for as smpi_nb_run waits,
+ * (the first in sharp, else the first; from *from on, which it moves past
+ * the entries done or not ours, so a long array is looked through once)
+ * waited for as smpi_nb_run waits,
  * if it is alone in flight, or if every other operation in flight needs
  * nothing of this process meanwhile (single-threaded programs: their
  * sharp parts wholly libsharp's, or queued behind it); 1 if it waited, 0
  * if not (poll) */
-int smpi_nb_wait_first(int n, MPI_Request reqs[]);
+int smpi_nb_wait_first(int n, MPI_Request reqs[], int *from);
+/* operations whose MPI request completed so far (a wait that saw no
+ * change need not look through its array again) */
+extern unsigned long smpi_nb_completed;
 /* 1 if o's part is done (sharp's or PMPI's); block: wait for it */
 int smpi_nb_poll(nb_op_t *o, int block);
 void smpi_nb_progress_all(void);

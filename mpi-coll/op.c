@@ -262,9 +262,12 @@ SMPI_HOT void smpi_nb_deliver(nb_op_t *o, const char *res)
 }
 
 /* MPI's request of the activation completed (the result in place) */
+unsigned long smpi_nb_completed;
+
 SMPI_HOT void smpi_nb_complete_greq(nb_op_t *o)
 {
     o->done = 1;
+    smpi_nb_completed++;
     if (o->blocking) {
         return; /* no request: its caller sees done */
     }

@@ -265,14 +265,22 @@ static int nb_others_need_nothing(const nb_op_t *o)
     return 1;
 }
 
-SMPI_HOT int smpi_nb_wait_first(int n, MPI_Request reqs[])
+SMPI_HOT int smpi_nb_wait_first(int n, MPI_Request reqs[], int *from)
 {
     nb_op_t *o = NULL; /* the first in sharp, else the first pending */
-    for (int i = 0; i < n; i++) {
+    int lead = 1;      /* every entry before i is done or not ours */
+    for (int i = *from; i < n; i++) {
         nb_op_t *x = smpi_nb_find(reqs[i]);
-        if (x != NULL && x->active && !x->done &&
-            (o == NULL || (!nb_in_sharp(o) && nb_in_sharp(x)))) {
+        int pending = x != NULL && x->active && !x->done;
+        if (lead && !pending) {
+            *from = i + 1; /* (done stays done in this call) */
+        }
+        lead = lead && !pending;
+        if (pending && (o == NULL || (!nb_in_sharp(o) && nb_in_sharp(x)))) {
             o = x;
+            if (nb_in_sharp(x)) {
+                break; /* the first in sharp */
+            }
         }
     }
     if (o == NULL || (!smpi_nb_alone(o) && (smpi.threads || !nb_in_sharp(o) ||

@@ -277,7 +277,8 @@ static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
                        int *index, int *outcount, int indices[],
                        MPI_Status *statuses)
 {
-    unsigned long moved = smpi_nb_moved;
+    unsigned long moved = smpi_nb_moved, seen = smpi_nb_completed - 1;
+    int from = 0, others = 1;
     for (unsigned turn = 0;; turn++) {
         nb_set_t s;
         int rc, done = 0, f = 0;
@@ -288,10 +289,20 @@ static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
         }
         int busy = nb_sharp_busy();
         if (wait && busy && (form == NB_ONE || form == NB_ALL || n == 1) &&
-            smpi_nb_wait_first(n, reqs)) {
+            smpi_nb_wait_first(n, reqs, &from)) {
             continue; /* its part moved on: the next turn may complete it */
         }
+        if (wait && busy && form == NB_ALL && !others &&
+            seen == smpi_nb_completed) {
+            /* nothing of the array's can have completed since the last
+             * look (all ours, none done since): no new look at it */
+            smpi_nb_poke_mpi();
+            smpi_nb_idle(turn, NULL);
+            continue;
+        }
+        seen = smpi_nb_completed;
         rc = nb_set_make(&s, n, reqs);
+        others = s.others;
         if (rc != MPI_SUCCESS) {
             return rc;
         }
