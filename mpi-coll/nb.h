@@ -93,7 +93,14 @@ extern nb_op_t *smpi_nb_ops;
 extern unsigned long smpi_nb_moved;
 
 /* The operation (op.c) */
-void smpi_nb_unlink(nb_op_t *o);  /* unlinked, its buffers freed */
+void smpi_nb_unlink(nb_op_t *o); /* unlinked, its buffers freed */
+/* the live operation of a request (a program's handle), or NULL: a
+ * look-up in a table, whatever the number in flight */
+nb_op_t *smpi_nb_find(MPI_Request r);
+/* o's request (r: its generalized request, or a persistent one's handle)
+ * into that table, and out of it (smpi_nb_unlink does) */
+void smpi_nb_key(nb_op_t *o, MPI_Request r);
+void smpi_nb_unkey(nb_op_t *o);
 void smpi_nb_release(nb_op_t *o); /* unlinked and freed */
 /* s let go by its communicator (comm.c) or by a persistent operation made
  * on it: freed, with an orphan's private duplicate, when nothing holds it */
@@ -188,13 +195,6 @@ void smpi_nb_poke_mpi(void);
 /* a wait's turn that found nothing: the core yielded or a sleep (on the
  * node's segment if own, the caller's operation, waits for a node step) */
 void smpi_nb_idle(unsigned turn, nb_op_t *own);
-/* the live operation of a request (a program's handle), or NULL: a
- * look-up in a table, whatever the number in flight */
-nb_op_t *smpi_nb_find(MPI_Request r);
-/* o's request (r: its generalized request, or a persistent one's handle)
- * into that table */
-void smpi_nb_key(nb_op_t *o, MPI_Request r);
-void smpi_nb_unkey(nb_op_t *o); /* out of it (unlinked: op.c) */
 
 #pragma GCC visibility pop
 

@@ -564,36 +564,3 @@ void smpi_nb_wait_req(MPI_Request *r)
         smpi_nb_idle(turn, NULL);
     }
 }
-
-/* the operations by the request the program holds */
-static nb_op_t *nb_by_req;
-
-void smpi_nb_key(nb_op_t *o, MPI_Request r)
-{
-    nb_op_t *old = smpi_nb_find(r);
-    if (old != NULL) { /* (a handle MPI gave again: the old one is gone) */
-        HASH_DEL(nb_by_req, old);
-        old->keyed = 0;
-    }
-    o->key = r;
-    o->keyed = 1;
-    HASH_ADD(hh, nb_by_req, key, sizeof(MPI_Request), o);
-}
-
-void smpi_nb_unkey(nb_op_t *o)
-{
-    if (o->keyed) {
-        HASH_DEL(nb_by_req, o);
-        o->keyed = 0;
-    }
-}
-
-nb_op_t *smpi_nb_find(MPI_Request r)
-{
-    nb_op_t *o = NULL;
-    if (r == MPI_REQUEST_NULL) {
-        return NULL;
-    }
-    HASH_FIND(hh, nb_by_req, &r, sizeof(MPI_Request), o);
-    return o;
-}

@@ -273,6 +273,67 @@ static void nb_status_empty(MPI_Status *st)
     PMPI_Status_set_cancelled(st, 0);
 }
 
+/* MPI's own wait of the set, nothing of ours busy: the layer's lock let
+ * go meanwhile, unless ours are in the array: they are complete, so the
+ * wait returns at once, and MPI runs their free callback inside it
+ * (smpi_nb_free: the shared list) */
+static int nb_mpi_wait(int form, nb_set_t *s, MPI_Request reqs[], int *index,
+                       int *outcount, int indices[], MPI_Status *statuses)
+{
+    int rc, f = 0, n = s->n;
+    int depth = s->ours != 0 ? 0 : smpi_release();
+    switch (form) {
+    case NB_ONE: rc = PMPI_Wait(s->sub, statuses); break;
+    case NB_ALL:
+        /* ours in the array are complete to MPI */
+        rc = s->ours == 0 ? PMPI_Waitall(n, s->sub, statuses)
+                          : nb_set_all(s, reqs, 0, &f, statuses);
+        break;
+    case NB_ANY: rc = PMPI_Waitany(n, s->sub, index, statuses); break;
+    default: rc = PMPI_Waitsome(n, s->sub, outcount, indices, statuses);
+    }
+    smpi_regain(depth);
+    nb_set_done(s, reqs);
+    return rc;
+}
+
+/* MPI's test form of the call on the set (*f: it completed) */
+static int nb_mpi_test(int form, nb_set_t *s, MPI_Request reqs[], int *f,
+                       int *index, int *outcount, int indices[],
+                       MPI_Status *statuses)
+{
+    int rc = MPI_SUCCESS, n = s->n;
+    switch (form) {
+    case NB_ONE: rc = PMPI_Test(s->sub, f, statuses); break;
+    case NB_ALL:
+        /* all or nothing: while one of ours is not done, nothing
+         * completes (MPICH 4.0.2's MPI_Testall fails with
+         * MPI_ERR_IN_STATUS on some arrays that mix generalized
+         * requests with others: they are never mixed) */
+        if (s->ours == 0) {
+            rc = PMPI_Testall(n, s->sub, f, statuses);
+        } else if (nb_set_pending(s, reqs) == 0) {
+            rc = nb_set_all(s, reqs, 1, f, statuses);
+        } else {
+            smpi_nb_poke_mpi();
+        }
+        break;
+    case NB_ANY:
+        rc = PMPI_Testany(n, s->sub, index, f, statuses);
+        if (rc == MPI_SUCCESS && *f && *index == MPI_UNDEFINED) {
+            /* nothing active: an empty status, which MPICH 4.0.2's
+             * MPI_Testany of more than one request does not write
+             * (its MPI_Waitany does) */
+            nb_status_empty(statuses);
+        }
+        break;
+    default:
+        rc = PMPI_Testsome(n, s->sub, outcount, indices, statuses);
+        *f = *outcount != 0;
+    }
+    return rc;
+}
+
 static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
                        int *index, int *outcount, int indices[],
                        MPI_Status *statuses)
@@ -281,7 +342,7 @@ static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
     int from = 0, others = 1;
     for (unsigned turn = 0;; turn++) {
         nb_set_t s;
-        int rc, done = 0, f = 0;
+        int rc, f = 0;
         smpi_nb_progress_all();
         if (smpi_nb_moved != moved) {
             moved = smpi_nb_moved;
@@ -307,59 +368,16 @@ static int nb_complete(int form, int wait, int n, MPI_Request reqs[], int *flag,
             return rc;
         }
         if (wait && !busy) {
-            /* MPI's own wait: the layer's lock let go meanwhile, unless
-             * ours are in the array: they are complete (nothing of ours is
-             * busy), so the wait returns at once, and MPI runs their free
-             * callback inside it (smpi_nb_free: the shared list) */
-            int depth = s.ours != 0 ? 0 : smpi_release();
-            switch (form) {
-            case NB_ONE: rc = PMPI_Wait(s.sub, statuses); break;
-            case NB_ALL:
-                /* ours in the array are complete to MPI */
-                rc = s.ours == 0 ? PMPI_Waitall(n, s.sub, statuses)
-                                 : nb_set_all(&s, reqs, 0, &f, statuses);
-                break;
-            case NB_ANY: rc = PMPI_Waitany(n, s.sub, index, statuses); break;
-            default: rc = PMPI_Waitsome(n, s.sub, outcount, indices, statuses);
-            }
-            smpi_regain(depth);
-            nb_set_done(&s, reqs);
-            return rc;
+            return nb_mpi_wait(form, &s, reqs, index, outcount, indices,
+                               statuses);
         }
-        switch (form) {
-        case NB_ONE: rc = PMPI_Test(s.sub, &f, statuses); break;
-        case NB_ALL:
-            /* all or nothing: while one of ours is not done, nothing
-             * completes (MPICH 4.0.2's MPI_Testall fails with
-             * MPI_ERR_IN_STATUS on some arrays that mix generalized
-             * requests with others: they are never mixed) */
-            if (s.ours == 0) {
-                rc = PMPI_Testall(n, s.sub, &f, statuses);
-            } else if (nb_set_pending(&s, reqs) == 0) {
-                rc = nb_set_all(&s, reqs, 1, &f, statuses);
-            } else {
-                smpi_nb_poke_mpi();
-            }
-            break;
-        case NB_ANY:
-            rc = PMPI_Testany(n, s.sub, index, &f, statuses);
-            if (rc == MPI_SUCCESS && f && *index == MPI_UNDEFINED) {
-                /* nothing active: an empty status, which MPICH 4.0.2's
-                 * MPI_Testany of more than one request does not write
-                 * (its MPI_Waitany does) */
-                nb_status_empty(statuses);
-            }
-            break;
-        default:
-            rc = PMPI_Testsome(n, s.sub, outcount, indices, statuses);
-            f = *outcount != 0;
-        }
+        rc =
+            nb_mpi_test(form, &s, reqs, &f, index, outcount, indices, statuses);
         nb_set_done(&s, reqs);
-        done = f;
         if (flag != NULL) {
             *flag = f;
         }
-        if (rc != MPI_SUCCESS || done || !wait) {
+        if (rc != MPI_SUCCESS || f || !wait) {
             return rc;
         }
         /* nothing yet: let the others run (2 cores may hold many ranks) */
