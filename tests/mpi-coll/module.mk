@@ -20,8 +20,9 @@
 #   mpi_progress collectives while the rank's own MPI_Isend still needs it
 #               (test_mpi.sh)
 #   mpi_conform correct MPI programs the layer must not change: NBX,
-#               handles freed while in use, persistent start orders ...
-#               (test_conform.sh)
+#               handles freed while in use, persistent start orders, a
+#               window of mixed non-blocking collectives ...
+#               (test_conform.sh; mpi_conform_window.c, conform.h)
 
 MPI_TESTS := mpi_check mpi_types mpi_fault mpi_nb mpi_stress mpi_why \
 	mpi_mixed mpi_threads mpi_stream mpi_progress mpi_conform
@@ -35,12 +36,18 @@ MPI_FAULT_OMPI := $(MPI_TEST_DIR)/mpi_fault_ompi
 MPI_TEST_LIBS_mpi_exact := -lmpfr -lgmp -lm
 MPI_TEST_LIBS_mpi_threads := -pthread
 
+# a program of several files: its other sources and headers
+MPI_CONFORM_PARTS := tests/mpi-coll/mpi_conform_window.c \
+	tests/mpi-coll/conform.h
+$(MPI_TEST_DIR)/mpi_conform_ompi $(MPI_TEST_DIR)/mpi_conform_mpich: \
+	$(MPI_CONFORM_PARTS)
+
 $(MPI_TEST_DIR)/%_ompi: tests/mpi-coll/%.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
-	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $< $(MPI_TEST_LIBS_$*)
+	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $(filter %.c,$^) $(MPI_TEST_LIBS_$*)
 
 $(MPI_TEST_DIR)/%_mpich: tests/mpi-coll/%.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MPICC   $@")
-	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $< $(MPI_TEST_LIBS_$*)
+	$(Q)$(MPICC_MPICH) $(MPI_CFLAGS) -o $@ $(filter %.c,$^) $(MPI_TEST_LIBS_$*)

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "conform.h"
+
 /* persistent collectives: MPI 4.0 (MPICH 4), or Open MPI 4.1's MPIX_ */
 #if MPI_VERSION >= 4
 #define HAVE_PCOLL 1
@@ -33,15 +35,15 @@
 #define SEND_HOLE 0x3c000000 /* the ints a send buffer's type skips */
 #define UNSET (-12345)       /* a status's MPI_ERROR before the call */
 
-static int rank, size;
-static long tri; /* 0 + 1 + ... + size-1 */
+int rank, size;
+long tri; /* 0 + 1 + ... + size-1 */
 static const char *cur = "?";
 static const char *note; /* said after a case's "ok" */
 static int skip;         /* the case is not in this MPI */
 static char alarm_msg[256];
-static MPI_Status sts[4000]; /* (MPICH's MPI_STATUSES_IGNORE: gcc warns) */
+MPI_Status sts[4000]; /* (MPICH's MPI_STATUSES_IGNORE: gcc warns) */
 
-static void die(const char *fmt, ...)
+void die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -53,15 +55,7 @@ static void die(const char *fmt, ...)
     exit(1);
 }
 
-#define CK(call)                                                               \
-    do {                                                                       \
-        int rc_ = (call);                                                      \
-        if (rc_ != MPI_SUCCESS) {                                              \
-            die("%s returned %d", #call, rc_);                                 \
-        }                                                                      \
-    } while (0)
-
-static void expect(long got, long want, const char *what, int i)
+void expect(long got, long want, const char *what, int i)
 {
     if (got != want) {
         die("%s [%d] = %ld, expected %ld", what, i, got, want);
@@ -69,8 +63,7 @@ static void expect(long got, long want, const char *what, int i)
 }
 
 /* buf[j] == base + mul * j for j < n */
-static void expect_seq(const int *buf, int n, long base, long mul,
-                       const char *what)
+void expect_seq(const int *buf, int n, long base, long mul, const char *what)
 {
     for (int j = 0; j < n; j++) {
         expect(buf[j], base + mul * j, what, j);
@@ -85,7 +78,7 @@ static void on_alarm(int sig)
     _exit(3);
 }
 
-static MPI_Comm dup_world(void)
+MPI_Comm dup_world(void)
 {
     MPI_Comm c;
     CK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
@@ -744,7 +737,8 @@ static const struct {
              {"idup_pending", case_idup_pending},
              {"intercomm", case_intercomm},
              {"allred_derived", case_allred_derived},
-             {"waitall_errors", case_waitall_errors}};
+             {"waitall_errors", case_waitall_errors},
+             {"nbc_window", case_nbc_window}};
 #define NCASES ((int)(sizeof(cases) / sizeof(cases[0])))
 
 static void run_case(int k, int timeout)

@@ -4,16 +4,19 @@
 # freed while an operation uses them, MPI_Request_free, persistent
 # collectives started in different orders, fresh communicators, 4000
 # requests in flight, MPI_Comm_idup, intercommunicators, derived types,
-# errors in statuses), each of which passes under plain Open MPI and MPICH,
+# errors in statuses, a window of mixed non-blocking collectives over four
+# communicators), each of which passes under plain Open MPI and MPICH,
 # run through the library (SHARP_MPI_VERBOSE=1) under Open MPI and MPICH,
 # 8 ranks one per host of a sharp-fabric (fat tree, 8 hosts) and 8 ranks
-# two per host (4 hosts).  For each MPI and layout the cases run in four
+# two per host (4 hosts).  For each MPI and layout the cases run in six
 # mpiruns: nbx alone (the report must show its MPI_Ibarriers offloaded),
-# the next five, many_outstanding alone (the slowest: through the library
-# 3 to 9 s at a rank a host, at two 17 to 90 s under Open MPI and 17 to
-# 36 s under MPICH, on 2 cores other jobs load to 12-19; plain MPI 1 s),
-# the last four; a run that fails at a case (a wrong result, a crash, a
-# hang) is resumed at the case after it.  One "ok"/"FAIL" line
+# the next five, persist_freed_comm alone (its bcasts offloaded),
+# many_outstanding alone (the slowest: through the library 3 to 9 s at a
+# rank a host, at two 17 to 90 s under Open MPI and 17 to 36 s under
+# MPICH, on 2 cores other jobs load to 12-19; plain MPI 1 s), the next
+# four, nbc_window alone (its MPI_Iallreduces offloaded); a run that fails
+# at a case (a wrong result, a crash, a hang) is resumed at the case after
+# it.  One "ok"/"FAIL" line
 # per case, MPI and layout (with its time), a FAIL with the first lines of
 # its output; "N passed, N failed".
 #
@@ -45,7 +48,7 @@ CASE_TIMEOUT=${CONFORM_CASE_TIMEOUT:-110}
 # them crashed a run in libnbc's irecv, as it may on plain Open MPI)
 RUNS=("nbx" "ibcast_freed_type request_free p_order two_fresh"
     "persist_freed_comm" "many_outstanding" "idup_pending intercomm
-    allred_derived waitall_errors")
+    allred_derived waitall_errors" "nbc_window")
 DIR=$(mktemp -d /tmp/sharp-test-conform.XXXXXX)
 FABRIC=
 fabric() { "$BIN/sharp-fabric" --dir "$FABRIC" "$@"; }
@@ -186,6 +189,14 @@ cases() {
                 ok "$name: persist_freed_comm's persistent bcasts offloaded ($n starts)"
             else
                 bad "$name: persist_freed_comm's persistent bcasts offloaded: ${n:-no report}"
+            fi
+        fi
+        if [ "$g" = nbc_window ]; then
+            n=$(offloaded MPI_Iallreduce "$last")
+            if [ "${n:-0}" -gt 0 ]; then
+                ok "$name: nbc_window's MPI_Iallreduces offloaded ($n calls)"
+            else
+                bad "$name: nbc_window's MPI_Iallreduces offloaded: ${n:-no report}"
             fi
         fi
         [ "$g" = nbx ] || continue
