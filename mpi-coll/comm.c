@@ -131,7 +131,7 @@ int smpi_comm_delete(MPI_Comm comm, int keyval, void *attr, void *extra)
          * the private duplicate, never a new group */
         s->orphan = 1;
         s->fell = 1;
-        s->why = WHY_FELL;
+        s->why = WHY_COMM_FREED;
         for (nb_op_t *o = smpi_nb_ops; o != NULL; o = o->next) {
             if (o->st == s) {
                 o->comm = s->all; /* the program's handle is gone */

@@ -352,7 +352,8 @@ void smpi_nb_redo(nb_op_t *o)
     SMPI_SUB(smpi.calls[o->ckind][0], 1);
     SMPI_SUB(smpi.bytes[o->ckind][0], o->bytes);
     int red = o->kind == C_IALLREDUCE || o->kind == C_IREDUCE;
-    smpi_fallback(o->ckind, (long)o->bytes, o->comm, WHY_FELL,
+    smpi_fallback(o->ckind, (long)o->bytes, o->comm,
+                  st->orphan ? WHY_COMM_FREED : WHY_FELL,
                   o->kind == C_IBARRIER ? MPI_DATATYPE_NULL : o->dt,
                   red ? o->mop : MPI_OP_NULL);
     o->preq = MPI_REQUEST_NULL;

@@ -97,6 +97,7 @@ enum {
     WHY_OVER_2G,
     WHY_ARGS,
     WHY_PERSISTENT,
+    WHY_COMM_FREED,
     WHY_N
 };
 _Static_assert(WHY_N <= 64, "a reason is a bit of a 64-bit mask");

@@ -151,6 +151,13 @@ static const struct {
          "own order, and a group's operations meet in the order they start",
          "SHARP_MPI_PERSISTENT_ORDERED=1 if the program starts them in one "
          "order on every rank"},
+    [WHY_COMM_FREED] =
+        {S_CALL, "comm_freed",
+         "a persistent collective started after the program freed its "
+         "communicator: the layer left the communicator's group, and the "
+         "operation runs on MPI on the layer's duplicate of it",
+         "none needed (MPI allows it); a persistent collective made on a "
+         "communicator that lives is offloaded"},
 };
 
 /* per reason: [0] communicators (counted by their rank 0), [1] calls,

@@ -190,6 +190,14 @@ cases() {
             else
                 bad "$name: persist_freed_comm's persistent bcasts offloaded: ${n:-no report}"
             fi
+            # the freed communicator's starts under their own reason
+            n=$(awk '$1 == "sharp_mpi:" && $2 == "why" && $3 == "comm_freed" {
+                print $5 }' "$last")
+            if [ "${n:-0}" -gt 0 ]; then
+                ok "$name: persist_freed_comm's starts after MPI_Comm_free reported as comm_freed ($n calls)"
+            else
+                bad "$name: persist_freed_comm's starts after MPI_Comm_free reported as comm_freed: ${n:-none}"
+            fi
         fi
         if [ "$g" = nbc_window ]; then
             n=$(offloaded MPI_Iallreduce "$last")
