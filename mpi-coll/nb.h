@@ -66,6 +66,7 @@ typedef struct nb_op {
      * node) */
     int node, nphase;
     int node_mpi; /* the node step's exchange on PMPI (node_xchg.c) */
+    int xwait;    /* the head, queued until the exchange is idle */
     const char *nsrc;
     char *nin;
     /* persistent: the program's handle; freed while active */
@@ -156,6 +157,9 @@ void smpi_node_check(nb_op_t *o, shp_status_t s);
 /* bytes fit the communicator's shared-memory slot (else: PMPI) */
 int smpi_xchg_fits(const comm_state_t *st, size_t bytes);
 void smpi_xchg_arrive(nb_op_t *o, const char *src, size_t len);
+/* the communicator's PMPI exchange has nothing in flight (a redo may leave
+ * a step's requests behind: every rank of the node posted them) */
+int smpi_xchg_idle(comm_state_t *st);
 shp_status_t smpi_xchg_test_in(nb_op_t *o); /* the leader: all arrived */
 /* the leader: node rank k's contribution; every one, in node-rank order,
  * into dst (node ranks x bytes) */

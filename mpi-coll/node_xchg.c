@@ -99,10 +99,7 @@ static void xc_arrive_mpi(nb_op_t *o, const char *src)
 {
     comm_state_t *st = o->st;
     struct smpi_xchg *x = xc_of(o);
-    /* a request a step that ended otherwise left (a redo): every rank of
-     * the node posted it, so it completes */
-    PMPI_Wait(&x->in, MPI_STATUS_IGNORE);
-    PMPI_Wait(&x->out, MPI_STATUS_IGNORE);
+    /* none in flight: the head waits for smpi_xchg_idle (op.c) */
     if (o->kind == C_IBCAST) { /* (the bcast in the root's node) */
         xc_grow(o, &x->all, &x->all_cap, o->bytes + 1);
     } else if (st->node_rank == 0) {
@@ -116,6 +113,17 @@ static void xc_arrive_mpi(nb_op_t *o, const char *src)
         PMPI_Ibcast(x->res, (int)(XC_HDR + smpi_node_len(o)), MPI_BYTE, 0,
                     st->node, &x->out);
     }
+}
+
+int smpi_xchg_idle(comm_state_t *st)
+{
+    struct smpi_xchg *x = st->xc;
+    int in = 1, out = 1;
+    if (x != NULL) {
+        PMPI_Test(&x->in, &in, MPI_STATUS_IGNORE);
+        PMPI_Test(&x->out, &out, MPI_STATUS_IGNORE);
+    }
+    return in && out;
 }
 
 void smpi_xchg_arrive(nb_op_t *o, const char *src, size_t len)

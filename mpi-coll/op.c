@@ -513,6 +513,13 @@ SMPI_HOT void smpi_nb_kick(comm_state_t *st)
     if (o == NULL || !o->queued) {
         return;
     }
+    /* a step a redo left on PMPI still in flight: this one waits, queued,
+     * and its poll kicks again (never a wait for the node's other ranks
+     * here: a post may call this) */
+    o->xwait = st->use && o->node && o->node_mpi && !smpi_xchg_idle(st);
+    if (o->xwait) {
+        return;
+    }
     o->queued = 0;
     if (!st->use) { /* the group failed at or before this one: PMPI */
         smpi_nb_redo(o);

@@ -156,6 +156,10 @@ int smpi_nb_poll(nb_op_t *o, int block)
         return 0; /* its own thread waits for it (nb_wait_sharp) */
     }
     if ((o->rec || o->node) && (o->queued || o->preq != MPI_REQUEST_NULL)) {
+        if (o->xwait) {
+            smpi_nb_kick(o->st); /* o is the head: its exchange idle yet? */
+            return 0;
+        }
         if (o->preq != MPI_REQUEST_NULL) {
             int flag = 0;
             PMPI_Test(&o->preq, &flag, MPI_STATUS_IGNORE);
