@@ -56,8 +56,11 @@ until_exit() {
 }
 
 "$B/sharp-topo" fat-tree --radix 4 --hosts 4 >"$T/f.ibnd"
-SHARP_AM_MAX_JOBS=1 "${F[@]}" up "$T/f.ibnd" --net 127.62 >"$T/up.log" 2>&1 ||
-    { cat "$T/up.log"; echo "FAIL sharp-fabric up"; exit 1; }
+# (up with a relative --dir, as a user in its parent types it: the
+# daemons' sockets are made absolute; every later call names it whole)
+(cd "$T" && SHARP_AM_MAX_JOBS=1 "$B/sharp-fabric" --dir fab up f.ibnd \
+    --net 127.62) >"$T/up.log" 2>&1 ||
+    { cat "$T/up.log"; echo "FAIL sharp-fabric up (--dir fab, relative)"; exit 1; }
 
 # healthy
 hello n00001
