@@ -8,6 +8,10 @@
 #   make check-layers    the includes and calls keep to the rooms' layering,
 #                        files and functions to their sizes
 #   make SAN=1 check     the same under AddressSanitizer + UBSan (O=build/san)
+#   make SAN=thread ...  the same under ThreadSanitizer (O=build/tsan); the
+#                        threads test under it: make SAN=thread check TESTS=
+#                        TEST_SCRIPTS=tests/mpi-coll/test_threads.sh
+#                        (tests/mpi-coll/lib.sh, tsan.supp)
 #   make bench-reduce    reduction-engine throughput benchmark
 #   make bench-exact     exact (SHARP_OP_SUM_EXACT) vs normal sums
 #   make install         PREFIX=/usr/local DESTDIR= (SYSCONFDIR, LOCALSTATEDIR,
@@ -23,6 +27,8 @@ SHELL := /bin/bash
 SAN ?= 0
 ifeq ($(SAN),1)
 O ?= build/san
+else ifeq ($(SAN),thread)
+O ?= build/tsan
 else
 O ?= build
 endif
@@ -63,6 +69,11 @@ LDFLAGS_BASE :=
 ifeq ($(SAN),1)
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
 	-fno-omit-frame-pointer
+CFLAGS_BASE += $(SAN_FLAGS)
+LDFLAGS_BASE += $(SAN_FLAGS)
+endif
+ifeq ($(SAN),thread)
+SAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
 CFLAGS_BASE += $(SAN_FLAGS)
 LDFLAGS_BASE += $(SAN_FLAGS)
 endif

@@ -10,6 +10,9 @@
 #   - an mpi4py + numpy program (tests/mpi-coll/mpi_py.py, Open MPI: the
 #     MPI Debian's mpi4py is built for): the same
 #   - SHARP_MPI_THREAD_MULTIPLE=0: such a job on MPI, the reason named
+# Under SAN=thread (make SAN=thread check) every case also runs under
+# ThreadSanitizer, and any report of it in sharp's code fails the test
+# (tests/mpi-coll/lib.sh, tsan.supp).
 set -u
 . "$(dirname "$0")/lib.sh"
 command -v mpirun.openmpi >/dev/null || { echo "skip: no Open MPI"; exit 77; }
@@ -36,6 +39,7 @@ prog_of() { # NAME MPI
 run() {
     local mpi=$1 np=$2 out=$3 prog=$4
     shift 4
+    san_case "$(basename "$out" .out)"
     if [ "$mpi" = ompi ]; then
         timeout 150 mpirun.openmpi --allow-run-as-root --oversubscribe \
             --mca mpi_yield_when_idle 1 --mca btl self,vader,tcp -np "$np" \
@@ -144,4 +148,7 @@ else
     bad "SHARP_MPI_THREAD_MULTIPLE=0 ($o offloaded, $f on MPI)"
     tail -15 "$out"
 fi
+# SAN=thread: no ThreadSanitizer report in sharp's code, from any rank or
+# daemon of the cases above
+tsan_verdict || bad "ThreadSanitizer reported races or lock inversions in sharp's code"
 [ $fails -eq 0 ]
