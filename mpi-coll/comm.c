@@ -373,7 +373,8 @@ static void comm_setup(comm_state_t *s, MPI_Comm comm)
     if (smpi.svc) {
         /* the group's name for the recovery services: rank 0's (a
          * standby's: bits 56-62 its generation, standby_setup) */
-        id = ((uint64_t)(uint32_t)smpi.rank << 32) | ++made;
+        id = ((uint64_t)(uint32_t)smpi.rank << 32) |
+             __atomic_add_fetch(&made, 1, __ATOMIC_RELAXED);
         PMPI_Bcast(&id, 1, MPI_UINT64_T, 0, s->all);
     }
     s->rec_id = id;

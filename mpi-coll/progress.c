@@ -379,17 +379,17 @@ static void smpi_nb_poke_quiet(void)
 {
     static bool *yield;
     static int looked;
-    if (!looked) {
-        yield = dlsym(RTLD_DEFAULT, "opal_progress_yield_when_idle");
-        looked = 1;
+    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&yield,
+                         dlsym(RTLD_DEFAULT, "opal_progress_yield_when_idle"),
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
     }
-    bool was = yield != NULL && *yield;
-    if (was) {
-        *yield = false;
-    }
+    bool *y = __atomic_load_n(&yield, __ATOMIC_RELAXED);
+    bool was = y != NULL && __atomic_exchange_n(y, false, __ATOMIC_RELAXED);
     smpi_nb_poke_mpi();
     if (was) {
-        *yield = true;
+        __atomic_store_n(y, true, __ATOMIC_RELAXED);
     }
 }
 
@@ -564,7 +564,7 @@ void smpi_nb_wait_req(MPI_Request *r)
         }
         smpi_lock();
         smpi_nb_progress_all();
+        smpi_nb_idle(turn, NULL); /* node_waiting reads the list */
         smpi_unlock();
-        smpi_nb_idle(turn, NULL);
     }
 }
