@@ -32,6 +32,8 @@ PKGS=(
     prometheus curl            # its test: a real Prometheus scrapes a fabric
     libslurm-dev               # the Slurm SPANK plugin (<slurm/spank.h>)
     slurmctld slurmd slurm-client munge  # its test: real Slurm daemons
+    petsc-dev libpetsc3.18-dev-examples  # tests/apps: PETSc and its tutorials
+    lammps lammps-examples     # tests/apps: LAMMPS and examples/melt
 )
 
 # `deps.sh deb` (make deb): also what builds and checks the Debian packages
