@@ -133,6 +133,11 @@ TEST_SCRIPTS += tests/mpi-coll/test_threads.sh
 # persistent starts in any order, 4000 requests in flight, idup, ...)
 TEST_SCRIPTS += tests/mpi-coll/test_conform.sh
 
+# Applications through libsharp_mpi against plain Open MPI (Debian's PETSc
+# and LAMMPS, from make deps): same iterations and residuals, same thermo
+# table, the reductions offloaded (docs/applications.md)
+TEST_SCRIPTS += tests/apps/test_petsc.sh tests/apps/test_lammps.sh
+
 # libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
 TEST_SCRIPTS += tests/mpi-coll/test_fault.sh
 # the fault matrix: faults x forms (blocking, non-blocking, persistent) x
