@@ -173,47 +173,40 @@ group() {
     done
 }
 
-# cases NAME MPI: every case under MPI on the fabric up now; nbx's
-# MPI_Ibarriers offloaded (the report of its run)
+# positive WHAT UNIT N: ok when the count N (of the run's report) is over 0
+positive() {
+    if [ "${3:-0}" -gt 0 ]; then ok "$1 ($3 $2)"; else bad "$1: ${3:-none}"; fi
+}
+
+# cases NAME MPI: every case under MPI on the fabric up now; what the
+# reports of some runs must show (nbx's MPI_Ibarriers, nbc_window's
+# MPI_Iallreduces offloaded; persist_freed_comm's below)
 cases() {
-    local name=$1 mpi=$2 g n
+    local name=$1 mpi=$2 g
     for g in "${RUNS[@]}"; do
         ORDERED=0
         [ "$g" != persist_freed_comm ] || ORDERED=1
         group "$name" "$mpi" $g
-        if [ "$g" = persist_freed_comm ]; then
+        case $g in
+        persist_freed_comm)
             # the bcast's starts offloaded; the allreduce's, whose
-            # communicator was freed, on MPI (the orphan's duplicate)
-            n=$(offloaded MPI_Ibcast "$last")
-            if [ "${n:-0}" -gt 0 ]; then
-                ok "$name: persist_freed_comm's persistent bcasts offloaded ($n starts)"
-            else
-                bad "$name: persist_freed_comm's persistent bcasts offloaded: ${n:-no report}"
-            fi
-            # the freed communicator's starts under their own reason
-            n=$(awk '$1 == "sharp_mpi:" && $2 == "why" && $3 == "comm_freed" {
-                print $5 }' "$last")
-            if [ "${n:-0}" -gt 0 ]; then
-                ok "$name: persist_freed_comm's starts after MPI_Comm_free reported as comm_freed ($n calls)"
-            else
-                bad "$name: persist_freed_comm's starts after MPI_Comm_free reported as comm_freed: ${n:-none}"
-            fi
-        fi
-        if [ "$g" = nbc_window ]; then
-            n=$(offloaded MPI_Iallreduce "$last")
-            if [ "${n:-0}" -gt 0 ]; then
-                ok "$name: nbc_window's MPI_Iallreduces offloaded ($n calls)"
-            else
-                bad "$name: nbc_window's MPI_Iallreduces offloaded: ${n:-no report}"
-            fi
-        fi
-        [ "$g" = nbx ] || continue
-        n=$(offloaded MPI_Ibarrier "$last")
-        if [ "${n:-0}" -gt 0 ]; then
-            ok "$name: nbx's MPI_Ibarriers offloaded ($n calls)"
-        else
-            bad "$name: nbx's MPI_Ibarriers offloaded: ${n:-no report}"
-        fi
+            # communicator was freed, on MPI (the orphan's duplicate),
+            # under their own reason
+            positive "$name: persist_freed_comm's persistent bcasts offloaded" starts \
+                "$(offloaded MPI_Ibcast "$last")"
+            positive "$name: persist_freed_comm's starts after MPI_Comm_free reported as comm_freed" calls \
+                "$(awk '$1 == "sharp_mpi:" && $2 == "why" &&
+                    $3 == "comm_freed" { print $5 }' "$last")"
+            ;;
+        nbc_window)
+            positive "$name: nbc_window's MPI_Iallreduces offloaded" calls \
+                "$(offloaded MPI_Iallreduce "$last")"
+            ;;
+        nbx)
+            positive "$name: nbx's MPI_Ibarriers offloaded" calls \
+                "$(offloaded MPI_Ibarrier "$last")"
+            ;;
+        esac
     done
 }
 
