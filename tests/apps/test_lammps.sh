@@ -22,10 +22,10 @@
 #     SHARP_MPI_REPRODUCIBLE=1, across fabrics: issue 59's remaining part);
 #     a wrong or stale sum shows far above it.
 #   - the report (SHARP_MPI_VERBOSE=1): MPI_Allreduce and MPI_Bcast
-#     offloaded, and nothing on MPI: LAMMPS reduces predefined types
-#     (MPI_DOUBLE, MPI_INT, MPI_LMP_BIGINT = MPI_LONG_LONG) with predefined
-#     ops on the world and its 8-rank Cartesian communicator, and bcasts the
-#     input's lines from rank 0, all of which sharp carries.
+#     offloaded, and nothing on MPI: LAMMPS reduces predefined types with
+#     predefined ops on communicators of all 8 ranks (the world's and one
+#     more), and bcasts the input's lines from rank 0, all of which sharp
+#     carries.
 # Skips (77) without lmp or the example; under SAN=1 as tests/mpi-coll's
 # scripts do.
 set -u
