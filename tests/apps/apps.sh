@@ -49,6 +49,8 @@ app_env() {
     done
 }
 
+# run_plain OUT [MPIRUN-OPTIONS...] PROGRAM ARGS...: 8 ranks of Open MPI;
+# sets rc and secs
 run_plain() {
     local out=$1 t0=$SECONDS
     shift
@@ -61,19 +63,14 @@ run_plain() {
     rc=$? secs=$((SECONDS - t0))
 }
 
+# the same mpirun, the program as a host's process through libsharp_mpi
 run_sharp() {
-    local out=$1 t0=$SECONDS
+    local out=$1
     shift
-    local envs=()
-    mapfile -d '' envs < <(app_env)
-    timeout -k 10 "$APP_TIMEOUT" mpirun.openmpi --allow-run-as-root \
-        --oversubscribe --mca mpi_yield_when_idle 1 \
-        --mca btl self,vader,tcp -np "$APP_NP" ${envs[@]+"${envs[@]}"} \
-        -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" \
+    run_plain "$out" -x LD_LIBRARY_PATH="$LIB" "${SAN_OMPI[@]}" \
         -x LD_PRELOAD="$SAN_PRE$LIB/libsharp_mpi_ompi.so" \
         -x SHARP_MPI_VERBOSE=1 -x SHARP_FABRIC_DIR="$FAB" \
-        "$BIN/sharp-fabric" rank -- "$@" >"$out" 2>&1
-    rc=$? secs=$((SECONDS - t0))
+        "$BIN/sharp-fabric" rank -- "$@"
 }
 
 report() {
