@@ -136,7 +136,8 @@ TEST_SCRIPTS += tests/mpi-coll/test_conform.sh
 # Applications through libsharp_mpi against plain Open MPI (Debian's PETSc
 # and LAMMPS, from make deps): same iterations and residuals, same thermo
 # table, the reductions offloaded (docs/applications.md)
-TEST_SCRIPTS += tests/apps/test_petsc.sh tests/apps/test_lammps.sh
+TEST_SCRIPTS += tests/apps/test_petsc.sh tests/apps/test_lammps.sh \
+	tests/apps/test_petsc_exact.sh
 
 # libsharp_mpi surviving killed daemons (SHARP_MPI_ON_FAULT=fallback).
 TEST_SCRIPTS += tests/mpi-coll/test_fault.sh

@@ -5,8 +5,10 @@
 # libsharp_mpi preloaded runs 4-8x slower on 2 cores, SAN_MPI_TESTS=all
 # runs it), then:
 #   - DIR, a directory of the test's own (removed at exit unless KEEP_LOGS)
-#   - fabric_up: the demo's fat tree (examples/fat-tree-2l.ibnd: 2 spines,
-#     4 leaves, 8 hosts) on loopback 127.81, down at exit
+#   - fabric_up [TOPO]: a fabric on loopback APP_NET (127.81 unless the
+#     script set it first), down at exit: TOPO, by default the demo's fat
+#     tree (examples/fat-tree-2l.ibnd: 2 spines, 4 leaves, 8 hosts); the
+#     one before is taken down
 #   - run_plain OUT CMD...: CMD on 8 ranks of plain Open MPI (btl
 #     self,vader,tcp); run_sharp OUT CMD...: the same through libsharp_mpi
 #     (SHARP_MPI_VERBOSE=1), each rank a process of its host of the fabric;
@@ -20,7 +22,7 @@
 command -v mpirun.openmpi >/dev/null || { echo "skip: no Open MPI"; exit 77; }
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 APP_NP=8
-APP_NET=127.81
+APP_NET=${APP_NET:-127.81}
 APP_ENV=()
 APP_TIMEOUT=${APP_TIMEOUT:-120}
 DIR=$(mktemp -d "/tmp/sharp-test-$(basename "$0" .sh).XXXXXX")
@@ -37,7 +39,7 @@ excerpt() { grep -v '^\s*$' "$1" | tail -15 | cut -c1-200 | sed 's/^/    | /'; }
 
 fabric_up() {
     "$BIN/sharp-fabric" --dir "$FAB" down >/dev/null 2>&1
-    "$BIN/sharp-fabric" --dir "$FAB" up "$SRC/examples/fat-tree-2l.ibnd" \
+    "$BIN/sharp-fabric" --dir "$FAB" up "${1:-$SRC/examples/fat-tree-2l.ibnd}" \
         --net "$APP_NET" >"$DIR/fabric-up.out" 2>&1
 }
 

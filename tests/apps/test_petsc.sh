@@ -35,32 +35,17 @@ set -u
 . "$(dirname "$0")/apps.sh"
 RTOL=${PETSC_RTOL:-1e-10}
 MIN_PCT=80
-PETSC_DIR=${PETSC_DIR:-/usr/lib/petsc}
-PC_PATH="$PETSC_DIR/lib/pkgconfig"
-EX="$PETSC_DIR/share/petsc/examples/src/ksp/ksp/tutorials"
-if ! PKG_CONFIG_PATH=$PC_PATH pkg-config --exists PETSc 2>/dev/null ||
-    [ ! -f "$EX/ex2.c" ] || ! command -v mpicc.openmpi >/dev/null; then
+. "$(dirname "$0")/petsc.sh"
+if ! petsc_have; then
     echo "skip: PETSc or its examples not installed (make deps: petsc-dev libpetsc3.18-dev-examples)"
     exit 77
 fi
-
-# the tutorials, built against the installed PETSc (again when the source
-# or PETSc's pkg-config file is newer)
-T="$O/tests/apps"
-mkdir -p "$T"
-T=$(cd "$T" && pwd)
+# the tutorials, built against the installed PETSc
+T=$PETSC_T
 for e in ex2 ex3; do
-    if [ ! -x "$T/petsc_$e" ] || [ "$EX/$e.c" -nt "$T/petsc_$e" ] ||
-        [ "$PC_PATH/PETSc.pc" -nt "$T/petsc_$e" ]; then
-        # shellcheck disable=SC2046
-        mpicc.openmpi -O2 $(PKG_CONFIG_PATH=$PC_PATH pkg-config --cflags PETSc) \
-            -o "$T/petsc_$e" "$EX/$e.c" \
-            $(PKG_CONFIG_PATH=$PC_PATH pkg-config --libs PETSc) -lm \
-            >"$DIR/build-$e.out" 2>&1 ||
-            { echo "FAIL building $EX/$e.c"; cat "$DIR/build-$e.out"; exit 1; }
-    fi
+    petsc_build "petsc_$e" "$PETSC_EX/$e.c" "$DIR/build-$e.out" || exit 1
 done
-echo "PETSc $(PKG_CONFIG_PATH=$PC_PATH pkg-config --modversion PETSc): petsc_ex2, petsc_ex3 in $T"
+echo "PETSc $(PKG_CONFIG_PATH=$PETSC_PC pkg-config --modversion PETSc): petsc_ex2, petsc_ex3 in $T"
 
 fabric_up || { bad "the fabric did not come up"; cat "$DIR/fabric-up.out"; exit 1; }
 

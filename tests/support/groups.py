@@ -10,6 +10,10 @@ count: one still being made carries nothing yet.
                        carries a part of another's large operations)
   groups.py pair       "ID TOP-AN" of the first group an up standby stands
                        by (a pair: the group and its standby)
+  groups.py busiest    the top AN of the group that stands by none and
+                       has made the most exact-mode operations (its top
+                       AN's count, as of the manager's last poll), if
+                       it made any: the group carrying a job's exact sums
 
 Prints nothing when there is no such group (or the list is unreadable).
 """
@@ -22,8 +26,9 @@ def top(g):
 
 
 def main():
-    if len(sys.argv) != 2 or sys.argv[1] not in ("primary", "stripe", "pair"):
-        sys.exit("usage: groups.py primary|stripe|pair < groups.json")
+    modes = ("primary", "stripe", "pair", "busiest")
+    if len(sys.argv) != 2 or sys.argv[1] not in modes:
+        sys.exit("usage: groups.py primary|stripe|pair|busiest < groups.json")
     try:
         gs = [g for g in json.load(sys.stdin) if g.get("state") == "up"]
     except ValueError:
@@ -31,6 +36,11 @@ def main():
     if sys.argv[1] == "primary":
         found = [top(g) for g in gs
                  if "standby_of" not in g and "stripe_of" not in g]
+    elif sys.argv[1] == "busiest":
+        busy = sorted((g for g in gs if "standby_of" not in g
+                       and "stripe_of" not in g and g.get("exact_ops", 0) > 0),
+                      key=lambda g: -g["exact_ops"])
+        found = [top(g) for g in busy]
     elif sys.argv[1] == "stripe":
         found = [top(g) for g in gs if "stripe_of" in g]
     else:

@@ -1,0 +1,31 @@
+# shellcheck shell=bash
+# PETSc for the application tests and bench (sourced; O set): where
+# Debian's PETSc and its tutorials are, and how a program is built against
+# it.
+#   petsc_have: true when PETSc (pkg-config), its examples and mpicc.openmpi
+#     are there (make deps: petsc-dev libpetsc3.18-dev-examples)
+#   petsc_build NAME SRC LOG: SRC built into $PETSC_T/NAME (again when SRC
+#     or PETSc's pkg-config file is newer); on failure prints LOG, returns 1
+PETSC_DIR=${PETSC_DIR:-/usr/lib/petsc}
+PETSC_PC=$PETSC_DIR/lib/pkgconfig
+PETSC_EX=$PETSC_DIR/share/petsc/examples/src/ksp/ksp/tutorials
+mkdir -p "$O/tests/apps"
+PETSC_T=$(cd "$O/tests/apps" && pwd)
+
+petsc_have() {
+    PKG_CONFIG_PATH=$PETSC_PC pkg-config --exists PETSc 2>/dev/null &&
+        [ -f "$PETSC_EX/ex2.c" ] && command -v mpicc.openmpi >/dev/null
+}
+
+petsc_build() {
+    local name=$1 src=$2 log=$3
+    if [ -x "$PETSC_T/$name" ] && [ ! "$src" -nt "$PETSC_T/$name" ] &&
+        [ ! "$PETSC_PC/PETSc.pc" -nt "$PETSC_T/$name" ]; then
+        return 0
+    fi
+    # shellcheck disable=SC2046
+    mpicc.openmpi -O2 -Wall $(PKG_CONFIG_PATH=$PETSC_PC pkg-config --cflags PETSc) \
+        -o "$PETSC_T/$name" "$src" \
+        $(PKG_CONFIG_PATH=$PETSC_PC pkg-config --libs PETSc) -lm >"$log" 2>&1 ||
+        { echo "FAIL building $src"; cat "$log"; return 1; }
+}
