@@ -82,6 +82,12 @@ bench-mpi: $(BENCH_MPI_LAT) $(BENCH_MPI_LAYER) $(SHARP_MPI_OMPI) $(SHARP_FABRIC)
 	$(Q)bash bench/mpi.sh $(O)
 	$(Q)bash bench/mpi_fault.sh $(O)
 
+# Applications (PETSc, LAMMPS) through sharp against Open MPI, and an AN
+# killed mid-solve (bench/apps.sh; make deps installs them)
+.PHONY: bench-apps
+bench-apps: $(SHARP_MPI_OMPI) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARPCTL)
+	$(Q)bash bench/apps.sh $(O)
+
 # What an AN's death costs a running job: calls on MPI, the longest call,
 # latency after the failure against before (bench/mpi_failover.sh)
 MPI_STREAM_OMPI := $(TESTDIR)/mpi-coll/mpi_stream_ompi
