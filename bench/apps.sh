@@ -201,7 +201,7 @@ med() { for r in $(seq "$ROUNDS"); do "$3" "$1" "$DIR/$1.$2.$r"; done | median; 
 ratio() {
     for r in $(seq "$ROUNDS"); do
         awk -v a="$(secs "$1" "$DIR/$1.$2.$r")" -v b="$(secs "$1" "$DIR/$1.$3.$r")" \
-            'BEGIN { print a / b }'
+            'BEGIN { printf "%.3f\n", a / b }'
     done | median
 }
 its() { # CASE: iterations (PETSc) or steps
