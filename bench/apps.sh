@@ -123,21 +123,14 @@ apps() {
 # lookup costs the machine (sharpctl, python) is in both, and done before
 # 1000
 exact() {
-    local out=$1 kill=$2 an pid
+    local out=$1 kill=$2 an= pid=
     fabric_up
     rm -f "$DIR"/sig.*
     sharp "$out" self,vader,tcp -x SHARP_MPI_REPRODUCIBLE=1 "$CG" \
         "${EXACT[@]}" -signal_at 300,1000 -signal_file "$DIR/sig" &
     local job=$!
     for _ in $(seq 600); do [ -e "$DIR/sig.1" ] && break; sleep 0.05; done
-    an=
-    for _ in $(seq 20); do
-        an=$("$BIN/sharpctl" --socket "$FAB/am.sock" --json groups |
-            python3 "$SRC/tests/support/groups.py" busiest)
-        [ -n "$an" ] && break
-        sleep 0.1
-    done
-    pid=$(awk -v n="$an" '$1 == "an" && $2 == n { print $4 }' "$FAB/pids")
+    read -r an pid < <(busiest_an "$FAB")
     [ -n "$pid" ] || { echo "bench-apps: no AN carries the solve" >&2; return 1; }
     for _ in $(seq 600); do [ -e "$DIR/sig.2" ] && break; sleep 0.01; done
     [ "$kill" = 0 ] || kill -9 "$pid"

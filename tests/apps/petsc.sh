@@ -6,6 +6,11 @@
 #     are there (make deps: petsc-dev libpetsc3.18-dev-examples)
 #   petsc_build NAME SRC LOG: SRC built into $PETSC_T/NAME (again when SRC
 #     or PETSc's pkg-config file is newer); on failure prints LOG, returns 1
+#   busiest_an FAB: "NAME PID" of the top AN of the group carrying an
+#     exact-mode solve on the fabric in FAB (the busiest by exact
+#     operations, tests/support/groups.py; the manager's count is as fresh
+#     as its last poll, SHARP_AM_STATS_INTERVAL: tried for 2 s); nothing
+#     if none (BIN set)
 PETSC_DIR=${PETSC_DIR:-/usr/lib/petsc}
 PETSC_PC=$PETSC_DIR/lib/pkgconfig
 PETSC_EX=$PETSC_DIR/share/petsc/examples/src/ksp/ksp/tutorials
@@ -28,4 +33,16 @@ petsc_build() {
         -o "$PETSC_T/$name" "$src" \
         $(PKG_CONFIG_PATH=$PETSC_PC pkg-config --libs PETSc) -lm >"$log" 2>&1 ||
         { echo "FAIL building $src"; cat "$log"; return 1; }
+}
+
+busiest_an() {
+    local fab=$1 an= pid _
+    for _ in $(seq 20); do
+        an=$("$BIN/sharpctl" --socket "$fab/am.sock" --json groups |
+            python3 "$(dirname "${BASH_SOURCE[0]}")/../support/groups.py" busiest)
+        [ -n "$an" ] && break
+        sleep 0.1
+    done
+    pid=$(awk -v n="$an" '$1 == "an" && $2 == n { print $4 }' "$fab/pids")
+    [ -n "$pid" ] && echo "$an $pid"
 }

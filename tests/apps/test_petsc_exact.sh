@@ -28,7 +28,6 @@ APP_NET=127.82
 . "$(dirname "$0")/apps.sh"
 . "$(dirname "$0")/petsc.sh"
 KILL_AT=${KILL_AT:-1000}
-GROUPS_PY=$SRC/tests/support/groups.py
 if ! petsc_have; then
     echo "skip: PETSc not installed (make deps: petsc-dev libpetsc3.18-dev-examples)"
     exit 77
@@ -62,16 +61,9 @@ faulted() {
     rm -f "$DIR/sig"
     (run_sharp "$DIR/fault" "${CG[@]}" -signal_at "$KILL_AT" -signal_file "$DIR/sig"
      echo "$rc" >"$DIR/fault.rc") &
-    local job=$! an="" pid
+    local job=$! an= pid=
     for _ in $(seq 600); do [ -e "$DIR/sig" ] && break; sleep 0.1; done
-    # the manager's count is as fresh as its last poll (200 ms)
-    for _ in $(seq 20); do
-        an=$("$BIN/sharpctl" --socket "$FAB/am.sock" --json groups |
-            python3 "$GROUPS_PY" busiest)
-        [ -n "$an" ] && break
-        sleep 0.1
-    done
-    pid=$(awk -v n="$an" '$1 == "an" && $2 == n { print $4 }' "$FAB/pids")
+    read -r an pid < <(busiest_an "$FAB")
     if [ -e "$DIR/sig" ] && [ -n "$pid" ]; then
         kill -9 "$pid"
         echo "fault: AN $an (pid $pid) killed at iteration $KILL_AT"
