@@ -35,6 +35,7 @@
  * loop's iteration), since a standby may have taken over meanwhile.
  */
 #include "am/am_int.h"
+#include "am/am_ha_lost.h"
 #include "am/am_store.h"
 
 #include <inttypes.h>
@@ -85,6 +86,7 @@ struct shp_am_ha {
     uint64_t last_check_ns;
     uint64_t epoch_known; /* the highest proved epoch heard */
     uint32_t next_group_heard;
+    am_ha_lost_t *lost; /* nodes that lost the active one (am_ha_lost.h) */
     ev_timer beat;
     ev_timer due; /* a standby's takeover, when it falls between beats */
     ev_check stall;
@@ -577,6 +579,14 @@ int shp_am_ha_admit(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
             am_ha_learn(ha, e);
         uint64_t now = shp_time_ns();
         am_ha_link_t *a = am_ha_active_peer(ha, now);
+        char why[200];
+        if (a && e == a->epoch &&
+            !strcmp(shp_json_opt_str(msg, "lost", ""), a->addr) &&
+            am_ha_lost_quorum(ha->lost, am, p, now, why, sizeof(why))) {
+            am_ha_become_active(ha, why); /* then this node is admitted */
+            if (am->active)
+                return shp_am_ha_admit(am, p, msg, ack_type);
+        }
         uint64_t in = am_ha_takeover_in(ha, now);
         r = shp_ctl_reply(ack_type, 0, SHP_ERR_STANDBY,
                           "this manager is standby");
@@ -638,6 +648,7 @@ shp_status_t shp_am_ha_start(shp_am_t *am, char *err, size_t errlen)
     am->ha = ha;
     ha->am = am;
     ha->fresh = 1;
+    ha->lost = am_ha_lost_new(); /* NULL: no takeover for lost nodes */
     /* the epoch of the last run (its state database), proved as the
      * peers want it: a restarted manager tells them what it was */
     if (am->epoch)
@@ -724,6 +735,7 @@ void shp_am_ha_stop(shp_am_t *am)
         if (ha->link[i].state > 0)
             shp_conn_close(&ha->link[i].conn, SHP_ERR_CANCELED);
     }
+    am_ha_lost_free(ha->lost);
     free(ha);
     am->ha = NULL;
 }

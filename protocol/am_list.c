@@ -65,6 +65,7 @@ double shp_am_list_failed(shp_am_list_t *l)
 
 double shp_am_list_lost(shp_am_list_t *l)
 {
+    snprintf(l->lost, sizeof(l->lost), "%s", shp_am_list_current(l));
     l->failed = 0;
     l->hint = 0;
     l->backoff = BACKOFF_MIN * 2;
@@ -73,6 +74,8 @@ double shp_am_list_lost(shp_am_list_t *l)
 
 void shp_am_list_stamp(const shp_am_list_t *l, json_t *reg)
 {
+    if (l->lost[0])
+        json_object_set_new(reg, "lost", json_string(l->lost));
     if (l->epoch == 0)
         return;
     json_object_set_new(reg, "epoch", json_integer((json_int_t)l->epoch));
@@ -129,6 +132,7 @@ shp_status_t shp_am_list_ack(shp_am_list_t *l, const json_t *ack, char *why,
     l->failed = 0;
     l->hint = 0;
     l->backoff = BACKOFF_MIN;
+    l->lost[0] = '\0';
     snprintf(why, whylen,
              "registered with the manager at %s (epoch %" PRId64 ")", cur, e);
     return SHP_OK;

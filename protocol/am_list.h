@@ -17,7 +17,11 @@
  *   that manager's proof of it, protocol/auth.h) and reports both in its
  *   next registration; a manager whose epoch is lower is refused
  *   (SHP_ERR_STALE_EPOCH: the node logs it, tells the manager with
- *   am_refused and moves on).
+ *   am_refused and moves on);
+ * - a node that lost the manager it was registered with says so in its
+ *   registrations ("lost": that manager's address) until one takes it: a
+ *   standby asked so by most of the fabric's nodes while it still hears
+ *   that manager takes over (am/am_ha_lost.h).
  *
  * The epoch is kept in memory only: a node that restarts has no groups to
  * protect and learns the epoch again from the first manager that takes it,
@@ -45,6 +49,8 @@ typedef struct shp_am_list {
     double hint;    /* a standby's announced takeover, s (0: none) */
     uint64_t epoch; /* the highest epoch a manager registered us with */
     char proof[SHP_AUTH_EPOCH_PROOF_LEN + 1]; /* that manager's proof */
+    char lost[SHP_AM_LIST_ADDR]; /* the registered manager lost, until the
+                                    next registration ("": none) */
 } shp_am_list_t;
 
 /* The list from the option's value ("host:port[,host:port...]"); an empty
@@ -62,10 +68,12 @@ const char *shp_am_list_current(const shp_am_list_t *l);
 double shp_am_list_failed(shp_am_list_t *l);
 
 /* The registered connection was lost: the seconds before connecting again
- * (the same manager first). */
+ * (the same manager first); it is named in the registrations until one
+ * takes the node. */
 double shp_am_list_lost(shp_am_list_t *l);
 
-/* Adds the epoch the node has seen (and its proof) to a registration. */
+/* Adds the epoch the node has seen (and its proof), and the manager it
+ * lost if it did, to a registration. */
 void shp_am_list_stamp(const shp_am_list_t *l, json_t *reg);
 
 /* The manager's answer to the registration: SHP_OK (registered: its epoch

@@ -164,8 +164,9 @@ TEST_SCRIPTS += tests/cli/test_sharpctl.sh
 # sharp-hello, healthy and in each broken case (sharpd, manager, secret,
 # topology, tree, quota) on a fabric of its own.
 TEST_SCRIPTS += tests/cli/test_hello.sh
-# sharp-fabric partition and heal on a --netns fabric (root)
-TEST_SCRIPTS += tests/cli/test_partition.sh
+# sharp-fabric partition and heal on a --netns fabric (root); the
+# manager pair under partitions
+TEST_SCRIPTS += tests/cli/test_partition.sh tests/am/test_partition_am.sh
 
 # The manual pages: rendered with every warning on, every option of --help
 # and --dump-config in them, installed under MANDIR.

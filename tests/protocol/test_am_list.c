@@ -97,6 +97,32 @@ static void test_turns_and_backoff(void **state)
     assert_string_equal(shp_am_list_current(&l), "a:1");
 }
 
+/* a node that lost its manager names it in its registrations until one
+ * takes it (a standby counts those: am/am_ha_lost.h) */
+static void test_lost_named(void **state)
+{
+    (void)state;
+    shp_am_list_t l;
+    char err[200];
+    assert_int_equal(shp_am_list_parse(&l, "a:1,b:2", err, sizeof(err)),
+                     SHP_OK);
+    json_t *reg = json_object();
+    shp_am_list_stamp(&l, reg);
+    assert_null(json_object_get(reg, "lost")); /* never registered */
+    assert_int_equal(ack(&l, ack_ok(1)), SHP_OK);
+    shp_am_list_lost(&l);
+    shp_am_list_failed(&l); /* a:1 again, not reached: b:2 next */
+    assert_string_equal(shp_am_list_current(&l), "b:2");
+    shp_am_list_stamp(&l, reg);
+    assert_string_equal(json_string_value(json_object_get(reg, "lost")), "a:1");
+    assert_int_equal(ack(&l, ack_ok(2)), SHP_OK); /* b:2 took it */
+    json_decref(reg);
+    reg = json_object();
+    shp_am_list_stamp(&l, reg);
+    assert_null(json_object_get(reg, "lost"));
+    json_decref(reg);
+}
+
 /* a standby sends the node on: to the active one it names when the node
  * knows it, and its takeover time shortens the wait between rounds */
 static void test_standby_answer(void **state)
@@ -204,6 +230,7 @@ int main(void)
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_turns_and_backoff),
         cmocka_unit_test(test_standby_answer),
+        cmocka_unit_test(test_lost_named),
         cmocka_unit_test(test_epochs),
         cmocka_unit_test(test_epoch_proof),
     };
