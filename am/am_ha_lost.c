@@ -23,6 +23,7 @@ struct am_ha_lost {
     am_ha_lost_node_t *by_key;
     am_ha_lost_node_t *first, *last;
     int n;
+    uint64_t since; /* when the first of those remembered said so */
 };
 
 am_ha_lost_t *am_ha_lost_new(void)
@@ -56,6 +57,10 @@ int am_ha_lost_note(am_ha_lost_t *l, const char *role, const char *name,
 {
     char key[160];
     am_ha_lost_node_t *x = NULL;
+    while (l->first && now - l->first->at > window)
+        lost_drop(l, l->first);
+    if (l->n == 0)
+        l->since = now;
     snprintf(key, sizeof(key), "%s:%s", role, name);
     HASH_FIND_STR(l->by_key, key, x);
     if (x) {
@@ -77,8 +82,6 @@ int am_ha_lost_note(am_ha_lost_t *l, const char *role, const char *name,
     else
         l->first = x;
     l->last = x;
-    while (l->first && now - l->first->at > window)
-        lost_drop(l, l->first);
     return l->n;
 }
 
@@ -107,7 +110,7 @@ int am_ha_lost_quorum(am_ha_lost_t *l, shp_am_t *am, const shp_am_peer_t *p,
      * killed or stopped is the silence's to take over from (am_ha.c),
      * with the settings it sent until then */
     uint64_t age = (uint64_t)am->cfg.takeover_after_ms * 1000000u;
-    if (2 * (size_t)n <= all || now - l->first->at < age)
+    if (2 * (size_t)n <= all || now - l->since < age)
         return 0;
     snprintf(why, whylen,
              "%d of the fabric's %zu nodes lost the active manager, which "

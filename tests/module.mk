@@ -75,6 +75,14 @@ $(STANDBY_TEST): $(OBJDIR)/tests/am/test_standby.o $(COMMON_LIB) \
 		$(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO)
 	$(call link_prog,$(CMOCKA_LIBS))
 
+# A standby's count of the nodes that lost the active manager.
+HA_LOST_TEST := $(TESTDIR)/am/test_ha_lost
+TESTS += $(HA_LOST_TEST)
+
+$(HA_LOST_TEST): $(OBJDIR)/tests/am/test_ha_lost.o $(AM_LIB) $(TOPO_LIB) \
+		$(COMMON_LIB)
+	$(call link_prog,$(CMOCKA_LIBS) $(SQLITE_LIBS))
+
 # Resource exhaustion: quotas, floods of connections, a stalled member.
 LIMITS_TEST := $(TESTDIR)/am/test_limits
 TESTS += $(LIMITS_TEST)
