@@ -335,6 +335,9 @@ static void an_ctl_connect(shp_an_t *an)
     }
     shp_conn_set_keepalive(&an->am, (double)an->cfg.am_keepalive_ms / 1000.0,
                            3);
+    /* a manager cut off (SYNs dropped) is passed over after one interval,
+     * not three: the next one may be the one to take over */
+    shp_conn_set_connect_misses(&an->am, 1);
 }
 
 static void an_ctl_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)

@@ -110,6 +110,11 @@ void shp_conn_set_keepalive(shp_conn_t *conn, double interval_s,
     }
 }
 
+void shp_conn_set_connect_misses(shp_conn_t *conn, unsigned misses)
+{
+    conn->ka_connect_misses = misses;
+}
+
 static void shp_conn_finish_close(shp_conn_t *conn)
 {
     shp_status_t reason = conn->close_reason;
@@ -518,7 +523,9 @@ static void shp_conn_ka_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)revents;
     if (conn->state == SHP_CONN_CONNECTING) {
-        if (now - conn->last_rx_ns >= interval_ns * conn->ka_misses) {
+        unsigned m =
+            conn->ka_connect_misses ? conn->ka_connect_misses : conn->ka_misses;
+        if (now - conn->last_rx_ns >= interval_ns * m) {
             shp_conn_close(conn, SHP_ERR_TIMED_OUT);
         }
         return;

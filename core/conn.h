@@ -82,6 +82,7 @@ struct shp_conn {
     /* keepalive */
     double ka_interval;
     unsigned ka_misses;
+    unsigned ka_connect_misses; /* while connecting; 0: ka_misses */
     uint64_t last_rx_ns, last_tx_ns;
     /* deferred close while dispatching frames */
     int dispatching;
@@ -111,6 +112,11 @@ SHP_WUR shp_status_t shp_conn_open_fd(shp_conn_t *conn, int fd);
 SHP_WUR shp_status_t shp_conn_connect(shp_conn_t *conn,
                                       const shp_sockaddr_t *addr,
                                       const shp_sockaddr_t *bind_addr);
+
+/* A connection still connecting after this many keepalive intervals (at
+ * least 1; 0: as many as an open one may miss) fails SHP_ERR_TIMED_OUT: a
+ * peer whose SYNs are dropped is given up sooner than a silent open one. */
+void shp_conn_set_connect_misses(shp_conn_t *conn, unsigned misses);
 
 /* interval <= 0 disables. */
 void shp_conn_set_keepalive(shp_conn_t *conn, double interval_s,

@@ -460,6 +460,7 @@ void shp_sharpd_am_connect(sd_t *sd)
         return;
     }
     shp_conn_set_keepalive(&sd->am, (double)sd->cfg.keepalive_ms / 1000.0, 3);
+    shp_conn_set_connect_misses(&sd->am, 1); /* as an AN's (an_ctl.c) */
 }
 
 void shp_sharpd_am_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
