@@ -141,8 +141,8 @@ fault_pair() {
     local r=$1
     exact "$DIR/exact.$r" 0
     exact "$DIR/fault.$r" 1
-    if ! cmp -s <(grep -E '^(reason|error|norm) ' "$DIR/exact.$r") \
-        <(grep -E '^(reason|error|norm) ' "$DIR/fault.$r"); then
+    if ! cmp -s <(petsc_cg_history "$DIR/exact.$r") \
+        <(petsc_cg_history "$DIR/fault.$r"); then
         echo "bench-apps: pair $r: the faulted solve's history differs" >&2
         return 1
     fi

@@ -6,6 +6,9 @@
 #     are there (make deps: petsc-dev libpetsc3.18-dev-examples)
 #   petsc_build NAME SRC LOG: SRC built into $PETSC_T/NAME (again when SRC
 #     or PETSc's pkg-config file is newer); on failure prints LOG, returns 1
+#   petsc_cg_history OUT: the lines of petsc_cg's output that two runs of
+#     one solve in exact mode must have bit for bit alike (reason and
+#     iterations, error, every residual norm; %a)
 #   busiest_an FAB: "NAME PID" of the top AN of the group carrying an
 #     exact-mode solve on the fabric in FAB (the busiest by exact
 #     operations, tests/support/groups.py; the manager's count is as fresh
@@ -46,3 +49,5 @@ busiest_an() {
     pid=$(awk -v n="$an" '$1 == "an" && $2 == n { print $4 }' "$fab/pids")
     [ -n "$pid" ] && echo "$an $pid"
 }
+
+petsc_cg_history() { grep -E '^(reason|error|norm) ' "$1"; }
