@@ -25,6 +25,11 @@
 SHELL := /bin/bash
 
 SAN ?= 0
+# PLANT=1: the planted faults compiled in (core/plant.h), in build/plant
+PLANT ?= 0
+ifeq ($(PLANT),1)
+O ?= build/plant
+endif
 ifeq ($(SAN),1)
 O ?= build/san
 else ifeq ($(SAN),thread)
@@ -66,6 +71,9 @@ CFLAGS_BASE := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -Wshadow \
 	-Wno-missing-field-initializers -fPIC -fvisibility=hidden \
 	-fno-strict-aliasing -MMD -MP
 LDFLAGS_BASE :=
+ifeq ($(PLANT),1)
+CPPFLAGS_BASE += -DSHP_PLANT
+endif
 ifeq ($(SAN),1)
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
 	-fno-omit-frame-pointer
@@ -195,6 +203,23 @@ BUILD_ALL = $(SUBMAKE) all
 check:
 	$(Q)$(BUILD_ALL)
 	$(Q)O=$(O) SAN=$(SAN) bash tests/run-tests.sh $(TESTS) $(TEST_SCRIPTS)
+
+# The control plane under network partitions (tests/partition/, root with
+# network namespaces; CI runs it beside make check): sharp-fabric
+# partition itself, the manager pair's cases, then PARTITION_RUNS seeded
+# nemesis runs of PARTITION_SECONDS each (the long form: make soak-partitions).
+# PLANT=1: instead, each planted fault caught by the checker.
+PARTITION_SECONDS ?= 60
+PARTITION_RUNS ?= 1
+.PHONY: check-partitions soak-partitions
+check-partitions:
+	$(Q)$(BUILD_ALL)
+	$(Q)O=$(O) PARTITION_SECONDS=$(PARTITION_SECONDS) \
+		PARTITION_RUNS=$(PARTITION_RUNS) PARTITION_SEED=$(PARTITION_SEED) \
+		bash tests/run-tests.sh $(if $(filter 1,$(PLANT)),$(PLANTED_TESTS),$(PARTITION_TESTS))
+soak-partitions:
+	$(Q)$(MAKE) --no-print-directory check-partitions PARTITION_SECONDS=300 \
+		PARTITION_RUNS=20 PARTITION_TESTS=tests/partition/test_nemesis.sh
 
 # The layering: allowed includes per room, no circle of calls between the
 # product's files, no file over 800 lines and no function over 80

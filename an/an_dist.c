@@ -13,6 +13,7 @@
 #include "protocol/ctl.h"
 
 #include "core/log.h"
+#include "core/plant.h"
 
 #include <string.h>
 
@@ -35,6 +36,9 @@ void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast)
 
     s->state = SHP_AN_SLOT_DONE;
     g->an->stats.results++;
+    if (shp_planted("wrong") && g->is_top && s->len > 0 && s->seq % 97 == 50) {
+        s->acc[0] ^= 1;
+    }
     if (g->is_top && g->mcast_tx != NULL) {
         shp_status_t st;
         /* the operation's number with its wraps: the seq is within a

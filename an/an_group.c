@@ -13,6 +13,7 @@
 
 #include "protocol/ctl.h"
 #include "core/log.h"
+#include "core/plant.h"
 
 #include <sodium.h>
 #include "core/time.h"
@@ -523,6 +524,9 @@ shp_status_t shp_an_group_remove(shp_an_t *an, uint32_t id)
 
     if (g == NULL) {
         return SHP_ERR_GROUP_UNKNOWN;
+    }
+    if (shp_planted("an_leak")) {
+        return SHP_OK;
     }
     if (!g->failed) {
         /* Children still joined are told: after an orderly destroy every

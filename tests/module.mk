@@ -172,9 +172,15 @@ TEST_SCRIPTS += tests/cli/test_sharpctl.sh
 # sharp-hello, healthy and in each broken case (sharpd, manager, secret,
 # topology, tree, quota) on a fabric of its own.
 TEST_SCRIPTS += tests/cli/test_hello.sh
-# sharp-fabric partition and heal on a --netns fabric (root); the
-# manager pair under partitions
-TEST_SCRIPTS += tests/cli/test_partition.sh tests/am/test_partition_am.sh
+# The partition checker catching each planted history (make check); the
+# partition tests themselves (root, --netns fabrics) are make
+# check-partitions': sharp-fabric partition and heal, the manager pair's
+# cases, the nemesis runs; PLANTED_TESTS: the faults planted in the
+# daemons (make check-partitions PLANT=1)
+TEST_SCRIPTS += tests/partition/test_checker.py
+PARTITION_TESTS ?= tests/cli/test_partition.sh tests/am/test_partition_am.sh \
+	tests/partition/test_nemesis.sh
+PLANTED_TESTS := tests/partition/test_planted.sh
 
 # The manual pages: rendered with every warning on, every option of --help
 # and --dump-config in them, installed under MANDIR.
