@@ -177,7 +177,7 @@ TEST_SCRIPTS += tests/cli/test_hello.sh
 # check-partitions': sharp-fabric partition and heal, the manager pair's
 # cases, the nemesis runs; PLANTED_TESTS: the faults planted in the
 # daemons (make check-partitions PLANT=1)
-TEST_SCRIPTS += tests/partition/test_checker.py
+TEST_SCRIPTS += tests/partition/test_checker.py tests/partition/test_no_plant.sh
 PARTITION_TESTS ?= tests/cli/test_partition.sh tests/am/test_partition_am.sh \
 	tests/partition/test_nemesis.sh
 PLANTED_TESTS := tests/partition/test_planted.sh
