@@ -4,6 +4,7 @@
 COMMON_SRCS += \
 	reduce/reduce.c \
 	reduce/exact.c \
+	reduce/sparse.c \
 	reduce/reduce_generic.c \
 	reduce/reduce_avx2.c \
 	reduce/reduce_avx512.c
@@ -14,6 +15,8 @@ KERN_FLAGS := -O3 -ffp-contract=off -fno-trapping-math
 CFLAGS_reduce_reduce_generic := $(KERN_FLAGS)
 # exact sums: the AN's lane check and the client's limbs, vectorized
 CFLAGS_reduce_exact := -O3
+# sparse payloads: the zero scan over every byte
+CFLAGS_reduce_sparse := -O3
 CFLAGS_reduce_reduce_avx2 := $(KERN_FLAGS) -mavx2 -mf16c
 CFLAGS_reduce_reduce_avx512 := $(KERN_FLAGS) -mavx512f -mavx512bw \
 	-mavx512vl -mavx512dq -mavx2 -mf16c -mprefer-vector-width=512
