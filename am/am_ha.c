@@ -53,9 +53,12 @@
 #include "core/time.h"
 
 #define AM_HA_MAX_PEERS (SHP_AM_LIST_MAX - 1)
-/* ids a new active manager skips past the last next_group it heard: the
- * groups its predecessor created after its last beat */
-#define AM_HA_GROUP_MARGIN 4096u
+/* ids a new active manager skips past the last next_group it heard: half
+ * the 24-bit space, so that a predecessor that goes on creating groups
+ * (cut off from it, not dead: a partition) meets its ids only after 8 M
+ * more groups (4096, enough for the groups made after a dead one's last
+ * beat, was not) */
+#define AM_HA_GROUP_MARGIN (1u << 23)
 
 typedef struct am_ha_link {
     struct shp_am_ha *ha;
