@@ -20,8 +20,8 @@ int shp_sparse_ok(const shp_reduce_desc_t *desc)
     }
 }
 
-shp_status_t shp_sparse_layout_check(const shp_reduce_desc_t *desc,
-                                     size_t len, size_t block)
+shp_status_t shp_sparse_layout_check(const shp_reduce_desc_t *desc, size_t len,
+                                     size_t block)
 {
     size_t elem = shp_reduce_elem_size(desc);
 
@@ -154,8 +154,8 @@ static shp_status_t sparse_run(shp_sparse_fold_t *f, size_t b, size_t e,
                                const uint8_t *packed)
 {
     size_t off = b * f->block;
-    size_t bytes = (e - 1) * f->block + block_bytes(f->len, f->block, e - 1) -
-                   off;
+    size_t bytes =
+        (e - 1) * f->block + block_bytes(f->len, f->block, e - 1) - off;
     uint8_t *acc = f->acc + off;
 
     if (f->seen[b] == 0) {

@@ -36,11 +36,14 @@ static void fill_elem(shp_dtype_t dt, uint8_t *p, uint64_t *rng)
     memset(p, 0, sz);
     uint8_t *top = p + sz - 1; /* little-endian: the sign's byte */
     switch (k) {
-    case 0: *top = 0x80; break;                  /* -0 */
-    case 1: break;                               /* +0 */
-    case 2: p[0] = (uint8_t)(bits | 1); break;   /* a denormal */
-    case 3: p[0] = 1; *top = 0x80; break;        /* a negative denormal */
-    case 4:                                      /* a small number */
+    case 0: *top = 0x80; break;                /* -0 */
+    case 1: break;                             /* +0 */
+    case 2: p[0] = (uint8_t)(bits | 1); break; /* a denormal */
+    case 3:
+        p[0] = 1;
+        *top = 0x80;
+        break; /* a negative denormal */
+    case 4:    /* a small number */
         if (dt == SHP_DTYPE_F32) {
             float v = (float)((int)(bits % 2001) - 1000) / 64.0f;
             memcpy(p, &v, 4);
@@ -326,8 +329,8 @@ static void test_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_one_level), cmocka_unit_test(test_two_levels),
-        cmocka_unit_test(test_negzero),   cmocka_unit_test(test_peer_checks),
+        cmocka_unit_test(test_one_level),  cmocka_unit_test(test_two_levels),
+        cmocka_unit_test(test_negzero),    cmocka_unit_test(test_peer_checks),
         cmocka_unit_test(test_scan_stops), cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
