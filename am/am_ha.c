@@ -227,7 +227,7 @@ static void am_ha_check_takeover(shp_am_ha_t *ha);
 static void am_ha_become_active(shp_am_ha_t *ha, const char *why)
 {
     shp_am_t *am = ha->am;
-    uint64_t e = am_epoch_load(am) + 1;
+    uint64_t e = am_epoch_load(am) + !shp_planted("same_epoch");
     if (am_epoch_commit(am, e) != 0) {
         shp_error_id("AM0111",
                      "cannot commit epoch %" PRIu64 ": staying standby", e);
@@ -319,7 +319,7 @@ static int am_ha_heard(shp_am_ha_t *ha, const char *from, const json_t *msg)
     int64_t ng = shp_json_opt_int(msg, "next_group", 0, (1 << 24) - 1, 0);
     if ((uint32_t)ng > ha->next_group_heard)
         ha->next_group_heard = (uint32_t)ng;
-    if (am->active && !shp_planted("epoch") &&
+    if (am->active && !shp_planted("stay_active") &&
         (e > am->epoch || (e == am->epoch && strcmp(from, ha->addr) < 0))) {
         char why[200];
         snprintf(why, sizeof(why),
@@ -537,7 +537,7 @@ static void am_ha_stall_cb(struct ev_loop *loop, ev_check *w, int revents)
 static int am_ha_fenced(shp_am_t *am, shp_am_peer_t *p, const json_t *msg)
 {
     uint64_t e = (uint64_t)shp_json_opt_int(msg, "epoch", 0, INT64_MAX, 0);
-    if (e <= am->epoch || shp_planted("epoch"))
+    if (e <= am->epoch || shp_planted("stay_active"))
         return 0;
     if (!shp_auth_epoch_check(&am->key, e,
                               shp_json_opt_str(msg, "epoch_proof", ""))) {

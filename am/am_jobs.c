@@ -15,6 +15,7 @@
 
 #include "protocol/ctl.h"
 #include "core/log.h"
+#include "core/plant.h"
 
 /* Where `host` is a host of the job, its sharpd now has processes of it;
  * returns how many of the job's host entries are that host (0: none). */
@@ -128,6 +129,9 @@ shp_am_job_t *shp_am_job_add(shp_am_t *am, uint64_t job_id, uid_t uid,
     j->id = job_id;
     j->uid = uid;
     shp_auth_random(j->key, sizeof(j->key));
+    if (shp_planted("same_key")) {
+        memset(j->key, 0x5a, sizeof(j->key));
+    }
     am_job_quotas(am, j, msg);
     HASH_ADD(hh, am->jobs, id, sizeof(j->id), j);
     am->stats.jobs_begun++;

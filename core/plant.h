@@ -6,10 +6,14 @@
  * and the compiler drops the code it guards.  In a planted build a
  * daemon runs the faults SHARP_PLANT names (comma-separated):
  *
- *   epoch          a manager does not step down on a higher epoch
+ *   stay_active    a manager does not step down on a higher epoch
+ *   same_epoch     a standby takes over at the epoch it knows, not above
+ *   forget_epoch   a manager starts at epoch 0, not its stored one
  *   group_ids      a standby taking over gives ids from where it last
  *                  heard its peer, without the margin (am_ha.c)
+ *   same_key       every job gets the same key
  *   silent_revoke  the manager revokes groups without telling the jobs
+ *   mute_sharpd    sharpd does not answer a group_create it cannot pass on
  *   an_leak        an AN answers group_remove and keeps the group
  *   wrong          the top AN flips a bit of one result in 97
  */
@@ -23,7 +27,16 @@
 static inline int shp_planted(const char *name)
 {
     const char *p = getenv("SHARP_PLANT");
-    return p != NULL && strstr(p, name) != NULL;
+    size_t n = strlen(name);
+
+    while (p != NULL && *p) { /* a whole name of the list */
+        if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == '\0')) {
+            return 1;
+        }
+        p = strchr(p, ',');
+        p = p != NULL ? p + 1 : NULL;
+    }
+    return 0;
 }
 #else
 #define shp_planted(name) 0

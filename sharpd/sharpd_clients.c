@@ -25,6 +25,7 @@
 
 #include "core/log.h"
 #include "core/net.h"
+#include "core/plant.h"
 #include "core/time.h"
 #include "protocol/ctl.h"
 
@@ -222,6 +223,8 @@ static void sd_client_request(client_t *c, json_t *msg)
         (!waits || c->sd->cfg.am_wait_ms <= 0 || c->sd->stopping ||
          c->sd->nheld >= SD_MAX_HELD ||
          sd_client_held(c->sd, c) >= SD_CLIENT_MAX_HELD)) {
+        if (shp_planted("mute_sharpd") && !strcmp(type, "group_create"))
+            return;
         shp_sharpd_send(
             &c->conn, shp_sharpd_ack(type, id, SHP_ERR_UNREACHABLE,
                                      "the aggregation manager is unreachable"));

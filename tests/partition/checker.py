@@ -181,20 +181,51 @@ def held_groups(recs, until):
     return live
 
 
+GROUP_UNKNOWN = -41  # SHP_ERR_GROUP_UNKNOWN: "no such group in this job"
+
+
+def told(recs, client, job, gid):
+    """whether the process of client's job heard, at any time, that group
+    gid is gone (or its whole job), or left (its connection ended)"""
+    for r in recs:
+        if r.get("client") != client:
+            continue
+        m = r.get("msg", {})
+        if r["kind"] == "note" and str(m.get("job_id")) == job and (
+                m["type"] == "job_killed" or m.get("all") or
+                m.get("group_id") in (None, gid)):
+            return True
+        if r["kind"] == "lost" and not r.get("member"):
+            return True
+    return False
+
+
 def no_silent_loss(recs):
+    out = []
+    # a group the manager says it does not have while its process still
+    # held it (it asks to destroy it): the process must hear of it
+    for r in of(recs, "ans"):
+        q = r["req"]
+        if q["type"] == "group_destroy" and \
+                r["msg"].get("status") == GROUP_UNKNOWN and \
+                not told(recs, r["client"], str(q["job_id"]), q["group_id"]):
+            out.append(bad("no_silent_loss", r["t"],
+                           "group %d of %s job %s: gone from the manager "
+                           "(its destroy: %s), its process never told" %
+                           (q["group_id"], r["client"], q["job_id"],
+                            r["msg"].get("error"))))
     held = [r for r in of(recs, "final") if r["phase"] == "held"]
     if not held:
         return [bad("no_silent_loss", 0, "no final view")]
     f = held[0]
     at_am = {g["group_id"]: str(g["job_id"]) for g in (f["groups"] or [])}
-    out = []
     for gid, (client, job) in sorted(held_groups(recs, f["t"]).items()):
         if at_am.get(gid) != job:
             out.append(bad("no_silent_loss", f["t"],
                            "group %d of %s job %s: acknowledged, never "
                            "destroyed, nobody told, not at the manager %s" %
                            (gid, client, job, f["active"])))
-    return out[:1]
+    return sorted(out, key=lambda v: v["t"])[:1]
 
 
 def at_final(recs, phase):

@@ -4,7 +4,8 @@
 asked and what it was answered, and a nemesis that splits the network,
 pauses and kills daemons while it runs; then checker.py reads the history.
 
-  nemesis.py [--seed S] [--seconds T] [--kinds K,...] [--plant P]
+  nemesis.py [--seed S] [--seconds T] [--kinds K,...] [--hold MIN,MAX]
+             [--plant P]
              [--dir D] [--bin B] [--tests T] [--history FILE] [--keep]
 
 Workload, all the time:
@@ -25,7 +26,8 @@ Nemeses, one at a time, drawn from the seed: the managers cut from each
 other; the active manager cut from every node; the nodes in two halves
 with a manager each; a bridge (spine01 sees both halves, each half one
 manager); one AN isolated; one sharpd isolated; a leaf cut from the
-spine; a daemon paused (SIGSTOP); a daemon killed and started again.
+spine; a daemon paused (SIGSTOP); a daemon killed and started again; the
+active manager killed and started again.
 Each lasts 1-10 s; after each heal the runner waits for the fabric to
 settle (one active manager of the highest epoch, every AN and every
 sharpd with it) and records how long that took.  At the end: heal,
@@ -401,11 +403,12 @@ class Nemesis(Stoppable):
     time until the fabric settled"""
 
     KINDS = ["managers", "active_cut", "halves", "bridge", "an_isolated",
-             "sharpd_isolated", "leaf_spine", "pause", "kill"]
+             "sharpd_isolated", "leaf_spine", "pause", "kill", "kill_am"]
 
-    def __init__(self, hist, fab, rng, kinds):
+    def __init__(self, hist, fab, rng, args):
         super().__init__(hist, "nemesis")
-        self.fab, self.rng, self.kinds = fab, rng, kinds
+        self.fab, self.rng, self.kinds = fab, rng, args.kinds
+        self.hold = args.hold
         self.applied, self.recoveries = [], []
 
     def partition(self, *sides):
@@ -435,6 +438,8 @@ class Nemesis(Stoppable):
             leaf = rng.choice(["leaf01", "leaf02"])
             return [leaf], lambda: self.partition([leaf], ["spine01"]), None
         n = rng.choice([act, other, rng.choice(ANS), rng.choice(HOSTS)])
+        if kind == "kill_am":
+            n = act
         if kind == "pause":
             return ([n], lambda: self.fab.cmd("kill", n, "STOP"),
                     lambda: self.fab.cmd("kill", n, "CONT"))
@@ -456,7 +461,7 @@ class Nemesis(Stoppable):
 
     def one(self):
         kind = self.rng.choice(self.kinds)
-        hold = round(self.rng.uniform(1, 10), 1)
+        hold = round(self.rng.uniform(*self.hold), 1)
         what, apply, undo = self.plan(kind)
         self.hist.add("nemesis", phase="start", what=kind, on=what, hold=hold)
         apply()
@@ -546,7 +551,7 @@ def run(args):
              for i, h in enumerate(["n00001", "n00008"])]
     mpi = MpiJobs(hist, fab, args, random.Random(rng.random()))
     watch = Watch(hist, fab)
-    nem = Nemesis(hist, fab, random.Random(rng.random()), args.kinds)
+    nem = Nemesis(hist, fab, random.Random(rng.random()), args)
     for t in churn + [mpi, watch, nem]:
         t.start()
     nem.join(args.seconds)
@@ -576,8 +581,9 @@ def report(args, nem, churn):
     if bad:
         print(checker.explain(recs, bad[0]))
         print("history: %s; the same schedule again: nemesis.py --seed %d "
-              "--seconds %d --kinds %s%s" %
+              "--seconds %d --kinds %s --hold %g,%g%s" %
               (args.history, args.seed, args.seconds, ",".join(args.kinds),
+               args.hold[0], args.hold[1],
                " --plant " + args.plant if args.plant else ""))
         return 1
     print("every invariant held")
@@ -596,11 +602,14 @@ def main():
     p.add_argument("--history")
     p.add_argument("--kinds", default=",".join(Nemesis.KINDS),
                    help="the nemeses to draw from (default: all)")
+    p.add_argument("--hold", default="1,10",
+                   help="MIN,MAX: each nemesis lasts MIN to MAX s (1,10)")
     p.add_argument("--plant", default="",
                    help="SHARP_PLANT for the daemons (a PLANT=1 build)")
     p.add_argument("--keep", action="store_true")
     args = p.parse_args()
     args.kinds = args.kinds.split(",")
+    args.hold = [float(x) for x in args.hold.split(",")]
     if set(args.kinds) - set(Nemesis.KINDS):
         p.error("--kinds: one of " + ", ".join(Nemesis.KINDS))
     args.src, args.bin = src, os.path.abspath(args.bin)
