@@ -87,6 +87,11 @@ bench-mpi: $(BENCH_MPI_LAT) $(BENCH_MPI_LAYER) $(SHARP_MPI_OMPI) $(SHARP_FABRIC)
 .PHONY: bench-apps
 bench-apps: $(SHARP_MPI_OMPI) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARPCTL)
 	$(Q)bash bench/apps.sh $(O)
+# where the latency-bound CG's time goes over shm, per iteration: the
+# machine's CPU and the daemons' (bench/apps_cpu.sh, docs/applications.md)
+.PHONY: bench-apps-cpu
+bench-apps-cpu: $(SHARP_MPI_OMPI) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARPCTL)
+	$(Q)bash bench/apps_cpu.sh $(O)
 
 # What an AN's death costs a running job: calls on MPI, the longest call,
 # latency after the failure against before (bench/mpi_failover.sh)
