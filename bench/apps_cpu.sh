@@ -52,10 +52,14 @@ for r in $(seq "$ROUNDS"); do
     sharp_run "one.$r" "$DIR/one.ibnd"
 done | tee "$DIR/runs"
 echo "medians of $ROUNDS rounds:"
-for w in vader tree one; do
-    grep "^$w\." "$DIR/runs" | awk -v w=$w '
-        function med(a, n) { asort(a); return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-        { s[NR] = $3; c[NR] = $5; b[NR] = $7; d[NR] = $11 }
-        END { printf "%-6s solve %.4f s  ctxt/it %.1f  busy ms/it %.3f  daemons ms/it %.3f\n",
-              w, med(s, NR), med(c, NR), med(b, NR), med(d, NR) }'
-done
+python3 - "$DIR/runs" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+for way in ("vader", "tree", "one"):
+    r = [x for x in rows if x[0].startswith(way + ".") and len(x) >= 11]
+    if not r:
+        continue
+    m = lambda i: statistics.median(float(x[i]) for x in r)
+    print("%-6s solve %.4f s  ctxt/it %.1f  busy ms/it %.3f  daemons ms/it %.3f"
+          % (way, m(2), m(4), m(6), m(10)))
+PY
