@@ -148,15 +148,20 @@ void shp_sparse_fold_init(shp_sparse_fold_t *f, const shp_reduce_desc_t *desc,
     memset(seen, 0, f->nblocks * sizeof(*seen));
 }
 
-/* blocks [b, e) of the child, at packed offset poff: copied where they are
+/* the bytes of blocks [b, e) (the last one may be short) */
+static size_t run_bytes(const shp_sparse_fold_t *f, size_t b, size_t e)
+{
+    return (e - 1) * f->block + block_bytes(f->len, f->block, e - 1) -
+           b * f->block;
+}
+
+/* blocks [b, e) of the child, their bytes at packed: copied where they are
  * the first, folded where some child had them before (one call a run) */
 static shp_status_t sparse_run(shp_sparse_fold_t *f, size_t b, size_t e,
                                const uint8_t *packed)
 {
-    size_t off = b * f->block;
-    size_t bytes =
-        (e - 1) * f->block + block_bytes(f->len, f->block, e - 1) - off;
-    uint8_t *acc = f->acc + off;
+    size_t bytes = run_bytes(f, b, e);
+    uint8_t *acc = f->acc + b * f->block;
 
     if (f->seen[b] == 0) {
         memcpy(acc, packed, bytes);
@@ -189,8 +194,7 @@ shp_status_t shp_sparse_fold_add(shp_sparse_fold_t *f, const uint8_t *bitmap,
         if (st != SHP_OK) {
             return st;
         }
-        p += (e - 1) * f->block + block_bytes(f->len, f->block, e - 1) -
-             b * f->block;
+        p += run_bytes(f, b, e);
         for (; b < e; b++) {
             f->seen[b]++;
         }

@@ -46,6 +46,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -163,6 +164,17 @@ def settled(fab):
     return True, act
 
 
+def wait_settled(fab, since):
+    """settled(), polled every 0.5 s until it holds or SETTLE_S after
+    since: (ok, why, seconds since since)"""
+    while True:
+        ok, why = settled(fab)
+        took = time.time() - since
+        if ok or took > SETTLE_S:
+            return ok, why, took
+        time.sleep(0.5)
+
+
 class Stoppable(threading.Thread):
     def __init__(self, hist, name):
         super().__init__(name=name, daemon=True)
@@ -177,7 +189,7 @@ class Churn(Stoppable):
         self.fab, self.host, self.rng = fab, host, rng
         self.next_job = 1000000 * (index + 1)
         self.c = SharpdClient(fab.sock(host), note=self.note, timeout=30)
-        self.job, self.live, self.ops, self.members = None, [], 0, []
+        self.job, self.live, self.members = None, [], []
 
     def note(self, m):
         self.hist.add("note", client=self.host, msg=m)
@@ -197,7 +209,6 @@ class Churn(Stoppable):
         except Lost as e:
             self.gone(str(e), msg)
             return None
-        self.ops += 1
         self.hist.add("ans", client=self.host, msg=a, req=msg)
         return a
 
@@ -358,7 +369,7 @@ def usr1(fab):
     for a in ANS:
         p = fab.pid(a)
         try:
-            os.kill(p, 10)  # SIGUSR1: the AN logs its groups
+            os.kill(p, signal.SIGUSR1)  # the AN logs its groups
         except (OSError, TypeError):
             pass
 
@@ -451,14 +462,6 @@ class Nemesis(Stoppable):
         if undo is not None:
             undo()
 
-    def settle(self, since):
-        while True:
-            ok, why = settled(self.fab)
-            took = time.time() - since
-            if ok or took > SETTLE_S:
-                return ok, why, took
-            time.sleep(0.5)
-
     def one(self):
         kind = self.rng.choice(self.kinds)
         hold = round(self.rng.uniform(*self.hold), 1)
@@ -469,7 +472,7 @@ class Nemesis(Stoppable):
         self.undo(undo)
         t = time.time()
         self.hist.add("nemesis", phase="heal", what=kind)
-        ok, why, took = self.settle(t)
+        ok, why, took = wait_settled(self.fab, t)
         self.hist.add("settled", ok=ok, why=why if not ok else None,
                       after=round(took, 2), what=kind)
         self.applied.append(kind)
@@ -503,14 +506,10 @@ def finish(fab, hist, churn, mpi):
     fab.cmd("heal")
     for n in AMS + ANS + HOSTS:
         fab.cmd("kill", n, "CONT")
-        if fab.pid(n) is None or not os.path.exists("/proc/%d" % fab.pid(n)):
+        pid = fab.pid(n)
+        if pid is None or not os.path.exists("/proc/%d" % pid):
             fab.cmd("start", n)
-    t = time.time()
-    while True:
-        ok, why = settled(fab)
-        if ok or time.time() - t > SETTLE_S:
-            break
-        time.sleep(0.5)
+    ok, why, took = wait_settled(fab, time.time())
     for c in churn:
         c.stop.set()
     for c in churn:
@@ -519,7 +518,7 @@ def finish(fab, hist, churn, mpi):
     # adopt_timeout (10 s) and revokes the rest then, telling the processes
     time.sleep(ADOPT_S)
     hist.add("settled", ok=ok, why=None if ok else why,
-             after=round(time.time() - t, 2), what="final")
+             after=round(took, 2), what="final")
     for c in churn:  # the notes of the revocations the last heal made
         try:
             c.c.poll_notes()
@@ -561,10 +560,10 @@ def run(args):
     watch.stop.set()
     watch.join(10)
     hist.f.close()
-    return report(args, nem, churn)
+    return report(args, nem)
 
 
-def report(args, nem, churn):
+def report(args, nem):
     recs = checker.load(args.history)
     bad = checker.check(recs)
     ops = sum(1 for r in recs if r["kind"] == "ans")
@@ -614,7 +613,7 @@ def main():
         p.error("--kinds: one of " + ", ".join(Nemesis.KINDS))
     args.src, args.bin = src, os.path.abspath(args.bin)
     args.tests = os.path.abspath(args.tests)
-    args.history = args.history or os.path.join(args.dir + ".history.jsonl")
+    args.history = args.history or args.dir + ".history.jsonl"
     print("partition run: seed %d, %d s, fabric in %s" %
           (args.seed, args.seconds, args.dir), flush=True)
     try:
