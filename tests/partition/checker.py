@@ -38,7 +38,6 @@ import sys
 
 AN_MAX_GROUPS = 1000  # sharp_an's max_groups (default)
 MPI_CALM_BOUND_S = 30
-CHURN_JOB_MIN = 1000000  # nemesis.py's clients number their jobs from here
 
 
 def load(path):
@@ -147,6 +146,14 @@ def answered(recs):
             if "msg" in r and r["why"].startswith("no answer")][:1]
 
 
+def note_group(m):
+    """the group a note from sharpd says is gone, None for its whole job
+    (job_killed, or group_revoked with all or without an id)"""
+    if m["type"] == "job_killed" or m.get("all"):
+        return None
+    return m.get("group_id")
+
+
 def held_groups(recs, until):
     """group id -> (client, job) of every group acknowledged before until
     that its process still holds: not asked to be destroyed (whatever the
@@ -173,47 +180,14 @@ def held_groups(recs, until):
                 asked["type"] == "group_create":
             live[m["group"]["group_id"]] = (c, str(asked["job_id"]))
         elif r["kind"] == "note":
-            whole = m["type"] == "job_killed" or m.get("all") or \
-                "group_id" not in m
-            drop(c, m.get("job_id"), None if whole else m["group_id"])
+            drop(c, m.get("job_id"), note_group(m))
         elif r["kind"] == "lost" and not r.get("member"):
             live = {g: w for g, w in live.items() if w[0] != c}
     return live
 
 
-GROUP_UNKNOWN = -41  # SHP_ERR_GROUP_UNKNOWN: "no such group in this job"
-
-
-def told(recs, client, job, gid):
-    """whether the process of client's job heard, at any time, that group
-    gid is gone (or its whole job), or left (its connection ended)"""
-    for r in recs:
-        if r.get("client") != client:
-            continue
-        m = r.get("msg", {})
-        if r["kind"] == "note" and str(m.get("job_id")) == job and (
-                m["type"] == "job_killed" or m.get("all") or
-                m.get("group_id") in (None, gid)):
-            return True
-        if r["kind"] == "lost" and not r.get("member"):
-            return True
-    return False
-
-
 def no_silent_loss(recs):
     out = []
-    # a group the manager says it does not have while its process still
-    # held it (it asks to destroy it): the process must hear of it
-    for r in of(recs, "ans"):
-        q = r["req"]
-        if q["type"] == "group_destroy" and \
-                r["msg"].get("status") == GROUP_UNKNOWN and \
-                not told(recs, r["client"], str(q["job_id"]), q["group_id"]):
-            out.append(bad("no_silent_loss", r["t"],
-                           "group %d of %s job %s: gone from the manager "
-                           "(its destroy: %s), its process never told" %
-                           (q["group_id"], r["client"], q["job_id"],
-                            r["msg"].get("error"))))
     held = [r for r in of(recs, "final") if r["phase"] == "held"]
     if not held:
         return [bad("no_silent_loss", 0, "no final view")]

@@ -190,24 +190,6 @@ class Planted(unittest.TestCase):
             recs, req(8.6, "n00001", **q),
             ans(8.61, "n00001", q, status=-22))), [])
 
-    def test_revoked_without_a_word(self):
-        # the manager lost group 101; its destroy says so; nobody told
-        q = {"type": "group_destroy", "job_id": J1, "group_id": 101}
-        recs = gone_101()
-        recs[19] = final(10.0, "held", [{"group_id": 4197,
-                                          "job_id": str(J2)}])
-        self.caught(with_(recs, req(8.6, "n00001", **q),
-                          ans(8.61, "n00001", q, status=-41,
-                              error="no such group in this job")),
-                    "no_silent_loss")
-        # told (even after the answer): no violation
-        note = {"t": 8.7, "kind": "note", "client": "n00001",
-                "msg": {"type": "group_revoked", "job_id": str(J1),
-                        "group_id": 101, "status": -48}}
-        self.assertEqual(checker.check(with_(
-            recs, req(8.6, "n00001", **q),
-            ans(8.61, "n00001", q, status=-41), note)), [])
-
     def test_group_left_at_manager(self):
         recs = clean()
         recs[22] = final(14.0, "ended", [{"group_id": 4197,

@@ -17,7 +17,8 @@
 #                  the second was acknowledged with)
 #   same_key       every job the same key              -> job_keys_unique
 #   silent_revoke  an AN isolated; its groups revoked, the jobs not told
-#                  (60 s: a destroy must find one gone) -> no_silent_loss
+#                  (only when a revoked group is still held at the end)
+#                                                      -> no_silent_loss
 #   mute_sharpd    the active manager cut from the nodes; sharpd leaves a
 #                  group_create it cannot pass on unanswered -> answered
 #   an_leak        the ANs keep removed groups         -> no_leak
@@ -58,7 +59,7 @@ same_epoch managers one_active_per_epoch
 forget_epoch kill_am epochs_grow
 group_ids halves group_ids_unique 12,20 60
 same_key managers job_keys_unique
-silent_revoke an_isolated no_silent_loss 1,10 60
+silent_revoke an_isolated no_silent_loss 1,10 40
 mute_sharpd active_cut answered
 an_leak managers no_leak
 wrong managers mpi_right
