@@ -34,6 +34,7 @@
  * sharpds' reports into it (am/am_adopt.h).
  */
 #include "am/am_adopt.h"
+#include "am/am_ids.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -53,23 +54,11 @@ static void adopt_group_free(shp_am_adopt_t *ad, adopt_group_t *g)
     free(g);
 }
 
-/* Ids reported are not given to new groups: the next id is past them (a
- * group id names its multicast address too).  The block of ids committed
- * to the state database started before the jump: the next id handed out
- * commits a new one from here (am_persist.c). */
-static void adopt_id_seen(shp_am_t *am, uint32_t id)
-{
-    if (id >= am->next_group && id + 1 < (1u << 24)) {
-        am->next_group = id + 1;
-        am->group_ids_left = 0;
-    }
-}
-
 adopt_group_t *shp_am_adopt_group_get(shp_am_t *am, uint32_t id)
 {
     shp_am_adopt_t *ad = am->adopt;
     adopt_group_t *g;
-    adopt_id_seen(am, id);
+    shp_am_ids_seen(am, id); /* not handed out again */
     HASH_FIND(hh, ad->groups, &id, sizeof(id), g);
     if (g || ad->ngroups >= ADOPT_MAX_GROUPS)
         return g;

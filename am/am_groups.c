@@ -13,6 +13,7 @@
  * revoked and the job's sharpds are told.
  */
 #include "am/am_int.h"
+#include "am/am_ids.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -513,13 +514,8 @@ static uint32_t am_group_id(shp_am_t *am)
 {
     uint32_t id;
     do {
-        if (shp_am_persist_group_ids(am) != SHP_OK)
+        if (!(id = shp_am_ids_next(am)))
             return 0;
-        if (am->group_ids_left)
-            am->group_ids_left--;
-        id = am->next_group++;
-        if (am->next_group >= SHP_AM_GROUP_ID_END)
-            am->next_group = 1;
     } while (shp_am_group_find(am, id));
     return id;
 }

@@ -36,6 +36,7 @@
  */
 #include "am/am_int.h"
 #include "am/am_ha_lost.h"
+#include "am/am_ids.h"
 #include "am/am_store.h"
 
 #include <inttypes.h>
@@ -53,20 +54,15 @@
 #include "core/time.h"
 
 #define AM_HA_MAX_PEERS (SHP_AM_LIST_MAX - 1)
-/* ids a new active manager skips past the last next_group it heard: half
- * the 24-bit space, so that a predecessor that goes on creating groups
- * (cut off from it, not dead: a partition) meets its ids only after 8 M
- * more groups (4096, enough for the groups made after a dead one's last
- * beat, was not) */
-#define AM_HA_GROUP_MARGIN (1u << 23)
 
 typedef struct am_ha_link {
     struct shp_am_ha *ha;
     char addr[SHP_AM_LIST_ADDR];
     /* our connection to it */
     shp_conn_t conn;
-    int state; /* 0 down, 1 connecting or proving, 2 proved */
-    int tried; /* reached (and heard) or failed at least once */
+    int state;      /* 0 down, 1 connecting or proving, 2 proved */
+    int tried;      /* reached (and heard) or failed at least once */
+    int clash_told; /* it hands out our stripe's ids: logged */
     shp_auth_client_t auth;
     ev_timer retry;
     /* what it said last, on either connection */
@@ -238,15 +234,9 @@ static void am_ha_become_active(shp_am_ha_t *ha, const char *why)
     ha->fresh = 0;
     if (ha->n > 0) {
         am->stats.takeovers++;
-        /* past every id its predecessor may have given */
-        uint32_t next = ha->next_group_heard;
-        if (next) {
-            next += shp_planted("group_ids") ? 0 : AM_HA_GROUP_MARGIN;
-            if (next >= (1u << 24))
-                next = 1 + next % (1u << 24);
-            if (next > am->next_group)
-                am->next_group = next;
-        }
+        /* its own stripe of ids (am_ids.h); planted: its predecessor's */
+        if (shp_planted("group_ids") && ha->next_group_heard > am->next_group)
+            am->next_group = ha->next_group_heard;
         shp_info("active, epoch %" PRIu64 ": %s", e, why);
         am_ha_send_all(ha);
     }
@@ -319,6 +309,12 @@ static int am_ha_heard(shp_am_ha_t *ha, const char *from, const json_t *msg)
     int64_t ng = shp_json_opt_int(msg, "next_group", 0, (1 << 24) - 1, 0);
     if ((uint32_t)ng > ha->next_group_heard)
         ha->next_group_heard = (uint32_t)ng;
+    if (shp_am_ids_clash(am, (uint32_t)ng) && !l->clash_told++)
+        shp_error_id("AM0115",
+                     "the manager at %s hands out the group ids of this "
+                     "one's stripe: give every manager the same addresses "
+                     "in `address` and `peers`",
+                     from);
     if (am->active && !shp_planted("stay_active") &&
         (e > am->epoch || (e == am->epoch && strcmp(from, ha->addr) < 0))) {
         char why[200];
@@ -663,6 +659,7 @@ shp_status_t shp_am_ha_start(shp_am_t *am, char *err, size_t errlen)
     snprintf(ha->addr, sizeof(ha->addr), "%s",
              am->cfg.address && am->cfg.address[0] ? am->cfg.address
                                                    : am->cfg.listen);
+    shp_am_ids_stripe(am, ha->addr, &peers);
     if (peers.n == 0) {
         am_ha_become_active(ha, "no peers");
         return SHP_OK;

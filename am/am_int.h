@@ -66,8 +66,6 @@ int shp_am_hosts_spanned(shp_am_t *am, const int *nodes, int n);
 /* am_persist.c: no-ops without a database (state_dir empty) */
 shp_status_t shp_am_persist_open(shp_am_t *am, char *err, size_t errlen);
 void shp_am_persist_close(shp_am_t *am);
-/* before a group id is handed out: the block it is in committed */
-shp_status_t shp_am_persist_group_ids(shp_am_t *am);
 /* the topology now in use (path, hash), before it is */
 shp_status_t shp_am_persist_topology(shp_am_t *am, const char *path, char *err,
                                      size_t errlen);

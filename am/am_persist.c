@@ -113,24 +113,6 @@ void shp_am_persist_close(shp_am_t *am)
     am->topology_config = NULL;
 }
 
-shp_status_t shp_am_persist_group_ids(shp_am_t *am)
-{
-    if (!am->store || am->group_ids_left > 0)
-        return SHP_OK;
-    /* the next block's ids, as they will be handed out: a restart resumes
-     * after them */
-    uint64_t resume =
-        1 + (am->next_group - 1 + (uint64_t)SHP_AM_GROUP_ID_BLOCK) %
-                (SHP_AM_GROUP_ID_END - 1);
-    shp_status_t st = shp_am_store_counter_set(am->store, "group_next", resume);
-    if (st != SHP_OK) {
-        shp_error_id("AM0501", "group ids: %s", shp_am_store_error(am->store));
-        return st;
-    }
-    am->group_ids_left = SHP_AM_GROUP_ID_BLOCK;
-    return SHP_OK;
-}
-
 shp_status_t shp_am_persist_topology(shp_am_t *am, const char *path, char *err,
                                      size_t errlen)
 {

@@ -236,6 +236,9 @@ struct shp_am {
     shp_am_job_t *jobs;
     shp_am_group_t *groups;
     uint32_t next_group;
+    /* the ids this manager hands out: id % id_stride == id_stripe
+     * (am_ids.h) */
+    uint32_t id_stride, id_stripe;
     uint32_t group_ids_left; /* ids before the next block is committed */
     /* the state database (am_persist.c); NULL: state_dir empty */
     shp_am_store_t *store;

@@ -4,7 +4,7 @@
 AM_LIB_SRCS := am/am_store.c am/am_state.c am/am_persist.c am/am_settings.c \
 	am/am_trees.c \
 	am/am_groups.c am/am_ans.c am/am_jobs.c am/am_reserve.c am/am_sharpds.c \
-	am/am_adopt.c am/am_adopt_reports.c am/am_ha.c am/am_ha_lost.c \
+	am/am_adopt.c am/am_adopt_reports.c am/am_ha.c am/am_ha_lost.c am/am_ids.c \
 	am/am_peers.c am/am.c \
 	am/am_admin.c am/metrics.c
 AM_LIB := $(LIB_OUT)/libshp_am.a

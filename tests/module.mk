@@ -83,6 +83,13 @@ $(HA_LOST_TEST): $(OBJDIR)/tests/am/test_ha_lost.o $(AM_LIB) $(TOPO_LIB) \
 		$(COMMON_LIB)
 	$(call link_prog,$(CMOCKA_LIBS) $(SQLITE_LIBS))
 
+# Group ids: each manager's stripe.
+IDS_TEST := $(TESTDIR)/am/test_ids
+TESTS += $(IDS_TEST)
+
+$(IDS_TEST): $(OBJDIR)/tests/am/test_ids.o $(AM_LIB) $(TOPO_LIB) $(COMMON_LIB)
+	$(call link_prog,$(CMOCKA_LIBS) $(SQLITE_LIBS))
+
 # Resource exhaustion: quotas, floods of connections, a stalled member.
 LIMITS_TEST := $(TESTDIR)/am/test_limits
 TESTS += $(LIMITS_TEST)
