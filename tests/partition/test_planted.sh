@@ -11,7 +11,8 @@
 #                                                      -> epochs_grow
 #   group_ids      two halves, a manager each, 12-20 s for 60 s (the
 #                  standby's half must come to it and make groups); the
-#                  new active gives ids without the margin
+#                  managers share one id space and the new active gives
+#                  ids from its predecessor's last
 #                                                      -> group_ids_unique
 #                  (and an_booking: an AN holds the first group of an id
 #                  the second was acknowledged with)
