@@ -245,6 +245,12 @@ static void am_metrics_an_counters(am_metrics_buf_t *b, const shp_am_t *am)
          "Groups failed at the AN."},
         {"sharp_an_links_lost_total", "links_lost", "counter",
          "Data links the AN lost."},
+        {"sharp_an_sparse_in_total", "sparse_in", "counter",
+         "Sparse payloads (blocks that are not all zero, and a bitmap) "
+         "folded by the AN."},
+        {"sharp_an_sparse_blocks_skipped_total", "sparse_blocks_skipped",
+         "counter",
+         "Zero blocks the AN's sparse results left out (up or down)."},
         {"sharp_an_malformed_total", "err_malformed", "counter",
          "Malformed data-path messages refused by the AN."},
         {"sharp_an_bad_key_total", "err_bad_key", "counter",

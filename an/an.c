@@ -162,6 +162,9 @@ json_t *shp_an_stats_json(const shp_an_t *an)
     an_stat(r, "bytes_in", an->tp.stats.bytes_in);
     an_stat(r, "quiet_msgs", s->quiet_msgs);
     an_stat(r, "quiet_reads", s->quiet_reads);
+    an_stat(r, "sparse_in", s->sparse_in);
+    an_stat(r, "sparse_out", s->sparse_out);
+    an_stat(r, "sparse_blocks_skipped", s->sparse_blocks_skipped);
     json_object_set_new(r, "exact_ops", an_exact_ops_json(an));
     return r;
 }

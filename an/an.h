@@ -15,6 +15,7 @@
 #include "protocol/auth.h"
 #include "core/conn.h"
 #include "reduce/reduce.h"
+#include "reduce/sparse.h"
 #include "transport/transport.h"
 #include "protocol/wire.h"
 
@@ -122,6 +123,18 @@ typedef struct shp_an_slot {
     const void **pending;
     uint8_t **copies; /* [nchildren]: copies of early payloads */
     uint8_t *want;    /* [nchildren]: asked for the result before it came */
+    /* a sparse operation (an_sparse.c): opened by a SPARSE payload, its
+     * children folded in order by sp (seen: a count per block; ones: the
+     * bitmap a dense child stands for), early ones kept as copies of
+     * clen[ci] bytes (SPARSE_COPY: as sent, sparse); the result packed
+     * into sbuf, swapped with acc when it goes sparse */
+    int sparse;
+    uint32_t dense_len;
+    shp_sparse_fold_t sp;
+    uint32_t *seen;
+    uint8_t *ones, *sbuf;
+    size_t nblocks_cap;
+    uint32_t *clen;
 } shp_an_slot_t;
 
 struct shp_an_group {
@@ -211,6 +224,9 @@ typedef struct shp_an_stats {
     uint64_t unjoined_refused, unjoined_evicted;
     uint64_t quiet_msgs;  /* messages read from quiet links (shp_an_run) */
     uint64_t quiet_reads; /* reads of quiet links (shp_an_run) */
+    /* sparse payloads (an_sparse.c): children's that came sparse, results
+     * that went on sparse (up or down), blocks they left out */
+    uint64_t sparse_in, sparse_out, sparse_blocks_skipped;
 } shp_an_stats_t;
 
 struct shp_an {

@@ -148,7 +148,15 @@ shp_an_group_t *shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
         s->len = hdr->payload_len;
         s->count = hdr->count;
         s->desc = (shp_reduce_desc_t){hdr->dtype, hdr->op, hdr->tag_dtype};
-    } else if (hdr->payload_len != s->len) {
+    } else if (!(s->flags & SHP_WIRE_F_BCAST) && hdr->count == s->count &&
+               ((hdr->flags & SHP_WIRE_F_SPARSE) ||
+                hdr->payload_len == s->dense_len)) {
+        /* sparse or dense, whichever went up: the transport checked a
+         * sparse one's parts against its count */
+        s->len = hdr->payload_len;
+        s->flags = (uint16_t)((s->flags & ~SHP_WIRE_F_SPARSE) |
+                              (hdr->flags & SHP_WIRE_F_SPARSE));
+    } else {
         l->an->stats.err_protocol++;
         shp_an_group_fail(g, NULL, SHP_ERR_PROTO,
                           "result of the wrong size from the parent AN");

@@ -42,14 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint8_t *an_buf_get(shp_an_group_t *g)
-{
-    if (g->nfree > 0) {
-        return g->free_bufs[--g->nfree];
-    }
-    return malloc(g->payload ? g->payload : 1);
-}
-
 static void an_fold_release(void *arg, unsigned child, const void *payload)
 {
     shp_an_slot_t *s = arg;
@@ -144,7 +136,7 @@ static void an_advance(shp_an_group_t *g)
 /* Slot s is complete here: it goes once the ones before it have */
 static void an_complete(shp_an_group_t *g, shp_an_slot_t *s)
 {
-    if (!(s->flags & SHP_WIRE_F_BCAST)) {
+    if (!(s->flags & SHP_WIRE_F_BCAST) && !s->sparse) {
         shp_fold_cleanup(&s->fold);
     }
     s->state = SHP_AN_SLOT_READY;
@@ -167,6 +159,19 @@ static int an_skip_ok(const shp_an_group_t *g, uint32_t from, uint32_t to)
         }
     }
     return 1;
+}
+
+/* An exact-mode payload's lanes (a sparse one's blocks) within bounds */
+static int an_lanes_ok(const shp_wire_hdr_t *hdr, const void *payload)
+{
+    shp_wire_sparse_t v;
+    const char *why;
+    if (!(hdr->flags & SHP_WIRE_F_SPARSE)) {
+        return shp_exact_lanes_ok(payload, hdr->payload_len / sizeof(int64_t));
+    }
+    return shp_wire_sparse_view(hdr, payload, hdr->payload_len, &v, &why) ==
+               SHP_OK &&
+           shp_exact_lanes_ok(v.packed, v.packed_len / sizeof(int64_t));
 }
 
 /* Whether child ci's operation hdr may be folded now: every member that
@@ -206,14 +211,16 @@ static inline int an_agg_ok(shp_an_group_t *g, unsigned ci,
                     "a member skipped an operation the others send");
         return 0;
     }
-    if (hdr->payload_len > g->payload) {
+    shp_reduce_desc_t d = {hdr->dtype, hdr->op, hdr->tag_dtype};
+    if (hdr->payload_len > g->payload ||
+        ((hdr->flags & SHP_WIRE_F_SPARSE) && /* what it stands for, too */
+         (uint64_t)hdr->count * shp_reduce_elem_size(&d) > g->payload)) {
         st->err_malformed++;
         an_op_error(g, hdr, SHP_ERR_TOO_LARGE,
                     "payload above the group's size");
         return 0;
     }
-    if ((hdr->flags & SHP_WIRE_F_EXACT) &&
-        !shp_exact_lanes_ok(payload, hdr->payload_len / sizeof(int64_t))) {
+    if ((hdr->flags & SHP_WIRE_F_EXACT) && !an_lanes_ok(hdr, payload)) {
         st->err_malformed++;
         an_op_error(g, hdr, SHP_ERR_PROTO,
                     "malformed exact-mode accumulator: a lane outside "
@@ -243,8 +250,8 @@ static inline int an_slot_agrees(const shp_an_slot_t *s,
 
 /* The slot of operation hdr: (re)used by its first payload, or the one
  * open for it, which must agree.  NULL: the group failed. */
-static inline shp_an_slot_t *an_agg_slot(shp_an_group_t *g,
-                                         const shp_wire_hdr_t *hdr)
+static inline shp_an_slot_t *
+an_agg_slot(shp_an_group_t *g, const shp_wire_hdr_t *hdr, const void *payload)
 {
     shp_reduce_desc_t desc = {hdr->dtype, hdr->op, hdr->tag_dtype};
     shp_an_slot_t *s = &g->slots[hdr->seq % g->nslots];
@@ -276,6 +283,7 @@ static inline shp_an_slot_t *an_agg_slot(shp_an_group_t *g,
     }
     s->seq = hdr->seq;
     s->arrived = 0;
+    s->sparse = 0;
     s->flags = hdr->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT |
                              SHP_WIRE_F_BCAST | SHP_WIRE_F_FREE);
     s->lanes = hdr->lanes;
@@ -292,8 +300,11 @@ static inline shp_an_slot_t *an_agg_slot(shp_an_group_t *g,
             : desc;
     s->count = hdr->count;
     s->len = hdr->payload_len;
-    status = shp_fold_init(&s->fold, &s->desc, s->count, s->acc, g->nchildren,
-                           s->pending, an_fold_release, s);
+    s->dense_len = s->len;
+    status = (hdr->flags & SHP_WIRE_F_SPARSE)
+                 ? shp_an_sparse_open(g, s, hdr, payload)
+                 : shp_fold_init(&s->fold, &s->desc, s->count, s->acc,
+                                 g->nchildren, s->pending, an_fold_release, s);
     if (status != SHP_OK) {
         g->an->stats.err_mismatch++;
         an_op_error(g, hdr, status, "bad datatype or op");
@@ -311,7 +322,26 @@ static inline void an_agg_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
     shp_status_t status;
 
     s->arrived++;
-    if (ci == s->fold.next) {
+    if (s->sparse) {
+        int r = shp_an_sparse_add(g, s, ci, hdr, payload);
+        if (r < 0) {
+            g->an->stats.err_protocol++;
+            an_op_error(g, hdr, SHP_ERR_PROTO,
+                        "duplicate or bad sparse payload, or no memory");
+        } else if (r > 0) {
+            an_complete(g, s);
+        }
+        return;
+    }
+    if (hdr->flags & SHP_WIRE_F_SPARSE) { /* into a dense operation */
+        uint8_t *copy = shp_an_sparse_expand(g, s, hdr, payload);
+        if (copy == NULL) {
+            an_op_error(g, hdr, SHP_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
+        s->copies[ci] = copy;
+        status = shp_fold_add(&s->fold, ci, copy);
+    } else if (ci == s->fold.next) {
         status = shp_fold_add(&s->fold, ci, payload);
     } else {
         uint8_t *copy = an_buf_get(g);
@@ -369,7 +399,7 @@ void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     if (g == NULL || !an_agg_ok(g, ci, hdr, payload)) {
         return;
     }
-    s = an_agg_slot(g, hdr);
+    s = an_agg_slot(g, hdr, payload);
     if (s == NULL) {
         return;
     }

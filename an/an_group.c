@@ -88,9 +88,11 @@ void shp_an_slot_reset(shp_an_group_t *g, shp_an_slot_t *s)
 {
     unsigned i;
 
-    if (s->state == SHP_AN_SLOT_FOLD && !(s->flags & SHP_WIRE_F_BCAST)) {
-        shp_fold_cleanup(&s->fold); /* a bcast's slot has no fold */
+    if (s->state == SHP_AN_SLOT_FOLD && !(s->flags & SHP_WIRE_F_BCAST) &&
+        !s->sparse) {
+        shp_fold_cleanup(&s->fold); /* a bcast's or sparse slot has none */
     }
+    s->sparse = 0;
     for (i = 0; i < g->nchildren; i++) {
         if (s->copies[i] != NULL) {
             an_buf_put(g, s->copies[i]);
@@ -143,6 +145,10 @@ void shp_an_group_free(shp_an_t *an, shp_an_group_t *g)
         free(s->acc);
         free(s->pending);
         free(s->want);
+        free(s->seen); /* a sparse slot's (an_sparse.c) */
+        free(s->ones);
+        free(s->sbuf);
+        free(s->clen);
     }
     for (i = 0; i < g->nfree; i++) {
         free(g->free_bufs[i]);

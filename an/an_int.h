@@ -10,6 +10,8 @@
  *   an_group.c  groups: set-up from the manager's JSON, joins and leaves,
  *               failure, removal, teardown; slots and their buffers
  *   an_dist.c   results down: RC, multicast, retransmits
+ *   an_sparse.c sparse payloads folded (a slot's sparse fold), results
+ *               packed sparse, sparse children into dense slots
  *   an_fold.c   the data path: a child's payload checked and folded in
  *               child order, the result sent up (or down: an_dist.c)
  *   an_recv.c   what arrives on links: the endpoints' callbacks, the
@@ -80,6 +82,15 @@ void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
 void shp_an_leave(shp_an_link_t *l, const shp_wire_hdr_t *hdr);
 
 /* A payload copy back to the group's free list (an_group.c, an_fold.c) */
+/* A buffer of the group's payload size (recycled), or NULL */
+static inline uint8_t *an_buf_get(shp_an_group_t *g)
+{
+    if (g->nfree > 0) {
+        return g->free_bufs[--g->nfree];
+    }
+    return malloc(g->payload ? g->payload : 1);
+}
+
 static inline void an_buf_put(shp_an_group_t *g, uint8_t *buf)
 {
     if (g->nfree == g->cap_free) {
@@ -97,6 +108,21 @@ static inline void an_buf_put(shp_an_group_t *g, uint8_t *buf)
 
 /* an_dist.c */
 void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast);
+
+/* an_sparse.c */
+/* Slot s, just opened by hdr's SPARSE payload, made a sparse fold */
+SHP_WUR shp_status_t shp_an_sparse_open(shp_an_group_t *g, shp_an_slot_t *s,
+                                        const shp_wire_hdr_t *hdr,
+                                        const void *payload);
+/* Child ci's payload (sparse or dense) into sparse slot s: 1 when every
+ * child is in (the result in acc, sparse or dense, s->len its bytes), 0
+ * not yet, -1 a duplicate, a bad payload or no memory */
+int shp_an_sparse_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
+                      const shp_wire_hdr_t *hdr, const void *payload);
+/* A SPARSE payload for dense slot s, expanded into a buffer of the
+ * group's (an_buf_get); NULL: it does not fit s, or no memory */
+uint8_t *shp_an_sparse_expand(shp_an_group_t *g, const shp_an_slot_t *s,
+                              const shp_wire_hdr_t *hdr, const void *payload);
 /* A result from the parent: passed down.  Its group if it was a free
  * bcast's this AN had no part of (the operations after it may go now:
  * shp_an_result), else NULL. */

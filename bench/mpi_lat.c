@@ -25,6 +25,14 @@
  * barrier between calls, only the allreduce timed, as OSU's osu_allreduce
  * does ("allreduce_b BYTES US").
  *
+ * SHARP_BENCH_SPARSE=1: instead, float sums of 1, 4 and 16 MiB whose
+ * blocks of 256 floats (1 KiB) are non-zero at a density of 1, 10, 50 or
+ * 100 % (drawn for each rank apart): "sparse_dD BYTES US CPU_US CTXSW"
+ * and "wire sparse_dD BYTES B", B the bytes the loopback interface carried
+ * per operation and rank (/proc/net/dev, measured at rank 0 over the
+ * timed loop: every byte of the job's and the fabric's traffic, results
+ * included).
+ *
  * SHARP_BENCH_COMM=1: instead, what a communicator costs: "comm_use 0
  * US" a loop of MPI_Comm_dup, one 8-byte MPI_Allreduce on the new
  * communicator and MPI_Comm_free; "comm_bare 0 US" the same without the
@@ -227,6 +235,60 @@ static void large_section(int rank, double scale)
     }
 }
 
+/* bytes sent on the loopback interface so far (/proc/net/dev) */
+static double lo_bytes(void)
+{
+    char line[512];
+    double v = 0;
+    FILE *f = fopen("/proc/net/dev", "r");
+    while (f != NULL && fgets(line, sizeof(line), f)) {
+        unsigned long long rx, skip, tx;
+        if (sscanf(line, " lo: %llu %llu %llu %llu %llu %llu %llu %llu %llu",
+                   &rx, &skip, &skip, &skip, &skip, &skip, &skip, &skip,
+                   &tx) == 9)
+            v = (double)tx;
+    }
+    if (f != NULL)
+        fclose(f);
+    return v;
+}
+
+/* SHARP_BENCH_SPARSE=1: mostly-zero float sums ("sparse_dD" lines) */
+static void sparse_section(int rank, double scale)
+{
+    static const int sizes[] = {1 << 20, 1 << 22, 1 << 24},
+                     dens[] = {1, 10, 50, 100};
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        int n = sizes[k] / 4;
+        for (size_t d = 0; d < sizeof(dens) / sizeof(dens[0]); d++) {
+            unsigned s = (unsigned)(rank * 7919 + k * 31 + d + 1);
+            memset(a, 0, (size_t)n * sizeof(float));
+            for (int blk = 0; blk < n / 256; blk++) {
+                s = s * 1103515245u + 12345u;
+                if ((int)((s >> 8) % 100) >= dens[d])
+                    continue;
+                for (int i = 0; i < 256; i++)
+                    a[blk * 256 + i] = (float)((s >> 4) % 1000 + i) / 8.0f;
+            }
+            int iters = (int)((sizes[k] > (1 << 22) ? 8 : 20) * scale);
+            iters = iters > 3 ? iters : 3;
+            for (int i = 0; i < 2; i++)
+                allreduce(n);
+            char name[32];
+            snprintf(name, sizeof(name), "sparse_d%d", dens[d]);
+            double w0 = rank == 0 ? lo_bytes() : 0;
+            measure(name, sizes[k], iters, rank, allreduce, n);
+            if (rank == 0) {
+                printf("wire %s %d %.0f\n", name, sizes[k],
+                       (lo_bytes() - w0) / iters / size);
+                fflush(stdout);
+            }
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     int rank;
@@ -244,6 +306,16 @@ int main(int argc, char **argv)
         a = calloc(2, sizeof(float));
         b = calloc(2, sizeof(float));
         comm_section(rank, scale);
+        free(a);
+        free(b);
+        MPI_Finalize();
+        return 0;
+    }
+    const char *sp = getenv("SHARP_BENCH_SPARSE");
+    if (sp != NULL && atoi(sp) == 1) {
+        a = calloc(1 << 22, sizeof(float)); /* 16 MiB */
+        b = calloc(1 << 22, sizeof(float));
+        sparse_section(rank, scale);
         free(a);
         free(b);
         MPI_Finalize();

@@ -29,6 +29,7 @@
  * group up and tearing it down: coll_group.c.
  */
 #include "libsharp/coll_comm.h"
+#include "libsharp/coll_sparse.h"
 
 #include "core/log.h"
 #include "core/time.h"
@@ -146,15 +147,15 @@ static const void *frag_msg(coll_comm_t *comm, coll_req_t *r, size_t off,
     if (len == 0) {
         return NULL;
     }
-    if (off >= r->s_lo && off + len <= r->s_hi) {
-        return r->src + (off - r->s_lo); /* straight from the user */
+    if (off >= r->s_lo && off + len <= r->s_hi) { /* straight from the user */
+        return coll_sparse_frag(comm, r, r->src + (off - r->s_lo), len, h);
     }
     size_t skip, lo, hi;
     memset(comm->stage, 0, len);
     if (range_view(r->s_lo, r->s_hi, off, off + len, &skip, &lo, &hi)) {
         memcpy(comm->stage + lo, r->src + skip, hi - lo);
     }
-    return comm->stage;
+    return coll_sparse_frag(comm, r, comm->stage, len, h);
 }
 
 static void take_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
@@ -278,12 +279,19 @@ static void take_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
     }
     coll_req_t *r = f->req;
     size_t len = r->barrier ? 0 : (size_t)f->count * r->es;
-    if (hdr->payload_len != len) {
+    size_t skip = 0, lo = 0, hi = 0;
+    int keep =
+        range_view(r->r_lo, r->r_hi, f->off, f->off + len, &skip, &lo, &hi);
+    if (hdr->flags & SHP_WIRE_F_SPARSE) {
+        if (coll_sparse_take(comm, hdr, payload, len,
+                             keep ? r->dst + skip : NULL, lo, hi)) {
+            coll_comm_fail(comm, SHP_ERR_PROTO, "a result of the wrong size");
+            return;
+        }
+    } else if (hdr->payload_len != len) {
         coll_comm_fail(comm, SHP_ERR_PROTO, "a result of the wrong size");
         return;
-    }
-    size_t skip, lo, hi;
-    if (range_view(r->r_lo, r->r_hi, f->off, f->off + len, &skip, &lo, &hi)) {
+    } else if (keep) {
         memcpy(r->dst + skip, (const uint8_t *)payload + lo, hi - lo);
     }
     if (hdr->flags & SHP_WIRE_F_MCAST) {

@@ -63,6 +63,7 @@ struct sharp_coll_comm {
     uint8_t mac_key[SHP_WIRE_MAC_KEY_LEN]; /* multicast results' tags */
     coll_req_t *queue, *queue_tail;        /* with fragments not yet sent */
     uint8_t *stage;
+    uint8_t *sparse; /* a sparse fragment's payload (coll_sparse.c) */
     /* Free bcasts (docs/libsharp.md): a bcast of one fragment of at most
      * free_max bytes (0: none) whose seq is not a multiple of
      * SHP_WIRE_FREE_SYNC is sent by its root alone; its result may come

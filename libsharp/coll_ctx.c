@@ -9,6 +9,7 @@
  * them through their callbacks (coll_member_ops_t) on the retransmit tick,
  * on a failure that sharpd reports, on a cancel and at finalize.
  */
+#include "reduce/sparse.h"
 #include "libsharp/coll_int.h"
 
 #include "core/config.h"
@@ -46,6 +47,7 @@ static const shp_config_range_t r_groups = {0, 1 << 16};
 static const shp_config_range_t r_batch = {1, 1 << 20};
 static const shp_config_range_t r_spin = {0, 10000};
 static const shp_config_range_t r_stripes = {1, COLL_MAX_STRIPES};
+static const shp_config_range_t r_percent = {0, 100};
 
 static const shp_config_opt_t coll_opts[] = {
     {"log_level", "2",
@@ -136,6 +138,21 @@ static const shp_config_opt_t coll_opts[] = {
      "that payload is at most this many bytes, else agree on the "
      "exponent window first (two passes); the result is the same",
      offsetof(coll_cfg_t, exact_one_pass_max), &shp_cfg_size},
+    {"sparse_min", "16k",
+     "a fragment of a sum, BOR, BXOR or LOR of at least this many bytes "
+     "(a group's payload per operation at most) goes as the bitmap of its "
+     "blocks that are not all zero and those blocks only, if they are few "
+     "enough (sparse_density); the result is the same bit for bit "
+     "(0: never)",
+     offsetof(coll_cfg_t, sparse_min), &shp_cfg_size},
+    {"sparse_block", "1k",
+     "the blocks of a sparse fragment: a multiple of the element's size, "
+     "8 bytes to 64k",
+     offsetof(coll_cfg_t, sparse_block), &shp_cfg_size},
+    {"sparse_density", "50",
+     "a fragment goes sparse when its non-zero blocks (with the bitmap) "
+     "come to at most this percent of its bytes",
+     offsetof(coll_cfg_t, sparse_density), &shp_cfg_uint, &r_percent},
     {"job_id", "",
      "a job the scheduler reserved (the sharp SPANK plugin sets Slurm's job "
      "id): every rank attaches to it, none begins or ends a job; empty: "
@@ -171,6 +188,14 @@ int coll_cfg_load(coll_cfg_t *cfg)
     shp_log_set_level(cfg->log_level);
     if (shp_config_load_env(&coll_table, cfg, NULL, &err) != SHP_OK) {
         shp_error("%s", err.msg);
+        shp_config_release(&coll_table, cfg);
+        return SHARP_COLL_EINVAL;
+    }
+    if (cfg->sparse_block < SHP_SPARSE_BLOCK_MIN ||
+        cfg->sparse_block > SHP_SPARSE_BLOCK_MAX) {
+        shp_error("SHARP_COLL_SPARSE_BLOCK: %zu bytes; from %d to %d",
+                  cfg->sparse_block, SHP_SPARSE_BLOCK_MIN,
+                  SHP_SPARSE_BLOCK_MAX);
         shp_config_release(&coll_table, cfg);
         return SHARP_COLL_EINVAL;
     }

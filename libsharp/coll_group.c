@@ -223,6 +223,7 @@ static void comm_free(coll_comm_t *comm)
     }
     free(comm->win);
     free(comm->stage);
+    free(comm->sparse);
     free(comm->early);
     free(comm);
 }

@@ -44,7 +44,8 @@ SHP_API int sharp_coll_caps_query(struct sharp_coll_context *ctx,
      * allgather only when SAT is set).  Not SAT_EXCLUSIVE_LOCK: there is no
      * streaming lock to take (lock_on_comm_init is accepted and ignored). */
     caps->support_mask.feature_mask =
-        SHARP_FEATURE_LLT | SHARP_FEATURE_REPRODUCIBLE | SHARP_FEATURE_SAT;
+        SHARP_FEATURE_LLT | SHARP_FEATURE_REPRODUCIBLE | SHARP_FEATURE_SAT |
+        (ctx->cfg.sparse_min > 0 ? SHARP_FEATURE_SPARSE : 0);
     caps->resources.max_osts = (int)ctx->osts;
     caps->resources.user_data_per_ost = (int)ctx->payload;
     caps->resources.max_groups = (int)ctx->max_groups;
@@ -166,7 +167,8 @@ SHP_API int sharp_coll_dump_stats(struct sharp_coll_context *ctx)
             "%llu fragments %llu retransmits %llu errors %llu results by "
             "multicast %llu by RC %llu forged datagrams dropped %llu "
             "striped %llu free bcasts %llu (results before their turn "
-            "%llu)\n",
+            "%llu) sparse fragments %llu (zero blocks left out %llu) "
+            "sparse results %llu\n",
             (unsigned long long)ctx->job_id, ctx->spec.world_rank, ctx->host,
             (unsigned long long)s->ops, (unsigned long long)s->bytes,
             (unsigned long long)s->frags, (unsigned long long)s->retrans,
@@ -174,6 +176,9 @@ SHP_API int sharp_coll_dump_stats(struct sharp_coll_context *ctx)
             (unsigned long long)s->rc_results,
             (unsigned long long)s->mcast_rejected,
             (unsigned long long)s->striped, (unsigned long long)s->free_bcasts,
-            (unsigned long long)s->early_results);
+            (unsigned long long)s->early_results,
+            (unsigned long long)s->sparse_frags,
+            (unsigned long long)s->sparse_blocks_skipped,
+            (unsigned long long)s->sparse_results);
     return SHARP_COLL_SUCCESS;
 }

@@ -58,6 +58,9 @@ typedef struct coll_cfg {
     int64_t ctl_timeout_ms;  /* requests to sharpd */
     int64_t connect_timeout_ms;
     size_t exact_one_pass_max; /* exact sums: one pass up to these bytes */
+    size_t sparse_min;         /* fragments this large may go sparse; 0: none */
+    size_t sparse_block;       /* bytes a bit of a sparse bitmap stands for */
+    unsigned sparse_density;   /* percent of a fragment's bytes, at most */
     char *job_id; /* "": the init spec's; else a job reserved for us */
 } coll_cfg_t;
 
@@ -67,6 +70,9 @@ typedef struct coll_stats {
     uint64_t striped;        /* operations cut over a communicator's stripes */
     uint64_t free_bcasts;    /* of them free bcasts (only the root sends) */
     uint64_t early_results;  /* free bcasts' results before their turn */
+    uint64_t sparse_frags;   /* fragments sent sparse */
+    uint64_t sparse_blocks_skipped; /* their blocks left out (all zero) */
+    uint64_t sparse_results;        /* results that came sparse */
 } coll_stats_t;
 
 typedef struct sharp_coll_context coll_ctx_t;

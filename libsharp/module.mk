@@ -1,7 +1,7 @@
 # libsharp/: libsharp_coll, the SHARP collective API (shared + static).
 
 COLL_SRCS := libsharp/coll_ctx.c libsharp/coll_job.c libsharp/coll_info.c \
-	libsharp/coll_buf.c libsharp/coll_comm.c \
+	libsharp/coll_buf.c libsharp/coll_comm.c libsharp/coll_sparse.c \
 	libsharp/coll_group.c libsharp/coll_exact.c libsharp/coll_ops.c
 COLL_OBJS := $(call obj_of,$(COLL_SRCS))
 COLL_SOVER := 1

@@ -1,6 +1,8 @@
 /* Packing, unpacking and validation of data-path messages (see wire.h). */
 #include "protocol/wire.h"
 
+#include "reduce/sparse.h"
+
 #include <endian.h>
 #include <sodium.h>
 #include <stdlib.h>
@@ -260,6 +262,10 @@ static shp_status_t shp_wire_check_agg(const shp_wire_hdr_t *hdr,
     shp_reduce_desc_t desc;
     shp_status_t status;
 
+    if ((hdr->flags & SHP_WIRE_F_SPARSE) &&
+        (hdr->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_BCAST))) {
+        return shp_wire_reject(SHP_ERR_PROTO, "a sparse barrier or bcast", why);
+    }
     if ((hdr->flags & SHP_WIRE_F_BCAST) &&
         (hdr->flags & (SHP_WIRE_F_BARRIER | SHP_WIRE_F_EXACT))) {
         return shp_wire_reject(SHP_ERR_PROTO,
@@ -298,11 +304,72 @@ static shp_status_t shp_wire_check_agg(const shp_wire_hdr_t *hdr,
     if (status != SHP_OK) {
         return status;
     }
-    if ((uint64_t)hdr->count * shp_reduce_elem_size(&desc) != data_len) {
+    uint64_t dense = (uint64_t)hdr->count * shp_reduce_elem_size(&desc);
+    if (hdr->flags & SHP_WIRE_F_SPARSE) {
+        /* its bitmap and blocks: shp_wire_sparse_view, on delivery */
+        if (!shp_sparse_ok(&desc) || data_len < SHP_WIRE_SPARSE_HDR ||
+            data_len > dense) {
+            return shp_wire_reject(SHP_ERR_PROTO,
+                                   "a sparse payload of the wrong kind or "
+                                   "above its dense size",
+                                   why);
+        }
+        return SHP_OK;
+    }
+    if (dense != data_len) {
         return shp_wire_reject(SHP_ERR_PROTO,
                                "count x element size != payload_len", why);
     }
     return SHP_OK;
+}
+
+shp_status_t shp_wire_sparse_view(const shp_wire_hdr_t *hdr, const void *data,
+                                  size_t data_len, shp_wire_sparse_t *v,
+                                  const char **why)
+{
+    shp_reduce_desc_t desc = {hdr->dtype, hdr->op, hdr->tag_dtype};
+    const uint8_t *p = data;
+    uint32_t le;
+
+    if (data_len < SHP_WIRE_SPARSE_HDR) {
+        return shp_wire_reject(SHP_ERR_PROTO, "a sparse payload without head",
+                               why);
+    }
+    memcpy(&le, p, sizeof(le));
+    v->block = le32toh(le);
+    v->dense_len = (size_t)hdr->count * shp_reduce_elem_size(&desc);
+    if (shp_sparse_layout_check(&desc, v->dense_len, v->block) != SHP_OK) {
+        return shp_wire_reject(SHP_ERR_PROTO,
+                               "a sparse payload's block does not fit its "
+                               "type",
+                               why);
+    }
+    size_t bm = shp_sparse_bitmap_bytes(v->dense_len, v->block);
+    if (data_len - SHP_WIRE_SPARSE_HDR < bm) {
+        return shp_wire_reject(SHP_ERR_PROTO,
+                               "a sparse payload's bitmap is cut", why);
+    }
+    v->bitmap = p + SHP_WIRE_SPARSE_HDR;
+    v->packed = v->bitmap + bm;
+    v->packed_len = data_len - SHP_WIRE_SPARSE_HDR - bm;
+    const char *w = NULL;
+    if (shp_sparse_check(v->dense_len, v->block, v->bitmap, v->packed_len,
+                         &w) != SHP_OK) {
+        return shp_wire_reject(SHP_ERR_PROTO, w, why);
+    }
+    return SHP_OK;
+}
+
+size_t shp_wire_sparse_head(void *out, uint32_t block, const uint8_t *bitmap,
+                            size_t dense_len)
+{
+    uint32_t le = htole32(block);
+    size_t bm = shp_sparse_bitmap_bytes(dense_len, block);
+    memcpy(out, &le, sizeof(le));
+    if ((uint8_t *)out + SHP_WIRE_SPARSE_HDR != bitmap) {
+        memmove((uint8_t *)out + SHP_WIRE_SPARSE_HDR, bitmap, bm);
+    }
+    return SHP_WIRE_SPARSE_HDR + bm;
 }
 
 /* The messages of a group's life and its errors: no elements, a fixed
@@ -383,6 +450,10 @@ shp_status_t shp_wire_validate(const shp_wire_hdr_t *hdr, size_t msg_len,
     if (hdr->opcode == SHP_WIRE_OP_AGG_REQ ||
         hdr->opcode == SHP_WIRE_OP_AGG_RESULT) {
         return shp_wire_check_agg(hdr, data_len, why);
+    }
+    if (hdr->flags & SHP_WIRE_F_SPARSE) {
+        return shp_wire_reject(SHP_ERR_PROTO,
+                               "a sparse flag on what is not a reduction", why);
     }
     return shp_wire_check_ctl(hdr, why);
 }

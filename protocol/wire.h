@@ -32,7 +32,9 @@
  *      is refused at the join; flag BCAST, a tree bcast: an AN from
  *      before it refuses a bcast's requests as unknown flags, which fails
  *      the group, so its members get an error, not a hang; flag FREE, a
- *      bcast only its root sends: an AN from before it refuses it alike).
+ *      bcast only its root sends: an AN from before it refuses it alike;
+ *      flag SPARSE, a block-sparse payload: refused alike by an AN from
+ *      before it, and sent only when the member's setting allows).
  *
  * Multicast results are authenticated (anyone on the data network can send
  * a datagram to a group's address): a Poly1305 tag over the packed header
@@ -109,10 +111,18 @@ typedef enum shp_wire_opcode {
 #define SHP_WIRE_F_FREE (1u << 8)
 #define SHP_WIRE_FREE_SYNC 8u
 #define SHP_WIRE_FREE_MAX 4096u
+/* a block-sparse payload (reduce/sparse.h), on a request or a result of a
+ * reduction whose identity is all-zero bits (shp_sparse_ok): count is the
+ * dense payload's, the data is
+ *   u32 block (little-endian), the bitmap of the dense payload's blocks
+ *   that are there (shp_sparse_bitmap_bytes), those blocks one after another
+ * and a block left out stands for zeros.  Never with BARRIER or BCAST. */
+#define SHP_WIRE_F_SPARSE (1u << 9)
+#define SHP_WIRE_SPARSE_HDR 4u
 #define SHP_WIRE_F_KNOWN                                                       \
     (SHP_WIRE_F_MCAST | SHP_WIRE_F_RETRANS | SHP_WIRE_F_BARRIER |              \
      SHP_WIRE_F_UNICAST | SHP_WIRE_F_EXACT | SHP_WIRE_F_RC_ONLY |              \
-     SHP_WIRE_F_MAC | SHP_WIRE_F_BCAST | SHP_WIRE_F_FREE)
+     SHP_WIRE_F_MAC | SHP_WIRE_F_BCAST | SHP_WIRE_F_FREE | SHP_WIRE_F_SPARSE)
 /* retransmitted results a member takes, none by multicast, before it sets
  * SHP_WIRE_F_RC_ONLY */
 #define SHP_WIRE_RC_ONLY_AFTER 3
@@ -239,6 +249,29 @@ void shp_wire_hdr_init(shp_wire_hdr_t *hdr, shp_wire_opcode_t opcode,
 void shp_wire_hdr_init_agg(shp_wire_hdr_t *hdr, shp_wire_opcode_t opcode,
                            uint16_t tree_id, uint32_t group_id, uint32_t seq,
                            const shp_reduce_desc_t *desc, uint32_t count);
+
+/* A SPARSE payload's parts (its data: payload_len less any tag). */
+typedef struct shp_wire_sparse {
+    uint32_t block;
+    size_t dense_len; /* count x element size */
+    const uint8_t *bitmap;
+    const uint8_t *packed;
+    size_t packed_len;
+} shp_wire_sparse_t;
+
+/* The parts of hdr's SPARSE payload (data: data_len bytes), checked: the
+ * block fits the type and the dense size, no bit past the last block, the
+ * packed bytes those of the blocks the bitmap has.  Every SPARSE message
+ * a transport delivers was checked so (shp_tp_deliver). */
+SHP_WUR shp_status_t shp_wire_sparse_view(const shp_wire_hdr_t *hdr,
+                                          const void *data, size_t data_len,
+                                          shp_wire_sparse_t *v,
+                                          const char **why);
+
+/* Writes a SPARSE payload's head (block, and the bitmap from `bitmap`) at
+ * out; returns its bytes (the packed blocks go right after). */
+size_t shp_wire_sparse_head(void *out, uint32_t block, const uint8_t *bitmap,
+                            size_t dense_len);
 
 /*
  * Checks a received message: `msg_len` is the number of bytes it occupies

@@ -101,16 +101,26 @@ size_t shp_sparse_pack(const void *src, size_t len, size_t block,
 void shp_sparse_expand(void *dst, size_t len, size_t block,
                        const uint8_t *bitmap, const void *packed)
 {
-    size_t nb = shp_sparse_nblocks(len, block), b, n = 0;
+    shp_sparse_expand_range(dst, 0, len, len, block, bitmap, packed);
+}
 
-    for (b = 0; b < nb; b++) {
-        size_t k = block_bytes(len, block, b);
-        uint8_t *d = (uint8_t *)dst + b * block;
+void shp_sparse_expand_range(void *dst, size_t lo, size_t hi, size_t len,
+                             size_t block, const uint8_t *bitmap,
+                             const void *packed)
+{
+    size_t b = lo / block, n = 0;
+
+    for (size_t i = 0; i < b; i++) /* the packed bytes before block b */
+        n += shp_sparse_has(bitmap, i) ? block : 0;
+    for (; b * block < hi; b++) {
+        size_t k = block_bytes(len, block, b), off = b * block;
+        size_t from = off > lo ? off : lo, to = off + k < hi ? off + k : hi;
+        uint8_t *d = (uint8_t *)dst + (from - lo);
         if (shp_sparse_has(bitmap, b)) {
-            memcpy(d, (const uint8_t *)packed + n, k);
+            memcpy(d, (const uint8_t *)packed + n + (from - off), to - from);
             n += k;
         } else {
-            memset(d, 0, k);
+            memset(d, 0, to - from);
         }
     }
 }

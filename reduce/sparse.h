@@ -76,6 +76,11 @@ size_t shp_sparse_pack(const void *src, size_t len, size_t block,
 void shp_sparse_expand(void *dst, size_t len, size_t block,
                        const uint8_t *bitmap, const void *packed);
 
+/* dst (hi - lo bytes) = bytes [lo, hi) of the payload (hi <= len). */
+void shp_sparse_expand_range(void *dst, size_t lo, size_t hi, size_t len,
+                             size_t block, const uint8_t *bitmap,
+                             const void *packed);
+
 /* What a peer sent, checked before it is used: no bit past the last
  * block, and packed_len the bytes of the blocks the bitmap has.
  * SHP_ERR_PROTO with *why otherwise. */

@@ -138,6 +138,8 @@ TEST_SCRIPTS += tests/libsharp/coll_shm.sh
 TEST_SCRIPTS += tests/mpi-coll/test_mpi.sh
 # exact sums under MPI: the same bits for any placement
 TEST_SCRIPTS += tests/mpi-coll/test_exact_mpi.sh
+# sparse payloads: the same bits as dense, every type, exact mode, a fault
+TEST_SCRIPTS += tests/mpi-coll/test_sparse_mpi.sh
 # non-blocking collectives under stress, against references
 TEST_SCRIPTS += tests/mpi-coll/test_stress.sh
 # why a call went to MPI: per communicator, per class, the final table

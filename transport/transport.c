@@ -48,6 +48,13 @@ shp_status_t shp_tp_deliver(shp_tp_ep_t *ep, const void *msg, size_t len)
     }
     shp_wire_hdr_unpack(msg, &hdr);
     status = shp_wire_validate(&hdr, len, ep->tp->max_payload, &why);
+    if (status == SHP_OK && (hdr.flags & SHP_WIRE_F_SPARSE)) {
+        shp_wire_sparse_t v; /* its bitmap and blocks, before anyone reads */
+        size_t mac = hdr.flags & SHP_WIRE_F_MAC ? SHP_WIRE_MAC_LEN : 0;
+        status =
+            shp_wire_sparse_view(&hdr, (const uint8_t *)msg + SHP_WIRE_HDR_LEN,
+                                 hdr.payload_len - mac, &v, &why);
+    }
     if (status != SHP_OK) {
         ep->tp->stats.malformed++;
         shp_warn_sparse(1000, "malformed %s message from %s: %s",

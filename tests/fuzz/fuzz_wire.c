@@ -4,11 +4,16 @@
  * validated the way shp_tp_deliver does.  Checks: packing an unpacked
  * header gives the same bytes (reserved fields zero), a validated
  * reduction message's payload is count x element size, swapping its
- * elements twice changes nothing, a join payload round-trips.
+ * elements twice changes nothing, a join payload round-trips, a sparse
+ * payload's parts are consistent and pack back to the same bytes.
  */
 #include "tests/fuzz/fuzz.h"
 
 #include "protocol/wire.h"
+#include "reduce/sparse.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 static int hdr_equal(const shp_wire_hdr_t *a, const shp_wire_hdr_t *b)
 {
@@ -18,6 +23,48 @@ static int hdr_equal(const shp_wire_hdr_t *a, const shp_wire_hdr_t *b)
            a->seq == b->seq && a->dtype == b->dtype && a->op == b->op &&
            a->tag_dtype == b->tag_dtype && a->lanes == b->lanes &&
            a->count == b->count && a->payload_len == b->payload_len;
+}
+
+/* A SPARSE payload the header check let by: its parts checked as
+ * shp_tp_deliver checks them; if right, the dense payload they stand for
+ * (at most 1 MiB here) packs back into the same bitmap and blocks where
+ * no present block is all zero */
+static void check_sparse(const shp_wire_hdr_t *hdr, const uint8_t *payload)
+{
+    size_t data =
+        hdr->payload_len - (hdr->flags & SHP_WIRE_F_MAC ? SHP_WIRE_MAC_LEN : 0);
+    shp_wire_sparse_t v;
+    const char *why = NULL;
+    shp_reduce_desc_t d = {hdr->dtype, hdr->op, hdr->tag_dtype};
+
+    FZ_CHECK(shp_sparse_ok(&d) && !(hdr->flags & SHP_WIRE_F_BARRIER) &&
+             !(hdr->flags & SHP_WIRE_F_BCAST));
+    if (shp_wire_sparse_view(hdr, payload, data, &v, &why) != SHP_OK) {
+        FZ_CHECK(why != NULL);
+        return;
+    }
+    FZ_CHECK(v.dense_len >= data);
+    FZ_CHECK(v.packed + v.packed_len == payload + data);
+    FZ_CHECK(shp_sparse_packed_len(v.dense_len, v.block, v.bitmap) ==
+             v.packed_len);
+    if (v.dense_len > (1u << 20)) {
+        return;
+    }
+    uint8_t *dense = malloc(v.dense_len + 1);
+    uint8_t *again = malloc(data + 1);
+    FZ_CHECK(dense != NULL && again != NULL);
+    shp_sparse_expand(dense, v.dense_len, v.block, v.bitmap, v.packed);
+    size_t nb = shp_sparse_nblocks(v.dense_len, v.block);
+    uint8_t *bm = again + SHP_WIRE_SPARSE_HDR;
+    (void)shp_sparse_scan(dense, v.dense_len, v.block, bm, nb);
+    if (!memcmp(bm, v.bitmap, shp_sparse_bitmap_bytes(v.dense_len, v.block))) {
+        size_t head = shp_wire_sparse_head(again, v.block, bm, v.dense_len);
+        size_t k =
+            shp_sparse_pack(dense, v.dense_len, v.block, bm, again + head);
+        FZ_CHECK(head + k == data && !memcmp(again, payload, data));
+    }
+    free(dense);
+    free(again);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -73,9 +120,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                      (hdr.opcode == SHP_WIRE_OP_AGG_RESULT &&
                       (hdr.flags & SHP_WIRE_F_MCAST) &&
                       hdr.payload_len >= SHP_WIRE_MAC_LEN));
-            if ((hdr.opcode == SHP_WIRE_OP_AGG_REQ ||
-                 hdr.opcode == SHP_WIRE_OP_AGG_RESULT) &&
-                !(hdr.flags & SHP_WIRE_F_BARRIER)) {
+            if (hdr.flags & SHP_WIRE_F_SPARSE) {
+                check_sparse(&hdr, p + SHP_WIRE_HDR_LEN);
+            } else if ((hdr.opcode == SHP_WIRE_OP_AGG_REQ ||
+                        hdr.opcode == SHP_WIRE_OP_AGG_RESULT) &&
+                       !(hdr.flags & SHP_WIRE_F_BARRIER)) {
                 shp_reduce_desc_t d = {hdr.dtype, hdr.op, hdr.tag_dtype};
                 size_t es = shp_reduce_elem_size(&d);
                 uint8_t *copy = malloc(hdr.payload_len + 1);

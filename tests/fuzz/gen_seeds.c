@@ -115,6 +115,23 @@ static void seeds_wire(void)
         snprintf(name, sizeof(name), "agg-%u", i);
         save_buf("wire", name, &b);
     }
+    /* sparse: 64 floats in blocks of 8 bytes, blocks 1 and 5 there */
+    {
+        static const shp_reduce_desc_t f = {SHP_DTYPE_F32, SHP_OP_SUM,
+                                            SHP_DTYPE_NULL};
+        uint8_t sp[4 + 1 + 16] = {8, 0, 0, 0, 0x22};
+        memcpy(sp + 5, payload, 16);
+        put8(&b, 3);
+        shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_REQ, 1, 5, 7, &f, 16);
+        h.flags = SHP_WIRE_F_SPARSE;
+        h.payload_len = sizeof(sp);
+        put_msg(&b, &h, sp);
+        shp_wire_hdr_init_agg(&h, SHP_WIRE_OP_AGG_RESULT, 1, 5, 7, &f, 16);
+        h.flags = SHP_WIRE_F_SPARSE;
+        h.payload_len = sizeof(sp);
+        put_msg(&b, &h, sp);
+        save_buf("wire", "sparse", &b);
+    }
     put8(&b, 3);
     shp_wire_hdr_init(&h, SHP_WIRE_OP_AGG_REQ, 0, 9, 1);
     h.flags = SHP_WIRE_F_BARRIER;

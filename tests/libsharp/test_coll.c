@@ -685,9 +685,14 @@ static int m_caps(int rank, void *arg)
     CHECK(ops & (1ull << SHARP_OP_SUM_EXACT), "SUM_EXACT not claimed");
     CHECK(!(feat &
             ~(uint64_t)(SHARP_FEATURE_LLT | SHARP_FEATURE_REPRODUCIBLE |
-                        SHARP_FEATURE_SAT | SHARP_FEATURE_SAT_EXCLUSIVE_LOCK)),
+                        SHARP_FEATURE_SAT | SHARP_FEATURE_SAT_EXCLUSIVE_LOCK |
+                        SHARP_FEATURE_SPARSE)),
           "an unknown feature bit");
     CHECK(feat & SHARP_FEATURE_SAT, "SAT not claimed");
+    /* sparse fragments: on unless SHARP_COLL_SPARSE_MIN=0 */
+    const char *smin = getenv("SHARP_COLL_SPARSE_MIN");
+    CHECK(!(feat & SHARP_FEATURE_SPARSE) == (smin && !strcmp(smin, "0")),
+          "SPARSE claimed wrongly");
     /* there is no streaming lock to take */
     CHECK(!(feat & SHARP_FEATURE_SAT_EXCLUSIVE_LOCK), "exclusive lock");
 

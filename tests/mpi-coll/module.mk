@@ -19,13 +19,15 @@
 #               is killed (bench/mpi_failover.sh)
 #   mpi_progress collectives while the rank's own MPI_Isend still needs it
 #               (test_mpi.sh)
+#   mpi_sparse  mostly-zero allreduces, sparse against dense bits
+#               (test_sparse_mpi.sh)
 #   mpi_conform correct MPI programs the layer must not change: NBX,
 #               handles freed while in use, persistent start orders, a
 #               window of mixed non-blocking collectives ...
 #               (test_conform.sh; mpi_conform_window.c, conform.h)
 
 MPI_TESTS := mpi_check mpi_types mpi_fault mpi_nb mpi_stress mpi_why \
-	mpi_mixed mpi_threads mpi_stream mpi_progress mpi_conform
+	mpi_mixed mpi_threads mpi_stream mpi_progress mpi_conform mpi_sparse
 MPI_TEST_DIR := $(TESTDIR)/mpi-coll
 TEST_HELPERS += $(foreach t,$(MPI_TESTS),$(MPI_TEST_DIR)/$(t)_ompi \
 	$(MPI_TEST_DIR)/$(t)_mpich) $(MPI_TEST_DIR)/mpi_exact_ompi

@@ -178,6 +178,12 @@ static void trial(const shp_reduce_desc_t *d, uint64_t *rng, const char *isa)
     memset(exp, 0xa5, len);
     shp_sparse_expand(exp, len, block, map, packed);
     check_same(d, exp, want, len, isa);
+    /* a member keeping part of it (reduce-scatter, a stripe's view) */
+    size_t lo = (size_t)test_rand(rng) % (len + 1);
+    size_t hi = lo + (size_t)test_rand(rng) % (len - lo + 1);
+    memset(exp, 0xa5, len);
+    shp_sparse_expand_range(exp, lo, hi, len, block, map, packed);
+    assert_memory_equal(exp, (const uint8_t *)want + lo, hi - lo);
 }
 
 static void each_desc(void (*fn)(const shp_reduce_desc_t *, uint64_t *,

@@ -91,7 +91,10 @@ enum sharp_job_features {
     SHARP_FEATURE_LLT = 1 << 0,
     SHARP_FEATURE_REPRODUCIBLE = 1 << 1,
     SHARP_FEATURE_SAT = 1 << 2,
-    SHARP_FEATURE_SAT_EXCLUSIVE_LOCK = 1 << 3
+    SHARP_FEATURE_SAT_EXCLUSIVE_LOCK = 1 << 3,
+    /* this library's own: reductions of mostly-zero buffers go block-sparse
+     * (SHARP_COLL_SPARSE_MIN), the result bit for bit the dense one's */
+    SHARP_FEATURE_SPARSE = 1 << 16
 };
 
 enum sharp_aggregation_mode {
