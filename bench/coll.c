@@ -66,6 +66,9 @@ static int member(int rank, void *arg)
     }
     int32_t *a = calloc(1, sizes[NSIZES - 1]),
             *b = calloc(1, sizes[NSIZES - 1]);
+    /* dense data: zeros would go sparse (SHARP_COLL_SPARSE_MIN) */
+    for (size_t i = 0; a != NULL && i < sizes[NSIZES - 1] / 4; i++)
+        a[i] = (int32_t)(i % 1000 + 1);
     for (int k = 0; k < NSIZES; k++) {
         int iters = sizes[k] <= 4096 ? 300 : sizes[k] <= 262144 ? 30 : 10;
         struct sharp_coll_reduce_spec sp;

@@ -30,6 +30,9 @@
 #          mpi_allreduce_8B_ppn8_shm_vs_shm=..
 #          mpi_node_aggr_8B_ppn8_vs_per_process=.. (and _4K_, _barrier_,
 #          _bcast_8B_: the scale section's, below)
+#          mpi_allreduce_16M_np8_density1_vs_tcp=.. (and density10,
+#          density100_vs_dense, 1M_np8_density1_vs_tcp: mostly-zero sums,
+#          bench/mpi_sparse.sh; SHARP_BENCH_SPARSE_RUN=0 skips it)
 # (sharp over tcp/udp against Open MPI over TCP, sharp over shm against
 # Open MPI over shared memory; a ratio below 1 is sharp faster).
 #
@@ -375,6 +378,16 @@ for b in $(cat "$DIR"/lg*8.* | awk '$1 == "allreduce_b" { print $2 }' | sort -nu
             (t > 0 ? s / t : 0), p, (s > 0 ? p / s : 0) }'
 done
 
+# sparse payloads (bench/mpi_sparse.sh: its table, and its keys on the
+# last line here); SHARP_BENCH_SPARSE_RUN=0 skips it
+SPARSE_RESULT=""
+if [ "${SHARP_BENCH_SPARSE_RUN:-1}" = 1 ]; then
+    echo
+    "$SRC/bench/mpi_sparse.sh" "$O" >"$DIR/sparse.out"
+    grep -v '^RESULT ' "$DIR/sparse.out"
+    SPARSE_RESULT=$(sed -n 's/^RESULT //p' "$DIR/sparse.out")
+fi
+
 echo "RESULT mpi_allreduce_8B_np8_vs_tcp=$(r allreduce 8 8 3)" \
     "mpi_allreduce_8B_np16_vs_tcp=$(r allreduce 8 16 3)" \
     "mpi_allreduce_4K_np8_vs_tcp=$(r allreduce 4096 8 3)" \
@@ -397,4 +410,4 @@ echo "RESULT mpi_allreduce_8B_np8_vs_tcp=$(r allreduce 8 8 3)" \
     "mpi_iallreduce_8B_np8_shm_vs_shm=$(r iallreduce 8 8 3 sharpshm shm)" \
     ${NOMAC:+"mpi_mcast_mac_8B_vs_untagged=$(r allreduce 8 8 3 mac nomac)"} \
     ${NOMAC:+"mpi_mcast_mac_1M_vs_untagged=$(r allreduce 1048576 8 3 mac nomac)"} \
-    ${SCALE_RESULT:-}
+    ${SCALE_RESULT:-} ${SPARSE_RESULT:-}

@@ -14,7 +14,8 @@
 #          mpi_allreduce_16M_np8_density100_vs_dense=..
 #          mpi_allreduce_1M_np8_density1_vs_tcp=..
 # a ratio the median of the rounds' own ratios (below 1: sharp faster).
-# SHARP_BENCH_ROUNDS (3), SHARP_BENCH_SCALE (0.5: the iterations' fraction).
+# SHARP_BENCH_SPARSE_ROUNDS (5), SHARP_BENCH_SCALE (0.5: the iterations'
+# fraction, at least 10 at 16 MiB and 25 below; under 0.1 a tiny run).
 set -euo pipefail
 O=${1:-build}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,7 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 export SHARP_BENCH_SCALE=${SHARP_BENCH_SCALE:-0.5} SHARP_BENCH_SPARSE=1
-ROUNDS=${SHARP_BENCH_ROUNDS:-3}
+ROUNDS=${SHARP_BENCH_SPARSE_ROUNDS:-5}
 run() { # OUT, then mpirun arguments
     local out=$1
     shift

@@ -14,7 +14,7 @@ fi
 command -v mpirun.openmpi >/dev/null || { echo "skip: no Open MPI"; exit 77; }
 out=$(mktemp /tmp/sharp-test-bench.XXXXXX)
 trap 'rm -f "$out"' EXIT
-SHARP_BENCH_ROUNDS=1 SHARP_BENCH_SCALE=0.01 SHARP_BENCH_SCALE_NPS=8 \
+SHARP_BENCH_ROUNDS=1 SHARP_BENCH_SPARSE_ROUNDS=1 SHARP_BENCH_SCALE=0.01 SHARP_BENCH_SCALE_NPS=8 \
     SHARP_BENCH_SCALE_PPNS=2 timeout 1200 bash bench/mpi.sh "$O" >"$out" 2>&1
 rc=$?
 result=$(grep '^RESULT ' "$out" | tail -1)
@@ -34,7 +34,9 @@ for key in mpi_allreduce_8B_np8_vs_tcp mpi_allreduce_8B_np16_vs_tcp \
     mpi_node_aggr_8B_ppn2_vs_per_process mpi_allreduce_1M_np16_vs_tcp \
     mpi_allreduce_1M_np8_shm_vs_shm mpi_bcast_8B_np8_shm_vs_shm \
     mpi_bcast_1M_np8_vs_tcp mpi_barrier_np8_shm_vs_shm \
-    mpi_iallreduce_8B_np8_shm_vs_shm mpi_bcast_8B_np8_vs_shm; do
+    mpi_iallreduce_8B_np8_shm_vs_shm mpi_bcast_8B_np8_vs_shm \
+    mpi_allreduce_16M_np8_density1_vs_tcp mpi_allreduce_16M_np8_density10_vs_tcp \
+    mpi_allreduce_16M_np8_density100_vs_dense mpi_allreduce_1M_np8_density1_vs_tcp; do
     v=$(echo "$result" | tr ' ' '\n' | sed -n "s/^$key=//p")
     # the machine's CPU per operation comes from /proc/stat's 10 ms ticks:
     # a tiny run may see none (nan), but the key must be there
