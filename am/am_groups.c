@@ -13,6 +13,7 @@
  * revoked and the job's sharpds are told.
  */
 #include "am/am_int.h"
+#include "am/am_adopt.h"
 #include "am/am_ids.h"
 
 #include <inttypes.h>
@@ -48,16 +49,42 @@ void shp_am_group_free(shp_am_t *am, shp_am_group_t *g)
     free(g);
 }
 
+static void am_group_remove_at(shp_am_t *am, int a, uint32_t id)
+{
+    shp_am_an_t *an = &am->ans[a];
+    if (an->up && an->peer)
+        shp_am_send(an->peer,
+                    json_pack("{s:s, s:I, s:I}", "type", "group_remove", "id",
+                              (json_int_t)am->next_req++, "group_id",
+                              (json_int_t)id));
+}
+
 void shp_am_group_remove_from_ans(shp_am_t *am, shp_am_group_t *g)
 {
-    for (int i = 0; i < g->plan.nans; i++) {
-        shp_am_an_t *an = &am->ans[g->an_of[i]];
-        if (an->up)
-            shp_am_send(an->peer,
-                        json_pack("{s:s, s:I, s:I}", "type", "group_remove",
-                                  "id", (json_int_t)am->next_req++, "group_id",
-                                  (json_int_t)g->id));
-    }
+    for (int i = 0; i < g->plan.nans; i++)
+        am_group_remove_at(am, g->an_of[i], g->id);
+}
+
+/* A group of job `job` that its ANs reported and the adoption has not
+ * taken back yet (this manager came over after a partition, or started
+ * again): its job may destroy it as any other.  Its ANs are told to remove
+ * it and later reports of it are removed (gone).  1 if there was one. */
+static int am_group_destroy_reported(shp_am_t *am, uint32_t id, uint64_t job)
+{
+    shp_am_adopt_t *ad = am->adopt;
+    adopt_group_t *ag = NULL;
+    if (ad == NULL || !ad->on)
+        return 0;
+    HASH_FIND(hh, ad->groups, &id, sizeof(id), ag);
+    if (ag == NULL || ag->gone || ag->job != job)
+        return 0;
+    for (int i = 0; i < ag->nreps; i++)
+        am_group_remove_at(am, ag->reps[i].an, id);
+    ag->gone = 1;
+    shp_info("group %" PRIu32 " of job %" PRIu64 " destroyed by its job "
+             "before it was taken back",
+             id, job);
+    return 1;
 }
 
 /* every AN of g's up (an AN just lost is down before its groups are
@@ -678,6 +705,10 @@ void shp_am_group_destroy(shp_am_t *am, shp_am_peer_t *p, const json_t *msg,
         return;
     }
     shp_am_group_t *g = shp_am_group_find(am, (uint32_t)gid);
+    if (!g && am_group_destroy_reported(am, (uint32_t)gid, j->id)) {
+        shp_am_send(p, shp_ctl_reply("group_destroy_ack", id, SHP_OK, NULL));
+        return;
+    }
     if (!g || g->job != j) {
         shp_am_send(p, shp_ctl_reply("group_destroy_ack", id,
                                      SHP_ERR_GROUP_UNKNOWN,

@@ -502,6 +502,41 @@ static void test_adopt_processes_gone(void **state)
     am_down();
 }
 
+/* The job destroys a group its ANs reported and the manager has not taken
+ * back yet (a member host's sharpd is not back: it waits): the destroy is
+ * acknowledged, not answered "no such group" (a partition's nemesis run
+ * found that), every AN that reported it is told to remove it, and it is
+ * not revoked later. */
+static void test_adopt_destroy_pending(void **state)
+{
+    world_t w = {0};
+    (void)state;
+    make_world(&w);
+    restart(&w, 1000000, NULL, NULL, 3);
+    assert_null(shp_am_group_find(&am, (uint32_t)w.gid)); /* waits */
+    assert_int_equal(removed_anywhere(w.gid), 0);
+    send_msg(sds2[0],
+             json_pack("{s:s, s:i, s:o, s:i, s:I}", "type", "group_destroy",
+                       "id", 7, "job_id", shp_json_u64(w.job), "uid", 1000,
+                       "group_id", (json_int_t)w.gid));
+    json_t *ack = got(sds2[0], "group_destroy_ack", -1);
+    assert_non_null(ack);
+    assert_int_equal(json_integer_value(json_object_get(ack, "status")), 0);
+    assert_int_equal(removed_anywhere(w.gid), (int)json_object_size(w.adds));
+    /* again: now it is gone, as any destroyed group */
+    send_msg(sds2[0],
+             json_pack("{s:s, s:i, s:o, s:i, s:I}", "type", "group_destroy",
+                       "id", 8, "job_id", shp_json_u64(w.job), "uid", 1000,
+                       "group_id", (json_int_t)w.gid));
+    ack = got(sds2[0], "group_destroy_ack", -1);
+    assert_int_equal(json_integer_value(json_object_get(ack, "status")),
+                     SHP_ERR_GROUP_UNKNOWN);
+    assert_null(revoked_why(w.gid));
+    assert_null(got(sds2[0], "group_revoked", w.gid));
+    world_free(&w);
+    am_down();
+}
+
 /* No sharpd reports the job at all: the job is not made, the group is
  * revoked at adopt_timeout. */
 static void test_adopt_job_gone(void **state)
@@ -800,6 +835,7 @@ int main(void)
         cmocka_unit_test(test_adopt_an_restarted),
         cmocka_unit_test(test_adopt_processes_gone),
         cmocka_unit_test(test_adopt_job_gone),
+        cmocka_unit_test(test_adopt_destroy_pending),
         cmocka_unit_test(test_adopt_disagreements),
         cmocka_unit_test(test_adopt_bounds),
         cmocka_unit_test(test_adopt_requests_wait),
