@@ -299,6 +299,9 @@ API int MPI_Finalize(void)
         smpi.addrs = NULL;
     }
     if (smpi.ctx != NULL) {
+        if (smpi_cfg.verbose >= 2) /* libsharp_coll's counters: fragments,
+                                    * multicast, sparse fragments, ... */
+            sharp_coll_dump_stats(smpi.ctx);
         sharp_coll_finalize(smpi.ctx);
         smpi.ctx = NULL;
     }

@@ -28,7 +28,9 @@ static const shp_config_opt_t smpi_opts[] = {
         "on a communicator once; and at MPI_Finalize a report of the calls "
         "and bytes offloaded and fallen back with the table \"not "
         "offloaded, because\" (see WHY A CALL WENT TO MPI); 2: also notes "
-        "per communicator",
+        "per communicator, and each rank's libsharp_coll counters at "
+        "MPI_Finalize (fragments, results by multicast, sparse fragments and "
+        "the zero blocks they left out)",
         verbose, shp_cfg_int, &r_verbose),
     ROW("min_ranks", "2", "smaller communicators use MPI", min_ranks,
         shp_cfg_int, &r_ranks),
