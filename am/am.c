@@ -182,6 +182,7 @@ shp_status_t shp_am_start(shp_am_t *am, struct ev_loop *loop, char *err,
     shp_status_t st;
     am->loop = loop;
     am->next_group = 1;
+    am->id_stride = 1; /* every id, until shp_am_ids_stripe says */
     am->next_req = SHP_AM_REQ_MISC_BASE;
     if (!am->cfg.topology[0]) {
         snprintf(err, errlen, "no topology file (--topology)");

@@ -49,7 +49,7 @@ void shp_am_ids_stripe(shp_am_t *am, const char *self,
 
 uint32_t shp_am_ids_align(const shp_am_t *am, uint64_t v)
 {
-    uint32_t stride = am->id_stride ? am->id_stride : 1;
+    uint32_t stride = am->id_stride;
     uint32_t first = am->id_stripe ? am->id_stripe : stride;
     if (v < first || v >= SHP_AM_GROUP_ID_END)
         return first;
@@ -59,8 +59,7 @@ uint32_t shp_am_ids_align(const shp_am_t *am, uint64_t v)
 
 void shp_am_ids_seen(shp_am_t *am, uint32_t id)
 {
-    uint32_t stride = am->id_stride ? am->id_stride : 1;
-    if (id % stride != am->id_stripe || id < am->next_group)
+    if (id % am->id_stride != am->id_stripe || id < am->next_group)
         return; /* another manager's, or behind us */
     am->next_group = shp_am_ids_align(am, (uint64_t)id + 1);
     am->group_ids_left = 0;

@@ -126,7 +126,7 @@ typedef struct shp_an_slot {
     /* a sparse operation (an_sparse.c): opened by a SPARSE payload, its
      * children folded in order by sp (seen: a count per block; ones: the
      * bitmap a dense child stands for), early ones kept as copies of
-     * clen[ci] bytes (SPARSE_COPY: as sent, sparse); the result packed
+     * clen[ci] bytes (its top bit: kept as sent, sparse); the result packed
      * into sbuf, swapped with acc when it goes sparse */
     int sparse;
     uint32_t dense_len;

@@ -81,7 +81,6 @@ void shp_an_join(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
                  const void *payload);
 void shp_an_leave(shp_an_link_t *l, const shp_wire_hdr_t *hdr);
 
-/* A payload copy back to the group's free list (an_group.c, an_fold.c) */
 /* A buffer of the group's payload size (recycled), or NULL */
 static inline uint8_t *an_buf_get(shp_an_group_t *g)
 {
@@ -91,6 +90,8 @@ static inline uint8_t *an_buf_get(shp_an_group_t *g)
     return malloc(g->payload ? g->payload : 1);
 }
 
+/* A payload copy back to the group's free list (an_group.c, an_fold.c,
+ * an_sparse.c) */
 static inline void an_buf_put(shp_an_group_t *g, uint8_t *buf)
 {
     if (g->nfree == g->cap_free) {
@@ -108,6 +109,12 @@ static inline void an_buf_put(shp_an_group_t *g, uint8_t *buf)
 
 /* an_dist.c */
 void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast);
+/* A result from the parent: passed down.  Its group if it was a free
+ * bcast's this AN had no part of (the operations after it may go now:
+ * shp_an_result), else NULL. */
+shp_an_group_t *shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
+                                  const void *payload);
+void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr);
 
 /* an_sparse.c */
 /* Slot s, just opened by hdr's SPARSE payload, made a sparse fold */
@@ -123,12 +130,6 @@ int shp_an_sparse_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
  * group's (an_buf_get); NULL: it does not fit s, or no memory */
 uint8_t *shp_an_sparse_expand(shp_an_group_t *g, const shp_an_slot_t *s,
                               const shp_wire_hdr_t *hdr, const void *payload);
-/* A result from the parent: passed down.  Its group if it was a free
- * bcast's this AN had no part of (the operations after it may go now:
- * shp_an_result), else NULL. */
-shp_an_group_t *shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
-                                  const void *payload);
-void shp_an_retrans_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr);
 
 /* an_fold.c */
 void shp_an_agg_req(shp_an_link_t *l, const shp_wire_hdr_t *hdr,

@@ -118,7 +118,7 @@ static shp_status_t an_sparse_finish(shp_an_group_t *g, shp_an_slot_t *s)
     if (st != SHP_OK) {
         return st;
     }
-    size_t head = shp_wire_sparse_head(s->sbuf, (uint32_t)block, bitmap, len);
+    size_t head = shp_wire_sparse_head(s->sbuf, (uint32_t)block, len);
     size_t packed = shp_sparse_packed_len(len, block, bitmap);
     if (head + packed >= len) {
         return SHP_OK; /* dense: acc holds it */
@@ -173,11 +173,8 @@ uint8_t *shp_an_sparse_expand(shp_an_group_t *g, const shp_an_slot_t *s,
                               const shp_wire_hdr_t *hdr, const void *payload)
 {
     shp_wire_sparse_t v;
-    const char *why;
 
-    if (shp_wire_sparse_view(hdr, payload, hdr->payload_len, &v, &why) !=
-            SHP_OK ||
-        v.dense_len != s->len) {
+    if (an_sparse_parts(s, payload, hdr->payload_len, &v) != 0) {
         return NULL;
     }
     uint8_t *copy = an_buf_get(g);

@@ -9,8 +9,9 @@
  *   stay_active    a manager does not step down on a higher epoch
  *   same_epoch     a standby takes over at the epoch it knows, not above
  *   forget_epoch   a manager starts at epoch 0, not its stored one
- *   group_ids      a standby taking over gives ids from where it last
- *                  heard its peer, without the margin (am_ha.c)
+ *   group_ids      the managers share one id space (no stripes, am_ids.c)
+ *                  and a standby taking over gives ids from where it
+ *                  last heard its peer (am_ha.c)
  *   same_key       every job gets the same key
  *   silent_revoke  the manager revokes groups without telling the jobs
  *   mute_sharpd    sharpd does not answer a group_create it cannot pass on

@@ -7,7 +7,7 @@
  * blocks of sparse_block bytes that hold a non-zero byte; if they come to
  * at most sparse_density percent of the fragment's bytes, it goes as their
  * bitmap and those blocks alone.  The scan stops as soon as the fragment
- * is too dense (reading a dense block stops at its first non-zero byte),
+ * is too dense (a dense block is left at its first non-zero 64 bytes),
  * so a dense fragment costs next to nothing.  Results come back sparse
  * when the ANs found them so, and are expanded into the caller's buffer
  * once.
@@ -42,7 +42,7 @@ const void *coll_sparse_frag(coll_comm_t *comm, const coll_req_t *r,
     if (n > max) {
         return dense;
     }
-    (void)shp_wire_sparse_head(comm->sparse, (uint32_t)block, bitmap, len);
+    (void)shp_wire_sparse_head(comm->sparse, (uint32_t)block, len);
     size_t packed =
         shp_sparse_pack(dense, len, block, bitmap, comm->sparse + head);
     h->flags |= SHP_WIRE_F_SPARSE;

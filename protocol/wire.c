@@ -360,16 +360,11 @@ shp_status_t shp_wire_sparse_view(const shp_wire_hdr_t *hdr, const void *data,
     return SHP_OK;
 }
 
-size_t shp_wire_sparse_head(void *out, uint32_t block, const uint8_t *bitmap,
-                            size_t dense_len)
+size_t shp_wire_sparse_head(void *out, uint32_t block, size_t dense_len)
 {
     uint32_t le = htole32(block);
-    size_t bm = shp_sparse_bitmap_bytes(dense_len, block);
     memcpy(out, &le, sizeof(le));
-    if ((uint8_t *)out + SHP_WIRE_SPARSE_HDR != bitmap) {
-        memmove((uint8_t *)out + SHP_WIRE_SPARSE_HDR, bitmap, bm);
-    }
-    return SHP_WIRE_SPARSE_HDR + bm;
+    return SHP_WIRE_SPARSE_HDR + shp_sparse_bitmap_bytes(dense_len, block);
 }
 
 /* The messages of a group's life and its errors: no elements, a fixed

@@ -268,10 +268,10 @@ SHP_WUR shp_status_t shp_wire_sparse_view(const shp_wire_hdr_t *hdr,
                                           shp_wire_sparse_t *v,
                                           const char **why);
 
-/* Writes a SPARSE payload's head (block, and the bitmap from `bitmap`) at
- * out; returns its bytes (the packed blocks go right after). */
-size_t shp_wire_sparse_head(void *out, uint32_t block, const uint8_t *bitmap,
-                            size_t dense_len);
+/* Writes a SPARSE payload's block at out, whose bitmap the caller made at
+ * out + SHP_WIRE_SPARSE_HDR; returns the head's bytes, block and bitmap
+ * (the packed blocks go right after). */
+size_t shp_wire_sparse_head(void *out, uint32_t block, size_t dense_len);
 
 /*
  * Checks a received message: `msg_len` is the number of bytes it occupies

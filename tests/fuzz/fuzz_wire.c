@@ -58,7 +58,7 @@ static void check_sparse(const shp_wire_hdr_t *hdr, const uint8_t *payload)
     uint8_t *bm = again + SHP_WIRE_SPARSE_HDR;
     (void)shp_sparse_scan(dense, v.dense_len, v.block, bm, nb);
     if (!memcmp(bm, v.bitmap, shp_sparse_bitmap_bytes(v.dense_len, v.block))) {
-        size_t head = shp_wire_sparse_head(again, v.block, bm, v.dense_len);
+        size_t head = shp_wire_sparse_head(again, v.block, v.dense_len);
         size_t k =
             shp_sparse_pack(dense, v.dense_len, v.block, bm, again + head);
         FZ_CHECK(head + k == data && !memcmp(again, payload, data));
