@@ -165,6 +165,9 @@ json_t *shp_an_stats_json(const shp_an_t *an)
     an_stat(r, "sparse_in", s->sparse_in);
     an_stat(r, "sparse_out", s->sparse_out);
     an_stat(r, "sparse_blocks_skipped", s->sparse_blocks_skipped);
+    an_stat(r, "pass_fold", s->pass_fold);
+    an_stat(r, "pass_copy", s->pass_copy);
+    an_stat(r, "pass_tag", s->pass_tag);
     json_object_set_new(r, "exact_ops", an_exact_ops_json(an));
     return r;
 }

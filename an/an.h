@@ -227,6 +227,10 @@ typedef struct shp_an_stats {
     /* sparse payloads (an_sparse.c): children's that came sparse, results
      * that went on sparse (up or down), blocks they left out */
     uint64_t sparse_in, sparse_out, sparse_blocks_skipped;
+    /* passes over payload bytes (against bytes_in): children's and
+     * results' bytes folded, copied or expanded into slots, and tagged for
+     * multicast (docs/performance.md, "Passes") */
+    uint64_t pass_fold, pass_copy, pass_tag;
 } shp_an_stats_t;
 
 struct shp_an {

@@ -53,6 +53,7 @@ void shp_an_distribute(shp_an_group_t *g, shp_an_slot_t *s, int unicast)
             an_result_hdr(g, s, SHP_WIRE_F_MCAST | SHP_WIRE_F_MAC, &h);
             h.payload_len = s->len + SHP_WIRE_MAC_LEN;
             shp_wire_mac(g->mac_key, seq64, &h, s->acc, s->acc + s->len);
+            g->an->stats.pass_tag += s->len;
         } else {
             an_result_hdr(g, s, SHP_WIRE_F_MCAST, &h);
         }
@@ -115,6 +116,7 @@ static void an_free_result(shp_an_group_t *g, shp_an_slot_t *s,
     s->len = hdr->payload_len;
     if (s->len > 0) {
         memcpy(s->acc, payload, s->len);
+        g->an->stats.pass_copy += s->len;
     }
     shp_an_distribute(g, s, (hdr->flags & SHP_WIRE_F_UNICAST) != 0);
 }
@@ -164,6 +166,7 @@ shp_an_group_t *shp_an_agg_result(shp_an_link_t *l, const shp_wire_hdr_t *hdr,
     }
     if (s->len > 0) {
         memcpy(s->acc, payload, s->len);
+        g->an->stats.pass_copy += s->len;
     }
     shp_an_distribute(g, s, (hdr->flags & SHP_WIRE_F_UNICAST) != 0);
     return NULL;

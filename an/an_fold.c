@@ -344,6 +344,7 @@ static inline void an_agg_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
     } else if (ci == s->fold.next) {
         status = shp_fold_add(&s->fold, ci, payload);
     } else {
+        g->an->stats.pass_copy += s->len;
         uint8_t *copy = an_buf_get(g);
         if (copy == NULL) {
             an_op_error(g, hdr, SHP_ERR_NO_MEMORY, "out of memory");
@@ -360,6 +361,7 @@ static inline void an_agg_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
         an_op_error(g, hdr, status, "duplicate payload");
         return;
     }
+    g->an->stats.pass_fold += s->len;
     if (shp_fold_done(&s->fold)) {
         an_complete(g, s);
     }
@@ -379,6 +381,7 @@ static void an_bcast_add(shp_an_group_t *g, shp_an_slot_t *s,
             return;
         }
         memcpy(s->acc, payload, hdr->payload_len);
+        g->an->stats.pass_copy += hdr->payload_len;
         s->len = hdr->payload_len;
         s->count = hdr->count;
     }

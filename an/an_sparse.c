@@ -88,6 +88,7 @@ static shp_status_t an_sparse_fold_one(shp_an_group_t *g, shp_an_slot_t *s,
 {
     shp_wire_sparse_t v;
 
+    g->an->stats.pass_fold += len;
     if (!sparse) {
         return len == s->dense_len ? shp_sparse_fold_add(&s->sp, s->ones, data)
                                    : SHP_ERR_PROTO;
@@ -104,6 +105,7 @@ static shp_status_t an_sparse_fold_one(shp_an_group_t *g, shp_an_slot_t *s,
         return SHP_ERR_NO_MEMORY;
     }
     shp_sparse_expand(tmp, v.dense_len, v.block, v.bitmap, v.packed);
+    g->an->stats.pass_copy += v.dense_len;
     shp_status_t st = shp_sparse_fold_add(&s->sp, s->ones, tmp);
     an_buf_put(g, tmp);
     return st;
@@ -124,6 +126,7 @@ static shp_status_t an_sparse_finish(shp_an_group_t *g, shp_an_slot_t *s)
         return SHP_OK; /* dense: acc holds it */
     }
     (void)shp_sparse_pack(s->acc, len, block, bitmap, s->sbuf + head);
+    g->an->stats.pass_copy += packed;
     uint8_t *t = s->acc;
     s->acc = s->sbuf;
     s->sbuf = t;
@@ -149,6 +152,7 @@ int shp_an_sparse_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
             return -1;
         }
         memcpy(copy, payload, hdr->payload_len);
+        g->an->stats.pass_copy += hdr->payload_len;
         s->copies[ci] = copy;
         s->clen[ci] = hdr->payload_len | (sparse ? AN_COPY_SPARSE : 0);
         return 0;
@@ -181,6 +185,7 @@ uint8_t *shp_an_sparse_expand(shp_an_group_t *g, const shp_an_slot_t *s,
     if (copy != NULL) {
         shp_sparse_expand(copy, v.dense_len, v.block, v.bitmap, v.packed);
         g->an->stats.sparse_in++;
+        g->an->stats.pass_copy += v.dense_len;
     }
     return copy;
 }

@@ -68,6 +68,14 @@ $(BENCH_MPI_LAT): bench/mpi_lat.c | $(DEPS_STAMP)
 	@$(if $(Q),echo "  MPICC   $@")
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -o $@ $<
 
+# the passes a mostly-zero allreduce cannot avoid, without messages
+# (bench/mpi_sparse.sh prints it beside the runs)
+BENCH_MEM_FLOOR := $(BINDIR)/bench_mem_floor
+BENCHES += $(BENCH_MEM_FLOOR)
+
+$(BENCH_MEM_FLOOR): $(OBJDIR)/bench/mem_floor.o $(COMMON_LIB)
+	$(call link_prog)
+
 # preloaded in front of libsharp_mpi: the MPI layer's own cost per call
 BENCH_MPI_LAYER := $(LIB_OUT)/bench_mpi_layer.so
 BENCHES += $(BENCH_MPI_LAYER)
@@ -78,7 +86,7 @@ $(BENCH_MPI_LAYER): bench/mpi_layer.c | $(DEPS_STAMP)
 	$(Q)$(MPICC_OMPI) $(MPI_CFLAGS) -fvisibility=default -shared -o $@ $< -ldl
 
 .PHONY: bench-mpi
-bench-mpi: $(BENCH_MPI_LAT) $(BENCH_MPI_LAYER) $(SHARP_MPI_OMPI) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO) $(MPI_FAULT_OMPI)
+bench-mpi: $(BENCH_MPI_LAT) $(BENCH_MPI_LAYER) $(BENCH_MEM_FLOOR) $(SHARP_MPI_OMPI) $(SHARP_FABRIC) $(SHARP_AM) $(SHARP_AN) $(SHARPD) $(SHARP_TOPO) $(MPI_FAULT_OMPI)
 	$(Q)bash bench/mpi.sh $(O)
 	$(Q)bash bench/mpi_fault.sh $(O)
 

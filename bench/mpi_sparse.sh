@@ -5,7 +5,11 @@
 # ways alternated in rounds: through sharp over tcp/udp as it comes (sparse
 # fragments on), through sharp with them off (SHARP_COLL_SPARSE_MIN=0:
 # "dense"), and Open MPI over TCP; latency, the machine's CPU per
-# operation, and the loopback bytes per operation and rank.
+# operation, and the loopback bytes per operation and rank.  Beside them,
+# bench_mem_floor (bench/mem_floor.c): what 8 ranks' necessary passes over
+# 16 MiB at 1 and 10 % cost on this machine with no message at all (each
+# rank scans its input and writes the result; then also libsharp_mpi's
+# copy of its recovery record), the least a latency here can be.
 #
 #   bench/mpi_sparse.sh [O]   (O: the build, default build)
 #
@@ -13,6 +17,9 @@
 #   RESULT mpi_allreduce_16M_np8_density1_vs_tcp=.. (and density10)
 #          mpi_allreduce_16M_np8_density100_vs_dense=..
 #          mpi_allreduce_1M_np8_density1_vs_tcp=..
+#          mpi_allreduce_16M_np8_density1_floor_vs_tcp=.. (and density10:
+#          bench_mem_floor's time with the record's copy against Open MPI's
+#          latency: no sharp below it on this machine)
 # a ratio the median of the rounds' own ratios (below 1: sharp faster).
 # SHARP_BENCH_SPARSE_ROUNDS (5), SHARP_BENCH_SCALE (0.5: the iterations'
 # fraction, at least 10 at 16 MiB and 25 below; under 0.1 a tiny run).
@@ -50,6 +57,9 @@ for k in $(seq "$ROUNDS"); do
     sharp_run "$DIR/dense.$k" 0
     "$BIN/sharp-fabric" --dir "$DIR/fabric" down >/dev/null
     run "$DIR/tcp.$k" --mca btl tcp,self "$BIN/bench_mpi_lat"
+    for d in 1 10; do
+        "$BIN/bench_mem_floor" 8 16777216 "$d" >"$DIR/floor$d.$k"
+    done
 done
 val() { # FILE NAME BYTES COLUMN
     awk -v o="$2" -v b="$3" -v c="$4" '$1 == o && $2 == b { print $c }' "$1"
@@ -88,7 +98,25 @@ for bytes in 1048576 4194304 16777216; do
             "$(ratio sparse tcp $n $bytes)" "$(ratio sparse dense $n $bytes)"
     done
 done
+floor() { # DENSITY COLUMN (5: scan and result, 6: and the record's copy)
+    for k in $(seq "$ROUNDS"); do awk -v c="$2" '{ print $c }' "$DIR/floor$1.$k"; done | median
+}
+floor_ratio() { # DENSITY: the rounds' floor (with the record) / Open MPI's latency
+    for k in $(seq "$ROUNDS"); do
+        awk -v a="$(awk '{ print $6 }' "$DIR/floor$1.$k")" \
+            -v b="$(val "$DIR/tcp.$k" "sparse_d$1" 16777216 3)" 'BEGIN { if (b > 0) print a / b }'
+    done | median | awk '{ printf "%.2f", $1 }'
+}
+echo
+echo "The floor, 16 MiB, 8 ranks' passes at once, no messages (bench_mem_floor;"
+echo "us per operation, medians): scan + result written / and the record's copy"
+for d in 1 10; do
+    printf '%8s %6s%% | %9.0f %9.0f | against Open MPI %s\n' 16777216 "$d" \
+        "$(floor $d 5)" "$(floor $d 6)" "$(floor_ratio $d)"
+done
 echo "RESULT mpi_allreduce_16M_np8_density1_vs_tcp=$(ratio sparse tcp sparse_d1 16777216)" \
     "mpi_allreduce_16M_np8_density10_vs_tcp=$(ratio sparse tcp sparse_d10 16777216)" \
     "mpi_allreduce_16M_np8_density100_vs_dense=$(ratio sparse dense sparse_d100 16777216)" \
-    "mpi_allreduce_1M_np8_density1_vs_tcp=$(ratio sparse tcp sparse_d1 1048576)"
+    "mpi_allreduce_1M_np8_density1_vs_tcp=$(ratio sparse tcp sparse_d1 1048576)" \
+    "mpi_allreduce_16M_np8_density1_floor_vs_tcp=$(floor_ratio 1)" \
+    "mpi_allreduce_16M_np8_density10_floor_vs_tcp=$(floor_ratio 10)"

@@ -151,6 +151,7 @@ static const void *frag_msg(coll_comm_t *comm, coll_req_t *r, size_t off,
         return coll_sparse_frag(comm, r, r->src + (off - r->s_lo), len, h);
     }
     size_t skip, lo, hi;
+    comm->ctx->stats.pass_write += len;
     memset(comm->stage, 0, len);
     if (range_view(r->s_lo, r->s_hi, off, off + len, &skip, &lo, &hi)) {
         memcpy(comm->stage + lo, r->src + skip, hi - lo);
@@ -294,6 +295,7 @@ static void take_result(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
     } else if (keep) {
         memcpy(r->dst + skip, (const uint8_t *)payload + lo, hi - lo);
     }
+    comm->ctx->stats.pass_write += hi - lo;
     if (hdr->flags & SHP_WIRE_F_MCAST) {
         comm->ctx->stats.mcast_results++;
         comm->mcast_got++;
@@ -349,6 +351,7 @@ static void on_mcast(coll_comm_t *comm, const shp_wire_hdr_t *hdr,
     }
     shp_wire_hdr_t h = *hdr;
     h.payload_len -= SHP_MCAST_MAC ? SHP_WIRE_MAC_LEN : 0;
+    comm->ctx->stats.pass_tag += SHP_MCAST_MAC ? h.payload_len : 0;
     if (comm->failed == SHP_OK) {
         on_result(comm, &h, payload);
     }

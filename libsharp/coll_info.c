@@ -168,7 +168,8 @@ SHP_API int sharp_coll_dump_stats(struct sharp_coll_context *ctx)
             "multicast %llu by RC %llu forged datagrams dropped %llu "
             "striped %llu free bcasts %llu (results before their turn "
             "%llu) sparse fragments %llu (zero blocks left out %llu) "
-            "sparse results %llu\n",
+            "sparse results %llu; payload bytes read by the zero-block "
+            "scan (at most) %llu, under a checked tag %llu, written %llu\n",
             (unsigned long long)ctx->job_id, ctx->spec.world_rank, ctx->host,
             (unsigned long long)s->ops, (unsigned long long)s->bytes,
             (unsigned long long)s->frags, (unsigned long long)s->retrans,
@@ -179,6 +180,8 @@ SHP_API int sharp_coll_dump_stats(struct sharp_coll_context *ctx)
             (unsigned long long)s->early_results,
             (unsigned long long)s->sparse_frags,
             (unsigned long long)s->sparse_blocks_skipped,
-            (unsigned long long)s->sparse_results);
+            (unsigned long long)s->sparse_results,
+            (unsigned long long)s->pass_scan, (unsigned long long)s->pass_tag,
+            (unsigned long long)s->pass_write);
     return SHARP_COLL_SUCCESS;
 }

@@ -39,6 +39,7 @@ const void *coll_sparse_frag(coll_comm_t *comm, const coll_req_t *r,
     size_t max = (budget - head) / block;
     uint8_t *bitmap = comm->sparse + SHP_WIRE_SPARSE_HDR;
     size_t n = shp_sparse_scan(dense, len, block, bitmap, max);
+    comm->ctx->stats.pass_scan += len;
     if (n > max) {
         return dense;
     }

@@ -299,9 +299,15 @@ API int MPI_Finalize(void)
         smpi.addrs = NULL;
     }
     if (smpi.ctx != NULL) {
-        if (smpi_cfg.verbose >= 2) /* libsharp_coll's counters: fragments,
-                                    * multicast, sparse fragments, ... */
+        /* libsharp_coll's counters (fragments, multicast, sparse
+         * fragments, passes over the bytes) and the record's copies */
+        if (smpi_cfg.verbose >= 2) {
             sharp_coll_dump_stats(smpi.ctx);
+            fprintf(stderr,
+                    "sharp_mpi: rank %d: result bytes copied from the "
+                    "recovery record into the program's buffers %llu\n",
+                    smpi.rank, smpi_nb_delivered);
+        }
         sharp_coll_finalize(smpi.ctx);
         smpi.ctx = NULL;
     }

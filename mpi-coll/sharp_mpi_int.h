@@ -141,6 +141,8 @@ typedef struct smpi_global {
 } smpi_global_t;
 
 extern smpi_global_t smpi;
+/* result bytes smpi_nb_deliver copied from the recovery record (op.c) */
+extern unsigned long long smpi_nb_delivered;
 
 /* The counters above, from any thread */
 #define SMPI_ADD(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)

@@ -1092,7 +1092,11 @@ static void test_mismatch_fails_group(void **state)
  * data and headers, never zeros: the ANs' bytes in (up: a sum from every
  * member and leaf, a bcast's data at the root's leaf and the top; down: a
  * result at every leaf; a header each; the joins) stay under what that
- * makes, where a bcast of zeros would add 18 x its size. */
+ * makes, where a bcast of zeros would add 18 x its size.  The ANs' passes
+ * over those bytes: every child's part of a sum folded once, a bcast's
+ * data folded never but kept at the root's leaf and the top, every result
+ * copied in once at each leaf (and a sum's part that came before its turn
+ * copied once more), every multicast result tagged once, at the top. */
 static void test_bcast(void **state)
 {
     static const char *const rc[] = {"--ops", "600", "--payload", "4096", NULL};
@@ -1100,7 +1104,7 @@ static void test_bcast(void **state)
                                      "--payload", "4096", NULL};
     group_t g = {14, 7, key_a, "rc", NULL, 8, 4096};
     group_t h = {15, 7, key_a, "mcast", "239.77.15.1:17406", 8, 4096};
-    int64_t data = 0,
+    int64_t data = 0, fold = 0, copy = 0, early = 0, tag = 0,
             headers = 600 * (NMEMBERS + 2 * NLEAF) * SHP_WIRE_HDR_LEN +
                       /* the joins, and the leaves' nonces and join acks */
                       (NMEMBERS + NLEAF) *
@@ -1114,17 +1118,30 @@ static void test_bcast(void **state)
                     : k % 4 == 0 ? 4096
                                  : 1 + (k * 131) % 4096;
         data += c * (k % 3 == 0 ? NMEMBERS + NLEAF : 2) + c * NLEAF;
+        fold += k % 3 == 0 ? c * (NMEMBERS + NLEAF) : 0;
+        copy += c * (k % 3 == 0 ? NLEAF : 2 + NLEAF);
+        early += k % 3 == 0 ? c * (NMEMBERS + NLEAF) : 0;
+        tag += c;
     }
     create_group(&g);
     create_group(&h);
     int64_t in0 = an_stat_total("bytes_in");
+    int64_t f0 = an_stat_total("pass_fold"), c0 = an_stat_total("pass_copy");
     run_members(&g, "bcast", rc, 0, 60);
     int64_t in = an_stat_total("bytes_in") - in0;
-    print_message("bytes into the ANs: %lld, at most %lld\n", (long long)in,
-                  (long long)(data + headers));
+    int64_t f = an_stat_total("pass_fold") - f0;
+    int64_t c = an_stat_total("pass_copy") - c0;
+    print_message("bytes into the ANs: %lld, at most %lld; folded %lld, "
+                  "copied %lld (%lld to %lld)\n",
+                  (long long)in, (long long)(data + headers), (long long)f,
+                  (long long)c, (long long)copy, (long long)(copy + early));
     assert_true(in <= data + headers);
     assert_true(in >= data);
+    assert_true(f == fold);
+    assert_true(c >= copy && c <= copy + early);
+    int64_t t0 = an_stat_total("pass_tag");
     run_members(&h, "bcast", mc, 0, 120);
+    assert_true(an_stat_total("pass_tag") - t0 == tag);
 }
 
 /* Free bcasts (only the root sends; docs/an.md, "bcast"): the bcast plan

@@ -531,6 +531,31 @@ epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
     return epoll_pwait(epfd, ev, max, timeout, NULL);
 }
 
+static long dumped_stat(const char *key);
+
+/* the passes one more allreduce of len dense bytes made (the counters of
+ * sharp_coll_dump_stats): its result written into the caller's buffer
+ * once, checked under a tag once if it came by multicast, each fragment
+ * large enough to go sparse scanned once */
+static int passes_check(void *s, void *r, size_t len, int n)
+{
+    long w0 = dumped_stat("written "), t0 = dumped_stat("checked tag "),
+         m0 = dumped_stat("by multicast "), c0 = dumped_stat(" by RC "),
+         s0 = dumped_stat("(at most) ");
+    struct sharp_coll_reduce_spec sp =
+        test_host_spec(s, len, r, len, SHARP_DTYPE_DOUBLE, SHARP_OP_SUM, n);
+    CHECK(sharp_coll_do_allreduce(world, &sp) == 0, "allreduce");
+    long w = dumped_stat("written ") - w0, t = dumped_stat("checked tag ") - t0,
+         m = dumped_stat("by multicast ") - m0, c = dumped_stat(" by RC ") - c0,
+         sc = dumped_stat("(at most) ") - s0;
+    CHECK(w == (long)len, "wrote %ld of %zu result bytes", w, len);
+    CHECK(m + c >= 1 && (c > 0 || t == (long)len) && t <= (long)len,
+          "%ld bytes under a tag, %ld results by multicast, %ld by RC", t, m,
+          c);
+    CHECK(sc == 0 || sc == (long)len, "scanned %ld of %zu bytes", sc, len);
+    return 0;
+}
+
 static int m_repeatable(int rank, void *arg)
 {
     int size = NHOST;
@@ -557,6 +582,7 @@ static int m_repeatable(int rank, void *arg)
             CHECK(!memcmp(first, r, sizeof(r)), "round %d differs", round);
         }
     }
+    CHECK(passes_check(s, r, sizeof(r), N) == 0, "passes");
     /* a progress call with nothing arriving turns the loop once, not
      * poll_batch (16) times: each turn is a system call */
     unsigned long p0 = polls;
