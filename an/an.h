@@ -229,7 +229,7 @@ typedef struct shp_an_stats {
     uint64_t sparse_in, sparse_out, sparse_blocks_skipped;
     /* passes over payload bytes (against bytes_in): children's and
      * results' bytes folded, copied or expanded into slots, and tagged for
-     * multicast (docs/performance.md, "Passes") */
+     * multicast (docs/performance.md, "Passes over each byte") */
     uint64_t pass_fold, pass_copy, pass_tag;
 } shp_an_stats_t;
 

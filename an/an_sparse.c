@@ -123,7 +123,8 @@ static shp_status_t an_sparse_finish(shp_an_group_t *g, shp_an_slot_t *s)
     size_t head = shp_wire_sparse_head(s->sbuf, (uint32_t)block, len);
     size_t packed = shp_sparse_packed_len(len, block, bitmap);
     if (head + packed >= len) {
-        return SHP_OK; /* dense: acc holds it */
+        shp_sparse_fold_dense(&s->sp); /* dense: acc holds it */
+        return SHP_OK;
     }
     (void)shp_sparse_pack(s->acc, len, block, bitmap, s->sbuf + head);
     g->an->stats.pass_copy += packed;

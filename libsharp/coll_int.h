@@ -73,10 +73,11 @@ typedef struct coll_stats {
     uint64_t sparse_frags;   /* fragments sent sparse */
     uint64_t sparse_blocks_skipped; /* their blocks left out (all zero) */
     uint64_t sparse_results;        /* results that came sparse */
-    /* passes over payload bytes (docs/performance.md, "Passes"): read by
-     * the zero-block scan (at most: a block is left at its first non-zero
-     * 64 bytes), under a multicast tag checked, written into the caller's
-     * kept bytes (results, sparse ones expanded, and staged sends) */
+    /* passes over payload bytes (docs/performance.md, "Passes over each
+     * byte"): read by the zero-block scan (at most: a block is left at its
+     * first non-zero 64 bytes), under a multicast tag checked, written into
+     * the caller's kept bytes (results, sparse ones expanded, and staged
+     * sends) */
     uint64_t pass_scan, pass_tag, pass_write;
 } coll_stats_t;
 

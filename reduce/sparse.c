@@ -230,8 +230,7 @@ shp_status_t shp_sparse_fold_finish(shp_sparse_fold_t *f, uint8_t *bitmap,
         size_t k = block_bytes(f->len, f->block, b);
         uint8_t *acc = f->acc + b * f->block;
         if (f->seen[b] == 0) {
-            memset(acc, 0, k);
-            continue;
+            continue; /* zero: written by shp_sparse_fold_dense if need be */
         }
         if (f->seen[b] < f->nchildren) {
             const void *srcs[2] = {acc, sparse_zeros};
@@ -248,4 +247,20 @@ shp_status_t shp_sparse_fold_finish(shp_sparse_fold_t *f, uint8_t *bitmap,
     }
     *present = n;
     return SHP_OK;
+}
+
+void shp_sparse_fold_dense(shp_sparse_fold_t *f)
+{
+    size_t b = 0, e;
+
+    while (b < f->nblocks) {
+        if (f->seen[b] != 0) {
+            b++;
+            continue;
+        }
+        for (e = b + 1; e < f->nblocks && f->seen[e] == 0; e++) {
+        }
+        memset(f->acc + b * f->block, 0, run_bytes(f, b, e));
+        b = e;
+    }
 }

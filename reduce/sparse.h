@@ -112,8 +112,14 @@ SHP_WUR shp_status_t shp_sparse_fold_add(shp_sparse_fold_t *f,
 
 /* After the last child: the blocks some child left out folded once with
  * zeros; the result's bitmap (the blocks not all zero) into bitmap, their
- * count into *present.  acc holds the whole result, dense. */
+ * count into *present.  acc holds the result's blocks that some child had;
+ * the others (no child had them: all zero) are left as they were, to be
+ * written by shp_sparse_fold_dense only if the result goes dense. */
 SHP_WUR shp_status_t shp_sparse_fold_finish(shp_sparse_fold_t *f,
                                             uint8_t *bitmap, size_t *present);
+
+/* After shp_sparse_fold_finish: acc holds the whole result, dense (the
+ * blocks no child had zeroed). */
+void shp_sparse_fold_dense(shp_sparse_fold_t *f);
 
 #endif

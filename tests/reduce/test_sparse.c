@@ -106,6 +106,9 @@ static size_t sparse_fold(const shp_reduce_desc_t *d, uint8_t *const *ch,
     const char *why;
 
     shp_sparse_fold_init(&f, d, len, block, n, out, seen);
+    /* the accumulator holds an earlier operation's bytes (an AN's slot): a
+     * block no child has is written by shp_sparse_fold_dense alone */
+    memset(out, 0xa5, len);
     for (unsigned c = 0; c < n; c++) {
         size_t nb = shp_sparse_nblocks(len, block);
         if (dense_mask & (1u << c)) {
@@ -123,6 +126,7 @@ static size_t sparse_fold(const shp_reduce_desc_t *d, uint8_t *const *ch,
     }
     size_t n_out;
     assert_int_equal(shp_sparse_fold_finish(&f, outmap, &n_out), SHP_OK);
+    shp_sparse_fold_dense(&f);
     return n_out;
 }
 
