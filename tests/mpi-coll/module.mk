@@ -43,6 +43,8 @@ MPI_CONFORM_PARTS := tests/mpi-coll/mpi_conform_window.c \
 	tests/mpi-coll/conform.h
 $(MPI_TEST_DIR)/mpi_conform_ompi $(MPI_TEST_DIR)/mpi_conform_mpich: \
 	$(MPI_CONFORM_PARTS)
+$(MPI_TEST_DIR)/mpi_sparse_ompi $(MPI_TEST_DIR)/mpi_sparse_mpich \
+	$(MPI_TEST_DIR)/mpi_exact_ompi: tests/mpi-coll/bits.h
 
 $(MPI_TEST_DIR)/%_ompi: tests/mpi-coll/%.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)

@@ -20,16 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N 4096
+#include "bits.h"
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2a9d0bull;
-    return x ^ (x >> 33);
-}
+#define N 4096
 
 /* values of many magnitudes and both signs: plain sums depend on order */
 static double value(int rank, int i)
@@ -38,16 +31,6 @@ static double value(int rank, int i)
     double m = (double)(r >> 11) / 9007199254740992.0; /* [0, 1) */
     int e = (int)((r >> 3) % 61) - 30;
     return ldexp(r & 1 ? -m : m, e);
-}
-
-static uint64_t fnv(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h = (h ^ b[i]) * 1099511628211ull;
-    }
-    return h;
 }
 
 /* the correctly rounded sum of v[0..n) (doubles, or floats if prec 24) */

@@ -24,25 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bits.h"
+
 #define BLOCK 1024
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2a9d0bull;
-    return x ^ (x >> 33);
-}
-
-static uint64_t fnv(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
 
 typedef struct {
     MPI_Datatype t;
