@@ -775,7 +775,8 @@ static void test_shm_wake_need(void **state)
     assert_true(spinning <= WN_ROUNDS / 10);
 
     /* a count that never comes true (an owner's mistake, a connector that
-     * wrote the board): the listener still sleeps 1 ms at most */
+     * wrote the board): the listener still sleeps 1 ms at most while
+     * messages come (the cap grows only over sleeps nothing came in) */
     wn_fixed = 1000;
     uint64_t t0 = shp_time_ns();
     uint64_t b = wn_run(1);
@@ -788,6 +789,64 @@ static void test_shm_wake_need(void **state)
     /* 150 rounds at about 1.5 ms each (a 1 ms cap and the children's
      * waits): far below one 50 ms tick per round */
     assert_true(ms < WN_ROUNDS * 20);
+}
+
+/* A listener waiting for several contributions that do not come (an idle
+ * group's AN): its sleeps' cap doubles from 1 ms to 64 ms, so it is not
+ * woken a thousand times a second; a message brings the cap back to 1 ms
+ * (test_shm_wake_need's count that is never reached). */
+static void test_shm_idle_cap(void **state)
+{
+    shp_tp_t tp;
+    int go[2];
+    (void)state;
+    memset(wn_rx, 0, sizeof(wn_rx));
+    wn_accepted = 0;
+    wn_fixed = 5; /* never reached: nobody sends */
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(shp_tp_init(&tp, shp_tp_find("shm"), loop, 1024, NULL),
+                     SHP_OK);
+    tp.shm.wake_need = wn_need;
+    assert_int_equal(tp.ops->listen(&tp, "127.0.0.1:0", wn_accept), SHP_OK);
+    pid_t pid = fork();
+    if (pid == 0) { /* connects, and stays until told to go */
+        struct ev_loop *l = ev_loop_new(EVFLAG_AUTO);
+        shp_tp_t ctp;
+        shp_tp_ep_t *c;
+        rx_t r = {0};
+        char b;
+        close(go[1]);
+        if (shp_tp_init(&ctp, shp_tp_find("shm"), l, 1024, NULL) != SHP_OK ||
+            ctp.ops->connect(&ctp, tp.ops->listen_addr(&tp), &rx_cbs, &r, &c) !=
+                SHP_OK) {
+            _exit(2);
+        }
+        RUN_BLOCKING(l, r.connected == 0 && r.closes == 0, 5);
+        RUN_BLOCKING(l, r.closes == 0, 0.5); /* the board comes */
+        _exit(read(go[0], &b, 1) == 0 ? 0 : 3);
+    }
+    close(go[0]);
+    RUN_BLOCKING(loop, wn_accepted < 1, 5);
+    assert_int_equal(wn_accepted, 1);
+    RUN_BLOCKING(loop, 1, 0.6); /* settled: the board sent */
+    int turns = 0;
+    uint64_t end = shp_time_ns() + 400 * SHP_NSEC_PER_MSEC;
+    while (shp_time_ns() < end) {
+        ev_run(loop, EVRUN_ONCE);
+        turns++;
+    }
+    print_message("shm: an idle listener waiting for 5 contributions: %d "
+                  "wake-ups in 400 ms\n",
+                  turns);
+    assert_true(turns >= 5);  /* it still looks, within 64 ms */
+    assert_true(turns <= 40); /* 1 ms each would be 400 */
+    close(go[1]);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    wn_fixed = 0;
+    RUN_BLOCKING(loop, wn_rx[0].closes == 0, 5);
+    shp_tp_cleanup(&tp);
 }
 
 /* A peer made by hand: its segment and hello.  `seal` 0 leaves the memfd
@@ -1201,8 +1260,9 @@ int main(void)
         T(test_udp_bad_group),         T(test_shm_roundtrip),
         T(test_shm_processes),         T(test_shm_spin),
         T(test_shm_after_tcp),         T(test_shm_wake_need),
-        T(test_shm_malformed),         T(test_shm_squatter),
-        T(test_registry_and_stubs),    T(test_tcp_close_reset_peer),
+        T(test_shm_idle_cap),          T(test_shm_malformed),
+        T(test_shm_squatter),          T(test_registry_and_stubs),
+        T(test_tcp_close_reset_peer),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests_name("transport", tests, NULL, NULL);

@@ -42,8 +42,10 @@
  * costs the AN one wake-up, not one per child, and it does not spin while
  * it waits for several (spinning there took one core's worth of turns
  * from the members).  The board is writable by every connector: a sleep
- * on a count greater than one lasts 1 ms at most, so a wrong count (or a
- * peer that wrote one) delays messages, never loses them.
+ * on a count greater than one lasts 1 ms at most while messages come, so
+ * a wrong count (or a peer that wrote one) delays messages, never loses
+ * them; a cap that ended a sleep nothing came in doubles (to 64 ms), so an
+ * idle group's AN is not woken a thousand times a second.
  *
  * What arrives is untrusted like a tcp stream: a record's length and the
  * ring positions are checked before use, every message goes through
@@ -163,7 +165,7 @@ static void shm_cap_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)loop;
     (void)w;
-    (void)revents; /* the loop turned: enough */
+    (void)revents; /* the loop turned: enough (the check marks cap_fired) */
 }
 
 /* The listener's board (see shm.h), sealed like a segment. */
@@ -216,6 +218,7 @@ static shp_status_t shm_init(shp_tp_t *tp)
     ev_idle_init(&priv->idle, shp_tp_shm_idle_cb);
     ev_timer_init(&priv->pause, shm_resume_cb, 0., 0.);
     ev_timer_init(&priv->cap, shm_cap_cb, 0., 0.);
+    priv->cap_s = SHM_CAP_MIN;
     priv->prep.data = priv->check.data = priv->idle.data = priv;
     priv->pause.data = priv;
     ev_prepare_start(tp->loop, &priv->prep);

@@ -21,6 +21,9 @@
  * connection's send queue (64 MiB on tcp): a peer that asks and never
  * reads the answers gets its connection closed, not the AN's memory. */
 #define SHM_MAX_BACKLOG (16u << 20)
+/* the cap on a sleep waiting for several contributions (shm_priv_t) */
+#define SHM_CAP_MIN 0.001
+#define SHM_CAP_MAX 0.064
 
 typedef struct shm_backlog {
     struct shm_backlog *next;
@@ -66,7 +69,13 @@ typedef struct {
     shm_ep_t *dead;     /* kept until prepare: a walk of eps may stand on one */
     shm_board_t *board; /* a listener's, shared with its connectors */
     int board_fd;
-    ev_timer cap; /* a sleep waiting for several contributions: 1 ms at most */
+    /* a sleep waiting for several contributions ends after cap_s at most:
+     * 1 ms, doubled (to SHM_CAP_MAX) each time the cap ended a sleep
+     * that nothing came in, back to 1 ms once something comes: an idle
+     * group's AN does not wake a thousand times a second */
+    ev_timer cap;
+    double cap_s;
+    int cap_fired;
     uint64_t polled_ns; /* the last turn that polled (check ran) */
     ev_prepare prep;
     ev_check check;

@@ -373,6 +373,8 @@ void shp_tp_shm_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
         if (!ready) {
             break;
         }
+        priv->cap_s = SHM_CAP_MIN; /* something came */
+        priv->cap_fired = 0;
         /* what is in the rings is delivered here, not after a poll that
          * would find nothing else (a system call); a whole turn, every
          * socket polled and the timers run, at least every millisecond */
@@ -394,7 +396,12 @@ void shp_tp_shm_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
         if (need > 1) {
             /* the owner's count is a promise of its protocol, not of its
              * peers: never sleep on it for long */
-            ev_timer_set(&priv->cap, 0.001, 0.);
+            if (priv->cap_fired) { /* the last cap ended a sleep: longer */
+                priv->cap_s = priv->cap_s * 2 < SHM_CAP_MAX ? priv->cap_s * 2
+                                                            : SHM_CAP_MAX;
+            }
+            priv->cap_fired = 0;
+            ev_timer_set(&priv->cap, priv->cap_s, 0.);
             ev_timer_start(loop, &priv->cap);
         }
     }
@@ -414,6 +421,8 @@ void shp_tp_shm_check_cb(struct ev_loop *loop, ev_check *w, int revents)
     shm_priv_t *priv = w->data;
 
     (void)revents;
+    /* the cap ended this sleep (the stop below clears its pending call) */
+    priv->cap_fired |= ev_is_pending(&priv->cap);
     ev_timer_stop(loop, &priv->cap);
     priv->polled_ns = shp_time_ns();
     for (shm_ep_t *ep = priv->eps; ep != NULL; ep = ep->next) {
