@@ -344,7 +344,6 @@ static inline void an_agg_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
     } else if (ci == s->fold.next) {
         status = shp_fold_add(&s->fold, ci, payload);
     } else {
-        g->an->stats.pass_copy += s->len;
         uint8_t *copy = an_buf_get(g);
         if (copy == NULL) {
             an_op_error(g, hdr, SHP_ERR_NO_MEMORY, "out of memory");
@@ -353,6 +352,7 @@ static inline void an_agg_add(shp_an_group_t *g, shp_an_slot_t *s, unsigned ci,
         if (s->len > 0) {
             memcpy(copy, payload, s->len);
         }
+        g->an->stats.pass_copy += s->len;
         s->copies[ci] = copy;
         status = shp_fold_add(&s->fold, ci, copy);
     }

@@ -20,6 +20,7 @@
  * the wall time per operation: on 2 cores, the least an allreduce of
  * NP ranks can take here whatever the network does.
  */
+#include "core/time.h"
 #include "reduce/sparse.h"
 
 #include <stdint.h>
@@ -27,17 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define BLOCK 1024
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
 
 /* one rank: its input, the result, the program's buffer; ready written to
  * `ready` once they are touched, then it waits for a byte on `go` */
@@ -102,7 +95,7 @@ static double run(int np, size_t bytes, int density, int iters, int record)
             return -1;
         }
     }
-    double t0 = now_us();
+    uint64_t t0 = shp_time_ns();
     for (int p = 0; p < np; p++) {
         if (write(go[1], &c, 1) != 1) {
             return -1;
@@ -112,7 +105,7 @@ static double run(int np, size_t bytes, int density, int iters, int record)
     for (int p = 0; p < np; p++) {
         bad |= wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0;
     }
-    double us = (now_us() - t0) / iters;
+    double us = (double)(shp_time_ns() - t0) / 1e3 / iters;
     close(ready[0]);
     close(ready[1]);
     close(go[0]);

@@ -306,7 +306,7 @@ API int MPI_Finalize(void)
             fprintf(stderr,
                     "sharp_mpi: rank %d: result bytes copied from the "
                     "recovery record into the program's buffers %llu\n",
-                    smpi.rank, smpi_nb_delivered);
+                    smpi.rank, smpi.delivered);
         }
         sharp_coll_finalize(smpi.ctx);
         smpi.ctx = NULL;

@@ -271,9 +271,6 @@ SMPI_HOT int smpi_nb_post(nb_op_t *o, void *dst, int as_allreduce)
                           blk);
 }
 
-/* bytes smpi_nb_deliver copied (SHARP_MPI_VERBOSE=2 prints them) */
-unsigned long long smpi_nb_delivered;
-
 /* the program's buffers from a result of res (the record's buffer, or the
  * one fetched from another member) */
 SMPI_HOT void smpi_nb_deliver(nb_op_t *o, const char *res)
@@ -282,7 +279,7 @@ SMPI_HOT void smpi_nb_deliver(nb_op_t *o, const char *res)
         if (o->st->rank == o->root) {
             return;
         }
-        SMPI_ADD(smpi_nb_delivered, o->bytes);
+        SMPI_ADD(smpi.delivered, o->bytes);
         if (o->direct != NULL) {
             memcpy(o->direct, res, o->bytes);
         } else {
@@ -290,7 +287,7 @@ SMPI_HOT void smpi_nb_deliver(nb_op_t *o, const char *res)
                            (int)o->bytes, o->comm);
         }
     } else if ((o->kind == C_IALLREDUCE || o->kind == C_IREDUCE) && o->keep) {
-        SMPI_ADD(smpi_nb_delivered, o->bytes);
+        SMPI_ADD(smpi.delivered, o->bytes);
         if (o->m.packed) {
             smpi_loc_unpack(res, o->rbuf, o->n, &o->m);
         } else {

@@ -136,13 +136,14 @@ typedef struct smpi_global {
     unsigned long long failovers, standbys_missing, standbys_remade;
     /* node-local steps: on shared memory, and on MPI (gather / bcast) */
     unsigned long long node_shm_steps, node_mpi_steps;
+    /* result bytes smpi_nb_deliver copied from the recovery record into
+     * the program's buffers (SHARP_MPI_VERBOSE=2 prints them) */
+    unsigned long long delivered;
     /* communicators whose group was made with them and not used yet */
     int unused;
 } smpi_global_t;
 
 extern smpi_global_t smpi;
-/* result bytes smpi_nb_deliver copied from the recovery record (op.c) */
-extern unsigned long long smpi_nb_delivered;
 
 /* The counters above, from any thread */
 #define SMPI_ADD(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)
