@@ -12,7 +12,9 @@
 #  - sharpd down (killed): exit 1; --json: failed_step 1 with cause and
 #    remedy;
 #  - host not in any tree (every aggregation node killed): exit 3;
-#  - manager down (killed): exit 2, "cannot connect".
+#  - manager down (killed): exit 2, "cannot connect";
+#  - sharp-fabric down names a daemon that ended without its `kill`, and
+#    exits 3 when a daemon's log holds a sanitizer's report.
 set -u
 O=${O:-build}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -153,6 +155,18 @@ for i in $(seq 50); do
 done
 sed 's/^/     /' "$T/out"
 check "manager down: cannot connect" grep -q "cause: .*cannot connect to the aggregation manager" "$T/out"
+
+# down: says which daemon ended without `kill` (n00003, killed by pid
+# here), not those `kill` stopped; a sanitizer's report in a log fails it
+kill -KILL "$(awk '$2 == "n00003" {print $4}' "$T/fab/pids")"
+echo "x.c:1:1: runtime error: planted" >>"$T/fab/logs/sharpd-n00004.log"
+"${F[@]}" down >/dev/null 2>"$T/down"
+rc=$?
+sed 's/^/     /' "$T/down"
+check "down: exit 3 on a sanitizer's report" test "$rc" = 3
+check "down: the report shown" grep -q "sharpd-n00004.log holds a sanitizer report" "$T/down"
+check "down: n00003 ended unasked" grep -q "n00003 (pid [0-9]*) had ended before down" "$T/down"
+check "down: none killed by kill named" test "$(grep -c "had ended" "$T/down")" = 1
 
 echo "test_hello: $fails failure(s)"
 [ "$fails" = 0 ]

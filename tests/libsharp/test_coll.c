@@ -2284,11 +2284,11 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    test_fabric_down(&fab, ">/dev/null");
+    int rc = test_fabric_down(&fab, ">/dev/null");
     if (getenv("KEEP_LOGS") == NULL) {
         test_fabric_sh("rm -rf %s", fab.dir);
     }
-    return 0;
+    return rc;
 }
 
 /* Network namespaces: every daemon and member in a namespace of its own,
@@ -2637,9 +2637,8 @@ static int setup_netns(void **state)
 static int teardown_netns(void **state)
 {
     (void)state;
-    test_fabric_down(&nsfab, ">/dev/null");
     in_netns = 0;
-    return 0;
+    return test_fabric_down(&nsfab, ">/dev/null");
 }
 
 int main(void)

@@ -126,9 +126,9 @@ int test_fabric_do(const test_fabric_t *f, const char *fmt, ...)
     return system(cmd);
 }
 
-void test_fabric_down(const test_fabric_t *f, const char *redir)
+int test_fabric_down(const test_fabric_t *f, const char *redir)
 {
-    (void)test_fabric_do(f, "down %s", redir);
+    return test_fabric_do(f, "down %s", redir) == 0 ? 0 : -1;
 }
 
 void test_fabric_host_sock(const test_fabric_t *f, int host, char *out,

@@ -59,8 +59,9 @@ void test_fabric_cmd(const test_fabric_t *f, char *out, size_t len,
 int test_fabric_do(const test_fabric_t *f, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* `sharp-fabric --dir DIR down REDIR` */
-void test_fabric_down(const test_fabric_t *f, const char *redir);
+/* `sharp-fabric --dir DIR down REDIR`: -1 if it failed, as it does when
+ * a daemon's log holds a sanitizer report (on the standard error) */
+int test_fabric_down(const test_fabric_t *f, const char *redir);
 
 /* DIR/hosts/n<host+1>.sock: the socket of host `host`'s sharpd */
 void test_fabric_host_sock(const test_fabric_t *f, int host, char *out,
