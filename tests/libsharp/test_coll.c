@@ -1744,28 +1744,23 @@ static int m_standby(int rank, void *arg)
 
 static void test_standby(void **state)
 {
-    char cmd[2048], pick[1400];
+    char cmd[2400], pick[1400];
     (void)state;
     /* the top AN of job 1010's group that stands by none */
     groups_cmd(pick, sizeof(pick), 1010,
                "not x.get(\"standby_of\") and not x.get(\"stripe_of\")",
                TOP_AN);
-    snprintf(cmd, sizeof(cmd),
-             "an=$(%s) && "
-             "kill -9 $(awk -v n=$an '$1==\"an\" && $2==n {print $4}' "
-             "%s/pids)",
-             pick, fab.dir);
+    snprintf(cmd, sizeof(cmd), "an=$(%s) && %s/sharp-fabric --dir %s kill $an",
+             pick, fab.bin, fab.dir);
     run_with_fault(m_standby, cmd);
 }
 
 static void test_an_killed(void **state)
 {
-    char cmd[600];
+    char cmd[1200];
     (void)state;
     /* kill -9 the AN of leaf03 (n00005's leaf) when rank 0 says so */
-    snprintf(cmd, sizeof(cmd),
-             "kill -9 $(awk '$1==\"an\" && $2==\"leaf03\" {print $4}' "
-             "%s/pids)",
+    snprintf(cmd, sizeof(cmd), "%s/sharp-fabric --dir %s kill leaf03", fab.bin,
              fab.dir);
     run_with_fault(m_an_killed, cmd);
 }
