@@ -1335,5 +1335,8 @@ int main(int argc, char **argv)
     if (getenv("SHARP_TEST_ONLY") != NULL) { /* one test, by name */
         cmocka_set_test_filter(getenv("SHARP_TEST_ONLY"));
     }
+    if (getenv("SHARP_TEST_SKIP") != NULL) { /* those it matches (a glob) */
+        cmocka_set_skip_filter(getenv("SHARP_TEST_SKIP"));
+    }
     return cmocka_run_group_tests_name("an_tree", tests, NULL, NULL);
 }
