@@ -53,12 +53,27 @@ static int init_threads; /* enable_thread_support of member_init */
 static struct sharp_coll_context *ctx;
 static struct sharp_coll_comm *world;
 
+/* The first failed check of rank 0's process also shows the manager's
+ * last warnings (an AN lost, a job or group refused, and why) */
+static void say_am_warnings(void)
+{
+    static int said;
+    if (world_oob.rank == 0 && !said) {
+        said = 1;
+        fprintf(stderr, "rank 0: the manager's last warnings:\n");
+        test_fabric_sh("grep -E ' (WARN|ERR) ' %s/logs/am.log | tail -n 12 "
+                       "| sed 's/^/  am: /' >&2",
+                       in_netns ? nsfab.dir : fab.dir);
+    }
+}
+
 #define CHECK(cond, ...)                                                       \
     do {                                                                       \
         if (!(cond)) {                                                         \
             fprintf(stderr, "rank %d: line %d: ", world_oob.rank, __LINE__);   \
             fprintf(stderr, __VA_ARGS__);                                      \
             fputc('\n', stderr);                                               \
+            say_am_warnings();                                                 \
             return 1;                                                          \
         }                                                                      \
     } while (0)
